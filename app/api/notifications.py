@@ -1,0 +1,146 @@
+"""``POST /v1/notifications`` and ``POST /v1/notifications/batch``."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import msgspec
+from litestar import Request, Response, post
+from litestar.datastructures import State
+from litestar.exceptions import ClientException
+from litestar.openapi.datastructures import ResponseSpec
+from litestar.params import Parameter
+
+from app.api.body import decode_body, documented_body
+from app.api.schemas import (
+    Accepted,
+    BatchItem,
+    BatchRequest,
+    BatchRequestSchema,
+    BatchResponse,
+    BatchResult,
+    NotificationRequest,
+)
+from app.auth import requires
+from app.intake import Intake, Outcome
+from app.settings import ApiKey
+from app.validation import describe
+
+MAX_KEY_LENGTH = 255
+_JSON = "application/json"
+_accepted_decoder = msgspec.json.Decoder(Accepted)
+_item_decoder = msgspec.json.Decoder(BatchItem)
+_batch_encoder = msgspec.json.Encoder()
+
+IdempotencyKey = Annotated[
+    str | None,
+    Parameter(
+        header="Idempotency-Key",
+        description="Required. A retry with the same key and body gets the same answer.",
+        required=False,
+    ),
+]
+
+
+def check_key(key: str | None) -> str:
+    """The idempotency key, or the 400 that explains what is wrong with it."""
+    if key is None or not key.strip():
+        raise ClientException(status_code=400, detail="Idempotency-Key: header is required")
+    if len(key) > MAX_KEY_LENGTH:
+        raise ClientException(
+            status_code=400, detail=f"Idempotency-Key: at most {MAX_KEY_LENGTH} characters"
+        )
+    if not key.isprintable():
+        raise ClientException(
+            status_code=400, detail="Idempotency-Key: only printable characters are allowed"
+        )
+    return key
+
+
+def _error(status_code: int, detail: str) -> Response[Any]:
+    return Response({"status_code": status_code, "detail": detail}, status_code=status_code)
+
+
+@post(
+    "/v1/notifications",
+    guards=[requires("send")],
+    dependencies=documented_body(NotificationRequest),
+    status_code=202,
+    responses={
+        202: ResponseSpec(Accepted, description="Accepted: the notification is in the event log"),
+        409: ResponseSpec(dict[str, Any], description="A request with this key is in flight"),
+        413: ResponseSpec(dict[str, Any], description="Body too large"),
+        422: ResponseSpec(dict[str, Any], description="Invalid body, naming the field"),
+    },
+)
+async def create_notification(
+    request: Request[ApiKey, Any, State], idempotency_key: IdempotencyKey = None
+) -> Response[Any]:
+    """Accept one notification and fan it out to its channels."""
+    key = check_key(idempotency_key)
+    body = decode_body(await request.body(), NotificationRequest)
+    intake: Intake = request.app.state.intake
+    outcome = await intake.accept(request.user.producer, key, body)
+    if outcome.status_code != 202:
+        return _error(outcome.status_code, outcome.detail)
+    headers = {"Idempotent-Replayed": "true"} if outcome.replayed else None
+    return Response(outcome.response, status_code=202, media_type=_JSON, headers=headers)
+
+
+@post(
+    "/v1/notifications/batch",
+    guards=[requires("send")],
+    dependencies=documented_body(BatchRequestSchema),
+    status_code=200,
+    responses={200: ResponseSpec(BatchResponse, description="One result per item, in order")},
+)
+async def create_notifications_batch(request: Request[ApiKey, Any, State]) -> Response[Any]:
+    """Accept up to 1000 notifications, each with its own idempotency key."""
+    batch = decode_body(await request.body(), BatchRequest)
+    entries: list[tuple[str, NotificationRequest | Outcome]] = []
+    for position, raw in enumerate(batch.notifications):
+        entries.append(_batch_entry(position, raw))
+    intake: Intake = request.app.state.intake
+    outcomes = await intake.accept_many(request.user.producer, entries)
+    results = [
+        _batch_result(key, outcome) for (key, _), outcome in zip(entries, outcomes, strict=True)
+    ]
+    return Response(
+        _batch_encoder.encode(BatchResponse(results=results)), status_code=200, media_type=_JSON
+    )
+
+
+def _batch_entry(position: int, raw: msgspec.Raw) -> tuple[str, NotificationRequest | Outcome]:
+    try:
+        item = _item_decoder.decode(raw)
+    except (msgspec.ValidationError, msgspec.DecodeError) as error:
+        key = _key_of(raw)
+        return key, Outcome(422, detail=describe(error, f"notifications[{position}]"))
+    try:
+        key = check_key(item.idempotency_key)
+    except ClientException as error:
+        return item.idempotency_key, Outcome(400, detail=str(error.detail))
+    fields = {f: getattr(item, f) for f in NotificationRequest.__struct_fields__}
+    return key, NotificationRequest(**fields)
+
+
+def _key_of(raw: msgspec.Raw) -> str:
+    """The idempotency key of an item that failed validation, if it has a usable one."""
+    try:
+        value = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return ""
+    key = value.get("idempotency_key") if isinstance(value, dict) else None
+    return key if isinstance(key, str) else ""
+
+
+def _batch_result(key: str, outcome: Outcome) -> BatchResult:
+    if outcome.status_code == 202:
+        accepted = _accepted_decoder.decode(outcome.response)
+        return BatchResult(
+            idempotency_key=key,
+            status_code=202,
+            id=accepted.id,
+            deliveries=accepted.deliveries,
+        )
+    return BatchResult(idempotency_key=key, status_code=outcome.status_code, detail=outcome.detail)

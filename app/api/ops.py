@@ -1,0 +1,31 @@
+"""Operational endpoints."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+from litestar import Request, Response, get
+from litestar.datastructures import State
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+log = structlog.get_logger(__name__)
+
+
+@get("/v1/ops/health", exclude_from_auth=True)
+async def health(request: Request[Any, Any, State]) -> dict[str, Any]:
+    """Liveness and Redis reachability; no key needed, nothing sensitive in it."""
+    redis: Redis = request.app.state.redis
+    try:
+        await redis.ping()
+        redis_state = "ok"
+    except (RedisError, OSError):
+        redis_state = "unreachable"
+    return {"status": "ok" if redis_state == "ok" else "degraded", "redis": redis_state}
+
+
+def internal_error(request: Request[Any, Any, State], error: Exception) -> Response[Any]:
+    """Log an unexpected error with its traceback; answer without any internal detail."""
+    log.error("http.unhandled_error", path=request.url.path, exc_info=error)
+    return Response({"status_code": 500, "detail": "Internal Server Error"}, status_code=500)

@@ -1,0 +1,107 @@
+"""``PUT /v1/recipients/{id}/preferences`` and ``…/quiet-hours``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Request, delete, get, put
+from litestar.datastructures import State
+from litestar.exceptions import ClientException
+
+from app.api.body import decode_body, documented_body
+from app.api.schemas import (
+    PreferencesBody,
+    QuietHoursBody,
+    RecipientSettingsView,
+)
+from app.auth import requires
+from app.catalog import Catalog
+from app.quiet_hours import QuietHoursError, check
+from app.settings import ApiKey
+from streams.events import PreferenceEntry, QuietHoursSetting
+from streams.recipient_settings import RecipientSettings, RecipientSettingsStore
+
+_MAX_ID = 255
+Req = Request[ApiKey, Any, State]
+
+
+def _recipient_id(recipient_id: str) -> str:
+    if not recipient_id or len(recipient_id) > _MAX_ID or not recipient_id.isprintable():
+        raise ClientException(
+            status_code=422, detail="recipient_id: 1-255 printable characters are required"
+        )
+    return recipient_id
+
+
+def _view(recipient_id: str, settings: RecipientSettings) -> RecipientSettingsView:
+    quiet = settings.quiet_hours
+    return RecipientSettingsView(
+        recipient_id=recipient_id,
+        version=settings.version,
+        preferences=settings.preference_entries(),
+        quiet_hours=QuietHoursBody(quiet.start, quiet.end, quiet.timezone) if quiet else None,
+    )
+
+
+@get("/v1/recipients/{recipient_id:str}/settings", guards=[requires("read")])
+async def get_recipient_settings(request: Req, recipient_id: str) -> RecipientSettingsView:
+    """The recipient's switched-off (type, channel) pairs and quiet hours."""
+    store: RecipientSettingsStore = request.app.state.recipient_settings
+    recipient_id = _recipient_id(recipient_id)
+    return _view(recipient_id, await store.get(recipient_id))
+
+
+@put(
+    "/v1/recipients/{recipient_id:str}/preferences",
+    guards=[requires("send")],
+    dependencies=documented_body(PreferencesBody),
+)
+async def put_preferences(request: Req, recipient_id: str) -> RecipientSettingsView:
+    """Replace the recipient's preferences; pairs not listed are switched on."""
+    recipient_id = _recipient_id(recipient_id)
+    body = decode_body(await request.body(), PreferencesBody)
+    catalog: Catalog = request.app.state.catalog
+    for position, entry in enumerate(body.preferences):
+        where = f"preferences[{position}]"
+        type_config = catalog.types.get(entry.type)
+        if type_config is None:
+            raise ClientException(
+                status_code=422, detail=f"{where}.type: unknown notification type {entry.type!r}"
+            )
+        if not entry.enabled and not type_config.opt_out:
+            raise ClientException(
+                status_code=422,
+                detail=f"{where}.enabled: notifications of type {entry.type!r} "
+                "cannot be switched off",
+            )
+    entries = [
+        PreferenceEntry(type=e.type, channel=e.channel, enabled=e.enabled) for e in body.preferences
+    ]
+    store: RecipientSettingsStore = request.app.state.recipient_settings
+    return _view(recipient_id, await store.set_preferences(recipient_id, entries))
+
+
+@put(
+    "/v1/recipients/{recipient_id:str}/quiet-hours",
+    guards=[requires("send")],
+    dependencies=documented_body(QuietHoursBody),
+)
+async def put_quiet_hours(request: Req, recipient_id: str) -> RecipientSettingsView:
+    """Set the recipient's quiet hours (start, end, IANA time zone)."""
+    recipient_id = _recipient_id(recipient_id)
+    body = decode_body(await request.body(), QuietHoursBody)
+    setting = QuietHoursSetting(start=body.start, end=body.end, timezone=body.timezone)
+    try:
+        check(setting)
+    except QuietHoursError as error:
+        raise ClientException(status_code=422, detail=str(error)) from None
+    store: RecipientSettingsStore = request.app.state.recipient_settings
+    return _view(recipient_id, await store.set_quiet_hours(recipient_id, setting))
+
+
+@delete("/v1/recipients/{recipient_id:str}/quiet-hours", guards=[requires("send")], status_code=200)
+async def delete_quiet_hours(request: Req, recipient_id: str) -> RecipientSettingsView:
+    """Remove the recipient's quiet hours."""
+    recipient_id = _recipient_id(recipient_id)
+    store: RecipientSettingsStore = request.app.state.recipient_settings
+    return _view(recipient_id, await store.remove_quiet_hours(recipient_id))

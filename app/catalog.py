@@ -1,0 +1,161 @@
+"""The type catalog (``clarion.toml``): notification types, channels and providers.
+
+A broken catalog stops start-up with a ``CatalogError`` naming the file, the type and the key.
+"""
+
+from __future__ import annotations
+
+import string
+from pathlib import Path
+from typing import Annotated, Literal
+
+import msgspec
+
+from app.validation import describe
+from streams.events import Channel, PriorityName
+
+CHANNELS: tuple[Channel, ...] = ("PUSH", "EMAIL", "SMS", "IN_APP")
+Name = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
+
+
+class CatalogError(Exception):
+    """The catalog file cannot be used; the message names the file and the key."""
+
+
+class Template(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    body: str
+    # EMAIL subject, PUSH or IN_APP title; SMS has none.
+    title: str = ""
+
+
+class RetryPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    base_seconds: Annotated[float, msgspec.Meta(gt=0)] = 2.0
+    max_seconds: Annotated[float, msgspec.Meta(gt=0)] = 300.0
+    max_attempts: Annotated[int, msgspec.Meta(ge=1, le=100)] = 6
+
+
+class RateLimit(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    per_second: Annotated[float, msgspec.Meta(gt=0)]
+    burst: Annotated[int, msgspec.Meta(ge=1)] = 1
+    # Share of the rate each priority may use; HIGH always has all of it.
+    normal_share: Annotated[float, msgspec.Meta(gt=0, le=1)] = 0.8
+    low_share: Annotated[float, msgspec.Meta(gt=0, le=1)] = 0.6
+
+
+class ProviderConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    kind: Literal["sandbox"]
+    # sandbox: a second call with an already-sent idempotency key sends nothing new.
+    idempotent: bool = True
+    timeout_seconds: Annotated[float, msgspec.Meta(gt=0)] = 10.0
+    rate_limit: RateLimit | None = None
+
+
+class ChannelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    provider: Name
+    retry: RetryPolicy = RetryPolicy()
+
+
+class TypeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    channels: Annotated[list[Channel], msgspec.Meta(min_length=1)]
+    priority: PriorityName
+    ttl_seconds: Annotated[int, msgspec.Meta(ge=1, le=30 * 86400)]
+    # May a recipient switch this type off? An OTP may not.
+    opt_out: bool
+    templates: dict[str, dict[Channel, Template]]
+
+
+class CatalogFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    default_locale: str = "en"
+    providers: dict[Name, ProviderConfig] = {}
+    channels: dict[Channel, ChannelConfig] = {}
+    types: dict[Name, TypeConfig] = {}
+
+
+class Catalog(msgspec.Struct, frozen=True):
+    """A loaded, checked catalog plus what is derived from it once."""
+
+    source: str
+    default_locale: str
+    providers: dict[str, ProviderConfig]
+    channels: dict[Channel, ChannelConfig]
+    types: dict[str, TypeConfig]
+    # (type, locale, channel) -> names the template needs from ``data``.
+    template_fields: dict[tuple[str, str, Channel], frozenset[str]]
+
+    def template_locale(self, type_name: str, channel: Channel, locale: str) -> str | None:
+        """The locale whose template is used: exact, then language, then the default."""
+        templates = self.types[type_name].templates
+        for candidate in (locale, locale.split("-", maxsplit=1)[0], self.default_locale):
+            if channel in templates.get(candidate, {}):
+                return candidate
+        return None
+
+
+def load_catalog(path: str | Path) -> Catalog:
+    """Read and check the catalog file; raise ``CatalogError`` naming what is wrong."""
+    source = str(path)
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as error:
+        raise CatalogError(f"{source}: cannot read the catalog: {error.strerror}") from None
+    return parse_catalog(raw, source)
+
+
+def parse_catalog(raw: bytes | str, source: str = "clarion.toml") -> Catalog:
+    """Check a catalog given as TOML text."""
+    try:
+        file = msgspec.toml.decode(raw, type=CatalogFile)
+    except (msgspec.ValidationError, msgspec.DecodeError) as error:
+        raise CatalogError(f"{source}: {describe(error)}") from None
+
+    def fail(key: str, problem: str) -> CatalogError:
+        return CatalogError(f"{source}: {key}: {problem}")
+
+    for channel, config in file.channels.items():
+        if config.provider not in file.providers:
+            raise fail(f"channels.{channel}.provider", f"no provider named {config.provider!r}")
+    fields: dict[tuple[str, str, Channel], frozenset[str]] = {}
+    for type_name, type_config in file.types.items():
+        for channel in type_config.channels:
+            if channel not in file.channels:
+                raise fail(f"types.{type_name}.channels", f"channel {channel} is not configured")
+            if channel not in type_config.templates.get(file.default_locale, {}):
+                raise fail(
+                    f"types.{type_name}.templates.{file.default_locale}.{channel}",
+                    "missing: every default channel needs a template in the default locale",
+                )
+        for locale, by_channel in type_config.templates.items():
+            for channel, template in by_channel.items():
+                key = f"types.{type_name}.templates.{locale}.{channel}"
+                if channel not in file.channels:
+                    raise fail(key, f"channel {channel} is not configured")
+                try:
+                    fields[(type_name, locale, channel)] = _template_fields(template)
+                except ValueError as error:
+                    raise fail(key, str(error)) from None
+    return Catalog(
+        source=source,
+        default_locale=file.default_locale,
+        providers=dict(file.providers),
+        channels=dict(file.channels),
+        types=dict(file.types),
+        template_fields=fields,
+    )
+
+
+def _template_fields(template: Template) -> frozenset[str]:
+    """Names a template reads from ``data``; only plain ``{name}`` placeholders are allowed."""
+    names: set[str] = set()
+    for text in (template.title, template.body):
+        try:
+            parsed = list(string.Formatter().parse(text))
+        except ValueError as error:
+            raise ValueError(f"not a valid template: {error}") from None
+        for _, field, _, _ in parsed:
+            if field is None:
+                continue
+            if not field.isidentifier():
+                # Attribute and index lookups would let data reach into Python objects.
+                raise ValueError(f"placeholder {{{field}}} must be a plain name like {{code}}")
+            names.add(field)
+    return frozenset(names)

@@ -1,0 +1,140 @@
+"""The ``clarion`` command: run the service, send a notification."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from typing import Any
+
+import click
+import httpx
+import structlog
+
+from app.catalog import CatalogError, load_catalog
+from app.logging import configure_logging
+from app.main import redis_client
+from app.redis_checks import RedisNotReady, check_redis
+from app.settings import Settings, SettingsError
+
+log = structlog.get_logger(__name__)
+
+
+def _settings() -> Settings:
+    try:
+        return Settings.from_env()
+    except SettingsError as error:
+        raise click.ClickException(str(error)) from None
+
+
+async def _preflight(settings: Settings) -> None:
+    redis = redis_client(settings)
+    try:
+        await check_redis(redis, settings.redis_url)
+    finally:
+        await redis.aclose()
+
+
+@click.group()
+def main() -> None:
+    """Clarion: multi-channel notifications on Redis Streams."""
+
+
+@main.command()
+@click.option("--workers", default=2, show_default=True, help="uvicorn worker processes")
+def run(workers: int) -> None:
+    """Run the service: the HTTP API against Redis with the configured catalog."""
+    settings = _settings()
+    configure_logging(settings.log_format, settings.log_level)
+    try:
+        catalog = load_catalog(settings.config_path)
+        asyncio.run(_preflight(settings))
+    except (CatalogError, RedisNotReady) as error:
+        raise click.ClickException(str(error)) from None
+    if not settings.api_keys:
+        log.warning("auth.no_api_keys", hint="set CLARION_API_KEYS=producer:secret:send+read")
+    log.info(
+        "clarion.start",
+        listen=f"{settings.host}:{settings.port}",
+        workers=workers,
+        types=sorted(catalog.types),
+        shards=settings.shards,
+    )
+    import uvicorn  # noqa: PLC0415 - only the server needs it
+
+    uvicorn.run(
+        "app.main:build",
+        factory=True,
+        host=settings.host,
+        port=settings.port,
+        workers=workers,
+        loop="uvloop",
+        http="httptools",
+        log_config=None,
+        access_log=False,
+    )
+
+
+@main.command()
+@click.option("--type", "type_name", required=True, help="notification type from the catalog")
+@click.option("--recipient", required=True, help="recipient id")
+@click.option("--email", default=None)
+@click.option("--phone", default=None, help="E.164, e.g. +4915112345678")
+@click.option("--push-token", "push_tokens", multiple=True)
+@click.option("--channel", "channels", multiple=True, help="override the type's channels")
+@click.option("--priority", type=click.Choice(["HIGH", "NORMAL", "LOW"]), default=None)
+@click.option("--data", "data_pairs", multiple=True, help="template variable, name=value")
+@click.option("--locale", default=None)
+@click.option("--key", "idempotency_key", default=None, help="Idempotency-Key (default: random)")
+@click.option("--url", default=None, help="API base URL (default from CLARION_HOST/PORT)")
+@click.option("--api-key", envvar="CLARION_API_KEY", required=True, help="or CLARION_API_KEY")
+def send(
+    type_name: str,
+    recipient: str,
+    email: str | None,
+    phone: str | None,
+    push_tokens: tuple[str, ...],
+    channels: tuple[str, ...],
+    priority: str | None,
+    data_pairs: tuple[str, ...],
+    locale: str | None,
+    idempotency_key: str | None,
+    url: str | None,
+    api_key: str,
+) -> None:
+    """Send one notification through the HTTP API and print the answer."""
+    settings = _settings()
+    data: dict[str, str] = {}
+    for pair in data_pairs:
+        name, sep, value = pair.partition("=")
+        if not sep:
+            raise click.BadParameter(f"{pair!r} is not name=value", param_hint="--data")
+        data[name] = value
+    body: dict[str, Any] = {
+        "recipient": {"id": recipient},
+        "type": type_name,
+        "data": data,
+    }
+    optional: dict[str, Any] = {"email": email, "phone": phone, "push_tokens": list(push_tokens)}
+    body["recipient"].update({name: value for name, value in optional.items() if value})
+    optional = {"channels": list(channels), "priority": priority, "locale": locale}
+    body.update({name: value for name, value in optional.items() if value})
+    base = url or f"http://{settings.host}:{settings.port}"
+    key = idempotency_key or os.urandom(12).hex()
+    try:
+        response = httpx.post(
+            f"{base}/v1/notifications",
+            json=body,
+            headers={"Authorization": f"Bearer {api_key}", "Idempotency-Key": key},
+            timeout=10,
+        )
+    except httpx.HTTPError as error:
+        raise click.ClickException(f"cannot reach {base}: {error}") from None
+    click.echo(f"HTTP {response.status_code}  Idempotency-Key: {key}")
+    try:
+        click.echo(json.dumps(response.json(), indent=2))
+    except ValueError:
+        click.echo(response.text)
+    if response.status_code >= 400:
+        sys.exit(1)

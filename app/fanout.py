@@ -1,0 +1,292 @@
+"""Fan-out: from one accepted request to one planned delivery per channel and address.
+
+Pure computation, no I/O: given the catalog, the request, the recipient's settings and the
+clock, it decides each delivery's fate (queued, deferred by quiet hours, suppressed, expired)
+and prepares everything the ingest script writes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TypedDict
+
+import msgspec
+
+from app.api.schemas import Accepted, DeliverySummary, NotificationRequest
+from app.catalog import Catalog
+from app.quiet_hours import window_end
+from streams import codec
+from streams.events import (
+    Channel,
+    DeliveryDeferred,
+    DeliveryExpired,
+    DeliveryQueued,
+    DeliverySuppressed,
+    Event,
+    NotificationAccepted,
+    SuppressReason,
+)
+from streams.ids import new_id
+from streams.ingest import Field, IngestItem, PlannedDelivery, Target, work_target
+from streams.keys import Priority, ShardKeys
+from streams.recipient_settings import RecipientSettings
+from streams.work_items import WorkItem
+
+_canonical = msgspec.json.Encoder(order="sorted")
+_response_encoder = msgspec.json.Encoder()
+# IN_APP lands silently in an inbox; quiet hours guard against buzzing phones and inboxes.
+_QUIET_HOURS_EXEMPT: frozenset[Channel] = frozenset({"IN_APP"})
+
+
+class FanoutError(ValueError):
+    """The request cannot be fanned out; the message names the field (answered with 422)."""
+
+
+def fingerprint(request: NotificationRequest) -> str:
+    """A digest of the request's canonical form: key order and spacing do not matter."""
+    canonical = _canonical.encode(request)
+    return hashlib.sha256(canonical).hexdigest()[:32]
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Ids fixed once per request, so a STALE round re-plans with the same ones."""
+
+    notification_id: str
+    # (channel, address) pairs in fan-out order, and one delivery id for each.
+    pairs: tuple[tuple[Channel, str], ...]
+    delivery_ids: tuple[str, ...]
+
+
+def addresses_by_channel(
+    request: NotificationRequest, channels: list[Channel]
+) -> list[tuple[Channel, str]]:
+    """Each channel with each of its addresses; "" where the recipient has none."""
+    recipient = request.recipient
+    pairs: list[tuple[Channel, str]] = []
+    for channel in channels:
+        if channel == "PUSH":
+            tokens = list(dict.fromkeys(recipient.push_tokens))
+            pairs += [(channel, token) for token in tokens] or [(channel, "")]
+        elif channel == "EMAIL":
+            pairs.append((channel, recipient.email or ""))
+        elif channel == "SMS":
+            pairs.append((channel, recipient.phone or ""))
+        else:
+            pairs.append((channel, recipient.id))
+    return pairs
+
+
+class Planner:
+    """Turns validated requests into ingest items according to the catalog."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+
+    def channels(self, request: NotificationRequest) -> list[Channel]:
+        """The request's channels, or the type's defaults; raises ``FanoutError``."""
+        type_config = self.catalog.types.get(request.type)
+        if type_config is None:
+            known = ", ".join(sorted(self.catalog.types))
+            raise FanoutError(f"type: unknown notification type {request.type!r} (known: {known})")
+        channels = request.channels or type_config.channels
+        if len(set(channels)) != len(channels):
+            raise FanoutError("channels: each channel may be listed once")
+        locale = request.locale or self.catalog.default_locale
+        for channel in channels:
+            used = self.catalog.template_locale(request.type, channel, locale)
+            if used is None:
+                raise FanoutError(f"channels: type {request.type!r} has no {channel} template")
+            missing = self.catalog.template_fields[(request.type, used, channel)] - set(
+                request.data
+            )
+            if missing:
+                name = sorted(missing)[0]
+                raise FanoutError(
+                    f"data.{name}: required by the {request.type} {channel} template ({used})"
+                )
+        return list(channels)
+
+    def identity(self, shard: ShardKeys, request: NotificationRequest) -> Identity:
+        """Check the request against the catalog and fix its ids; raises ``FanoutError``."""
+        pairs = addresses_by_channel(request, self.channels(request))
+        return Identity(
+            new_id(shard.shard), tuple(pairs), tuple(new_id(shard.shard) for _ in pairs)
+        )
+
+    def plan(
+        self,
+        *,
+        shard: ShardKeys,
+        producer: str,
+        idempotency_key: str,
+        request: NotificationRequest,
+        identity: Identity,
+        settings: RecipientSettings,
+        now: datetime,
+        request_fingerprint: str | None = None,
+    ) -> IngestItem:
+        """Everything the ingest script writes for this request."""
+        type_config = self.catalog.types[request.type]
+        priority = Priority(request.priority or type_config.priority)
+        locale = request.locale or self.catalog.default_locale
+        ttl = request.ttl_seconds or type_config.ttl_seconds
+        expires = now + timedelta(seconds=ttl)
+        now_ms, expires_ms = _ms(now), _ms(expires)
+        nid = identity.notification_id
+        quiet_until = (
+            window_end(settings.quiet_hours, now)
+            if settings.quiet_hours is not None and priority is not Priority.HIGH
+            else None
+        )
+
+        events: list[Event] = [
+            NotificationAccepted(
+                at=now,
+                notification_id=nid,
+                producer=producer,
+                idempotency_key=idempotency_key,
+                notification_type=request.type,
+                priority=priority.value,
+                recipient_id=request.recipient.id,
+                locale=locale,
+                expires_at=expires,
+                delivery_ids=list(identity.delivery_ids),
+            )
+        ]
+        deliveries: list[PlannedDelivery] = []
+        summaries: list[DeliverySummary] = []
+        for (channel, address), delivery_id in zip(
+            identity.pairs, identity.delivery_ids, strict=True
+        ):
+            work = WorkItem(
+                delivery_id=delivery_id,
+                notification_id=nid,
+                notification_type=request.type,
+                channel=channel,
+                priority=priority.value,
+                recipient_id=request.recipient.id,
+                address=address,
+                locale=locale,
+                data=request.data,
+                created_ms=now_ms,
+                expires_ms=expires_ms,
+            )
+            fate = self._fate(
+                work,
+                settings=settings,
+                priority=priority,
+                quiet_until=quiet_until,
+                expires=expires,
+                now=now,
+            )
+            fields: dict[str, Field] = {
+                "notification_id": nid,
+                "channel": channel,
+                "priority": priority.value,
+                "status": fate.status,
+                "version": 1,
+                "attempts": 0,
+                "created_ms": now_ms,
+                "updated_ms": now_ms,
+                "expires_ms": expires_ms,
+            }
+            if fate.reason:
+                fields["reason"] = fate.reason
+            if fate.due_ms:
+                fields["due_ms"] = fate.due_ms
+            payload = codec.encode(work) if fate.target != "none" else b""
+            deliveries.append(
+                PlannedDelivery(delivery_id, fate.target, fields, payload, fate.due_ms)
+            )
+            events.append(fate.event)
+            summaries.append(DeliverySummary(id=delivery_id, channel=channel, status=fate.status))
+
+        return IngestItem(
+            shard=shard,
+            producer=producer,
+            idempotency_key=idempotency_key,
+            notification_id=nid,
+            recipient_id=request.recipient.id,
+            fingerprint=request_fingerprint or fingerprint(request),
+            token=nid,
+            settings_version=settings.version,
+            response=_response_encoder.encode(Accepted(id=nid, deliveries=summaries)),
+            notification_fields={
+                "type": request.type,
+                "priority": priority.value,
+                "recipient_id": request.recipient.id,
+                "producer": producer,
+                "created_ms": now_ms,
+                "expires_ms": expires_ms,
+                "deliveries": ",".join(identity.delivery_ids),
+            },
+            events=[codec.encode(event) for event in events],
+            deliveries=deliveries,
+        )
+
+    def _fate(
+        self,
+        work: WorkItem,
+        *,
+        settings: RecipientSettings,
+        priority: Priority,
+        quiet_until: datetime | None,
+        expires: datetime,
+        now: datetime,
+    ) -> _Fate:
+        """Decide what happens to one delivery at ingest, and the event that records it."""
+        ids = _DeliveryIds(
+            notification_id=work.notification_id,
+            delivery_id=work.delivery_id,
+            version=1,
+            at=now,
+        )
+        channel = work.channel
+        type_config = self.catalog.types[work.notification_type]
+        if type_config.opt_out and (work.notification_type, channel) in settings.disabled:
+            reason: SuppressReason | None = "opted_out"
+        elif not work.address:
+            reason = "no_address"
+        else:
+            reason = None
+        if reason is not None:
+            event: Event = DeliverySuppressed(**ids, channel=channel, reason=reason)
+            return _Fate("SUPPRESSED", "none", event, reason=reason)
+        if quiet_until is not None and channel not in _QUIET_HOURS_EXEMPT:
+            if quiet_until >= expires:
+                reason_text = "quiet_hours_past_ttl"
+                event = DeliveryExpired(**ids, channel=channel, reason=reason_text)
+                return _Fate("EXPIRED", "none", event, reason=reason_text)
+            event = DeliveryDeferred(
+                **ids, channel=channel, reason="quiet_hours", until=quiet_until
+            )
+            return _Fate("SCHEDULED", "delayed", event, due_ms=_ms(quiet_until))
+        event = DeliveryQueued(**ids, channel=channel, priority=priority.value)
+        return _Fate("QUEUED", work_target(priority), event)
+
+
+class _DeliveryIds(TypedDict):
+    notification_id: str
+    delivery_id: str
+    version: int
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class _Fate:
+    status: str
+    target: Target
+    event: Event
+    reason: str = ""
+    due_ms: int = 0
+
+
+def _ms(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)

@@ -1,0 +1,174 @@
+"""Intake: accepting notifications — fan-out, then one atomic ingest step per notification.
+
+``accept_many`` serves both the single POST (a batch of one) and the batch endpoint. The
+fan-out first assumes the recipient has no settings; the ingest script checks that assumption
+atomically and, when the recipient does have settings, hands them back (STALE) so the
+notification is planned again with the same ids. Recipients without settings, the common case,
+cost one Redis round trip.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import structlog
+from redis.asyncio import Redis
+
+from app.api.schemas import NotificationRequest
+from app.fanout import FanoutError, Identity, Planner, fingerprint, utc_now
+from streams.ingest import IngestItem, IngestReply, submit
+from streams.keys import KeySpace, ShardKeys
+from streams.recipient_settings import RecipientSettings
+
+log = structlog.get_logger(__name__)
+
+# How long a request that needs a second round keeps its key to itself (409 for a twin).
+IN_FLIGHT_TTL_MS = 10_000
+# Rounds before giving up on a recipient whose settings keep changing under us.
+MAX_ROUNDS = 3
+_NO_SETTINGS = RecipientSettings()
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What one notification's request is answered with."""
+
+    status_code: int
+    response: bytes = b""  # the 202 body
+    detail: str = ""
+    replayed: bool = False  # an earlier answer for the same key and body
+
+
+@dataclass(slots=True)
+class _Pending:
+    index: int
+    shard: ShardKeys
+    key: str
+    request: NotificationRequest
+    identity: Identity
+    fingerprint: str
+    item: IngestItem
+
+
+class Intake:
+    """Accepts notifications of authenticated producers."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        keys: KeySpace,
+        planner: Planner,
+        idempotency_ttl_seconds: int,
+        clock: Callable[[], datetime] = utc_now,
+    ) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.planner = planner
+        self.idempotency_ttl_ms = idempotency_ttl_seconds * 1000
+        self.clock = clock
+
+    async def accept(self, producer: str, key: str, request: NotificationRequest) -> Outcome:
+        """Accept one notification."""
+        return (await self.accept_many(producer, [(key, request)]))[0]
+
+    async def accept_many(
+        self, producer: str, entries: Sequence[tuple[str, NotificationRequest | Outcome]]
+    ) -> list[Outcome]:
+        """Accept notifications given as (idempotency key, request or an already known error)."""
+        now = self.clock()
+        outcomes: list[Outcome | None] = [None] * len(entries)
+        pending: list[_Pending] = []
+        for index, (key, request) in enumerate(entries):
+            if isinstance(request, Outcome):
+                outcomes[index] = request
+                continue
+            shard = self.keys.for_ingest(producer, key)
+            try:
+                identity = self.planner.identity(shard, request)
+            except FanoutError as error:
+                outcomes[index] = Outcome(422, detail=str(error))
+                continue
+            digest = fingerprint(request)
+            item = self._plan(
+                producer=producer,
+                key=key,
+                request=request,
+                identity=identity,
+                shard=shard,
+                digest=digest,
+                settings=_NO_SETTINGS,
+                now=now,
+            )
+            pending.append(_Pending(index, shard, key, request, identity, digest, item))
+
+        for _ in range(MAX_ROUNDS):
+            if not pending:
+                break
+            replies = await submit(
+                self.redis, [p.item for p in pending], self.idempotency_ttl_ms, IN_FLIGHT_TTL_MS
+            )
+            again: list[_Pending] = []
+            for entry, reply in zip(pending, replies, strict=True):
+                if reply.kind == "STALE" and reply.settings is not None:
+                    entry.item = self._plan(
+                        producer=producer,
+                        key=entry.key,
+                        request=entry.request,
+                        identity=entry.identity,
+                        shard=entry.shard,
+                        digest=entry.fingerprint,
+                        settings=reply.settings,
+                        now=now,
+                    )
+                    again.append(entry)
+                else:
+                    outcomes[entry.index] = _outcome(entry.item, reply)
+            pending = again
+        for entry in pending:
+            outcomes[entry.index] = Outcome(
+                409, detail="recipient: settings changed while accepting; retry the request"
+            )
+        assert all(outcome is not None for outcome in outcomes)  # every index is answered
+        return outcomes  # type: ignore[return-value]
+
+    def _plan(
+        self,
+        *,
+        producer: str,
+        key: str,
+        request: NotificationRequest,
+        identity: Identity,
+        shard: ShardKeys,
+        digest: str,
+        settings: RecipientSettings,
+        now: datetime,
+    ) -> IngestItem:
+        return self.planner.plan(
+            shard=shard,
+            producer=producer,
+            idempotency_key=key,
+            request=request,
+            identity=identity,
+            settings=settings,
+            now=now,
+            request_fingerprint=digest,
+        )
+
+
+def _outcome(item: IngestItem, reply: IngestReply) -> Outcome:
+    if reply.kind == "OK":
+        log.debug(
+            "notification.accepted", notification_id=item.notification_id, producer=item.producer
+        )
+        return Outcome(202, response=item.response)
+    if reply.kind == "DUP":
+        return Outcome(202, response=reply.response, replayed=True)
+    if reply.kind == "CONFLICT":
+        return Outcome(
+            422, detail="Idempotency-Key: already used for a different notification body"
+        )
+    return Outcome(
+        409, detail="Idempotency-Key: a request with this key is still in flight; retry shortly"
+    )

@@ -1,0 +1,39 @@
+"""The ASGI entry point: settings from the environment, one Redis client per process."""
+
+from __future__ import annotations
+
+import structlog
+from litestar import Litestar
+from redis.asyncio import Redis
+
+from app.catalog import load_catalog
+from app.logging import configure_logging
+from app.redis_checks import check_redis
+from app.settings import Settings
+from app.web import create_app
+
+log = structlog.get_logger(__name__)
+
+
+def redis_client(settings: Settings) -> Redis:
+    """A client sized for many concurrent requests; bytes in, bytes out."""
+    return Redis.from_url(settings.redis_url, max_connections=256, health_check_interval=30)
+
+
+def build() -> Litestar:
+    """Build the app for uvicorn (``factory=True``): one per worker process."""
+    settings = Settings.from_env()
+    configure_logging(settings.log_format, settings.log_level)
+    catalog = load_catalog(settings.config_path)
+    redis = redis_client(settings)
+    app = create_app(settings, redis=redis, catalog=catalog)
+
+    async def on_startup() -> None:
+        await check_redis(redis, settings.redis_url)
+
+    async def on_shutdown() -> None:
+        await redis.aclose()
+
+    app.on_startup.append(on_startup)
+    app.on_shutdown.append(on_shutdown)
+    return app

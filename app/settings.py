@@ -1,0 +1,146 @@
+"""Settings from the environment. A bad value stops start-up with a message naming the variable."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+Scope = Literal["send", "read", "admin"]
+SCOPES: frozenset[str] = frozenset({"send", "read", "admin"})
+_PRODUCER = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_PREFIX = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+class SettingsError(Exception):
+    """An environment variable has a value Clarion cannot use."""
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKey:
+    """One producer credential: the SHA-256 digest of its secret and its scopes."""
+
+    producer: str
+    secret_sha256: bytes
+    scopes: frozenset[str]
+
+    def __repr__(self) -> str:  # never print the digest either
+        return f"ApiKey(producer={self.producer!r}, scopes={sorted(self.scopes)})"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    database_url: str = "postgresql://postgres@127.0.0.1:5432/clarion"
+    key_prefix: str = "clarion"
+    shards: int = 1
+    config_path: str = "clarion.toml"
+    api_keys: tuple[ApiKey, ...] = field(default=(), repr=False)
+    host: str = "127.0.0.1"
+    port: int = 8000
+    # How long a producer's Idempotency-Key is remembered.
+    idempotency_ttl_seconds: int = 24 * 3600
+    # Largest accepted body of a single POST and of a batch.
+    max_body_bytes: int = 64 * 1024
+    max_batch_body_bytes: int = 16 * 1024 * 1024
+    log_format: Literal["json", "console"] = "json"
+    log_level: str = "INFO"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Read every ``CLARION_*`` variable; unset ones keep their defaults."""
+        env = os.environ if env is None else env
+        defaults = cls()
+
+        def text(name: str, default: str) -> str:
+            value = env.get(name, "").strip()
+            return value or default
+
+        prefix = text("CLARION_KEY_PREFIX", defaults.key_prefix)
+        if not _PREFIX.match(prefix):
+            raise SettingsError(
+                f"CLARION_KEY_PREFIX must be 1-64 letters, digits, '_', '.' or '-', got {prefix!r}"
+            )
+        log_format = text("CLARION_LOG_FORMAT", defaults.log_format)
+        if log_format not in ("json", "console"):
+            raise SettingsError(
+                f"CLARION_LOG_FORMAT must be 'json' or 'console', got {log_format!r}"
+            )
+        redis_url = text("CLARION_REDIS_URL", defaults.redis_url)
+        if not redis_url.startswith(("redis://", "rediss://", "unix://")):
+            raise SettingsError(
+                "CLARION_REDIS_URL must start with redis://, rediss:// or unix://, "
+                f"got {redis_url!r}"
+            )
+        database_url = text("CLARION_DATABASE_URL", defaults.database_url)
+        if not database_url.startswith(("postgresql://", "postgres://")):
+            raise SettingsError("CLARION_DATABASE_URL must start with postgresql://")
+        return cls(
+            redis_url=redis_url,
+            database_url=database_url,
+            key_prefix=prefix,
+            shards=_integer(env, "CLARION_SHARDS", defaults.shards, 1, 1024),
+            config_path=text("CLARION_CONFIG", defaults.config_path),
+            api_keys=parse_api_keys(env.get("CLARION_API_KEYS", "")),
+            host=text("CLARION_HOST", defaults.host),
+            port=_integer(env, "CLARION_PORT", defaults.port, 1, 65535),
+            idempotency_ttl_seconds=_integer(
+                env, "CLARION_IDEMPOTENCY_TTL", defaults.idempotency_ttl_seconds, 60, 30 * 86400
+            ),
+            max_body_bytes=_integer(
+                env, "CLARION_MAX_BODY_BYTES", defaults.max_body_bytes, 1024, 1 << 30
+            ),
+            max_batch_body_bytes=_integer(
+                env, "CLARION_MAX_BATCH_BODY_BYTES", defaults.max_batch_body_bytes, 1024, 1 << 30
+            ),
+            log_format=log_format,  # type: ignore[arg-type]
+            log_level=text("CLARION_LOG_LEVEL", defaults.log_level).upper(),
+        )
+
+
+def _integer(env: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SettingsError(f"{name} must be a whole number, got {raw!r}") from None
+    if not low <= value <= high:
+        raise SettingsError(f"{name} must be between {low} and {high}, got {value}")
+    return value
+
+
+def parse_api_keys(raw: str) -> tuple[ApiKey, ...]:
+    """Parse ``producer:secret:scope+scope,…``; a secret may be given as ``sha256=<hex>``."""
+    keys: list[ApiKey] = []
+    for position, entry in enumerate(filter(None, (e.strip() for e in raw.split(","))), 1):
+        parts = entry.split(":")
+        # Name the entry by position and producer only: the secret must not reach any log.
+        where = f"CLARION_API_KEYS entry {position}"
+        if len(parts) != 3:
+            raise SettingsError(f"{where} must look like producer:secret:send+read")
+        producer, secret, scopes_text = parts
+        if not _PRODUCER.match(producer):
+            raise SettingsError(f"{where}: producer must be 1-64 letters, digits, '_', '.' or '-'")
+        scopes = frozenset(s.strip() for s in scopes_text.split("+") if s.strip())
+        if not scopes or not scopes <= SCOPES:
+            raise SettingsError(
+                f"{where} ({producer}): scopes must be among send, read, admin joined by '+'"
+            )
+        if secret.startswith("sha256="):
+            try:
+                digest = bytes.fromhex(secret.removeprefix("sha256="))
+            except ValueError:
+                digest = b""
+            if len(digest) != 32:
+                raise SettingsError(f"{where} ({producer}): sha256= needs 64 hex digits")
+        elif len(secret) < 8:
+            raise SettingsError(f"{where} ({producer}): the secret needs at least 8 characters")
+        else:
+            digest = hashlib.sha256(secret.encode()).digest()
+        keys.append(ApiKey(producer, digest, scopes))
+    return tuple(keys)

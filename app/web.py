@@ -1,0 +1,74 @@
+"""The Litestar application factory: routes, auth and the shared objects handlers use."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+from litestar import Litestar, Router
+from litestar.datastructures import State
+from litestar.middleware import DefineMiddleware
+from litestar.openapi import OpenAPIConfig
+from redis.asyncio import Redis
+
+from app.api.notifications import create_notification, create_notifications_batch
+from app.api.ops import health, internal_error
+from app.api.recipients import (
+    delete_quiet_hours,
+    get_recipient_settings,
+    put_preferences,
+    put_quiet_hours,
+)
+from app.auth import ApiKeyAuthentication
+from app.catalog import Catalog
+from app.fanout import Planner, utc_now
+from app.intake import Intake
+from app.settings import Settings
+from streams.keys import KeySpace
+from streams.recipient_settings import RecipientSettingsStore
+
+PUBLIC_PATHS = ["^/schema", "^/v1/ops/health$"]
+
+
+def create_app(
+    settings: Settings,
+    *,
+    redis: Redis,
+    catalog: Catalog,
+    clock: Callable[[], datetime] = utc_now,
+) -> Litestar:
+    """Build the HTTP application around an existing Redis client and catalog."""
+    keys = KeySpace(settings.key_prefix, settings.shards)
+    intake = Intake(redis, keys, Planner(catalog), settings.idempotency_ttl_seconds, clock)
+    batch = Router(
+        "/",
+        route_handlers=[create_notifications_batch],
+        request_max_body_size=settings.max_batch_body_bytes,
+    )
+    return Litestar(
+        route_handlers=[
+            create_notification,
+            batch,
+            put_preferences,
+            put_quiet_hours,
+            delete_quiet_hours,
+            get_recipient_settings,
+            health,
+        ],
+        middleware=[DefineMiddleware(ApiKeyAuthentication, exclude=PUBLIC_PATHS)],
+        request_max_body_size=settings.max_body_bytes,
+        openapi_config=OpenAPIConfig(title="Clarion", version="1", path="/schema"),
+        state=State(
+            {
+                "redis": redis,
+                "catalog": catalog,
+                "intake": intake,
+                "api_keys": settings.api_keys,
+                "recipient_settings": RecipientSettingsStore(redis, keys),
+            }
+        ),
+        # Logging is configured by app.logging (structlog), not by Litestar.
+        logging_config=None,
+        exception_handlers={500: internal_error},
+        debug=False,
+    )

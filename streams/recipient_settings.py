@@ -1,0 +1,142 @@
+"""A recipient's preferences and quiet hours in Redis.
+
+Each shard holds a copy in the hash ``rcpt:<id>`` so the ingest script, which touches one
+slot, can check it atomically. The home shard decides the version and records the
+PreferenceChanged event; the other copies follow the home shard's version. Fields:
+``v`` (version), ``p:<type>:<channel>`` = "0" for each switched-off pair, ``qh`` (quiet hours
+as JSON).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+from redis.asyncio import Redis
+
+from streams import codec, scripts
+from streams.events import (
+    PreferenceChanged,
+    PreferenceEntry,
+    QuietHoursSetting,
+)
+from streams.keys import KeySpace
+
+_quiet_hours_decoder = msgspec.json.Decoder(QuietHoursSetting)
+
+
+@dataclass(frozen=True, slots=True)
+class RecipientSettings:
+    version: int = 0
+    disabled: frozenset[tuple[str, str]] = field(default_factory=frozenset)
+    quiet_hours: QuietHoursSetting | None = None
+
+    @classmethod
+    def from_hash(cls, flat: list[Any] | dict[Any, Any]) -> RecipientSettings:
+        """Build from HGETALL's reply (a flat list inside Lua, a dict from redis-py)."""
+        pairs = flat.items() if isinstance(flat, dict) else zip(flat[::2], flat[1::2], strict=True)
+        version, disabled, quiet_hours = 0, set(), None
+        for raw_name, raw_value in pairs:
+            name = raw_name.decode()
+            if name == "v":
+                version = int(raw_value)
+            elif name == "qh":
+                quiet_hours = _quiet_hours_decoder.decode(raw_value)
+            elif name.startswith("p:"):
+                type_name, _, channel = name[2:].rpartition(":")
+                disabled.add((type_name, channel))
+        return cls(version, frozenset(disabled), quiet_hours)
+
+    def preference_entries(self) -> list[PreferenceEntry]:
+        return [
+            PreferenceEntry(type=t, channel=c, enabled=False)  # type: ignore[arg-type]
+            for t, c in sorted(self.disabled)
+        ]
+
+
+class RecipientSettingsStore:
+    """Reads and changes recipient settings on every shard."""
+
+    def __init__(self, redis: Redis, keys: KeySpace) -> None:
+        self.redis = redis
+        self.keys = keys
+
+    async def get(self, recipient_id: str) -> RecipientSettings:
+        """The settings as the recipient's home shard holds them."""
+        raw = await self.redis.hgetall(
+            self.keys.home_of_recipient(recipient_id).recipient(recipient_id)
+        )
+        return RecipientSettings.from_hash(raw)
+
+    async def set_preferences(
+        self, recipient_id: str, entries: list[PreferenceEntry]
+    ) -> RecipientSettings:
+        """Replace the recipient's preferences: exactly the disabled pairs given stay off."""
+        disabled = sorted({(e.type, e.channel) for e in entries if not e.enabled})
+        payload = ",".join(f"{t}:{c}" for t, c in disabled)
+        kept = [PreferenceEntry(type=t, channel=c, enabled=False) for t, c in disabled]
+        return await self._change(recipient_id, "preferences", payload, preferences=kept)
+
+    async def set_quiet_hours(
+        self, recipient_id: str, setting: QuietHoursSetting
+    ) -> RecipientSettings:
+        payload = codec.encode(setting).decode()
+        return await self._change(recipient_id, "quiet_hours", payload, quiet_hours=setting)
+
+    async def remove_quiet_hours(self, recipient_id: str) -> RecipientSettings:
+        return await self._change(recipient_id, "quiet_hours_off", "", quiet_hours_removed=True)
+
+    async def _change(
+        self,
+        recipient_id: str,
+        change: str,
+        payload: str,
+        *,
+        preferences: list[PreferenceEntry] | None = None,
+        quiet_hours: QuietHoursSetting | None = None,
+        quiet_hours_removed: bool = False,
+    ) -> RecipientSettings:
+        home = self.keys.home_of_recipient(recipient_id)
+        while True:  # optimistic: retry when a concurrent change moved the version
+            current = await self.get(recipient_id)
+            new_version = current.version + 1
+            event = PreferenceChanged(
+                at=datetime.now(UTC),
+                recipient_id=recipient_id,
+                settings_version=new_version,
+                preferences=preferences,
+                quiet_hours=quiet_hours,
+                quiet_hours_removed=quiet_hours_removed,
+            )
+            reply = await scripts.RECIPIENT_SETTINGS(
+                self.redis,
+                [home.recipient(recipient_id), home.events],
+                [current.version, new_version, change, payload, codec.encode(event)],
+            )
+            if reply == b"OK":
+                break
+        # Copies on the other shards take the home shard's whole hash; one already as new
+        # is left alone.
+        copies = [shard for shard in self.keys.all_shards() if shard != home]
+        home_hash = await self.redis.hgetall(home.recipient(recipient_id))
+        if copies:
+            flat = [_text(part) for pair in home_hash.items() for part in pair]
+            version = RecipientSettings.from_hash(home_hash).version
+            await scripts.RECIPIENT_SETTINGS.run_many(
+                self.redis,
+                [
+                    (
+                        [shard.recipient(recipient_id), shard.events],
+                        [0, version, "copy", json.dumps(flat), ""],
+                    )
+                    for shard in copies
+                ],
+            )
+        return RecipientSettings.from_hash(home_hash)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

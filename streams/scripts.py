@@ -1,0 +1,64 @@
+"""Lua scripts kept as ``.lua`` files beside this module, loaded once and called by SHA.
+
+After a Redis restart (or SCRIPT FLUSH) the first call gets NOSCRIPT; the script is then
+loaded again and the call repeated, which is safe because a NOSCRIPT call ran nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from importlib import resources
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import NoScriptError
+
+KeyOrArg = str | bytes | int | float
+
+
+class LuaScript:
+    """One Lua script, called by SHA with a transparent reload on NOSCRIPT."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.source = resources.files("streams").joinpath(f"lua/{name}.lua").read_text()
+        self.sha = hashlib.sha1(self.source.encode(), usedforsecurity=False).hexdigest()
+
+    async def __call__(
+        self, redis: Redis, keys: Sequence[KeyOrArg], args: Sequence[KeyOrArg]
+    ) -> Any:
+        """Run the script once."""
+        try:
+            return await redis.evalsha(self.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            await redis.script_load(self.source)
+            return await redis.evalsha(self.sha, len(keys), *keys, *args)
+
+    async def run_many(
+        self, redis: Redis, calls: Sequence[tuple[Sequence[KeyOrArg], Sequence[KeyOrArg]]]
+    ) -> list[Any]:
+        """Run the script once per (keys, args) in a single pipeline; results in call order."""
+        results = await self._pipelined(redis, calls)
+        missing = [i for i, result in enumerate(results) if isinstance(result, NoScriptError)]
+        if missing:
+            await redis.script_load(self.source)
+            retried = await self._pipelined(redis, [calls[i] for i in missing])
+            for i, result in zip(missing, retried, strict=True):
+                results[i] = result
+        for result in results:
+            if isinstance(result, Exception):
+                raise result
+        return results
+
+    async def _pipelined(
+        self, redis: Redis, calls: Sequence[tuple[Sequence[KeyOrArg], Sequence[KeyOrArg]]]
+    ) -> list[Any]:
+        pipe = redis.pipeline(transaction=False)
+        for keys, args in calls:
+            pipe.evalsha(self.sha, len(keys), *keys, *args)
+        return list(await pipe.execute(raise_on_error=False))
+
+
+INGEST = LuaScript("ingest")
+RECIPIENT_SETTINGS = LuaScript("recipient_settings")
