@@ -6,8 +6,9 @@ A broken catalog stops start-up with a ``CatalogError`` naming the file, the typ
 from __future__ import annotations
 
 import string
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -64,13 +65,6 @@ class TypeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     templates: dict[str, dict[Channel, Template]]
 
 
-class CatalogFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    default_locale: str = "en"
-    providers: dict[Name, ProviderConfig] = {}
-    channels: dict[Channel, ChannelConfig] = {}
-    types: dict[Name, TypeConfig] = {}
-
-
 class Catalog(msgspec.Struct, frozen=True):
     """A loaded, checked catalog plus what is derived from it once."""
 
@@ -104,43 +98,94 @@ def load_catalog(path: str | Path) -> Catalog:
 def parse_catalog(raw: bytes | str, source: str = "clarion.toml") -> Catalog:
     """Check a catalog given as TOML text."""
     try:
-        file = msgspec.toml.decode(raw, type=CatalogFile)
-    except (msgspec.ValidationError, msgspec.DecodeError) as error:
-        raise CatalogError(f"{source}: {describe(error)}") from None
+        document = msgspec.toml.decode(raw)
+    except msgspec.DecodeError as error:
+        raise CatalogError(f"{source}: not valid TOML: {error}") from None
 
     def fail(key: str, problem: str) -> CatalogError:
         return CatalogError(f"{source}: {key}: {problem}")
 
-    for channel, config in file.channels.items():
-        if config.provider not in file.providers:
+    def convert(value: Any, target: Any, path: str) -> Any:
+        # Entry by entry, so an error names the provider, channel or type it is about
+        # (msgspec itself writes a mapping key as `[...]`).
+        try:
+            return msgspec.convert(value, target)
+        except msgspec.ValidationError as error:
+            raise CatalogError(f"{source}: {describe(error, path)}") from None
+
+    unknown = sorted(set(document) - {"default_locale", "providers", "channels", "types"})
+    if unknown:
+        raise fail(unknown[0], "unknown key")
+    default_locale: str = convert(document.get("default_locale", "en"), str, "default_locale")
+    providers: dict[str, ProviderConfig] = {}
+    for name, value in convert(document.get("providers", {}), dict[str, Any], "providers").items():
+        convert(name, Name, f"providers.{name}")
+        providers[name] = convert(value, ProviderConfig, f"providers.{name}")
+    channels: dict[Channel, ChannelConfig] = {}
+    for name, value in convert(document.get("channels", {}), dict[str, Any], "channels").items():
+        channel = convert(name, Channel, f"channels.{name}")
+        channels[channel] = convert(value, ChannelConfig, f"channels.{name}")
+    types: dict[str, TypeConfig] = {}
+    for name, value in convert(document.get("types", {}), dict[str, Any], "types").items():
+        convert(name, Name, f"types.{name}")
+        _check_templates(name, value, convert)
+        types[name] = convert(value, TypeConfig, f"types.{name}")
+    fields = _cross_check(providers, channels, types, default_locale, fail)
+    return Catalog(
+        source=source,
+        default_locale=default_locale,
+        providers=providers,
+        channels=channels,
+        types=types,
+        template_fields=fields,
+    )
+
+
+def _check_templates(type_name: str, value: Any, convert: Callable[[Any, Any, str], Any]) -> None:
+    """Check each template on its own, so an error names its locale and channel."""
+    templates = convert(
+        value.get("templates", {}) if isinstance(value, dict) else {},
+        dict[str, dict[str, Any]],
+        f"types.{type_name}.templates",
+    )
+    for locale, by_channel in templates.items():
+        for channel, template in by_channel.items():
+            path = f"types.{type_name}.templates.{locale}.{channel}"
+            convert(channel, Channel, path)
+            convert(template, Template, path)
+
+
+def _cross_check(
+    providers: dict[str, ProviderConfig],
+    channels: dict[Channel, ChannelConfig],
+    types: dict[str, TypeConfig],
+    default_locale: str,
+    fail: Callable[[str, str], CatalogError],
+) -> dict[tuple[str, str, Channel], frozenset[str]]:
+    """Check references between sections; return the fields each template needs."""
+    for channel, config in channels.items():
+        if config.provider not in providers:
             raise fail(f"channels.{channel}.provider", f"no provider named {config.provider!r}")
     fields: dict[tuple[str, str, Channel], frozenset[str]] = {}
-    for type_name, type_config in file.types.items():
+    for type_name, type_config in types.items():
         for channel in type_config.channels:
-            if channel not in file.channels:
+            if channel not in channels:
                 raise fail(f"types.{type_name}.channels", f"channel {channel} is not configured")
-            if channel not in type_config.templates.get(file.default_locale, {}):
+            if channel not in type_config.templates.get(default_locale, {}):
                 raise fail(
-                    f"types.{type_name}.templates.{file.default_locale}.{channel}",
+                    f"types.{type_name}.templates.{default_locale}.{channel}",
                     "missing: every default channel needs a template in the default locale",
                 )
         for locale, by_channel in type_config.templates.items():
             for channel, template in by_channel.items():
                 key = f"types.{type_name}.templates.{locale}.{channel}"
-                if channel not in file.channels:
+                if channel not in channels:
                     raise fail(key, f"channel {channel} is not configured")
                 try:
                     fields[(type_name, locale, channel)] = _template_fields(template)
                 except ValueError as error:
                     raise fail(key, str(error)) from None
-    return Catalog(
-        source=source,
-        default_locale=file.default_locale,
-        providers=dict(file.providers),
-        channels=dict(file.channels),
-        types=dict(file.types),
-        template_fields=fields,
-    )
+    return fields
 
 
 def _template_fields(template: Template) -> frozenset[str]:

@@ -138,3 +138,7 @@ def send(
         click.echo(response.text)
     if response.status_code >= 400:
         sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -9,7 +9,7 @@ from litestar import Request, Response, post
 from litestar.datastructures import State
 from litestar.exceptions import ClientException
 from litestar.openapi.datastructures import ResponseSpec
-from litestar.params import Parameter
+from litestar.params import HeaderParameter
 
 from app.api.body import decode_body, documented_body
 from app.api.schemas import (
@@ -34,8 +34,8 @@ _batch_encoder = msgspec.json.Encoder()
 
 IdempotencyKey = Annotated[
     str | None,
-    Parameter(
-        header="Idempotency-Key",
+    HeaderParameter(
+        name="Idempotency-Key",
         description="Required. A retry with the same key and body gets the same answer.",
         required=False,
     ),

@@ -7,6 +7,7 @@ from typing import Any
 from litestar import Request, delete, get, put
 from litestar.datastructures import State
 from litestar.exceptions import ClientException
+from litestar.params import FromPath
 
 from app.api.body import decode_body, documented_body
 from app.api.schemas import (
@@ -44,7 +45,9 @@ def _view(recipient_id: str, settings: RecipientSettings) -> RecipientSettingsVi
 
 
 @get("/v1/recipients/{recipient_id:str}/settings", guards=[requires("read")])
-async def get_recipient_settings(request: Req, recipient_id: str) -> RecipientSettingsView:
+async def get_recipient_settings(
+    request: Req, recipient_id: FromPath[str]
+) -> RecipientSettingsView:
     """The recipient's switched-off (type, channel) pairs and quiet hours."""
     store: RecipientSettingsStore = request.app.state.recipient_settings
     recipient_id = _recipient_id(recipient_id)
@@ -56,7 +59,7 @@ async def get_recipient_settings(request: Req, recipient_id: str) -> RecipientSe
     guards=[requires("send")],
     dependencies=documented_body(PreferencesBody),
 )
-async def put_preferences(request: Req, recipient_id: str) -> RecipientSettingsView:
+async def put_preferences(request: Req, recipient_id: FromPath[str]) -> RecipientSettingsView:
     """Replace the recipient's preferences; pairs not listed are switched on."""
     recipient_id = _recipient_id(recipient_id)
     body = decode_body(await request.body(), PreferencesBody)
@@ -86,7 +89,7 @@ async def put_preferences(request: Req, recipient_id: str) -> RecipientSettingsV
     guards=[requires("send")],
     dependencies=documented_body(QuietHoursBody),
 )
-async def put_quiet_hours(request: Req, recipient_id: str) -> RecipientSettingsView:
+async def put_quiet_hours(request: Req, recipient_id: FromPath[str]) -> RecipientSettingsView:
     """Set the recipient's quiet hours (start, end, IANA time zone)."""
     recipient_id = _recipient_id(recipient_id)
     body = decode_body(await request.body(), QuietHoursBody)
@@ -100,7 +103,7 @@ async def put_quiet_hours(request: Req, recipient_id: str) -> RecipientSettingsV
 
 
 @delete("/v1/recipients/{recipient_id:str}/quiet-hours", guards=[requires("send")], status_code=200)
-async def delete_quiet_hours(request: Req, recipient_id: str) -> RecipientSettingsView:
+async def delete_quiet_hours(request: Req, recipient_id: FromPath[str]) -> RecipientSettingsView:
     """Remove the recipient's quiet hours."""
     recipient_id = _recipient_id(recipient_id)
     store: RecipientSettingsStore = request.app.state.recipient_settings

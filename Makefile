@@ -1,0 +1,45 @@
+# Everything runs from a virtual environment in .venv, created on first use.
+VENV ?= .venv
+BIN := $(VENV)/bin
+# A development key so the quick start works as written; set your own in production.
+DEV_KEYS := dev:dev-secret-key:send+read+admin
+
+.PHONY: install run test lint typecheck pytest chaos bench clean
+
+$(BIN)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+install: $(BIN)/.installed
+
+## run: install, then run the whole service against local Redis (sandbox provider)
+run: install
+	CLARION_API_KEYS="$${CLARION_API_KEYS:-$(DEV_KEYS)}" \
+	CLARION_LOG_FORMAT="$${CLARION_LOG_FORMAT:-console}" \
+	$(BIN)/clarion run
+
+## test: install, then lint, type-check and run the default test suite
+test: install lint typecheck pytest
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: install
+	$(BIN)/mypy
+
+pytest: install
+	$(BIN)/pytest -m "not chaos"
+
+## chaos: the long fault-injection runs, kept out of the default suite
+chaos: install
+	$(BIN)/pytest -m chaos tests/chaos
+
+## bench: measure ingest throughput (needs wrk: apt-get install wrk)
+bench: install
+	$(BIN)/python bench/ingest.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

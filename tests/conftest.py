@@ -1,0 +1,125 @@
+"""Shared fixtures: a clean Redis keyspace per test, on real Redis and on fakeredis."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+import fakeredis
+import httpx
+import pytest
+from litestar import Litestar
+from redis.asyncio import Redis
+
+from app.catalog import Catalog, load_catalog
+from app.settings import Settings, parse_api_keys
+from app.web import create_app
+
+REPO = Path(__file__).resolve().parent.parent
+REDIS_URL = os.environ.get("CLARION_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+API_KEYS = "orders:orders-secret:send+read,auth:auth-secret:send,viewer:viewer-secret:read"
+ORDERS = {"Authorization": "Bearer orders-secret"}
+AUTH = {"Authorization": "Bearer auth-secret"}
+VIEWER = {"Authorization": "Bearer viewer-secret"}
+
+
+class Clock:
+    """A settable clock for tests that depend on the time of day."""
+
+    def __init__(self, now: datetime | None = None) -> None:
+        self.now = now or datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+async def delete_prefix(redis: Redis, prefix: str) -> None:
+    """Remove every key under ``prefix:``."""
+    batch: list[bytes] = []
+    async for key in redis.scan_iter(match=f"{prefix}:*", count=1000):
+        batch.append(key)
+        if len(batch) >= 500:
+            await redis.unlink(*batch)
+            batch.clear()
+    if batch:
+        await redis.unlink(*batch)
+
+
+@pytest.fixture
+def key_prefix() -> str:
+    return f"test-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(scope="session")
+def catalog() -> Catalog:
+    return load_catalog(REPO / "clarion.toml")
+
+
+@asynccontextmanager
+async def connect_real_redis(key_prefix: str) -> AsyncIterator[Redis]:
+    """The real Redis server; every key under ``key_prefix`` is removed afterwards."""
+    redis = Redis.from_url(REDIS_URL)
+    try:
+        await redis.ping()
+    except OSError as error:  # fail loudly: the suite promises real-Redis coverage
+        pytest.fail(f"Redis at {REDIS_URL} is not reachable: {error}")
+    try:
+        yield redis
+    finally:
+        await delete_prefix(redis, key_prefix)
+        await redis.aclose()
+
+
+@pytest.fixture
+async def real_redis(key_prefix: str) -> AsyncIterator[Redis]:
+    async with connect_real_redis(key_prefix) as redis:
+        yield redis
+
+
+@pytest.fixture(params=["real", "fake"])
+async def redis(request: pytest.FixtureRequest, key_prefix: str) -> AsyncIterator[Redis]:
+    """Every test using this runs twice: against real Redis and against fakeredis."""
+    if request.param == "real":
+        async with connect_real_redis(key_prefix) as real:
+            yield real
+        return
+    fake = fakeredis.FakeAsyncRedis()
+    yield fake
+    await fake.aclose()
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def settings(key_prefix: str) -> Settings:
+    return Settings(key_prefix=key_prefix, api_keys=parse_api_keys(API_KEYS))
+
+
+@pytest.fixture
+def make_app(
+    redis: Redis, catalog: Catalog, clock: Clock, settings: Settings
+) -> Callable[..., Litestar]:
+    def make(**overrides: object) -> Litestar:
+        merged = dataclasses.replace(settings, **overrides)  # type: ignore[arg-type]
+        return create_app(merged, redis=redis, catalog=catalog, clock=clock)
+
+    return make
+
+
+def http_client(app: Litestar) -> httpx.AsyncClient:
+    """An HTTP client calling ``app`` in this event loop (the Redis client lives here too)."""
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://clarion")
+
+
+@pytest.fixture
+async def client(make_app: Callable[..., Litestar]) -> AsyncIterator[httpx.AsyncClient]:
+    async with http_client(make_app()) as test_client:
+        yield test_client

@@ -1,0 +1,110 @@
+"""The ingest script itself: in-flight markers, settings races, and NOSCRIPT recovery."""
+
+from __future__ import annotations
+
+import asyncio
+
+from redis.asyncio import Redis
+
+from app.api.schemas import NotificationRequest, Recipient
+from app.catalog import Catalog
+from app.fanout import Planner, fingerprint
+from app.intake import IN_FLIGHT_TTL_MS, Intake
+from streams import scripts
+from streams.events import PreferenceEntry
+from streams.ingest import submit
+from streams.keys import KeySpace, Priority
+from streams.recipient_settings import RecipientSettings, RecipientSettingsStore
+from tests.conftest import Clock
+
+REQUEST = NotificationRequest(
+    recipient=Recipient(id="user-5", email="x@example.com", push_tokens=["t"]),
+    type="marketing",
+    data={"subject": "s", "body": "b"},
+)
+
+
+def planned(planner: Planner, keys: KeySpace, clock: Clock, key: str) -> object:
+    shard = keys.for_ingest("orders", key)
+    return planner.plan(
+        shard=shard,
+        producer="orders",
+        idempotency_key=key,
+        request=REQUEST,
+        identity=planner.identity(shard, REQUEST),
+        settings=RecipientSettings(),
+        now=clock(),
+    )
+
+
+async def test_a_twin_of_a_request_in_its_second_round_gets_409(
+    redis: Redis, key_prefix: str, catalog: Catalog, clock: Clock
+) -> None:
+    keys = KeySpace(key_prefix)
+    store = RecipientSettingsStore(redis, keys)
+    off = [PreferenceEntry(type="marketing", channel="EMAIL", enabled=False)]
+    await store.set_preferences("user-5", off)
+    planner = Planner(catalog)
+    first = planned(planner, keys, clock, "k")
+    # The first round finds settings it did not assume: STALE, and the key is now in flight.
+    [reply] = await submit(redis, [first], 60_000, IN_FLIGHT_TTL_MS)  # type: ignore[list-item]
+    assert reply.kind == "STALE"
+    assert reply.settings is not None
+    assert reply.settings.disabled == {("marketing", "EMAIL")}
+    # A twin arriving now is told to come back later, and a different body is refused.
+    intake = Intake(redis, keys, planner, 3600, clock)
+    assert (await intake.accept("orders", "k", REQUEST)).status_code == 409
+    other = NotificationRequest(recipient=REQUEST.recipient, type="marketing", data={
+        "subject": "other", "body": "b"})  # fmt: skip
+    assert (await intake.accept("orders", "k", other)).status_code == 422
+
+
+async def test_intake_applies_settings_that_appear_during_accept(
+    redis: Redis, key_prefix: str, catalog: Catalog, clock: Clock
+) -> None:
+    keys = KeySpace(key_prefix)
+    store = RecipientSettingsStore(redis, keys)
+    await store.set_preferences(
+        "user-5", [PreferenceEntry(type="marketing", channel="PUSH", enabled=False)]
+    )
+    intake = Intake(redis, keys, Planner(catalog), 3600, clock)
+    outcome = await intake.accept("orders", "k", REQUEST)
+    assert outcome.status_code == 202
+    assert b'"PUSH","status":"SUPPRESSED"' in outcome.response
+    # The key is done now: the same request is answered again, no 409.
+    again = await intake.accept("orders", "k", REQUEST)
+    assert again.replayed
+    assert again.response == outcome.response
+
+
+async def test_concurrent_accepts_with_settings_create_one_notification(
+    redis: Redis, key_prefix: str, catalog: Catalog, clock: Clock
+) -> None:
+    keys = KeySpace(key_prefix)
+    await RecipientSettingsStore(redis, keys).set_preferences(
+        "user-5", [PreferenceEntry(type="marketing", channel="PUSH", enabled=False)]
+    )
+    intake = Intake(redis, keys, Planner(catalog), 3600, clock)
+    outcomes = await asyncio.gather(*(intake.accept("orders", "k", REQUEST) for _ in range(30)))
+    assert {o.status_code for o in outcomes} <= {202, 409}
+    assert len({o.response for o in outcomes if o.status_code == 202}) == 1
+    assert await redis.xlen(keys.shard(0).work(Priority.LOW)) == 1
+
+
+async def test_scripts_are_reloaded_after_a_flush(
+    real_redis: Redis, key_prefix: str, catalog: Catalog, clock: Clock
+) -> None:
+    intake = Intake(real_redis, KeySpace(key_prefix), Planner(catalog), 3600, clock)
+    assert (await intake.accept("orders", "a", REQUEST)).status_code == 202
+    await real_redis.script_flush()  # what a Redis restart does to loaded scripts
+    assert not (await real_redis.script_exists(scripts.INGEST.sha))[0]
+    assert (await intake.accept("orders", "b", REQUEST)).status_code == 202
+    await real_redis.script_flush()
+    outcomes = await intake.accept_many("orders", [("c", REQUEST), ("d", REQUEST)])
+    assert [o.status_code for o in outcomes] == [202, 202]
+
+
+def test_fingerprint_ignores_nothing_that_matters() -> None:
+    other = NotificationRequest(recipient=REQUEST.recipient, type="marketing", priority="LOW",
+                                data=REQUEST.data)  # fmt: skip
+    assert fingerprint(REQUEST) != fingerprint(other)
