@@ -192,15 +192,21 @@ def _template_fields(template: Template) -> frozenset[str]:
     """Names a template reads from ``data``; only plain ``{name}`` placeholders are allowed."""
     names: set[str] = set()
     for text in (template.title, template.body):
-        try:
-            parsed = list(string.Formatter().parse(text))
-        except ValueError as error:
-            raise ValueError(f"not a valid template: {error}") from None
-        for _, field, _, _ in parsed:
-            if field is None:
-                continue
-            if not field.isidentifier():
-                # Attribute and index lookups would let data reach into Python objects.
-                raise ValueError(f"placeholder {{{field}}} must be a plain name like {{code}}")
-            names.add(field)
+        _collect_fields(text, names)
     return frozenset(names)
+
+
+def _collect_fields(text: str, names: set[str]) -> None:
+    try:
+        parsed = list(string.Formatter().parse(text))
+    except ValueError as error:
+        raise ValueError(f"not a valid template: {error}") from None
+    for _, field, spec, _ in parsed:
+        if field is None:
+            continue
+        if not field.isidentifier():
+            # Attribute and index lookups would let data reach into Python objects.
+            raise ValueError(f"placeholder {{{field}}} must be a plain name like {{code}}")
+        names.add(field)
+        if spec:  # a spec may hold placeholders of its own: {amount:>{width}}
+            _collect_fields(spec, names)

@@ -1,0 +1,251 @@
+"""The type catalog: the shipped clarion.toml, and broken catalogs that must stop start-up."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.catalog import Catalog, CatalogError, load_catalog, parse_catalog
+
+REPO = Path(__file__).resolve().parents[2]
+
+VALID = """\
+default_locale = "en"
+
+[providers.sandbox]
+kind = "sandbox"
+
+[channels.SMS]
+provider = "sandbox"
+
+[channels.EMAIL]
+provider = "sandbox"
+
+[types.otp]
+channels = ["SMS"]
+priority = "HIGH"
+ttl_seconds = 300
+opt_out = false
+
+[types.otp.templates.en]
+SMS = { body = "Your code is {code}." }
+EMAIL = { title = "Code for {name}", body = "Your code is {code}." }
+
+[types.otp.templates.de]
+SMS = { body = "Ihr Code lautet {code}." }
+"""
+
+
+def broken(old: str, new: str) -> str:
+    """VALID with one piece of text replaced (which must be there)."""
+    assert old in VALID
+    return VALID.replace(old, new, 1)
+
+
+def catalog_error(text: str) -> str:
+    with pytest.raises(CatalogError) as caught:
+        parse_catalog(text, source="x.toml")
+    return str(caught.value)
+
+
+@pytest.fixture(scope="module")
+def shipped() -> Catalog:
+    return load_catalog(REPO / "clarion.toml")
+
+
+def test_the_shipped_catalog_has_the_documented_types(shipped: Catalog) -> None:
+    otp = shipped.types["otp"]
+    assert (otp.channels, otp.priority, otp.ttl_seconds, otp.opt_out) == (
+        ["SMS"],
+        "HIGH",
+        300,
+        False,
+    )
+    security = shipped.types["security_alert"]
+    assert (security.channels, security.priority) == (["EMAIL", "PUSH"], "HIGH")
+    order = shipped.types["order_confirmed"]
+    assert (order.channels, order.priority) == (["EMAIL", "PUSH", "IN_APP"], "NORMAL")
+    marketing = shipped.types["marketing"]
+    assert (marketing.channels, marketing.priority, marketing.opt_out) == (
+        ["EMAIL", "PUSH"],
+        "LOW",
+        True,
+    )
+    assert shipped.default_locale == "en"
+    assert shipped.source.endswith("clarion.toml")
+
+
+def test_the_shipped_catalog_routes_every_channel_to_a_defined_provider(
+    shipped: Catalog,
+) -> None:
+    assert set(shipped.channels) == {"PUSH", "EMAIL", "SMS", "IN_APP"}
+    for config in shipped.channels.values():
+        assert config.provider in shipped.providers
+
+
+def test_a_valid_catalog_parses() -> None:
+    catalog = parse_catalog(VALID, source="x.toml")
+    assert catalog.source == "x.toml"
+    assert catalog.types["otp"].ttl_seconds == 300
+
+
+def test_template_fields_list_the_placeholders_of_title_and_body() -> None:
+    catalog = parse_catalog(VALID, source="x.toml")
+    assert catalog.template_fields[("otp", "en", "SMS")] == {"code"}
+    assert catalog.template_fields[("otp", "en", "EMAIL")] == {"code", "name"}
+    assert catalog.template_fields[("otp", "de", "SMS")] == {"code"}
+
+
+def test_template_locale_falls_back_to_the_language_then_the_default() -> None:
+    catalog = parse_catalog(VALID, source="x.toml")
+    assert catalog.template_locale("otp", "SMS", "de") == "de"
+    assert catalog.template_locale("otp", "SMS", "de-CH") == "de"
+    assert catalog.template_locale("otp", "SMS", "fr") == "en"
+    assert catalog.template_locale("otp", "SMS", "fr-FR") == "en"
+    # de has no EMAIL template, so a German EMAIL uses the default locale.
+    assert catalog.template_locale("otp", "EMAIL", "de-CH") == "en"
+    # No locale has a PUSH template.
+    assert catalog.template_locale("otp", "PUSH", "en") is None
+
+
+def test_a_ttl_of_the_wrong_type_names_file_type_and_key() -> None:
+    message = catalog_error(broken("ttl_seconds = 300", 'ttl_seconds = "300s"'))
+    assert message.startswith("x.toml: ")
+    assert "types.otp.ttl_seconds" in message
+
+
+def test_an_unknown_key_in_a_type_names_file_type_and_key() -> None:
+    message = catalog_error(broken("opt_out = false", 'opt_out = false\ncolour = "red"'))
+    assert message.startswith("x.toml: ")
+    assert "types.otp" in message
+    assert "colour" in message
+
+
+def test_an_unknown_priority_names_file_type_and_key() -> None:
+    message = catalog_error(broken('priority = "HIGH"', 'priority = "URGENT"'))
+    assert message.startswith("x.toml: ")
+    assert "types.otp.priority" in message
+    assert "URGENT" in message
+
+
+def test_a_ttl_out_of_range_names_the_type_and_key() -> None:
+    message = catalog_error(broken("ttl_seconds = 300", "ttl_seconds = 0"))
+    assert "types.otp.ttl_seconds" in message
+
+
+def test_an_unknown_key_in_a_template_names_its_locale_and_channel() -> None:
+    message = catalog_error(
+        broken('SMS = { body = "Ihr Code', 'SMS = { colour = "red", body = "Ihr Code')
+    )
+    assert message.startswith("x.toml: ")
+    assert "types.otp.templates.de.SMS" in message
+    assert "colour" in message
+
+
+def test_an_unknown_top_level_key_is_refused() -> None:
+    message = catalog_error("defualt_locale = 'en'\n" + VALID)
+    assert message.startswith("x.toml: ")
+    assert "defualt_locale" in message
+
+
+def test_a_type_name_that_is_not_a_plain_name_is_refused() -> None:
+    message = catalog_error(VALID.replace("types.otp", "types.One-Time"))
+    assert message.startswith("x.toml: ")
+    assert "types.One-Time" in message
+
+
+def test_a_type_using_an_unconfigured_channel_is_refused() -> None:
+    message = catalog_error(broken('channels = ["SMS"]', 'channels = ["SMS", "PUSH"]'))
+    assert message.startswith("x.toml: ")
+    assert "types.otp.channels" in message
+    assert "PUSH" in message
+
+
+def test_a_template_for_an_unconfigured_channel_is_refused() -> None:
+    message = catalog_error(VALID + 'PUSH = { body = "{code}" }\n')
+    assert message.startswith("x.toml: ")
+    assert "types.otp.templates.de.PUSH" in message
+
+
+def test_a_channel_with_an_undefined_provider_is_refused() -> None:
+    text = broken('[channels.SMS]\nprovider = "sandbox"', '[channels.SMS]\nprovider = "twilio"')
+    message = catalog_error(text)
+    assert message.startswith("x.toml: ")
+    assert "channels.SMS.provider" in message
+    assert "twilio" in message
+
+
+def test_a_default_channel_without_a_default_locale_template_is_refused() -> None:
+    text = broken('channels = ["SMS"]', 'channels = ["SMS", "EMAIL"]').replace(
+        'EMAIL = { title = "Code for {name}", body = "Your code is {code}." }\n', ""
+    )
+    message = catalog_error(text)
+    assert message.startswith("x.toml: ")
+    assert "types.otp.templates.en.EMAIL" in message
+
+
+def test_a_default_locale_without_the_template_is_refused() -> None:
+    message = catalog_error(broken('default_locale = "en"', 'default_locale = "fr"'))
+    assert "types.otp.templates.fr.SMS" in message
+
+
+def test_a_template_with_unbalanced_braces_is_refused() -> None:
+    message = catalog_error(broken("Your code is {code}.", "Your code is {code"))
+    assert message.startswith("x.toml: ")
+    assert "types.otp.templates.en.SMS" in message
+
+
+@pytest.mark.parametrize("placeholder", ["{user.__class__}", "{data[0]}"])
+def test_a_template_reaching_into_objects_is_refused(placeholder: str) -> None:
+    message = catalog_error(broken("Your code is {code}.", f"Hi {placeholder}"))
+    assert message.startswith("x.toml: ")
+    assert "types.otp.templates.en.SMS" in message
+    assert placeholder in message
+
+
+def test_a_template_attribute_access_in_the_title_is_refused() -> None:
+    message = catalog_error(broken('title = "Code for {name}"', 'title = "{name.__dict__}"'))
+    assert "types.otp.templates.en.EMAIL" in message
+
+
+def test_a_conversion_on_a_plain_name_is_allowed() -> None:
+    catalog = parse_catalog(broken("Your code is {code}.", "Hi {code!r}"), source="x.toml")
+    assert catalog.template_fields[("otp", "en", "SMS")] == {"code"}
+
+
+def test_attribute_access_nested_in_a_format_spec_is_refused() -> None:
+    message = catalog_error(broken("Your code is {code}.", "Hi {code:{user.__class__}}"))
+    assert "types.otp.templates.en.SMS" in message
+
+
+def test_template_fields_include_names_nested_in_a_format_spec() -> None:
+    catalog = parse_catalog(broken("Your code is {code}.", "Hi {code:>{width}}"), "x.toml")
+    assert catalog.template_fields[("otp", "en", "SMS")] == {"code", "width"}
+
+
+def test_a_toml_syntax_error_names_the_file() -> None:
+    message = catalog_error(VALID + "\n[[[\n")
+    assert message.startswith("x.toml: ")
+
+
+def test_load_catalog_names_the_file_it_read(tmp_path: Path) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(broken('priority = "HIGH"', 'priority = "URGENT"'), encoding="utf-8")
+    with pytest.raises(CatalogError) as caught:
+        load_catalog(path)
+    assert str(caught.value).startswith(f"{path}: ")
+    assert "priority" in str(caught.value)
+
+
+def test_load_catalog_reads_a_valid_file(tmp_path: Path) -> None:
+    path = tmp_path / "good.toml"
+    path.write_text(VALID, encoding="utf-8")
+    assert load_catalog(path).source == str(path)
+
+
+def test_a_missing_catalog_file_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "missing.toml"
+    with pytest.raises(CatalogError) as caught:
+        load_catalog(path)
+    assert str(path) in str(caught.value)

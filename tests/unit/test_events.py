@@ -1,0 +1,230 @@
+"""The event contract: round trips, and old encoded events that must stay readable."""
+
+from __future__ import annotations
+
+import json
+import typing
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from streams import codec
+from streams.events import (
+    AnyEvent,
+    DeliveryAttemptFailed,
+    DeliveryDeadLettered,
+    DeliveryDeferred,
+    DeliveryExpired,
+    DeliveryFailed,
+    DeliveryQueued,
+    DeliveryReplayed,
+    DeliverySent,
+    DeliverySuppressed,
+    Event,
+    NotificationAccepted,
+    PreferenceChanged,
+    PreferenceEntry,
+    ProviderFeedbackReceived,
+    QuietHoursSetting,
+)
+from streams.work_items import WorkItem
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "events_v1.jsonl"
+AT = datetime(2026, 1, 15, 9, 30, 0, 125000, tzinfo=UTC)
+NID = "019bc123-4567-7abc-8def-0123456789ab"
+DID = "019bc123-4567-7abc-8def-0123456789a0"
+DELIVERY = {"notification_id": NID, "delivery_id": DID, "version": 2}
+
+EXAMPLES: list[Event] = [
+    NotificationAccepted(
+        at=AT,
+        notification_id=NID,
+        producer="orders",
+        idempotency_key="order-1001",
+        notification_type="order_confirmed",
+        priority="NORMAL",
+        recipient_id="user-42",
+        locale="de-CH",
+        expires_at=AT + timedelta(days=2),
+        delivery_ids=[DID],
+    ),
+    DeliveryQueued(at=AT, **DELIVERY, channel="EMAIL", priority="LOW", attempt=3),
+    DeliveryDeferred(
+        at=AT, **DELIVERY, channel="PUSH", reason="rate_limited", until=AT + timedelta(seconds=5)
+    ),
+    DeliverySuppressed(at=AT, **DELIVERY, channel="SMS", reason="opted_out"),
+    DeliveryAttemptFailed(
+        at=AT, **DELIVERY, attempt=1, error_class="TRANSIENT", error="503", retry_at=AT
+    ),
+    DeliveryAttemptFailed(at=AT, **DELIVERY, attempt=2, error_class="BUG", error="KeyError"),
+    DeliverySent(at=AT, **DELIVERY, attempt=1, provider="sandbox", provider_message_id="m-1"),
+    DeliveryFailed(at=AT, **DELIVERY, attempts=6, error_class="PERMANENT", error="bounced"),
+    DeliveryExpired(at=AT, **DELIVERY, channel="IN_APP"),
+    DeliveryDeadLettered(at=AT, **DELIVERY, error_class="POISON", dlq_entry_id="1-0"),
+    DeliveryReplayed(at=AT, **DELIVERY, operator="alice", reason="fixed"),
+    ProviderFeedbackReceived(at=AT, **DELIVERY, feedback="token_invalid", provider="sandbox"),
+    PreferenceChanged(
+        at=AT,
+        recipient_id="user-42",
+        settings_version=3,
+        preferences=[PreferenceEntry(type="marketing", channel="EMAIL", enabled=False)],
+        quiet_hours=QuietHoursSetting(start="22:00", end="08:00", timezone="Europe/Berlin"),
+    ),
+    PreferenceChanged(at=AT, recipient_id="user-42", settings_version=4, quiet_hours_removed=True),
+]
+EVENT_CLASSES = set(typing.get_args(AnyEvent))
+
+
+def fixture_lines() -> list[str]:
+    return [line for line in FIXTURE.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def test_the_examples_cover_every_event_class() -> None:
+    assert {type(event) for event in EXAMPLES} == EVENT_CLASSES
+
+
+@pytest.mark.parametrize("event", EXAMPLES, ids=lambda event: type(event).__name__)
+def test_every_event_round_trips(event: Event) -> None:
+    raw = codec.encode(event)
+    assert json.loads(raw)["type"] == type(event).__name__
+    decoded = codec.decode_event(raw)
+    assert type(decoded) is type(event)
+    assert decoded == event
+
+
+def test_a_time_with_an_offset_keeps_its_instant() -> None:
+    at = datetime(2026, 1, 15, 11, 30, tzinfo=timezone(timedelta(hours=2)))
+    event = DeliveryExpired(at=at, **DELIVERY, channel="EMAIL")
+    decoded = codec.decode_event(codec.encode(event))
+    assert decoded.at == datetime(2026, 1, 15, 9, 30, tzinfo=UTC)
+
+
+def test_an_unknown_event_type_is_refused() -> None:
+    raw = b'{"type":"DeliveryTeleported","at":"2026-01-15T09:30:00Z"}'
+    with pytest.raises(msgspec.ValidationError):
+        codec.decode_event(raw)
+
+
+def test_an_event_without_a_type_tag_is_refused() -> None:
+    raw = codec.encode(EXAMPLES[1]).replace(b'"type":"DeliveryQueued",', b"")
+    with pytest.raises(msgspec.ValidationError):
+        codec.decode_event(raw)
+
+
+def test_an_event_missing_a_required_field_is_refused() -> None:
+    raw = b'{"type":"DeliverySent","at":"2026-01-15T09:30:00Z","notification_id":"n"}'
+    with pytest.raises(msgspec.ValidationError):
+        codec.decode_event(raw)
+
+
+def test_the_fixture_has_one_line_per_event_class() -> None:
+    names = [json.loads(line)["type"] for line in fixture_lines()]
+    assert sorted(names) == sorted(cls.__name__ for cls in EVENT_CLASSES)
+
+
+@pytest.mark.parametrize("line", fixture_lines(), ids=lambda line: json.loads(line)["type"])
+def test_every_stored_event_still_decodes(line: str) -> None:
+    stored: dict[str, Any] = json.loads(line)
+    event = codec.decode_event(line)
+    assert type(event).__name__ == stored["type"]
+    assert event.at.tzinfo is not None
+    assert event.at == datetime.fromisoformat(stored["at"])
+    # Re-encoding keeps every stored field with its value (new fields may only be added).
+    again = json.loads(codec.encode(event))
+    assert {key: again.get(key) for key in stored} == stored
+
+
+def test_stored_events_decode_with_their_values() -> None:
+    events = {type(event).__name__: event for event in map(codec.decode_event, fixture_lines())}
+
+    accepted = events["NotificationAccepted"]
+    assert isinstance(accepted, NotificationAccepted)
+    assert accepted.notification_type == "order_confirmed"
+    assert accepted.expires_at == datetime(2026, 1, 17, 9, 30, 0, 125000, tzinfo=UTC)
+    assert len(accepted.delivery_ids) == 2
+
+    deferred = events["DeliveryDeferred"]
+    assert isinstance(deferred, DeliveryDeferred)
+    assert (deferred.reason, deferred.until) == (
+        "quiet_hours",
+        datetime(2026, 1, 16, 7, 0, tzinfo=UTC),
+    )
+
+    failed = events["DeliveryAttemptFailed"]
+    assert isinstance(failed, DeliveryAttemptFailed)
+    assert (failed.version, failed.attempt, failed.error_class) == (2, 1, "TRANSIENT")
+    assert failed.retry_at == datetime(2026, 1, 15, 9, 30, 6, tzinfo=UTC)
+
+    sent = events["DeliverySent"]
+    assert isinstance(sent, DeliverySent)
+    assert (sent.delivery_id, sent.provider_message_id) == (DID, "sbx-0001")
+
+    feedback = events["ProviderFeedbackReceived"]
+    assert isinstance(feedback, ProviderFeedbackReceived)
+    assert (feedback.feedback, feedback.detail) == ("bounced", "mailbox full")
+
+    changed = events["PreferenceChanged"]
+    assert isinstance(changed, PreferenceChanged)
+    assert changed.preferences == [
+        PreferenceEntry(type="marketing", channel="EMAIL", enabled=False)
+    ]
+    assert changed.quiet_hours == QuietHoursSetting(
+        start="22:00", end="08:00", timezone="Europe/Berlin"
+    )
+
+
+def test_an_event_from_a_newer_version_with_an_extra_field_still_decodes() -> None:
+    line = next(line for line in fixture_lines() if '"DeliverySent"' in line)
+    newer = json.loads(line) | {"cost_cents": 3, "region": {"name": "eu"}}
+    event = codec.decode_event(json.dumps(newer))
+    assert isinstance(event, DeliverySent)
+    assert event.provider_message_id == "sbx-0001"
+
+
+def test_an_event_without_a_field_added_later_uses_its_default() -> None:
+    raw = (
+        b'{"type":"DeliveryQueued","at":"2026-01-15T09:30:00Z","notification_id":"n",'
+        b'"delivery_id":"d","version":1,"channel":"SMS","priority":"HIGH"}'
+    )
+    event = codec.decode_event(raw)
+    assert isinstance(event, DeliveryQueued)
+    assert event.attempt == 0
+
+
+def work_item(**changes: Any) -> WorkItem:
+    fields: dict[str, Any] = {
+        "delivery_id": DID,
+        "notification_id": NID,
+        "notification_type": "order_confirmed",
+        "channel": "EMAIL",
+        "priority": "NORMAL",
+        "recipient_id": "user-42",
+        "address": "jane@example.com",
+        "locale": "en",
+        "data": {"order_id": "1001", "items": [{"sku": "A", "qty": 2}], "gift": None},
+        "created_ms": 1768469400125,
+        "expires_ms": 1768642200125,
+    }
+    return WorkItem(**(fields | changes))
+
+
+def test_a_work_item_round_trips() -> None:
+    item = work_item(attempts=2)
+    decoded = codec.decode_work_item(codec.encode(item))
+    assert decoded == item
+    assert decoded.data["items"] == [{"sku": "A", "qty": 2}]
+
+
+def test_a_work_item_without_attempts_starts_at_zero() -> None:
+    stored = json.loads(codec.encode(work_item()))
+    del stored["attempts"]
+    assert codec.decode_work_item(json.dumps(stored)).attempts == 0
+
+
+def test_a_work_item_with_a_bad_channel_is_refused() -> None:
+    stored = json.loads(codec.encode(work_item())) | {"channel": "FAX"}
+    with pytest.raises(msgspec.ValidationError):
+        codec.decode_work_item(json.dumps(stored))

@@ -1,0 +1,78 @@
+"""Error messages that name the field, and masking of personal data in logs."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from app.api.schemas import NotificationRequest
+from app.logging import mask
+from app.validation import describe
+
+
+def validation_error(raw: bytes) -> msgspec.ValidationError:
+    with pytest.raises(msgspec.ValidationError) as caught:
+        msgspec.json.decode(raw, type=NotificationRequest)
+    return caught.value
+
+
+def test_describe_names_the_field_first() -> None:
+    error = validation_error(b'{"recipient": {"id": "u", "phone": 123}, "type": "otp"}')
+    text = describe(error)
+    assert text.startswith("recipient.phone: ")
+    assert "`$" not in text
+
+
+def test_describe_names_a_pattern_mismatch() -> None:
+    error = validation_error(b'{"recipient": {"id": "u", "phone": "0151 123"}, "type": "otp"}')
+    assert describe(error).startswith("recipient.phone: ")
+
+
+def test_describe_keeps_list_positions() -> None:
+    error = validation_error(b'{"recipient": {"id": "u", "push_tokens": ["ok", 5]}, "type": "x"}')
+    assert describe(error).startswith("recipient.push_tokens[1]: ")
+
+
+def test_describe_puts_a_root_in_front() -> None:
+    error = validation_error(b'{"recipient": {"id": "u", "phone": 123}, "type": "otp"}')
+    assert describe(error, root="notifications[3]").startswith("notifications[3].recipient.phone: ")
+
+
+def test_describe_names_an_unknown_field() -> None:
+    error = validation_error(b'{"recipient": {"id": "u"}, "type": "otp", "colour": "red"}')
+    assert "colour" in describe(error)
+
+
+def test_describe_of_an_error_without_a_path() -> None:
+    with pytest.raises(msgspec.DecodeError) as caught:
+        msgspec.json.decode(b"{", type=NotificationRequest)
+    assert describe(caught.value) == str(caught.value)
+    assert describe(caught.value, root="body").startswith("body: ")
+
+
+def test_mask_replaces_an_email_address() -> None:
+    masked = mask("sent to jane.doe+news@example.co.uk today")
+    assert masked == "sent to <email> today"
+
+
+def test_mask_replaces_an_e164_phone_number() -> None:
+    masked = mask("SMS to +4915112345678 failed")
+    assert masked == "SMS to <phone> failed"
+
+
+def test_mask_replaces_a_bearer_secret() -> None:
+    masked = mask("header Authorization: Bearer xyz was refused")
+    assert masked == "header Authorization: Bearer <secret> was refused"
+    assert "xyz" not in mask("authorization: bearer xyz")
+
+
+def test_mask_replaces_everything_in_one_text() -> None:
+    text = "jane@example.com +14155550123 Bearer abc.def-ghi"
+    masked = mask(text)
+    for secret in ("jane@example.com", "+14155550123", "abc.def-ghi"):
+        assert secret not in masked
+
+
+def test_mask_leaves_other_text_alone() -> None:
+    text = "delivery 019bc123-4567-7abc-8def-0123456789ab queued at 12:00 (attempt 2)"
+    assert mask(text) == text
