@@ -10,11 +10,10 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TypedDict
 
 import msgspec
 
-from app.api.schemas import Accepted, DeliverySummary, NotificationRequest
+from app.api.schemas import Accepted, NotificationRequest
 from app.catalog import Catalog
 from app.quiet_hours import window_end
 from streams import codec
@@ -26,12 +25,14 @@ from streams.events import (
     DeliverySuppressed,
     Event,
     NotificationAccepted,
+    PriorityName,
     SuppressReason,
 )
-from streams.ids import new_id
-from streams.ingest import Field, IngestItem, PlannedDelivery, Target, work_target
-from streams.keys import Priority, ShardKeys
+from streams.ids import new_ids
+from streams.ingest import WORK_TARGETS, IngestItem, PlannedWork, Target
+from streams.keys import ShardKeys
 from streams.recipient_settings import RecipientSettings
+from streams.records import DeliveryAtAcceptance, NotificationRecord, encode_record
 from streams.work_items import WorkItem
 
 _canonical = msgspec.json.Encoder(order="sorted")
@@ -112,9 +113,8 @@ class Planner:
     def identity(self, shard: ShardKeys, request: NotificationRequest) -> Identity:
         """Check the request against the catalog and fix its ids; raises ``FanoutError``."""
         pairs = addresses_by_channel(request, self.channels(request))
-        return Identity(
-            new_id(shard.shard), tuple(pairs), tuple(new_id(shard.shard) for _ in pairs)
-        )
+        notification_id, *delivery_ids = new_ids(shard.shard, 1 + len(pairs))
+        return Identity(notification_id, tuple(pairs), tuple(delivery_ids))
 
     def plan(
         self,
@@ -130,7 +130,7 @@ class Planner:
     ) -> IngestItem:
         """Everything the ingest script writes for this request."""
         type_config = self.catalog.types[request.type]
-        priority = Priority(request.priority or type_config.priority)
+        priority: PriorityName = request.priority or type_config.priority
         locale = request.locale or self.catalog.default_locale
         ttl = request.ttl_seconds or type_config.ttl_seconds
         expires = now + timedelta(seconds=ttl)
@@ -138,7 +138,7 @@ class Planner:
         nid = identity.notification_id
         quiet_until = (
             window_end(settings.quiet_hours, now)
-            if settings.quiet_hours is not None and priority is not Priority.HIGH
+            if settings.quiet_hours is not None and priority != "HIGH"
             else None
         )
 
@@ -149,15 +149,15 @@ class Planner:
                 producer=producer,
                 idempotency_key=idempotency_key,
                 notification_type=request.type,
-                priority=priority.value,
+                priority=priority,
                 recipient_id=request.recipient.id,
                 locale=locale,
                 expires_at=expires,
                 delivery_ids=list(identity.delivery_ids),
             )
         ]
-        deliveries: list[PlannedDelivery] = []
-        summaries: list[DeliverySummary] = []
+        work_items: list[PlannedWork] = []
+        at_acceptance: list[DeliveryAtAcceptance] = []
         for (channel, address), delivery_id in zip(
             identity.pairs, identity.delivery_ids, strict=True
         ):
@@ -166,7 +166,7 @@ class Planner:
                 notification_id=nid,
                 notification_type=request.type,
                 channel=channel,
-                priority=priority.value,
+                priority=priority,
                 recipient_id=request.recipient.id,
                 address=address,
                 locale=locale,
@@ -182,28 +182,25 @@ class Planner:
                 expires=expires,
                 now=now,
             )
-            fields: dict[str, Field] = {
-                "notification_id": nid,
-                "channel": channel,
-                "priority": priority.value,
-                "status": fate.status,
-                "version": 1,
-                "attempts": 0,
-                "created_ms": now_ms,
-                "updated_ms": now_ms,
-                "expires_ms": expires_ms,
-            }
-            if fate.reason:
-                fields["reason"] = fate.reason
-            if fate.due_ms:
-                fields["due_ms"] = fate.due_ms
-            payload = codec.encode(work) if fate.target != "none" else b""
-            deliveries.append(
-                PlannedDelivery(delivery_id, fate.target, fields, payload, fate.due_ms)
-            )
+            if fate.target is not None:
+                work_items.append(PlannedWork(fate.target, codec.encode(work), fate.due_ms))
             events.append(fate.event)
-            summaries.append(DeliverySummary(id=delivery_id, channel=channel, status=fate.status))
+            at_acceptance.append(
+                DeliveryAtAcceptance(
+                    id=delivery_id, channel=channel, status=fate.status, reason=fate.reason
+                )
+            )
 
+        record = NotificationRecord(
+            id=nid,
+            type=request.type,
+            priority=priority,
+            recipient_id=request.recipient.id,
+            producer=producer,
+            created_ms=now_ms,
+            expires_ms=expires_ms,
+            deliveries=at_acceptance,
+        )
         return IngestItem(
             shard=shard,
             producer=producer,
@@ -213,18 +210,10 @@ class Planner:
             fingerprint=request_fingerprint or fingerprint(request),
             token=nid,
             settings_version=settings.version,
-            response=_response_encoder.encode(Accepted(id=nid, deliveries=summaries)),
-            notification_fields={
-                "type": request.type,
-                "priority": priority.value,
-                "recipient_id": request.recipient.id,
-                "producer": producer,
-                "created_ms": now_ms,
-                "expires_ms": expires_ms,
-                "deliveries": ",".join(identity.delivery_ids),
-            },
+            response=_response_encoder.encode(Accepted(id=nid, deliveries=at_acceptance)),
+            record=encode_record(record),
             events=[codec.encode(event) for event in events],
-            deliveries=deliveries,
+            work=work_items,
         )
 
     def _fate(
@@ -232,19 +221,13 @@ class Planner:
         work: WorkItem,
         *,
         settings: RecipientSettings,
-        priority: Priority,
+        priority: PriorityName,
         quiet_until: datetime | None,
         expires: datetime,
         now: datetime,
     ) -> _Fate:
         """Decide what happens to one delivery at ingest, and the event that records it."""
-        ids = _DeliveryIds(
-            notification_id=work.notification_id,
-            delivery_id=work.delivery_id,
-            version=1,
-            at=now,
-        )
-        channel = work.channel
+        nid, did, channel = work.notification_id, work.delivery_id, work.channel
         type_config = self.catalog.types[work.notification_type]
         if type_config.opt_out and (work.notification_type, channel) in settings.disabled:
             reason: SuppressReason | None = "opted_out"
@@ -253,32 +236,35 @@ class Planner:
         else:
             reason = None
         if reason is not None:
-            event: Event = DeliverySuppressed(**ids, channel=channel, reason=reason)
-            return _Fate("SUPPRESSED", "none", event, reason=reason)
+            event: Event = DeliverySuppressed(
+                at=now, notification_id=nid, delivery_id=did, version=1, channel=channel,
+                reason=reason,
+            )  # fmt: skip
+            return _Fate("SUPPRESSED", None, event, reason=reason)
         if quiet_until is not None and channel not in _QUIET_HOURS_EXEMPT:
             if quiet_until >= expires:
                 reason_text = "quiet_hours_past_ttl"
-                event = DeliveryExpired(**ids, channel=channel, reason=reason_text)
-                return _Fate("EXPIRED", "none", event, reason=reason_text)
+                event = DeliveryExpired(
+                    at=now, notification_id=nid, delivery_id=did, version=1, channel=channel,
+                    reason=reason_text,
+                )  # fmt: skip
+                return _Fate("EXPIRED", None, event, reason=reason_text)
             event = DeliveryDeferred(
-                **ids, channel=channel, reason="quiet_hours", until=quiet_until
-            )
+                at=now, notification_id=nid, delivery_id=did, version=1, channel=channel,
+                reason="quiet_hours", until=quiet_until,
+            )  # fmt: skip
             return _Fate("SCHEDULED", "delayed", event, due_ms=_ms(quiet_until))
-        event = DeliveryQueued(**ids, channel=channel, priority=priority.value)
-        return _Fate("QUEUED", work_target(priority), event)
-
-
-class _DeliveryIds(TypedDict):
-    notification_id: str
-    delivery_id: str
-    version: int
-    at: datetime
+        event = DeliveryQueued(
+            at=now, notification_id=nid, delivery_id=did, version=1, channel=channel,
+            priority=priority,
+        )  # fmt: skip
+        return _Fate("QUEUED", WORK_TARGETS[priority], event)
 
 
 @dataclass(frozen=True, slots=True)
 class _Fate:
     status: str
-    target: Target
+    target: Target | None  # None: no work item (suppressed, expired)
     event: Event
     reason: str = ""
     due_ms: int = 0

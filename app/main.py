@@ -11,13 +11,14 @@ from app.logging import configure_logging
 from app.redis_checks import check_redis
 from app.settings import Settings
 from app.web import create_app
+from streams.connection import connect
 
 log = structlog.get_logger(__name__)
 
 
 def redis_client(settings: Settings) -> Redis:
     """A client sized for many concurrent requests; bytes in, bytes out."""
-    return Redis.from_url(settings.redis_url, max_connections=256, health_check_interval=30)
+    return connect(settings.redis_url, max_connections=256, health_check_interval=30)
 
 
 def build() -> Litestar:

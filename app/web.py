@@ -7,7 +7,6 @@ from datetime import datetime
 
 from litestar import Litestar, Router
 from litestar.datastructures import State
-from litestar.middleware import DefineMiddleware
 from litestar.openapi import OpenAPIConfig
 from redis.asyncio import Redis
 
@@ -19,15 +18,13 @@ from app.api.recipients import (
     put_preferences,
     put_quiet_hours,
 )
-from app.auth import ApiKeyAuthentication
+from app.auth import KeyRing
 from app.catalog import Catalog
 from app.fanout import Planner, utc_now
 from app.intake import Intake
 from app.settings import Settings
 from streams.keys import KeySpace
 from streams.recipient_settings import RecipientSettingsStore
-
-PUBLIC_PATHS = ["^/schema", "^/v1/ops/health$"]
 
 
 def create_app(
@@ -55,7 +52,6 @@ def create_app(
             get_recipient_settings,
             health,
         ],
-        middleware=[DefineMiddleware(ApiKeyAuthentication, exclude=PUBLIC_PATHS)],
         request_max_body_size=settings.max_body_bytes,
         openapi_config=OpenAPIConfig(title="Clarion", version="1", path="/schema"),
         state=State(
@@ -63,7 +59,7 @@ def create_app(
                 "redis": redis,
                 "catalog": catalog,
                 "intake": intake,
-                "api_keys": settings.api_keys,
+                "key_ring": KeyRing(settings.api_keys),
                 "recipient_settings": RecipientSettingsStore(redis, keys),
             }
         ),

@@ -7,31 +7,38 @@ model without an index; 58 random bits per millisecond remain.
 
 from __future__ import annotations
 
-import os
+import random
 import time
 import uuid
 
 _SHARD_BITS = 16
 MAX_SHARDS = 1 << _SHARD_BITS
+_RAND_A_BITS = 12
+_RAND_B_BITS = 62 - _SHARD_BITS
+_RAND_B_MASK = (1 << _RAND_B_BITS) - 1
+_RANDOM_BITS = _RAND_A_BITS + _RAND_B_BITS
 
 
 def new_id(shard: int, now_ms: int | None = None) -> str:
     """A fresh UUIDv7 string whose low 16 bits are ``shard``."""
+    return new_ids(shard, 1, now_ms)[0]
+
+
+def new_ids(shard: int, count: int, now_ms: int | None = None) -> list[str]:
+    """``count`` fresh UUIDv7 strings of one shard and millisecond."""
     if not 0 <= shard < MAX_SHARDS:
         raise ValueError(f"shard {shard} is out of range")
     ms = time.time_ns() // 1_000_000 if now_ms is None else now_ms
-    rand = int.from_bytes(os.urandom(10), "big")
-    rand_a = rand >> 68  # 12 bits
-    rand_b = (rand >> _SHARD_BITS) & ((1 << (62 - _SHARD_BITS)) - 1)
-    value = (
-        (ms & ((1 << 48) - 1)) << 80
-        | 0x7 << 76
-        | rand_a << 64
-        | 0b10 << 62
-        | rand_b << _SHARD_BITS
-        | shard
-    )
-    return str(uuid.UUID(int=value))
+    head = (ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | 0b10 << 62 | shard
+    ids = []
+    for _ in range(count):
+        # Ids must be unique, not secret: the process-wide PRNG (reseeded after a fork) is
+        # enough, and far cheaper than a system call per id.
+        rand = random.getrandbits(_RANDOM_BITS)
+        value = head | (rand >> _RAND_B_BITS) << 64 | (rand & _RAND_B_MASK) << _SHARD_BITS
+        text = f"{value:032x}"
+        ids.append(f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}")
+    return ids
 
 
 def is_uuid(text: str) -> bool:

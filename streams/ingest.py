@@ -1,9 +1,9 @@
 """Writing accepted notifications to Redis: one atomic Lua step per notification.
 
 The caller (the API) validates and fans out; this module only knows the shape of what is
-written: the idempotency record, the notification and delivery hashes, the events and the
-work items. Items are grouped by shard and sent in chunks of one script call each, all in a
-single pipeline, because the Python client, not Redis, is the bottleneck.
+written: the idempotency record, the notification record, the events and the work items.
+Items are grouped by shard and sent in chunks of one script call each, all in a single
+pipeline, because the Python client, not Redis, is the bottleneck.
 """
 
 from __future__ import annotations
@@ -19,23 +19,24 @@ from streams import scripts
 from streams.keys import Priority, ShardKeys
 from streams.recipient_settings import RecipientSettings
 
-Target = Literal["high", "normal", "low", "delayed", "none"]
+Target = Literal["high", "normal", "low", "delayed"]
 Field = str | int | bytes
-CHUNK = 64  # items per script call: keeps one call well under a millisecond of Redis time
+# Items per script call: few calls for the client to pack, while one call still keeps Redis
+# busy for well under a millisecond.
+CHUNK = 64
 
 
-def work_target(priority: Priority) -> Target:
-    """The work stream a queued delivery of this priority goes to."""
-    return priority.value.lower()  # type: ignore[return-value]
+# The work stream a queued delivery of each priority goes to.
+WORK_TARGETS: dict[str, Target] = {"HIGH": "high", "NORMAL": "normal", "LOW": "low"}
 
 
 @dataclass(frozen=True, slots=True)
-class PlannedDelivery:
-    delivery_id: str
+class PlannedWork:
+    """A work item to add to a work stream, or to ``delayed`` until ``due_ms``."""
+
     target: Target
-    fields: dict[str, Field]
-    work_item: bytes = b""
-    due_ms: int = 0  # for target "delayed"
+    item: bytes
+    due_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,9 +51,9 @@ class IngestItem:
     token: str
     settings_version: int
     response: bytes
-    notification_fields: dict[str, Field]
+    record: bytes
     events: list[bytes]
-    deliveries: list[PlannedDelivery] = field(default_factory=list)
+    work: list[PlannedWork] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,30 +97,20 @@ def _call(
         shard.work(Priority.LOW),
         shard.delayed,
     ]
-    args: list[Field] = [len(items), idempotency_ttl_ms, pending_ttl_ms]
+    args: list[Field] = [idempotency_ttl_ms, pending_ttl_ms]
     for item in items:
         keys += [
             shard.idempotency(item.producer, item.idempotency_key),
             shard.notification(item.notification_id),
             shard.recipient(item.recipient_id),
         ]
-        args += [item.fingerprint, item.token, item.settings_version, item.response]
-        args += _flat(item.notification_fields)
+        args += [item.fingerprint, item.token, item.settings_version, item.response, item.record]
         args.append(len(item.events))
         args += item.events
-        args.append(len(item.deliveries))
-        for delivery in item.deliveries:
-            keys.append(shard.delivery(delivery.delivery_id))
-            args += [delivery.target, delivery.due_ms, delivery.work_item]
-            args += _flat(delivery.fields)
+        args.append(len(item.work))
+        for work in item.work:
+            args += [work.target, work.due_ms, work.item]
     return keys, args
-
-
-def _flat(fields: dict[str, Field]) -> list[Field]:
-    flat: list[Field] = [2 * len(fields)]
-    for name, value in fields.items():
-        flat += [name, value]
-    return flat
 
 
 def _reply(raw: list[bytes | list[bytes]]) -> IngestReply:

@@ -39,6 +39,9 @@ class LuaScript:
         self, redis: Redis, calls: Sequence[tuple[Sequence[KeyOrArg], Sequence[KeyOrArg]]]
     ) -> list[Any]:
         """Run the script once per (keys, args) in a single pipeline; results in call order."""
+        if len(calls) == 1:  # a pipeline of one costs more than the plain call
+            keys, args = calls[0]
+            return [await self(redis, keys, args)]
         results = await self._pipelined(redis, calls)
         missing = [i for i, result in enumerate(results) if isinstance(result, NoScriptError)]
         if missing:

@@ -21,9 +21,8 @@ from app.api.schemas import (
     BatchResult,
     NotificationRequest,
 )
-from app.auth import requires
+from app.auth import authorize
 from app.intake import Intake, Outcome
-from app.settings import ApiKey
 from app.validation import describe
 
 MAX_KEY_LENGTH = 255
@@ -63,7 +62,6 @@ def _error(status_code: int, detail: str) -> Response[Any]:
 
 @post(
     "/v1/notifications",
-    guards=[requires("send")],
     dependencies=documented_body(NotificationRequest),
     status_code=202,
     responses={
@@ -74,13 +72,14 @@ def _error(status_code: int, detail: str) -> Response[Any]:
     },
 )
 async def create_notification(
-    request: Request[ApiKey, Any, State], idempotency_key: IdempotencyKey = None
+    request: Request[Any, Any, State], idempotency_key: IdempotencyKey = None
 ) -> Response[Any]:
     """Accept one notification and fan it out to its channels."""
+    caller = authorize(request, "send")
     key = check_key(idempotency_key)
     body = decode_body(await request.body(), NotificationRequest)
     intake: Intake = request.app.state.intake
-    outcome = await intake.accept(request.user.producer, key, body)
+    outcome = await intake.accept(caller.producer, key, body)
     if outcome.status_code != 202:
         return _error(outcome.status_code, outcome.detail)
     headers = {"Idempotent-Replayed": "true"} if outcome.replayed else None
@@ -89,19 +88,19 @@ async def create_notification(
 
 @post(
     "/v1/notifications/batch",
-    guards=[requires("send")],
     dependencies=documented_body(BatchRequestSchema),
     status_code=200,
     responses={200: ResponseSpec(BatchResponse, description="One result per item, in order")},
 )
-async def create_notifications_batch(request: Request[ApiKey, Any, State]) -> Response[Any]:
+async def create_notifications_batch(request: Request[Any, Any, State]) -> Response[Any]:
     """Accept up to 1000 notifications, each with its own idempotency key."""
+    caller = authorize(request, "send")
     batch = decode_body(await request.body(), BatchRequest)
     entries: list[tuple[str, NotificationRequest | Outcome]] = []
     for position, raw in enumerate(batch.notifications):
         entries.append(_batch_entry(position, raw))
     intake: Intake = request.app.state.intake
-    outcomes = await intake.accept_many(request.user.producer, entries)
+    outcomes = await intake.accept_many(caller.producer, entries)
     results = [
         _batch_result(key, outcome) for (key, _), outcome in zip(entries, outcomes, strict=True)
     ]

@@ -7,13 +7,14 @@ from typing import Any
 import structlog
 from litestar import Request, Response, get
 from litestar.datastructures import State
+from litestar.exceptions import HTTPException
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 log = structlog.get_logger(__name__)
 
 
-@get("/v1/ops/health", exclude_from_auth=True)
+@get("/v1/ops/health")
 async def health(request: Request[Any, Any, State]) -> dict[str, Any]:
     """Liveness and Redis reachability; no key needed, nothing sensitive in it."""
     redis: Redis = request.app.state.redis
@@ -26,6 +27,10 @@ async def health(request: Request[Any, Any, State]) -> dict[str, Any]:
 
 
 def internal_error(request: Request[Any, Any, State], error: Exception) -> Response[Any]:
-    """Log an unexpected error with its traceback; answer without any internal detail."""
-    log.error("http.unhandled_error", path=request.url.path, exc_info=error)
+    """Answer 500 without any internal detail; log a bug with its traceback."""
+    if isinstance(error, HTTPException):
+        # Raised on purpose by Litestar, e.g. when the client hung up mid-body: not a bug.
+        log.info("http.aborted", path=request.url.path, detail=error.detail)
+    else:
+        log.error("http.unhandled_error", path=request.url.path, exc_info=error)
     return Response({"status_code": 500, "detail": "Internal Server Error"}, status_code=500)

@@ -15,15 +15,14 @@ from app.api.schemas import (
     QuietHoursBody,
     RecipientSettingsView,
 )
-from app.auth import requires
+from app.auth import authorize
 from app.catalog import Catalog
 from app.quiet_hours import QuietHoursError, check
-from app.settings import ApiKey
 from streams.events import PreferenceEntry, QuietHoursSetting
 from streams.recipient_settings import RecipientSettings, RecipientSettingsStore
 
 _MAX_ID = 255
-Req = Request[ApiKey, Any, State]
+Req = Request[Any, Any, State]
 
 
 def _recipient_id(recipient_id: str) -> str:
@@ -44,11 +43,12 @@ def _view(recipient_id: str, settings: RecipientSettings) -> RecipientSettingsVi
     )
 
 
-@get("/v1/recipients/{recipient_id:str}/settings", guards=[requires("read")])
+@get("/v1/recipients/{recipient_id:str}/settings")
 async def get_recipient_settings(
     request: Req, recipient_id: FromPath[str]
 ) -> RecipientSettingsView:
     """The recipient's switched-off (type, channel) pairs and quiet hours."""
+    authorize(request, "read")
     store: RecipientSettingsStore = request.app.state.recipient_settings
     recipient_id = _recipient_id(recipient_id)
     return _view(recipient_id, await store.get(recipient_id))
@@ -56,11 +56,11 @@ async def get_recipient_settings(
 
 @put(
     "/v1/recipients/{recipient_id:str}/preferences",
-    guards=[requires("send")],
     dependencies=documented_body(PreferencesBody),
 )
 async def put_preferences(request: Req, recipient_id: FromPath[str]) -> RecipientSettingsView:
     """Replace the recipient's preferences; pairs not listed are switched on."""
+    authorize(request, "send")
     recipient_id = _recipient_id(recipient_id)
     body = decode_body(await request.body(), PreferencesBody)
     catalog: Catalog = request.app.state.catalog
@@ -86,11 +86,11 @@ async def put_preferences(request: Req, recipient_id: FromPath[str]) -> Recipien
 
 @put(
     "/v1/recipients/{recipient_id:str}/quiet-hours",
-    guards=[requires("send")],
     dependencies=documented_body(QuietHoursBody),
 )
 async def put_quiet_hours(request: Req, recipient_id: FromPath[str]) -> RecipientSettingsView:
     """Set the recipient's quiet hours (start, end, IANA time zone)."""
+    authorize(request, "send")
     recipient_id = _recipient_id(recipient_id)
     body = decode_body(await request.body(), QuietHoursBody)
     setting = QuietHoursSetting(start=body.start, end=body.end, timezone=body.timezone)
@@ -102,9 +102,10 @@ async def put_quiet_hours(request: Req, recipient_id: FromPath[str]) -> Recipien
     return _view(recipient_id, await store.set_quiet_hours(recipient_id, setting))
 
 
-@delete("/v1/recipients/{recipient_id:str}/quiet-hours", guards=[requires("send")], status_code=200)
+@delete("/v1/recipients/{recipient_id:str}/quiet-hours", status_code=200)
 async def delete_quiet_hours(request: Req, recipient_id: FromPath[str]) -> RecipientSettingsView:
     """Remove the recipient's quiet hours."""
+    authorize(request, "send")
     recipient_id = _recipient_id(recipient_id)
     store: RecipientSettingsStore = request.app.state.recipient_settings
     return _view(recipient_id, await store.remove_quiet_hours(recipient_id))

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 import msgspec
 
 from streams.events import Channel, PreferenceEntry, PriorityName
+from streams.records import DeliveryAtAcceptance
 
 RecipientId = Annotated[
     str, msgspec.Meta(min_length=1, max_length=255, pattern=r"^[^\x00-\x20\x7f]+$")
@@ -56,24 +57,19 @@ class BatchRequestSchema(msgspec.Struct, frozen=True, forbid_unknown_fields=True
     notifications: Annotated[list[BatchItem], msgspec.Meta(min_length=1, max_length=1000)]
 
 
-class DeliverySummary(msgspec.Struct, frozen=True):
-    id: str
-    channel: Channel
-    status: str
-
-
 class Accepted(msgspec.Struct, frozen=True):
-    """202 answer: the notification id and one entry per delivery."""
+    """202 answer: the notification id and one entry per delivery (with the reason when it
+    was suppressed or expired at once)."""
 
     id: str
-    deliveries: list[DeliverySummary]
+    deliveries: list[DeliveryAtAcceptance]
 
 
 class BatchResult(msgspec.Struct, frozen=True, omit_defaults=True):
     idempotency_key: str
     status_code: int
     id: str | None = None
-    deliveries: list[DeliverySummary] | None = None
+    deliveries: list[DeliveryAtAcceptance] | None = None
     detail: str | None = None
 
 

@@ -1,14 +1,15 @@
 -- Accept a batch of notifications on one shard, each atomically and independently.
 --
 -- KEYS: events, work:high, work:normal, work:low, delayed,
---       then per item: idempotency record, notification hash, recipient settings,
---       then one delivery hash per delivery of that item.
--- ARGV: item count, idempotency ttl (ms), in-flight marker ttl (ms),
---       then per item: fingerprint, request token, expected settings version, response,
---         notification field count, field/value pairs,
---         event count, encoded events,
---         delivery count, then per delivery: target (high|normal|low|delayed|none), score,
---           encoded work item, delivery field count, field/value pairs.
+--       then per item: idempotency record, notification record, recipient settings.
+-- ARGV: idempotency ttl (ms), in-flight marker ttl (ms), then per item:
+--       fingerprint, request token, expected settings version, response, notification
+--       record, event count, encoded events..., work item count, then per work item:
+--       target (high|normal|low|delayed), due time in ms (delayed only), encoded item.
+--
+-- Only the notification record, the events and the work items are written: a delivery's
+-- state hash is created by the first worker that touches it (absent means "as accepted"),
+-- which keeps this script to a handful of commands per notification.
 --
 -- Reply, one entry per item:
 --   {"OK"}               accepted: everything written
@@ -16,31 +17,13 @@
 --   {"CONFLICT"}         same key, different body
 --   {"BUSY"}             same key, the first request is still in flight
 --   {"STALE", settings}  the recipient's settings changed since the caller read them; the
---                        caller recomputes the fan-out and calls again with the same token
+--                        caller plans again and calls again with the same token
 --
 -- Idempotency record value: "done <fingerprint> <response>" or "pending <token> <fingerprint>".
 
 local events, delayed = KEYS[1], KEYS[5]
 local work = { high = KEYS[2], normal = KEYS[3], low = KEYS[4] }
-local item_count = tonumber(ARGV[1])
-local idem_ttl, pending_ttl = ARGV[2], ARGV[3]
-
-local argi, keyi = 4, 6
-local function next_arg()
-  argi = argi + 1
-  return ARGV[argi - 1]
-end
-local function next_key()
-  keyi = keyi + 1
-  return KEYS[keyi - 1]
-end
-local function take(count)
-  local values = {}
-  for j = 1, count do
-    values[j] = next_arg()
-  end
-  return values
-end
+local idem_ttl, pending_ttl = ARGV[1], ARGV[2]
 
 local function split_first(text)
   local space = string.find(text, " ", 1, true)
@@ -48,6 +31,27 @@ local function split_first(text)
     return text, ""
   end
   return string.sub(text, 1, space - 1), string.sub(text, space + 1)
+end
+
+local argi = 3
+local function next_arg()
+  argi = argi + 1
+  return ARGV[argi - 1]
+end
+
+local function next_item()
+  local item = {}
+  item.fingerprint, item.token = next_arg(), next_arg()
+  item.settings_version, item.response, item.record = next_arg(), next_arg(), next_arg()
+  item.events = {}
+  for j = 1, tonumber(next_arg()) do
+    item.events[j] = next_arg()
+  end
+  item.work = {}
+  for j = 1, tonumber(next_arg()) do
+    item.work[j] = { target = next_arg(), due_ms = next_arg(), item = next_arg() }
+  end
+  return item
 end
 
 -- nil when the item may be written, otherwise the reply for it.
@@ -71,7 +75,7 @@ local function verdict(item)
     end
   end
   local version = redis.call("HGET", item.rcpt, "v") or "0"
-  if version ~= item.expected_version then
+  if version ~= item.settings_version then
     redis.call("SET", item.idem, "pending " .. item.token .. " " .. item.fingerprint, "PX", pending_ttl)
     return { "STALE", redis.call("HGETALL", item.rcpt) }
   end
@@ -79,40 +83,32 @@ local function verdict(item)
 end
 
 local function write(item)
-  redis.call("HSET", item.ntf, unpack(item.ntf_fields))
+  redis.call("SET", item.ntf, item.record)
   for _, event in ipairs(item.events) do
     redis.call("XADD", events, "*", "e", event)
   end
-  for _, delivery in ipairs(item.deliveries) do
-    redis.call("HSET", delivery.key, unpack(delivery.fields))
-    if delivery.target == "delayed" then
-      redis.call("ZADD", delayed, delivery.score, delivery.work)
-    elseif delivery.target ~= "none" then
-      redis.call("XADD", work[delivery.target], "*", "w", delivery.work)
+  for _, entry in ipairs(item.work) do
+    if entry.target == "delayed" then
+      redis.call("ZADD", delayed, entry.due_ms, entry.item)
+    else
+      redis.call("XADD", work[entry.target], "*", "w", entry.item)
     end
   end
   redis.call("SET", item.idem, "done " .. item.fingerprint .. " " .. item.response, "PX", idem_ttl)
 end
 
 local replies = {}
-for i = 1, item_count do
-  local item = { idem = next_key(), ntf = next_key(), rcpt = next_key() }
-  item.fingerprint, item.token = next_arg(), next_arg()
-  item.expected_version, item.response = next_arg(), next_arg()
-  item.ntf_fields = take(tonumber(next_arg()))
-  item.events = take(tonumber(next_arg()))
-  item.deliveries = {}
-  for j = 1, tonumber(next_arg()) do
-    local delivery = { key = next_key(), target = next_arg(), score = next_arg(), work = next_arg() }
-    delivery.fields = take(tonumber(next_arg()))
-    item.deliveries[j] = delivery
-  end
+local keyi = 6
+while argi <= #ARGV do
+  local item = next_item()
+  item.idem, item.ntf, item.rcpt = KEYS[keyi], KEYS[keyi + 1], KEYS[keyi + 2]
+  keyi = keyi + 3
 
   local reply = verdict(item)
   if reply == nil then
     write(item)
     reply = { "OK" }
   end
-  replies[i] = reply
+  replies[#replies + 1] = reply
 end
 return replies

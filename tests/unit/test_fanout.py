@@ -23,9 +23,11 @@ from streams.events import (
     NotificationAccepted,
     QuietHoursSetting,
 )
-from streams.ingest import IngestItem
+from streams.ingest import IngestItem, PlannedWork
 from streams.keys import ShardKeys, shard_from_id
 from streams.recipient_settings import RecipientSettings
+from streams.records import DeliveryAtAcceptance, NotificationRecord, decode_record
+from streams.work_items import WorkItem
 
 REPO = Path(__file__).resolve().parents[2]
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -79,11 +81,42 @@ def plan(
     )
 
 
+def record(item: IngestItem) -> NotificationRecord:
+    return decode_record(item.record)
+
+
 def fates(item: IngestItem) -> list[tuple[str, str, str]]:
     """(channel, status, reason) of each delivery, in fan-out order."""
+    return [(d.channel, d.status, d.reason) for d in record(item).deliveries]
+
+
+Planned = tuple[DeliveryAtAcceptance, PlannedWork | None, WorkItem | None]
+
+
+def deliveries(item: IngestItem) -> list[Planned]:
+    """Each delivery of the record in fan-out order, with its work item if it has one.
+
+    Work items are matched to deliveries by their ``delivery_id``; every work item must
+    belong to exactly one delivery of the record.
+    """
+    by_id: dict[str, tuple[PlannedWork, WorkItem]] = {}
+    for planned in item.work:
+        work = codec.decode_work_item(planned.item)
+        assert work.delivery_id not in by_id, f"two work items for {work.delivery_id}"
+        by_id[work.delivery_id] = (planned, work)
+    result: list[Planned] = []
+    for delivery in record(item).deliveries:
+        planned_work, work_item = by_id.pop(delivery.id, (None, None))
+        result.append((delivery, planned_work, work_item))
+    assert not by_id, f"work items for unknown deliveries: {sorted(by_id)}"
+    return result
+
+
+def targets(item: IngestItem) -> list[tuple[str | None, int]]:
+    """(target, due_ms) of each delivery in fan-out order; (None, 0) without a work item."""
     return [
-        (str(d.fields["channel"]), str(d.fields["status"]), str(d.fields.get("reason", "")))
-        for d in item.deliveries
+        (planned.target, planned.due_ms) if planned is not None else (None, 0)
+        for _, planned, _ in deliveries(item)
     ]
 
 
@@ -137,25 +170,31 @@ def test_a_recipient_without_a_push_token_gets_no_push(planner: Planner) -> None
         ("PUSH", "SUPPRESSED", "no_address"),
         ("IN_APP", "QUEUED", ""),
     ]
-    email, push, in_app = item.deliveries
-    assert (email.target, push.target, in_app.target) == ("normal", "none", "normal")
-    assert push.work_item == b""
-    work = codec.decode_work_item(email.work_item)
+    assert targets(item) == [("normal", 0), (None, 0), ("normal", 0)]
+    email, push, in_app = deliveries(item)
+    # The suppressed push has no work item.
+    assert push[1] is None
+    assert push[2] is None
+    assert len(item.work) == 2
+    work = email[2]
+    assert work is not None
     assert (work.address, work.channel, work.data) == (
         "jane@example.com",
         "EMAIL",
         {"order_id": "1001"},
     )
-    assert codec.decode_work_item(in_app.work_item).address == "user-42"
+    assert in_app[2] is not None
+    assert (in_app[2].address, in_app[2].channel) == ("user-42", "IN_APP")
 
 
 def test_each_push_token_gets_its_own_delivery(planner: Planner) -> None:
     item = plan(planner, order(email="jane@example.com", push_tokens=("tok-a", "tok-b", "tok-a")))
-    pushes = [d for d in item.deliveries if d.fields["channel"] == "PUSH"]
+    pushes = [(d, w) for d, _, w in deliveries(item) if d.channel == "PUSH"]
     assert len(pushes) == 2
-    addresses = [codec.decode_work_item(d.work_item).address for d in pushes]
+    assert all(d.status == "QUEUED" for d, _ in pushes)
+    addresses = [w.address if w is not None else None for _, w in pushes]
     assert addresses == ["tok-a", "tok-b"]
-    assert len({d.delivery_id for d in item.deliveries}) == 4
+    assert len({d.id for d in record(item).deliveries}) == 4
 
 
 def test_a_switched_off_type_and_channel_is_suppressed(planner: Planner) -> None:
@@ -165,7 +204,7 @@ def test_a_switched_off_type_and_channel_is_suppressed(planner: Planner) -> None
     )
     item = plan(planner, req, settings)
     assert fates(item) == [("EMAIL", "SUPPRESSED", "opted_out"), ("PUSH", "QUEUED", "")]
-    assert item.deliveries[1].target == "low"
+    assert targets(item) == [(None, 0), ("low", 0)]
     assert item.settings_version == 2
 
 
@@ -173,6 +212,7 @@ def test_a_type_that_cannot_be_switched_off_is_sent_anyway(planner: Planner) -> 
     settings = RecipientSettings(disabled=frozenset({("otp", "SMS")}))
     item = plan(planner, request("otp", {"code": "1"}, phone="+4915112345678"), settings)
     assert fates(item) == [("SMS", "QUEUED", "")]
+    assert targets(item) == [("high", 0)]
 
 
 def test_quiet_hours_defer_a_normal_email_until_the_window_ends(planner: Planner) -> None:
@@ -182,36 +222,39 @@ def test_quiet_hours_defer_a_normal_email_until_the_window_ends(planner: Planner
         ("PUSH", "SCHEDULED", ""),
         ("IN_APP", "QUEUED", ""),
     ]
-    email, push, in_app = item.deliveries
     due_ms = int(QUIET_END.timestamp() * 1000)
-    assert (email.target, email.due_ms, email.fields["due_ms"]) == ("delayed", due_ms, due_ms)
-    assert push.target == "delayed"
-    assert push.due_ms == due_ms
     # IN_APP lands silently in an inbox: not deferred.
-    assert (in_app.target, in_app.due_ms) == ("normal", 0)
+    assert targets(item) == [("delayed", due_ms), ("delayed", due_ms), ("normal", 0)]
+    email, push, _ = deliveries(item)
     # A deferred delivery still has its work item, waiting in the delayed set.
-    assert codec.decode_work_item(email.work_item).address == "jane@example.com"
+    assert email[2] is not None
+    assert email[2].address == "jane@example.com"
+    assert push[2] is not None
+    assert push[2].address == "tok"
     deferred = codec.decode_event(item.events[1])
     assert isinstance(deferred, DeliveryDeferred)
     assert (deferred.reason, deferred.until) == ("quiet_hours", QUIET_END)
+    assert deferred.delivery_id == email[0].id
+    assert int(deferred.until.timestamp() * 1000) == due_ms
 
 
 def test_quiet_hours_do_not_hold_back_high_priority(planner: Planner) -> None:
     item = plan(planner, request("otp", {"code": "1"}, phone="+4915112345678"), QUIET, LATE)
     assert fates(item) == [("SMS", "QUEUED", "")]
-    assert item.deliveries[0].target == "high"
+    assert targets(item) == [("high", 0)]
 
 
 def test_a_requested_high_priority_is_not_held_back_either(planner: Planner) -> None:
     req = order(email="jane@example.com", priority="HIGH")
     item = plan(planner, req, QUIET, LATE)
     assert fates(item)[0] == ("EMAIL", "QUEUED", "")
-    assert item.deliveries[0].target == "high"
+    assert targets(item)[0] == ("high", 0)
 
 
 def test_outside_quiet_hours_nothing_is_deferred(planner: Planner) -> None:
     item = plan(planner, order(email="jane@example.com"), QUIET, NOON)
     assert fates(item)[0] == ("EMAIL", "QUEUED", "")
+    assert targets(item)[0] == ("normal", 0)
 
 
 def test_a_short_lived_notification_expires_rather_than_waiting_out_quiet_hours(
@@ -229,7 +272,9 @@ def test_a_short_lived_notification_expires_rather_than_waiting_out_quiet_hours(
         ("EMAIL", "EXPIRED", "quiet_hours_past_ttl"),
         ("PUSH", "EXPIRED", "quiet_hours_past_ttl"),
     ]
-    assert all(d.target == "none" and d.work_item == b"" for d in item.deliveries)
+    # Neither has a work item: nothing is queued nor waits in the delayed set.
+    assert item.work == []
+    assert targets(item) == [(None, 0), (None, 0)]
     assert all(isinstance(codec.decode_event(raw), DeliveryExpired) for raw in item.events[1:])
 
 
@@ -246,18 +291,19 @@ def test_the_events_record_the_acceptance_and_each_fate(planner: Planner) -> Non
     assert accepted.priority == "NORMAL"
     assert accepted.locale == "en"
     assert accepted.expires_at == LATE + timedelta(seconds=172800)
-    assert accepted.delivery_ids == [d.delivery_id for d in item.deliveries]
+    delivered = record(item).deliveries
+    assert accepted.delivery_ids == [d.id for d in delivered]
     assert [type(event) for event in per_delivery] == [
         DeliveryDeferred,
         DeliverySuppressed,
         DeliveryQueued,
     ]
-    for event, delivery in zip(per_delivery, item.deliveries, strict=True):
+    for event, delivery in zip(per_delivery, delivered, strict=True):
         assert isinstance(event, DeliveryEvent)
-        assert event.delivery_id == delivery.delivery_id
+        assert event.delivery_id == delivery.id
         assert event.notification_id == item.notification_id
+        # Each delivery starts at version 1.
         assert event.version == 1
-        assert delivery.fields["version"] == 1
     assert isinstance(per_delivery[1], DeliverySuppressed)
     assert per_delivery[1].reason == "no_address"
 
@@ -274,10 +320,17 @@ def test_the_response_lists_every_delivery_with_its_status(planner: Planner) -> 
     item = plan(planner, order(email="jane@example.com"), QUIET, LATE)
     response = json.loads(item.response)
     assert response["id"] == item.notification_id
+    # A delivery that ends at once says why; the others carry no reason.
     assert response["deliveries"] == [
-        {"id": d.delivery_id, "channel": d.fields["channel"], "status": d.fields["status"]}
-        for d in item.deliveries
+        {
+            "id": d.id,
+            "channel": d.channel,
+            "status": d.status,
+            **({"reason": d.reason} if d.reason else {}),
+        }
+        for d in record(item).deliveries
     ]
+    assert response["deliveries"][1]["reason"] == "no_address"
     assert [entry["status"] for entry in response["deliveries"]] == [
         "SCHEDULED",
         "SUPPRESSED",
@@ -288,11 +341,14 @@ def test_the_response_lists_every_delivery_with_its_status(planner: Planner) -> 
 def test_ttl_and_times_are_recorded_in_milliseconds(planner: Planner) -> None:
     item = plan(planner, request("otp", {"code": "1"}, phone="+4915112345678"), now=NOON)
     now_ms = int(NOON.timestamp() * 1000)
-    fields = item.deliveries[0].fields
-    assert fields["created_ms"] == now_ms
-    assert fields["expires_ms"] == now_ms + 300_000
-    assert item.notification_fields["expires_ms"] == now_ms + 300_000
-    assert item.notification_fields["type"] == "otp"
+    ((_, _, work),) = deliveries(item)
+    assert work is not None
+    assert work.created_ms == now_ms
+    assert work.expires_ms == now_ms + 300_000
+    stored = record(item)
+    assert stored.created_ms == now_ms
+    assert stored.expires_ms == now_ms + 300_000
+    assert (stored.id, stored.type) == (item.notification_id, "otp")
 
 
 def test_the_same_request_has_the_same_fingerprint_whatever_the_key_order() -> None:

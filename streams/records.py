@@ -1,0 +1,42 @@
+"""Write-model records kept in Redis next to the streams.
+
+``ntf:<id>`` holds a ``NotificationRecord``: what was accepted and each delivery's state at
+acceptance. A delivery's later state lives in its ``dlv:<id>`` hash, created by the first
+worker that touches it; until then the record's entry is the delivery's state.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from streams.events import Channel, PriorityName
+
+
+class DeliveryAtAcceptance(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    id: str
+    channel: Channel
+    status: str
+    reason: str = ""
+
+
+class NotificationRecord(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    type: str
+    priority: PriorityName
+    recipient_id: str
+    producer: str
+    created_ms: int
+    expires_ms: int
+    deliveries: list[DeliveryAtAcceptance]
+
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(NotificationRecord)
+
+
+def encode_record(record: NotificationRecord) -> bytes:
+    return _encoder.encode(record)
+
+
+def decode_record(raw: bytes) -> NotificationRecord:
+    return _decoder.decode(raw)
