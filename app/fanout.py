@@ -26,13 +26,17 @@ from streams.events import (
     Event,
     NotificationAccepted,
     PriorityName,
-    SuppressReason,
 )
 from streams.ids import new_ids
-from streams.ingest import WORK_TARGETS, IngestItem, PlannedWork, Target
+from streams.ingest import WORK_TARGETS, IngestItem, PlannedWork
 from streams.keys import ShardKeys
 from streams.recipient_settings import RecipientSettings
-from streams.records import DeliveryAtAcceptance, NotificationRecord, encode_record
+from streams.records import (
+    DeliveryAtAcceptance,
+    NotificationRecord,
+    decode_record,
+    encode_record,
+)
 from streams.work_items import WorkItem
 
 _canonical = msgspec.json.Encoder(order="sorted")
@@ -41,13 +45,26 @@ _response_encoder = msgspec.json.Encoder()
 _QUIET_HOURS_EXEMPT: frozenset[Channel] = frozenset({"IN_APP"})
 
 
+def accepted_body(record: bytes) -> bytes:
+    """The 202 answer for a notification, from its record."""
+    accepted = decode_record(record)
+    return _response_encoder.encode(Accepted(id=accepted.id, deliveries=accepted.deliveries))
+
+
 class FanoutError(ValueError):
     """The request cannot be fanned out; the message names the field (answered with 422)."""
 
 
+_FINGERPRINTED = NotificationRequest.__struct_fields__
+
+
 def fingerprint(request: NotificationRequest) -> str:
-    """A digest of the request's canonical form: key order and spacing do not matter."""
-    canonical = _canonical.encode(request)
+    """A digest of the request's canonical form: key order and spacing do not matter.
+
+    Only the fields of a single POST count, so a batch item (which adds its idempotency
+    key) fingerprints like the same notification posted alone.
+    """
+    canonical = _canonical.encode(tuple(getattr(request, name) for name in _FINGERPRINTED))
     return hashlib.sha256(canonical).hexdigest()[:32]
 
 
@@ -129,11 +146,11 @@ class Planner:
         request_fingerprint: str | None = None,
     ) -> IngestItem:
         """Everything the ingest script writes for this request."""
-        type_config = self.catalog.types[request.type]
+        type_name = request.type
+        type_config = self.catalog.types[type_name]
         priority: PriorityName = request.priority or type_config.priority
         locale = request.locale or self.catalog.default_locale
-        ttl = request.ttl_seconds or type_config.ttl_seconds
-        expires = now + timedelta(seconds=ttl)
+        expires = now + timedelta(seconds=request.ttl_seconds or type_config.ttl_seconds)
         now_ms, expires_ms = _ms(now), _ms(expires)
         nid = identity.notification_id
         quiet_until = (
@@ -141,6 +158,7 @@ class Planner:
             if settings.quiet_hours is not None and priority != "HIGH"
             else None
         )
+        disabled = settings.disabled if type_config.opt_out else frozenset()
 
         events: list[Event] = [
             NotificationAccepted(
@@ -148,7 +166,7 @@ class Planner:
                 notification_id=nid,
                 producer=producer,
                 idempotency_key=idempotency_key,
-                notification_type=request.type,
+                notification_type=type_name,
                 priority=priority,
                 recipient_id=request.recipient.id,
                 locale=locale,
@@ -156,15 +174,46 @@ class Planner:
                 delivery_ids=list(identity.delivery_ids),
             )
         ]
-        work_items: list[PlannedWork] = []
+        work: list[PlannedWork] = []
         at_acceptance: list[DeliveryAtAcceptance] = []
-        for (channel, address), delivery_id in zip(
-            identity.pairs, identity.delivery_ids, strict=True
-        ):
-            work = WorkItem(
-                delivery_id=delivery_id,
+        for (channel, address), did in zip(identity.pairs, identity.delivery_ids, strict=True):
+            # The fate of this delivery: suppressed, expired, deferred or queued.
+            reason = ""
+            if (type_name, channel) in disabled:
+                status, reason = "SUPPRESSED", "opted_out"
+            elif not address:
+                status, reason = "SUPPRESSED", "no_address"
+            elif quiet_until is not None and channel not in _QUIET_HOURS_EXEMPT:
+                if quiet_until >= expires:
+                    status, reason = "EXPIRED", "quiet_hours_past_ttl"
+                else:
+                    status = "SCHEDULED"
+            else:
+                status = "QUEUED"
+            at_acceptance.append(
+                DeliveryAtAcceptance(id=did, channel=channel, status=status, reason=reason)
+            )
+
+            if status == "SUPPRESSED":
+                events.append(
+                    DeliverySuppressed(
+                        at=now, notification_id=nid, delivery_id=did, version=1,
+                        channel=channel, reason=reason,  # type: ignore[arg-type]
+                    )
+                )  # fmt: skip
+                continue
+            if status == "EXPIRED":
+                events.append(
+                    DeliveryExpired(
+                        at=now, notification_id=nid, delivery_id=did, version=1,
+                        channel=channel, reason=reason,
+                    )
+                )  # fmt: skip
+                continue
+            item = WorkItem(
+                delivery_id=did,
                 notification_id=nid,
-                notification_type=request.type,
+                notification_type=type_name,
                 channel=channel,
                 priority=priority,
                 recipient_id=request.recipient.id,
@@ -174,26 +223,27 @@ class Planner:
                 created_ms=now_ms,
                 expires_ms=expires_ms,
             )
-            fate = self._fate(
-                work,
-                settings=settings,
-                priority=priority,
-                quiet_until=quiet_until,
-                expires=expires,
-                now=now,
-            )
-            if fate.target is not None:
-                work_items.append(PlannedWork(fate.target, codec.encode(work), fate.due_ms))
-            events.append(fate.event)
-            at_acceptance.append(
-                DeliveryAtAcceptance(
-                    id=delivery_id, channel=channel, status=fate.status, reason=fate.reason
-                )
-            )
+            if status == "SCHEDULED":
+                assert quiet_until is not None
+                events.append(
+                    DeliveryDeferred(
+                        at=now, notification_id=nid, delivery_id=did, version=1,
+                        channel=channel, reason="quiet_hours", until=quiet_until,
+                    )
+                )  # fmt: skip
+                work.append(PlannedWork("delayed", codec.encode(item), _ms(quiet_until)))
+            else:
+                events.append(
+                    DeliveryQueued(
+                        at=now, notification_id=nid, delivery_id=did, version=1,
+                        channel=channel, priority=priority,
+                    )
+                )  # fmt: skip
+                work.append(PlannedWork(WORK_TARGETS[priority], codec.encode(item)))
 
         record = NotificationRecord(
             id=nid,
-            type=request.type,
+            type=type_name,
             priority=priority,
             recipient_id=request.recipient.id,
             producer=producer,
@@ -212,62 +262,9 @@ class Planner:
             settings_version=settings.version,
             response=_response_encoder.encode(Accepted(id=nid, deliveries=at_acceptance)),
             record=encode_record(record),
-            events=[codec.encode(event) for event in events],
-            work=work_items,
+            events=codec.encode_events(events),
+            work=work,
         )
-
-    def _fate(
-        self,
-        work: WorkItem,
-        *,
-        settings: RecipientSettings,
-        priority: PriorityName,
-        quiet_until: datetime | None,
-        expires: datetime,
-        now: datetime,
-    ) -> _Fate:
-        """Decide what happens to one delivery at ingest, and the event that records it."""
-        nid, did, channel = work.notification_id, work.delivery_id, work.channel
-        type_config = self.catalog.types[work.notification_type]
-        if type_config.opt_out and (work.notification_type, channel) in settings.disabled:
-            reason: SuppressReason | None = "opted_out"
-        elif not work.address:
-            reason = "no_address"
-        else:
-            reason = None
-        if reason is not None:
-            event: Event = DeliverySuppressed(
-                at=now, notification_id=nid, delivery_id=did, version=1, channel=channel,
-                reason=reason,
-            )  # fmt: skip
-            return _Fate("SUPPRESSED", None, event, reason=reason)
-        if quiet_until is not None and channel not in _QUIET_HOURS_EXEMPT:
-            if quiet_until >= expires:
-                reason_text = "quiet_hours_past_ttl"
-                event = DeliveryExpired(
-                    at=now, notification_id=nid, delivery_id=did, version=1, channel=channel,
-                    reason=reason_text,
-                )  # fmt: skip
-                return _Fate("EXPIRED", None, event, reason=reason_text)
-            event = DeliveryDeferred(
-                at=now, notification_id=nid, delivery_id=did, version=1, channel=channel,
-                reason="quiet_hours", until=quiet_until,
-            )  # fmt: skip
-            return _Fate("SCHEDULED", "delayed", event, due_ms=_ms(quiet_until))
-        event = DeliveryQueued(
-            at=now, notification_id=nid, delivery_id=did, version=1, channel=channel,
-            priority=priority,
-        )  # fmt: skip
-        return _Fate("QUEUED", WORK_TARGETS[priority], event)
-
-
-@dataclass(frozen=True, slots=True)
-class _Fate:
-    status: str
-    target: Target | None  # None: no work item (suppressed, expired)
-    event: Event
-    reason: str = ""
-    due_ms: int = 0
 
 
 def _ms(moment: datetime) -> int:

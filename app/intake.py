@@ -17,8 +17,8 @@ import structlog
 from redis.asyncio import Redis
 
 from app.api.schemas import NotificationRequest
-from app.fanout import FanoutError, Identity, Planner, fingerprint, utc_now
-from streams.ingest import IngestItem, IngestReply, submit
+from app.fanout import FanoutError, Identity, Planner, accepted_body, fingerprint, utc_now
+from streams.ingest import IngestItem, IngestReply, IngestWriter
 from streams.keys import KeySpace, ShardKeys
 from streams.recipient_settings import RecipientSettings
 
@@ -63,10 +63,9 @@ class Intake:
         idempotency_ttl_seconds: int,
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
-        self.redis = redis
         self.keys = keys
         self.planner = planner
-        self.idempotency_ttl_ms = idempotency_ttl_seconds * 1000
+        self.writer = IngestWriter(redis, idempotency_ttl_seconds * 1000, IN_FLIGHT_TTL_MS)
         self.clock = clock
 
     async def accept(self, producer: str, key: str, request: NotificationRequest) -> Outcome:
@@ -106,9 +105,7 @@ class Intake:
         for _ in range(MAX_ROUNDS):
             if not pending:
                 break
-            replies = await submit(
-                self.redis, [p.item for p in pending], self.idempotency_ttl_ms, IN_FLIGHT_TTL_MS
-            )
+            replies = await self.writer.write([p.item for p in pending])
             again: list[_Pending] = []
             for entry, reply in zip(pending, replies, strict=True):
                 if reply.kind == "STALE" and reply.settings is not None:
@@ -164,7 +161,7 @@ def _outcome(item: IngestItem, reply: IngestReply) -> Outcome:
         )
         return Outcome(202, response=item.response)
     if reply.kind == "DUP":
-        return Outcome(202, response=reply.response, replayed=True)
+        return Outcome(202, response=accepted_body(reply.record), replayed=True)
     if reply.kind == "CONFLICT":
         return Outcome(
             422, detail="Idempotency-Key: already used for a different notification body"

@@ -2,7 +2,8 @@
 
 redis-py's synchronous client packs commands with hiredis, but its asyncio connection packs
 them in Python, at about a microsecond per argument; an ingest script call has hundreds of
-arguments. This connection class uses the same hiredis packer as the synchronous client.
+arguments. This connection class packs with hiredis, like the synchronous client (Clarion
+only sends str, bytes and int arguments, which hiredis packs as redis-py would).
 """
 
 from __future__ import annotations
@@ -11,18 +12,21 @@ from typing import Any
 
 from redis.asyncio import Redis
 from redis.asyncio.connection import Connection
-from redis.connection import HiredisRespSerializer
 from redis.utils import HIREDIS_AVAILABLE
+
+if HIREDIS_AVAILABLE:
+    import hiredis
 
 
 class HiredisPackingConnection(Connection):
     """A TCP connection whose commands are packed by hiredis."""
 
-    _packer = HiredisRespSerializer()
-
     def pack_command(self, *args: Any) -> list[bytes]:
-        packed: list[bytes] = self._packer.pack(*args)
-        return packed
+        # redis-py passes some commands as one "WORD WORD" first argument.
+        name = args[0]
+        if isinstance(name, str) and " " in name:
+            args = (*name.split(), *args[1:])
+        return [hiredis.pack_command(args)]
 
 
 def connect(url: str, **options: Any) -> Redis:

@@ -8,6 +8,7 @@ pipeline, because the Python client, not Redis, is the bottleneck.
 
 from __future__ import annotations
 
+import asyncio
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -50,17 +51,78 @@ class IngestItem:
     # Identifies this request across a STALE round; the notification id is unique enough.
     token: str
     settings_version: int
+    # The caller's answer when this item is accepted (not written: a retry's answer is
+    # rebuilt from the record).
     response: bytes
     record: bytes
-    events: list[bytes]
+    # All events of this notification's acceptance, encoded as one ``events`` entry.
+    events: bytes
     work: list[PlannedWork] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
 class IngestReply:
     kind: Literal["OK", "DUP", "CONFLICT", "BUSY", "STALE"]
-    response: bytes = b""
+    # DUP: the encoded record of the notification accepted first under this key.
+    record: bytes = b""
     settings: RecipientSettings | None = None
+
+
+class IngestWriter:
+    """Writes ingest items, merging what concurrent requests submit into shared pipelines.
+
+    Each HTTP request would otherwise pay a full Redis round trip of client CPU for its one
+    script call. Items submitted while a write is in flight wait for the next one, so under
+    load one pipeline carries many requests, and a lone request goes out at once.
+    """
+
+    def __init__(
+        self,
+        redis: Redis,
+        idempotency_ttl_ms: int,
+        pending_ttl_ms: int,
+        max_items: int = 1024,
+    ) -> None:
+        self.redis = redis
+        self.idempotency_ttl_ms = idempotency_ttl_ms
+        self.pending_ttl_ms = pending_ttl_ms
+        self.max_items = max_items
+        self._waiting: list[tuple[IngestItem, asyncio.Future[IngestReply]]] = []
+        self._flusher: asyncio.Task[None] | None = None
+
+    async def write(self, items: Sequence[IngestItem]) -> list[IngestReply]:
+        """Write ``items``; replies in the same order."""
+        loop = asyncio.get_running_loop()
+        futures = [loop.create_future() for _ in items]
+        self._waiting.extend(zip(items, futures, strict=True))
+        if self._flusher is None:
+            self._flusher = loop.create_task(self._flush())
+        if len(futures) == 1:
+            return [await futures[0]]
+        return list(await asyncio.gather(*futures))
+
+    async def _flush(self) -> None:
+        try:
+            while self._waiting:
+                batch = self._waiting[: self.max_items]
+                del self._waiting[: self.max_items]
+                try:
+                    replies = await submit(
+                        self.redis,
+                        [item for item, _ in batch],
+                        self.idempotency_ttl_ms,
+                        self.pending_ttl_ms,
+                    )
+                except Exception as error:  # every waiter of this batch gets the error
+                    for _, future in batch:
+                        if not future.done():
+                            future.set_exception(error)
+                    continue
+                for (_, future), reply in zip(batch, replies, strict=True):
+                    if not future.done():  # a waiter whose request was cancelled is gone
+                        future.set_result(reply)
+        finally:
+            self._flusher = None
 
 
 async def submit(
@@ -97,17 +159,16 @@ def _call(
         shard.work(Priority.LOW),
         shard.delayed,
     ]
-    args: list[Field] = [idempotency_ttl_ms, pending_ttl_ms]
+    args: list[Field] = [idempotency_ttl_ms, pending_ttl_ms, shard.notification("")]
     for item in items:
         keys += [
             shard.idempotency(item.producer, item.idempotency_key),
             shard.notification(item.notification_id),
             shard.recipient(item.recipient_id),
         ]
-        args += [item.fingerprint, item.token, item.settings_version, item.response, item.record]
-        args.append(len(item.events))
-        args += item.events
-        args.append(len(item.work))
+        args += [item.fingerprint, item.token, item.settings_version, item.notification_id]
+        args.append(item.record)
+        args += [item.events, len(item.work)]
         for work in item.work:
             args += [work.target, work.due_ms, work.item]
     return keys, args
@@ -116,7 +177,7 @@ def _call(
 def _reply(raw: list[bytes | list[bytes]]) -> IngestReply:
     kind = raw[0]
     if kind == b"DUP":
-        return IngestReply("DUP", response=raw[1])  # type: ignore[arg-type]
+        return IngestReply("DUP", record=raw[1])  # type: ignore[arg-type]
     if kind == b"STALE":
         return IngestReply("STALE", settings=RecipientSettings.from_hash(raw[1]))  # type: ignore[arg-type]
     return IngestReply(kind.decode())  # type: ignore[arg-type, union-attr]

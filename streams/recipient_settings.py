@@ -114,7 +114,7 @@ class RecipientSettingsStore:
             reply = await scripts.RECIPIENT_SETTINGS(
                 self.redis,
                 [home.recipient(recipient_id), home.events],
-                [current.version, new_version, change, payload, codec.encode(event)],
+                [current.version, new_version, change, payload, codec.encode_events([event])],
             )
             if reply == b"OK":
                 break

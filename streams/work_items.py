@@ -1,7 +1,9 @@
 """A delivery work item: everything a worker needs to make one provider call.
 
 Work items sit in ``work:<priority>`` streams and in the ``delayed`` set. Unlike events they
-carry the address and the template data, and they live only until the delivery ends.
+carry the address and the template data, and they live only until the delivery ends. They
+are encoded as JSON arrays (field order, no names): a third smaller and faster to write and
+read. So a new field may only be appended at the end, with a default.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import msgspec
 from streams.events import Channel, PriorityName
 
 
-class WorkItem(msgspec.Struct, frozen=True, kw_only=True):
+class WorkItem(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     delivery_id: str
     notification_id: str
     notification_type: str

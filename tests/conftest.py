@@ -19,6 +19,8 @@ from redis.asyncio import Redis
 from app.catalog import Catalog, load_catalog
 from app.settings import Settings, parse_api_keys
 from app.web import create_app
+from streams import codec
+from streams.events import AnyEvent
 
 REPO = Path(__file__).resolve().parent.parent
 REDIS_URL = os.environ.get("CLARION_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -48,6 +50,12 @@ async def delete_prefix(redis: Redis, prefix: str) -> None:
             batch.clear()
     if batch:
         await redis.unlink(*batch)
+
+
+async def stream_events(redis: Redis, stream: str) -> list[AnyEvent]:
+    """Every event in an ``events`` stream, in order."""
+    entries = await redis.xrange(stream)
+    return [event for _, fields in entries for event in codec.decode_events(fields[b"e"])]
 
 
 @pytest.fixture

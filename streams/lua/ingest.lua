@@ -2,28 +2,32 @@
 --
 -- KEYS: events, work:high, work:normal, work:low, delayed,
 --       then per item: idempotency record, notification record, recipient settings.
--- ARGV: idempotency ttl (ms), in-flight marker ttl (ms), then per item:
---       fingerprint, request token, expected settings version, response, notification
---       record, event count, encoded events..., work item count, then per work item:
---       target (high|normal|low|delayed), due time in ms (delayed only), encoded item.
+-- ARGV: idempotency ttl (ms), in-flight marker ttl (ms), prefix of notification record keys,
+--       then per item: fingerprint, request token, expected settings version, notification
+--       id, notification record, the item's events (one JSON array: one stream entry),
+--       work item count, then per work item: target (high|normal|low|delayed), due time in
+--       ms (delayed only), encoded item.
 --
 -- Only the notification record, the events and the work items are written: a delivery's
 -- state hash is created by the first worker that touches it (absent means "as accepted"),
--- which keeps this script to a handful of commands per notification.
+-- which keeps this script to a handful of commands per notification. The record lives as
+-- long as the idempotency record that points to it.
 --
 -- Reply, one entry per item:
 --   {"OK"}               accepted: everything written
---   {"DUP", response}    same key, same body: the first answer, nothing written
+--   {"DUP", record}      same key, same body: the first notification's record, nothing
+--                        written
 --   {"CONFLICT"}         same key, different body
 --   {"BUSY"}             same key, the first request is still in flight
 --   {"STALE", settings}  the recipient's settings changed since the caller read them; the
 --                        caller plans again and calls again with the same token
 --
--- Idempotency record value: "done <fingerprint> <response>" or "pending <token> <fingerprint>".
+-- Idempotency record value: "done <fingerprint> <notification id>" or
+-- "pending <token> <fingerprint>".
 
 local events, delayed = KEYS[1], KEYS[5]
 local work = { high = KEYS[2], normal = KEYS[3], low = KEYS[4] }
-local idem_ttl, pending_ttl = ARGV[1], ARGV[2]
+local idem_ttl, pending_ttl, record_prefix = ARGV[1], ARGV[2], ARGV[3]
 
 local function split_first(text)
   local space = string.find(text, " ", 1, true)
@@ -33,7 +37,7 @@ local function split_first(text)
   return string.sub(text, 1, space - 1), string.sub(text, space + 1)
 end
 
-local argi = 3
+local argi = 4
 local function next_arg()
   argi = argi + 1
   return ARGV[argi - 1]
@@ -42,11 +46,8 @@ end
 local function next_item()
   local item = {}
   item.fingerprint, item.token = next_arg(), next_arg()
-  item.settings_version, item.response, item.record = next_arg(), next_arg(), next_arg()
-  item.events = {}
-  for j = 1, tonumber(next_arg()) do
-    item.events[j] = next_arg()
-  end
+  item.settings_version, item.id, item.record = next_arg(), next_arg(), next_arg()
+  item.events = next_arg()
   item.work = {}
   for j = 1, tonumber(next_arg()) do
     item.work[j] = { target = next_arg(), due_ms = next_arg(), item = next_arg() }
@@ -60,11 +61,12 @@ local function verdict(item)
   if record then
     local kind, rest = split_first(record)
     if kind == "done" then
-      local fingerprint, response = split_first(rest)
+      local fingerprint, notification_id = split_first(rest)
       if fingerprint ~= item.fingerprint then
         return { "CONFLICT" }
       end
-      return { "DUP", response }
+      -- Same shard, so the same hash tag as the keys this call declares.
+      return { "DUP", redis.call("GET", record_prefix .. notification_id) or "" }
     end
     local owner, fingerprint = split_first(rest)
     if fingerprint ~= item.fingerprint then
@@ -83,10 +85,8 @@ local function verdict(item)
 end
 
 local function write(item)
-  redis.call("SET", item.ntf, item.record)
-  for _, event in ipairs(item.events) do
-    redis.call("XADD", events, "*", "e", event)
-  end
+  redis.call("SET", item.ntf, item.record, "PX", idem_ttl)
+  redis.call("XADD", events, "*", "e", item.events)
   for _, entry in ipairs(item.work) do
     if entry.target == "delayed" then
       redis.call("ZADD", delayed, entry.due_ms, entry.item)
@@ -94,7 +94,7 @@ local function write(item)
       redis.call("XADD", work[entry.target], "*", "w", entry.item)
     end
   end
-  redis.call("SET", item.idem, "done " .. item.fingerprint .. " " .. item.response, "PX", idem_ttl)
+  redis.call("SET", item.idem, "done " .. item.fingerprint .. " " .. item.id, "PX", idem_ttl)
 end
 
 local replies = {}

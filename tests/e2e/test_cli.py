@@ -92,7 +92,7 @@ def test_send_shows_up_in_the_events_stream(
     redis = Redis.from_url(REDIS_URL)
     entries = redis.xrange(KeySpace(key_prefix).shard(0).events)
     redis.close()
-    events = [codec.decode_event(fields[b"e"]) for _, fields in entries]
+    events = [e for _, fields in entries for e in codec.decode_events(fields[b"e"])]
     assert isinstance(events[0], NotificationAccepted)
     assert events[0].notification_id == answer["id"]
     assert isinstance(events[1], DeliveryQueued)
@@ -124,7 +124,7 @@ def test_concurrent_identical_posts_to_two_workers_make_one_notification(
     redis = Redis.from_url(REDIS_URL)
     entries = redis.xrange(KeySpace(key_prefix).shard(0).events)
     redis.close()
-    decoded = [codec.decode_event(fields[b"e"]) for _, fields in entries]
+    decoded = [e for _, fields in entries for e in codec.decode_events(fields[b"e"])]
     assert sum(isinstance(event, NotificationAccepted) for event in decoded) == 1
 
 

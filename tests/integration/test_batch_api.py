@@ -8,10 +8,9 @@ from typing import Any
 import httpx
 from redis.asyncio import Redis
 
-from streams import codec
 from streams.events import NotificationAccepted
 from streams.keys import KeySpace
-from tests.conftest import ORDERS, VIEWER
+from tests.conftest import ORDERS, VIEWER, stream_events
 from tests.integration.test_notifications_api import OTP, post
 
 Client = httpx.AsyncClient
@@ -27,8 +26,8 @@ async def post_batch(client: Client, body: Any, headers: dict[str, str] = ORDERS
 
 
 async def accepted_count(redis: Redis, prefix: str) -> int:
-    entries = await redis.xrange(KeySpace(prefix).shard(0).events)
-    return sum(isinstance(codec.decode_event(f[b"e"]), NotificationAccepted) for _, f in entries)
+    events = await stream_events(redis, KeySpace(prefix).shard(0).events)
+    return sum(isinstance(event, NotificationAccepted) for event in events)
 
 
 async def test_each_item_gets_its_own_result_in_order(

@@ -13,7 +13,7 @@ from redis.asyncio import Redis
 from streams import codec
 from streams.events import DeliveryQueued, NotificationAccepted
 from streams.keys import KeySpace, Priority
-from tests.conftest import AUTH, ORDERS, VIEWER, http_client
+from tests.conftest import AUTH, ORDERS, VIEWER, http_client, stream_events
 
 Client = httpx.AsyncClient
 
@@ -40,8 +40,7 @@ async def post(
 
 
 async def events(redis: Redis, prefix: str) -> list[Any]:
-    entries = await redis.xrange(KeySpace(prefix).shard(0).events)
-    return [codec.decode_event(fields[b"e"]) for _, fields in entries]
+    return await stream_events(redis, KeySpace(prefix).shard(0).events)
 
 
 async def test_accepts_and_writes_events_and_work_items(

@@ -13,7 +13,7 @@ from redis.asyncio import Redis
 from streams import codec
 from streams.events import PreferenceChanged
 from streams.keys import KeySpace
-from tests.conftest import ORDERS, VIEWER, Clock
+from tests.conftest import ORDERS, VIEWER, Clock, stream_events
 from tests.integration.test_notifications_api import post
 
 Client = httpx.AsyncClient
@@ -98,8 +98,7 @@ async def test_preference_changes_are_events(client: Client, redis: Redis, key_p
     off = {"preferences": [{"type": "marketing", "channel": "PUSH", "enabled": False}]}
     await put(client, "/v1/recipients/user-9/preferences", off)
     await put(client, "/v1/recipients/user-9/quiet-hours", BERLIN_NIGHT)
-    entries = await redis.xrange(KeySpace(key_prefix).shard(0).events)
-    changes = [codec.decode_event(fields[b"e"]) for _, fields in entries]
+    changes = await stream_events(redis, KeySpace(key_prefix).shard(0).events)
     assert all(isinstance(c, PreferenceChanged) for c in changes)
     assert [c.settings_version for c in changes] == [1, 2]  # type: ignore[union-attr]
     assert changes[1].quiet_hours is not None  # type: ignore[union-attr]
