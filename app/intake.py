@@ -156,9 +156,6 @@ class Intake:
 
 def _outcome(item: IngestItem, reply: IngestReply) -> Outcome:
     if reply.kind == "OK":
-        log.debug(
-            "notification.accepted", notification_id=item.notification_id, producer=item.producer
-        )
         return Outcome(202, response=item.response)
     if reply.kind == "DUP":
         return Outcome(202, response=accepted_body(reply.record), replayed=True)

@@ -9,9 +9,10 @@ from litestar import Litestar, Router
 from litestar.datastructures import State
 from litestar.openapi import OpenAPIConfig
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from app.api.notifications import create_notification, create_notifications_batch
-from app.api.ops import health, internal_error
+from app.api.ops import health, internal_error, redis_unavailable
 from app.api.recipients import (
     delete_quiet_hours,
     get_recipient_settings,
@@ -65,6 +66,6 @@ def create_app(
         ),
         # Logging is configured by app.logging (structlog), not by Litestar.
         logging_config=None,
-        exception_handlers={500: internal_error},
+        exception_handlers={500: internal_error, RedisError: redis_unavailable},
         debug=False,
     )

@@ -29,15 +29,15 @@ def new_ids(shard: int, count: int, now_ms: int | None = None) -> list[str]:
     if not 0 <= shard < MAX_SHARDS:
         raise ValueError(f"shard {shard} is out of range")
     ms = time.time_ns() // 1_000_000 if now_ms is None else now_ms
-    head = (ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | 0b10 << 62 | shard
+    millis = f"{ms & ((1 << 48) - 1):012x}"
+    head = f"{millis[:8]}-{millis[8:]}-7"  # 48 bits of time, then the version
     ids = []
     for _ in range(count):
         # Ids must be unique, not secret: the process-wide PRNG (reseeded after a fork) is
         # enough, and far cheaper than a system call per id.
         rand = random.getrandbits(_RANDOM_BITS)
-        value = head | (rand >> _RAND_B_BITS) << 64 | (rand & _RAND_B_MASK) << _SHARD_BITS
-        text = f"{value:032x}"
-        ids.append(f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}")
+        low = f"{0b10 << 62 | (rand & _RAND_B_MASK) << _SHARD_BITS | shard:016x}"
+        ids.append(f"{head}{rand >> _RAND_B_BITS:03x}-{low[:4]}-{low[4:]}")
     return ids
 
 

@@ -26,6 +26,16 @@ async def health(request: Request[Any, Any, State]) -> dict[str, Any]:
     return {"status": "ok" if redis_state == "ok" else "degraded", "redis": redis_state}
 
 
+def redis_unavailable(request: Request[Any, Any, State], error: Exception) -> Response[Any]:
+    """Redis, the event log, cannot be reached: nothing was accepted, the client may retry."""
+    log.warning("http.redis_unavailable", path=request.url.path, error=type(error).__name__)
+    return Response(
+        {"status_code": 503, "detail": "the event log (Redis) is unavailable; retry shortly"},
+        status_code=503,
+        headers={"Retry-After": "1"},
+    )
+
+
 def internal_error(request: Request[Any, Any, State], error: Exception) -> Response[Any]:
     """Answer 500 without any internal detail; log a bug with its traceback."""
     if isinstance(error, HTTPException):

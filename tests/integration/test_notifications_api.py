@@ -194,3 +194,17 @@ async def test_openapi_documents_the_request_body(client: Client) -> None:
     schema = (await client.get("/schema/openapi.json")).json()
     body = schema["paths"]["/v1/notifications"]["post"]["requestBody"]
     assert body["content"]["application/json"]["schema"]["$ref"].endswith("NotificationRequest")
+
+
+async def test_redis_down_is_503_and_nothing_is_half_written(catalog: Any, settings: Any) -> None:
+    from app.web import create_app  # noqa: PLC0415
+    from tests.servers import free_port  # noqa: PLC0415
+
+    dead = Redis.from_url(f"redis://127.0.0.1:{free_port()}/0")
+    app = create_app(settings, redis=dead, catalog=catalog)
+    async with http_client(app) as client:
+        response = await post(client, OTP)
+    await dead.aclose()
+    assert response.status_code == 503
+    assert response.headers["Retry-After"] == "1"
+    assert "retry" in response.json()["detail"]
