@@ -1,0 +1,1 @@
+"""Channel adapters: the providers a delivery worker hands messages to."""
