@@ -2,14 +2,13 @@
 
 The caller (the API) validates and fans out; this module only knows the shape of what is
 written: the idempotency record, the notification record, the events and the work items.
-Items are grouped by shard and sent in chunks of one script call each, all in a single
-pipeline, because the Python client, not Redis, is the bottleneck.
+Items are grouped by shard and sent in chunks of one script call each; the calls of
+concurrent requests share pipelines, because the Python client, not Redis, is the
+bottleneck.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -17,14 +16,13 @@ from typing import Literal
 from redis.asyncio import Redis
 
 from streams import scripts
+from streams.batching import BatchedScript
 from streams.keys import Priority, ShardKeys
 from streams.recipient_settings import RecipientSettings
+from streams.scripts import KeyOrArg
 
 Target = Literal["high", "normal", "low", "delayed"]
-Field = str | int | bytes
-# Items per script call: few calls for the client to pack, while one call still keeps Redis
-# busy for well under a millisecond.
-CHUNK = 64
+Field = KeyOrArg
 
 
 # The work stream a queued delivery of each priority goes to.
@@ -69,84 +67,20 @@ class IngestReply:
 
 
 class IngestWriter:
-    """Writes ingest items, merging what concurrent requests submit into shared pipelines.
+    """Writes ingest items; concurrent requests share pipelines (see ``BatchedScript``)."""
 
-    Each HTTP request would otherwise pay a full Redis round trip of client CPU for its one
-    script call. Items submitted while a write is in flight wait for the next one, so under
-    load one pipeline carries many requests, and a lone request goes out at once.
-    """
-
-    def __init__(
-        self,
-        redis: Redis,
-        idempotency_ttl_ms: int,
-        pending_ttl_ms: int,
-        max_items: int = 1024,
-    ) -> None:
-        self.redis = redis
-        self.idempotency_ttl_ms = idempotency_ttl_ms
-        self.pending_ttl_ms = pending_ttl_ms
-        self.max_items = max_items
-        self._waiting: list[tuple[IngestItem, asyncio.Future[IngestReply]]] = []
-        self._flusher: asyncio.Task[None] | None = None
+    def __init__(self, redis: Redis, idempotency_ttl_ms: int, pending_ttl_ms: int) -> None:
+        self._script: BatchedScript[ShardKeys, IngestItem, IngestReply] = BatchedScript(
+            redis,
+            scripts.INGEST,
+            group_of=lambda item: item.shard,
+            build=lambda shard, items: _call(shard, items, idempotency_ttl_ms, pending_ttl_ms),
+            parse=_reply,
+        )
 
     async def write(self, items: Sequence[IngestItem]) -> list[IngestReply]:
         """Write ``items``; replies in the same order."""
-        loop = asyncio.get_running_loop()
-        futures = [loop.create_future() for _ in items]
-        self._waiting.extend(zip(items, futures, strict=True))
-        if self._flusher is None:
-            self._flusher = loop.create_task(self._flush())
-        if len(futures) == 1:
-            return [await futures[0]]
-        return list(await asyncio.gather(*futures))
-
-    async def _flush(self) -> None:
-        try:
-            while self._waiting:
-                batch = self._waiting[: self.max_items]
-                del self._waiting[: self.max_items]
-                try:
-                    replies = await submit(
-                        self.redis,
-                        [item for item, _ in batch],
-                        self.idempotency_ttl_ms,
-                        self.pending_ttl_ms,
-                    )
-                except Exception as error:  # every waiter of this batch gets the error
-                    for _, future in batch:
-                        if not future.done():
-                            future.set_exception(error)
-                    continue
-                for (_, future), reply in zip(batch, replies, strict=True):
-                    if not future.done():  # a waiter whose request was cancelled is gone
-                        future.set_result(reply)
-        finally:
-            self._flusher = None
-
-
-async def submit(
-    redis: Redis, items: Sequence[IngestItem], idempotency_ttl_ms: int, pending_ttl_ms: int
-) -> list[IngestReply]:
-    """Run the ingest script for every item; replies in the order of ``items``."""
-    by_shard: dict[ShardKeys, list[int]] = defaultdict(list)
-    for index, item in enumerate(items):
-        by_shard[item.shard].append(index)
-    calls: list[tuple[list[Field], list[Field]]] = []
-    call_items: list[list[int]] = []
-    for shard, indexes in by_shard.items():
-        for start in range(0, len(indexes), CHUNK):
-            chunk = indexes[start : start + CHUNK]
-            calls.append(
-                _call(shard, [items[i] for i in chunk], idempotency_ttl_ms, pending_ttl_ms)
-            )
-            call_items.append(chunk)
-    results = await scripts.INGEST.run_many(redis, calls)
-    replies: list[IngestReply | None] = [None] * len(items)
-    for chunk, result in zip(call_items, results, strict=True):
-        for index, raw in zip(chunk, result, strict=True):
-            replies[index] = _reply(raw)
-    return [reply for reply in replies if reply is not None]
+        return await self._script.run(items)
 
 
 def _call(

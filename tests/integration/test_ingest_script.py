@@ -12,7 +12,7 @@ from app.fanout import Planner, fingerprint
 from app.intake import IN_FLIGHT_TTL_MS, Intake
 from streams import scripts
 from streams.events import PreferenceEntry
-from streams.ingest import submit
+from streams.ingest import IngestWriter
 from streams.keys import KeySpace, Priority
 from streams.recipient_settings import RecipientSettings, RecipientSettingsStore
 from tests.conftest import Clock
@@ -47,7 +47,7 @@ async def test_a_twin_of_a_request_in_its_second_round_gets_409(
     planner = Planner(catalog)
     first = planned(planner, keys, clock, "k")
     # The first round finds settings it did not assume: STALE, and the key is now in flight.
-    [reply] = await submit(redis, [first], 60_000, IN_FLIGHT_TTL_MS)  # type: ignore[list-item]
+    [reply] = await IngestWriter(redis, 60_000, IN_FLIGHT_TTL_MS).write([first])  # type: ignore[list-item]
     assert reply.kind == "STALE"
     assert reply.settings is not None
     assert reply.settings.disabled == {("marketing", "EMAIL")}
