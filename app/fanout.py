@@ -37,6 +37,7 @@ from streams.records import (
     decode_record,
     encode_record,
 )
+from streams.scheduler import delayed_member
 from streams.work_items import WorkItem
 
 _canonical = msgspec.json.Encoder(order="sorted")
@@ -231,7 +232,8 @@ class Planner:
                         channel=channel, reason="quiet_hours", until=quiet_until,
                     )
                 )  # fmt: skip
-                work.append(PlannedWork("delayed", codec.encode(item), _ms(quiet_until)))
+                member = delayed_member(priority, codec.encode(item))
+                work.append(PlannedWork("delayed", member, _ms(quiet_until)))
             else:
                 events.append(
                     DeliveryQueued(

@@ -31,7 +31,8 @@ WORK_TARGETS: dict[str, Target] = {"HIGH": "high", "NORMAL": "normal", "LOW": "l
 
 @dataclass(frozen=True, slots=True)
 class PlannedWork:
-    """A work item to add to a work stream, or to ``delayed`` until ``due_ms``."""
+    """A work item to add to a work stream, or a ``delayed`` member (see ``scheduler``) to
+    add to ``delayed`` until ``due_ms``."""
 
     target: Target
     item: bytes

@@ -95,7 +95,17 @@ class KeySpace:
 
     @property
     def sandbox_sent(self) -> str:
+        """The sandbox provider's record of every call (a stream)."""
         return f"{self.prefix}:sandbox:sent"
+
+    @property
+    def sandbox_done(self) -> str:
+        """The sandbox's first message id per idempotency key (a hash).
+
+        Its hash tag is the whole name of ``sandbox_sent``, which has none, so both land in
+        one cluster slot and one script may touch both.
+        """
+        return f"{{{self.sandbox_sent}}}:done"
 
     def rate_bucket(self, provider: str) -> str:
         """Global per provider credential, with a hash tag of its own."""

@@ -123,4 +123,10 @@ class SharedPipeline:
 
 
 INGEST = LuaScript("ingest")
+DELIVERY_BEGIN = LuaScript("delivery_begin")
+DELIVERY_FINISH = LuaScript("delivery_finish")
+DEAD_LETTER_RAW = LuaScript("dead_letter_raw")
+SCHEDULE_DUE = LuaScript("schedule_due")
 RECIPIENT_SETTINGS = LuaScript("recipient_settings")
+SANDBOX_SEND = LuaScript("sandbox_send")
+RATE_LIMIT = LuaScript("rate_limit")

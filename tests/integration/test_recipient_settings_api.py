@@ -13,6 +13,7 @@ from redis.asyncio import Redis
 from streams import codec
 from streams.events import PreferenceChanged
 from streams.keys import KeySpace
+from streams.scheduler import work_item_of_member
 from tests.conftest import ORDERS, VIEWER, Clock, stream_events
 from tests.integration.test_notifications_api import post
 
@@ -123,7 +124,10 @@ async def test_quiet_hours_end_in_the_recipients_zone_across_dst(
     scheduled = [d for d in response.json()["deliveries"] if d["status"] == "SCHEDULED"]
     assert len(scheduled) == 2
     delayed = await redis.zrange(KeySpace(key_prefix).shard(0).delayed, 0, -1, withscores=True)
-    due = {codec.decode_work_item(member).channel: score for member, score in delayed}
+    due = {
+        codec.decode_work_item(work_item_of_member(member)).channel: score
+        for member, score in delayed
+    }
     expected = datetime(2026, 3, 29, 6, 0, tzinfo=UTC).timestamp() * 1000
     assert due == {"EMAIL": expected, "PUSH": expected}
 

@@ -27,6 +27,7 @@ from streams.ingest import IngestItem, PlannedWork
 from streams.keys import ShardKeys, shard_from_id
 from streams.recipient_settings import RecipientSettings
 from streams.records import DeliveryAtAcceptance, NotificationRecord, decode_record
+from streams.scheduler import work_item_of_member
 from streams.work_items import WorkItem
 
 REPO = Path(__file__).resolve().parents[2]
@@ -101,7 +102,11 @@ def deliveries(item: IngestItem) -> list[Planned]:
     """
     by_id: dict[str, tuple[PlannedWork, WorkItem]] = {}
     for planned in item.work:
-        work = codec.decode_work_item(planned.item)
+        # A delayed member carries the stream it returns to in front of the work item.
+        raw = work_item_of_member(planned.item) if planned.target == "delayed" else planned.item
+        if planned.target == "delayed":
+            assert planned.item.startswith(b"normal ") or planned.item.startswith(b"low ")
+        work = codec.decode_work_item(raw)
         assert work.delivery_id not in by_id, f"two work items for {work.delivery_id}"
         by_id[work.delivery_id] = (planned, work)
     result: list[Planned] = []

@@ -1,0 +1,185 @@
+"""The sandbox provider: a real adapter that sends nothing, for development, tests and benchmarks.
+
+Every call is recorded in the stream ``keys.sandbox_sent`` (delivery id, idempotency key,
+channel, address, attempt, outcome, duplicate, and the message id of a send). Successful sends
+are remembered per idempotency key in a hash, atomically with the record, so an idempotent
+sandbox answers a repeat with the first message id and sends nothing new.
+
+A notification steers the sandbox through directives in its data, per channel::
+
+    {"sandbox": {"SMS": {"fail_transient": 2}, "PUSH": {"latency_ms": 200}}}
+
+``latency_ms`` delays every answer; the others are checked in this order: ``raise_bug``,
+``fail_permanent``, ``invalid_token``, ``rate_limited``, ``fail_transient``, then the send.
+A malformed directive is a PERMANENT failure naming it. The address is recorded in the
+stream (that is the point of a sandbox) but never logged or put in an error message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from app.channels.base import ErrorClass, Message, ProviderError
+from streams.keys import KeySpace
+from streams.scripts import SANDBOX_SEND, SharedPipeline
+
+Outcome = Literal["sent", "transient", "permanent", "rate_limited", "bug"]
+
+DIRECTIVES_KEY: Final = "sandbox"
+KNOWN_DIRECTIVES: Final = frozenset(
+    {"latency_ms", "fail_transient", "rate_limited", "fail_permanent", "invalid_token", "raise_bug"}
+)
+RATE_LIMIT_RETRY_AFTER: Final = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Directives:
+    """What the sandbox is told to do for one channel of one notification."""
+
+    latency_ms: float = 0.0
+    fail_transient: int = 0
+    rate_limited: int = 0
+    fail_permanent: str | None = None
+    invalid_token: bool = False
+    raise_bug: bool = False
+
+
+NO_DIRECTIVES: Final = Directives()
+
+
+def _malformed(text: str) -> ProviderError:
+    return ProviderError(ErrorClass.PERMANENT, text)
+
+
+def _whole_number(name: str, value: Any) -> int:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _malformed(f"sandbox directive {name} must be a whole number (0 or more)")
+    return value
+
+
+def _flag(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _malformed(f"sandbox directive {name} must be true or false")
+    return value
+
+
+def parse_directives(message: Message) -> Directives:
+    """The directives for ``message.channel``; ``ProviderError`` (PERMANENT) if malformed."""
+    by_channel = message.data.get(DIRECTIVES_KEY)
+    if by_channel is None:
+        return NO_DIRECTIVES
+    if not isinstance(by_channel, Mapping):
+        raise _malformed("sandbox directives must be a mapping of channel to directives")
+    raw = by_channel.get(message.channel)
+    if raw is None:
+        return NO_DIRECTIVES
+    if not isinstance(raw, Mapping):
+        raise _malformed(f"sandbox directives for {message.channel} must be a mapping")
+    unknown = sorted(str(name) for name in raw if name not in KNOWN_DIRECTIVES)
+    if unknown:
+        raise _malformed(f"unknown sandbox directive {unknown[0]!r} for {message.channel}")
+
+    latency_ms = raw.get("latency_ms", 0)
+    if (
+        isinstance(latency_ms, bool)
+        or not isinstance(latency_ms, int | float)
+        or not math.isfinite(latency_ms)
+        or latency_ms < 0
+    ):
+        raise _malformed(
+            "sandbox directive latency_ms must be a number of milliseconds (0 or more)"
+        )
+    fail_permanent = raw.get("fail_permanent")
+    if fail_permanent is not None and (not isinstance(fail_permanent, str) or not fail_permanent):
+        raise _malformed("sandbox directive fail_permanent must be a non-empty reason text")
+    return Directives(
+        latency_ms=float(latency_ms),
+        fail_transient=_whole_number("fail_transient", raw.get("fail_transient", 0)),
+        rate_limited=_whole_number("rate_limited", raw.get("rate_limited", 0)),
+        fail_permanent=fail_permanent,
+        invalid_token=_flag("invalid_token", raw.get("invalid_token", False)),
+        raise_bug=_flag("raise_bug", raw.get("raise_bug", False)),
+    )
+
+
+class SandboxProvider:
+    """A provider that records instead of sending (see the module documentation)."""
+
+    def __init__(
+        self, redis: Redis, keys: KeySpace, *, idempotent: bool = True, name: str = "sandbox"
+    ) -> None:
+        self.name = name
+        self.idempotent = idempotent
+        self._keys = (keys.sandbox_sent, keys.sandbox_done)
+        self._idempotent_arg = "1" if idempotent else "0"
+        # Concurrent sends share pipelines: the Python client, not Redis, is the bottleneck.
+        self._record_call = SharedPipeline(redis, SANDBOX_SEND)
+
+    async def send(self, message: Message) -> str:
+        """Obey the message's directives; return a message id or raise ``ProviderError``."""
+        try:
+            directives = parse_directives(message)
+        except ProviderError:
+            await self._record(message, "permanent")
+            raise
+        if directives.latency_ms > 0:
+            await asyncio.sleep(directives.latency_ms / 1000)
+        attempt = message.attempt
+        if directives.raise_bug:
+            await self._record(message, "bug")
+            raise RuntimeError("sandbox: simulated bug")
+        if directives.fail_permanent is not None:
+            await self._record(message, "permanent")
+            raise ProviderError(ErrorClass.PERMANENT, directives.fail_permanent)
+        if directives.invalid_token:
+            await self._record(message, "permanent")
+            raise ProviderError(
+                ErrorClass.PERMANENT, "sandbox: push token is invalid", invalid_address=True
+            )
+        if attempt <= directives.rate_limited:
+            await self._record(message, "rate_limited")
+            raise ProviderError(
+                ErrorClass.TRANSIENT,
+                "sandbox: 429 too many requests",
+                retry_after=RATE_LIMIT_RETRY_AFTER,
+            )
+        if attempt <= directives.fail_transient:
+            await self._record(message, "transient")
+            raise ProviderError(
+                ErrorClass.TRANSIENT,
+                f"sandbox: transient failure (attempt {attempt} of {directives.fail_transient})",
+            )
+        return await self._record(message, "sent")
+
+    async def _record(self, message: Message, outcome: Outcome) -> str:
+        """Record the call (and remember a send); the message id of a send, else ""."""
+        new_id = f"sandbox-{uuid.uuid4().hex}" if outcome == "sent" else ""
+        args = (
+            self._idempotent_arg,
+            outcome,
+            new_id,
+            message.delivery_id,
+            message.idempotency_key,
+            message.channel,
+            message.address,
+            message.attempt,
+        )
+        try:
+            message_id, _duplicate = await self._record_call(self._keys, args)
+        except (RedisConnectionError, RedisTimeoutError) as error:
+            # Like an unreachable provider: it may or may not have sent, so try again later.
+            raise ProviderError(
+                ErrorClass.TRANSIENT, f"sandbox: cannot record the call: {type(error).__name__}"
+            ) from error
+        return message_id.decode() if isinstance(message_id, bytes) else str(message_id)

@@ -1,0 +1,13 @@
+-- Move a work entry that cannot be handled (undecodable, or delivered too often) to the
+-- dead-letter queue with its raw fields, and acknowledge it so it never blocks its group.
+--
+-- KEYS: work stream, dlq
+-- ARGV: consumer group, work entry id, dead-letter field/value pairs...
+local work, dlq = KEYS[1], KEYS[2]
+local group, entry_id = ARGV[1], ARGV[2]
+local fields = {}
+for i = 3, #ARGV do
+  fields[#fields + 1] = ARGV[i]
+end
+redis.call("XADD", dlq, "*", unpack(fields))
+return redis.call("XACK", work, group, entry_id)

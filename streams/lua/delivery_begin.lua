@@ -1,0 +1,42 @@
+-- Take the lease of each delivery a worker is about to send, or say why not.
+--
+-- KEYS: then per item: the delivery's state hash.
+-- ARGV: consumer name, lease length (ms), then per item: notification id, channel.
+--
+-- Reply per item: {verdict, version, attempts, now_ms, first_attempt_ms}
+--   GO       the lease is ours until now + lease length; the state is SENDING
+--   TERMINAL the delivery already ended (SENT, FAILED, EXPIRED, SUPPRESSED): drop the item
+--   LEASED   another worker holds a live lease: leave the item for later
+-- A missing hash means "as accepted": version 1, no attempts yet; it is created here.
+
+local consumer, lease_ms = ARGV[1], tonumber(ARGV[2])
+local time = redis.call("TIME")
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local terminal = { SENT = true, FAILED = true, EXPIRED = true, SUPPRESSED = true }
+
+local replies = {}
+for i = 1, #KEYS do
+  local key = KEYS[i]
+  local nid, channel = ARGV[1 + 2 * i], ARGV[2 + 2 * i]
+  local state = redis.call("HMGET", key, "status", "version", "attempts", "lease_owner",
+    "lease_until", "first_attempt_ms")
+  local status = state[1]
+  if not status then
+    status = "QUEUED"
+    redis.call("HSET", key, "status", status, "version", 1, "attempts", 0,
+      "notification_id", nid, "channel", channel)
+    state = { status, "1", "0", false, false, false }
+  end
+  local version, attempts = tonumber(state[2]), tonumber(state[3])
+  local first = tonumber(state[6] or 0) or 0
+  if terminal[status] then
+    replies[i] = { "TERMINAL", version, attempts, now, first }
+  elseif state[4] and state[4] ~= consumer and tonumber(state[5] or 0) > now then
+    replies[i] = { "LEASED", version, attempts, now, first }
+  else
+    redis.call("HSET", key, "status", "SENDING", "lease_owner", consumer,
+      "lease_until", now + lease_ms, "updated_ms", now)
+    replies[i] = { "GO", version, attempts, now, first }
+  end
+end
+return replies

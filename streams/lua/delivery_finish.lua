@@ -1,0 +1,62 @@
+-- Record the outcome of deliveries: state, events and the work item's acknowledgement, in
+-- one step per delivery, so a crash never leaves one without the others.
+--
+-- KEYS: work stream, events, delayed, dlq, then per item: the delivery's state hash.
+-- ARGV: consumer group, then per item:
+--   work entry id, expected version, events (one JSON array: one stream entry),
+--   delayed member ("" for none), due ms, state field count, field/value pairs,
+--   dead-letter field count, field/value pairs (0 for none)
+--
+-- Reply per item: "OK"; "ENDED" when the delivery had already ended, or "MOVED" when another
+-- worker recorded something for it since this one read its version: then only the work
+-- entry is acknowledged, nothing is recorded twice.
+
+local work, events, delayed, dlq = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local group = ARGV[1]
+local terminal = { SENT = true, FAILED = true, EXPIRED = true, SUPPRESSED = true }
+
+local argi = 2
+local function next_arg()
+  argi = argi + 1
+  return ARGV[argi - 1]
+end
+local function take(count)
+  local values = {}
+  for j = 1, count do
+    values[j] = next_arg()
+  end
+  return values
+end
+
+local replies = {}
+for i = 5, #KEYS do
+  local key = KEYS[i]
+  local entry_id, expected = next_arg(), next_arg()
+  local event_entry, member, due_ms = next_arg(), next_arg(), next_arg()
+  local fields = take(tonumber(next_arg()))
+  local dead_letter = take(tonumber(next_arg()))
+
+  local state = redis.call("HMGET", key, "status", "version")
+  local reply = "OK"
+  if state[1] and terminal[state[1]] then
+    reply = "ENDED"
+  elseif (state[2] or "1") ~= expected then
+    reply = "MOVED"
+  else
+    redis.call("HSET", key, unpack(fields))
+    if event_entry ~= "" then
+      redis.call("XADD", events, "*", "e", event_entry)
+    end
+    if member ~= "" then
+      redis.call("ZADD", delayed, due_ms, member)
+    end
+    if #dead_letter > 0 then
+      redis.call("XADD", dlq, "*", unpack(dead_letter))
+    end
+  end
+  if entry_id ~= "" then
+    redis.call("XACK", work, group, entry_id)
+  end
+  replies[#replies + 1] = reply
+end
+return replies
