@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import multiprocessing
 import os
 import sys
 from typing import Any
@@ -12,6 +13,7 @@ import click
 import httpx
 import structlog
 
+from app import worker_process
 from app.catalog import CatalogError, load_catalog
 from app.logging import configure_logging
 from app.main import redis_client
@@ -41,10 +43,29 @@ def main() -> None:
     """Clarion: multi-channel notifications on Redis Streams."""
 
 
+def _start_delivery_workers(count: int) -> list[multiprocessing.process.BaseProcess]:
+    context = multiprocessing.get_context("spawn")
+    processes: list[multiprocessing.process.BaseProcess] = []
+    for slot in range(count):
+        process = context.Process(target=worker_process.main, args=(slot,), name=f"worker-{slot}")
+        process.start()
+        processes.append(process)
+    return processes
+
+
+def _stop(processes: list[multiprocessing.process.BaseProcess]) -> None:
+    for process in processes:
+        if process.is_alive():
+            process.terminate()  # SIGTERM: the worker finishes what is in flight
+    for process in processes:
+        process.join(timeout=30)
+
+
 @main.command()
 @click.option("--workers", default=2, show_default=True, help="uvicorn worker processes")
-def run(workers: int) -> None:
-    """Run the service: the HTTP API against Redis with the configured catalog."""
+@click.option("--delivery-workers", default=1, show_default=True, help="delivery worker processes")
+def run(workers: int, delivery_workers: int) -> None:
+    """Run the service: the HTTP API and the delivery workers."""
     settings = _settings()
     configure_logging(settings.log_format, settings.log_level)
     try:
@@ -63,17 +84,45 @@ def run(workers: int) -> None:
     )
     import uvicorn  # noqa: PLC0415 - only the server needs it
 
-    uvicorn.run(
-        "app.main:build",
-        factory=True,
-        host=settings.host,
-        port=settings.port,
-        workers=workers,
-        loop="uvloop",
-        http="httptools",
-        log_config=None,
-        access_log=False,
-    )
+    delivery = _start_delivery_workers(delivery_workers)
+    try:
+        uvicorn.run(
+            "app.main:build",
+            factory=True,
+            host=settings.host,
+            port=settings.port,
+            workers=workers,
+            loop="uvloop",
+            http="httptools",
+            log_config=None,
+            access_log=False,
+        )
+    finally:
+        _stop(delivery)
+
+
+@main.command()
+@click.option("--processes", default=1, show_default=True, help="worker processes")
+def worker(processes: int) -> None:
+    """Run delivery workers only (consumer group "delivery" on every work stream)."""
+    settings = _settings()
+    configure_logging(settings.log_format, settings.log_level)
+    try:
+        load_catalog(settings.config_path)
+        asyncio.run(_preflight(settings))
+    except (CatalogError, RedisNotReady) as error:
+        raise click.ClickException(str(error)) from None
+    if processes == 1:
+        worker_process.main(0)
+        return
+    children = _start_delivery_workers(processes)
+    try:
+        for child in children:
+            child.join()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        _stop(children)
 
 
 @main.command()

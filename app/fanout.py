@@ -30,7 +30,7 @@ from streams.events import (
 from streams.ids import new_ids
 from streams.ingest import WORK_TARGETS, IngestItem, PlannedWork
 from streams.keys import ShardKeys
-from streams.recipient_settings import RecipientSettings
+from streams.recipient_settings import RecipientSettings, address_digest
 from streams.records import (
     DeliveryAtAcceptance,
     NotificationRecord,
@@ -184,6 +184,8 @@ class Planner:
                 status, reason = "SUPPRESSED", "opted_out"
             elif not address:
                 status, reason = "SUPPRESSED", "no_address"
+            elif settings.invalid and (channel, address_digest(address)) in settings.invalid:
+                status, reason = "SUPPRESSED", "invalid_address"
             elif quiet_until is not None and channel not in _QUIET_HOURS_EXEMPT:
                 if quiet_until >= expires:
                     status, reason = "EXPIRED", "quiet_hours_past_ttl"

@@ -93,8 +93,9 @@ class DeliveryExpired(DeliveryEvent, frozen=True, kw_only=True):
 
 
 class DeliveryDeadLettered(DeliveryEvent, frozen=True, kw_only=True):
+    """The delivery's work item is in the dead-letter queue (found there by delivery id)."""
+
     error_class: ErrorClass
-    dlq_entry_id: str
 
 
 class DeliveryReplayed(DeliveryEvent, frozen=True, kw_only=True):
@@ -130,6 +131,16 @@ class PreferenceChanged(Event, frozen=True, kw_only=True):
     quiet_hours_removed: bool = False
 
 
+class RecipientAddressInvalidated(Event, frozen=True, kw_only=True):
+    """A provider said an address is dead (e.g. a push token): fan-out stops using it."""
+
+    recipient_id: str
+    settings_version: int
+    channel: Channel
+    # A digest, not the address: events never carry contact addresses.
+    address_digest: str
+
+
 AnyEvent = (
     NotificationAccepted
     | DeliveryQueued
@@ -143,4 +154,5 @@ AnyEvent = (
     | DeliveryReplayed
     | ProviderFeedbackReceived
     | PreferenceChanged
+    | RecipientAddressInvalidated
 )

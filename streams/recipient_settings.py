@@ -9,7 +9,9 @@ as JSON).
 
 from __future__ import annotations
 
+import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -19,9 +21,11 @@ from redis.asyncio import Redis
 
 from streams import codec, scripts
 from streams.events import (
+    Event,
     PreferenceChanged,
     PreferenceEntry,
     QuietHoursSetting,
+    RecipientAddressInvalidated,
 )
 from streams.keys import KeySpace
 
@@ -32,13 +36,16 @@ _quiet_hours_decoder = msgspec.json.Decoder(QuietHoursSetting)
 class RecipientSettings:
     version: int = 0
     disabled: frozenset[tuple[str, str]] = field(default_factory=frozenset)
+    # (channel, address digest) of addresses a provider reported dead.
     quiet_hours: QuietHoursSetting | None = None
+    # (channel, address digest) of addresses a provider reported dead.
+    invalid: frozenset[tuple[str, str]] = field(default_factory=frozenset)
 
     @classmethod
     def from_hash(cls, flat: list[Any] | dict[Any, Any]) -> RecipientSettings:
         """Build from HGETALL's reply (a flat list inside Lua, a dict from redis-py)."""
         pairs = flat.items() if isinstance(flat, dict) else zip(flat[::2], flat[1::2], strict=True)
-        version, disabled, quiet_hours = 0, set(), None
+        version, disabled, invalid, quiet_hours = 0, set(), set(), None
         for raw_name, raw_value in pairs:
             name = raw_name.decode()
             if name == "v":
@@ -48,7 +55,10 @@ class RecipientSettings:
             elif name.startswith("p:"):
                 type_name, _, channel = name[2:].rpartition(":")
                 disabled.add((type_name, channel))
-        return cls(version, frozenset(disabled), quiet_hours)
+            elif name.startswith("x:"):
+                channel, _, digest = name[2:].partition(":")
+                invalid.add((channel, digest))
+        return cls(version, frozenset(disabled), quiet_hours, frozenset(invalid))
 
     def preference_entries(self) -> list[PreferenceEntry]:
         return [
@@ -78,39 +88,71 @@ class RecipientSettingsStore:
         disabled = sorted({(e.type, e.channel) for e in entries if not e.enabled})
         payload = ",".join(f"{t}:{c}" for t, c in disabled)
         kept = [PreferenceEntry(type=t, channel=c, enabled=False) for t, c in disabled]
-        return await self._change(recipient_id, "preferences", payload, preferences=kept)
+        return await self._change(
+            recipient_id,
+            "preferences",
+            payload,
+            lambda version: PreferenceChanged(
+                at=_now(), recipient_id=recipient_id, settings_version=version, preferences=kept
+            ),
+        )
 
     async def set_quiet_hours(
         self, recipient_id: str, setting: QuietHoursSetting
     ) -> RecipientSettings:
         payload = codec.encode(setting).decode()
-        return await self._change(recipient_id, "quiet_hours", payload, quiet_hours=setting)
+        return await self._change(
+            recipient_id,
+            "quiet_hours",
+            payload,
+            lambda version: PreferenceChanged(
+                at=_now(), recipient_id=recipient_id, settings_version=version, quiet_hours=setting
+            ),
+        )
 
     async def remove_quiet_hours(self, recipient_id: str) -> RecipientSettings:
-        return await self._change(recipient_id, "quiet_hours_off", "", quiet_hours_removed=True)
+        return await self._change(
+            recipient_id,
+            "quiet_hours_off",
+            "",
+            lambda version: PreferenceChanged(
+                at=_now(),
+                recipient_id=recipient_id,
+                settings_version=version,
+                quiet_hours_removed=True,
+            ),
+        )
+
+    async def mark_address_invalid(
+        self, recipient_id: str, channel: str, address: str
+    ) -> RecipientSettings:
+        """Remember that ``address`` is dead for ``channel``: fan-out suppresses it."""
+        digest = address_digest(address)
+        return await self._change(
+            recipient_id,
+            "invalid_address",
+            f"x:{channel}:{digest}",
+            lambda version: RecipientAddressInvalidated(
+                at=_now(),
+                recipient_id=recipient_id,
+                settings_version=version,
+                channel=channel,  # type: ignore[arg-type]
+                address_digest=digest,
+            ),
+        )
 
     async def _change(
         self,
         recipient_id: str,
         change: str,
         payload: str,
-        *,
-        preferences: list[PreferenceEntry] | None = None,
-        quiet_hours: QuietHoursSetting | None = None,
-        quiet_hours_removed: bool = False,
+        event_of: Callable[[int], Event],
     ) -> RecipientSettings:
         home = self.keys.home_of_recipient(recipient_id)
         while True:  # optimistic: retry when a concurrent change moved the version
             current = await self.get(recipient_id)
             new_version = current.version + 1
-            event = PreferenceChanged(
-                at=datetime.now(UTC),
-                recipient_id=recipient_id,
-                settings_version=new_version,
-                preferences=preferences,
-                quiet_hours=quiet_hours,
-                quiet_hours_removed=quiet_hours_removed,
-            )
+            event = event_of(new_version)
             reply = await scripts.RECIPIENT_SETTINGS(
                 self.redis,
                 [home.recipient(recipient_id), home.events],
@@ -140,3 +182,12 @@ class RecipientSettingsStore:
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+def address_digest(address: str) -> str:
+    """A short digest naming an address without revealing it."""
+    return hashlib.sha256(address.encode()).hexdigest()[:16]
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)

@@ -8,6 +8,7 @@
 --       payload, encoded PreferenceChanged event ("" on a copy)
 --   preferences: payload is "type:channel" names of disabled pairs joined by ","
 --   quiet_hours: payload is the JSON setting
+--   invalid_address: payload is the field "x:<channel>:<address digest>" to set
 --   copy: payload is the home shard's whole hash as a JSON array of field, value, ...
 --         (a copy that missed a change catches up with the next one)
 --
@@ -38,6 +39,8 @@ elseif change == "quiet_hours" then
   redis.call("HSET", rcpt, "qh", payload)
 elseif change == "quiet_hours_off" then
   redis.call("HDEL", rcpt, "qh")
+elseif change == "invalid_address" then
+  redis.call("HSET", rcpt, payload, "1")
 elseif change == "copy" then
   redis.call("DEL", rcpt)
   redis.call("HSET", rcpt, unpack(cjson.decode(payload)))

@@ -63,7 +63,7 @@ EXAMPLES: list[Event] = [
     DeliverySent(at=AT, **DELIVERY, attempt=1, provider="sandbox", provider_message_id="m-1"),
     DeliveryFailed(at=AT, **DELIVERY, attempts=6, error_class="PERMANENT", error="bounced"),
     DeliveryExpired(at=AT, **DELIVERY, channel="IN_APP"),
-    DeliveryDeadLettered(at=AT, **DELIVERY, error_class="POISON", dlq_entry_id="1-0"),
+    DeliveryDeadLettered(at=AT, **DELIVERY, error_class="POISON"),
     DeliveryReplayed(at=AT, **DELIVERY, operator="alice", reason="fixed"),
     ProviderFeedbackReceived(at=AT, **DELIVERY, feedback="token_invalid", provider="sandbox"),
     PreferenceChanged(

@@ -1,0 +1,409 @@
+"""The delivery worker: reads work items per priority lane and hands them to providers.
+
+Per shard and priority one reader task takes entries from ``work:<priority>`` with the
+consumer group ``delivery``; every priority has its own bound on sends in flight, so LOW can
+never take HIGH's capacity. A batch read is leased in one script call, rate-limited in one,
+and its outcomes are recorded in shared pipelines. On start a consumer first drains its own
+pending entries; a reclaim task takes over entries other consumers left idle for longer than
+the lease, and dead-letters those delivered too often. A scheduler task per shard moves due
+``delayed`` members back to their streams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import structlog
+from redis.asyncio import Redis
+
+from app import delivery_step
+from app.catalog import Catalog
+from app.channels.base import ErrorClass, Message, Provider, ProviderError
+from app.delivery_step import Step
+from app.rendering import RenderError, render
+from streams import codec
+from streams.delivery import (
+    GROUP,
+    DeliveryStore,
+    Outcome,
+    autoclaim,
+    ensure_group,
+    long_pending,
+)
+from streams.keys import KeySpace, Priority, ShardKeys
+from streams.rate_limiter import Rate, RateLimiter
+from streams.recipient_settings import RecipientSettingsStore
+from streams.scheduler import move_due
+from streams.work_items import WorkItem
+
+log = structlog.get_logger(__name__)
+
+READ_BLOCK_MS = 1000
+SCHEDULER_IDLE_S = 1.0  # longest sleep: entries other processes add are seen this late
+RECLAIM_BATCH = 100
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerOptions:
+    lanes: Mapping[Priority, int] = field(
+        default_factory=lambda: {Priority.HIGH: 64, Priority.NORMAL: 32, Priority.LOW: 8}
+    )
+    # How long a worker may hold a delivery; XAUTOCLAIM takes entries idle this long.
+    lease_ms: int = 15_000
+    max_deliveries: int = 5
+    reclaim_interval_s: float = 5.0
+    shutdown_grace_s: float = 10.0
+
+
+class DeliveryWorker:
+    """One worker process's delivery loops."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        keys: KeySpace,
+        catalog: Catalog,
+        providers: Mapping[str, Provider],
+        *,
+        consumer: str,
+        options: WorkerOptions | None = None,
+        now_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+    ) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.catalog = catalog
+        self.providers = providers
+        self.consumer = consumer
+        self.options = options or WorkerOptions()
+        self.now_ms = now_ms
+        self.store = DeliveryStore(redis)
+        self.rate_limiter = RateLimiter(redis, keys)
+        self.recipient_settings = RecipientSettingsStore(redis, keys)
+        self._lanes = {p: asyncio.Semaphore(n) for p, n in self.options.lanes.items()}
+        self._in_flight: set[asyncio.Task[None]] = set()
+        self._wake = {shard: asyncio.Event() for shard in keys.all_shards()}
+        self._stopping = asyncio.Event()
+
+    # --- lifecycle -------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Run until ``stop()``; then finish what is in flight, within the grace period."""
+        shards = self.keys.all_shards()
+        for shard in shards:
+            for priority in Priority:
+                await ensure_group(self.redis, shard.work(priority))
+        loops = [
+            asyncio.create_task(self._read_lane(shard, priority), name=f"lane-{priority}")
+            for shard in shards
+            for priority in Priority
+        ]
+        loops += [asyncio.create_task(self._schedule(shard)) for shard in shards]
+        loops.append(asyncio.create_task(self._reclaim()))
+        log.info("worker.started", consumer=self.consumer, shards=len(shards))
+        await self._stopping.wait()
+        for task in loops:
+            task.cancel()
+        await asyncio.gather(*loops, return_exceptions=True)
+        if self._in_flight:
+            # What was read but not finished stays pending under this consumer's stable
+            # name: the next start drains it first, or another worker reclaims it.
+            await asyncio.wait(self._in_flight, timeout=self.options.shutdown_grace_s)
+        log.info("worker.stopped", consumer=self.consumer, unfinished=len(self._in_flight))
+
+    def stop(self) -> None:
+        """Ask ``run`` to stop reading and return."""
+        self._stopping.set()
+
+    # --- reading -----------------------------------------------------------------------
+
+    async def _read_lane(self, shard: ShardKeys, priority: Priority) -> None:
+        stream = shard.work(priority)
+        lane = self._lanes[priority]
+        cursor = "0"  # first this consumer's own pending entries, then new ones
+        while True:
+            free = await self._wait_for_room(lane)
+            try:
+                reply: Any = await self.redis.xreadgroup(
+                    GROUP,
+                    self.consumer,
+                    {stream: cursor},
+                    count=free,
+                    block=None if cursor == "0" else READ_BLOCK_MS,
+                )
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("worker.read_failed", stream=stream)
+                await asyncio.sleep(1)
+                continue
+            entries = reply[0][1] if reply else []
+            if cursor == "0" and not entries:
+                cursor = ">"
+                continue
+            await self._handle_entries(shard, priority, entries)
+
+    async def _wait_for_room(self, lane: asyncio.Semaphore) -> int:
+        """Wait until the lane has a free slot; how many are free."""
+        async with lane:  # blocks while the lane is full
+            pass
+        return max(1, lane._value)
+
+    async def _handle_entries(
+        self,
+        shard: ShardKeys,
+        priority: Priority,
+        entries: list[tuple[bytes, dict[bytes, bytes]]],
+    ) -> None:
+        items: list[tuple[str, WorkItem]] = []
+        for raw_id, fields in entries:
+            entry_id = raw_id.decode()
+            try:
+                items.append((entry_id, codec.decode_work_item(fields[codec.WORK_FIELD.encode()])))
+            except (KeyError, msgspec.DecodeError, msgspec.ValidationError) as error:
+                await self._poison(shard, priority, entry_id, fields, f"undecodable: {error}")
+        if not items:
+            return
+        leases = await self.store.begin(
+            shard,
+            [(item.delivery_id, item.notification_id, item.channel) for _, item in items],
+            self.consumer,
+            self.options.lease_ms,
+        )
+        steps = [
+            Step(shard, item, entry_id, lease, self.consumer)
+            for (entry_id, item), lease in zip(items, leases, strict=True)
+        ]
+        ended = [step for step in steps if step.lease.verdict == "TERMINAL"]
+        if ended:  # a duplicate of a delivery that already ended: drop it
+            await self.store.finish([delivery_step.acknowledge_only(s) for s in ended])
+        leased = [step for step in steps if step.lease.verdict == "GO"]
+        # LEASED items stay pending: their holder finishes them or the reclaimer returns them.
+        await self._start(leased)
+
+    async def _start(self, steps: list[Step]) -> None:
+        now = self.now_ms()
+        ready: list[Step] = []
+        outcomes: list[Outcome] = []
+        for step in steps:
+            if now >= step.item.expires_ms:
+                outcomes.append(delivery_step.expired(step, now))
+            else:
+                ready.append(step)
+        waits = await self._quota(ready)
+        for step, wait in zip(ready, waits, strict=True):
+            if wait > 0:
+                until = now + max(1, round(wait * 1000))
+                outcomes.append(delivery_step.deferred(step, until, now))
+                self._wake_scheduler(step.shard, until)
+            else:
+                lane = self._lanes[step.priority]
+                await lane.acquire()
+                task = asyncio.create_task(self._send(step, lane))
+                self._in_flight.add(task)
+                task.add_done_callback(self._in_flight.discard)
+        if outcomes:
+            await self.store.finish(outcomes)
+
+    async def _quota(self, steps: list[Step]) -> list[float]:
+        """Seconds each step must wait for its provider's quota (0: go now)."""
+        waits = [0.0] * len(steps)
+        requests: list[tuple[str, Rate, str]] = []
+        limited: list[int] = []
+        for index, step in enumerate(steps):
+            provider = self.catalog.channels[step.item.channel].provider
+            limit = self.catalog.providers[provider].rate_limit
+            if limit is not None:
+                rate = Rate(limit.per_second, limit.burst, limit.normal_share, limit.low_share)
+                requests.append((provider, rate, step.item.priority))
+                limited.append(index)
+        if requests:
+            granted = await self.rate_limiter.acquire_many(requests)
+            for index, wait in zip(limited, granted, strict=True):
+                waits[index] = wait
+        return waits
+
+    # --- one delivery ----------------------------------------------------------------------
+
+    async def _send(self, step: Step, lane: asyncio.Semaphore) -> None:
+        try:
+            outcome = await self._attempt(step)
+            await self.store.finish([outcome])
+            if outcome.delayed_member:
+                self._wake_scheduler(step.shard, outcome.due_ms)
+        except Exception:
+            # The work entry stays pending: the reclaimer retries it, and the delivery
+            # counter dead-letters it if this keeps happening.
+            log.exception("worker.step_failed", delivery_id=step.item.delivery_id)
+        finally:
+            lane.release()
+
+    async def _attempt(self, step: Step) -> Outcome:
+        item = step.item
+        provider_name = self.catalog.channels[item.channel].provider
+        policy = self.catalog.channels[item.channel].retry
+        bound = log.bind(
+            notification_id=item.notification_id,
+            delivery_id=item.delivery_id,
+            channel=item.channel,
+        )
+        try:
+            title, body = render(self.catalog, item)
+        except RenderError as error:
+            bound.warning("delivery.render_failed", error=str(error))
+            return delivery_step.failed_attempt(
+                step,
+                error_class=ErrorClass.PERMANENT,
+                error=str(error),
+                policy=policy,
+                now_ms=self.now_ms(),
+            )
+        message = Message(
+            delivery_id=item.delivery_id,
+            idempotency_key=item.delivery_id,
+            channel=item.channel,
+            address=item.address,
+            title=title,
+            body=body,
+            attempt=step.lease.attempts + 1,
+            data=item.data,
+        )
+        provider = self.providers[provider_name]
+        timeout = self.catalog.providers[provider_name].timeout_seconds
+        try:
+            message_id = await asyncio.wait_for(provider.send(message), timeout)
+        except ProviderError as error:
+            bound.info(
+                "delivery.attempt_failed", error_class=error.error_class, error=error.message
+            )
+            if error.invalid_address:
+                await self._forget_address(item)
+            return delivery_step.failed_attempt(
+                step,
+                error_class=error.error_class,
+                error=error.message,
+                policy=policy,
+                now_ms=self.now_ms(),
+                retry_after=error.retry_after,
+            )
+        except TimeoutError:
+            return delivery_step.failed_attempt(
+                step,
+                error_class=ErrorClass.TRANSIENT,
+                error=f"{provider_name}: no answer within {timeout:g} s",
+                policy=policy,
+                now_ms=self.now_ms(),
+            )
+        except Exception as error:  # a bug, here or in the adapter: survive it
+            bound.exception("delivery.bug")
+            return delivery_step.failed(
+                step,
+                ErrorClass.BUG,
+                f"{type(error).__name__}: {error}",
+                self.now_ms(),
+                attempts=step.lease.attempts + 1,
+            )
+        return delivery_step.sent(step, provider_name, message_id, self.now_ms())
+
+    async def _forget_address(self, item: WorkItem) -> None:
+        try:
+            await self.recipient_settings.mark_address_invalid(
+                item.recipient_id, item.channel, item.address
+            )
+        except Exception:
+            log.exception("delivery.mark_invalid_failed", delivery_id=item.delivery_id)
+
+    async def _poison(
+        self,
+        shard: ShardKeys,
+        priority: Priority,
+        entry_id: str,
+        fields: dict[bytes, bytes],
+        reason: str,
+    ) -> None:
+        """Dead-letter an entry nobody can handle; never let it block the group."""
+        log.warning(
+            "delivery.poison", stream=shard.work(priority), entry_id=entry_id, reason=reason
+        )
+        dead_letter: dict[str, Any] = {
+            "error_class": ErrorClass.POISON.value,
+            "last_error": reason[:500],
+            "work_entry_id": entry_id,
+            "worker": self.consumer,
+        }
+        for name, value in fields.items():
+            dead_letter[f"raw_{name.decode(errors='replace')}"] = value
+        await self.store.dead_letter_raw(shard, priority, entry_id, dead_letter)
+
+    # --- scheduler and reclaimer ---------------------------------------------------------
+
+    def _wake_scheduler(self, shard: ShardKeys, due_ms: int) -> None:
+        self._wake[shard].set()
+
+    async def _schedule(self, shard: ShardKeys) -> None:
+        wake = self._wake[shard]
+        while True:
+            try:
+                moved = await move_due(self.redis, shard, self.now_ms())
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("scheduler.failed", shard=shard.shard)
+                await asyncio.sleep(1)
+                continue
+            if moved.count >= 1000:
+                continue  # more is due right now
+            sleep = SCHEDULER_IDLE_S
+            if moved.next_due_ms is not None:
+                sleep = min(sleep, max(0.0, (moved.next_due_ms - self.now_ms()) / 1000))
+            wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), sleep)
+
+    async def _reclaim(self) -> None:
+        while True:
+            await asyncio.sleep(self.options.reclaim_interval_s * (0.5 + random.random()))
+            for shard in self.keys.all_shards():
+                for priority in Priority:
+                    try:
+                        await self._reclaim_stream(shard, priority)
+                    except asyncio.CancelledError:
+                        raise
+                    except Exception:
+                        log.exception("reclaim.failed", stream=shard.work(priority))
+
+    async def _reclaim_stream(self, shard: ShardKeys, priority: Priority) -> None:
+        stream = shard.work(priority)
+        idle = self.options.lease_ms
+        # First the entries delivered too often: they go to the dead-letter queue.
+        for entry in await long_pending(self.redis, stream, idle, RECLAIM_BATCH):
+            if entry.deliveries > self.options.max_deliveries:
+                found: Any = await self.redis.xrange(stream, entry.entry_id, entry.entry_id)
+                fields = found[0][1] if found else {}
+                await self._poison(
+                    shard,
+                    priority,
+                    entry.entry_id,
+                    fields,
+                    f"delivered {entry.deliveries} times without finishing",
+                )
+        # Then take over what other consumers left idle.
+        cursor = "0-0"
+        while True:
+            cursor, claimed, deleted = await autoclaim(
+                self.redis, stream, self.consumer, min_idle_ms=idle, start=cursor,
+                count=RECLAIM_BATCH,
+            )  # fmt: skip
+            if deleted:  # trimmed away: nothing left to deliver
+                await self.redis.xack(stream, GROUP, *deleted)
+            if claimed:
+                log.info("reclaim.claimed", stream=stream, count=len(claimed))
+                await self._handle_entries(shard, priority, claimed)  # type: ignore[arg-type]
+            if cursor == "0-0":
+                return

@@ -1,0 +1,67 @@
+"""A delivery worker process: settings from the environment, stops cleanly on SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+
+import structlog
+import uvloop
+from redis.asyncio import Redis
+
+from app.catalog import Catalog, load_catalog
+from app.channels.base import Provider
+from app.channels.sandbox import SandboxProvider
+from app.delivery_worker import DeliveryWorker, WorkerOptions
+from app.logging import configure_logging
+from app.redis_checks import check_redis
+from app.settings import Settings
+from streams.connection import connect
+from streams.keys import KeySpace
+
+log = structlog.get_logger(__name__)
+
+
+def build_providers(catalog: Catalog, redis: Redis, keys: KeySpace) -> dict[str, Provider]:
+    """One adapter per provider of the catalog."""
+    providers: dict[str, Provider] = {}
+    for name, config in catalog.providers.items():
+        # "sandbox" is the only kind so far; the catalog refuses any other.
+        providers[name] = SandboxProvider(redis, keys, idempotent=config.idempotent, name=name)
+    return providers
+
+
+def consumer_name(slot: int) -> str:
+    """Stable per host and process slot, so a restarted worker finds its own pending work."""
+    return f"{socket.gethostname()}-{slot}"
+
+
+async def serve(settings: Settings, slot: int, options: WorkerOptions | None = None) -> None:
+    """Run one worker until SIGTERM or SIGINT."""
+    catalog = load_catalog(settings.config_path)
+    redis = connect(settings.redis_url, max_connections=128, health_check_interval=30)
+    await check_redis(redis, settings.redis_url)
+    keys = KeySpace(settings.key_prefix, settings.shards)
+    worker = DeliveryWorker(
+        redis,
+        keys,
+        catalog,
+        build_providers(catalog, redis, keys),
+        consumer=consumer_name(slot),
+        options=options,
+    )
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, worker.stop)
+    try:
+        await worker.run()
+    finally:
+        await redis.aclose()
+
+
+def main(slot: int) -> None:
+    """Process entry point (also the target of ``clarion run``'s worker processes)."""
+    settings = Settings.from_env()
+    configure_logging(settings.log_format, settings.log_level)
+    uvloop.run(serve(settings, slot))
