@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import multiprocessing
 import os
 import sys
 from typing import Any
@@ -19,6 +18,7 @@ from app.logging import configure_logging
 from app.main import redis_client
 from app.redis_checks import RedisNotReady, check_redis
 from app.settings import Settings, SettingsError
+from app.supervisor import Child, supervise
 
 log = structlog.get_logger(__name__)
 
@@ -43,24 +43,6 @@ def main() -> None:
     """Clarion: multi-channel notifications on Redis Streams."""
 
 
-def _start_delivery_workers(count: int) -> list[multiprocessing.process.BaseProcess]:
-    context = multiprocessing.get_context("spawn")
-    processes: list[multiprocessing.process.BaseProcess] = []
-    for slot in range(count):
-        process = context.Process(target=worker_process.main, args=(slot,), name=f"worker-{slot}")
-        process.start()
-        processes.append(process)
-    return processes
-
-
-def _stop(processes: list[multiprocessing.process.BaseProcess]) -> None:
-    for process in processes:
-        if process.is_alive():
-            process.terminate()  # SIGTERM: the worker finishes what is in flight
-    for process in processes:
-        process.join(timeout=30)
-
-
 @main.command()
 @click.option("--workers", default=2, show_default=True, help="uvicorn worker processes")
 @click.option("--delivery-workers", default=1, show_default=True, help="delivery worker processes")
@@ -82,47 +64,51 @@ def run(workers: int, delivery_workers: int) -> None:
         types=sorted(catalog.types),
         shards=settings.shards,
     )
+    api = Child("api", ("api", "--workers", str(workers)))
+    delivery = [Child(f"worker-{n}", ("worker", "--slot", str(n))) for n in range(delivery_workers)]
+    sys.exit(supervise([api, *delivery]))
+
+
+@main.command()
+@click.option("--workers", default=2, show_default=True, help="uvicorn worker processes")
+def api(workers: int) -> None:
+    """Run the HTTP API only."""
+    settings = _settings()
+    configure_logging(settings.log_format, settings.log_level)
     import uvicorn  # noqa: PLC0415 - only the server needs it
 
-    delivery = _start_delivery_workers(delivery_workers)
-    try:
-        uvicorn.run(
-            "app.main:build",
-            factory=True,
-            host=settings.host,
-            port=settings.port,
-            workers=workers,
-            loop="uvloop",
-            http="httptools",
-            log_config=None,
-            access_log=False,
-        )
-    finally:
-        _stop(delivery)
+    uvicorn.run(
+        "app.main:build",
+        factory=True,
+        host=settings.host,
+        port=settings.port,
+        workers=workers,
+        loop="uvloop",
+        http="httptools",
+        log_config=None,
+        access_log=False,
+    )
 
 
 @main.command()
 @click.option("--processes", default=1, show_default=True, help="worker processes")
-def worker(processes: int) -> None:
+@click.option("--slot", default=None, type=int, help="run one worker with this consumer slot")
+def worker(processes: int, slot: int | None) -> None:
     """Run delivery workers only (consumer group "delivery" on every work stream)."""
     settings = _settings()
     configure_logging(settings.log_format, settings.log_level)
     try:
         load_catalog(settings.config_path)
-        asyncio.run(_preflight(settings))
-    except (CatalogError, RedisNotReady) as error:
+    except CatalogError as error:
         raise click.ClickException(str(error)) from None
-    if processes == 1:
-        worker_process.main(0)
+    if slot is not None or processes == 1:
+        try:
+            worker_process.main(slot or 0)
+        except RedisNotReady as error:
+            raise click.ClickException(str(error)) from None
         return
-    children = _start_delivery_workers(processes)
-    try:
-        for child in children:
-            child.join()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        _stop(children)
+    children = [Child(f"worker-{n}", ("worker", "--slot", str(n))) for n in range(processes)]
+    sys.exit(supervise(children))
 
 
 @main.command()

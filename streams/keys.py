@@ -107,9 +107,13 @@ class KeySpace:
         """
         return f"{{{self.sandbox_sent}}}:done"
 
-    def rate_bucket(self, provider: str) -> str:
-        """Global per provider credential, with a hash tag of its own."""
-        return f"{self.prefix}:{{rl:{provider}}}:bucket"
+    def rate_bucket(self, provider: str, lane: str = "total") -> str:
+        """A GCRA bucket of a provider credential: the total, or a priority class's share.
+
+        Global, not per shard: every bucket of one credential shares a hash tag of its own.
+        """
+        suffix = "" if lane == "total" else f":{lane}"
+        return f"{self.prefix}:{{rl:{provider}}}:bucket{suffix}"
 
 
 def shard_from_id(notification_id: str) -> int:

@@ -94,10 +94,8 @@ class RateLimiter:
 
     def _build(self, group: tuple[str, Rate], requests: Sequence[_Request]) -> Call:
         provider, rate = group
-        total = self.keys.rate_bucket(provider)
-        # TODO(keys.py): rate_bucket(provider, lane) should name the class buckets; until
-        # then they extend the total's name, which keeps them in its hash tag.
-        keys: list[Any] = [total, f"{total}:normal", f"{total}:low"]
+        bucket = self.keys.rate_bucket
+        keys: list[Any] = [bucket(provider), bucket(provider, "normal"), bucket(provider, "low")]
         args: list[Any] = [
             repr(float(rate.per_second)),
             rate.burst,

@@ -29,6 +29,7 @@ from streams.events import (
     PreferenceEntry,
     ProviderFeedbackReceived,
     QuietHoursSetting,
+    RecipientAddressInvalidated,
 )
 from streams.work_items import WorkItem
 
@@ -74,6 +75,13 @@ EXAMPLES: list[Event] = [
         quiet_hours=QuietHoursSetting(start="22:00", end="08:00", timezone="Europe/Berlin"),
     ),
     PreferenceChanged(at=AT, recipient_id="user-42", settings_version=4, quiet_hours_removed=True),
+    RecipientAddressInvalidated(
+        at=AT,
+        recipient_id="user-42",
+        settings_version=5,
+        channel="PUSH",
+        address_digest="3f79bb7b435b0532",
+    ),
 ]
 EVENT_CLASSES = set(typing.get_args(AnyEvent))
 
