@@ -6,9 +6,11 @@ Pure functions: each builds the delivery's new state fields, the events of the c
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TypedDict
+
+import msgspec
 
 from app.catalog import RetryPolicy
 from app.channels.base import ErrorClass
@@ -168,7 +170,7 @@ def failed_attempt(
             error=error,
             retry_at=_at(due_ms),
         )
-        item = replace(step.item, attempts=attempt)
+        item = msgspec.structs.replace(step.item, attempts=attempt)
         member = delayed_member(item.priority, codec.encode(item))
         fields: dict[str, KeyOrArg] = {
             "status": "SCHEDULED",

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -159,11 +159,11 @@ class DeliveryWorker:
         self,
         shard: ShardKeys,
         priority: Priority,
-        entries: list[tuple[bytes, dict[bytes, bytes]]],
+        entries: Sequence[tuple[bytes | str, dict[bytes, bytes]]],
     ) -> None:
         items: list[tuple[str, WorkItem]] = []
         for raw_id, fields in entries:
-            entry_id = raw_id.decode()
+            entry_id = raw_id.decode() if isinstance(raw_id, bytes) else raw_id
             try:
                 items.append((entry_id, codec.decode_work_item(fields[codec.WORK_FIELD.encode()])))
             except (KeyError, msgspec.DecodeError, msgspec.ValidationError) as error:
@@ -404,6 +404,6 @@ class DeliveryWorker:
                 await self.redis.xack(stream, GROUP, *deleted)
             if claimed:
                 log.info("reclaim.claimed", stream=stream, count=len(claimed))
-                await self._handle_entries(shard, priority, claimed)  # type: ignore[arg-type]
+                await self._handle_entries(shard, priority, claimed)
             if cursor == "0-0":
                 return

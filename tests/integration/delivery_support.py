@@ -1,0 +1,118 @@
+"""Helpers for delivery tests: a fast-retry catalog, a worker in the test's event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from redis.asyncio import Redis
+
+from app.api.schemas import NotificationRequest
+from app.catalog import Catalog, parse_catalog
+from app.delivery_worker import DeliveryWorker, WorkerOptions
+from app.fanout import Planner
+from app.intake import Intake
+from app.worker_process import build_providers
+from streams.keys import KeySpace
+from tests.conftest import REPO
+
+FAST = WorkerOptions(lease_ms=1500, reclaim_interval_s=0.3, shutdown_grace_s=5.0)
+
+
+def catalog_text(
+    *,
+    base: float = 0.05,
+    max_delay: float = 0.2,
+    attempts: int = 4,
+    rate_limit: str = "",
+    idempotent: bool = True,
+) -> str:
+    """The shipped catalog with quick retries (and optionally a rate limit) on every channel."""
+    text = (REPO / "clarion.toml").read_text()
+    shipped_limit = "rate_limit = { per_second = 5000, burst = 500 }"
+    assert shipped_limit in text and "idempotent = true " in text, "clarion.toml changed"
+    text = text.replace(shipped_limit, rate_limit)
+    text = text.replace("idempotent = true ", f"idempotent = {str(idempotent).lower()} ")
+    for line in [ln for ln in text.splitlines() if ln.startswith("retry = {")]:
+        text = text.replace(
+            line,
+            f"retry = {{ base_seconds = {base}, max_seconds = {max_delay}, "
+            f"max_attempts = {attempts} }}",
+        )
+    return text
+
+
+def fast_catalog(**options: Any) -> Catalog:
+    return parse_catalog(catalog_text(**options), "test-catalog.toml")
+
+
+async def accept(
+    redis: Redis, keys: KeySpace, catalog: Catalog, body: dict[str, Any], key: str
+) -> dict[str, Any]:
+    """Accept one notification as producer "orders"; its 202 answer."""
+    import msgspec  # noqa: PLC0415
+
+    intake = Intake(redis, keys, Planner(catalog), 3600)
+    outcome = await intake.accept("orders", key, msgspec.convert(body, NotificationRequest))
+    assert outcome.status_code == 202, outcome
+    answer: dict[str, Any] = msgspec.json.decode(outcome.response)
+    return answer
+
+
+@asynccontextmanager
+async def running_worker(
+    redis: Redis,
+    keys: KeySpace,
+    catalog: Catalog,
+    *,
+    consumer: str = "test-0",
+    options: WorkerOptions = FAST,
+) -> AsyncIterator[DeliveryWorker]:
+    """A delivery worker running in this event loop until the block ends."""
+    worker = DeliveryWorker(
+        redis,
+        keys,
+        catalog,
+        build_providers(catalog, redis, keys),
+        consumer=consumer,
+        options=options,
+    )
+    task = asyncio.create_task(worker.run())
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 20)
+
+
+async def wait_until(check: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> None:
+    """Poll ``check`` until it is true; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not reached within {timeout} s")
+        await asyncio.sleep(0.02)
+
+
+async def sandbox_calls(redis: Redis, keys: KeySpace) -> list[dict[str, Any]]:
+    """Every call the sandbox recorded, with the entry's time in ms as ``at_ms``."""
+    calls = []
+    for entry_id, fields in await redis.xrange(keys.sandbox_sent):
+        call: dict[str, Any] = {k.decode(): v.decode() for k, v in fields.items()}
+        call["at_ms"] = int(entry_id.split(b"-")[0])
+        calls.append(call)
+    return calls
+
+
+async def state(redis: Redis, keys: KeySpace, delivery_id: str) -> dict[str, str]:
+    """A delivery's state hash as text."""
+    raw = await redis.hgetall(keys.shard(0).delivery(delivery_id))  # type: ignore[misc]
+    return {k.decode(): v.decode() for k, v in raw.items()}
+
+
+async def dead_letters(redis: Redis, keys: KeySpace) -> list[dict[str, str]]:
+    entries = await redis.xrange(keys.shard(0).dlq)
+    return [{k.decode(): v.decode(errors="replace") for k, v in f.items()} for _, f in entries]
