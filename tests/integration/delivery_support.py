@@ -33,7 +33,8 @@ def catalog_text(
     """The shipped catalog with quick retries (and optionally a rate limit) on every channel."""
     text = (REPO / "clarion.toml").read_text()
     shipped_limit = "rate_limit = { per_second = 5000, burst = 500 }"
-    assert shipped_limit in text and "idempotent = true " in text, "clarion.toml changed"
+    assert shipped_limit in text, "clarion.toml changed: update this helper"
+    assert "idempotent = true " in text, "clarion.toml changed: update this helper"
     text = text.replace(shipped_limit, rate_limit)
     text = text.replace("idempotent = true ", f"idempotent = {str(idempotent).lower()} ")
     for line in [ln for ln in text.splitlines() if ln.startswith("retry = {")]:
@@ -88,12 +89,12 @@ async def running_worker(
         await asyncio.wait_for(task, 20)
 
 
-async def wait_until(check: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> None:
-    """Poll ``check`` until it is true; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
+async def wait_until(check: Callable[[], Awaitable[bool]], within: float = 10.0) -> None:
+    """Poll ``check`` until it is true; fail after ``within`` seconds."""
+    deadline = time.monotonic() + within
     while not await check():
         if time.monotonic() > deadline:
-            raise AssertionError(f"not reached within {timeout} s")
+            raise AssertionError(f"not reached within {within} s")
         await asyncio.sleep(0.02)
 
 

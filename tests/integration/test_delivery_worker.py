@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from typing import Any
 
@@ -36,7 +37,7 @@ def otp(code: str = "1", directives: dict[str, Any] | None = None, **extra: Any)
 
 
 async def final_state(
-    redis: Redis, keys: KeySpace, delivery_id: str, timeout: float = 10
+    redis: Redis, keys: KeySpace, delivery_id: str, within: float = 10
 ) -> dict[str, str]:
     async def ended() -> bool:
         return (await state(redis, keys, delivery_id)).get("status") in {
@@ -45,7 +46,7 @@ async def final_state(
             "EXPIRED",
         }
 
-    await wait_until(ended, timeout)
+    await wait_until(ended, within)
     return await state(redis, keys, delivery_id)
 
 
@@ -85,7 +86,7 @@ async def test_transient_twice_then_sent_with_jittered_delays(
     assert [c["outcome"] for c in calls] == ["transient", "transient", "sent"]
     assert [c["attempt"] for c in calls] == ["1", "2", "3"]
     # Full jitter: the n-th wait lies in [0, base * 2^(n-1)] (+ scheduling slack).
-    gaps = [(b["at_ms"] - a["at_ms"]) / 1000 for a, b in zip(calls, calls[1:], strict=False)]
+    gaps = [(b["at_ms"] - a["at_ms"]) / 1000 for a, b in itertools.pairwise(calls)]
     assert gaps[0] <= 0.2 + 0.25
     assert gaps[1] <= 0.4 + 0.25
     events = await stream_events(real_redis, keys.shard(0).events)
@@ -111,7 +112,8 @@ async def test_a_permanent_failure_fails_at_once_into_the_dlq(
     assert letter["error_class"] == "PERMANENT"
     assert letter["last_error"] == "number does not exist"
     assert letter["attempts"] == "1"
-    assert letter["type"] == "otp" and letter["channel"] == "SMS"
+    assert letter["type"] == "otp"
+    assert letter["channel"] == "SMS"
     assert letter["worker"] == "test-0"
     assert codec.decode_work_item(letter["work"]).delivery_id == delivery_id
     names = [type(e).__name__ for e in await stream_events(real_redis, keys.shard(0).events)]
@@ -138,7 +140,7 @@ async def test_a_ttl_shorter_than_the_backoff_expires_without_another_call(
     body = otp(directives={"fail_transient": 5}, ttl_seconds=2)
     delivery_id = (await accept(real_redis, keys, catalog, body, "k"))["deliveries"][0]["id"]
     async with running_worker(real_redis, keys, catalog):
-        done = await final_state(real_redis, keys, delivery_id, timeout=15)
+        done = await final_state(real_redis, keys, delivery_id, within=15)
         await asyncio.sleep(0.3)
     # The retry would come after the TTL: it expires at scheduling, after one call.
     assert done["status"] == "EXPIRED"
@@ -208,7 +210,7 @@ async def test_an_entry_delivered_too_often_is_dead_lettered(
             (await real_redis.xpending_range(stream, GROUP, "-", "+", 1))[0]["message_id"]
         ])  # fmt: skip
     async with running_worker(real_redis, keys, catalog):
-        await wait_until(lambda: _dlq_size(real_redis, keys, 1), timeout=10)
+        await wait_until(lambda: _dlq_size(real_redis, keys, 1), within=10)
     [letter] = await dead_letters(real_redis, keys)
     assert letter["error_class"] == "POISON"
     assert "delivered" in letter["last_error"]
