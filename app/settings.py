@@ -48,6 +48,12 @@ class Settings:
     max_batch_body_bytes: int = 16 * 1024 * 1024
     log_format: Literal["json", "console"] = "json"
     log_level: str = "INFO"
+    # Delivery workers: sends in flight per process and priority, lease, poison threshold.
+    lane_high: int = 64
+    lane_normal: int = 32
+    lane_low: int = 8
+    lease_ms: int = 15_000
+    max_deliveries: int = 5
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -98,6 +104,13 @@ class Settings:
             ),
             log_format=log_format,  # type: ignore[arg-type]
             log_level=text("CLARION_LOG_LEVEL", defaults.log_level).upper(),
+            lane_high=_integer(env, "CLARION_LANE_HIGH", defaults.lane_high, 1, 10_000),
+            lane_normal=_integer(env, "CLARION_LANE_NORMAL", defaults.lane_normal, 1, 10_000),
+            lane_low=_integer(env, "CLARION_LANE_LOW", defaults.lane_low, 1, 10_000),
+            lease_ms=_integer(env, "CLARION_LEASE_MS", defaults.lease_ms, 100, 3_600_000),
+            max_deliveries=_integer(
+                env, "CLARION_MAX_DELIVERIES", defaults.max_deliveries, 1, 1000
+            ),
         )
 
 

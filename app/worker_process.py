@@ -18,7 +18,7 @@ from app.logging import configure_logging
 from app.redis_checks import check_redis
 from app.settings import Settings
 from streams.connection import connect
-from streams.keys import KeySpace
+from streams.keys import KeySpace, Priority
 
 log = structlog.get_logger(__name__)
 
@@ -37,7 +37,22 @@ def consumer_name(slot: int) -> str:
     return f"{socket.gethostname()}-{slot}"
 
 
-async def serve(settings: Settings, slot: int, options: WorkerOptions | None = None) -> None:
+def worker_options(settings: Settings) -> WorkerOptions:
+    """The worker's lanes, lease and poison threshold from the settings."""
+    return WorkerOptions(
+        lanes={
+            Priority.HIGH: settings.lane_high,
+            Priority.NORMAL: settings.lane_normal,
+            Priority.LOW: settings.lane_low,
+        },
+        lease_ms=settings.lease_ms,
+        max_deliveries=settings.max_deliveries,
+        # Look for abandoned work a few times per lease.
+        reclaim_interval_s=min(5.0, settings.lease_ms / 3000),
+    )
+
+
+async def serve(settings: Settings, slot: int) -> None:
     """Run one worker until SIGTERM or SIGINT."""
     catalog = load_catalog(settings.config_path)
     redis = connect(settings.redis_url, max_connections=128, health_check_interval=30)
@@ -49,7 +64,7 @@ async def serve(settings: Settings, slot: int, options: WorkerOptions | None = N
         catalog,
         build_providers(catalog, redis, keys),
         consumer=consumer_name(slot),
-        options=options,
+        options=worker_options(settings),
     )
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

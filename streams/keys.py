@@ -44,8 +44,8 @@ class ShardKeys:
     def events(self) -> str:
         return f"{self.tag}:events"
 
-    def work(self, priority: Priority) -> str:
-        return f"{self.tag}:work:{priority.value.lower()}"
+    def work(self, priority: Priority | str) -> str:
+        return f"{self.tag}:work:{priority.lower()}"
 
     @property
     def delayed(self) -> str:
