@@ -12,6 +12,7 @@ from typing import TypedDict
 
 import msgspec
 
+from app import __version__
 from app.catalog import RetryPolicy
 from app.channels.base import ErrorClass
 from app.retry_policy import may_retry, retry_delay
@@ -218,6 +219,7 @@ def failed(
         "first_attempt_ms": step.lease.first_attempt_ms or (now_ms if times else 0),
         "last_attempt_ms": now_ms if times else 0,
         "worker": step.worker,
+        "worker_version": __version__,
         "version": step.lease.version + len(events),
         "work_entry_id": step.entry_id,
         "work": codec.encode(step.item),

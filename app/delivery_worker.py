@@ -23,7 +23,7 @@ import msgspec
 import structlog
 from redis.asyncio import Redis
 
-from app import delivery_step
+from app import __version__, delivery_step
 from app.catalog import Catalog
 from app.channels.base import ErrorClass, Message, Provider, ProviderError
 from app.delivery_step import Step
@@ -336,6 +336,7 @@ class DeliveryWorker:
             "last_error": reason[:500],
             "work_entry_id": entry_id,
             "worker": self.consumer,
+            "worker_version": __version__,
         }
         for name, value in fields.items():
             dead_letter[f"raw_{name.decode(errors='replace')}"] = value

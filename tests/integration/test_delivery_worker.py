@@ -9,6 +9,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from app import __version__
 from streams import codec
 from streams.delivery import GROUP, ensure_group
 from streams.keys import KeySpace, Priority
@@ -115,6 +116,8 @@ async def test_a_permanent_failure_fails_at_once_into_the_dlq(
     assert letter["type"] == "otp"
     assert letter["channel"] == "SMS"
     assert letter["worker"] == "test-0"
+    assert letter["worker_version"] == __version__
+    assert int(letter["first_attempt_ms"]) <= int(letter["last_attempt_ms"])
     assert codec.decode_work_item(letter["work"]).delivery_id == delivery_id
     names = [type(e).__name__ for e in await stream_events(real_redis, keys.shard(0).events)]
     assert names[-2:] == ["DeliveryFailed", "DeliveryDeadLettered"]
