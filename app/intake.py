@@ -9,12 +9,14 @@ cost one Redis round trip.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 import structlog
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from app.api.schemas import NotificationRequest
 from app.fanout import FanoutError, Identity, Planner, accepted_body, fingerprint, utc_now
@@ -28,6 +30,7 @@ log = structlog.get_logger(__name__)
 IN_FLIGHT_TTL_MS = 10_000
 # Rounds before giving up on a recipient whose settings keep changing under us.
 MAX_ROUNDS = 3
+PLAN_CHUNK = 100
 _NO_SETTINGS = RecipientSettings()
 
 
@@ -39,6 +42,9 @@ class Outcome:
     response: bytes = b""  # the 202 body
     detail: str = ""
     replayed: bool = False  # an earlier answer for the same key and body
+
+
+UNAVAILABLE = Outcome(503, detail="the event log (Redis) is unavailable; retry shortly")
 
 
 @dataclass(slots=True)
@@ -80,6 +86,9 @@ class Intake:
         outcomes: list[Outcome | None] = [None] * len(entries)
         pending: list[_Pending] = []
         for index, (key, request) in enumerate(entries):
+            if index % PLAN_CHUNK == PLAN_CHUNK - 1:
+                # Let single requests in between: planning a big batch takes milliseconds.
+                await asyncio.sleep(0)
             if isinstance(request, Outcome):
                 outcomes[index] = request
                 continue
@@ -108,7 +117,11 @@ class Intake:
             replies = await self.writer.write([p.item for p in pending])
             again: list[_Pending] = []
             for entry, reply in zip(pending, replies, strict=True):
-                if reply.kind == "STALE" and reply.settings is not None:
+                if isinstance(reply, RedisError):
+                    outcomes[entry.index] = UNAVAILABLE
+                elif isinstance(reply, Exception):
+                    raise reply
+                elif reply.kind == "STALE" and reply.settings is not None:
                     entry.item = self._plan(
                         producer=producer,
                         key=entry.key,

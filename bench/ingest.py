@@ -374,7 +374,8 @@ def serving(argv: list[str], env: dict[str, str], port: int, log_path: Path) -> 
 
 
 def clarion_command(env: dict[str, str], prefix: str, redis_url: str, port: int) -> list[str]:
-    """The ``clarion run`` command line; sets its environment variables in ``env``."""
+    """The ``clarion api`` command line (the API alone: no delivery workers competing for the
+    two cores); sets its environment variables in ``env``."""
     env.update(
         CLARION_API_KEYS=f"bench:{API_KEY}:send+read",
         CLARION_KEY_PREFIX=prefix,
@@ -388,7 +389,7 @@ def clarion_command(env: dict[str, str], prefix: str, redis_url: str, port: int)
     clarion = Path(sys.executable).parent / "clarion"
     if not clarion.exists():
         raise BenchError(f"{clarion} not found: run this with the project's .venv/bin/python")
-    return [str(clarion), "run", "--workers", str(WORKERS)]
+    return [str(clarion), "api", "--workers", str(WORKERS)]
 
 
 def bare_command(env: dict[str, str], prefix: str, redis_url: str, port: int) -> list[str]:

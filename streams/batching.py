@@ -55,14 +55,27 @@ class BatchedScript(Generic[Group, Item, Reply]):
 
     async def run(self, items: Sequence[Item]) -> list[Reply]:
         """Run the script for ``items``; their replies in the same order."""
+        futures = self._submit(items)
+        if len(futures) == 1:
+            return [await futures[0]]
+        return list(await asyncio.gather(*futures))
+
+    async def run_settled(self, items: Sequence[Item]) -> list[Reply | Exception]:
+        """Like ``run``, but an item whose call failed gets its error in its place.
+
+        The calls of one pipeline succeed or fail one by one, so items of a failed call can
+        be told apart from items that were written.
+        """
+        futures = self._submit(items)
+        return list(await asyncio.gather(*futures, return_exceptions=True))  # type: ignore[arg-type]
+
+    def _submit(self, items: Sequence[Item]) -> list[asyncio.Future[Reply]]:
         loop = asyncio.get_running_loop()
         futures: list[asyncio.Future[Reply]] = [loop.create_future() for _ in items]
         self._waiting.extend(zip(items, futures, strict=True))
         if self._flusher is None:
             self._flusher = loop.create_task(self._flush())
-        if len(futures) == 1:
-            return [await futures[0]]
-        return list(await asyncio.gather(*futures))
+        return futures
 
     async def _flush(self) -> None:
         try:

@@ -9,6 +9,7 @@ bottleneck.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -68,20 +69,35 @@ class IngestReply:
 
 
 class IngestWriter:
-    """Writes ingest items; concurrent requests share pipelines (see ``BatchedScript``)."""
+    """Writes ingest items; concurrent requests share pipelines (see ``BatchedScript``).
+
+    Notifications with a HIGH delivery travel in pipelines of their own, so an OTP never
+    waits behind a thousand-item batch that the same process is writing.
+    """
 
     def __init__(self, redis: Redis, idempotency_ttl_ms: int, pending_ttl_ms: int) -> None:
-        self._script: BatchedScript[ShardKeys, IngestItem, IngestReply] = BatchedScript(
-            redis,
-            scripts.INGEST,
-            group_of=lambda item: item.shard,
-            build=lambda shard, items: _call(shard, items, idempotency_ttl_ms, pending_ttl_ms),
-            parse=_reply,
-        )
+        def writer() -> BatchedScript[ShardKeys, IngestItem, IngestReply]:
+            return BatchedScript(
+                redis,
+                scripts.INGEST,
+                group_of=lambda item: item.shard,
+                build=lambda shard, items: _call(shard, items, idempotency_ttl_ms, pending_ttl_ms),
+                parse=_reply,
+            )
 
-    async def write(self, items: Sequence[IngestItem]) -> list[IngestReply]:
-        """Write ``items``; replies in the same order."""
-        return await self._script.run(items)
+        self._express, self._bulk = writer(), writer()
+
+    async def write(self, items: Sequence[IngestItem]) -> list[IngestReply | Exception]:
+        """Write ``items``; their replies in the same order, or the error of an item whose
+        script call failed (nothing of that item was written)."""
+        express = [any(work.target == "high" for work in item.work) for item in items]
+        fast = [item for item, high in zip(items, express, strict=True) if high]
+        slow = [item for item, high in zip(items, express, strict=True) if not high]
+        fast_replies, slow_replies = await asyncio.gather(
+            self._express.run_settled(fast), self._bulk.run_settled(slow)
+        )
+        fast_iter, slow_iter = iter(fast_replies), iter(slow_replies)
+        return [next(fast_iter) if high else next(slow_iter) for high in express]
 
 
 def _call(

@@ -105,7 +105,7 @@ class KeySpace:
         Its hash tag is the whole name of ``sandbox_sent``, which has none, so both land in
         one cluster slot and one script may touch both.
         """
-        return f"{{{self.sandbox_sent}}}:done"
+        return f"{self.prefix}:{{{self.sandbox_sent}}}:done"
 
     def rate_bucket(self, provider: str, lane: str = "total") -> str:
         """A GCRA bucket of a provider credential: the total, or a priority class's share.

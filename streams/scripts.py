@@ -16,6 +16,8 @@ from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
 
 KeyOrArg = str | bytes | int | float
+# Reloads after NOSCRIPT before giving up: a second flush can land between load and retry.
+_LOAD_ATTEMPTS = 3
 
 
 class LuaScript:
@@ -30,11 +32,12 @@ class LuaScript:
         self, redis: Redis, keys: Sequence[KeyOrArg], args: Sequence[KeyOrArg]
     ) -> Any:
         """Run the script once."""
-        try:
-            return await redis.evalsha(self.sha, len(keys), *keys, *args)
-        except NoScriptError:
-            await redis.script_load(self.source)
-            return await redis.evalsha(self.sha, len(keys), *keys, *args)
+        for _ in range(_LOAD_ATTEMPTS):
+            try:
+                return await redis.evalsha(self.sha, len(keys), *keys, *args)
+            except NoScriptError:
+                await redis.script_load(self.source)
+        return await redis.evalsha(self.sha, len(keys), *keys, *args)
 
     async def run_many(
         self,
@@ -52,8 +55,10 @@ class LuaScript:
             keys, args = calls[0]
             return [await self(redis, keys, args)]
         results = await self._pipelined(redis, calls)
-        missing = [i for i, result in enumerate(results) if isinstance(result, NoScriptError)]
-        if missing:
+        for _ in range(_LOAD_ATTEMPTS):
+            missing = [i for i, result in enumerate(results) if isinstance(result, NoScriptError)]
+            if not missing:
+                break
             await redis.script_load(self.source)
             retried = await self._pipelined(redis, [calls[i] for i in missing])
             for i, result in zip(missing, retried, strict=True):

@@ -56,8 +56,9 @@ def check_key(key: str | None) -> str:
     return key
 
 
-def _error(status_code: int, detail: str) -> Response[Any]:
-    return Response({"status_code": status_code, "detail": detail}, status_code=status_code)
+def _error(status_code: int, detail: str, headers: dict[str, str] | None = None) -> Response[Any]:
+    body = {"status_code": status_code, "detail": detail}
+    return Response(body, status_code=status_code, headers=headers)
 
 
 @post(
@@ -81,7 +82,8 @@ async def create_notification(
     intake: Intake = request.app.state.intake
     outcome = await intake.accept(caller.producer, key, body)
     if outcome.status_code != 202:
-        return _error(outcome.status_code, outcome.detail)
+        retry = {"Retry-After": "1"} if outcome.status_code in (409, 503) else None
+        return _error(outcome.status_code, outcome.detail, retry)
     headers = {"Idempotent-Replayed": "true"} if outcome.replayed else None
     return Response(outcome.response, status_code=202, media_type=_JSON, headers=headers)
 
