@@ -137,17 +137,18 @@ class DeliveryWorker:
                     count=free,
                     block=None if cursor == "0" else READ_BLOCK_MS,
                 )
+                entries = reply[0][1] if reply else []
+                if cursor == "0" and not entries:
+                    cursor = ">"
+                    continue
+                await self._handle_entries(shard, priority, entries)
             except asyncio.CancelledError:
                 raise
             except Exception:
+                # Whatever was read stays pending: the reclaimer hands it out again, and
+                # the delivery counter dead-letters an entry that keeps failing.
                 log.exception("worker.read_failed", stream=stream)
                 await asyncio.sleep(1)
-                continue
-            entries = reply[0][1] if reply else []
-            if cursor == "0" and not entries:
-                cursor = ">"
-                continue
-            await self._handle_entries(shard, priority, entries)
 
     async def _wait_for_room(self, lane: asyncio.Semaphore) -> int:
         """Wait until the lane has a free slot; how many are free."""

@@ -82,7 +82,16 @@ class BatchedScript(Generic[Group, Item, Reply]):
             while self._waiting:
                 batch = self._waiting[: self.max_items]
                 del self._waiting[: self.max_items]
-                await self._write(batch)
+                try:
+                    await self._write(batch)
+                except BaseException as error:
+                    # Never leave a caller waiting for an answer that will not come.
+                    for _, future in batch:
+                        if not future.done():
+                            future.set_exception(
+                                error if isinstance(error, Exception) else RuntimeError(error)
+                            )
+                    raise
         finally:
             self._flusher = None
 
@@ -107,5 +116,8 @@ class BatchedScript(Generic[Group, Item, Reply]):
                     continue
                 if isinstance(result, Exception):
                     future.set_exception(result)
-                else:
+                    continue
+                try:
                     future.set_result(self.parse(result[index]))
+                except Exception as error:  # a reply this code cannot read: a bug
+                    future.set_exception(error)
