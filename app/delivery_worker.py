@@ -235,7 +235,11 @@ class DeliveryWorker:
     async def _send(self, step: Step, lane: asyncio.Semaphore) -> None:
         try:
             outcome = await self._attempt(step)
-            await self.store.finish([outcome])
+            [recorded] = await self.store.finish([outcome])
+            if recorded != "OK":  # another worker got there first: nothing recorded twice
+                log.info(
+                    "delivery.outcome_skipped", delivery_id=step.item.delivery_id, why=recorded
+                )
             if outcome.delayed_member:
                 self._wake_scheduler(step.shard, outcome.due_ms)
         except Exception:

@@ -53,24 +53,30 @@ def worker_options(settings: Settings) -> WorkerOptions:
 
 
 async def serve(settings: Settings, slot: int) -> None:
-    """Run one worker until SIGTERM or SIGINT."""
-    catalog = load_catalog(settings.config_path)
-    redis = connect(settings.redis_url, max_connections=128, health_check_interval=30)
-    await check_redis(redis, settings.redis_url)
-    keys = KeySpace(settings.key_prefix, settings.shards)
-    worker = DeliveryWorker(
-        redis,
-        keys,
-        catalog,
-        build_providers(catalog, redis, keys),
-        consumer=consumer_name(slot),
-        options=worker_options(settings),
-    )
+    """Run one worker until SIGTERM or SIGINT (also one that arrives while starting)."""
+    stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, worker.stop)
+        loop.add_signal_handler(signum, stop.set)
+    catalog = load_catalog(settings.config_path)
+    redis = connect(settings.redis_url, max_connections=128, health_check_interval=30)
     try:
-        await worker.run()
+        await check_redis(redis, settings.redis_url)
+        keys = KeySpace(settings.key_prefix, settings.shards)
+        worker = DeliveryWorker(
+            redis,
+            keys,
+            catalog,
+            build_providers(catalog, redis, keys),
+            consumer=consumer_name(slot),
+            options=worker_options(settings),
+        )
+        running = asyncio.create_task(worker.run())
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        worker.stop()
+        stopping.cancel()
+        await running  # raises what made the worker end on its own, if anything
     finally:
         await redis.aclose()
 

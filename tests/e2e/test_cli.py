@@ -44,16 +44,29 @@ def service(key_prefix: str) -> Iterator[tuple[str, dict[str, str]]]:
     )
     try:
         wait_for_port(port, timeout=20)
+        wait_healthy(f"http://127.0.0.1:{port}")
         yield f"http://127.0.0.1:{port}", env
     finally:
         process.terminate()
-        _, stderr = process.communicate(timeout=20)
+        _, stderr = process.communicate(timeout=45)  # the supervisor kills after 30 s
         redis = Redis.from_url(REDIS_URL)
         for key in redis.scan_iter(match=f"{key_prefix}:*"):
             redis.unlink(key)
         redis.close()
         assert b"Traceback" not in stderr, stderr.decode()[-2000:]
         assert b"shop-secret-key" not in stderr
+
+
+def wait_healthy(url: str, within: float = 20) -> None:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/v1/ops/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"{url} is not healthy after {within} s")
 
 
 def test_send_shows_up_in_the_events_stream(

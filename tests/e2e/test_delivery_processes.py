@@ -132,7 +132,11 @@ async def test_sigterm_finishes_what_is_in_flight(
     )
     env = worker_env(key_prefix, catalog_path)
     with workers(env, [0]) as [worker]:
-        await asyncio.sleep(0.4)
+
+        async def sending() -> bool:
+            return (await statuses(real_redis, keys, ids))["SENDING"] > 0
+
+        await wait_until(sending, within=20)  # the worker holds deliveries in flight
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=20) == 0
     assert (await statuses(real_redis, keys, ids))["SENT"] == 30
