@@ -282,7 +282,8 @@ class DeliveryWorker:
         provider = self.providers[provider_name]
         timeout = self.catalog.providers[provider_name].timeout_seconds
         try:
-            message_id = await asyncio.wait_for(provider.send(message), timeout)
+            async with asyncio.timeout(timeout):
+                message_id = await provider.send(message)
         except ProviderError as error:
             bound.info(
                 "delivery.attempt_failed", error_class=error.error_class, error=error.message
@@ -369,8 +370,11 @@ class DeliveryWorker:
             if moved.next_due_ms is not None:
                 sleep = min(sleep, max(0.0, (moved.next_due_ms - self.now_ms()) / 1000))
             wake.clear()
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a
+            # cancellation that coincides with the wake-up, and the worker would never stop.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), sleep)
+                async with asyncio.timeout(sleep):
+                    await wake.wait()
 
     async def _reclaim(self) -> None:
         while True:

@@ -94,8 +94,18 @@ async def wait_until(check: Callable[[], Awaitable[bool]], within: float = 10.0)
     deadline = time.monotonic() + within
     while not await check():
         if time.monotonic() > deadline:
-            raise AssertionError(f"not reached within {within} s")
+            raise AssertionError(f"not reached within {within} s\n{_task_stacks()}")
         await asyncio.sleep(0.02)
+
+
+def _task_stacks() -> str:
+    """Where every task of this loop waits: what a hang needs to be understood."""
+    lines = []
+    for task in asyncio.all_tasks():
+        frames = task.get_stack(limit=6)
+        where = " <- ".join(f"{f.f_code.co_name}:{f.f_lineno}" for f in reversed(frames))
+        lines.append(f"  {task.get_name()}: {where}")
+    return "\n".join(sorted(lines))
 
 
 async def sandbox_calls(redis: Redis, keys: KeySpace) -> list[dict[str, Any]]:
