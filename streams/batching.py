@@ -67,6 +67,11 @@ class BatchedScript(Generic[Group, Item, Reply]):
         be told apart from items that were written.
         """
         futures = self._submit(items)
+        if len(futures) == 1:
+            try:
+                return [await futures[0]]
+            except Exception as error:
+                return [error]
         return list(await asyncio.gather(*futures, return_exceptions=True))  # type: ignore[arg-type]
 
     def _submit(self, items: Sequence[Item]) -> list[asyncio.Future[Reply]]:

@@ -91,6 +91,10 @@ class IngestWriter:
         """Write ``items``; their replies in the same order, or the error of an item whose
         script call failed (nothing of that item was written)."""
         express = [any(work.target == "high" for work in item.work) for item in items]
+        if all(express):
+            return await self._express.run_settled(items)
+        if not any(express):
+            return await self._bulk.run_settled(items)
         fast = [item for item, high in zip(items, express, strict=True) if high]
         slow = [item for item, high in zip(items, express, strict=True) if not high]
         fast_replies, slow_replies = await asyncio.gather(

@@ -1,0 +1,1112 @@
+"""Pipeline benchmark: batch ingest, delivery workers and the sandbox provider, end to end.
+
+Run from anywhere with the project's virtualenv::
+
+    .venv/bin/python bench/pipeline.py              # with 1, then 2 delivery workers
+    .venv/bin/python bench/pipeline.py --quick      # smaller counts (--duration 3)
+    .venv/bin/python bench/pipeline.py --workers 2  # one configuration only
+
+For each number of delivery worker processes it starts the API (``clarion api``) and the
+workers (``clarion worker --slot N``) under a fresh key prefix, with a copy of
+``clarion.toml`` whose providers have no rate limit (the sandbox answers at once, so this
+measures Clarion, not the limiter), and measures one after the other:
+
+1. End to end: notifications batch-ingested (1000 items per request, a few concurrent
+   requests) while the workers run; 4 of 5 are ``order_confirmed`` with an email and a push
+   token (EMAIL, PUSH and IN_APP: 3 NORMAL deliveries), 1 of 5 ``otp`` (1 HIGH SMS).
+   Deliveries/s run from the first accepted item (the ms in its UUIDv7 id) to the last
+   ``sent`` record of the sandbox (the ms of its stream entry id).
+2. HIGH latency under a LOW flood: ``marketing`` notifications with an email only (1 LOW EMAIL
+   delivery each) are batch-ingested as fast as possible, and while they drain single ``otp``
+   notifications (1 HIGH SMS) are POSTed at a steady rate. HIGH latency is the ms of the
+   sandbox record minus the ms in the delivery id (its creation by the API); it is also split
+   at the ms of the HIGH work entry into the API's part and the workers' part.
+
+The API runs with 2 uvicorn workers (``--api-workers``): on 2 cores that gave both higher
+end-to-end rates and lower HIGH latency than 1.
+
+Every accepted delivery is looked up in the sandbox record (lost, duplicated, not ``sent``),
+a sample of delivery state hashes is checked for SENT, and the work streams for entries left
+pending. ``--duration D`` sizes the runs: 3,000 x D notifications end to end, 20,000 x D in
+the flood. All Redis keys live under a random ``bench-<hex>`` prefix and are deleted at the
+end; the result is printed and written to ``bench/results/pipeline-<UTC timestamp>.json``.
+The exit status is 1 when a delivery was lost or duplicated, an item was refused, work was
+left pending or a service logged an error; missing a performance target alone is not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import re
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager, suppress
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import msgspec
+import redis
+import redis.asyncio as aredis
+
+if __package__ in {None, ""}:  # run as a script: make the ``bench`` package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from app.catalog import parse_catalog
+from bench.ingest import (
+    HEALTH_PATH,
+    REPO,
+    RESULTS_DIR,
+    BenchError,
+    format_table,
+    free_port,
+    log_tail,
+    machine_info,
+    percentile,
+    stop,
+    wait_healthy,
+)
+from streams import codec
+from streams.keys import KeySpace, Priority
+
+API_KEY = "bench-secret-key"
+BATCH_PATH = "/v1/notifications/batch"
+SINGLE_PATH = "/v1/notifications"
+GROUP = "delivery"  # the workers' consumer group (streams.delivery.GROUP)
+
+DEFAULT_DURATION = 10
+E2E_PER_SECOND = 3_000  # end-to-end notifications per --duration second
+FLOOD_PER_SECOND = 20_000  # LOW flood notifications per --duration second
+BATCH_SIZE = 1000
+E2E_CONCURRENCY = 4  # batch requests in flight while ingesting end to end
+FLOOD_CONCURRENCY = 4  # ... and while flooding
+OTP_EVERY = 5  # every 5th end-to-end item is an otp, the others order_confirmed
+HIGH_RATE = 50.0  # single HIGH notifications per second during the flood
+HIGH_MAX_IN_FLIGHT = 64
+API_WORKERS = 2  # uvicorn workers of the API (see --api-workers)
+WORKER_COUNTS = (1, 2)
+
+STALL_TIMEOUT_S = 20.0  # no progress this long: stop waiting (longer than the 15 s lease)
+POLL_S = 0.05
+SAMPLE_STATES = 1000
+SCAN_CHUNK = 10_000
+LOG_TAIL_LINES = 10
+LOG_LINE_CHARS = 1500
+PRINT_LINE_CHARS = 400
+
+TARGET_E2E_RATE = 10_000.0
+TARGET_HIGH_P99_MS = 100.0
+
+
+# --- the catalog ---------------------------------------------------------------------------
+
+
+def unlimited_catalog(source: Path, target: Path) -> list[str]:
+    """Copy ``source`` to ``target`` without any provider's rate limit; the providers changed.
+
+    The ``rate_limit = ...`` lines are dropped as text (the catalog keeps its comments and
+    order); the copy is then parsed to make sure nothing else changed.
+    """
+    text = source.read_text()
+    kept = [line for line in text.splitlines() if not re.match(r"\s*rate_limit\s*=", line)]
+    target.write_text("\n".join(kept) + "\n")
+    before = parse_catalog(text, str(source))
+    after = parse_catalog(target.read_text(), str(target))
+    if any(provider.rate_limit is not None for provider in after.providers.values()):
+        raise BenchError(f"{source}: a rate_limit is not on one line; cannot remove it")
+    if after.types != before.types or after.channels != before.channels:
+        raise BenchError(f"{source}: removing the rate limits changed more than them")
+    return sorted(name for name, p in before.providers.items() if p.rate_limit is not None)
+
+
+# --- request bodies ------------------------------------------------------------------------
+
+
+def e2e_item(i: int) -> bytes:
+    """End-to-end item ``i`` after its idempotency key's tag: an otp or an order_confirmed."""
+    if i % OTP_EVERY == 0:
+        return (
+            b'-%d", "recipient": {"id": "user-%d", "phone": "+4915112345678"}, '
+            b'"type": "otp", "data": {"code": "%06d"}}' % (i, i, i)
+        )
+    return (
+        b'-%d", "recipient": {"id": "user-%d", "email": "user%d@example.com", '
+        b'"push_tokens": ["token-%d"]}, "type": "order_confirmed", '
+        b'"data": {"order_id": "A-%d"}}' % (i, i, i, i, i)
+    )
+
+
+def flood_item(i: int) -> bytes:
+    """LOW flood item ``i``: marketing with an email only (its PUSH is suppressed)."""
+    return (
+        b'-%d", "recipient": {"id": "fan-%d", "email": "fan%d@example.com"}, '
+        b'"type": "marketing", "data": {"subject": "Sale %d", "body": "Everything must go."}}'
+        % (i, i, i, i)
+    )
+
+
+def batch_pieces(size: int, item: Any) -> list[bytes]:
+    """Pieces of a batch body; ``tag.join(pieces)`` prefixes every idempotency key with tag."""
+    pieces = [b'{"notifications": [{"idempotency_key": "']
+    for i in range(size):
+        more = b', {"idempotency_key": "' if i < size - 1 else b"]}"
+        pieces.append(item(i) + more)
+    return pieces
+
+
+def expected_e2e_deliveries(size: int) -> int:
+    """Deliveries one end-to-end batch of ``size`` items should queue."""
+    otps = len(range(0, size, OTP_EVERY))
+    return otps + 3 * (size - otps)
+
+
+# --- responses -----------------------------------------------------------------------------
+
+
+class Delivery(msgspec.Struct):
+    id: str
+    channel: str
+    status: str
+
+
+class ItemResult(msgspec.Struct):
+    status_code: int
+    idempotency_key: str = ""
+    id: str | None = None
+    deliveries: list[Delivery] | None = None
+    detail: str | None = None
+
+
+class BatchReply(msgspec.Struct):
+    results: list[ItemResult]
+
+
+class Accepted(msgspec.Struct):
+    id: str
+    deliveries: list[Delivery]
+
+
+def id_ms(uuid7: str) -> int:
+    """The creation ms in the first 48 bits of a UUIDv7 (see streams/ids.py)."""
+    return int(uuid7[:8] + uuid7[9:13], 16)
+
+
+def entry_ms(entry_id: bytes | str) -> int:
+    """The ms part of a stream entry id."""
+    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+    return int(text.split("-", 1)[0])
+
+
+@dataclass
+class Ingested:
+    """What the API accepted in one phase."""
+
+    notifications: int = 0
+    refused: int = 0
+    failed_requests: int = 0
+    first_problem: str = ""
+    queued: dict[str, str] = field(default_factory=dict)  # delivery id -> channel
+    not_queued: Counter[str] = field(default_factory=Counter)  # status -> count
+    first_accept_ms: int | None = None
+    elapsed_s: float = 0.0
+
+    def note(self, notification_id: str, deliveries: list[Delivery]) -> None:
+        self.notifications += 1
+        ms = id_ms(notification_id)
+        if self.first_accept_ms is None or ms < self.first_accept_ms:
+            self.first_accept_ms = ms
+        for delivery in deliveries:
+            if delivery.status == "QUEUED":
+                self.queued[delivery.id] = delivery.channel
+            else:
+                self.not_queued[delivery.status] += 1
+
+    def problem(self, text: str) -> None:
+        self.first_problem = self.first_problem or text
+
+    def summary(self) -> dict[str, Any]:
+        seconds = self.elapsed_s or float("inf")
+        return {
+            "notifications_accepted": self.notifications,
+            "items_refused": self.refused,
+            "failed_requests": self.failed_requests,
+            "first_problem": self.first_problem,
+            "deliveries_queued": len(self.queued),
+            "deliveries_not_queued": dict(self.not_queued),
+            "ingest_elapsed_s": round(self.elapsed_s, 3),
+            "ingest_notifications_per_s": round(self.notifications / seconds, 1),
+        }
+
+
+async def post_batches(
+    client: httpx.AsyncClient, pieces: list[bytes], batches: int, tag: str, concurrency: int
+) -> Ingested:
+    """Post ``batches`` batch requests from ``concurrency`` loops; what was accepted."""
+    decoder = msgspec.json.Decoder(BatchReply)
+    numbers = iter(range(batches))
+    result = Ingested()
+
+    async def loop() -> None:
+        for number in numbers:
+            body = f"{tag}-b{number}".encode().join(pieces)
+            try:
+                response = await client.post(BATCH_PATH, content=body)
+            except httpx.HTTPError as error:
+                result.failed_requests += 1
+                result.problem(f"batch {number}: no answer: {error!r}")
+                return
+            if response.status_code != 200:
+                result.failed_requests += 1
+                result.problem(f"batch {number}: HTTP {response.status_code} {response.text[:300]}")
+                continue
+            for item in decoder.decode(response.content).results:
+                if item.status_code == 202 and item.id is not None:
+                    result.note(item.id, item.deliveries or [])
+                else:
+                    result.refused += 1
+                    result.problem(f"item {item.idempotency_key}: {item.status_code} {item.detail}")
+
+    started = time.perf_counter()
+    await asyncio.gather(*(loop() for _ in range(concurrency)))
+    result.elapsed_s = time.perf_counter() - started
+    return result
+
+
+# --- Redis: progress and the sandbox record ------------------------------------------------
+
+
+async def last_entry_id(client: aredis.Redis, stream: str) -> str:
+    """The id of the newest entry of ``stream`` ("0-0" when there is none)."""
+    newest: Any = await client.xrevrange(stream, "+", "-", count=1)
+    return newest[0][0].decode() if newest else "0-0"
+
+
+async def work_state(client: aredis.Redis, keys: KeySpace) -> dict[str, Any]:
+    """Per work stream: length, pending entries and lag of the delivery group; delayed, dlq."""
+    state: dict[str, Any] = {}
+    for shard in keys.all_shards():
+        for priority in Priority:
+            stream = shard.work(priority)
+            groups: Any = await client.xinfo_groups(stream) if await client.exists(stream) else []
+            group = next((g for g in groups if _text(g["name"]) == GROUP), None)
+            state[stream] = {
+                "xlen": await client.xlen(stream),
+                "pending": int(group["pending"]) if group else None,
+                "lag": None if group is None or group["lag"] is None else int(group["lag"]),
+            }
+        state[shard.delayed] = {"zcard": await client.zcard(shard.delayed)}
+        state[shard.dlq] = {"xlen": await client.xlen(shard.dlq)}
+    return state
+
+
+def remaining_work(
+    state: dict[str, Any], priorities: tuple[Priority, ...] = tuple(Priority)
+) -> int:
+    """Work not yet finished in ``state``: unread (lag), pending, delayed, dead-lettered."""
+    suffixes = tuple(f":work:{p.value.lower()}" for p in priorities)
+    total = 0
+    for name, figures in state.items():
+        if name.endswith(suffixes):
+            # A lag Redis cannot tell (None) counts as unknown work.
+            total += (figures["pending"] or 0) + (1 if figures["lag"] is None else figures["lag"])
+        elif name.endswith(":delayed"):
+            total += figures["zcard"]
+    return total
+
+
+def pending_total(state: dict[str, Any]) -> int:
+    return sum(f.get("pending") or 0 for f in state.values())
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+@dataclass
+class SandboxRecord:
+    """The sandbox's record of one phase, by delivery id."""
+
+    first_sent_ms: dict[str, int] = field(default_factory=dict)  # delivery id -> ms
+    entries: int = 0
+    outcomes: Counter[str] = field(default_factory=Counter)
+    repeated_sends: int = 0  # a second `sent` record for a delivery id
+    flagged_duplicates: int = 0  # records the sandbox itself marked duplicate=1
+    last_sent_ms: int = 0
+
+
+async def read_sandbox(client: aredis.Redis, stream: str, after: str) -> SandboxRecord:
+    """Every record of ``stream`` newer than entry id ``after``."""
+    record = SandboxRecord()
+    start = f"({after}"
+    while True:
+        chunk: Any = await client.xrange(stream, start, "+", count=SCAN_CHUNK)
+        for raw_id, fields in chunk:
+            record.entries += 1
+            outcome = fields[b"outcome"].decode()
+            record.outcomes[outcome] += 1
+            if fields.get(b"duplicate") == b"1":
+                record.flagged_duplicates += 1
+            if outcome != "sent":
+                continue
+            delivery_id = fields[b"delivery_id"].decode()
+            ms = entry_ms(raw_id)
+            if delivery_id in record.first_sent_ms:
+                record.repeated_sends += 1
+            else:
+                record.first_sent_ms[delivery_id] = ms
+            record.last_sent_ms = max(record.last_sent_ms, ms)
+        if len(chunk) < SCAN_CHUNK:
+            return record
+        start = f"({chunk[-1][0].decode()}"
+
+
+async def read_queued_ms(client: aredis.Redis, stream: str, after: str) -> dict[str, int]:
+    """Delivery id -> ms of its work entry (when the API's write reached Redis), after ``after``."""
+    queued: dict[str, int] = {}
+    start = f"({after}"
+    field_name = codec.WORK_FIELD.encode()
+    while True:
+        chunk: Any = await client.xrange(stream, start, "+", count=SCAN_CHUNK)
+        for raw_id, fields in chunk:
+            item = codec.decode_work_item(fields[field_name])
+            queued.setdefault(item.delivery_id, entry_ms(raw_id))
+        if len(chunk) < SCAN_CHUNK:
+            return queued
+        start = f"({chunk[-1][0].decode()}"
+
+
+async def sample_states(
+    client: aredis.Redis, keys: KeySpace, delivery_ids: list[str]
+) -> dict[str, int]:
+    """Statuses of up to ``SAMPLE_STATES`` randomly chosen delivery state hashes."""
+    sample = random.sample(delivery_ids, min(SAMPLE_STATES, len(delivery_ids)))
+    async with client.pipeline(transaction=False) as pipe:
+        for delivery_id in sample:
+            pipe.hget(keys.notification_shard(delivery_id).delivery(delivery_id), "status")
+        statuses: list[Any] = await pipe.execute()
+    return dict(Counter("(none)" if s is None else s.decode() for s in statuses))
+
+
+def check_deliveries(
+    queued: dict[str, str], record: SandboxRecord, name: str
+) -> tuple[dict[str, Any], list[str]]:
+    """Accepted deliveries against the sandbox record: figures and problems."""
+    missing = [d for d in queued if d not in record.first_sent_ms]
+    unexpected = sum(1 for d in record.first_sent_ms if d not in queued)
+    figures = {
+        "deliveries_sent": len(record.first_sent_ms),
+        "deliveries_missing": len(missing),
+        "missing_examples": missing[:5],
+        "sandbox_entries": record.entries,
+        "sandbox_outcomes": dict(record.outcomes),
+        "repeated_sends": record.repeated_sends,
+        "sandbox_flagged_duplicates": record.flagged_duplicates,
+        "unexpected_sends": unexpected,
+    }
+    problems = []
+    if missing:
+        problems.append(f"{name}: {len(missing)} accepted deliveries never reached the sandbox")
+    if record.repeated_sends or record.flagged_duplicates:
+        problems.append(
+            f"{name}: {record.repeated_sends} repeated sends, "
+            f"{record.flagged_duplicates} records flagged duplicate"
+        )
+    if unexpected:
+        problems.append(f"{name}: {unexpected} sends of deliveries nobody accepted")
+    other = {k: v for k, v in record.outcomes.items() if k != "sent"}
+    if other:
+        problems.append(f"{name}: sandbox outcomes other than sent: {other}")
+    return figures, problems
+
+
+async def wait_until_done(
+    client: aredis.Redis,
+    keys: KeySpace,
+    done: Callable[[dict[str, Any], int], bool],
+    deadline: float,
+) -> tuple[bool, dict[str, Any]]:
+    """Poll the work streams until ``done(state)``; False on a stall or at ``deadline``."""
+    last_progress = time.monotonic()
+    previous: tuple[int, int] | None = None
+    while True:
+        state = await work_state(client, keys)
+        sent = await client.xlen(keys.sandbox_sent)
+        if done(state, sent):
+            return True, state
+        now = time.monotonic()
+        figures = (remaining_work(state), sent)
+        if figures != previous:
+            previous, last_progress = figures, now
+        if now - last_progress > STALL_TIMEOUT_S or now > deadline:
+            return False, state
+        await asyncio.sleep(POLL_S)
+
+
+# --- the two measurements ------------------------------------------------------------------
+
+
+def api_client(base_url: str, connections: int) -> httpx.AsyncClient:
+    return httpx.AsyncClient(
+        base_url=base_url,
+        headers={"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"},
+        timeout=120.0,
+        limits=httpx.Limits(max_connections=connections),
+    )
+
+
+async def measure_e2e(
+    base_url: str, client: aredis.Redis, keys: KeySpace, notifications: int, tag: str
+) -> tuple[dict[str, Any], list[str]]:
+    """Ingest ``notifications`` in batches while the workers run; deliveries/s end to end."""
+    after = await last_entry_id(client, keys.sandbox_sent)
+    base_len = await client.xlen(keys.sandbox_sent)
+    batches = max(1, notifications // BATCH_SIZE)
+    pieces = batch_pieces(BATCH_SIZE, e2e_item)
+    async with api_client(base_url, E2E_CONCURRENCY) as http:
+        ingested = await post_batches(http, pieces, batches, tag, E2E_CONCURRENCY)
+    target = base_len + len(ingested.queued)
+
+    def done(state: dict[str, Any], sent: int) -> bool:
+        return sent >= target and remaining_work(state) == 0
+
+    timeout = 60.0 + len(ingested.queued) / 1000
+    drained, state = await wait_until_done(client, keys, done, time.monotonic() + timeout)
+    record = await read_sandbox(client, keys.sandbox_sent, after)
+    figures, problems = check_deliveries(ingested.queued, record, "end to end")
+    first_ms = ingested.first_accept_ms or 0
+    span_s = (record.last_sent_ms - first_ms) / 1000 if record.last_sent_ms else 0.0
+    delivered = sum(1 for d in ingested.queued if d in record.first_sent_ms)
+    rate = delivered / span_s if span_s > 0 else 0.0
+    states = await sample_states(client, keys, list(ingested.queued))
+    pending = pending_total(state)
+    if ingested.refused or ingested.failed_requests:
+        problems.append(f"end to end ingest: {ingested.first_problem}")
+    if not drained:
+        problems.append(f"end to end: not drained within the timeout; {remaining_work(state)} left")
+    if pending:
+        problems.append(f"end to end: {pending} work entries left pending")
+    if states.get("SENT", 0) != sum(states.values()):
+        problems.append(f"end to end: sampled delivery states not all SENT: {states}")
+    expected_per_batch = expected_e2e_deliveries(BATCH_SIZE)
+    if not ingested.refused and len(ingested.queued) != expected_per_batch * batches:
+        problems.append(
+            f"end to end: {len(ingested.queued)} deliveries queued, "
+            f"expected {expected_per_batch * batches}"
+        )
+    return {
+        **ingested.summary(),
+        **figures,
+        "drained": drained,
+        "span_s": round(span_s, 3),
+        "deliveries_per_s": round(rate, 1),
+        "sampled_states": states,
+        "work_streams_at_end": state,
+        "pending_at_end": pending,
+    }, problems
+
+
+@dataclass
+class HighSent:
+    """HIGH notifications POSTed during the flood: delivery id -> client send time (ms)."""
+
+    sent_ms: dict[str, int] = field(default_factory=dict)
+    answer_ms: list[float] = field(default_factory=list)  # request round trips
+    refused: int = 0
+    first_problem: str = ""
+    behind_schedule: int = 0  # requests not started because too many were in flight
+
+
+async def send_high(
+    http: httpx.AsyncClient, stopping: asyncio.Event, tag: str, result: HighSent
+) -> None:
+    """POST one otp notification every 1/HIGH_RATE s until ``stopping`` is set."""
+    decoder = msgspec.json.Decoder(Accepted)
+    in_flight: set[asyncio.Task[None]] = set()
+
+    async def one(number: int) -> None:
+        body = (
+            b'{"recipient": {"id": "vip-%d", "phone": "+4915112345678"}, "type": "otp", '
+            b'"data": {"code": "%06d"}}' % (number, number % 1_000_000)
+        )
+        headers = {"Idempotency-Key": f"{tag}-high-{number}"}
+        sent_ms = time.time_ns() // 1_000_000
+        started = time.perf_counter()
+        try:
+            response = await http.post(SINGLE_PATH, content=body, headers=headers)
+        except httpx.HTTPError as error:
+            result.refused += 1
+            result.first_problem = result.first_problem or f"no answer: {error!r}"
+            return
+        result.answer_ms.append((time.perf_counter() - started) * 1000)
+        if response.status_code != 202:
+            result.refused += 1
+            result.first_problem = result.first_problem or (
+                f"HTTP {response.status_code} {response.text[:300]}"
+            )
+            return
+        for delivery in decoder.decode(response.content).deliveries:
+            if delivery.status == "QUEUED":
+                result.sent_ms[delivery.id] = sent_ms
+
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    number = 0
+    while not stopping.is_set():
+        if len(in_flight) < HIGH_MAX_IN_FLIGHT:
+            task = asyncio.create_task(one(number))
+            in_flight.add(task)
+            task.add_done_callback(in_flight.discard)
+        else:
+            result.behind_schedule += 1
+        number += 1
+        delay = started + number / HIGH_RATE - loop.time()
+        if delay > 0:
+            with suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), delay)
+    if in_flight:
+        await asyncio.wait(in_flight)
+
+
+async def measure_flood(
+    base_url: str, client: aredis.Redis, keys: KeySpace, flood: int, tag: str
+) -> tuple[dict[str, Any], list[str]]:
+    """A LOW flood, drained while HIGH notifications arrive at HIGH_RATE; their latency."""
+    after = await last_entry_id(client, keys.sandbox_sent)
+    high_stream = keys.shard(0).work(Priority.HIGH)
+    high_after = await last_entry_id(client, high_stream)
+    batches = max(1, flood // BATCH_SIZE)
+    pieces = batch_pieces(BATCH_SIZE, flood_item)
+    stopping = asyncio.Event()
+    high = HighSent()
+    async with (
+        api_client(base_url, FLOOD_CONCURRENCY) as flood_http,
+        api_client(base_url, HIGH_MAX_IN_FLIGHT) as high_http,
+    ):
+        high_task = asyncio.create_task(send_high(high_http, stopping, tag, high))
+        try:
+            flood_started = time.monotonic()
+            ingested = await post_batches(flood_http, pieces, batches, tag, FLOOD_CONCURRENCY)
+            ingest_done_ms = time.time_ns() // 1_000_000
+
+            def low_done(state: dict[str, Any], _: int) -> bool:
+                return remaining_work(state, (Priority.LOW,)) == 0
+
+            timeout = 60.0 + len(ingested.queued) / 1000
+            drained, _ = await wait_until_done(client, keys, low_done, flood_started + timeout)
+        finally:
+            stopping.set()
+            await high_task
+    # The last HIGH notifications were accepted after the flood drained: let them finish.
+    finished, state = await wait_until_done(
+        client, keys, lambda s, _: remaining_work(s) == 0, time.monotonic() + 30
+    )
+    record = await read_sandbox(client, keys.sandbox_sent, after)
+    low = ingested.queued
+    low_figures, problems = check_deliveries(
+        {**low, **dict.fromkeys(high.sent_ms, "SMS")}, record, "flood"
+    )
+    low_sent = [record.first_sent_ms[d] for d in low if d in record.first_sent_ms]
+    first_ms = ingested.first_accept_ms or 0
+    drain_s = (max(low_sent) - first_ms) / 1000 if low_sent else 0.0
+    # Where a HIGH delivery's time goes: the API (id created -> work entry written) and the
+    # workers (work entry -> sandbox record), split by whether the API accepted it while the
+    # flood was still being ingested or afterwards.
+    queued_ms = await read_queued_ms(client, high_stream, high_after)
+    done_high = [d for d in high.sent_ms if d in record.first_sent_ms and d in queued_ms]
+    latencies = [float(record.first_sent_ms[d] - id_ms(d)) for d in done_high]
+    breakdown: dict[str, Any] = {}
+    for label, chosen in (
+        ("all", done_high),
+        ("while_flood_ingested", [d for d in done_high if id_ms(d) <= ingest_done_ms]),
+        ("after_flood_ingested", [d for d in done_high if id_ms(d) > ingest_done_ms]),
+    ):
+        breakdown[label] = {
+            "total": latency_summary([float(record.first_sent_ms[d] - id_ms(d)) for d in chosen]),
+            "api_id_to_work_entry": latency_summary(
+                [float(queued_ms[d] - id_ms(d)) for d in chosen]
+            ),
+            "worker_work_entry_to_sandbox": latency_summary(
+                [float(record.first_sent_ms[d] - queued_ms[d]) for d in chosen]
+            ),
+        }
+    from_client = [
+        float(record.first_sent_ms[d] - ms)
+        for d, ms in high.sent_ms.items()
+        if d in record.first_sent_ms
+    ]
+    pending = pending_total(state)
+    if ingested.refused or ingested.failed_requests:
+        problems.append(f"flood ingest: {ingested.first_problem}")
+    if high.refused:
+        problems.append(f"HIGH sender: {high.refused} not accepted; first: {high.first_problem}")
+    if not drained:
+        problems.append("flood: LOW work did not drain within the timeout")
+    if not finished or pending:
+        problems.append(f"flood: {remaining_work(state)} work left, {pending} pending at the end")
+    return {
+        **ingested.summary(),
+        **low_figures,
+        "low_drained": drained,
+        "low_deliveries_sent": len(low_sent),
+        "low_drain_s": round(drain_s, 3),
+        "low_deliveries_per_s": round(len(low_sent) / drain_s, 1) if drain_s > 0 else 0.0,
+        "high_accepted": len(high.sent_ms),
+        "high_refused": high.refused,
+        "high_behind_schedule": high.behind_schedule,
+        "high_delivered": len(latencies),
+        "high_latency_ms": latency_summary(latencies),
+        "high_latency_breakdown_ms": breakdown,
+        "high_latency_by_5s_window": windows(
+            [(id_ms(d), record.first_sent_ms[d] - id_ms(d)) for d in done_high], first_ms
+        ),
+        "high_latency_from_client_send_ms": latency_summary(from_client),
+        "high_post_round_trip_ms": latency_summary(high.answer_ms),
+        "work_streams_at_end": state,
+        "pending_at_end": pending,
+    }, problems
+
+
+def windows(samples: list[tuple[int, int]], start_ms: int, width_s: int = 5) -> list[str]:
+    """Latency per ``width_s`` window of acceptance time: "<from s>: n=<count> p50 p99 max"."""
+    start_ms = min([start_ms, *(accepted_ms for accepted_ms, _ in samples)])
+    by_window: dict[int, list[float]] = {}
+    for accepted_ms, latency in samples:
+        by_window.setdefault((accepted_ms - start_ms) // (width_s * 1000), []).append(latency)
+    lines = []
+    for window, values in sorted(by_window.items()):
+        figures = latency_summary(values)
+        lines.append(
+            f"{window * width_s:>4} s: n={figures['count']} p50={figures['p50']:.0f} "
+            f"p99={figures['p99']:.0f} max={figures['max']:.0f}"
+        )
+    return lines
+
+
+def latency_summary(values: list[float]) -> dict[str, float]:
+    return {
+        "count": len(values),
+        "p50": round(percentile(values, 50), 1),
+        "p99": round(percentile(values, 99), 1),
+        "max": round(max(values, default=0.0), 1),
+    }
+
+
+# --- services ------------------------------------------------------------------------------
+
+
+def clarion_executable() -> Path:
+    """The ``clarion`` entry point beside the python running this script."""
+    clarion = Path(sys.executable).parent / "clarion"
+    if not clarion.exists():
+        raise BenchError(f"{clarion} not found: run this with the project's .venv/bin/python")
+    return clarion
+
+
+def service_env(prefix: str, redis_url: str, port: int, catalog: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "CLARION_API_KEYS": f"bench:{API_KEY}:send+read",
+        "CLARION_KEY_PREFIX": prefix,
+        "CLARION_REDIS_URL": redis_url,
+        "CLARION_HOST": "127.0.0.1",
+        "CLARION_PORT": str(port),
+        "CLARION_LOG_LEVEL": "WARNING",
+        "CLARION_CONFIG": str(catalog),
+    }
+
+
+@contextmanager
+def running(argv: list[str], env: dict[str, str], log_path: Path) -> Iterator[Any]:
+    """Run a process (its own session, output to ``log_path``) until the block ends."""
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            yield process
+        finally:
+            stop(process)
+
+
+def wait_consumers(
+    client: redis.Redis, keys: KeySpace, workers: list[Any], logs: list[Path]
+) -> None:
+    """Wait until every worker reads the HIGH stream (each has read it once)."""
+    stream = keys.shard(0).work(Priority.HIGH)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        for process, log_path in zip(workers, logs, strict=True):
+            if process.poll() is not None:
+                raise BenchError(f"worker exited with {process.returncode}:\n{log_tail(log_path)}")
+        try:
+            consumers: Any = client.xinfo_consumers(stream, GROUP)
+        except redis.ResponseError:
+            consumers = []  # no stream or group yet
+        if len(consumers) >= len(workers):
+            return
+        time.sleep(0.1)
+    raise BenchError(f"the {len(workers)} workers did not start reading within 30 s")
+
+
+def log_findings(path: Path) -> dict[str, Any]:
+    """Lines a service logged (WARNING and up), the errors among them, the first error, a tail.
+
+    Long lines (tracebacks in JSON) are cut to ``LOG_LINE_CHARS``.
+    """
+    text = path.read_text(errors="replace") if path.exists() else ""
+    lines = text.replace(f"{REPO}/", "").splitlines()  # no machine paths in the result
+    errors = [line for line in lines if re.search(r'"level":\s*"(error|critical)"|Traceback', line)]
+    events = Counter(
+        match.group(1) for line in lines if (match := re.search(r'"event":\s*"([^"]*)"', line))
+    )
+    return {
+        "lines": len(lines),
+        "errors": len(errors),
+        "events": dict(events.most_common(10)),
+        "first_error": errors[0][:LOG_LINE_CHARS] if errors else "",
+        "tail": [line[:LOG_LINE_CHARS] for line in lines[-LOG_TAIL_LINES:]],
+    }
+
+
+async def measure_config(
+    base_url: str, redis_url: str, keys: KeySpace, args: argparse.Namespace
+) -> dict[str, Any]:
+    client = aredis.Redis.from_url(redis_url)
+    try:
+        print("  end to end ...", flush=True)
+        e2e, e2e_problems = await measure_e2e(
+            base_url, client, keys, args.notifications, f"{keys.prefix}-e2e"
+        )
+        print(
+            f"  end to end: {e2e['deliveries_sent']:,} deliveries, "
+            f"{e2e['deliveries_per_s']:,.0f}/s",
+            flush=True,
+        )
+        print("  LOW flood with HIGH trickle ...", flush=True)
+        flood, flood_problems = await measure_flood(
+            base_url, client, keys, args.flood, f"{keys.prefix}-flood"
+        )
+        print(
+            f"  flood: LOW {flood['low_deliveries_per_s']:,.0f}/s, "
+            f"HIGH p99 {flood['high_latency_ms']['p99']} ms",
+            flush=True,
+        )
+    finally:
+        await client.aclose()
+    return {"e2e": e2e, "flood": flood, "problems": e2e_problems + flood_problems}
+
+
+def run_config(
+    workers: int, args: argparse.Namespace, base_prefix: str, catalog: Path, logs: Path
+) -> dict[str, Any]:
+    """Start the API and ``workers`` delivery workers under a fresh prefix; measure; stop."""
+    prefix = f"{base_prefix}-w{workers}"
+    keys = KeySpace(prefix)
+    port = free_port()
+    env = service_env(prefix, args.redis_url, port, catalog)
+    clarion = str(clarion_executable())
+    api_log = logs / f"api-w{workers}.log"
+    worker_logs = [logs / f"worker-w{workers}-{slot}.log" for slot in range(workers)]
+    client = redis.Redis.from_url(args.redis_url)
+    print(f"{workers} delivery worker(s), API with {args.api_workers} uvicorn worker(s):")
+    result: dict[str, Any] = {"workers": workers, "key_prefix": prefix}
+    try:
+        with ExitStack() as stack:
+            api = stack.enter_context(
+                running([clarion, "api", "--workers", str(args.api_workers)], env, api_log)
+            )
+            procs = [
+                stack.enter_context(
+                    running([clarion, "worker", "--slot", str(slot)], env, worker_logs[slot])
+                )
+                for slot in range(workers)
+            ]
+            base_url = f"http://127.0.0.1:{port}"
+            wait_healthy(api, base_url + HEALTH_PATH, api_log)
+            wait_consumers(client, keys, procs, worker_logs)
+            result |= asyncio.run(measure_config(base_url, args.redis_url, keys, args))
+            for process, name in [(api, "API"), *((p, "worker") for p in procs)]:
+                if process.poll() is not None:
+                    result["problems"].append(f"{name} exited with {process.returncode}")
+    finally:
+        deleted = delete_prefix(client, prefix)
+        client.close()
+    result["keys_deleted"] = deleted
+    findings = {path.stem: log_findings(path) for path in [api_log, *worker_logs]}
+    result["logs"] = findings
+    for name, found in findings.items():
+        if found["errors"]:
+            result.setdefault("problems", []).append(f"{name}: {found['errors']} error lines")
+    return result
+
+
+def delete_prefix(client: redis.Redis, prefix: str) -> int:
+    """UNLINK every key of ``prefix``: ``prefix…`` and hash-tagged ``{prefix…`` names."""
+    deleted = 0
+    for pattern in (f"{prefix}*", f"{{{prefix}*"):
+        batch: list[bytes] = []
+        for key in client.scan_iter(match=pattern, count=5000):
+            batch.append(key)
+            if len(batch) >= 5000:
+                deleted += client.unlink(*batch)
+                batch.clear()
+        if batch:
+            deleted += client.unlink(*batch)
+    return deleted
+
+
+# --- report --------------------------------------------------------------------------------
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
+def print_report(result: dict[str, Any]) -> None:
+    params = result["parameters"]
+    print(
+        f"\nClarion pipeline benchmark: API with {params['api_workers']} uvicorn worker(s), "
+        f"{params['cpu_count']} cores, load average at start "
+        f"{result['machine']['load_average_at_start'][0]}; sandbox without rate limit\n"
+    )
+    e2e_rows = []
+    flood_rows = []
+    target_rows = []
+    for run in result["runs"]:
+        e2e, flood, w = run["e2e"], run["flood"], str(run["workers"])
+        states = e2e["sampled_states"]
+        e2e_rows.append(
+            [
+                w,
+                f"{e2e['notifications_accepted']:,}",
+                f"{e2e['ingest_notifications_per_s']:,.0f}",
+                f"{e2e['deliveries_queued']:,}",
+                f"{e2e['deliveries_sent']:,}",
+                str(e2e["deliveries_missing"]),
+                str(e2e["repeated_sends"] + e2e["sandbox_flagged_duplicates"]),
+                f"{e2e['span_s']:.2f}",
+                f"{e2e['deliveries_per_s']:,.0f}",
+                f"{states.get('SENT', 0)}/{sum(states.values())}",
+                str(e2e["pending_at_end"]),
+            ]
+        )
+        lat = flood["high_latency_ms"]
+        flood_rows.append(
+            [
+                w,
+                f"{flood['notifications_accepted']:,}",
+                f"{flood['ingest_notifications_per_s']:,.0f}",
+                f"{flood['low_deliveries_sent']:,}",
+                "yes" if flood["low_drained"] else "NO",
+                f"{flood['low_deliveries_per_s']:,.0f}",
+                f"{lat['count']}/{flood['high_accepted']}",
+                f"{lat['p50']:.0f}",
+                f"{lat['p99']:.0f}",
+                f"{lat['max']:.0f}",
+                f"{flood['high_latency_from_client_send_ms']['p99']:.0f}",
+                str(flood["deliveries_missing"]),
+                str(flood["pending_at_end"]),
+            ]
+        )
+        passed = run["pass"]
+        target_rows += [
+            [
+                f"{w} worker(s): end-to-end deliveries/s",
+                f"{e2e['deliveries_per_s']:,.0f}",
+                f">= {TARGET_E2E_RATE:,.0f}",
+                verdict(passed["e2e_deliveries_per_s"]),
+            ],
+            [
+                f"{w} worker(s): HIGH p99 under LOW flood",
+                f"{lat['p99']:.0f} ms",
+                f"< {TARGET_HIGH_P99_MS:.0f} ms",
+                verdict(passed["high_p99_ms"]),
+            ],
+        ]
+    mix = params["e2e_mix"]
+    header = ["workers", "notif", "ingest/s", "queued", "sent", "lost", "dup", "span s"]
+    header += ["deliv/s", "SENT sample", "pending"]
+    print(f"End to end ({mix}):")
+    print(format_table(header, e2e_rows) + "\n")
+    header = ["workers", "LOW notif", "ingest/s", "LOW sent", "drained", "LOW/s", "HIGH n"]
+    header += ["p50 ms", "p99 ms", "max ms", "p99 client", "lost", "pending"]
+    print(
+        f"LOW flood ({params['flood_notifications']:,} marketing, 1 EMAIL each) with HIGH otp "
+        f"at {params['high_rate_per_s']:.0f}/s; latency = sandbox record - delivery id ms:"
+    )
+    print(format_table(header, flood_rows))
+    print("HIGH latency in ms, p50/p99/max, split into API (id -> work entry written) and")
+    print("workers (work entry -> sandbox record), by when the API accepted the notification:")
+    rows = []
+    for run in result["runs"]:
+        breakdown = run["flood"]["high_latency_breakdown_ms"]
+        for label, key in (
+            ("while flood ingested", "while_flood_ingested"),
+            ("after flood ingested", "after_flood_ingested"),
+        ):
+            part = breakdown[key]
+            rows.append(
+                [
+                    f"{run['workers']} worker(s), {label}",
+                    str(part["total"]["count"]),
+                    *(
+                        "{p50:.0f}/{p99:.0f}/{max:.0f}".format(**part[name])
+                        for name in (
+                            "total",
+                            "api_id_to_work_entry",
+                            "worker_work_entry_to_sandbox",
+                        )
+                    ),
+                ]
+            )
+    print(format_table(["HIGH otp", "n", "total", "API", "workers"], rows) + "\n")
+    print(format_table(["target", "measured", "wanted", "verdict"], target_rows) + "\n")
+    for run in result["runs"]:
+        for name, found in run.get("logs", {}).items():
+            if found["lines"]:
+                print(f"--- {name}: {found['lines']} log lines, {found['errors']} errors ---")
+                print(f"events: {found['events']}")
+                if found["first_error"]:
+                    print(f"first error: {found['first_error'][:PRINT_LINE_CHARS]}")
+                for line in found["tail"][-3:]:
+                    print(line[:PRINT_LINE_CHARS])
+                print()
+    if result["problems"]:
+        print("!" * 72)
+        print("PROBLEMS:")
+        for problem in result["problems"]:
+            print(f"  - {problem}")
+        print("!" * 72)
+
+
+def write_result(result: dict[str, Any], started: datetime) -> Path:
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    path = RESULTS_DIR / f"pipeline-{started:%Y%m%dT%H%M%SZ}.json"
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    return path
+
+
+# --- main ----------------------------------------------------------------------------------
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument(
+        "--duration",
+        type=int,
+        default=DEFAULT_DURATION,
+        help=f"size of the runs: {E2E_PER_SECOND:,} x D notifications end to end, "
+        f"{FLOOD_PER_SECOND:,} x D in the LOW flood (default {DEFAULT_DURATION})",
+    )
+    parser.add_argument("--quick", action="store_true", help="--duration 3")
+    parser.add_argument(
+        "--workers", type=int, default=None, help="delivery worker processes (default: 1, then 2)"
+    )
+    parser.add_argument(
+        "--api-workers", type=int, default=API_WORKERS, help="uvicorn workers of the API"
+    )
+    parser.add_argument("--notifications", type=int, default=None, help="end-to-end count")
+    parser.add_argument("--flood", type=int, default=None, help="LOW flood count")
+    parser.add_argument(
+        "--redis-url",
+        default=os.environ.get("CLARION_REDIS_URL", "redis://127.0.0.1:6379/0"),
+        help="Redis for the services (default: $CLARION_REDIS_URL or local)",
+    )
+    args = parser.parse_args()
+    if args.quick:
+        args.duration = 3
+    if args.duration < 1:
+        parser.error("--duration must be at least 1")
+    if args.workers is not None and args.workers < 1:
+        parser.error("--workers must be at least 1")
+    args.notifications = args.notifications or E2E_PER_SECOND * args.duration
+    args.flood = args.flood or FLOOD_PER_SECOND * args.duration
+    for name in ("notifications", "flood"):
+        if getattr(args, name) < BATCH_SIZE:
+            parser.error(f"--{name} must be at least {BATCH_SIZE}")
+        setattr(args, name, getattr(args, name) // BATCH_SIZE * BATCH_SIZE)
+    return args
+
+
+def main() -> int:
+    args = parse_args()
+    started = datetime.now(UTC)
+    base_prefix = f"bench-{secrets.token_hex(6)}"
+    worker_counts = (args.workers,) if args.workers else WORKER_COUNTS
+    client = redis.Redis.from_url(args.redis_url)
+    per_batch = expected_e2e_deliveries(BATCH_SIZE)
+    result: dict[str, Any] = {
+        "benchmark": "pipeline",
+        "started_utc": started.isoformat(timespec="seconds"),
+        "machine": machine_info(client),
+        "parameters": {
+            "duration": args.duration,
+            "cpu_count": os.cpu_count(),
+            "api_workers": args.api_workers,
+            "delivery_workers": list(worker_counts),
+            "e2e_notifications": args.notifications,
+            "e2e_mix": f"{OTP_EVERY - 1} of {OTP_EVERY} order_confirmed (email + 1 push token: "
+            f"3 NORMAL deliveries), 1 of {OTP_EVERY} otp (1 HIGH SMS); "
+            f"{per_batch / BATCH_SIZE:.1f} deliveries per notification",
+            "e2e_deliveries_expected": per_batch * (args.notifications // BATCH_SIZE),
+            "flood_notifications": args.flood,
+            "flood_mix": "marketing, email only: 1 LOW EMAIL delivery (PUSH suppressed)",
+            "high_rate_per_s": HIGH_RATE,
+            "high_mix": "otp, phone only: 1 HIGH SMS delivery",
+            "batch_size": BATCH_SIZE,
+            "e2e_concurrency": E2E_CONCURRENCY,
+            "flood_concurrency": FLOOD_CONCURRENCY,
+            "catalog": "clarion.toml without provider rate limits",
+            "key_prefix": base_prefix,
+        },
+        "targets": {
+            "e2e_deliveries_per_s": TARGET_E2E_RATE,
+            "high_p99_ms_under_low_flood": TARGET_HIGH_P99_MS,
+        },
+        "runs": [],
+        "problems": [],
+    }
+    try:
+        with tempfile.TemporaryDirectory(prefix="clarion-pipeline-") as temp:
+            catalog = Path(temp) / "clarion.toml"
+            unlimited = unlimited_catalog(REPO / "clarion.toml", catalog)
+            result["parameters"]["rate_limits_removed_from"] = unlimited
+            for workers in worker_counts:
+                run = run_config(workers, args, base_prefix, catalog, Path(temp))
+                ok = not run["problems"]
+                run["pass"] = {
+                    "no_problems": ok,
+                    "e2e_deliveries_per_s": ok
+                    and run["e2e"]["deliveries_per_s"] >= TARGET_E2E_RATE,
+                    "high_p99_ms": ok
+                    and run["flood"]["high_latency_ms"]["count"] > 0
+                    and run["flood"]["high_latency_ms"]["p99"] < TARGET_HIGH_P99_MS,
+                }
+                result["runs"].append(run)
+                result["problems"] += [f"{workers} worker(s): {p}" for p in run["problems"]]
+    finally:
+        deleted = delete_prefix(client, base_prefix)  # anything a failed run left behind
+        print(f"deleted the Redis keys under {base_prefix}* ({deleted} left over)", flush=True)
+        client.close()
+    result["pass"] = {
+        name: all(run["pass"][name] for run in result["runs"])
+        for name in ("no_problems", "e2e_deliveries_per_s", "high_p99_ms")
+    }
+    print_report(result)
+    print(f"\nwritten to {write_result(result, started).relative_to(REPO)}")
+    return 1 if result["problems"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
