@@ -544,10 +544,10 @@ def print_table(result: dict[str, Any]) -> None:
         print("!" * 72)
 
 
-def write_result(result: dict[str, Any], started: datetime) -> Path:
-    """Write the result to ``bench/results/ingest-<UTC timestamp>.json``."""
+def write_result(result: dict[str, Any], started: datetime, kind: str = "ingest") -> Path:
+    """Write the result to ``bench/results/<kind>-<UTC timestamp>.json``."""
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    path = RESULTS_DIR / f"ingest-{started:%Y%m%dT%H%M%SZ}.json"
+    path = RESULTS_DIR / f"{kind}-{started:%Y%m%dT%H%M%SZ}.json"
     path.write_text(json.dumps(result, indent=2) + "\n")
     return path
 

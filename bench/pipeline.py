@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import random
 import re
@@ -67,7 +66,6 @@ from app.catalog import parse_catalog
 from bench.ingest import (
     HEALTH_PATH,
     REPO,
-    RESULTS_DIR,
     BenchError,
     format_table,
     free_port,
@@ -76,6 +74,7 @@ from bench.ingest import (
     percentile,
     stop,
     wait_healthy,
+    write_result,
 )
 from streams import codec
 from streams.keys import KeySpace, Priority
@@ -990,13 +989,6 @@ def print_report(result: dict[str, Any]) -> None:
         print("!" * 72)
 
 
-def write_result(result: dict[str, Any], started: datetime) -> Path:
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    path = RESULTS_DIR / f"pipeline-{started:%Y%m%dT%H%M%SZ}.json"
-    path.write_text(json.dumps(result, indent=2) + "\n")
-    return path
-
-
 # --- main ----------------------------------------------------------------------------------
 
 
@@ -1104,7 +1096,7 @@ def main() -> int:
         for name in ("no_problems", "e2e_deliveries_per_s", "high_p99_ms")
     }
     print_report(result)
-    print(f"\nwritten to {write_result(result, started).relative_to(REPO)}")
+    print(f"\nwritten to {write_result(result, started, 'pipeline').relative_to(REPO)}")
     return 1 if result["problems"] else 0
 
 

@@ -102,6 +102,14 @@ async def redis(request: pytest.FixtureRequest, key_prefix: str) -> AsyncIterato
 
 
 @pytest.fixture
+async def fake() -> AsyncIterator[Redis]:
+    """A fakeredis client of its own, for fast unit tests of stream logic."""
+    redis = fakeredis.FakeAsyncRedis()
+    yield redis
+    await redis.aclose()
+
+
+@pytest.fixture
 def clock() -> Clock:
     return Clock()
 

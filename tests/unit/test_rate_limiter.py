@@ -9,21 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 
-import fakeredis
 import pytest
 from redis.asyncio import Redis
 
 from streams.keys import KeySpace, Priority
 from streams.rate_limiter import Rate, RateLimiter
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[Redis]:
-    redis = fakeredis.FakeAsyncRedis()
-    yield redis
-    await redis.aclose()
 
 
 @pytest.fixture

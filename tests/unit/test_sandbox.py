@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
-import fakeredis
 import pytest
 from redis.asyncio import Redis
 
@@ -38,13 +36,6 @@ def message(
         attempt=attempt,
         data=data,
     )
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[Redis]:
-    redis = fakeredis.FakeAsyncRedis()
-    yield redis
-    await redis.aclose()
 
 
 @pytest.fixture
