@@ -12,13 +12,14 @@ import click
 import httpx
 import structlog
 
-from app import worker_process
+from app import projector_process, worker_process
 from app.catalog import CatalogError, load_catalog
 from app.logging import configure_logging
 from app.main import redis_client
 from app.redis_checks import RedisNotReady, check_redis
 from app.settings import Settings, SettingsError
 from app.supervisor import Child, supervise
+from projections.database import DatabaseNotReady
 
 log = structlog.get_logger(__name__)
 
@@ -66,7 +67,8 @@ def run(workers: int, delivery_workers: int) -> None:
     )
     api = Child("api", ("api", "--workers", str(workers)))
     delivery = [Child(f"worker-{n}", ("worker", "--slot", str(n))) for n in range(delivery_workers)]
-    sys.exit(supervise([api, *delivery]))
+    projector = Child("projector", ("projector",))
+    sys.exit(supervise([api, *delivery, projector]))
 
 
 @main.command()
@@ -109,6 +111,15 @@ def worker(processes: int, slot: int | None) -> None:
         return
     children = [Child(f"worker-{n}", ("worker", "--slot", str(n))) for n in range(processes)]
     sys.exit(supervise(children))
+
+
+@main.command()
+def projector() -> None:
+    """Run the projector only: every shard's events into PostgreSQL."""
+    try:
+        projector_process.main()
+    except (RedisNotReady, DatabaseNotReady) as error:
+        raise click.ClickException(str(error)) from None
 
 
 @main.command()

@@ -167,11 +167,18 @@ async def long_pending(redis: Redis, stream: str, min_idle_ms: int, count: int) 
 
 
 async def autoclaim(
-    redis: Redis, stream: str, consumer: str, *, min_idle_ms: int, start: str, count: int
+    redis: Redis,
+    stream: str,
+    consumer: str,
+    *,
+    min_idle_ms: int,
+    start: str,
+    count: int,
+    group: str = GROUP,
 ) -> tuple[str, list[tuple[str, dict[bytes, bytes]]], list[str]]:
     """XAUTOCLAIM: (next cursor, claimed entries, ids of entries deleted from the stream)."""
     reply = await redis.xautoclaim(
-        stream, GROUP, consumer, min_idle_time=min_idle_ms, start_id=start, count=count
+        stream, group, consumer, min_idle_time=min_idle_ms, start_id=start, count=count
     )
     # Redis 7 answers [cursor, [[id, fields]...], [deleted ids]]; entries trimmed from the
     # stream come back as ids only and must be acknowledged, or they stay pending forever.

@@ -21,6 +21,7 @@ from app.settings import Settings, parse_api_keys
 from app.web import create_app
 from streams import codec
 from streams.events import AnyEvent
+from tests.pg import throwaway_database
 
 REPO = Path(__file__).resolve().parent.parent
 REDIS_URL = os.environ.get("CLARION_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -99,6 +100,13 @@ async def redis(request: pytest.FixtureRequest, key_prefix: str) -> AsyncIterato
     fake = fakeredis.FakeAsyncRedis()
     yield fake
     await fake.aclose()
+
+
+@pytest.fixture
+async def database_url() -> AsyncIterator[str]:
+    """A fresh PostgreSQL database per test, dropped afterwards."""
+    async with throwaway_database() as url:
+        yield url
 
 
 @pytest.fixture

@@ -1,0 +1,75 @@
+"""The projector process: events into PostgreSQL, until SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import socket
+
+import asyncpg
+import structlog
+import uvloop
+
+from app.logging import configure_logging
+from app.redis_checks import check_redis
+from app.settings import Settings
+from projections.database import DatabaseNotReady
+from projections.database import connect as connect_database
+from projections.projector import Projector
+from streams.connection import connect
+from streams.keys import KeySpace
+
+log = structlog.get_logger(__name__)
+
+
+async def serve(settings: Settings) -> None:
+    """Run the projector until SIGTERM or SIGINT (also one that arrives while starting)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    redis = connect(settings.redis_url, max_connections=16, health_check_interval=30)
+    try:
+        await check_redis(redis, settings.redis_url)
+        pool = await _database(settings, stop)
+        if pool is None:
+            return
+        projector = Projector(
+            redis,
+            pool,
+            KeySpace(settings.key_prefix, settings.shards),
+            consumer=f"{socket.gethostname()}-projector",
+        )
+        running = asyncio.create_task(projector.run())
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        projector.stop()
+        stopping.cancel()
+        await running
+        await pool.close()
+    finally:
+        await redis.aclose()
+
+
+async def _database(settings: Settings, stop: asyncio.Event) -> asyncpg.Pool | None:
+    """Connect (creating and migrating the database), retrying while PostgreSQL is away:
+    ingest and delivery never wait for the read model."""
+    backoff = 0.5
+    while not stop.is_set():
+        try:
+            return await connect_database(settings.database_url)
+        except (DatabaseNotReady, OSError, asyncpg.PostgresError) as error:
+            log.warning("projector.database_unavailable", error=str(error), retry_in=backoff)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(backoff):
+                    await stop.wait()
+            backoff = min(10.0, backoff * 2)
+    return None
+
+
+def main() -> None:
+    """Process entry point (``clarion projector``)."""
+    settings = Settings.from_env()
+    configure_logging(settings.log_format, settings.log_level)
+    uvloop.run(serve(settings))

@@ -1,0 +1,313 @@
+"""The projector: materialises the events streams into PostgreSQL.
+
+One consumer group ``projector`` per shard's ``events`` stream. A read batch is applied in
+one transaction — notifications inserted, delivery rows upserted only when the event's
+version is newer, every event appended to ``delivery_event`` (idempotent on its id), the
+checkpoint saved — and acknowledged only after the commit. Projecting an entry again, in
+whole or in part, leaves the same rows; a crash between commit and XACK therefore costs a
+repeat, never a duplicate. While PostgreSQL is unreachable the batch is retried with
+backoff; ingest and delivery do not wait for the projector.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+import msgspec
+import structlog
+from redis.asyncio import Redis
+
+from streams import codec
+from streams.delivery import autoclaim
+from streams.events import (
+    AnyEvent,
+    DeliveryAttemptFailed,
+    DeliveryDeadLettered,
+    DeliveryDeferred,
+    DeliveryEvent,
+    DeliveryExpired,
+    DeliveryFailed,
+    DeliveryQueued,
+    DeliveryReplayed,
+    DeliverySent,
+    DeliverySuppressed,
+    NotificationAccepted,
+    ProviderFeedbackReceived,
+)
+from streams.keys import KeySpace, ShardKeys
+
+log = structlog.get_logger(__name__)
+
+GROUP = "projector"
+READ_COUNT = 500  # stream entries per batch (an ingest entry holds 2-5 events)
+READ_BLOCK_MS = 50
+MAX_BACKOFF_S = 5.0
+RECLAIM_IDLE_MS = 30_000
+
+_INSERT_NOTIFICATION = """
+INSERT INTO notification (id, producer, idempotency_key, type, priority, recipient_id,
+                          locale, created_at, expires_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+ON CONFLICT (id) DO NOTHING
+"""
+
+# Absent values ($n IS NULL) keep what the row has; the version guard applies each change
+# once and never moves a row backwards, whatever order or repetition events arrive in.
+_UPSERT_DELIVERY = """
+INSERT INTO delivery AS d (id, notification_id, producer, notification_type, priority, channel,
+                           status, reason, attempts, error_class, last_error, provider,
+                           provider_message_id, created_at, updated_at, sent_at, failed_at,
+                           version)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, COALESCE($9, 0), $10, $11, $12, $13, $14, $15, $16,
+        $17, $18)
+ON CONFLICT (id) DO UPDATE SET
+    producer = COALESCE(EXCLUDED.producer, d.producer),
+    notification_type = COALESCE(EXCLUDED.notification_type, d.notification_type),
+    priority = COALESCE(EXCLUDED.priority, d.priority),
+    channel = COALESCE(EXCLUDED.channel, d.channel),
+    status = EXCLUDED.status,
+    reason = EXCLUDED.reason,
+    attempts = CASE WHEN $9::integer IS NULL THEN d.attempts ELSE EXCLUDED.attempts END,
+    error_class = COALESCE(EXCLUDED.error_class, d.error_class),
+    last_error = COALESCE(EXCLUDED.last_error, d.last_error),
+    provider = COALESCE(EXCLUDED.provider, d.provider),
+    provider_message_id = COALESCE(EXCLUDED.provider_message_id, d.provider_message_id),
+    created_at = COALESCE(d.created_at, EXCLUDED.created_at),
+    updated_at = EXCLUDED.updated_at,
+    sent_at = COALESCE(EXCLUDED.sent_at, d.sent_at),
+    failed_at = COALESCE(EXCLUDED.failed_at, d.failed_at),
+    version = EXCLUDED.version
+WHERE d.version < EXCLUDED.version
+"""
+
+_INSERT_EVENT = """
+INSERT INTO delivery_event (event_id, at, type, notification_id, delivery_id, version, body)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (at, event_id) DO NOTHING
+"""
+
+_SAVE_CHECKPOINT = """
+INSERT INTO projection_checkpoint (stream, last_id, updated_at) VALUES ($1, $2, now())
+ON CONFLICT (stream) DO UPDATE SET last_id = EXCLUDED.last_id, updated_at = now()
+"""
+
+
+@dataclass(slots=True)
+class Rows:
+    """What one batch of entries writes."""
+
+    notifications: list[tuple[Any, ...]]
+    deliveries: list[tuple[Any, ...]]
+    events: list[tuple[Any, ...]]
+    last_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Context:
+    """Notification fields a delivery row copies, known from NotificationAccepted."""
+
+    producer: str
+    notification_type: str
+    priority: str
+    created_at: datetime
+
+
+def rows_of(shard: int, entries: Sequence[tuple[str, bytes]]) -> Rows:
+    """The rows a batch of (entry id, encoded events) produces, in stream order."""
+    rows = Rows([], [], [], entries[-1][0] if entries else "0-0")
+    context: dict[str, _Context] = {}
+    for entry_id, raw in entries:
+        try:
+            events = codec.decode_events(raw)
+        except (msgspec.DecodeError, msgspec.ValidationError) as error:
+            # It stays in Redis for an operator; the read model skips what it cannot read.
+            log.error(
+                "projector.undecodable_entry", shard=shard, entry_id=entry_id, error=str(error)
+            )
+            continue
+        for index, event in enumerate(events):
+            event_id = f"{shard}-{entry_id}-{index}"
+            rows.events.append(_event_row(event_id, event))
+            if isinstance(event, NotificationAccepted):
+                context[event.notification_id] = _Context(
+                    event.producer, event.notification_type, event.priority, event.at
+                )
+                rows.notifications.append(
+                    (
+                        event.notification_id,
+                        event.producer,
+                        event.idempotency_key,
+                        event.notification_type,
+                        event.priority,
+                        event.recipient_id,
+                        event.locale,
+                        event.at,
+                        event.expires_at,
+                    )
+                )
+            elif isinstance(event, DeliveryEvent):
+                rows.deliveries.append(_delivery_row(event, context.get(event.notification_id)))
+    return rows
+
+
+def _event_row(event_id: str, event: AnyEvent) -> tuple[Any, ...]:
+    notification_id = getattr(event, "notification_id", None)
+    delivery_id = getattr(event, "delivery_id", None)
+    version = getattr(event, "version", None)
+    body = codec.encode(event).decode()
+    return (event_id, event.at, type(event).__name__, notification_id, delivery_id, version, body)
+
+
+def _delivery_row(event: DeliveryEvent, context: _Context | None) -> tuple[Any, ...]:
+    """The delivery columns an event sets; None where it says nothing."""
+    status: str
+    reason: str | None = None
+    attempts: int | None = None
+    error_class: str | None = None
+    last_error: str | None = None
+    provider: str | None = None
+    message_id: str | None = None
+    sent_at: datetime | None = None
+    failed_at: datetime | None = None
+    channel: str | None = None
+    priority: str | None = None
+    match event:
+        case DeliveryQueued():
+            status, channel, priority = "QUEUED", event.channel, event.priority
+        case DeliveryDeferred():
+            status, channel, reason = "SCHEDULED", event.channel, event.reason
+        case DeliverySuppressed():
+            status, channel, reason = "SUPPRESSED", event.channel, event.reason
+        case DeliveryExpired():
+            status, channel, reason = "EXPIRED", event.channel, event.reason
+        case DeliveryAttemptFailed():
+            status, attempts = "SCHEDULED", event.attempt
+            error_class, last_error = event.error_class, event.error
+        case DeliverySent():
+            status, attempts, sent_at = "SENT", event.attempt, event.at
+            provider, message_id = event.provider, event.provider_message_id
+        case DeliveryFailed():
+            status, attempts, failed_at = "FAILED", event.attempts, event.at
+            error_class, last_error = event.error_class, event.error
+        case DeliveryDeadLettered():
+            status = "FAILED"
+        case DeliveryReplayed():
+            status = "QUEUED"
+        case ProviderFeedbackReceived():
+            status = "DELIVERED" if event.feedback == "delivered" else "SENT"
+            last_error = event.detail or None
+        case _:
+            status = "QUEUED"
+    return (
+        event.delivery_id,
+        event.notification_id,
+        context.producer if context else None,
+        context.notification_type if context else None,
+        priority or (context.priority if context else None),
+        channel,
+        status,
+        reason,
+        attempts,
+        error_class,
+        last_error,
+        provider,
+        message_id,
+        context.created_at if context else None,
+        event.at,
+        sent_at,
+        failed_at,
+        event.version,
+    )
+
+
+async def apply(pool: asyncpg.Pool, stream: str, rows: Rows) -> None:
+    """Write one batch's rows and its checkpoint in one transaction."""
+    async with pool.acquire() as connection, connection.transaction():
+        if rows.notifications:
+            await connection.executemany(_INSERT_NOTIFICATION, rows.notifications)
+        if rows.deliveries:
+            await connection.executemany(_UPSERT_DELIVERY, rows.deliveries)
+        if rows.events:
+            await connection.executemany(_INSERT_EVENT, rows.events)
+        await connection.execute(_SAVE_CHECKPOINT, stream, rows.last_id)
+
+
+class Projector:
+    """Projects every shard's events stream; one instance per projector process."""
+
+    def __init__(self, redis: Redis, pool: asyncpg.Pool, keys: KeySpace, consumer: str) -> None:
+        self.redis = redis
+        self.pool = pool
+        self.keys = keys
+        self.consumer = consumer
+        self._stopping = asyncio.Event()
+
+    async def run(self) -> None:
+        """Project until ``stop()``; the batch in hand is finished first."""
+        tasks = [asyncio.create_task(self._project(shard)) for shard in self.keys.all_shards()]
+        await self._stopping.wait()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    async def _project(self, shard: ShardKeys) -> None:
+        stream = shard.events
+        try:
+            await self.redis.xgroup_create(stream, GROUP, id="0", mkstream=True)
+        except Exception as error:  # BUSYGROUP: it exists already
+            if "BUSYGROUP" not in str(error):
+                raise
+        cursor = "0"  # first this consumer's own pending entries, then new ones
+        while not self._stopping.is_set():
+            reply: Any = await self.redis.xreadgroup(
+                GROUP, self.consumer, {stream: cursor}, count=READ_COUNT,
+                block=None if cursor == "0" else READ_BLOCK_MS,
+            )  # fmt: skip
+            entries = reply[0][1] if reply else []
+            if not entries:
+                if cursor == "0":
+                    cursor = ">"
+                else:
+                    await self._reclaim(shard)
+                continue
+            await self._commit(shard, entries)
+
+    async def _commit(self, shard: ShardKeys, entries: list[tuple[Any, dict[bytes, Any]]]) -> None:
+        """Apply ``entries`` (retrying while PostgreSQL is away), then acknowledge them."""
+        ids = [_text(entry_id) for entry_id, _ in entries]
+        batch = [
+            (entry_id, fields.get(codec.EVENT_FIELD.encode(), b"[]"))
+            for entry_id, (_, fields) in zip(ids, entries, strict=True)
+        ]
+        rows = rows_of(shard.shard, batch)
+        backoff = 0.1
+        while True:
+            try:
+                await apply(self.pool, shard.events, rows)
+                break
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as error:
+                log.warning("projector.postgres_unavailable", error=str(error), retry_in=backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(MAX_BACKOFF_S, backoff * 2)
+        await self.redis.xack(shard.events, GROUP, *ids)
+
+    async def _reclaim(self, shard: ShardKeys) -> None:
+        """Take over entries a crashed projector consumer left pending."""
+        _, claimed, deleted = await autoclaim(
+            self.redis, shard.events, self.consumer, min_idle_ms=RECLAIM_IDLE_MS, start="0-0",
+            count=READ_COUNT, group=GROUP,
+        )  # fmt: skip
+        if deleted:
+            await self.redis.xack(shard.events, GROUP, *deleted)
+        if claimed:
+            await self._commit(shard, claimed)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -1,0 +1,197 @@
+"""The projector against real Redis and PostgreSQL: idempotent, ordered, crash-safe."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import asyncpg
+import pytest
+from redis.asyncio import Redis
+
+from projections.database import connect
+from projections.projector import GROUP, Projector, apply, rows_of
+from streams import codec
+from streams.events import (
+    DeliveryAttemptFailed,
+    DeliveryQueued,
+    DeliverySent,
+    Event,
+    NotificationAccepted,
+)
+from streams.keys import KeySpace
+from tests.integration.delivery_support import (
+    accept,
+    fast_catalog,
+    running_worker,
+    state,
+    wait_until,
+)
+
+T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+NID = "01a22000-0000-7000-8000-000000000000"
+DID = "01a22000-0000-7000-8000-000000000001"
+
+
+@pytest.fixture
+async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
+    pool = await connect(database_url)
+    yield pool
+    await pool.close()
+
+
+def story() -> list[list[Event]]:
+    """One notification's entries: accepted, a failed attempt, then sent."""
+    return [
+        [
+            NotificationAccepted(
+                at=T0, notification_id=NID, producer="shop", idempotency_key="k",
+                notification_type="otp", priority="HIGH", recipient_id="u-1", locale="en",
+                expires_at=T0 + timedelta(minutes=5), delivery_ids=[DID],
+            ),
+            DeliveryQueued(at=T0, notification_id=NID, delivery_id=DID, version=1,
+                           channel="SMS", priority="HIGH"),
+        ],
+        [
+            DeliveryAttemptFailed(at=T0 + timedelta(seconds=1), notification_id=NID,
+                                  delivery_id=DID, version=2, attempt=1,
+                                  error_class="TRANSIENT", error="timeout"),
+        ],
+        [
+            DeliverySent(at=T0 + timedelta(seconds=3), notification_id=NID, delivery_id=DID,
+                         version=3, attempt=2, provider="sandbox", provider_message_id="m-1"),
+        ],
+    ]  # fmt: skip
+
+
+def entries(events: list[list[Event]], first: int = 1) -> list[tuple[str, bytes]]:
+    return [(f"{first + n}-0", codec.encode_events(batch)) for n, batch in enumerate(events)]
+
+
+async def snapshot(pool: asyncpg.Pool) -> dict[str, list[Any]]:
+    async with pool.acquire() as connection:
+        return {
+            table: [
+                tuple(row) for row in await connection.fetch(f"SELECT * FROM {table} ORDER BY 1")
+            ]
+            for table in ("notification", "delivery", "delivery_event")
+        }
+
+
+async def test_projecting_the_same_events_twice_leaves_identical_rows(
+    pool: asyncpg.Pool,
+) -> None:
+    rows = rows_of(0, entries(story()))
+    await apply(pool, "s0", rows)
+    once = await snapshot(pool)
+    await apply(pool, "s0", rows)
+    assert await snapshot(pool) == once
+    assert len(once["delivery"]) == 1
+    assert len(once["delivery_event"]) == 4
+
+
+async def test_reordered_and_repeated_events_never_move_a_delivery_backwards(
+    pool: asyncpg.Pool,
+) -> None:
+    accepted, failed, sent = entries(story())
+    # The newest change first, then the older ones, then the newest again.
+    for batch in ([accepted], [sent], [failed], [accepted, failed, sent]):
+        await apply(pool, "s0", rows_of(0, batch))
+    async with pool.acquire() as connection:
+        row = await connection.fetchrow("SELECT * FROM delivery WHERE id = $1", DID)
+    assert row["status"] == "SENT"
+    assert row["version"] == 3
+    assert row["attempts"] == 2
+    assert row["provider_message_id"] == "m-1"
+    assert row["producer"] == "shop"
+    assert row["notification_type"] == "otp"
+    async with pool.acquire() as connection:
+        history = await connection.fetchval("SELECT count(*) FROM delivery_event")
+    assert history == 4  # the skipped older change is still in the history, once
+
+
+async def test_a_projector_killed_between_commit_and_ack_duplicates_nothing(
+    real_redis: Redis, key_prefix: str, pool: asyncpg.Pool
+) -> None:
+    keys = KeySpace(key_prefix)
+    stream = keys.shard(0).events
+    await real_redis.xgroup_create(stream, GROUP, id="0", mkstream=True)
+    for batch in story():
+        await real_redis.xadd(stream, {"e": codec.encode_events(batch)})
+    # A projector read everything and committed, then died before XACK.
+    reply: Any = await real_redis.xreadgroup(GROUP, "host-projector", {stream: ">"}, count=10)
+    read = [(entry_id.decode(), fields[b"e"]) for entry_id, fields in reply[0][1]]
+    await apply(pool, stream, rows_of(0, read))
+    committed = await snapshot(pool)
+    # Restarted under the same name, it drains its own pending entries first.
+    projector = Projector(real_redis, pool, keys, consumer="host-projector")
+    task = asyncio.create_task(projector.run())
+
+    async def drained() -> bool:
+        return (await real_redis.xpending(stream, GROUP))["pending"] == 0
+
+    await wait_until(drained)
+    projector.stop()
+    await task
+    assert await snapshot(pool) == committed
+
+
+async def test_the_read_model_agrees_with_the_write_model(
+    real_redis: Redis, key_prefix: str, pool: asyncpg.Pool
+) -> None:
+    keys, catalog = KeySpace(key_prefix), fast_catalog()
+    bodies = [
+        {"recipient": {"id": "u-1", "phone": "+4915112345678"}, "type": "otp",
+         "data": {"code": "1", "sandbox": {"SMS": {"fail_transient": 1}}}},
+        {"recipient": {"id": "u-2", "email": "a@example.com"}, "type": "order_confirmed",
+         "data": {"order_id": "7", "sandbox": {"EMAIL": {"fail_permanent": "no such box"}}}},
+        {"recipient": {"id": "u-3", "email": "b@example.com", "push_tokens": ["t"]},
+         "type": "marketing", "data": {"subject": "s", "body": "b"}},
+    ]  # fmt: skip
+    ids = []
+    for n, body in enumerate(bodies):
+        ids += [
+            d["id"] for d in (await accept(real_redis, keys, catalog, body, f"k{n}"))["deliveries"]
+        ]
+    projector = Projector(real_redis, pool, keys, consumer="p")
+    task = asyncio.create_task(projector.run())
+    async with running_worker(real_redis, keys, catalog):
+
+        async def settled() -> bool:
+            for delivery_id in ids:
+                written = await state(real_redis, keys, delivery_id)
+                if written and written["status"] not in {"SENT", "FAILED", "EXPIRED"}:
+                    return False
+                # A delivery no worker touched ended at ingest, with version 1.
+                version = int(written["version"]) if written else 1
+                if await _projected_version(pool, delivery_id) != version:
+                    return False
+            return True
+
+        await wait_until(settled, within=20)
+    projector.stop()
+    await task
+    async with pool.acquire() as connection:
+        rows = {str(r["id"]): r for r in await connection.fetch("SELECT * FROM delivery")}
+    for delivery_id in ids:
+        written = await state(real_redis, keys, delivery_id)
+        row = rows[delivery_id]
+        if written:  # touched by a worker: its hash is the write model
+            assert row["status"] == written["status"]
+            assert row["attempts"] == int(written["attempts"])
+            assert row["version"] == int(written["version"])
+        else:  # ended at ingest (suppressed): the record's status
+            assert row["status"] in {"SUPPRESSED", "EXPIRED"}
+    statuses = sorted(row["status"] for row in rows.values())
+    assert statuses.count("SENT") >= 2
+    assert "FAILED" in statuses
+
+
+async def _projected_version(pool: asyncpg.Pool, delivery_id: str) -> int:
+    async with pool.acquire() as connection:
+        version = await connection.fetchval(
+            "SELECT version FROM delivery WHERE id = $1", delivery_id
+        )
+    return int(version or 0)
