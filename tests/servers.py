@@ -8,6 +8,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -64,3 +65,64 @@ def redis_server(workdir: Path, *extra: str) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             os.kill(process.pid, signal.SIGKILL)
             process.wait()
+
+
+class PostgresServer:
+    """A private PostgreSQL cluster (initdb as the ``postgres`` user) that tests may stop."""
+
+    def __init__(self) -> None:
+        self.bin = _postgres_bin()
+        # initdb refuses to run as root, so the postgres user must own the directory, and
+        # reach it: pytest's own temporary directories are private to root.
+        self.workdir = Path(tempfile.mkdtemp(prefix="clarion-pg-"))
+        if os.geteuid() == 0:
+            shutil.chown(self.workdir, "postgres", "postgres")
+        self.data = self.workdir / "data"
+        self.port = free_port()
+        self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        self._as_postgres(["initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres"])
+
+    def _as_postgres(self, command: list[str]) -> None:
+        tool, *args = command
+        runas = [] if os.geteuid() != 0 else ["runuser", "-u", "postgres", "--"]
+        subprocess.run(
+            [*runas, str(self.bin / tool), *args],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def start(self) -> None:
+        options = f"-p {self.port} -k {self.workdir} -c listen_addresses=127.0.0.1 -c fsync=off"
+        self._as_postgres(
+            ["pg_ctl", "start", "-w", "-D", str(self.data), "-l", str(self.workdir / "log"),
+             "-o", options]
+        )  # fmt: skip
+        wait_for_port(self.port)
+
+    def stop(self, mode: str = "fast") -> None:
+        """Stop the cluster (by the pid in its pid file); ``immediate`` is a crash."""
+        self._as_postgres(["pg_ctl", "stop", "-w", "-D", str(self.data), "-m", mode])
+
+
+def _postgres_bin() -> Path:
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/postgres"))
+    if found:
+        return found[-1].parent
+    which = shutil.which("pg_ctl")
+    if which is None:
+        raise RuntimeError("PostgreSQL server binaries are not installed")
+    return Path(which).parent
+
+
+@contextlib.contextmanager
+def postgres_server() -> Iterator[PostgresServer]:
+    """A started private PostgreSQL cluster, stopped and removed afterwards."""
+    server = PostgresServer()
+    try:
+        server.start()
+        yield server
+    finally:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            server.stop("immediate")
+        shutil.rmtree(server.workdir, ignore_errors=True)
