@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import signal
 import socket
+from datetime import UTC, datetime
 
 import asyncpg
 import structlog
@@ -16,6 +17,7 @@ from app.redis_checks import check_redis
 from app.settings import Settings
 from projections.database import DatabaseNotReady
 from projections.database import connect as connect_database
+from projections.partitions import drop_expired_partitions, ensure_partitions
 from projections.projector import Projector
 from streams.connection import connect
 from streams.keys import KeySpace
@@ -42,14 +44,31 @@ async def serve(settings: Settings) -> None:
             consumer=f"{socket.gethostname()}-projector",
         )
         running = asyncio.create_task(projector.run())
+        upkeep = asyncio.create_task(_keep_partitions(pool, settings.retention_days))
         stopping = asyncio.create_task(stop.wait())
         await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
         projector.stop()
         stopping.cancel()
+        upkeep.cancel()
         await running
         await pool.close()
     finally:
         await redis.aclose()
+
+
+async def _keep_partitions(pool: asyncpg.Pool, retention_days: int) -> None:
+    """Create tomorrow's history partitions ahead and drop those past the retention, hourly."""
+    while True:
+        today = datetime.now(UTC).date()
+        try:
+            async with pool.acquire() as connection:
+                await ensure_partitions(connection, today)
+                dropped = await drop_expired_partitions(connection, today, retention_days)
+            if dropped:
+                log.info("projector.partitions_dropped", partitions=dropped)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as error:
+            log.warning("projector.partition_upkeep_failed", error=str(error))
+        await asyncio.sleep(3600)
 
 
 async def _database(settings: Settings, stop: asyncio.Event) -> asyncpg.Pool | None:

@@ -54,6 +54,8 @@ class Settings:
     lane_low: int = 8
     lease_ms: int = 15_000
     max_deliveries: int = 5
+    # Days of event history PostgreSQL keeps (daily partitions of delivery_event).
+    retention_days: int = 30
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -110,6 +112,9 @@ class Settings:
             lease_ms=_integer(env, "CLARION_LEASE_MS", defaults.lease_ms, 100, 3_600_000),
             max_deliveries=_integer(
                 env, "CLARION_MAX_DELIVERIES", defaults.max_deliveries, 1, 1000
+            ),
+            retention_days=_integer(
+                env, "CLARION_RETENTION_DAYS", defaults.retention_days, 1, 3650
             ),
         )
 
