@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import structlog
 from litestar import Litestar
 from redis.asyncio import Redis
 
+from app.api.status import ReadModel
 from app.catalog import load_catalog
 from app.logging import configure_logging
 from app.redis_checks import check_redis
 from app.settings import Settings
 from app.web import create_app
+from projections.database import connect as connect_database
 from streams.connection import connect
 
 log = structlog.get_logger(__name__)
@@ -28,11 +32,17 @@ def build() -> Litestar:
     catalog = load_catalog(settings.config_path)
     redis = redis_client(settings)
     app = create_app(settings, redis=redis, catalog=catalog)
+    # The read model is optional at start-up: while PostgreSQL is unreachable the status
+    # endpoints answer from Redis (the list with 503), and later requests retry the pool.
+    read_model: ReadModel = app.state.read_model
+    read_model.connect_with(partial(connect_database, settings.database_url))
 
     async def on_startup() -> None:
         await check_redis(redis, settings.redis_url)
+        await read_model.start()
 
     async def on_shutdown() -> None:
+        await read_model.close()
         await redis.aclose()
 
     app.on_startup.append(on_startup)

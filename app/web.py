@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
+import asyncpg
 from litestar import Litestar, Router
 from litestar.datastructures import State
 from litestar.openapi import OpenAPIConfig
@@ -19,6 +20,7 @@ from app.api.recipients import (
     put_preferences,
     put_quiet_hours,
 )
+from app.api.status import ReadModel, get_notification_status, list_deliveries
 from app.auth import KeyRing
 from app.catalog import Catalog
 from app.fanout import Planner, utc_now
@@ -34,8 +36,14 @@ def create_app(
     redis: Redis,
     catalog: Catalog,
     clock: Callable[[], datetime] = utc_now,
+    db: asyncpg.Pool | None = None,
 ) -> Litestar:
-    """Build the HTTP application around an existing Redis client and catalog."""
+    """Build the HTTP application around an existing Redis client and catalog.
+
+    ``db`` is the read-model pool. Without one the status endpoints answer from Redis only
+    and ``GET /v1/deliveries`` 503, unless ``app.state.read_model`` is given a way to
+    connect (``app.main`` does).
+    """
     keys = KeySpace(settings.key_prefix, settings.shards)
     intake = Intake(redis, keys, Planner(catalog), settings.idempotency_ttl_seconds, clock)
     batch = Router(
@@ -51,6 +59,8 @@ def create_app(
             put_quiet_hours,
             delete_quiet_hours,
             get_recipient_settings,
+            get_notification_status,
+            list_deliveries,
             health,
         ],
         request_max_body_size=settings.max_body_bytes,
@@ -62,6 +72,8 @@ def create_app(
                 "intake": intake,
                 "key_ring": KeyRing(settings.api_keys),
                 "recipient_settings": RecipientSettingsStore(redis, keys),
+                "key_space": keys,
+                "read_model": ReadModel(db),
             }
         ),
         # Logging is configured by app.logging (structlog), not by Litestar.

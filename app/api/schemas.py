@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any
 
 import msgspec
@@ -98,3 +99,43 @@ class RecipientSettingsView(msgspec.Struct, frozen=True):
     version: int
     preferences: list[PreferenceEntry]
     quiet_hours: QuietHoursBody | None
+
+
+class DeliveryStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """A delivery's current state (``error_class``, ``last_error`` are from its latest
+    failed attempt; ``provider_message_id`` is set once it was sent)."""
+
+    id: str
+    channel: str | None
+    status: str
+    attempts: int
+    error_class: str | None
+    last_error: str | None
+    provider_message_id: str | None
+    updated_at: datetime
+
+
+class NotificationStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """``GET /v1/notifications/{id}``: the notification and each delivery's state."""
+
+    id: str
+    type: str
+    priority: str
+    recipient_id: str
+    created_at: datetime
+    deliveries: list[DeliveryStatus]
+    projection_lag_ms: int
+
+
+class DeliveryListItem(DeliveryStatus, frozen=True, kw_only=True):
+    notification_id: str
+    type: str | None
+    producer: str | None
+
+
+class DeliveryPage(msgspec.Struct, frozen=True, kw_only=True):
+    """``GET /v1/deliveries``: one page, newest first; ``next_cursor`` is null on the last."""
+
+    deliveries: list[DeliveryListItem]
+    next_cursor: str | None
+    projection_lag_ms: int

@@ -1,0 +1,247 @@
+"""Read queries of the status API: the read model in PostgreSQL, and how far behind it is.
+
+Pure SQL over asyncpg (and Redis for the lag); callers validate their input first. Delivery
+lists are paged by keyset on (updated_at, id), newest first, so a page costs the same
+however deep it is: with a status filter the scan runs on ``delivery_by_status`` (or the
+partial ``delivery_failed`` index for FAILED), seeking straight to the cursor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+from redis.asyncio import Redis
+from redis.exceptions import ResponseError
+
+from projections.projector import GROUP
+from streams.keys import KeySpace
+
+# Every status a delivery can have (SENDING only in the write model, while a worker holds it).
+DELIVERY_STATUSES = (
+    "QUEUED",
+    "SCHEDULED",
+    "SENDING",
+    "SENT",
+    "FAILED",
+    "EXPIRED",
+    "SUPPRESSED",
+    "DELIVERED",
+)
+# Statuses are written into the SQL as literals (each its own prepared statement): the
+# planner can then use the partial index of FAILED rows, which a $n parameter would hide
+# from a generic plan. Only these fixed strings ever reach the SQL text.
+_STATUS_LITERALS = {status: f"'{status}'" for status in DELIVERY_STATUSES}
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryRow:
+    id: str
+    notification_id: str
+    producer: str | None
+    notification_type: str | None
+    channel: str | None
+    status: str
+    attempts: int
+    error_class: str | None
+    last_error: str | None
+    provider_message_id: str | None
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class NotificationRow:
+    id: str
+    producer: str
+    type: str
+    priority: str
+    recipient_id: str
+    created_at: datetime
+    deliveries: list[DeliveryRow]
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryFilter:
+    """What ``list_deliveries`` selects: one producer's deliveries, optionally narrowed."""
+
+    producer: str
+    status: str | None = None
+    channel: str | None = None
+    notification_type: str | None = None
+    error_class: str | None = None
+    since: datetime | None = None  # updated_at >= since
+    until: datetime | None = None  # updated_at < until
+    after: tuple[datetime, str] | None = None  # the (updated_at, id) of the previous page's last
+    limit: int = 50
+
+
+_DELIVERY_COLUMNS = """
+d.id, d.notification_id, d.producer, d.notification_type, d.channel, d.status, d.attempts,
+d.error_class, d.last_error, d.provider_message_id, d.updated_at
+"""
+
+_NOTIFICATION = """
+SELECT id, producer, type, priority, recipient_id, created_at FROM notification WHERE id = $1
+"""
+
+# In the order the notification listed them when it was accepted (the NotificationAccepted
+# event's delivery_ids; its time is the notification's created_at, which prunes the event
+# partitions); by id when that event is gone (retention).
+_DELIVERIES_OF_NOTIFICATION = f"""
+WITH accepted AS (
+    SELECT ARRAY(SELECT jsonb_array_elements_text(body -> 'delivery_ids')) AS ids
+    FROM delivery_event
+    WHERE notification_id = $1 AND at = $2 AND type = 'NotificationAccepted'
+    LIMIT 1
+)
+SELECT {_DELIVERY_COLUMNS}
+FROM delivery d LEFT JOIN accepted a ON true
+WHERE d.notification_id = $1
+ORDER BY array_position(a.ids, d.id::text) NULLS LAST, d.id
+"""  # noqa: S608 (a constant column list)
+
+
+def _delivery(row: asyncpg.Record) -> DeliveryRow:
+    return DeliveryRow(
+        id=str(row["id"]),
+        notification_id=str(row["notification_id"]),
+        producer=row["producer"],
+        notification_type=row["notification_type"],
+        channel=row["channel"],
+        status=row["status"],
+        attempts=row["attempts"],
+        error_class=row["error_class"],
+        last_error=row["last_error"],
+        provider_message_id=row["provider_message_id"],
+        updated_at=row["updated_at"],
+    )
+
+
+async def notification_status(pool: asyncpg.Pool, notification_id: str) -> NotificationRow | None:
+    """The notification and its deliveries as projected, or None when it is not (yet) there.
+
+    ``notification_id`` must be a UUID string. Whose it is, is the caller's to check.
+    """
+    async with pool.acquire() as connection:
+        found = await connection.fetchrow(_NOTIFICATION, notification_id)
+        if found is None:
+            return None
+        rows = await connection.fetch(
+            _DELIVERIES_OF_NOTIFICATION, notification_id, found["created_at"]
+        )
+    return NotificationRow(
+        id=str(found["id"]),
+        producer=found["producer"],
+        type=found["type"],
+        priority=found["priority"],
+        recipient_id=found["recipient_id"],
+        created_at=found["created_at"],
+        deliveries=[_delivery(row) for row in rows],
+    )
+
+
+def _list_query(selection: DeliveryFilter) -> tuple[str, list[Any]]:
+    args: list[Any] = []
+
+    def param(value: Any) -> str:
+        args.append(value)
+        return f"${len(args)}"
+
+    clauses = [f"d.producer = {param(selection.producer)}"]
+    if selection.status is not None:
+        clauses.append(f"d.status = {_STATUS_LITERALS[selection.status]}")
+    if selection.channel is not None:
+        clauses.append(f"d.channel = {param(selection.channel)}")
+    if selection.notification_type is not None:
+        clauses.append(f"d.notification_type = {param(selection.notification_type)}")
+    if selection.error_class is not None:
+        clauses.append(f"d.error_class = {param(selection.error_class)}")
+    if selection.since is not None:
+        clauses.append(f"d.updated_at >= {param(selection.since)}")
+    if selection.until is not None:
+        clauses.append(f"d.updated_at < {param(selection.until)}")
+    if selection.after is not None:
+        updated_at, delivery_id = selection.after
+        clauses.append(f"(d.updated_at, d.id) < ({param(updated_at)}, {param(delivery_id)})")
+    # One row more than a page tells whether another page follows.
+    sql = (
+        f"SELECT {_DELIVERY_COLUMNS} FROM delivery d WHERE {' AND '.join(clauses)} "  # noqa: S608
+        f"ORDER BY d.updated_at DESC, d.id DESC LIMIT {param(selection.limit + 1)}"
+    )
+    return sql, args
+
+
+async def list_deliveries(
+    pool: asyncpg.Pool, selection: DeliveryFilter
+) -> tuple[list[DeliveryRow], bool]:
+    """One page of deliveries, newest first, and whether more follow.
+
+    Values are the caller's to validate; a status outside ``DELIVERY_STATUSES`` is a
+    ``KeyError``.
+    """
+    sql, args = _list_query(selection)
+    async with pool.acquire() as connection:
+        rows = await connection.fetch(sql, *args)
+    page = [_delivery(row) for row in rows[: selection.limit]]
+    return page, len(rows) > selection.limit
+
+
+async def projection_lag_ms(redis: Redis, keys: KeySpace) -> int:
+    """How far the read model is behind the event log, in ms (0 when it is up to date).
+
+    For each shard's ``events`` stream: the age of its oldest entry the ``projector`` group
+    has not finished, that is the smallest of its pending entries (read but not yet
+    acknowledged) and of the first entry after the group's last-delivered id; the largest
+    such age over all shards. A stream without the group counts from its first entry. Ages
+    are measured on the Redis clock, which stamped the entry ids.
+    """
+    shards = keys.all_shards()
+    pipe = redis.pipeline(transaction=False)
+    pipe.time()
+    for shard in shards:
+        pipe.xinfo_groups(shard.events)
+        pipe.xpending(shard.events, GROUP)
+    replies: list[Any] = await pipe.execute(raise_on_error=False)
+    now = _reply(replies[0])
+    now_ms = int(now[0]) * 1000 + int(now[1]) // 1000
+    oldest: list[int] = []
+    unread_after: list[tuple[str, str]] = []
+    for number, shard in enumerate(shards):
+        groups, pending = replies[1 + 2 * number], replies[2 + 2 * number]
+        if _missing(groups):
+            continue  # no stream: nothing to project
+        last_delivered = "0-0"
+        for group in _reply(groups):
+            if _text(group["name"]) == GROUP:
+                last_delivered = _text(group["last-delivered-id"])
+        if not _missing(pending) and _reply(pending)["pending"]:
+            oldest.append(_entry_ms(pending["min"]))
+        unread_after.append((shard.events, last_delivered))
+    pipe = redis.pipeline(transaction=False)
+    for stream, last_delivered in unread_after:
+        pipe.xrange(stream, f"({last_delivered}", "+", count=1)
+    for first in await pipe.execute() if unread_after else []:
+        if first:
+            oldest.append(_entry_ms(first[0][0]))
+    return max(0, now_ms - min(oldest)) if oldest else 0
+
+
+def _missing(reply: Any) -> bool:
+    """A reply saying the stream or the group does not exist (other errors are raised)."""
+    return isinstance(reply, ResponseError)
+
+
+def _reply(reply: Any) -> Any:
+    if isinstance(reply, Exception):
+        raise reply
+    return reply
+
+
+def _entry_ms(entry_id: bytes | str) -> int:
+    return int(_text(entry_id).partition("-")[0])
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
