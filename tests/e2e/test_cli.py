@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -18,6 +19,7 @@ from streams import codec
 from streams.events import DeliveryQueued, NotificationAccepted
 from streams.keys import KeySpace
 from tests.conftest import REDIS_URL, REPO
+from tests.pg import TEST_SERVER_URL, drop_database, throwaway_name, with_database
 from tests.servers import free_port, redis_server, wait_for_port
 
 CLARION = [sys.executable, "-m", "app.cli"]
@@ -38,7 +40,10 @@ def service_env(prefix: str, port: int, **extra: str) -> dict[str, str]:
 @pytest.fixture
 def service(key_prefix: str) -> Iterator[tuple[str, dict[str, str]]]:
     port = free_port()
-    env = service_env(key_prefix, port)
+    database = throwaway_name()  # the projector creates it
+    env = service_env(
+        key_prefix, port, CLARION_DATABASE_URL=with_database(TEST_SERVER_URL, database)
+    )
     process = subprocess.Popen(
         [*CLARION, "run", "--workers", "2"], env=env, cwd=REPO, stderr=subprocess.PIPE
     )
@@ -53,6 +58,7 @@ def service(key_prefix: str) -> Iterator[tuple[str, dict[str, str]]]:
         for key in redis.scan_iter(match=f"{key_prefix}:*"):
             redis.unlink(key)
         redis.close()
+        asyncio.run(drop_database(database))
         assert b"Traceback" not in stderr, stderr.decode()[-2000:]
         assert b"shop-secret-key" not in stderr
 
