@@ -190,3 +190,25 @@ def test_run_refuses_quickly_when_redis_is_down(key_prefix: str) -> None:
     env = service_env(key_prefix, free_port(), CLARION_REDIS_URL=f"redis://127.0.0.1:{free_port()}")
     assert "not reachable" in run_expecting_failure(env)
     assert time.monotonic() - started < 20
+
+
+def test_a_sent_notification_can_be_followed_to_its_final_status(
+    service: tuple[str, dict[str, str]],
+) -> None:
+    url, _ = service
+    headers = {"Authorization": "Bearer shop-secret-key"}
+    body = {"recipient": {"id": "u-7", "email": "u7@example.com"}, "type": "order_confirmed",
+            "data": {"order_id": "A-7"}}  # fmt: skip
+    accepted = httpx.post(
+        f"{url}/v1/notifications", json=body, headers={**headers, "Idempotency-Key": "follow"}
+    ).json()
+    deadline = time.monotonic() + 20
+    while True:
+        answer = httpx.get(f"{url}/v1/notifications/{accepted['id']}", headers=headers)
+        assert answer.status_code == 200  # never 404, projected or not
+        statuses = {d["channel"]: d["status"] for d in answer.json()["deliveries"]}
+        if statuses == {"EMAIL": "SENT", "PUSH": "SUPPRESSED", "IN_APP": "SENT"}:
+            break
+        assert time.monotonic() < deadline, statuses
+        time.sleep(0.2)
+    assert answer.json()["projection_lag_ms"] >= 0
