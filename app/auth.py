@@ -2,18 +2,27 @@
 
 A presented secret is hashed with SHA-256 and looked up by its digest: the work does not
 depend on how much of a secret is right, and no secret is kept or logged in clear.
+
+The secret comes as ``Authorization: Bearer <secret>`` or, for a browser (the dashboard),
+as HTTP Basic ``base64(<producer>:<secret>)``; the user part of Basic is informational.
 """
 
 from __future__ import annotations
 
+import binascii
 import hashlib
+from typing import Literal
 
 from litestar.connection import ASGIConnection
 from litestar.exceptions import NotAuthorizedException, PermissionDeniedException
 
 from app.settings import ApiKey, Scope
 
-_CHALLENGE = {"WWW-Authenticate": 'Bearer realm="clarion"'}
+AuthScheme = Literal["Bearer", "Basic"]
+_DETAIL: dict[AuthScheme, str] = {
+    "Bearer": "Authorization: a valid 'Bearer <api key>' header is required",
+    "Basic": "a valid API key is required: user name your producer, password the key's secret",
+}
 
 
 class KeyRing:
@@ -23,14 +32,29 @@ class KeyRing:
         self._by_digest = {key.secret_sha256: key for key in keys}
 
     def find(self, authorization: bytes | None) -> ApiKey | None:
-        """The key a ``Bearer`` header presents, or None."""
+        """The key a ``Bearer`` or ``Basic`` header presents, or None."""
         if not authorization:
             return None
         scheme, _, secret = authorization.partition(b" ")
         secret = secret.strip()
-        if scheme.lower() != b"bearer" or not secret:
+        scheme = scheme.lower()
+        if scheme == b"basic":
+            secret = _basic_password(secret)
+        elif scheme != b"bearer":
+            return None
+        if not secret:
             return None
         return self._by_digest.get(hashlib.sha256(secret).digest())
+
+
+def _basic_password(credentials: bytes) -> bytes:
+    """The password of Basic credentials ``base64(user:password)``; empty when malformed."""
+    try:
+        decoded = binascii.a2b_base64(credentials, strict_mode=True)
+    except binascii.Error:
+        return b""
+    _, colon, password = decoded.partition(b":")
+    return password if colon else b""
 
 
 def _authorization(connection: ASGIConnection) -> bytes | None:  # type: ignore[type-arg]
@@ -42,8 +66,15 @@ def _authorization(connection: ASGIConnection) -> bytes | None:  # type: ignore[
     return None
 
 
-def authorize(connection: ASGIConnection, scope: Scope) -> ApiKey:  # type: ignore[type-arg]
+def authorize(
+    connection: ASGIConnection,  # type: ignore[type-arg]
+    scope: Scope,
+    *,
+    challenge: AuthScheme = "Bearer",
+) -> ApiKey:
     """The caller's key; 401 without a valid one, 403 when it lacks ``scope``.
+
+    A 401 challenges with ``challenge``: ``Basic`` makes a browser ask for the credentials.
 
     Called first thing in every protected handler. (A Litestar guard would do the same, but
     Litestar copies the route handler object for every guard call, which costs more than the
@@ -53,8 +84,8 @@ def authorize(connection: ASGIConnection, scope: Scope) -> ApiKey:  # type: igno
     key = keys.find(_authorization(connection))
     if key is None:
         raise NotAuthorizedException(
-            detail="Authorization: a valid 'Bearer <api key>' header is required",
-            headers=_CHALLENGE,
+            detail=_DETAIL[challenge],
+            headers={"WWW-Authenticate": f'{challenge} realm="clarion"'},
         )
     if scope not in key.scopes:
         raise PermissionDeniedException(detail=f"this API key lacks the {scope!r} scope")

@@ -127,7 +127,9 @@ class DeliveryWorker:
         stream = shard.work(priority)
         lane = self._lanes[priority]
         cursor = "0"  # first this consumer's own pending entries, then new ones
-        while True:
+        # Every loop also checks the flag: a client library that turns a cancellation into
+        # an error of its own must not keep a stopping worker alive.
+        while not self._stopping.is_set():
             free = await self._wait_for_room(lane)
             try:
                 reply: Any = await self.redis.xreadgroup(
@@ -355,7 +357,7 @@ class DeliveryWorker:
 
     async def _schedule(self, shard: ShardKeys) -> None:
         wake = self._wake[shard]
-        while True:
+        while not self._stopping.is_set():
             try:
                 moved = await move_due(self.redis, shard, self.now_ms())
             except asyncio.CancelledError:
@@ -377,7 +379,7 @@ class DeliveryWorker:
                     await wake.wait()
 
     async def _reclaim(self) -> None:
-        while True:
+        while not self._stopping.is_set():
             await asyncio.sleep(self.options.reclaim_interval_s * (0.5 + random.random()))
             for shard in self.keys.all_shards():
                 for priority in Priority:

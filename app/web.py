@@ -12,6 +12,7 @@ from litestar.openapi import OpenAPIConfig
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from app.api.dashboard import DASHBOARD_ROUTES
 from app.api.notifications import create_notification, create_notifications_batch
 from app.api.ops import health, internal_error, redis_unavailable
 from app.api.recipients import (
@@ -62,6 +63,7 @@ def create_app(
             get_notification_status,
             list_deliveries,
             health,
+            *DASHBOARD_ROUTES,
         ],
         request_max_body_size=settings.max_body_bytes,
         openapi_config=OpenAPIConfig(title="Clarion", version="1", path="/schema"),

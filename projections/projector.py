@@ -292,6 +292,8 @@ class Projector:
                 await apply(self.pool, shard.events, rows)
                 break
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as error:
+                if self._stopping.is_set():
+                    return  # unacknowledged: the next start projects these entries again
                 log.warning("projector.postgres_unavailable", error=str(error), retry_in=backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(MAX_BACKOFF_S, backoff * 2)

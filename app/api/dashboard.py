@@ -1,0 +1,322 @@
+"""``GET /dashboard``: the FAILED dashboard, server-rendered HTML for a producer's operators.
+
+A browser signs in with HTTP Basic (user: the producer, password: a ``read`` key's secret);
+a 401 challenges with ``Basic`` so the browser asks. The pages need no JavaScript. Every
+text from the read model is escaped by Jinja's autoescaping: error texts come from providers.
+
+The handlers read what ``app.web.create_app`` puts in ``request.app.state``: ``key_ring``
+(who is calling), ``read_model`` (no pool while PostgreSQL is unreachable: 503), ``redis``
+and ``key_space`` (the dead-letter streams), and ``catalog`` (type names for the filter).
+"""
+
+from __future__ import annotations
+
+import time
+import typing
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import asyncpg
+import jinja2
+import structlog
+from litestar import MediaType, Request, Response, get
+from litestar.datastructures import State
+from litestar.exceptions import (
+    ClientException,
+    HTTPException,
+    NotFoundException,
+    ServiceUnavailableException,
+)
+from litestar.params import FromPath, FromQuery, QueryParameter
+from litestar.types import ExceptionHandlersMap
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from app.api.status import ReadModel
+from app.auth import authorize
+from projections.dashboard_queries import (
+    ENDED_STATUSES,
+    FAILED_LIMIT,
+    ChannelFailureRate,
+    FailureFilter,
+    failed_deliveries,
+    failure_rates,
+    failures_by_error_class,
+    timeline,
+)
+from streams.events import Channel, ErrorClass
+from streams.keys import KeySpace
+
+log = structlog.get_logger(__name__)
+
+Req = Request[Any, Any, State]
+
+CHANNELS: tuple[str, ...] = typing.get_args(Channel)
+ERROR_CLASSES: tuple[str, ...] = typing.get_args(ErrorClass)
+_MAX_FILTER = 255
+READ_MODEL_UNAVAILABLE = "the read model (PostgreSQL) is unavailable; retry shortly"
+# Fields every event has, shown in their own columns of the timeline.
+_EVENT_COLUMNS = frozenset({"type", "at", "notification_id", "delivery_id", "version"})
+# Fields of an event body that say why a delivery is where it is: highlighted.
+_NOTABLE_FIELDS = frozenset({"error", "error_class", "reason", "feedback", "detail"})
+_PG_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
+
+# No script at all; styles only inline; forms only to this site; never framed.
+_HEADERS = {
+    "Cache-Control": "no-store",
+    "Content-Security-Policy": (
+        "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; "
+        "frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+def _when(value: datetime | None) -> str:
+    if value is None:
+        return "—"
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def duration(seconds: float) -> str:
+    """``seconds`` briefly: ``45 s``, ``3 min 12 s``, ``2 h 5 min``, ``3 d 4 h``."""
+    whole = max(0, int(seconds))
+    days, rest = divmod(whole, 86_400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days} d {hours} h"
+    if hours:
+        return f"{hours} h {minutes} min"
+    if minutes:
+        return f"{minutes} min {secs} s"
+    return f"{secs} s"
+
+
+def _rate(failed: int, ended: int) -> str:
+    if not ended:
+        return "—"
+    return f"{100 * failed / ended:.1f} %"
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, list):
+        return ", ".join(_value(item) for item in value) or "[]"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_value(v)}" for k, v in value.items()) or "{}"
+    return str(value)
+
+
+_TEMPLATES = jinja2.Environment(
+    loader=jinja2.PackageLoader("app", "templates"),
+    autoescape=True,
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+_TEMPLATES.filters["when"] = _when
+_TEMPLATES.filters["rate"] = _rate
+_TEMPLATES.filters["value"] = _value
+
+
+def render(template: str, status_code: int = 200, **context: Any) -> Response[str]:
+    """An HTML response of ``template`` rendered with ``context``."""
+    html = _TEMPLATES.get_template(template).render(**context)
+    return Response(html, status_code=status_code, media_type=MediaType.HTML, headers=_HEADERS)
+
+
+_TITLES = {
+    400: "Bad request",
+    401: "Sign-in required",
+    403: "Not allowed",
+    404: "Not found",
+    503: "Unavailable",
+}
+
+
+def html_error(request: Req, error: HTTPException) -> Response[str]:
+    """An HTTP error of a dashboard page as a readable page, keeping its headers."""
+    response = render(
+        "error.html",
+        status_code=error.status_code,
+        title=_TITLES.get(error.status_code, "Error"),
+        code=error.status_code,
+        detail=error.detail,
+        sign_in=error.status_code == 401,
+    )
+    response.headers.update(error.headers or {})
+    return response
+
+
+_HTML_ERRORS: ExceptionHandlersMap = {HTTPException: html_error}
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetters:
+    """The dead-letter streams of every shard: entries, and the oldest one's age."""
+
+    size: int
+    oldest_age: str | None
+
+
+async def dead_letters(redis: Redis, keys: KeySpace, now_ms: int) -> DeadLetters:
+    """XLEN of each shard's ``dlq`` and the time in its first entry id."""
+    async with redis.pipeline(transaction=False) as pipe:
+        for shard in keys.all_shards():
+            pipe.xlen(shard.dlq)
+            pipe.xrange(shard.dlq, count=1)
+        replies: list[Any] = await pipe.execute()
+    size = sum(int(length) for length in replies[0::2])
+    firsts = [int(_text(entries[0][0]).partition("-")[0]) for entries in replies[1::2] if entries]
+    if not firsts:
+        return DeadLetters(size, None)
+    return DeadLetters(size, duration((now_ms - min(firsts)) / 1000))
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+async def _pool(request: Req) -> asyncpg.Pool:
+    read_model: ReadModel = request.app.state.read_model
+    pool = await read_model.pool()
+    if pool is None:
+        raise ServiceUnavailableException(
+            detail=READ_MODEL_UNAVAILABLE, headers={"Retry-After": "5"}
+        )
+    return pool
+
+
+def _choice(name: str, value: str | None, allowed: tuple[str, ...]) -> str | None:
+    if not value:
+        return None
+    if value not in allowed:
+        raise ClientException(detail=f"{name} must be one of {', '.join(allowed)}")
+    return value
+
+
+def _type_filter(value: str | None) -> str | None:
+    if not value:
+        return None
+    if len(value) > _MAX_FILTER or not value.isprintable():
+        raise ClientException(detail="type: at most 255 printable characters")
+    return value
+
+
+def _type_names(state: State) -> list[str]:
+    catalog = state.get("catalog")
+    types: Mapping[str, Any] = getattr(catalog, "types", {})
+    return sorted(types)
+
+
+@get("/dashboard", include_in_schema=False, exception_handlers=_HTML_ERRORS)
+async def dashboard(
+    request: Req,
+    channel: FromQuery[str | None] = None,
+    notification_type: Annotated[str | None, QueryParameter(name="type")] = None,
+    error_class: FromQuery[str | None] = None,
+) -> Response[str]:
+    """Failure rates, failures by error class, the FAILED list and the dead-letter queue."""
+    key = authorize(request, "read", challenge="Basic")
+    where = FailureFilter(
+        channel=_choice("channel", channel, CHANNELS),
+        notification_type=_type_filter(notification_type),
+        error_class=_choice("error_class", error_class, ERROR_CLASSES),
+    )
+    pool = await _pool(request)
+    try:
+        rates = await failure_rates(pool, key.producer)
+        classes = await failures_by_error_class(pool, key.producer)
+        failed = await failed_deliveries(pool, key.producer, where)
+    except _PG_ERRORS as error:
+        log.warning("dashboard.read_model_unavailable", error=type(error).__name__)
+        raise ServiceUnavailableException(
+            detail=READ_MODEL_UNAVAILABLE, headers={"Retry-After": "5"}
+        ) from None
+    now = time.time()
+    try:
+        dlq: DeadLetters | None = await dead_letters(
+            request.app.state.redis, request.app.state.key_space, int(now * 1000)
+        )
+    except (RedisError, OSError) as error:
+        log.warning("dashboard.redis_unavailable", error=type(error).__name__)
+        dlq = None
+    return render(
+        "dashboard.html",
+        producer=key.producer,
+        rates=rates,
+        totals=_totals(rates),
+        classes=classes,
+        failed=failed,
+        limit=FAILED_LIMIT,
+        where=where,
+        channels=CHANNELS,
+        error_classes=ERROR_CLASSES,
+        type_names=_type_names(request.app.state),
+        ended_statuses=ENDED_STATUSES,
+        dlq=dlq,
+        generated_at=datetime.fromtimestamp(now, UTC),
+    )
+
+
+def _totals(rates: list[ChannelFailureRate]) -> ChannelFailureRate:
+    return ChannelFailureRate(
+        channel="all",
+        failed_hour=sum(r.failed_hour for r in rates),
+        ended_hour=sum(r.ended_hour for r in rates),
+        failed_day=sum(r.failed_day for r in rates),
+        ended_day=sum(r.ended_day for r in rates),
+    )
+
+
+@get(
+    "/dashboard/notifications/{notification_id:str}",
+    include_in_schema=False,
+    exception_handlers=_HTML_ERRORS,
+)
+async def notification_timeline(request: Req, notification_id: FromPath[str]) -> Response[str]:
+    """One notification of the caller's producer: its deliveries and every event, in order."""
+    key = authorize(request, "read", challenge="Basic")
+    try:
+        wanted = uuid.UUID(notification_id)
+    except ValueError:
+        raise NotFoundException(detail="no such notification") from None
+    pool = await _pool(request)
+    try:
+        found = await timeline(pool, key.producer, wanted)
+    except _PG_ERRORS as error:
+        log.warning("dashboard.read_model_unavailable", error=type(error).__name__)
+        raise ServiceUnavailableException(
+            detail=READ_MODEL_UNAVAILABLE, headers={"Retry-After": "5"}
+        ) from None
+    if found is None:
+        # Also for another producer's notification: its existence is not theirs to know.
+        raise NotFoundException(detail="no such notification")
+    events = [
+        {
+            "at": event.at,
+            "type": event.type,
+            "delivery_id": event.delivery_id,
+            "version": event.version,
+            "fields": [
+                (name, _value(value), name in _NOTABLE_FIELDS)
+                for name, value in sorted(event.body.items())
+                if name not in _EVENT_COLUMNS
+            ],
+        }
+        for event in found.events
+    ]
+    return render(
+        "timeline.html",
+        producer=key.producer,
+        notification=found.notification,
+        deliveries=found.deliveries,
+        events=events,
+    )
+
+
+DASHBOARD_ROUTES = [dashboard, notification_timeline]
