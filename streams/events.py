@@ -14,7 +14,7 @@ so a projection applies each change once and in order.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Literal, get_args
 
 import msgspec
 
@@ -23,6 +23,7 @@ PriorityName = Literal["HIGH", "NORMAL", "LOW"]
 ErrorClass = Literal["TRANSIENT", "PERMANENT", "POISON", "BUG"]
 SuppressReason = Literal["no_address", "opted_out", "invalid_address"]
 DeferReason = Literal["quiet_hours", "rate_limited"]
+ERROR_CLASSES: tuple[str, ...] = get_args(ErrorClass)
 
 
 class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):

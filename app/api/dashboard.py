@@ -47,7 +47,7 @@ from projections.dashboard_queries import (
     failures_by_error_class,
     timeline,
 )
-from streams.events import Channel, ErrorClass
+from streams.events import ERROR_CLASSES, Channel
 from streams.keys import KeySpace
 
 log = structlog.get_logger(__name__)
@@ -55,7 +55,6 @@ log = structlog.get_logger(__name__)
 Req = Request[Any, Any, State]
 
 CHANNELS: tuple[str, ...] = typing.get_args(Channel)
-ERROR_CLASSES: tuple[str, ...] = typing.get_args(ErrorClass)
 _MAX_FILTER = 255
 READ_MODEL_UNAVAILABLE = "the read model (PostgreSQL) is unavailable; retry shortly"
 # Fields every event has, shown in their own columns of the timeline.

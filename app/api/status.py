@@ -31,11 +31,10 @@ from redis.asyncio import Redis
 
 from app.api.schemas import DeliveryListItem, DeliveryPage, DeliveryStatus, NotificationStatus
 from app.auth import authorize
-from app.channels.base import ErrorClass
 from projections import queries
 from projections.database import DatabaseNotReady
 from projections.queries import DELIVERY_STATUSES, DeliveryFilter, DeliveryRow, NotificationRow
-from streams.events import Channel
+from streams.events import ERROR_CLASSES, Channel
 from streams.ids import is_uuid
 from streams.keys import KeySpace
 from streams.records import NotificationRecord, decode_record
@@ -44,7 +43,6 @@ log = structlog.get_logger(__name__)
 
 Req = Request[Any, Any, State]
 CHANNELS: tuple[Channel, ...] = ("PUSH", "EMAIL", "SMS", "IN_APP")
-ERROR_CLASSES = tuple(error_class.value for error_class in ErrorClass)
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
 MAX_TYPE_LENGTH = 64
