@@ -536,12 +536,21 @@ def print_table(result: dict[str, Any]) -> None:
     print(format_table(["target", "measured", "wanted", "verdict"], target_rows) + "\n")
     for name, tail in result["server_logs"].items():
         print(f"--- {name} server log (last {LOG_TAIL_LINES} lines) ---\n{tail}\n")
-    if result["problems"]:
-        print("!" * 72)
-        print("INVALID RESULT: the services answered with errors; these figures do not count.")
-        for problem in result["problems"]:
-            print(f"  - {problem}")
-        print("!" * 72)
+    print_problems(
+        result["problems"],
+        "INVALID RESULT: the services answered with errors; these figures do not count.",
+    )
+
+
+def print_problems(problems: list[str], heading: str = "PROBLEMS:") -> None:
+    """Print what went wrong in a run, in a banner nobody can miss (nothing if all went well)."""
+    if not problems:
+        return
+    print("!" * 72)
+    print(heading)
+    for problem in problems:
+        print(f"  - {problem}")
+    print("!" * 72)
 
 
 def write_result(result: dict[str, Any], started: datetime, kind: str = "ingest") -> Path:

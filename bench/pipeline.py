@@ -72,6 +72,7 @@ from bench.ingest import (
     log_tail,
     machine_info,
     percentile,
+    print_problems,
     stop,
     wait_healthy,
     write_result,
@@ -981,12 +982,7 @@ def print_report(result: dict[str, Any]) -> None:
                 for line in found["tail"][-3:]:
                     print(line[:PRINT_LINE_CHARS])
                 print()
-    if result["problems"]:
-        print("!" * 72)
-        print("PROBLEMS:")
-        for problem in result["problems"]:
-            print(f"  - {problem}")
-        print("!" * 72)
+    print_problems(result["problems"])
 
 
 # --- main ----------------------------------------------------------------------------------

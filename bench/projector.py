@@ -79,6 +79,7 @@ from bench.ingest import (
     free_port,
     log_tail,
     machine_info,
+    print_problems,
     wait_healthy,
     write_result,
 )
@@ -679,12 +680,7 @@ def print_report(result: dict[str, Any]) -> None:
                   f"{found['events']}")  # fmt: skip
             if found["first_error"]:
                 print(f"first error: {found['first_error'][:400]}")
-    if result["problems"]:
-        print("!" * 72)
-        print("PROBLEMS:")
-        for problem in result["problems"]:
-            print(f"  - {problem}")
-        print("!" * 72)
+    print_problems(result["problems"])
 
 
 # --- main ----------------------------------------------------------------------------------

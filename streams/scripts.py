@@ -7,7 +7,6 @@ loaded again and the call repeated, which is safe because a NOSCRIPT call ran no
 from __future__ import annotations
 
 import hashlib
-from asyncio import Future, Task, get_running_loop
 from collections.abc import Sequence
 from importlib import resources
 from typing import Any
@@ -76,55 +75,6 @@ class LuaScript:
         for keys, args in calls:
             pipe.evalsha(self.sha, len(keys), *keys, *args)
         return list(await pipe.execute(raise_on_error=False))
-
-
-class SharedPipeline:
-    """Runs one script's calls from many concurrent tasks in shared pipelines.
-
-    A call made while a pipeline is in flight waits for the next one, so under load one
-    round trip carries many calls, and a lone call goes out at once.
-    """
-
-    def __init__(self, redis: Redis, script: LuaScript, max_calls: int = 512) -> None:
-        self.redis = redis
-        self.script = script
-        self.max_calls = max_calls
-        self._waiting: list[tuple[tuple[Sequence[KeyOrArg], Sequence[KeyOrArg]], Future[Any]]]
-        self._waiting = []
-        self._flusher: Task[None] | None = None
-
-    async def __call__(self, keys: Sequence[KeyOrArg], args: Sequence[KeyOrArg]) -> Any:
-        """Run the script once with ``keys`` and ``args``; its reply."""
-        loop = get_running_loop()
-        future: Future[Any] = loop.create_future()
-        self._waiting.append(((keys, args), future))
-        if self._flusher is None:
-            self._flusher = loop.create_task(self._flush())
-        return await future
-
-    async def _flush(self) -> None:
-        try:
-            while self._waiting:
-                batch = self._waiting[: self.max_calls]
-                del self._waiting[: self.max_calls]
-                try:
-                    replies = await self.script.run_many(
-                        self.redis, [call for call, _ in batch], return_exceptions=True
-                    )
-                except Exception as error:  # the pipeline failed: every call gets the error
-                    for _, future in batch:
-                        if not future.done():
-                            future.set_exception(error)
-                    continue
-                for (_, future), reply in zip(batch, replies, strict=True):
-                    if future.done():  # its caller was cancelled
-                        continue
-                    if isinstance(reply, Exception):
-                        future.set_exception(reply)
-                    else:
-                        future.set_result(reply)
-        finally:
-            self._flusher = None
 
 
 INGEST = LuaScript("ingest")

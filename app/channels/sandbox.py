@@ -29,8 +29,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.channels.base import ErrorClass, Message, ProviderError
+from streams.batching import BatchedScript
 from streams.keys import KeySpace
-from streams.scripts import SANDBOX_SEND, SharedPipeline
+from streams.scripts import SANDBOX_SEND, KeyOrArg
 
 Outcome = Literal["sent", "transient", "permanent", "rate_limited", "bug"]
 
@@ -124,7 +125,16 @@ class SandboxProvider:
         self._keys = (keys.sandbox_sent, keys.sandbox_done)
         self._idempotent_arg = "1" if idempotent else "0"
         # Concurrent sends share pipelines: the Python client, not Redis, is the bottleneck.
-        self._record_call = SharedPipeline(redis, SANDBOX_SEND)
+        # One call per send; the script answers {message id, duplicate}.
+        record_keys: list[KeyOrArg] = list(self._keys)
+        self._record_call: BatchedScript[None, tuple[Any, ...], Any] = BatchedScript(
+            redis,
+            SANDBOX_SEND,
+            group_of=lambda _: None,
+            build=lambda _, calls: (record_keys, list(calls[0])),
+            parse=lambda message_id: message_id,
+            chunk=1,
+        )
 
     async def send(self, message: Message) -> str:
         """Obey the message's directives; return a message id or raise ``ProviderError``."""
@@ -176,7 +186,7 @@ class SandboxProvider:
             message.attempt,
         )
         try:
-            message_id, _duplicate = await self._record_call(self._keys, args)
+            [message_id] = await self._record_call.run([args])
         except (RedisConnectionError, RedisTimeoutError) as error:
             # Like an unreachable provider: it may or may not have sent, so try again later.
             raise ProviderError(
