@@ -8,7 +8,6 @@ and prepares everything the ingest script writes.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import msgspec
@@ -44,6 +43,7 @@ _canonical = msgspec.json.Encoder(order="sorted")
 _response_encoder = msgspec.json.Encoder()
 # IN_APP lands silently in an inbox; quiet hours guard against buzzing phones and inboxes.
 _QUIET_HOURS_EXEMPT: frozenset[Channel] = frozenset({"IN_APP"})
+_MAX_ROUTES = 4096
 
 
 def accepted_body(record: bytes) -> bytes:
@@ -69,8 +69,7 @@ def fingerprint(request: NotificationRequest) -> str:
     return hashlib.sha256(canonical).hexdigest()[:32]
 
 
-@dataclass(frozen=True, slots=True)
-class Identity:
+class Identity(msgspec.Struct, frozen=True):
     """Ids fixed once per request, so a STALE round re-plans with the same ones."""
 
     notification_id: str
@@ -98,35 +97,59 @@ def addresses_by_channel(
     return pairs
 
 
+class _Route(msgspec.Struct, frozen=True):
+    """The channels of a (type, requested channels, locale) choice, each with the locale of
+    its template and the ``data`` fields that template needs."""
+
+    channels: tuple[Channel, ...]
+    templates: tuple[tuple[Channel, str, frozenset[str]], ...]
+
+
 class Planner:
     """Turns validated requests into ingest items according to the catalog."""
 
     def __init__(self, catalog: Catalog) -> None:
         self.catalog = catalog
+        # (type, requested channels, locale) -> what the catalog says about that choice.
+        # Locales come from requests, so the cache is emptied when it grows past its cap.
+        self._routes: dict[tuple[str, tuple[Channel, ...], str], _Route] = {}
 
     def channels(self, request: NotificationRequest) -> list[Channel]:
         """The request's channels, or the type's defaults; raises ``FanoutError``."""
-        type_config = self.catalog.types.get(request.type)
+        locale = request.locale or self.catalog.default_locale
+        route_key = (request.type, tuple(request.channels or ()), locale)
+        route = self._routes.get(route_key)
+        if route is None:
+            route = self._route(request.type, route_key[1], locale)
+            if len(self._routes) >= _MAX_ROUTES:
+                self._routes.clear()
+            self._routes[route_key] = route
+        for channel, locale_used, fields in route.templates:
+            if not fields <= request.data.keys():
+                name = sorted(fields - request.data.keys())[0]
+                raise FanoutError(
+                    f"data.{name}: required by the {request.type} {channel} template "
+                    f"({locale_used})"
+                )
+        return list(route.channels)
+
+    def _route(self, type_name: str, requested: tuple[Channel, ...], locale: str) -> _Route:
+        """Check a (type, channels, locale) choice against the catalog once."""
+        type_config = self.catalog.types.get(type_name)
         if type_config is None:
             known = ", ".join(sorted(self.catalog.types))
-            raise FanoutError(f"type: unknown notification type {request.type!r} (known: {known})")
-        channels = request.channels or type_config.channels
+            raise FanoutError(f"type: unknown notification type {type_name!r} (known: {known})")
+        channels = requested or tuple(type_config.channels)
         if len(set(channels)) != len(channels):
             raise FanoutError("channels: each channel may be listed once")
-        locale = request.locale or self.catalog.default_locale
+        templates = []
         for channel in channels:
-            used = self.catalog.template_locale(request.type, channel, locale)
+            used = self.catalog.template_locale(type_name, channel, locale)
             if used is None:
-                raise FanoutError(f"channels: type {request.type!r} has no {channel} template")
-            missing = self.catalog.template_fields[(request.type, used, channel)] - set(
-                request.data
-            )
-            if missing:
-                name = sorted(missing)[0]
-                raise FanoutError(
-                    f"data.{name}: required by the {request.type} {channel} template ({used})"
-                )
-        return list(channels)
+                raise FanoutError(f"channels: type {type_name!r} has no {channel} template")
+            fields = self.catalog.template_fields[(type_name, used, channel)]
+            templates.append((channel, used, fields))
+        return _Route(channels, tuple(templates))
 
     def identity(self, shard: ShardKeys, request: NotificationRequest) -> Identity:
         """Check the request against the catalog and fix its ids; raises ``FanoutError``."""

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 
+import msgspec
 import structlog
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -34,8 +34,7 @@ PLAN_CHUNK = 100
 _NO_SETTINGS = RecipientSettings()
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
+class Outcome(msgspec.Struct, frozen=True):
     """What one notification's request is answered with."""
 
     status_code: int
@@ -47,8 +46,7 @@ class Outcome:
 UNAVAILABLE = Outcome(503, detail="the event log (Redis) is unavailable; retry shortly")
 
 
-@dataclass(slots=True)
-class _Pending:
+class _Pending(msgspec.Struct):
     index: int
     shard: ShardKeys
     key: str

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Literal
 
+import msgspec
 from redis.asyncio import Redis
 
 from streams import scripts
@@ -30,8 +30,7 @@ Field = KeyOrArg
 WORK_TARGETS: dict[str, Target] = {"HIGH": "high", "NORMAL": "normal", "LOW": "low"}
 
 
-@dataclass(frozen=True, slots=True)
-class PlannedWork:
+class PlannedWork(msgspec.Struct, frozen=True):
     """A work item to add to a work stream, or a ``delayed`` member (see ``scheduler``) to
     add to ``delayed`` until ``due_ms``."""
 
@@ -40,8 +39,7 @@ class PlannedWork:
     due_ms: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class IngestItem:
+class IngestItem(msgspec.Struct, frozen=True, kw_only=True):
     shard: ShardKeys
     producer: str
     idempotency_key: str
@@ -57,11 +55,10 @@ class IngestItem:
     record: bytes
     # All events of this notification's acceptance, encoded as one ``events`` entry.
     events: bytes
-    work: list[PlannedWork] = field(default_factory=list)
+    work: list[PlannedWork] = []
 
 
-@dataclass(frozen=True, slots=True)
-class IngestReply:
+class IngestReply(msgspec.Struct, frozen=True):
     kind: Literal["OK", "DUP", "CONFLICT", "BUSY", "STALE"]
     # DUP: the encoded record of the notification accepted first under this key.
     record: bytes = b""
