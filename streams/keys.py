@@ -6,6 +6,7 @@ touches a single slot and the same code runs on one Redis and on a Redis Cluster
 
 from __future__ import annotations
 
+import functools
 import zlib
 from dataclasses import dataclass
 from enum import StrEnum
@@ -77,12 +78,14 @@ class KeySpace:
     shards: int = 1
 
     def shard(self, number: int) -> ShardKeys:
-        return ShardKeys(self.prefix, number)
+        return _shard_keys(self.prefix, number)
 
     def all_shards(self) -> list[ShardKeys]:
         return [self.shard(n) for n in range(self.shards)]
 
     def for_ingest(self, producer: str, idempotency_key: str) -> ShardKeys:
+        if self.shards == 1:  # the default: no hashing on the ingest path
+            return self.shard(0)
         return self.shard(shard_of(ingest_routing(producer, idempotency_key), self.shards))
 
     def home_of_recipient(self, recipient_id: str) -> ShardKeys:
@@ -114,6 +117,12 @@ class KeySpace:
         """
         suffix = "" if lane == "total" else f":{lane}"
         return f"{self.prefix}:{{rl:{provider}}}:bucket{suffix}"
+
+
+@functools.lru_cache(maxsize=4096)
+def _shard_keys(prefix: str, number: int) -> ShardKeys:
+    """One shared ``ShardKeys`` per shard: looked up for every accepted notification."""
+    return ShardKeys(prefix, number)
 
 
 def shard_from_id(notification_id: str) -> int:
