@@ -31,6 +31,7 @@ from app.rendering import RenderError, render
 from streams import codec
 from streams.delivery import (
     GROUP,
+    STATE_RETENTION_MS,
     DeliveryStore,
     Outcome,
     autoclaim,
@@ -58,6 +59,8 @@ class WorkerOptions:
     # How long a worker may hold a delivery; XAUTOCLAIM takes entries idle this long.
     lease_ms: int = 15_000
     max_deliveries: int = 5
+    # How long an ended delivery's state stays in Redis.
+    state_retention_ms: int = STATE_RETENTION_MS
     reclaim_interval_s: float = 5.0
     shutdown_grace_s: float = 10.0
 
@@ -83,7 +86,7 @@ class DeliveryWorker:
         self.consumer = consumer
         self.options = options or WorkerOptions()
         self.now_ms = now_ms
-        self.store = DeliveryStore(redis)
+        self.store = DeliveryStore(redis, state_retention_ms=self.options.state_retention_ms)
         self.rate_limiter = RateLimiter(redis, keys)
         self.recipient_settings = RecipientSettingsStore(redis, keys)
         self._lanes = {p: asyncio.Semaphore(n) for p, n in self.options.lanes.items()}

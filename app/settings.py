@@ -56,6 +56,12 @@ class Settings:
     max_deliveries: int = 5
     # Days of event history PostgreSQL keeps (daily partitions of delivery_event).
     retention_days: int = 30
+    # Seconds Redis keeps stream entries every consumer group is done with (events, work).
+    stream_retention_seconds: int = 3600
+    # Seconds the dead-letter stream keeps an entry (its audit trail and replay source).
+    dlq_retention_seconds: int = 7 * 86400
+    # Seconds a delivery's state hash lives on in Redis after the delivery ended.
+    delivery_state_retention_seconds: int = 7 * 86400
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -115,6 +121,19 @@ class Settings:
             ),
             retention_days=_integer(
                 env, "CLARION_RETENTION_DAYS", defaults.retention_days, 1, 3650
+            ),
+            stream_retention_seconds=_integer(
+                env, "CLARION_STREAM_RETENTION", defaults.stream_retention_seconds, 60, 30 * 86400
+            ),
+            dlq_retention_seconds=_integer(
+                env, "CLARION_DLQ_RETENTION", defaults.dlq_retention_seconds, 3600, 3650 * 86400
+            ),
+            delivery_state_retention_seconds=_integer(
+                env,
+                "CLARION_DELIVERY_STATE_RETENTION",
+                defaults.delivery_state_retention_seconds,
+                60,
+                3650 * 86400,
             ),
         )
 

@@ -21,6 +21,8 @@ from streams.scripts import KeyOrArg
 
 GROUP = "delivery"
 TERMINAL = frozenset({"SENT", "FAILED", "EXPIRED", "SUPPRESSED"})
+# How long an ended delivery's state hash stays (CLARION_DELIVERY_STATE_RETENTION).
+STATE_RETENTION_MS = 7 * 86400 * 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,14 +58,15 @@ FinishReply = Literal["OK", "ENDED", "MOVED"]
 class DeliveryStore:
     """Leases and outcomes of deliveries, batched across concurrent workers."""
 
-    def __init__(self, redis: Redis) -> None:
+    def __init__(self, redis: Redis, *, state_retention_ms: int = STATE_RETENTION_MS) -> None:
         self.redis = redis
+        self.state_retention_ms = state_retention_ms
         self._finish: BatchedScript[tuple[ShardKeys, Priority], Outcome, FinishReply]
         self._finish = BatchedScript(
             redis,
             scripts.DELIVERY_FINISH,
             group_of=lambda outcome: (outcome.shard, outcome.priority),
-            build=_finish_call,
+            build=lambda group, outcomes: _finish_call(group, outcomes, self.state_retention_ms),
             parse=lambda raw: raw.decode(),
         )
 
@@ -106,10 +109,12 @@ class DeliveryStore:
         return {_text(k): _text(v) for k, v in raw.items()}
 
 
-def _finish_call(group: tuple[ShardKeys, Priority], outcomes: Sequence[Outcome]) -> Call:
+def _finish_call(
+    group: tuple[ShardKeys, Priority], outcomes: Sequence[Outcome], state_retention_ms: int
+) -> Call:
     shard, priority = group
     keys: list[KeyOrArg] = [shard.work(priority), shard.events, shard.delayed, shard.dlq]
-    args: list[KeyOrArg] = [GROUP]
+    args: list[KeyOrArg] = [GROUP, state_retention_ms]
     for outcome in outcomes:
         keys.append(shard.delivery(outcome.delivery_id))
         args += [
