@@ -18,31 +18,45 @@ from app.settings import Settings
 from projections.database import DatabaseNotReady
 from projections.database import connect as connect_database
 from projections.partitions import drop_expired_partitions, ensure_partitions
-from projections.projector import Projector
+from projections.projector import GROUP, Projector
 from streams.connection import connect
 from streams.keys import KeySpace
+from streams.retention import keep_trimmed, policies
 
 log = structlog.get_logger(__name__)
 
+# How often streams are trimmed; a stream holds at most this much more than its retention.
+TRIM_INTERVAL_S = 60.0
+
 
 async def serve(settings: Settings) -> None:
-    """Run the projector until SIGTERM or SIGINT (also one that arrives while starting)."""
+    """Run the projector until SIGTERM or SIGINT (also one that arrives while starting).
+
+    The stream trimmer runs here, from the start: one per deployment rather than one per
+    worker process, and it keeps Redis bounded even while PostgreSQL is away.
+    """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     redis = connect(settings.redis_url, max_connections=16, health_check_interval=30)
+    trimmer: asyncio.Task[None] | None = None
     try:
         await check_redis(redis, settings.redis_url)
+        keys = KeySpace(settings.key_prefix, settings.shards)
+        retention = policies(
+            keys,
+            projector_group=GROUP,
+            stream_retention_ms=settings.stream_retention_seconds * 1000,
+            dlq_retention_ms=settings.dlq_retention_seconds * 1000,
+        )
+        trimmer = asyncio.create_task(
+            keep_trimmed(redis, retention, min(TRIM_INTERVAL_S, settings.stream_retention_seconds))
+        )
         pool = await _database(settings, stop)
         if pool is None:
             return
-        projector = Projector(
-            redis,
-            pool,
-            KeySpace(settings.key_prefix, settings.shards),
-            consumer=f"{socket.gethostname()}-projector",
-        )
+        projector = Projector(redis, pool, keys, consumer=f"{socket.gethostname()}-projector")
         running = asyncio.create_task(projector.run())
         upkeep = asyncio.create_task(_keep_partitions(pool, settings.retention_days))
         stopping = asyncio.create_task(stop.wait())
@@ -53,6 +67,9 @@ async def serve(settings: Settings) -> None:
         await running
         await pool.close()
     finally:
+        if trimmer is not None:
+            trimmer.cancel()
+            await asyncio.gather(trimmer, return_exceptions=True)
         await redis.aclose()
 
 

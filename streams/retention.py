@@ -1,0 +1,99 @@
+"""Stream retention: Redis keeps a bounded hot window of every stream, PostgreSQL the rest.
+
+An entry of ``events`` or ``work:<priority>`` is trimmed only when it is older than the
+retention *and* every consumer group on its stream is done with it: no group still has it
+pending, and every group has been given it. A slow or stopped projector therefore keeps
+every entry it has not acknowledged, however old, and a stream whose group does not exist
+yet (the projector never started) is not trimmed at all. The dead-letter stream and the
+sandbox's record have no group: age alone bounds them. Each stream is trimmed by one script
+call (``lua/trim_stream.lua``), so a group cannot move between the look and the trim.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import structlog
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from streams import scripts
+from streams.delivery import GROUP as DELIVERY_GROUP
+from streams.keys import KeySpace, Priority
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRetention:
+    """How long one stream keeps entries, and the groups that must exist before it is trimmed."""
+
+    stream: str
+    retention_ms: int
+    groups: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Trimmed:
+    """What one trim did: entries removed, the id kept from, or the group that was missing."""
+
+    stream: str
+    removed: int
+    kept_from: str
+    missing_group: str
+
+
+def policies(
+    keys: KeySpace, *, projector_group: str, stream_retention_ms: int, dlq_retention_ms: int
+) -> list[StreamRetention]:
+    """The retention of every stream of a deployment.
+
+    ``projector_group`` is passed in because the projector lives above this package.
+    """
+    found: list[StreamRetention] = []
+    for shard in keys.all_shards():
+        found.append(StreamRetention(shard.events, stream_retention_ms, (projector_group,)))
+        found += [
+            StreamRetention(shard.work(priority), stream_retention_ms, (DELIVERY_GROUP,))
+            for priority in Priority
+        ]
+        found.append(StreamRetention(shard.dlq, dlq_retention_ms))
+    found.append(StreamRetention(keys.sandbox_sent, stream_retention_ms))
+    return found
+
+
+async def trim(redis: Redis, policy: StreamRetention) -> Trimmed:
+    """Trim one stream to what its groups still need and its retention keeps."""
+    removed, kept_from, missing = await scripts.TRIM_STREAM(
+        redis, [policy.stream], [policy.retention_ms, *policy.groups]
+    )
+    return Trimmed(policy.stream, int(removed), _text(kept_from), _text(missing))
+
+
+async def trim_all(redis: Redis, retention: Sequence[StreamRetention]) -> list[Trimmed]:
+    """Trim every stream once; streams are independent, so one call per stream."""
+    return [await trim(redis, policy) for policy in retention]
+
+
+async def keep_trimmed(
+    redis: Redis, retention: Sequence[StreamRetention], interval_s: float
+) -> None:
+    """Trim every ``interval_s`` until cancelled; a failure is logged and retried next time."""
+    while True:
+        try:
+            for result in await trim_all(redis, retention):
+                if result.removed:
+                    log.info("retention.trimmed", stream=result.stream, removed=result.removed)
+                elif result.missing_group:
+                    log.debug(
+                        "retention.untouched", stream=result.stream, missing=result.missing_group
+                    )
+        except (RedisError, OSError) as error:
+            log.warning("retention.trim_failed", error=str(error), retry_in=interval_s)
+        await asyncio.sleep(interval_s)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
