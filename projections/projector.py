@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -118,16 +118,6 @@ ON CONFLICT (stream) DO UPDATE SET last_id = EXCLUDED.last_id, updated_at = now(
 """
 
 
-@dataclass(slots=True)
-class Rows:
-    """What one batch of entries writes."""
-
-    notifications: list[tuple[Any, ...]]
-    deliveries: list[tuple[Any, ...]]
-    events: list[tuple[Any, ...]]
-    last_id: str
-
-
 @dataclass(frozen=True, slots=True)
 class _Context:
     """Notification fields a delivery row copies, known from NotificationAccepted."""
@@ -138,10 +128,45 @@ class _Context:
     created_at: datetime
 
 
+@dataclass(slots=True)
+class Rows:
+    """What one batch of entries writes."""
+
+    notifications: list[tuple[Any, ...]] = field(default_factory=list)
+    deliveries: list[tuple[Any, ...]] = field(default_factory=list)
+    events: list[tuple[Any, ...]] = field(default_factory=list)
+    last_id: str = "0-0"
+    # Notifications accepted in this batch, whose fields its delivery rows copy.
+    accepted: dict[str, _Context] = field(default_factory=dict, repr=False)
+
+    def add(self, event_id: str, event: AnyEvent) -> None:
+        """Add the rows one event produces; ``event_id`` is its id in ``delivery_event``."""
+        self.events.append(_event_row(event_id, event))
+        if isinstance(event, NotificationAccepted):
+            self.accepted[event.notification_id] = _Context(
+                event.producer, event.notification_type, event.priority, event.at
+            )
+            self.notifications.append(
+                (
+                    event.notification_id,
+                    event.producer,
+                    event.idempotency_key,
+                    event.notification_type,
+                    event.priority,
+                    event.recipient_id,
+                    event.locale,
+                    event.at,
+                    event.expires_at,
+                )
+            )
+        elif isinstance(event, DeliveryEvent):
+            context = self.accepted.get(event.notification_id)
+            self.deliveries.append(_delivery_row(event, context))
+
+
 def rows_of(shard: int, entries: Sequence[tuple[str, bytes]]) -> Rows:
     """The rows a batch of (entry id, encoded events) produces, in stream order."""
-    rows = Rows([], [], [], entries[-1][0] if entries else "0-0")
-    context: dict[str, _Context] = {}
+    rows = Rows(last_id=entries[-1][0] if entries else "0-0")
     for entry_id, raw in entries:
         try:
             events = codec.decode_events(raw)
@@ -152,28 +177,13 @@ def rows_of(shard: int, entries: Sequence[tuple[str, bytes]]) -> Rows:
             )
             continue
         for index, event in enumerate(events):
-            event_id = f"{shard}-{entry_id}-{index}"
-            rows.events.append(_event_row(event_id, event))
-            if isinstance(event, NotificationAccepted):
-                context[event.notification_id] = _Context(
-                    event.producer, event.notification_type, event.priority, event.at
-                )
-                rows.notifications.append(
-                    (
-                        event.notification_id,
-                        event.producer,
-                        event.idempotency_key,
-                        event.notification_type,
-                        event.priority,
-                        event.recipient_id,
-                        event.locale,
-                        event.at,
-                        event.expires_at,
-                    )
-                )
-            elif isinstance(event, DeliveryEvent):
-                rows.deliveries.append(_delivery_row(event, context.get(event.notification_id)))
+            rows.add(event_id(shard, entry_id, index), event)
     return rows
+
+
+def event_id(shard: int, entry_id: str, index: int) -> str:
+    """An event's id in ``delivery_event``: unique, and the same each time it is projected."""
+    return f"{shard}-{entry_id}-{index}"
 
 
 def _event_row(event_id: str, event: AnyEvent) -> tuple[Any, ...]:
@@ -218,7 +228,7 @@ def _delivery_row(event: DeliveryEvent, context: _Context | None) -> tuple[Any, 
         case DeliveryDeadLettered():
             status = "FAILED"
         case DeliveryReplayed():
-            status = "QUEUED"
+            status, attempts = "QUEUED", 0  # an operator's replay starts a new attempt series
         case ProviderFeedbackReceived():
             status = "DELIVERED" if event.feedback == "delivered" else "SENT"
             last_error = event.detail or None
@@ -249,27 +259,33 @@ def _delivery_row(event: DeliveryEvent, context: _Context | None) -> tuple[Any, 
 
 
 async def apply(pool: asyncpg.Pool, stream: str, rows: Rows) -> None:
-    """Write one batch's rows and its checkpoint in one transaction.
-
-    Rows go in with COPY into temporary tables and one INSERT … SELECT per table: several
-    times cheaper for PostgreSQL than a statement per row.
-    """
+    """Write one batch's rows and its checkpoint in one transaction."""
     async with pool.acquire() as connection, connection.transaction():
-        if rows.notifications:
-            await _copy(connection, "batch_notification", _NOTIFICATION_TABLE, rows.notifications)
-            await connection.execute(_INSERT_NOTIFICATIONS)
-        # ON CONFLICT DO UPDATE may meet each id once per statement: a delivery changed
-        # several times in one batch is applied in rounds, in stream order.
-        for number, part in enumerate(_rounds(rows.deliveries)):
-            table = f"batch_delivery_{number}"
-            await _copy(connection, table, _DELIVERY_TABLE, part)
-            await connection.execute(_UPSERT_DELIVERIES.format(table=table))
-            if any(row[_ATTEMPTS] is None for row in part):
-                await connection.execute(_FIX_UNKNOWN_ATTEMPTS.format(table=table))
-        if rows.events:
-            await _copy(connection, "batch_event", _EVENT_TABLE, rows.events)
-            await connection.execute(_INSERT_EVENTS)
+        await write_rows(connection, rows)
         await connection.execute(_SAVE_CHECKPOINT, stream, rows.last_id)
+
+
+async def write_rows(connection: asyncpg.Connection, rows: Rows) -> None:
+    """Write ``rows`` within the caller's transaction, once per transaction.
+
+    The batch tables are dropped at the commit. Rows go in with COPY into temporary tables and one INSERT … SELECT per table: several
+    times cheaper for PostgreSQL than a statement per row. Table names are unqualified, so
+    the connection's ``search_path`` decides where they go.
+    """
+    if rows.notifications:
+        await _copy(connection, "batch_notification", _NOTIFICATION_TABLE, rows.notifications)
+        await connection.execute(_INSERT_NOTIFICATIONS)
+    # ON CONFLICT DO UPDATE may meet each id once per statement: a delivery changed
+    # several times in one batch is applied in rounds, in stream order.
+    for number, part in enumerate(_rounds(rows.deliveries)):
+        table = f"batch_delivery_{number}"
+        await _copy(connection, table, _DELIVERY_TABLE, part)
+        await connection.execute(_UPSERT_DELIVERIES.format(table=table))
+        if any(row[_ATTEMPTS] is None for row in part):
+            await connection.execute(_FIX_UNKNOWN_ATTEMPTS.format(table=table))
+    if rows.events:
+        await _copy(connection, "batch_event", _EVENT_TABLE, rows.events)
+        await connection.execute(_INSERT_EVENTS)
 
 
 async def _copy(

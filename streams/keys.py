@@ -56,6 +56,11 @@ class ShardKeys:
     def dlq(self) -> str:
         return f"{self.tag}:dlq"
 
+    @property
+    def dlq_resolved(self) -> str:
+        """How an operator's replay settled each ``dlq`` entry (a hash keyed by entry id)."""
+        return f"{self.tag}:dlq:resolved"
+
     def idempotency(self, producer: str, key: str) -> str:
         return f"{self.tag}:idem:{producer}:{key}"
 
@@ -109,6 +114,11 @@ class KeySpace:
         one cluster slot and one script may touch both.
         """
         return f"{self.prefix}:{{{self.sandbox_sent}}}:done"
+
+    def metric(self, name: str) -> str:
+        """The hash holding one metric's counts, summed over every process (see
+        ``streams.metrics``). Global: all metric hashes share a hash tag of their own."""
+        return f"{self.prefix}:{{metrics}}:{name}"
 
     def rate_bucket(self, provider: str, lane: str = "total") -> str:
         """A GCRA bucket of a provider credential: the total, or a priority class's share.

@@ -1,0 +1,95 @@
+-- Replay dead-lettered deliveries of one shard, or (dry run) only say what a replay would do.
+--
+-- KEYS: events, work:high, work:normal, work:low, dlq:resolved,
+--       then per entry: the delivery's state hash.
+-- ARGV: dry run ("1" or "0"), now (ms), operator, reason, most entries to replay,
+--       then per entry: dlq entry id, kind (FAILED or POISON), expected delivery version,
+--       whether this call already replayed the delivery through an earlier entry ("1"/"0"),
+--       the notification's expiry (ms), work stream (high|normal|low), the DeliveryReplayed
+--       event (one ``events`` entry), the fresh work item.
+--
+-- Reply per entry: "replayed", a reason it was skipped, or "over_limit" once as many entries
+-- as allowed were replayed (nothing is done for those).
+--
+-- A replay keeps the delivery id, bumps the version, starts a fresh attempt series, appends
+-- the event and a work item, and marks the entry resolved; the entry itself stays. A skip
+-- whose reason can never change (FINAL) marks the entry too, so it leaves the open dead
+-- letters. A dry run evaluates exactly the same checks and writes nothing.
+
+local events, resolved = KEYS[1], KEYS[5]
+local work = { high = KEYS[2], normal = KEYS[3], low = KEYS[4] }
+local dry_run, now = ARGV[1] == "1", tonumber(ARGV[2])
+local operator, reason, budget = ARGV[3], ARGV[4], tonumber(ARGV[5])
+local sent = { SENT = true, DELIVERED = true }
+local ended = { EXPIRED = true, SUPPRESSED = true }
+local FINAL = {
+  replayed = true, superseded = true, state_expired = true, already_sent = true,
+  already_ended = true, ttl_passed = true,
+}
+
+local argi = 6
+local function next_arg()
+  argi = argi + 1
+  return ARGV[argi - 1]
+end
+
+local replayed_here = {}
+local replayed = 0
+
+local function verdict(key, entry_id, kind, expected, earlier, expires_ms)
+  if redis.call("HEXISTS", resolved, entry_id) == 1 then
+    return "already_replayed" -- by a concurrent call since this one selected it
+  end
+  if earlier == "1" or replayed_here[key] then
+    return "superseded"
+  end
+  local state = redis.call("HMGET", key, "status", "version")
+  local status, version = state[1], state[2]
+  if not status then
+    return "state_expired"
+  elseif sent[status] then
+    return "already_sent"
+  elseif ended[status] then
+    return "already_ended"
+  elseif version ~= expected then
+    -- A FAILED entry's delivery moved on (replayed and failed again: a newer entry exists);
+    -- a POISON entry's delivery changed since the caller read its version: try again.
+    return kind == "FAILED" and "superseded" or "moved"
+  elseif kind == "FAILED" and status ~= "FAILED" then
+    return "superseded"
+  elseif tonumber(expires_ms) <= now then
+    return "ttl_passed" -- never send a stale notification
+  end
+  return "replayed"
+end
+
+local replies = {}
+for i = 6, #KEYS do
+  local key = KEYS[i]
+  local entry_id, kind, expected, earlier = next_arg(), next_arg(), next_arg(), next_arg()
+  local expires_ms, stream, event_entry, item = next_arg(), next_arg(), next_arg(), next_arg()
+  local outcome = "over_limit"
+  if replayed < budget then
+    outcome = verdict(key, entry_id, kind, expected, earlier, expires_ms)
+  end
+  if outcome == "replayed" then
+    replayed = replayed + 1
+    replayed_here[key] = true
+    if not dry_run then
+      redis.call("HSET", key, "status", "QUEUED", "version", tonumber(expected) + 1,
+        "attempts", 0, "lease_owner", "", "lease_until", 0, "updated_ms", now)
+      redis.call("HDEL", key, "first_attempt_ms", "last_attempt_ms", "due_ms")
+      -- A terminal state may carry a retention expiry; a queued delivery must not vanish.
+      redis.call("PERSIST", key)
+      redis.call("XADD", events, "*", "e", event_entry)
+      redis.call("XADD", work[stream], "*", "w", item)
+    end
+  end
+  if FINAL[outcome] and not dry_run then
+    redis.call("HSET", resolved, entry_id, cjson.encode({
+      outcome = outcome, operator = operator, reason = reason, at_ms = now,
+    }))
+  end
+  replies[#replies + 1] = outcome
+end
+return replies

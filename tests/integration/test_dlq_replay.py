@@ -1,0 +1,358 @@
+"""DLQ replay against real Redis (and PostgreSQL for the audit trail in the read model).
+
+Dead letters are made the way production makes them: a real worker meets a provider outage
+(every call fails TRANSIENT, one attempt allowed), so the deliveries end FAILED in the DLQ.
+Once the outage is over an operator replays them and a worker sends them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import asyncpg
+import pytest
+from redis.asyncio import Redis
+
+from app.catalog import Catalog
+from app.channels.base import ErrorClass, Message, Provider, ProviderError
+from app.delivery_worker import DeliveryWorker
+from projections.database import connect
+from projections.projector import Projector
+from streams import dead_letters
+from streams.dead_letters import ReplayOrder, ReplayReport, Selection
+from streams.events import DeliveryReplayed
+from streams.keys import KeySpace
+from tests.conftest import stream_events
+from tests.integration.delivery_support import (
+    FAST,
+    accept,
+    fast_catalog,
+    running_worker,
+    sandbox_calls,
+    state,
+    wait_until,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class Outage:
+    """A provider that is down: every call fails TRANSIENT and reaches nobody."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    async def send(self, message: Message) -> str:
+        raise ProviderError(ErrorClass.TRANSIENT, "provider unreachable (outage)")
+
+
+@asynccontextmanager
+async def worker_during_outage(
+    redis: Redis, keys: KeySpace, catalog: Catalog
+) -> AsyncIterator[DeliveryWorker]:
+    providers: dict[str, Provider] = {name: Outage(name) for name in catalog.providers}
+    worker = DeliveryWorker(redis, keys, catalog, providers, consumer="outage-0", options=FAST)
+    task = asyncio.create_task(worker.run())
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        await task
+
+
+def otp(n: int, ttl_seconds: int = 300, **data: Any) -> dict[str, Any]:
+    return {
+        "recipient": {"id": f"u-{n}", "phone": "+4915112345678"},
+        "type": "otp",
+        "ttl_seconds": ttl_seconds,
+        "data": {"code": str(n), **data},
+    }
+
+
+async def dead_lettered(
+    redis: Redis, keys: KeySpace, bodies: list[dict[str, Any]]
+) -> tuple[list[str], Catalog]:
+    """Accept ``bodies`` and let a worker fail each during an outage; the delivery ids in the
+    order they were dead-lettered (the order a replay takes them)."""
+    catalog = fast_catalog(attempts=1)
+    accepted = 0
+    for n, body in enumerate(bodies):
+        answer = await accept(redis, keys, catalog, body, f"key-{n}")
+        accepted += len(answer["deliveries"])
+    async with worker_during_outage(redis, keys, catalog):
+        await wait_until(lambda: dlq_length_is(redis, keys, accepted))
+    entries = await redis.xrange(keys.shard(0).dlq)
+    return [fields[b"delivery_id"].decode() for _, fields in entries], catalog
+
+
+async def dlq_length_is(redis: Redis, keys: KeySpace, length: int) -> bool:
+    return int(await redis.xlen(keys.shard(0).dlq)) == length
+
+
+def order(limit: int = 1000, **options: Any) -> ReplayOrder:
+    selection = options.pop("selection", Selection())
+    return ReplayOrder(
+        selection=selection, limit=limit, operator="anna", reason="provider outage over", **options
+    )
+
+
+async def replay(redis: Redis, keys: KeySpace, replay_order: ReplayOrder) -> ReplayReport:
+    return await dead_letters.replay(redis, keys, replay_order, time.time_ns() // 1_000_000)
+
+
+def replayed_ids(report: ReplayReport) -> list[str]:
+    return [verdict.letter.delivery_id for verdict in report.replayed]
+
+
+def skipped(report: ReplayReport) -> dict[str, str]:
+    return {verdict.letter.delivery_id: verdict.outcome for verdict in report.skipped}
+
+
+async def sent_ids(redis: Redis, keys: KeySpace) -> list[str]:
+    return [c["delivery_id"] for c in await sandbox_calls(redis, keys) if c["outcome"] == "sent"]
+
+
+async def snapshot(redis: Redis, prefix: str) -> dict[bytes, bytes | None]:
+    """Every key under ``prefix`` with its serialized value: any write shows up here."""
+    found = {}
+    async for key in redis.scan_iter(match=f"{prefix}:*"):
+        found[key] = await redis.dump(key)
+    return found
+
+
+async def test_replay_respects_the_limit_and_the_dlq_drains(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    keys = KeySpace(key_prefix)
+    ids, catalog = await dead_lettered(real_redis, keys, [otp(n) for n in range(5)])
+    assert (await dead_letters.summarize(real_redis, keys, Selection(), samples=0)).open == 5
+
+    first = await replay(real_redis, keys, order(limit=2))
+    oldest = [d.delivery_id for d in (await dead_letters.summarize(
+        real_redis, keys, Selection(), samples=5)).samples]  # fmt: skip
+    assert replayed_ids(first) == ids[:2]  # the oldest dead letters first
+    assert oldest == ids[2:]  # what is left open
+    async with running_worker(real_redis, keys, catalog):
+        await wait_until(lambda: all_sent(real_redis, keys, ids[:2]))
+        second = await replay(real_redis, keys, order(limit=1000))
+        assert replayed_ids(second) == ids[2:]
+        await wait_until(lambda: all_sent(real_redis, keys, ids))
+
+    assert sorted(await sent_ids(real_redis, keys)) == sorted(ids)  # each sent exactly once
+    calls = await sandbox_calls(real_redis, keys)
+    # Same delivery id, so the same provider idempotency key; a fresh attempt series.
+    assert all(c["idempotency_key"] == c["delivery_id"] and c["attempt"] == "1" for c in calls)
+    summary = await dead_letters.summarize(real_redis, keys, Selection(), samples=5)
+    assert (summary.open, summary.resolved) == (0, 5)
+    assert await real_redis.xlen(keys.shard(0).dlq) == 5  # entries stay: the audit trail
+
+
+async def all_sent(redis: Redis, keys: KeySpace, ids: list[str]) -> bool:
+    states = [await state(redis, keys, delivery_id) for delivery_id in ids]
+    return all(s.get("status") == "SENT" for s in states)
+
+
+async def test_a_dry_run_writes_nothing_and_predicts_the_real_call(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    keys = KeySpace(key_prefix)
+    bodies = [otp(0), otp(1), otp(2), otp(3, ttl_seconds=2), otp(4)]
+    ids, _ = await dead_lettered(real_redis, keys, bodies)
+    stale = await delivery_of(real_redis, keys, "u-3")
+    gone = await delivery_of(real_redis, keys, "u-2")
+    left_out = await delivery_of(real_redis, keys, "u-4")
+    await real_redis.delete(keys.shard(0).delivery(gone))  # its state expired meanwhile
+    await asyncio.sleep(2)  # the stale one's TTL passes
+    selection = Selection(delivery_ids=frozenset(ids) - {left_out})
+
+    before = await snapshot(real_redis, key_prefix)
+    dry = await replay(real_redis, keys, order(limit=1, selection=selection, dry_run=True))
+    assert await snapshot(real_redis, key_prefix) == before
+    real = await replay(real_redis, keys, order(limit=1, selection=selection))
+    assert len(replayed_ids(real)) == 1
+    assert (replayed_ids(dry), skipped(dry)) == (replayed_ids(real), skipped(real))
+
+    before = await snapshot(real_redis, key_prefix)
+    dry = await replay(real_redis, keys, order(limit=5, selection=selection, dry_run=True))
+    assert await snapshot(real_redis, key_prefix) == before
+    real = await replay(real_redis, keys, order(limit=5, selection=selection))
+    assert (replayed_ids(dry), skipped(dry)) == (replayed_ids(real), skipped(real))
+    assert skipped(real) == {stale: "ttl_passed", gone: "state_expired"}
+    assert len(replayed_ids(real)) == 1  # the fourth selected one; the first went before
+    assert (await state(real_redis, keys, stale))["status"] == "FAILED"  # never re-sent
+
+
+async def delivery_of(redis: Redis, keys: KeySpace, recipient_id: str) -> str:
+    """The dead-lettered delivery of a recipient."""
+    for entry_id, fields in await redis.xrange(keys.shard(0).dlq):
+        letter = dead_letters.parse_entry(0, entry_id.decode(), fields)
+        if letter.work is not None and letter.work.recipient_id == recipient_id:
+            return letter.delivery_id
+    raise AssertionError(f"no dead letter for {recipient_id}")
+
+
+async def test_replaying_an_already_sent_delivery_sends_nothing(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    keys = KeySpace(key_prefix)
+    ids, catalog = await dead_lettered(real_redis, keys, [otp(0), otp(1)])
+    assert replayed_ids(await replay(real_redis, keys, order(limit=1))) == [ids[0]]
+    async with running_worker(real_redis, keys, catalog):
+        await wait_until(lambda: all_sent(real_redis, keys, ids[:1]))
+    # The second was sent since it was dead-lettered, by whatever path (the check must not
+    # trust the entry, only the delivery's state at the time of the replay).
+    await real_redis.hset(keys.shard(0).delivery(ids[1]), mapping={"status": "SENT"})
+    again = Selection(delivery_ids=frozenset(ids))
+    work_items = await real_redis.xlen(keys.shard(0).work("HIGH"))
+
+    report = await replay(real_redis, keys, order(selection=again))
+    assert replayed_ids(report) == []
+    assert skipped(report) == {ids[1]: "already_sent"}  # the first is resolved: not selected
+    async with running_worker(real_redis, keys, catalog):
+        await asyncio.sleep(0.5)
+    assert await sent_ids(real_redis, keys) == [ids[0]]
+    assert await real_redis.xlen(keys.shard(0).work("HIGH")) == work_items  # nothing queued
+    summary = await dead_letters.summarize(real_redis, keys, Selection(), samples=0)
+    assert summary.open == 0  # an already-sent entry is settled for good
+
+
+async def test_a_replay_is_audited_in_redis_and_in_the_read_model(
+    real_redis: Redis, key_prefix: str, database_url: str
+) -> None:
+    keys = KeySpace(key_prefix)
+    [delivery_id], _ = await dead_lettered(real_redis, keys, [otp(0)])
+    [entry] = await real_redis.xrange(keys.shard(0).dlq)
+    failed_version = int(entry[1][b"version"])
+
+    await replay(real_redis, keys, order())
+
+    events = await stream_events(real_redis, keys.shard(0).events)
+    [replayed] = [e for e in events if isinstance(e, DeliveryReplayed)]
+    assert (replayed.delivery_id, replayed.version) == (delivery_id, failed_version + 1)
+    assert (replayed.operator, replayed.reason) == ("anna", "provider outage over")
+    mark = json.loads(await real_redis.hget(keys.shard(0).dlq_resolved, entry[0]))
+    assert {k: mark[k] for k in ("outcome", "operator", "reason")} == {
+        "outcome": "replayed",
+        "operator": "anna",
+        "reason": "provider outage over",
+    }
+    written = await state(real_redis, keys, delivery_id)
+    assert (written["status"], written["attempts"]) == ("QUEUED", "0")
+
+    pool = await connect(database_url)
+    projector = Projector(real_redis, pool, keys, consumer="p")
+    task = asyncio.create_task(projector.run())
+    try:
+        await wait_until(lambda: projected_version(pool, delivery_id, failed_version + 1))
+    finally:
+        projector.stop()
+        await task
+    async with pool.acquire() as connection:
+        row = await connection.fetchrow(
+            "SELECT status, attempts FROM delivery WHERE id = $1", delivery_id
+        )
+        audit = await connection.fetchval(
+            "SELECT body FROM delivery_event WHERE delivery_id = $1 AND type = 'DeliveryReplayed'",
+            delivery_id,
+        )
+    await pool.close()
+    assert (row["status"], row["attempts"]) == ("QUEUED", 0)
+    assert json.loads(audit)["operator"] == "anna"
+
+
+async def projected_version(pool: asyncpg.Pool, delivery_id: str, version: int) -> bool:
+    async with pool.acquire() as connection:
+        found = await connection.fetchval("SELECT version FROM delivery WHERE id = $1", delivery_id)
+    return found == version
+
+
+async def test_poison_and_bug_entries_replay_only_with_force(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    keys = KeySpace(key_prefix)
+    catalog = fast_catalog(attempts=1)
+    bug = await accept(
+        real_redis, keys, catalog, otp(0, sandbox={"SMS": {"raise_bug": True}}), "bug"
+    )
+    [bug_id] = [d["id"] for d in bug["deliveries"]]
+    await real_redis.xadd(keys.shard(0).work("HIGH"), {"w": b"not a work item"})
+    async with running_worker(real_redis, keys, catalog):
+        await wait_until(lambda: dlq_length_is(real_redis, keys, 2))
+
+    report = await replay(real_redis, keys, order())
+    assert replayed_ids(report) == []
+    assert sorted(v.outcome for v in report.skipped) == ["needs_force", "needs_force"]
+    assert (await dead_letters.summarize(real_redis, keys, Selection(), samples=0)).open == 2
+
+    forced = await replay(real_redis, keys, order(force=True))
+    assert replayed_ids(forced) == [bug_id]
+    assert [v.outcome for v in forced.skipped] == ["unreadable"]
+    assert (await dead_letters.summarize(real_redis, keys, Selection(), samples=0)).open == 0
+
+
+EMAIL_BODY = {
+    "recipient": {"id": "u-9", "email": "anna@example.com"},
+    "type": "order_confirmed",
+    "channels": ["EMAIL"],
+    "data": {"order_id": "A-1"},
+}
+
+
+async def test_filters_select_by_type_channel_error_class_and_time(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    keys = KeySpace(key_prefix)
+    ids, _ = await dead_lettered(real_redis, keys, [otp(0), EMAIL_BODY])
+    sms, email = (
+        await delivery_of(real_redis, keys, "u-0"),
+        await delivery_of(real_redis, keys, "u-9"),
+    )
+    entries = await real_redis.xrange(keys.shard(0).dlq)
+    times = [int(entry_id.split(b"-")[0]) for entry_id, _ in entries]
+
+    async def dry(**filters: Any) -> list[str]:
+        selection = Selection(**filters)
+        report = await replay(real_redis, keys, order(selection=selection, dry_run=True))
+        return replayed_ids(report)
+
+    assert await dry(notification_type="otp") == [sms]
+    assert await dry(channel="EMAIL") == [email]
+    assert await dry(error_class="TRANSIENT") == ids
+    assert await dry(error_class="PERMANENT") == []
+    assert await dry(delivery_ids=frozenset([email])) == [email]
+    # The time range is of the dead-lettering, since inclusive, until exclusive.
+    assert await dry(since_ms=times[1]) == [
+        i for i, t in zip(ids, times, strict=True) if t >= times[1]
+    ]
+    assert await dry(until_ms=times[1]) == [
+        i for i, t in zip(ids, times, strict=True) if t < times[1]
+    ]
+    assert await dry(since_ms=times[1] + 1) == []
+
+
+async def test_the_summary_counts_open_entries_and_never_shows_an_address(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    keys = KeySpace(key_prefix)
+    ids, _ = await dead_lettered(real_redis, keys, [otp(0), otp(1), EMAIL_BODY])
+    summary = await dead_letters.summarize(real_redis, keys, Selection(), samples=2)
+    assert summary.open == 3
+    assert summary.by_error_class == {"TRANSIENT": 3}
+    assert summary.by_channel == {"SMS": 2, "EMAIL": 1}
+    assert summary.by_type == {"otp": 2, "order_confirmed": 1}
+    assert [s.delivery_id for s in summary.samples] == ids[:2]
+    context = summary.samples[0].context()
+    assert context["last_error"] == "provider unreachable (outage)"
+    assert context["attempts"] == 1
+
+    everything = await dead_letters.summarize(real_redis, keys, Selection(), samples=3)
+    text = json.dumps([sample.context() for sample in everything.samples])
+    assert "+4915112345678" not in text
+    assert "anna@example.com" not in text
+    assert "A-1" not in text  # template data stays out too
+    assert '"order_id"' in text  # only the names of the template variables
