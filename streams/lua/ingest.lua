@@ -13,6 +13,10 @@
 -- which keeps this script to a handful of commands per notification. The record lives as
 -- long as the idempotency record that points to it.
 --
+-- This script runs for every accepted notification, so its common path is kept short: one
+-- SET ... NX GET claims a fresh key and reads an existing one in a single command, and the
+-- arguments are read by position, without a table per item.
+--
 -- Reply, one entry per item:
 --   {"OK"}               accepted: everything written
 --   {"DUP", record}      same key, same body: the first notification's record, nothing
@@ -37,77 +41,65 @@ local function split_first(text)
   return string.sub(text, 1, space - 1), string.sub(text, space + 1)
 end
 
-local argi = 4
-local function next_arg()
-  argi = argi + 1
-  return ARGV[argi - 1]
-end
-
-local function next_item()
-  local item = {}
-  item.fingerprint, item.token = next_arg(), next_arg()
-  item.settings_version, item.id, item.record = next_arg(), next_arg(), next_arg()
-  item.events = next_arg()
-  item.work = {}
-  for j = 1, tonumber(next_arg()) do
-    item.work[j] = { target = next_arg(), due_ms = next_arg(), item = next_arg() }
-  end
-  return item
-end
-
--- nil when the item may be written, otherwise the reply for it.
-local function verdict(item)
-  local record = redis.call("GET", item.idem)
-  if record then
-    local kind, rest = split_first(record)
-    if kind == "done" then
-      local fingerprint, notification_id = split_first(rest)
-      if fingerprint ~= item.fingerprint then
-        return { "CONFLICT" }
-      end
-      -- Same shard, so the same hash tag as the keys this call declares.
-      return { "DUP", redis.call("GET", record_prefix .. notification_id) or "" }
-    end
-    local owner, fingerprint = split_first(rest)
-    if fingerprint ~= item.fingerprint then
+-- The reply for a key that already had a record, or nil when that record is this request's
+-- own in-flight marker (a STALE round coming back), so the request may go on.
+local function verdict(record, fingerprint, token)
+  local kind, rest = split_first(record)
+  if kind == "done" then
+    local earlier_fingerprint, notification_id = split_first(rest)
+    if earlier_fingerprint ~= fingerprint then
       return { "CONFLICT" }
     end
-    if owner ~= item.token then
-      return { "BUSY" }
-    end
+    -- Same shard, so the same hash tag as the keys this call declares.
+    return { "DUP", redis.call("GET", record_prefix .. notification_id) or "" }
   end
-  local version = redis.call("HGET", item.rcpt, "v") or "0"
-  if version ~= item.settings_version then
-    redis.call("SET", item.idem, "pending " .. item.token .. " " .. item.fingerprint, "PX", pending_ttl)
-    return { "STALE", redis.call("HGETALL", item.rcpt) }
+  local owner, earlier_fingerprint = split_first(rest)
+  if earlier_fingerprint ~= fingerprint then
+    return { "CONFLICT" }
+  end
+  if owner ~= token then
+    return { "BUSY" }
   end
   return nil
 end
 
-local function write(item)
-  redis.call("SET", item.ntf, item.record, "PX", idem_ttl)
-  redis.call("XADD", events, "*", "e", item.events)
-  for _, entry in ipairs(item.work) do
-    if entry.target == "delayed" then
-      redis.call("ZADD", delayed, entry.due_ms, entry.item)
-    else
-      redis.call("XADD", work[entry.target], "*", "w", entry.item)
-    end
-  end
-  redis.call("SET", item.idem, "done " .. item.fingerprint .. " " .. item.id, "PX", idem_ttl)
-end
-
 local replies = {}
-local keyi = 6
-while argi <= #ARGV do
-  local item = next_item()
-  item.idem, item.ntf, item.rcpt = KEYS[keyi], KEYS[keyi + 1], KEYS[keyi + 2]
+local argi, keyi, last = 4, 6, #ARGV
+while argi <= last do
+  local fingerprint, token, settings_version = ARGV[argi], ARGV[argi + 1], ARGV[argi + 2]
+  local id, record, entry = ARGV[argi + 3], ARGV[argi + 4], ARGV[argi + 5]
+  local first_work = argi + 7
+  argi = first_work + 3 * tonumber(ARGV[argi + 6])
+  local idem, ntf, rcpt = KEYS[keyi], KEYS[keyi + 1], KEYS[keyi + 2]
   keyi = keyi + 3
 
-  local reply = verdict(item)
+  -- Claim the key as done, or read what an earlier request left there.
+  local done = "done " .. fingerprint .. " " .. id
+  local earlier = redis.call("SET", idem, done, "PX", idem_ttl, "NX", "GET")
+  local reply = nil
+  if earlier then
+    reply = verdict(earlier, fingerprint, token)
+  end
   if reply == nil then
-    write(item)
-    reply = { "OK" }
+    if (redis.call("HGET", rcpt, "v") or "0") ~= settings_version then
+      redis.call("SET", idem, "pending " .. token .. " " .. fingerprint, "PX", pending_ttl)
+      reply = { "STALE", redis.call("HGETALL", rcpt) }
+    else
+      if earlier then -- this request's own in-flight marker: now it is done
+        redis.call("SET", idem, done, "PX", idem_ttl)
+      end
+      redis.call("SET", ntf, record, "PX", idem_ttl)
+      redis.call("XADD", events, "*", "e", entry)
+      for w = first_work, argi - 1, 3 do
+        local target = ARGV[w]
+        if target == "delayed" then
+          redis.call("ZADD", delayed, ARGV[w + 1], ARGV[w + 2])
+        else
+          redis.call("XADD", work[target], "*", "w", ARGV[w + 2])
+        end
+      end
+      reply = { "OK" }
+    end
   end
   replies[#replies + 1] = reply
 end
