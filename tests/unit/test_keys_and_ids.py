@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from streams.ids import MAX_SHARDS, is_uuid, new_id
+from streams.ids import MAX_SHARDS, is_uuid, new_id, new_ids
 from streams.keys import KeySpace, Priority, ShardKeys, ingest_routing, shard_from_id, shard_of
 
 
@@ -94,6 +94,16 @@ def test_a_new_id_is_a_uuid_version_7() -> None:
     assert parsed.variant == uuid.RFC_4122
     assert str(parsed) == value
     assert is_uuid(value)
+
+
+def test_ids_made_together_are_all_well_formed_and_distinct() -> None:
+    ids = new_ids(7, 200, now_ms=1_780_347_600_000)
+    assert len(set(ids)) == 200
+    for value in ids:
+        parsed = uuid.UUID(value)
+        assert (parsed.version, parsed.variant) == (7, uuid.RFC_4122)
+        assert str(parsed) == value
+        assert parsed.int & 0xFFFF == 7
 
 
 def test_a_new_id_carries_its_creation_time() -> None:
