@@ -14,6 +14,7 @@ import structlog
 
 from app import projector_process, worker_process
 from app.catalog import CatalogError, load_catalog
+from app.cli_status import status
 from app.logging import configure_logging
 from app.main import redis_client
 from app.redis_checks import RedisNotReady, check_redis
@@ -185,6 +186,8 @@ def send(
     if response.status_code >= 400:
         sys.exit(1)
 
+
+main.add_command(status)
 
 if __name__ == "__main__":
     main()

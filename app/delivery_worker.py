@@ -27,6 +27,7 @@ from app import __version__, delivery_step
 from app.catalog import Catalog
 from app.channels.base import ErrorClass, Message, Provider, ProviderError
 from app.delivery_step import Step
+from app.metrics import DELIVERY_FAILURES, UNKNOWN_CHANNEL, record_outcome
 from app.rendering import RenderError, render
 from streams import codec
 from streams.delivery import (
@@ -39,6 +40,7 @@ from streams.delivery import (
     long_pending,
 )
 from streams.keys import KeySpace, Priority, ShardKeys
+from streams.metrics import MetricsRecorder
 from streams.rate_limiter import Rate, RateLimiter
 from streams.recipient_settings import RecipientSettingsStore
 from streams.scheduler import move_due
@@ -89,6 +91,7 @@ class DeliveryWorker:
         self.store = DeliveryStore(redis, state_retention_ms=self.options.state_retention_ms)
         self.rate_limiter = RateLimiter(redis, keys)
         self.recipient_settings = RecipientSettingsStore(redis, keys)
+        self.metrics = MetricsRecorder(redis, keys)
         self._lanes = {p: asyncio.Semaphore(n) for p, n in self.options.lanes.items()}
         self._in_flight: set[asyncio.Task[None]] = set()
         self._wake = {shard: asyncio.Event() for shard in keys.all_shards()}
@@ -109,6 +112,7 @@ class DeliveryWorker:
         ]
         loops += [asyncio.create_task(self._schedule(shard)) for shard in shards]
         loops.append(asyncio.create_task(self._reclaim()))
+        flusher = asyncio.create_task(self.metrics.run())
         log.info("worker.started", consumer=self.consumer, shards=len(shards))
         await self._stopping.wait()
         for task in loops:
@@ -118,6 +122,8 @@ class DeliveryWorker:
             # What was read but not finished stays pending under this consumer's stable
             # name: the next start drains it first, or another worker reclaims it.
             await asyncio.wait(self._in_flight, timeout=self.options.shutdown_grace_s)
+        flusher.cancel()  # after the in-flight sends: their outcomes are counted too
+        await asyncio.gather(flusher, return_exceptions=True)
         log.info("worker.stopped", consumer=self.consumer, unfinished=len(self._in_flight))
 
     def stop(self) -> None:
@@ -241,7 +247,9 @@ class DeliveryWorker:
         try:
             outcome = await self._attempt(step)
             [recorded] = await self.store.finish([outcome])
-            if recorded != "OK":  # another worker got there first: nothing recorded twice
+            if recorded == "OK":
+                record_outcome(self.metrics, step.item, outcome)
+            else:  # another worker got there first: nothing recorded twice
                 log.info(
                     "delivery.outcome_skipped", delivery_id=step.item.delivery_id, why=recorded
                 )
@@ -352,6 +360,7 @@ class DeliveryWorker:
         for name, value in fields.items():
             dead_letter[f"raw_{name.decode(errors='replace')}"] = value
         await self.store.dead_letter_raw(shard, priority, entry_id, dead_letter)
+        self.metrics.inc(DELIVERY_FAILURES, (UNKNOWN_CHANNEL, ErrorClass.POISON.value))
 
     # --- scheduler and reclaimer ---------------------------------------------------------
 

@@ -20,8 +20,10 @@ from redis.exceptions import RedisError
 
 from app.api.schemas import NotificationRequest
 from app.fanout import FanoutError, Identity, Planner, accepted_body, fingerprint, utc_now
+from app.metrics import OPT_OUTS
 from streams.ingest import IngestItem, IngestReply, IngestWriter
 from streams.keys import KeySpace, ShardKeys
+from streams.metrics import MetricsRecorder
 from streams.recipient_settings import RecipientSettings
 
 log = structlog.get_logger(__name__)
@@ -66,11 +68,15 @@ class Intake:
         planner: Planner,
         idempotency_ttl_seconds: int,
         clock: Callable[[], datetime] = utc_now,
+        *,
+        metrics: MetricsRecorder | None = None,
     ) -> None:
         self.keys = keys
         self.planner = planner
         self.writer = IngestWriter(redis, idempotency_ttl_seconds * 1000, IN_FLIGHT_TTL_MS)
         self.clock = clock
+        # Counts opt-outs; without one (an Intake built alone, in tests) they are not counted.
+        self.metrics = metrics
 
     async def accept(self, producer: str, key: str, request: NotificationRequest) -> Outcome:
         """Accept one notification."""
@@ -132,7 +138,7 @@ class Intake:
                     )
                     again.append(entry)
                 else:
-                    outcomes[entry.index] = _outcome(entry.item, reply)
+                    outcomes[entry.index] = self._answer(entry, reply)
             pending = again
         for entry in pending:
             outcomes[entry.index] = Outcome(
@@ -140,6 +146,16 @@ class Intake:
             )
         assert all(outcome is not None for outcome in outcomes)  # every index is answered
         return outcomes  # type: ignore[return-value]
+
+    def _answer(self, entry: _Pending, reply: IngestReply) -> Outcome:
+        if reply.kind == "OK" and self.metrics is not None:
+            # The 202 body names every suppressed delivery's reason: searching its few
+            # hundred bytes costs far less than asking the fan-out again. A replay (DUP)
+            # does not count twice.
+            opted_out = entry.item.response.count(b'"opted_out"')
+            if opted_out:
+                self.metrics.inc(OPT_OUTS, (entry.request.type,), opted_out)
+        return _outcome(entry.item, reply)
 
     def _plan(
         self,

@@ -8,11 +8,13 @@ from datetime import datetime
 import asyncpg
 from litestar import Litestar, Router
 from litestar.datastructures import State
+from litestar.middleware import DefineMiddleware
 from litestar.openapi import OpenAPIConfig
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from app.api.dashboard import DASHBOARD_ROUTES
+from app.api.metrics import lag, metrics
 from app.api.notifications import create_notification, create_notifications_batch
 from app.api.ops import health, internal_error, redis_unavailable
 from app.api.recipients import (
@@ -26,8 +28,10 @@ from app.auth import KeyRing
 from app.catalog import Catalog
 from app.fanout import Planner, utc_now
 from app.intake import Intake
+from app.metrics import HttpMetrics
 from app.settings import Settings
 from streams.keys import KeySpace
+from streams.metrics import MetricsRecorder
 from streams.recipient_settings import RecipientSettingsStore
 
 
@@ -46,7 +50,10 @@ def create_app(
     connect (``app.main`` does).
     """
     keys = KeySpace(settings.key_prefix, settings.shards)
-    intake = Intake(redis, keys, Planner(catalog), settings.idempotency_ttl_seconds, clock)
+    recorder = MetricsRecorder(redis, keys)
+    intake = Intake(
+        redis, keys, Planner(catalog), settings.idempotency_ttl_seconds, clock, metrics=recorder
+    )
     batch = Router(
         "/",
         route_handlers=[create_notifications_batch],
@@ -63,9 +70,13 @@ def create_app(
             get_notification_status,
             list_deliveries,
             health,
+            lag,
+            metrics,
             *DASHBOARD_ROUTES,
         ],
         request_max_body_size=settings.max_body_bytes,
+        middleware=[DefineMiddleware(HttpMetrics, recorder=recorder)],
+        lifespan=[recorder.flushing()],
         openapi_config=OpenAPIConfig(title="Clarion", version="1", path="/schema"),
         state=State(
             {

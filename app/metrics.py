@@ -1,0 +1,215 @@
+"""What Clarion measures, where it is recorded, and how an operator reads it.
+
+Counters and histograms (``streams.metrics``) are recorded where things happen: a delivery's
+outcome in the worker, opt-outs at intake, every HTTP request in ``HttpMetrics``. Gauges of
+the backlog (``streams.backlog``) are read live from Redis when asked. ``read_snapshot``
+gathers both; ``/metrics``, ``GET /v1/ops/lag`` and ``clarion status`` all show one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+from litestar.enums import ScopeType
+from litestar.types import ASGIApp, Message, Receive, Scope, Send
+from redis.asyncio import Redis
+
+from projections.projector import GROUP as PROJECTOR_GROUP
+from streams.backlog import Backlog, read_backlog
+from streams.delivery import Outcome
+from streams.keys import KeySpace
+from streams.metrics import (
+    CounterSpec,
+    HistogramSpec,
+    HistogramTotals,
+    Labels,
+    MetricsRecorder,
+    read_counters,
+    read_histograms,
+)
+from streams.work_items import WorkItem
+
+DELIVERY_LATENCY = HistogramSpec(
+    "clarion_delivery_latency_seconds",
+    "Time from a notification's acceptance to the provider accepting one of its deliveries "
+    "(retries and quiet hours included)",
+    ("channel", "priority"),
+    (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 14400),
+)
+DELIVERY_ATTEMPTS = HistogramSpec(
+    "clarion_delivery_attempts",
+    "Provider attempts a delivery took, counted when it ends SENT or FAILED",
+    ("channel", "status"),
+    (1, 2, 3, 4, 5, 6, 8, 10, 15, 20),
+)
+DELIVERY_FAILURES = CounterSpec(
+    "clarion_delivery_failures_total",
+    "Deliveries that ended FAILED (and went to the dead-letter queue), by error class",
+    ("channel", "error_class"),
+)
+ATTEMPT_FAILURES = CounterSpec(
+    "clarion_delivery_attempt_failures_total",
+    "Failed provider attempts, retried or final, by error class",
+    ("channel", "error_class"),
+)
+OPT_OUTS = CounterSpec(
+    "clarion_opt_outs_total",
+    "Deliveries suppressed at ingest because the recipient switched the type off",
+    ("type",),
+)
+HTTP_REQUESTS = HistogramSpec(
+    "clarion_http_request_duration_seconds",
+    "HTTP requests and how long they took, by method, route template and status class",
+    ("method", "route", "status"),
+    (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+COUNTERS = (DELIVERY_FAILURES, ATTEMPT_FAILURES, OPT_OUTS)
+HISTOGRAMS = (DELIVERY_LATENCY, DELIVERY_ATTEMPTS, HTTP_REQUESTS)
+# Work entries dead-lettered as POISON cannot always be decoded: their channel is unknown.
+UNKNOWN_CHANNEL = "UNKNOWN"
+
+
+def record_outcome(recorder: MetricsRecorder, item: WorkItem, outcome: Outcome) -> None:
+    """Count a delivery step's recorded outcome: a send, a failed attempt, a final failure."""
+    status = outcome.fields.get("status")
+    error_class = outcome.fields.get("error_class")
+    if status == "SENT":
+        # The outcome was stamped when the provider answered, before it was recorded.
+        accepted_ms = int(outcome.fields["last_attempt_ms"])
+        latency = max(0, accepted_ms - item.created_ms) / 1000
+        recorder.observe(DELIVERY_LATENCY, (item.channel, item.priority), latency)
+    if error_class is not None:  # only a failed attempt names an error class
+        recorder.inc(ATTEMPT_FAILURES, (item.channel, str(error_class)))
+    if status == "FAILED":
+        recorder.inc(DELIVERY_FAILURES, (item.channel, str(error_class)))
+    if status in ("SENT", "FAILED"):
+        attempts = outcome.fields.get("attempts", 0)
+        recorder.observe(DELIVERY_ATTEMPTS, (item.channel, str(status)), float(attempts))
+
+
+class HttpMetrics:
+    """ASGI middleware: every request's duration by method, route template and status class.
+
+    Litestar runs it after routing, so the route template is known
+    (``/v1/notifications/{notification_id}``: one series per route, not per id) and an
+    unknown path (404 before any route) is not counted. It costs two clock reads and a few
+    dict updates per request.
+    """
+
+    def __init__(self, app: ASGIApp, recorder: MetricsRecorder) -> None:
+        self.app = app
+        self.recorder = recorder
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != ScopeType.HTTP:
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500  # what the client sees when nothing was answered
+
+        async def noting_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, noting_status)
+        finally:
+            labels = (scope["method"], scope.get("path_template", ""), f"{status // 100}xx")
+            self.recorder.observe(HTTP_REQUESTS, labels, time.perf_counter() - started)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Every figure at one moment: the live backlog and the counters summed so far."""
+
+    backlog: Backlog
+    counters: dict[str, dict[Labels, float]]
+    histograms: dict[str, dict[Labels, HistogramTotals]]
+
+    @property
+    def projection_lag_ms(self) -> int:
+        """Age of the oldest event the projector has not finished (as the status API says)."""
+        return max(
+            (
+                group.oldest_waiting_age_ms
+                for group in self.backlog.groups
+                if group.stream == "events" and group.group == PROJECTOR_GROUP
+            ),
+            default=0,
+        )
+
+    def total(self, counter: CounterSpec) -> float:
+        return sum(self.counters[counter.name].values())
+
+    def ended(self, status: str) -> float:
+        """Deliveries that ended ``status`` (SENT or FAILED) so far."""
+        label = DELIVERY_ATTEMPTS.labels.index("status")
+        totals = self.histograms[DELIVERY_ATTEMPTS.name].items()
+        return sum(h.count for labels, h in totals if labels[label] == status)
+
+    def by_label(self, counter: CounterSpec, label: str) -> dict[str, float]:
+        """``counter``'s totals summed per value of one of its labels."""
+        index = counter.labels.index(label)
+        sums: dict[str, float] = {}
+        for labels, value in self.counters[counter.name].items():
+            sums[labels[index]] = sums.get(labels[index], 0) + value
+        return sums
+
+
+async def read_snapshot(redis: Redis, keys: KeySpace) -> Snapshot:
+    """Read every figure from Redis: works in any process, also while the API is down."""
+    backlog, counters, histograms = await asyncio.gather(
+        read_backlog(redis, keys, events_group=PROJECTOR_GROUP),
+        read_counters(redis, keys, COUNTERS),
+        read_histograms(redis, keys, HISTOGRAMS),
+    )
+    return Snapshot(backlog, counters, histograms)
+
+
+def lag_report(snapshot: Snapshot) -> dict[str, object]:
+    """The figures of ``GET /v1/ops/lag``: the backlog, plus delivery totals so far."""
+    backlog = snapshot.backlog
+    return {
+        "at_ms": backlog.now_ms,
+        "streams": [
+            {
+                "stream": group.stream,
+                "shard": group.shard,
+                "group": group.group,
+                "length": group.length,
+                "pending": group.pending,
+                "lag": group.lag,
+                "oldest_pending_age_ms": group.oldest_pending_age_ms,
+                "oldest_unread_age_ms": group.oldest_unread_age_ms,
+            }
+            for group in backlog.groups
+        ],
+        "dlq": {
+            "size": backlog.dlq_size,
+            "shards": [{"shard": s.shard, "size": s.dlq_size} for s in backlog.shards],
+        },
+        "delayed": {
+            "size": backlog.delayed_size,
+            "overdue_ms": backlog.delayed_overdue_ms,
+            "shards": [
+                {"shard": s.shard, "size": s.delayed_size, "overdue_ms": s.delayed_overdue_ms}
+                for s in backlog.shards
+            ],
+        },
+        "projection_lag_ms": snapshot.projection_lag_ms,
+        "deliveries": {
+            "sent": int(snapshot.ended("SENT")),
+            "failed": int(snapshot.ended("FAILED")),
+            "failed_by_error_class": _ints(snapshot.by_label(DELIVERY_FAILURES, "error_class")),
+            "attempt_failures": int(snapshot.total(ATTEMPT_FAILURES)),
+            "opted_out_by_type": _ints(snapshot.by_label(OPT_OUTS, "type")),
+        },
+    }
+
+
+def _ints(values: dict[str, float]) -> dict[str, int]:
+    return {name: int(value) for name, value in sorted(values.items())}

@@ -1,0 +1,98 @@
+"""The runbook hint of ``clarion status``: which problem the figures show."""
+
+from __future__ import annotations
+
+from app.cli_status import (
+    DELAYED_OVERDUE_LIMIT_MS,
+    PROJECTION_LAG_LIMIT_MS,
+    QUEUE_AGE_LIMIT_MS,
+    Problem,
+    Rates,
+    hints,
+)
+from app.metrics import ATTEMPT_FAILURES, COUNTERS, DELIVERY_ATTEMPTS, HISTOGRAMS, Snapshot
+from streams.backlog import Backlog, GroupBacklog, ShardBacklog
+from streams.metrics import HistogramTotals
+
+NOW_MS = 1_800_000_000_000
+
+
+def snapshot(
+    *,
+    high_age_ms: int = 0,
+    low_age_ms: int = 0,
+    projection_ms: int = 0,
+    dlq: int = 0,
+    overdue_ms: int = 0,
+    at_ms: int = NOW_MS,
+    sent: float = 0,
+    attempt_failures: float = 0,
+) -> Snapshot:
+    def group(stream: str, name: str, age_ms: int) -> GroupBacklog:
+        return GroupBacklog(stream, 0, name, 10, 0, 10 if age_ms else 0, 0, age_ms)
+
+    groups = [
+        group("events", "projector", projection_ms),
+        group("work:high", "delivery", high_age_ms),
+        group("work:normal", "delivery", 0),
+        group("work:low", "delivery", low_age_ms),
+    ]
+    counters: dict[str, dict[tuple[str, ...], float]] = {c.name: {} for c in COUNTERS}
+    counters[ATTEMPT_FAILURES.name] = {("SMS", "TRANSIENT"): attempt_failures}
+    histograms: dict[str, dict[tuple[str, ...], HistogramTotals]] = {h.name: {} for h in HISTOGRAMS}
+    histograms[DELIVERY_ATTEMPTS.name] = {("SMS", "SENT"): HistogramTotals([(1.0, sent)], sent)}
+    return Snapshot(
+        Backlog(at_ms, groups, [ShardBacklog(0, dlq, 5, overdue_ms)]), counters, histograms
+    )
+
+
+def problems(before: Snapshot, after: Snapshot) -> list[Problem]:
+    return [hint.problem for hint in hints(after, Rates.between(before, after))]
+
+
+def test_nothing_waiting_is_all_calm() -> None:
+    quiet = snapshot()
+    later = snapshot(at_ms=NOW_MS + 2000, sent=100, attempt_failures=1)
+    assert problems(quiet, later) == [Problem.ALL_CALM]
+
+
+def test_a_high_queue_older_than_its_limit_is_lag_high() -> None:
+    limit = QUEUE_AGE_LIMIT_MS["work:high"]
+    assert problems(snapshot(), snapshot(high_age_ms=limit)) == [Problem.ALL_CALM]
+    assert problems(snapshot(), snapshot(high_age_ms=limit + 1)) == [Problem.LAG_HIGH]
+
+
+def test_a_low_queue_may_wait_longer_than_a_high_one() -> None:
+    age = QUEUE_AGE_LIMIT_MS["work:high"] * 10
+    assert problems(snapshot(), snapshot(low_age_ms=age)) == [Problem.ALL_CALM]
+
+
+def test_overdue_retries_and_a_lagging_projector_are_lag_high() -> None:
+    overdue = snapshot(overdue_ms=DELAYED_OVERDUE_LIMIT_MS + 1)
+    assert problems(snapshot(), overdue) == [Problem.LAG_HIGH]
+    behind = snapshot(projection_ms=PROJECTION_LAG_LIMIT_MS + 1)
+    assert problems(snapshot(), behind) == [Problem.LAG_HIGH]
+
+
+def test_new_dead_letters_are_dlq_growing() -> None:
+    assert problems(snapshot(dlq=3), snapshot(dlq=3, at_ms=NOW_MS + 2000)) == [Problem.ALL_CALM]
+    assert problems(snapshot(dlq=3), snapshot(dlq=4, at_ms=NOW_MS + 2000)) == [Problem.DLQ_GROWING]
+
+
+def test_many_failing_attempts_are_a_retry_storm() -> None:
+    before = snapshot(sent=1000, attempt_failures=100)
+    # 20 failures/s against 80 sends/s: a fifth of the attempts fail.
+    storm = snapshot(at_ms=NOW_MS + 1000, sent=1080, attempt_failures=120)
+    assert problems(before, storm) == [Problem.RETRY_STORM]
+    # As many failures per second, but among many more sends: not a storm.
+    busy = snapshot(at_ms=NOW_MS + 1000, sent=2000, attempt_failures=120)
+    assert problems(before, busy) == [Problem.ALL_CALM]
+    # A few failures, all of the attempts: too few to call it a storm.
+    trickle = snapshot(at_ms=NOW_MS + 1000, sent=1000, attempt_failures=104)
+    assert problems(before, trickle) == [Problem.ALL_CALM]
+
+
+def test_the_most_urgent_problem_comes_first() -> None:
+    before = snapshot(dlq=1, attempt_failures=0)
+    after = snapshot(at_ms=NOW_MS + 1000, high_age_ms=60_000, dlq=5, attempt_failures=50, sent=0)
+    assert problems(before, after) == [Problem.LAG_HIGH, Problem.DLQ_GROWING, Problem.RETRY_STORM]
