@@ -14,6 +14,7 @@ import structlog
 
 from app import projector_process, worker_process
 from app.catalog import CatalogError, load_catalog
+from app.cli_dlq import dlq
 from app.cli_status import status
 from app.logging import configure_logging
 from app.main import redis_client
@@ -188,6 +189,7 @@ def send(
 
 
 main.add_command(status)
+main.add_command(dlq)
 
 if __name__ == "__main__":
     main()

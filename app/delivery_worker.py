@@ -244,6 +244,12 @@ class DeliveryWorker:
     # --- one delivery ----------------------------------------------------------------------
 
     async def _send(self, step: Step, lane: asyncio.Semaphore) -> None:
+        # Each send is a task of its own, so these ids reach every line logged about it.
+        structlog.contextvars.bind_contextvars(
+            notification_id=step.item.notification_id,
+            delivery_id=step.item.delivery_id,
+            channel=step.item.channel,
+        )
         try:
             outcome = await self._attempt(step)
             [recorded] = await self.store.finish([outcome])
@@ -266,15 +272,10 @@ class DeliveryWorker:
         item = step.item
         provider_name = self.catalog.channels[item.channel].provider
         policy = self.catalog.channels[item.channel].retry
-        bound = log.bind(
-            notification_id=item.notification_id,
-            delivery_id=item.delivery_id,
-            channel=item.channel,
-        )
         try:
             title, body = render(self.catalog, item)
         except RenderError as error:
-            bound.warning("delivery.render_failed", error=str(error))
+            log.warning("delivery.render_failed", error=str(error))
             return delivery_step.failed_attempt(
                 step,
                 error_class=ErrorClass.PERMANENT,
@@ -298,9 +299,7 @@ class DeliveryWorker:
             async with asyncio.timeout(timeout):
                 message_id = await provider.send(message)
         except ProviderError as error:
-            bound.info(
-                "delivery.attempt_failed", error_class=error.error_class, error=error.message
-            )
+            log.info("delivery.attempt_failed", error_class=error.error_class, error=error.message)
             if error.invalid_address:
                 await self._forget_address(item)
             return delivery_step.failed_attempt(
@@ -320,7 +319,7 @@ class DeliveryWorker:
                 now_ms=self.now_ms(),
             )
         except Exception as error:  # a bug, here or in the adapter: survive it
-            bound.exception("delivery.bug")
+            log.exception("delivery.bug")
             return delivery_step.failed(
                 step,
                 ErrorClass.BUG,

@@ -14,6 +14,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from app.api.dashboard import DASHBOARD_ROUTES
+from app.api.dlq import get_dlq, replay_dlq
 from app.api.metrics import lag, metrics
 from app.api.notifications import create_notification, create_notifications_batch
 from app.api.ops import health, internal_error, redis_unavailable
@@ -28,6 +29,7 @@ from app.auth import KeyRing
 from app.catalog import Catalog
 from app.fanout import Planner, utc_now
 from app.intake import Intake
+from app.logging import bind_request_context
 from app.metrics import HttpMetrics
 from app.settings import Settings
 from streams.keys import KeySpace
@@ -69,12 +71,15 @@ def create_app(
             get_recipient_settings,
             get_notification_status,
             list_deliveries,
+            get_dlq,
+            replay_dlq,
             health,
             lag,
             metrics,
             *DASHBOARD_ROUTES,
         ],
         request_max_body_size=settings.max_body_bytes,
+        before_request=bind_request_context,
         middleware=[DefineMiddleware(HttpMetrics, recorder=recorder)],
         lifespan=[recorder.flushing()],
         openapi_config=OpenAPIConfig(title="Clarion", version="1", path="/schema"),

@@ -127,9 +127,12 @@ class MetricsRecorder:
                         log.info("metrics.flush_recovered")
                     failing = False
         finally:
-            with contextlib.suppress(Exception, asyncio.CancelledError):
+            try:
                 async with asyncio.timeout(FINAL_FLUSH_TIMEOUT_S):
                     await self.flush()
+            except (Exception, asyncio.CancelledError) as error:
+                # The process is ending either way; say that its last counts are lost.
+                log.warning("metrics.unflushed_at_exit", error=type(error).__name__)
 
     @contextlib.asynccontextmanager
     async def flushing(self) -> AsyncIterator[None]:
