@@ -1,8 +1,12 @@
 """structlog set-up: JSON lines in production, readable console output in development.
 
+Ids come from structlog's context variables: the delivery worker binds ``notification_id``,
+``delivery_id`` and ``channel`` for everything logged about one delivery, and every API
+request starts with a fresh context (``bind_request_context``).
+
 A last processor masks anything that looks like an email address, a phone number, a bearer
-secret or a push token, so a value passed to a log call by mistake still never leaves in
-clear.
+secret or a push token, in nested values and tracebacks too, so a value passed to a log call
+by mistake still never leaves in clear.
 """
 
 from __future__ import annotations
@@ -13,10 +17,15 @@ import sys
 from typing import Any
 
 import structlog
+from litestar import Request
 
 _EMAIL = re.compile(r"[^@\s\"'<>]+@[^@\s\"'<>]+\.[A-Za-z]{2,}")
 _PHONE = re.compile(r"\+[1-9][0-9]{6,14}")
 _BEARER = re.compile(r"(?i)bearer\s+\S+")
+# Push tokens are long opaque strings (APNs: 64 hex digits, FCM: ~150 characters with a
+# colon). Nothing Clarion logs on purpose looks like that: ids and stream names are shorter
+# or contain other characters.
+_TOKEN = re.compile(r"(?<![A-Za-z0-9_:-])[A-Za-z0-9_:-]{64,}")
 _SENSITIVE_KEYS = frozenset(
     {
         "address",
@@ -34,19 +43,42 @@ _SENSITIVE_KEYS = frozenset(
 
 
 def mask(text: str) -> str:
-    """Replace email addresses, E.164 numbers and bearer secrets in ``text``."""
+    """Replace email addresses, E.164 numbers, bearer secrets and push tokens in ``text``."""
     text = _EMAIL.sub("<email>", text)
     text = _PHONE.sub("<phone>", text)
-    return _BEARER.sub("Bearer <secret>", text)
+    text = _BEARER.sub("Bearer <secret>", text)
+    return _TOKEN.sub("<token>", text)
+
+
+def _masked(value: Any) -> Any:
+    """``value`` with every string inside it masked (lists, tuples, sets and dicts too)."""
+    if isinstance(value, str):
+        return mask(value)
+    if isinstance(value, dict):
+        return {
+            key: "<redacted>" if key in _SENSITIVE_KEYS else _masked(item)
+            for key, item in value.items()
+        }
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_masked(item) for item in value]
+    return value
 
 
 def _redact(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
     for key, value in event.items():
-        if key in _SENSITIVE_KEYS:
-            event[key] = "<redacted>"
-        elif isinstance(value, str):
-            event[key] = mask(value)
+        event[key] = "<redacted>" if key in _SENSITIVE_KEYS else _masked(value)
     return event
+
+
+def bind_request_context(request: Request[Any, Any, Any]) -> None:
+    """Start each API request with a fresh log context, bound to the notification it is about.
+
+    A Litestar ``before_request`` hook: it runs in the request's task, before the handler.
+    """
+    structlog.contextvars.clear_contextvars()
+    notification_id = request.path_params.get("notification_id")
+    if isinstance(notification_id, str):
+        structlog.contextvars.bind_contextvars(notification_id=notification_id)
 
 
 def configure_logging(log_format: str = "json", level: str = "INFO") -> None:

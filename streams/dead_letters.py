@@ -13,8 +13,8 @@ entry in the shard's ``dlq:resolved`` hash (entry id → JSON with the outcome, 
 and time): ``replayed``, or a reason it can never be replayed (already sent, past its TTL…).
 Entries without that mark are the open dead letters.
 
-Work items carry the recipient's address and template data; nothing here hands either out:
-a ``DeadLetter`` keeps the work item for a replay, and ``context()`` leaves both out.
+Work items carry the recipient's address and template data: a ``DeadLetter`` keeps its work
+item for a replay, and whoever shows an entry must leave both out (``app.dlq_operations``).
 """
 
 from __future__ import annotations
@@ -97,36 +97,6 @@ class DeadLetter:
     @property
     def dead_lettered_ms(self) -> int:
         return int(self.entry_id.partition("-")[0])
-
-    def context(self) -> dict[str, Any]:
-        """Everything an operator needs to judge the entry, without address or data values."""
-        work = self.work
-        return {
-            "entry_id": self.entry_id,
-            "shard": self.shard,
-            "dead_lettered_at": _iso(self.dead_lettered_ms),
-            "delivery_id": self.delivery_id or None,
-            "notification_id": self.notification_id or None,
-            "type": self.notification_type or None,
-            "channel": self.channel or None,
-            "priority": self.priority or None,
-            "error_class": self.error_class,
-            "last_error": self.last_error,
-            "attempts": self.attempts,
-            "first_attempt_at": _iso(self.first_attempt_ms),
-            "last_attempt_at": _iso(self.last_attempt_ms),
-            "worker": self.worker or None,
-            "worker_version": self.worker_version or None,
-            "version": self.version,
-            "work_entry_id": self.work_entry_id or None,
-            "recipient_id": work.recipient_id if work else None,
-            "locale": work.locale if work else None,
-            "created_at": _iso(work.created_ms) if work else None,
-            "expires_at": _iso(work.expires_ms) if work else None,
-            "data_keys": sorted(work.data) if work else [],
-            "other_fields": list(self.other_fields),
-            "resolution": _resolution_view(self.resolution),
-        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -495,21 +465,6 @@ def _mark(outcome: str, order: ReplayOrder, now_ms: int) -> str:
     return json.dumps(
         {"outcome": outcome, "operator": order.operator, "reason": order.reason, "at_ms": now_ms}
     )
-
-
-def _resolution_view(resolution: Resolution | None) -> dict[str, Any] | None:
-    if resolution is None:
-        return None
-    return {
-        "outcome": resolution.outcome,
-        "operator": resolution.operator,
-        "reason": resolution.reason,
-        "at": _iso(resolution.at_ms),
-    }
-
-
-def _iso(ms: int) -> str | None:
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat() if ms else None
 
 
 def _text(value: bytes | str) -> str:

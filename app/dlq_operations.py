@@ -1,0 +1,306 @@
+"""What an operator may ask of the dead-letter queue, and what they see: one set of checks
+and views for the HTTP API (``app.api.dlq``) and the CLI (``app.cli_dlq``).
+
+Every mistake raises ``DlqRequestError`` with a message naming the field; the API answers it
+with 422, the CLI with a usage error. Views never carry a recipient address or template data
+values (see ``streams.dead_letters``), and error texts are masked like log lines.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated
+
+import msgspec
+
+from app.catalog import Catalog
+from app.logging import mask
+from streams.dead_letters import (
+    MAX_REPLAY,
+    REPLAYED,
+    SKIP_REASONS,
+    DeadLetter,
+    ReplayOrder,
+    ReplayReport,
+    Resolution,
+    Selection,
+    Summary,
+    Verdict,
+)
+from streams.events import ERROR_CLASSES
+from streams.ids import is_uuid
+
+CHANNELS = ("PUSH", "EMAIL", "SMS", "IN_APP")
+MAX_SAMPLES = 100
+DEFAULT_SAMPLES = 10
+MAX_OPERATOR = 100
+MAX_REASON = 500
+
+
+class DlqRequestError(ValueError):
+    """A filter or replay parameter is invalid; the message names it."""
+
+
+class ReplayBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Body of ``POST /v1/dlq/replay``: the filter, the bound, who and why."""
+
+    limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_REPLAY)]
+    operator: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_OPERATOR)]
+    reason: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_REASON)]
+    type: str | None = None
+    channel: str | None = None
+    error_class: str | None = None
+    since: str | None = None
+    until: str | None = None
+    delivery_ids: Annotated[list[str], msgspec.Meta(max_length=MAX_REPLAY)] = []
+    dry_run: bool = False
+    force: bool = False
+
+
+def selection(
+    catalog: Catalog,
+    *,
+    notification_type: str | None = None,
+    channel: str | None = None,
+    error_class: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    delivery_ids: list[str] | tuple[str, ...] = (),
+) -> Selection:
+    """The entries these filters mean; ``DlqRequestError`` naming the first invalid one."""
+    if notification_type is not None and notification_type not in catalog.types:
+        raise DlqRequestError(
+            f"type: unknown notification type {notification_type!r}; "
+            f"known: {', '.join(sorted(catalog.types))}"
+        )
+    _one_of("channel", channel, CHANNELS)
+    _one_of("error_class", error_class, ERROR_CLASSES)
+    since_ms, until_ms = _time_ms("since", since), _time_ms("until", until)
+    if since_ms is not None and until_ms is not None and since_ms >= until_ms:
+        raise DlqRequestError("until: must be later than since")
+    for position, delivery_id in enumerate(delivery_ids):
+        if not is_uuid(delivery_id):
+            raise DlqRequestError(f"delivery_ids[{position}]: {delivery_id!r} is not a delivery id")
+    return Selection(
+        notification_type=notification_type,
+        channel=channel,
+        error_class=error_class,
+        since_ms=since_ms,
+        until_ms=until_ms,
+        delivery_ids=frozenset(d.lower() for d in delivery_ids),
+    )
+
+
+def replay_order(catalog: Catalog, body: ReplayBody) -> ReplayOrder:
+    """The replay a valid body asks for; ``DlqRequestError`` naming the first invalid field."""
+    for name, value in (("operator", body.operator), ("reason", body.reason)):
+        if not value.strip() or not value.isprintable():
+            raise DlqRequestError(f"{name}: printable text is required, not only blanks")
+    return ReplayOrder(
+        selection=selection(
+            catalog,
+            notification_type=body.type,
+            channel=body.channel,
+            error_class=body.error_class,
+            since=body.since,
+            until=body.until,
+            delivery_ids=body.delivery_ids,
+        ),
+        limit=body.limit,
+        operator=body.operator.strip(),
+        reason=body.reason.strip(),
+        force=body.force,
+        dry_run=body.dry_run,
+    )
+
+
+def samples_count(value: str | int | None) -> int:
+    """How many sample entries to show: 0 to MAX_SAMPLES."""
+    if value is None:
+        return DEFAULT_SAMPLES
+    text = str(value).strip()
+    if text.isdigit() and int(text) <= MAX_SAMPLES:
+        return int(text)
+    raise DlqRequestError(f"samples: must be an integer from 0 to {MAX_SAMPLES}")
+
+
+def _one_of(name: str, value: str | None, allowed: tuple[str, ...]) -> None:
+    if value is not None and value not in allowed:
+        raise DlqRequestError(f"{name}: must be one of {', '.join(allowed)}")
+
+
+def _time_ms(name: str, value: str | None) -> int | None:
+    """An ISO 8601 time in ms since the epoch; UTC when it has no offset."""
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise DlqRequestError(
+            f"{name}: must be an ISO 8601 time, e.g. 2026-11-29T12:00:00Z"
+        ) from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return int(parsed.timestamp() * 1000)
+
+
+# --- views -----------------------------------------------------------------------------------
+
+
+class ResolutionView(msgspec.Struct, frozen=True, kw_only=True):
+    outcome: str
+    operator: str
+    reason: str
+    at: datetime | None
+
+
+class DeadLetterView(msgspec.Struct, frozen=True, kw_only=True):
+    """One dead letter with its full context, without the address or template data values."""
+
+    entry_id: str
+    shard: int
+    dead_lettered_at: datetime
+    delivery_id: str | None
+    notification_id: str | None
+    type: str | None
+    channel: str | None
+    priority: str | None
+    error_class: str
+    last_error: str
+    attempts: int
+    first_attempt_at: datetime | None
+    last_attempt_at: datetime | None
+    worker: str | None
+    worker_version: str | None
+    version: int | None
+    work_entry_id: str | None
+    recipient_id: str | None
+    locale: str | None
+    created_at: datetime | None
+    expires_at: datetime | None
+    data_keys: list[str]
+    other_fields: list[str]
+    resolution: ResolutionView | None
+
+
+class DlqSummaryView(msgspec.Struct, frozen=True, kw_only=True):
+    """``GET /v1/dlq``: the open dead letters counted, plus samples in replay order."""
+
+    open: int
+    resolved: int
+    by_error_class: dict[str, int]
+    by_channel: dict[str, int]
+    by_type: dict[str, int]
+    oldest_open_at: datetime | None
+    truncated: bool
+    samples: list[DeadLetterView]
+
+
+class VerdictView(msgspec.Struct, frozen=True, kw_only=True):
+    entry_id: str
+    delivery_id: str | None
+    notification_id: str | None
+    type: str | None
+    channel: str | None
+    error_class: str
+    outcome: str
+    detail: str
+
+
+class ReplayView(msgspec.Struct, frozen=True, kw_only=True):
+    """``POST /v1/dlq/replay``: what was (or, in a dry run, would be) replayed and skipped."""
+
+    dry_run: bool
+    operator: str
+    reason: str
+    replayed: list[VerdictView]
+    skipped: list[VerdictView]
+    truncated: bool
+
+
+def letter_view(letter: DeadLetter) -> DeadLetterView:
+    work = letter.work
+    return DeadLetterView(
+        entry_id=letter.entry_id,
+        shard=letter.shard,
+        dead_lettered_at=_at(letter.dead_lettered_ms),
+        delivery_id=letter.delivery_id or None,
+        notification_id=letter.notification_id or None,
+        type=letter.notification_type or None,
+        channel=letter.channel or None,
+        priority=letter.priority or None,
+        error_class=letter.error_class,
+        last_error=mask(letter.last_error),
+        attempts=letter.attempts,
+        first_attempt_at=_at_or_none(letter.first_attempt_ms),
+        last_attempt_at=_at_or_none(letter.last_attempt_ms),
+        worker=letter.worker or None,
+        worker_version=letter.worker_version or None,
+        version=letter.version,
+        work_entry_id=letter.work_entry_id or None,
+        recipient_id=work.recipient_id if work else None,
+        locale=work.locale if work else None,
+        created_at=_at(work.created_ms) if work else None,
+        expires_at=_at(work.expires_ms) if work else None,
+        data_keys=sorted(work.data) if work else [],
+        other_fields=list(letter.other_fields),
+        resolution=_resolution_view(letter.resolution),
+    )
+
+
+def summary_view(summary: Summary) -> DlqSummaryView:
+    return DlqSummaryView(
+        open=summary.open,
+        resolved=summary.resolved,
+        by_error_class=dict(summary.by_error_class.most_common()),
+        by_channel=dict(summary.by_channel.most_common()),
+        by_type=dict(summary.by_type.most_common()),
+        oldest_open_at=_at_or_none(summary.oldest_open_ms or 0),
+        truncated=summary.truncated,
+        samples=[letter_view(letter) for letter in summary.samples],
+    )
+
+
+def replay_view(order: ReplayOrder, report: ReplayReport) -> ReplayView:
+    return ReplayView(
+        dry_run=report.dry_run,
+        operator=order.operator,
+        reason=order.reason,
+        replayed=[_verdict_view(verdict) for verdict in report.replayed],
+        skipped=[_verdict_view(verdict) for verdict in report.skipped],
+        truncated=report.truncated,
+    )
+
+
+def _verdict_view(verdict: Verdict) -> VerdictView:
+    letter = verdict.letter
+    detail = "queued again, same delivery id" if verdict.outcome == REPLAYED else ""
+    return VerdictView(
+        entry_id=letter.entry_id,
+        delivery_id=letter.delivery_id or None,
+        notification_id=letter.notification_id or None,
+        type=letter.notification_type or None,
+        channel=letter.channel or None,
+        error_class=letter.error_class,
+        outcome=verdict.outcome,
+        detail=SKIP_REASONS.get(verdict.outcome, detail),
+    )
+
+
+def _resolution_view(resolution: Resolution | None) -> ResolutionView | None:
+    if resolution is None:
+        return None
+    return ResolutionView(
+        outcome=resolution.outcome,
+        operator=resolution.operator,
+        reason=resolution.reason,
+        at=_at_or_none(resolution.at_ms),
+    )
+
+
+def _at(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, UTC)
+
+
+def _at_or_none(ms: int) -> datetime | None:
+    return _at(ms) if ms else None
