@@ -42,8 +42,9 @@ SUMMARY_SCAN = 100_000  # entries one summary may look at
 _PAGE = 500
 
 REPLAYED = "replayed"
-# Why an entry was not replayed. The first group settles it for good (a real replay marks
-# it resolved); the others leave it open for a later call.
+# Why an entry was not replayed. A real replay marks the entry resolved for the reasons from
+# already_sent to unreadable, which can never change; needs_force, moved and already_replayed
+# leave it open for a later call.
 SKIP_REASONS: dict[str, str] = {
     "already_sent": "the delivery was sent since: never sent again",
     "already_ended": "the delivery expired or was suppressed since",
@@ -208,8 +209,7 @@ async def scan(
 ) -> AsyncIterator[list[DeadLetter]]:
     """Pages of matching entries, oldest first, shard by shard, each with its resolution.
 
-    Looks at no more than ``max_entries`` entries in all (matching or not); see
-    ``scan_truncated`` for whether it stopped early.
+    Looks at no more than ``max_entries`` entries in all, matching or not.
     """
     low = f"{selection.since_ms}-0" if selection.since_ms is not None else "-"
     high = f"({selection.until_ms}-0" if selection.until_ms is not None else "+"
