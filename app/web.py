@@ -18,12 +18,7 @@ from app.api.dlq import get_dlq, replay_dlq
 from app.api.metrics import lag, metrics
 from app.api.notifications import create_notification, create_notifications_batch
 from app.api.ops import health, internal_error, redis_unavailable
-from app.api.recipients import (
-    delete_quiet_hours,
-    get_recipient_settings,
-    put_preferences,
-    put_quiet_hours,
-)
+from app.api.recipients import QuietHours, get_recipient_settings, put_preferences
 from app.api.status import ReadModel, get_notification_status, list_deliveries
 from app.auth import KeyRing
 from app.catalog import Catalog
@@ -66,8 +61,7 @@ def create_app(
             create_notification,
             batch,
             put_preferences,
-            put_quiet_hours,
-            delete_quiet_hours,
+            QuietHours,
             get_recipient_settings,
             get_notification_status,
             list_deliveries,

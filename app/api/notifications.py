@@ -12,6 +12,7 @@ from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import HeaderParameter
 
 from app.api.body import decode_body, documented_body
+from app.api.errors import AUTHENTICATED, BodyTooLarge, KeyInFlight
 from app.api.schemas import (
     Accepted,
     BatchItem,
@@ -67,10 +68,8 @@ def _error(status_code: int, detail: str, headers: dict[str, str] | None = None)
     status_code=202,
     responses={
         202: ResponseSpec(Accepted, description="Accepted: the notification is in the event log"),
-        409: ResponseSpec(dict[str, Any], description="A request with this key is in flight"),
-        413: ResponseSpec(dict[str, Any], description="Body too large"),
-        422: ResponseSpec(dict[str, Any], description="Invalid body, naming the field"),
     },
+    raises=[*AUTHENTICATED, KeyInFlight, BodyTooLarge],
 )
 async def create_notification(
     request: Request[Any, Any, State], idempotency_key: IdempotencyKey = None
@@ -93,6 +92,7 @@ async def create_notification(
     dependencies=documented_body(BatchRequestSchema),
     status_code=200,
     responses={200: ResponseSpec(BatchResponse, description="One result per item, in order")},
+    raises=[*AUTHENTICATED, BodyTooLarge],
 )
 async def create_notifications_batch(request: Request[Any, Any, State]) -> Response[Any]:
     """Accept up to 1000 notifications, each with its own idempotency key."""

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from litestar import Request, delete, get, put
+from litestar import Controller, Request, Response, delete, get, put, route
 from litestar.datastructures import State
+from litestar.enums import HttpMethod
 from litestar.exceptions import ClientException
 from litestar.params import FromPath
 
 from app.api.body import decode_body, documented_body
+from app.api.errors import AUTHENTICATED
 from app.api.schemas import (
     PreferencesBody,
     QuietHoursBody,
@@ -43,7 +45,7 @@ def _view(recipient_id: str, settings: RecipientSettings) -> RecipientSettingsVi
     )
 
 
-@get("/v1/recipients/{recipient_id:str}/settings")
+@get("/v1/recipients/{recipient_id:str}/settings", raises=AUTHENTICATED)
 async def get_recipient_settings(
     request: Req, recipient_id: FromPath[str]
 ) -> RecipientSettingsView:
@@ -57,6 +59,7 @@ async def get_recipient_settings(
 @put(
     "/v1/recipients/{recipient_id:str}/preferences",
     dependencies=documented_body(PreferencesBody),
+    raises=AUTHENTICATED,
 )
 async def put_preferences(request: Req, recipient_id: FromPath[str]) -> RecipientSettingsView:
     """Replace the recipient's preferences; pairs not listed are switched on."""
@@ -84,28 +87,42 @@ async def put_preferences(request: Req, recipient_id: FromPath[str]) -> Recipien
     return _view(recipient_id, await store.set_preferences(recipient_id, entries))
 
 
-@put(
-    "/v1/recipients/{recipient_id:str}/quiet-hours",
-    dependencies=documented_body(QuietHoursBody),
-)
-async def put_quiet_hours(request: Req, recipient_id: FromPath[str]) -> RecipientSettingsView:
-    """Set the recipient's quiet hours (start, end, IANA time zone)."""
-    authorize(request, "send")
-    recipient_id = _recipient_id(recipient_id)
-    body = decode_body(await request.body(), QuietHoursBody)
-    setting = QuietHoursSetting(start=body.start, end=body.end, timezone=body.timezone)
-    try:
-        check(setting)
-    except QuietHoursError as error:
-        raise ClientException(status_code=422, detail=str(error)) from None
-    store: RecipientSettingsStore = request.app.state.recipient_settings
-    return _view(recipient_id, await store.set_quiet_hours(recipient_id, setting))
+class QuietHours(Controller):
+    """``PUT`` and ``DELETE`` of a recipient's quiet hours.
 
+    The ``OPTIONS`` answer is written out here: Litestar's automatic one is built when the
+    path's first handler is registered and then lists only that handler's method.
+    """
 
-@delete("/v1/recipients/{recipient_id:str}/quiet-hours", status_code=200)
-async def delete_quiet_hours(request: Req, recipient_id: FromPath[str]) -> RecipientSettingsView:
-    """Remove the recipient's quiet hours."""
-    authorize(request, "send")
-    recipient_id = _recipient_id(recipient_id)
-    store: RecipientSettingsStore = request.app.state.recipient_settings
-    return _view(recipient_id, await store.remove_quiet_hours(recipient_id))
+    path = "/v1/recipients/{recipient_id:str}/quiet-hours"
+
+    @route(http_method=HttpMethod.OPTIONS, include_in_schema=False, status_code=204)
+    async def allowed_methods(self) -> Response[None]:
+        """Which methods this path supports (registered first, so no automatic one exists)."""
+        return Response(None, status_code=204, headers={"Allow": "DELETE, OPTIONS, PUT"})
+
+    @put(dependencies=documented_body(QuietHoursBody), raises=AUTHENTICATED)
+    async def put_quiet_hours(
+        self, request: Req, recipient_id: FromPath[str]
+    ) -> RecipientSettingsView:
+        """Set the recipient's quiet hours (start, end, IANA time zone)."""
+        authorize(request, "send")
+        recipient_id = _recipient_id(recipient_id)
+        body = decode_body(await request.body(), QuietHoursBody)
+        setting = QuietHoursSetting(start=body.start, end=body.end, timezone=body.timezone)
+        try:
+            check(setting)
+        except QuietHoursError as error:
+            raise ClientException(status_code=422, detail=str(error)) from None
+        store: RecipientSettingsStore = request.app.state.recipient_settings
+        return _view(recipient_id, await store.set_quiet_hours(recipient_id, setting))
+
+    @delete(status_code=200, raises=AUTHENTICATED)
+    async def delete_quiet_hours(
+        self, request: Req, recipient_id: FromPath[str]
+    ) -> RecipientSettingsView:
+        """Remove the recipient's quiet hours."""
+        authorize(request, "send")
+        recipient_id = _recipient_id(recipient_id)
+        store: RecipientSettingsStore = request.app.state.recipient_settings
+        return _view(recipient_id, await store.remove_quiet_hours(recipient_id))

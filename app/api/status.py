@@ -24,11 +24,11 @@ import structlog
 from litestar import Request, get
 from litestar.datastructures import State
 from litestar.exceptions import ClientException, NotFoundException, ServiceUnavailableException
-from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import OpenAPIFormat, OpenAPIType
 from litestar.params import PathParameter, QueryParameter
 from redis.asyncio import Redis
 
+from app.api.errors import AUTHENTICATED, NotFound, ReadModelUnavailable
 from app.api.schemas import DeliveryListItem, DeliveryPage, DeliveryStatus, NotificationStatus
 from app.auth import authorize
 from projections import queries
@@ -216,7 +216,7 @@ _NOT_FOUND = "notification not found"
 
 @get(
     "/v1/notifications/{notification_id:str}",
-    responses={404: ResponseSpec(dict[str, Any], description="Unknown id, or another producer's")},
+    raises=[*AUTHENTICATED, NotFound],
 )
 async def get_notification_status(
     request: Req, notification_id: NotificationId
@@ -249,10 +249,7 @@ async def get_notification_status(
 
 @get(
     "/v1/deliveries",
-    responses={
-        422: ResponseSpec(dict[str, Any], description="An invalid parameter, named"),
-        503: ResponseSpec(dict[str, Any], description="The read model is unavailable"),
-    },
+    raises=[*AUTHENTICATED, ReadModelUnavailable],
 )
 async def list_deliveries(
     request: Req,

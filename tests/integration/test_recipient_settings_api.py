@@ -193,3 +193,9 @@ async def test_settings_reach_every_shard(make_app: Any, redis: Redis, key_prefi
     assert len(shards) > 1
     for shard in KeySpace(key_prefix, 4).all_shards():
         assert await redis.hget(shard.recipient("user-9"), "p:marketing:EMAIL") == b"0"
+
+
+async def test_options_on_quiet_hours_lists_every_method(client: Client) -> None:
+    response = await client.options("/v1/recipients/user-9/quiet-hours")
+    assert response.status_code == 204
+    assert set(response.headers["allow"].split(", ")) == {"DELETE", "OPTIONS", "PUT"}

@@ -1,0 +1,65 @@
+"""The error answers handlers can give, named once so the OpenAPI schema documents them.
+
+Every error body has Litestar's shape, ``{"status_code": …, "detail": "<what is wrong>"}``.
+Handlers list what they may answer with ``raises=[...]``; Litestar turns that list into the
+documented responses, so a client generated from ``/schema`` knows every status it can get.
+"""
+
+from __future__ import annotations
+
+from litestar.exceptions import (
+    ClientException,
+    HTTPException,
+    NotAuthorizedException,
+    NotFoundException,
+    PermissionDeniedException,
+    ServiceUnavailableException,
+    ValidationException,
+)
+
+
+class NotAuthorized(NotAuthorizedException):
+    detail = "No valid API key in Authorization (Bearer <key>)"
+
+
+class MissingScope(PermissionDeniedException):
+    detail = "The API key lacks the scope this endpoint needs"
+
+
+class NotFound(NotFoundException):
+    detail = "No such resource, or one of another producer"
+
+
+class KeyInFlight(ClientException):
+    status_code = 409
+    detail = "A request with this Idempotency-Key is still in flight; retry after Retry-After"
+
+
+class BodyTooLarge(ClientException):
+    status_code = 413
+    detail = "The body is larger than the limit"
+
+
+class InvalidField(ClientException):
+    status_code = 422
+    detail = "A field or parameter is invalid; the detail names it"
+
+
+class RedisUnavailable(ServiceUnavailableException):
+    detail = "The event log (Redis) is unavailable; retry after Retry-After"
+
+
+class ReadModelUnavailable(ServiceUnavailableException):
+    detail = "The read model (PostgreSQL) is unavailable; retry shortly"
+
+
+# What every authenticated endpoint may answer, besides its own codes.
+# Litestar's own ValidationException documents 400 (broken JSON, a missing header); a class
+# of our own for it would make the documented 400 body a oneOf that every body matches twice.
+AUTHENTICATED: list[type[HTTPException]] = [
+    ValidationException,
+    NotAuthorized,
+    MissingScope,
+    InvalidField,
+    RedisUnavailable,
+]
