@@ -146,12 +146,17 @@ class DeliveryWorker:
                     self.consumer,
                     {stream: cursor},
                     count=free,
-                    block=None if cursor == "0" else READ_BLOCK_MS,
+                    block=None if cursor != ">" else READ_BLOCK_MS,
                 )
                 entries = reply[0][1] if reply else []
-                if cursor == "0" and not entries:
-                    cursor = ">"
-                    continue
+                if cursor != ">":
+                    if not entries:
+                        cursor = ">"
+                        continue
+                    # Go on after what was just read: these entries stay pending while they
+                    # are sent, and reading them again would send them again.
+                    last_id = entries[-1][0]
+                    cursor = last_id.decode() if isinstance(last_id, bytes) else last_id
                 await self._handle_entries(shard, priority, entries)
             except asyncio.CancelledError:
                 raise

@@ -281,6 +281,28 @@ async def test_a_restarted_consumer_drains_its_own_pending_entries(
     assert time.monotonic() - started < 1.0
 
 
+async def test_a_restarted_consumer_sends_each_of_its_pending_entries_once(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    keys, catalog = KeySpace(key_prefix), fast_catalog(idempotent=False)
+    stream = keys.shard(0).work(Priority.HIGH)
+    await ensure_group(real_redis, stream)
+    ids = [
+        (await accept(real_redis, keys, catalog, otp(str(n), {"latency_ms": 300}), f"k{n}"))[
+            "deliveries"
+        ][0]["id"]
+        for n in range(5)
+    ]
+    await real_redis.xreadgroup(GROUP, "test-0", {stream: ">"}, count=10)
+    async with running_worker(real_redis, keys, catalog, consumer="test-0"):
+        for delivery_id in ids:
+            assert (await final_state(real_redis, keys, delivery_id))["status"] == "SENT"
+    # The entries stay pending while their sends are in flight: reading the pending list
+    # again from its start would send them again.
+    calls = await sandbox_calls(real_redis, keys)
+    assert sorted(c["delivery_id"] for c in calls) == sorted(ids)
+
+
 async def test_rate_limited_deliveries_wait_without_counting_an_attempt(
     real_redis: Redis, key_prefix: str
 ) -> None:
