@@ -141,7 +141,10 @@ def _time_ms(name: str, value: str | None) -> int | None:
         ) from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
-    return int(parsed.timestamp() * 1000)
+    ms = int(parsed.timestamp() * 1000)
+    if ms <= 0:  # stream entry ids start at the epoch; nothing was dead-lettered before it
+        raise DlqRequestError(f"{name}: must be later than 1970-01-01T00:00:00Z")
+    return ms
 
 
 # --- views -----------------------------------------------------------------------------------

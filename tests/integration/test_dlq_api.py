@@ -127,6 +127,7 @@ async def test_an_invalid_replay_is_422_naming_the_field(
         ({"type": "nope"}, "type"),
         ({"channel": "FAX"}, "channel"),
         ({"until": "soon"}, "until"),
+        ({"since": "1969-12-31T23:59:59Z"}, "since"),
     ],
 )
 async def test_an_invalid_view_filter_is_422_naming_it(
