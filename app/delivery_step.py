@@ -15,6 +15,7 @@ import msgspec
 from app import __version__
 from app.catalog import RetryPolicy
 from app.channels.base import ErrorClass
+from app.logging import mask
 from app.retry_policy import may_retry, retry_delay
 from streams import codec
 from streams.delivery import Lease, Outcome
@@ -159,7 +160,7 @@ def failed_attempt(
     """An attempt failed: retry a transient failure while attempts and the TTL allow,
     otherwise fail the delivery and dead-letter it."""
     attempt = step.lease.attempts + 1
-    error = error[:MAX_ERROR_TEXT]
+    error = mask(error)[:MAX_ERROR_TEXT]  # provider texts may quote the address
     if error_class is ErrorClass.TRANSIENT and may_retry(policy, attempt):
         due_ms = now_ms + round(retry_delay(policy, attempt, retry_after) * 1000)
         if due_ms >= step.item.expires_ms:
@@ -189,7 +190,7 @@ def failed(
     step: Step, error_class: ErrorClass, error: str, now_ms: int, *, attempts: int
 ) -> Outcome:
     """The delivery ends FAILED and goes to the dead-letter queue with its context."""
-    error = error[:MAX_ERROR_TEXT]
+    error = mask(error)[:MAX_ERROR_TEXT]  # provider texts may quote the address
     events: list[Event] = [
         DeliveryFailed(
             **_ids(step, 1, now_ms),
