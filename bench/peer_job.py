@@ -1,0 +1,135 @@
+"""The job every system of ``bench/peers.py`` runs: deliver one notification, with retry.
+
+One job is one ``order_confirmed`` notification for one EMAIL address. A peer's worker
+renders it with Clarion's own template code and catalog (``app.rendering``) and hands it to
+Clarion's real sandbox adapter (``app.channels.sandbox``), which records the call in its
+Redis stream exactly as it does for Clarion's delivery workers. So every system does the
+same provider work, including the Redis write of the record, and the sandbox record is
+where every system's completions are counted.
+
+Every ``FAIL_EVERY``-th job carries the sandbox directive ``fail_transient: 1``: its first
+attempt fails with a TRANSIENT error and the system must retry it after
+``app.retry_policy.retry_delay`` (exponential backoff, full jitter) under ``RETRY`` — the
+same policy ``bench/peers.py`` writes into Clarion's catalog for EMAIL.
+
+This module imports nothing outside Clarion's own dependencies (redis-py and msgspec), so it
+also runs in the arq peer's environment, whose redis-py is older.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Final, TypedDict
+
+from redis.asyncio import Redis
+
+from app.catalog import Catalog, RetryPolicy, load_catalog
+from app.channels.base import ErrorClass, Message, ProviderError
+from app.channels.sandbox import SandboxProvider
+from app.rendering import render
+from app.retry_policy import may_retry, retry_delay
+from streams.ids import new_id
+from streams.keys import KeySpace
+from streams.work_items import WorkItem
+
+NOTIFICATION_TYPE: Final = "order_confirmed"
+CHANNEL: Final = "EMAIL"
+FAIL_EVERY: Final = 10  # 1 job in 10 fails once with a TRANSIENT error
+# Short enough that the retried tenth does not dominate a run of a few seconds.
+RETRY: Final = RetryPolicy(base_seconds=0.1, max_seconds=1.0, max_attempts=3)
+
+# The environment a peer's worker process reads its settings from.
+REDIS_URL_ENV: Final = "BENCH_PEER_REDIS_URL"
+PREFIX_ENV: Final = "BENCH_PEER_PREFIX"
+CATALOG_ENV: Final = "BENCH_PEER_CATALOG"
+# What a peer's worker prints once it takes jobs.
+READY_LINE: Final = "bench peer worker ready"
+
+
+class Payload(TypedDict):
+    """One job's arguments, as plain JSON values (Celery sends JSON, arq pickles)."""
+
+    delivery_id: str  # a UUIDv7 minted right before enqueueing: its ms is the enqueue time
+    recipient_id: str
+    address: str
+    data: dict[str, Any]
+
+
+def payload(number: int, tag: str) -> Payload:
+    """Job ``number`` of a run; ``tag`` keeps its recipient distinct from other runs'."""
+    data: dict[str, Any] = {"order_id": f"A-{number}"}
+    if number % FAIL_EVERY == 0:
+        data["sandbox"] = {CHANNEL: {"fail_transient": 1}}
+    return {
+        "delivery_id": new_id(0),
+        "recipient_id": f"{tag}-user-{number}",
+        "address": f"user{number}@example.com",
+        "data": data,
+    }
+
+
+def transient_failures(jobs: int) -> int:
+    """How many of ``jobs`` numbered 0.. carry the fail-once directive."""
+    return len(range(0, jobs, FAIL_EVERY))
+
+
+class PeerJob:
+    """Renders and sends one payload; one instance per worker process (it owns a client)."""
+
+    def __init__(self, redis: Redis, prefix: str, catalog: Catalog) -> None:
+        self.redis = redis
+        self.catalog = catalog
+        self.sandbox = SandboxProvider(redis, KeySpace(prefix))
+
+    @classmethod
+    def from_environment(cls) -> PeerJob:
+        """The job as a peer's worker process configures it: from ``BENCH_PEER_*``."""
+        return cls(
+            Redis.from_url(os.environ[REDIS_URL_ENV]),
+            os.environ[PREFIX_ENV],
+            load_catalog(Path(os.environ[CATALOG_ENV])),
+        )
+
+    async def attempt(self, job: Payload, attempt: int) -> float | None:
+        """Make attempt number ``attempt`` (1-based); None when sent, else seconds to wait.
+
+        A TRANSIENT failure with attempts left asks for a retry after the backoff delay; any
+        other failure propagates, as it would end the delivery.
+        """
+        item = WorkItem(
+            delivery_id=job["delivery_id"],
+            notification_id=job["delivery_id"],
+            notification_type=NOTIFICATION_TYPE,
+            channel=CHANNEL,
+            priority="NORMAL",
+            recipient_id=job["recipient_id"],
+            address=job["address"],
+            locale="en",
+            data=job["data"],
+            created_ms=0,
+            expires_ms=0,
+            attempts=attempt - 1,
+        )
+        title, body = render(self.catalog, item)
+        message = Message(
+            delivery_id=item.delivery_id,
+            idempotency_key=item.delivery_id,
+            channel=CHANNEL,
+            address=item.address,
+            title=title,
+            body=body,
+            attempt=attempt,
+            data=item.data,
+        )
+        try:
+            await self.sandbox.send(message)
+        except ProviderError as error:
+            if error.error_class is ErrorClass.TRANSIENT and may_retry(RETRY, attempt):
+                return retry_delay(RETRY, attempt, error.retry_after)
+            raise
+        return None
+
+    async def close(self) -> None:
+        """Close the Redis client."""
+        await self.redis.aclose()
