@@ -400,6 +400,16 @@ def start_arq(redis_url: str, prefix: str, catalog: Path, logs: Path) -> Iterato
 STARTERS: Final = {"clarion": start_clarion, "celery": start_celery, "arq": start_arq}
 
 
+def enqueue_and_wait(
+    system: System, client: redis.Redis, stream: str, jobs: int, tag: str
+) -> tuple[float, bool]:
+    """Enqueue ``jobs`` and wait for all their sandbox records: (enqueue seconds, all there)."""
+    target = client.xlen(stream) + jobs + transient_failures(jobs)
+    seconds = system.enqueue(jobs, tag)
+    within = 60.0 + jobs / 100  # at least 100 jobs/s, or something is wrong
+    return seconds, wait_recorded(client, stream, target, system.processes, within)
+
+
 def measure(name: str, system: System, redis_url: str, keys: KeySpace, jobs: int) -> dict[str, Any]:
     """Warm up, then enqueue ``jobs`` and wait for their records; the figures of the run."""
     client = redis.Redis.from_url(redis_url)
@@ -407,11 +417,8 @@ def measure(name: str, system: System, redis_url: str, keys: KeySpace, jobs: int
     try:
         for tag, count in (("warmup", WARMUP_JOBS), ("run", jobs)):
             after = last_entry(client, stream)
-            target = client.xlen(stream) + count + transient_failures(count)
             print(f"  {name}: {count:,} jobs ({tag}) ...", flush=True)
-            seconds = system.enqueue(count, tag)
-            within = 60.0 + count / 100  # at least 100 jobs/s, or something is wrong
-            drained = wait_recorded(client, stream, target, system.processes, within)
+            seconds, drained = enqueue_and_wait(system, client, stream, count, tag)
     finally:
         client.close()
     run = tally(asyncio.run(read_record(redis_url, stream, after)), jobs)
