@@ -21,6 +21,7 @@ import asyncpg
 import msgspec
 import structlog
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from streams import codec
 from streams.delivery import autoclaim
@@ -335,19 +336,33 @@ class Projector:
             if "BUSYGROUP" not in str(error):
                 raise
         cursor = "0"  # first this consumer's own pending entries, then new ones
+        backoff = 0.1
         while not self._stopping.is_set():
-            reply: Any = await self.redis.xreadgroup(
-                GROUP, self.consumer, {stream: cursor}, count=READ_COUNT,
-                block=None if cursor == "0" else READ_BLOCK_MS,
-            )  # fmt: skip
-            entries = reply[0][1] if reply else []
-            if not entries:
-                if cursor == "0":
-                    cursor = ">"
-                else:
-                    await self._reclaim(shard)
-                continue
-            await self._commit(shard, entries)
+            try:
+                reply: Any = await self.redis.xreadgroup(
+                    GROUP, self.consumer, {stream: cursor}, count=READ_COUNT,
+                    block=None if cursor == "0" else READ_BLOCK_MS,
+                )  # fmt: skip
+                backoff = 0.1
+                entries = reply[0][1] if reply else []
+                if not entries:
+                    if cursor == "0":
+                        cursor = ">"
+                    else:
+                        await self._reclaim(shard)
+                    continue
+                await self._commit(shard, entries)
+            except RedisError as error:
+                # Redis is unreachable or restarting. What was read and not acknowledged
+                # is still pending under this consumer: read that first once it is back.
+                log.warning(
+                    "projector.redis_unavailable",
+                    error=str(error) or type(error).__name__,
+                    retry_in=backoff,
+                )
+                cursor = "0"
+                await asyncio.sleep(backoff)
+                backoff = min(MAX_BACKOFF_S, backoff * 2)
 
     async def _commit(self, shard: ShardKeys, entries: list[tuple[Any, dict[bytes, Any]]]) -> None:
         """Apply ``entries`` (retrying while PostgreSQL is away), then acknowledge them."""

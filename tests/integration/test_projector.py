@@ -10,6 +10,7 @@ from typing import Any
 import asyncpg
 import pytest
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from projections.database import connect
 from projections.projector import GROUP, Projector, apply, rows_of
@@ -136,6 +137,35 @@ async def test_a_projector_killed_between_commit_and_ack_duplicates_nothing(
     projector.stop()
     await task
     assert await snapshot(pool) == committed
+
+
+async def test_the_projector_goes_on_after_redis_was_unreachable(
+    real_redis: Redis, key_prefix: str, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keys = KeySpace(key_prefix)
+    read = real_redis.xreadgroup
+    failed = False
+
+    async def unreachable_once(*args: Any, **kwargs: Any) -> Any:
+        nonlocal failed
+        if not failed:  # as while Redis restarts
+            failed = True
+            raise RedisConnectionError("Connection closed by server.")
+        return await read(*args, **kwargs)
+
+    monkeypatch.setattr(real_redis, "xreadgroup", unreachable_once)
+    projector = Projector(real_redis, pool, keys, consumer="p")
+    task = asyncio.create_task(projector.run())
+    for batch in story():
+        await real_redis.xadd(keys.shard(0).events, {"e": codec.encode_events(batch)})
+
+    async def projected() -> bool:
+        return await _projected_version(pool, DID) == 3
+
+    await wait_until(projected)
+    projector.stop()
+    await task
+    assert failed
 
 
 async def test_the_read_model_agrees_with_the_write_model(
