@@ -4,7 +4,7 @@ BIN := $(VENV)/bin
 # A development key so the quick start works as written; set your own in production.
 DEV_KEYS := dev:dev-secret-key:send+read+admin
 
-.PHONY: install run test lint typecheck pytest chaos bench clean
+.PHONY: install run test lint typecheck pytest chaos bench bench-report clean
 
 $(BIN)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -40,6 +40,12 @@ chaos: install
 ## bench: measure ingest throughput (needs wrk: apt-get install wrk)
 bench: install
 	$(BIN)/python bench/ingest.py
+
+## bench-report: every benchmark and the Celery and arq peers, one report in bench/results/
+## (a smoke run: make bench-report REPORT_ARGS=--quick)
+bench-report: install
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	$(BIN)/python bench/report.py $(REPORT_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

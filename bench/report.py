@@ -1,0 +1,177 @@
+"""Benchmark report: every benchmark in one run, one JSON file and one Markdown summary.
+
+Run from anywhere with the project's virtualenv (``make bench-report`` installs the
+``bench`` extra first)::
+
+    .venv/bin/python bench/report.py           # about 8 minutes on 2 cores
+    .venv/bin/python bench/report.py --quick   # a smoke run of about 3 minutes
+
+It runs, one after the other and never two at once (each would measure the others), the
+benchmark scripts of this directory as subprocesses with this python: ``ingest.py``,
+``pipeline.py`` (end to end, and HIGH latency under a LOW flood), ``projector.py``,
+``memory.py`` (when it exists) and ``peers.py`` (Clarion beside Celery and arq). Their output
+is passed through; each writes its JSON result, which the report reads, embeds whole and then
+removes, so one run leaves one pair of files: ``bench/results/report-<UTC timestamp>.json``
+(every figure with its target and verdict, each benchmark's full result, machine and commit)
+and ``report-<…>.md`` (a table per benchmark and the peer ratios), which is also printed.
+
+Targets are judged as the benchmarks judge them, on the configuration Clarion ships for two
+cores: the pipeline's on its run with two delivery workers. A benchmark that fails or finds
+its run untrustworthy (lost deliveries, errors) makes the exit status 1; a missed target
+alone does not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final
+
+import redis
+
+if __package__ in {None, ""}:  # run as a script: make the ``bench`` package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.ingest import REPO, RESULTS_DIR, machine_info
+from bench.report_summary import figures_of, markdown
+
+WRITTEN: Final = re.compile(r"^written to (\S+\.json)$")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One benchmark script and its arguments for a full and for a quick run."""
+
+    name: str
+    script: str  # relative to the repository
+    args: list[str] = field(default_factory=list)
+    quick_args: list[str] = field(default_factory=lambda: ["--quick"])
+
+
+STEPS: Final = (
+    Step("ingest", "bench/ingest.py"),
+    # Quick: the two-worker configuration only, the one the targets are judged on.
+    Step("pipeline", "bench/pipeline.py", quick_args=["--quick", "--workers", "2"]),
+    Step("projector", "bench/projector.py"),
+    # Redis memory per accepted notification; skipped (and said so) until the script exists.
+    Step("memory", "bench/memory.py"),
+    Step("peers", "bench/peers.py"),
+)
+
+
+def run_step(step: Step, quick: bool) -> dict[str, Any]:
+    """Run one benchmark, passing its output through; its result and how the run went."""
+    script = REPO / step.script
+    if not script.exists():
+        print(f"\n=== {step.name}: {step.script} does not exist, skipped ===", flush=True)
+        return {"status": "missing", "script": step.script}
+    argv = [sys.executable, str(script), *(step.quick_args if quick else step.args)]
+    print(f"\n=== {step.name}: {' '.join([step.script, *argv[2:]])} ===", flush=True)
+    started = time.monotonic()
+    written: Path | None = None
+    with subprocess.Popen(
+        argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ) as process:
+        assert process.stdout is not None  # stdout=PIPE
+        for line in process.stdout:
+            print(line, end="", flush=True)
+            if match := WRITTEN.match(line.strip()):
+                written = REPO / match.group(1)
+    outcome: dict[str, Any] = {
+        "script": step.script,
+        "args": argv[2:],
+        "exit_status": process.returncode,
+        "seconds": round(time.monotonic() - started, 1),
+    }
+    if written is None or not written.exists():
+        return outcome | {"status": "failed"}
+    result = json.loads(written.read_text())
+    written.unlink()  # embedded whole in the report
+    status = "ok" if process.returncode == 0 else "untrustworthy"
+    return outcome | {"status": status, "result": result}
+
+
+def git_dirty() -> bool | None:
+    """Whether the work tree differs from its commit (the figures may not be the commit's)."""
+    try:
+        done = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except OSError:
+        return None
+    return bool(done.stdout.strip()) if done.returncode == 0 else None
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--quick", action="store_true", help="each benchmark's short run")
+    parser.add_argument(
+        "--only",
+        default="",
+        help=f"comma-separated steps to run (default: all of {', '.join(s.name for s in STEPS)})",
+    )
+    args = parser.parse_args()
+    names = {step.name for step in STEPS}
+    args.only = [name.strip() for name in args.only.split(",") if name.strip()] or [
+        step.name for step in STEPS
+    ]
+    if unknown := sorted(set(args.only) - names):
+        parser.error(f"--only: unknown step(s) {', '.join(unknown)}")
+    return args
+
+
+def main() -> int:
+    """Run the steps, write the report; 1 when a benchmark failed or was untrustworthy."""
+    args = parse_args()
+    started = datetime.now(UTC)
+    # The benchmarks use the same variable for their default.
+    client = redis.Redis.from_url(os.environ.get("CLARION_REDIS_URL", "redis://127.0.0.1:6379/0"))
+    try:
+        machine = machine_info(client) | {"git_dirty": git_dirty()}
+    finally:
+        client.close()
+    steps = {step.name: run_step(step, args.quick) for step in STEPS if step.name in args.only}
+    figures = figures_of(steps)
+    judged = [figure["pass"] for figure in figures if figure["pass"] is not None]
+    failed = [name for name, step in steps.items() if step["status"] in {"failed", "untrustworthy"}]
+    report: dict[str, Any] = {
+        "benchmark": "report",
+        "started_utc": started.isoformat(timespec="seconds"),
+        "finished_utc": datetime.now(UTC).isoformat(timespec="seconds"),
+        "quick": args.quick,
+        "machine": machine,
+        "summary": {
+            "targets_met": sum(judged),
+            "targets_judged": len(judged),
+            "all_targets_met": bool(judged) and all(judged),
+            "steps_failed_or_untrustworthy": failed,
+            "steps_missing": [name for name, step in steps.items() if step["status"] == "missing"],
+        },
+        "figures": figures,
+        "steps": steps,
+    }
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    stem = RESULTS_DIR / f"report-{started:%Y%m%dT%H%M%SZ}"
+    stem.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+    text = markdown(report)
+    stem.with_suffix(".md").write_text(text)
+    print("\n" + text)
+    print(f"written to {stem.relative_to(REPO)}.json and .md")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,303 @@
+"""The figures of a benchmark report and its Markdown summary (see ``bench/report.py``).
+
+Each benchmark's JSON result has its own shape; this module picks the figures a reader looks
+for first from each, pairs them with the targets the benchmark itself recorded and judged,
+and lays them out as Markdown tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final
+
+TARGET_WORKERS: Final = 2  # the pipeline's targets are judged on its two-worker run
+PEER_NAMES: Final = {"clarion": "Clarion", "celery": "Celery", "arq": "arq"}
+MAX_PROBLEMS_SHOWN: Final = 10
+SKIPPED_KEYS: Final = frozenset({"machine", "parameters", "targets", "pass", "problems"})
+
+Figure = dict[str, Any]
+
+
+def figure(
+    benchmark: str,
+    name: str,
+    value: float | None,
+    unit: str,
+    target: tuple[str, float] | None = None,
+    passed: bool | None = None,
+) -> Figure:
+    """One reported figure; ``target`` is (comparison, value), e.g. (">=", 30000.0)."""
+    return {
+        "benchmark": benchmark,
+        "figure": name,
+        "value": value,
+        "unit": unit,
+        "target": None if target is None else f"{target[0]} {number(target[1], unit)}",
+        "target_value": None if target is None else target[1],
+        "pass": passed,
+    }
+
+
+def ingest_figures(result: dict[str, Any]) -> list[Figure]:
+    single, batch = result["single"], result["batch"]
+    targets, ok = result["targets"], result["pass"]
+    return [
+        figure("ingest", "bare Litestar + 1 EVALSHA", single["bare"]["requests_per_s"], "req/s"),
+        figure("ingest", "POST /v1/notifications", single["clarion"]["requests_per_s"], "req/s"),
+        figure("ingest", "POST /v1/notifications p99", single["clarion"]["latency_p99_ms"], "ms"),
+        figure(
+            "ingest",
+            "single POST ÷ bare",
+            single["single_vs_bare_ratio"],
+            "",
+            (">=", targets["single_vs_bare_ratio"]),
+            ok["single_vs_bare_ratio"],
+        ),
+        figure(
+            "ingest",
+            "batch notifications/s",
+            batch["notifications_per_s"],
+            "/s",
+            (">=", targets["batch_notifications_per_s"]),
+            ok["batch_notifications_per_s"],
+        ),
+    ]
+
+
+def pipeline_figures(result: dict[str, Any]) -> list[Figure]:
+    targets = result["targets"]
+    figures = []
+    for run in result["runs"]:
+        judged = run["workers"] == TARGET_WORKERS
+        label = f"{run['workers']} worker(s)"
+        e2e, flood = run["e2e"], run["flood"]
+        figures += [
+            figure(
+                "pipeline",
+                f"{label}: end to end deliveries/s",
+                e2e["deliveries_per_s"],
+                "/s",
+                (">=", targets["e2e_deliveries_per_s"]) if judged else None,
+                run["pass"]["e2e_deliveries_per_s"] if judged else None,
+            ),
+            figure("pipeline", f"{label}: LOW flood drained", flood["low_deliveries_per_s"], "/s"),
+            figure(
+                "pipeline",
+                f"{label}: HIGH p50 under LOW flood",
+                flood["high_latency_ms"]["p50"],
+                "ms",
+            ),
+            figure(
+                "pipeline",
+                f"{label}: HIGH p99 under LOW flood",
+                flood["high_latency_ms"]["p99"],
+                "ms",
+                ("<", targets["high_p99_ms_under_low_flood"]) if judged else None,
+                run["pass"]["high_p99_ms"] if judged else None,
+            ),
+        ]
+    return figures
+
+
+def projector_figures(result: dict[str, Any]) -> list[Figure]:
+    targets, ok = result["targets"], result["pass"]
+    figures = [
+        figure(
+            "projector",
+            "projector alone, events/s",
+            result["throughput"]["events_per_s"],
+            "/s",
+            (">=", targets["events_per_s"]),
+            ok["events_per_s"],
+        )
+    ]
+    lag = result["lag"]
+    if lag:
+        offered = f"{lag['offered_deliveries_per_s']:,.0f} deliveries/s offered"
+        figures += [
+            figure("projector", f"lag p50 at {offered}", lag["lag_ms"]["p50"], "ms"),
+            figure(
+                "projector",
+                f"lag p99 at {offered}",
+                lag["lag_ms"]["p99"],
+                "ms",
+                ("<", targets["lag_p99_ms"]),
+                ok["lag_p99_ms"],
+            ),
+            figure(
+                "projector",
+                "end to end deliveries/s reached meanwhile",
+                lag["end_to_end_deliveries_per_s"],
+                "/s",
+            ),
+        ]
+    return figures
+
+
+def numeric_leaves(value: Any, path: str = "") -> list[tuple[str, float]]:
+    """Every number in a result, by dotted path (booleans are verdicts, not figures)."""
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, int | float):
+        return [(path, float(value))]
+    if isinstance(value, dict):
+        return [
+            leaf
+            for key, item in value.items()
+            if not (path == "" and key in SKIPPED_KEYS)
+            for leaf in numeric_leaves(item, f"{path}.{key}" if path else str(key))
+        ]
+    return []
+
+
+def memory_figures(result: dict[str, Any]) -> list[Figure]:
+    """``bench/memory.py``'s numbers by their path in its result, then its own verdicts."""
+    targets = result.get("targets", {})
+    figures = [figure("memory", path, value, "") for path, value in numeric_leaves(result)]
+    for name, passed in result.get("pass", {}).items():
+        verdict = figure("memory", f"verdict: {name}", None, "", passed=bool(passed))
+        if name in targets:  # its comparison is the benchmark's own; show the value only
+            verdict |= {"target": str(targets[name]), "target_value": targets[name]}
+        figures.append(verdict)
+    return figures
+
+
+def peers_figures(result: dict[str, Any]) -> list[Figure]:
+    figures = []
+    for system, run in result["runs"].items():
+        name = PEER_NAMES.get(system, system)
+        figures += [
+            figure("peers", f"{name}: deliveries/s", run["deliveries_per_s"], "/s"),
+            figure("peers", f"{name}: latency p50", run["latency_ms"]["p50"], "ms"),
+            figure("peers", f"{name}: latency p99", run["latency_ms"]["p99"], "ms"),
+        ]
+    for peer, ratio in result["ratios"].items():
+        name = PEER_NAMES.get(peer, peer)
+        figures += [
+            figure("peers", f"Clarion ÷ {name}: deliveries/s", ratio["deliveries_per_s"], ""),
+            figure("peers", f"Clarion ÷ {name}: latency p50", ratio["latency_p50"], ""),
+            figure("peers", f"Clarion ÷ {name}: latency p99", ratio["latency_p99"], ""),
+        ]
+    return figures
+
+
+EXTRACTORS: Final[dict[str, Callable[[dict[str, Any]], list[Figure]]]] = {
+    "ingest": ingest_figures,
+    "pipeline": pipeline_figures,
+    "projector": projector_figures,
+    "memory": memory_figures,
+    "peers": peers_figures,
+}
+
+
+def figures_of(steps: dict[str, dict[str, Any]]) -> list[Figure]:
+    """The figures of every step that produced a result."""
+    return [
+        found
+        for name, step in steps.items()
+        if "result" in step
+        for found in EXTRACTORS[name](step["result"])
+    ]
+
+
+# --- Markdown --------------------------------------------------------------------------
+
+
+def number(value: float | None, unit: str) -> str:
+    """A figure as a reader wants it: ratios with two decimals, large numbers grouped."""
+    if value is None:
+        return "n/a"
+    if unit == "":
+        text = f"{value:.2f}"
+    elif abs(value) >= 100:
+        text = f"{value:,.0f}"
+    else:
+        text = f"{value:.1f}"
+    return f"{text} {unit}".strip()
+
+
+def verdict(passed: bool | None) -> str:
+    return "" if passed is None else ("pass" if passed else "**FAIL**")
+
+
+def table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+def peers_tables(result: dict[str, Any]) -> list[str]:
+    """The peer runs side by side, then Clarion ÷ each peer."""
+    rows = [
+        [
+            PEER_NAMES.get(system, system),
+            f"{run['enqueue_per_s']:,.0f}",
+            f"{run['deliveries_per_s']:,.0f}",
+            f"{run['latency_ms']['p50']:,.0f}",
+            f"{run['latency_ms']['p99']:,.0f}",
+            f"{run['delivered']:,} of {run['jobs']:,}",
+            str(run["repeated_sends"]),
+        ]
+        for system, run in result["runs"].items()
+    ]
+    header = ["system", "enqueue/s", "deliveries/s", "p50 ms", "p99 ms", "delivered", "dup"]
+    lines = [result["parameters"]["job"] + ".", "", *table(header, rows), ""]
+    ratio_rows = [
+        [
+            f"Clarion ÷ {PEER_NAMES.get(peer, peer)}",
+            number(ratio["deliveries_per_s"], ""),
+            number(ratio["latency_p50"], ""),
+            number(ratio["latency_p99"], ""),
+        ]
+        for peer, ratio in result["ratios"].items()
+    ]
+    if ratio_rows:
+        header = ["ratio", "deliveries/s (higher is better)", "p50 (lower is better)", "p99"]
+        lines += [*table(header, ratio_rows), ""]
+    return lines
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The report as Markdown: machine, a table per benchmark, the peers, the problems."""
+    machine, summary = report["machine"], report["summary"]
+    dirty = " (with uncommitted changes)" if machine.get("git_dirty") else ""
+    lines = [
+        f"# Clarion benchmark report, {report['started_utc']}"
+        + (" (quick run)" if report["quick"] else ""),
+        "",
+        f"Commit {machine.get('git_commit')}{dirty}; {machine['cpu_count']} cores, "
+        f"load average at start {machine['load_average_at_start'][0]}; Python "
+        f"{machine['python']}, Redis {machine['redis_version']}; {machine['platform']}.",
+        "",
+        f"Targets met: {summary['targets_met']} of {summary['targets_judged']}.",
+        "",
+    ]
+    problems: list[str] = []
+    for name, step in report["steps"].items():
+        lines.append(f"## {name} (`{step['script']}`)")
+        lines.append("")
+        if step["status"] == "missing":
+            lines += [f"Not run: `{step['script']}` does not exist.", ""]
+            continue
+        lines.append(f"{step['seconds']:.0f} s, exit status {step['exit_status']}.")
+        lines.append("")
+        if "result" not in step:
+            lines += ["**The benchmark wrote no result**; see its output above.", ""]
+            problems.append(f"{name}: no result (exit status {step['exit_status']})")
+            continue
+        if name == "peers":  # side by side says more than a list of figures
+            lines += peers_tables(step["result"])
+        else:
+            rows = [
+                [f["figure"], number(f["value"], f["unit"]), f["target"] or "", verdict(f["pass"])]
+                for f in report["figures"]
+                if f["benchmark"] == name
+            ]
+            lines += [*table(["figure", "measured", "target", "verdict"], rows), ""]
+        found = step["result"].get("problems", [])
+        problems += [f"{name}: {p}" for p in found[:MAX_PROBLEMS_SHOWN]]
+        if len(found) > MAX_PROBLEMS_SHOWN:
+            problems.append(f"{name}: … {len(found) - MAX_PROBLEMS_SHOWN} more in the JSON")
+    if problems:
+        lines += ["## Problems (these runs' figures do not count)", ""]
+        lines += [f"- {problem}" for problem in problems] + [""]
+    return "\n".join(lines)
