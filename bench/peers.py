@@ -104,7 +104,7 @@ from bench.pipeline import (
 from streams.keys import KeySpace
 
 SYSTEMS: Final = ("clarion", "celery", "arq")
-DEFAULT_JOBS = 10_000  # Celery needs 15-25 s for them on 2 quiet cores
+DEFAULT_JOBS = 10_000  # sized for the slowest peer to finish within the report's budget
 QUICK_JOBS = 2_000
 WARMUP_JOBS = BATCH_SIZE  # one Clarion batch
 CLARION_CONCURRENCY = 4  # batch requests in flight

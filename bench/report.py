@@ -3,8 +3,8 @@
 Run from anywhere with the project's virtualenv (``make bench-report`` installs the
 ``bench`` extra first)::
 
-    .venv/bin/python bench/report.py           # about 8 minutes on 2 cores
-    .venv/bin/python bench/report.py --quick   # a smoke run of about 3 minutes
+    .venv/bin/python bench/report.py           # sized to stay under 10 minutes on 2 cores
+    .venv/bin/python bench/report.py --quick   # a smoke run (under 4 minutes)
 
 It runs, one after the other and never two at once (each would measure the others), the
 benchmark scripts of this directory as subprocesses with this python: ``ingest.py``,
