@@ -1,0 +1,164 @@
+"""What the run left behind, read from Redis (the write model) and PostgreSQL (the read model).
+
+Nothing here judges; ``verdict`` compares. A delivery's state in the write model is its
+``dlv:<id>`` hash, or, when no worker ever touched it (SUPPRESSED or EXPIRED at acceptance),
+its entry in the notification's ``ntf:<id>`` record — as ``app.api.status`` derives it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+from redis.asyncio import Redis
+
+from projections.projector import GROUP as PROJECTOR_GROUP
+from streams.delivery import GROUP as DELIVERY_GROUP
+from streams.keys import KeySpace, Priority
+from streams.records import decode_record
+
+FINAL = frozenset({"SENT", "FAILED", "EXPIRED", "SUPPRESSED"})
+PIPELINE_CHUNK = 5000
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryState:
+    """The fields of a delivery both models keep and must agree on."""
+
+    status: str
+    attempts: int
+    error_class: str | None
+    provider_message_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxCall:
+    at: float  # seconds since the epoch (from the stream entry id)
+    outcome: str
+    duplicate: bool
+    message_id: str
+
+
+@dataclass(slots=True)
+class Evidence:
+    # Write model.
+    records: dict[str, list[tuple[str, str, str]]] = field(default_factory=dict)
+    # Idempotency key -> notification id ("" while a request still holds the key).
+    idempotency: dict[str, str] = field(default_factory=dict)
+    redis_states: dict[str, DeliveryState] = field(default_factory=dict)
+    state_hashes: set[str] = field(default_factory=set)  # delivery ids with a dlv: hash
+    dead_letters: list[tuple[str, str]] = field(default_factory=list)  # (delivery, class)
+    pending: dict[str, int] = field(default_factory=dict)  # stream -> entries not acked
+    delayed: int = 0
+    # Read model.
+    pg_notifications: dict[str, str] = field(default_factory=dict)  # id -> idempotency key
+    pg_states: dict[str, DeliveryState] = field(default_factory=dict)
+    # The provider's side.
+    sandbox: dict[str, list[SandboxCall]] = field(default_factory=dict)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+async def _scan(redis: Redis, pattern: str) -> list[bytes]:
+    return [key async for key in redis.scan_iter(match=pattern, count=2000)]
+
+
+async def _pipelined(redis: Redis, calls: list[tuple[str, tuple[Any, ...]]]) -> list[Any]:
+    results: list[Any] = []
+    for start in range(0, len(calls), PIPELINE_CHUNK):
+        pipe = redis.pipeline(transaction=False)
+        for name, args in calls[start : start + PIPELINE_CHUNK]:
+            getattr(pipe, name)(*args)
+        results += await pipe.execute()
+    return results
+
+
+async def read_write_model(redis: Redis, keys: KeySpace) -> Evidence:
+    """Every notification record, idempotency record, delivery state and dead letter."""
+    evidence = Evidence()
+    shard = keys.shard(0)  # one shard: the service runs with the default CLARION_SHARDS
+    record_keys = await _scan(redis, shard.notification("*"))
+    for raw in await _pipelined(redis, [("get", (key,)) for key in record_keys]):
+        record = decode_record(raw)
+        evidence.records[record.id] = [(d.id, d.channel, d.status) for d in record.deliveries]
+    idem_keys = await _scan(redis, shard.idempotency("*", "*"))
+    for key, raw in zip(
+        idem_keys, await _pipelined(redis, [("get", (k,)) for k in idem_keys]), strict=True
+    ):
+        kind, _, last = _text(raw).split(" ")  # "done <fingerprint> <id>" or an in-flight mark
+        evidence.idempotency[_text(key).rsplit(":", 1)[1]] = last if kind == "done" else ""
+    evidence.state_hashes = {
+        _text(key).rsplit(":", 1)[1] for key in await _scan(redis, shard.delivery("*"))
+    }
+    at_acceptance = {d[0]: d[2] for deliveries in evidence.records.values() for d in deliveries}
+    fields = ("status", "attempts", "error_class", "provider_message_id")
+    ids = sorted(at_acceptance)
+    calls = [("hmget", (shard.delivery(i), *fields)) for i in ids]
+    for delivery_id, (status, attempts, error_class, message_id) in zip(
+        ids, await _pipelined(redis, calls), strict=True
+    ):
+        if status is None:  # never touched by a worker: as accepted
+            state = DeliveryState(at_acceptance[delivery_id], 0, None, None)
+        else:
+            state = DeliveryState(
+                _text(status),
+                int(attempts or 0),
+                _text(error_class) if error_class else None,
+                _text(message_id) if message_id else None,
+            )
+        evidence.redis_states[delivery_id] = state
+    for _, entry in await redis.xrange(shard.dlq):
+        evidence.dead_letters.append(
+            (_text(entry[b"delivery_id"]), _text(entry[b"error_class"]))
+            if b"delivery_id" in entry
+            else ("", _text(entry.get(b"error_class", b"?")))  # a POISON entry has no id
+        )
+    for priority in Priority:
+        summary = await redis.xpending(shard.work(priority), DELIVERY_GROUP)
+        evidence.pending[f"work:{priority.lower()}"] = int(summary["pending"])
+    summary = await redis.xpending(shard.events, PROJECTOR_GROUP)
+    evidence.pending["events"] = int(summary["pending"])
+    evidence.delayed = int(await redis.zcard(shard.delayed))
+    return evidence
+
+
+async def read_sandbox(redis: Redis, keys: KeySpace, evidence: Evidence) -> None:
+    """Every provider call the sandbox recorded, per delivery, in order."""
+    calls: dict[str, list[SandboxCall]] = defaultdict(list)
+    start = "-"
+    while True:
+        entries = await redis.xrange(keys.sandbox_sent, min=start, count=10_000)
+        for entry_id, entry in entries:
+            calls[_text(entry[b"delivery_id"])].append(
+                SandboxCall(
+                    at=int(_text(entry_id).split("-")[0]) / 1000,
+                    outcome=_text(entry[b"outcome"]),
+                    duplicate=entry[b"duplicate"] == b"1",
+                    message_id=_text(entry.get(b"message_id", b"")),
+                )
+            )
+        if len(entries) < 10_000:
+            break
+        start = "(" + _text(entries[-1][0])
+    evidence.sandbox = dict(calls)
+
+
+async def read_read_model(database_url: str, evidence: Evidence) -> None:
+    """Every notification and delivery row in PostgreSQL."""
+    connection = await asyncpg.connect(database_url)
+    try:
+        for row in await connection.fetch("SELECT id::text, idempotency_key FROM notification"):
+            evidence.pg_notifications[row["id"]] = row["idempotency_key"]
+        rows = await connection.fetch(
+            "SELECT id::text, status, attempts, error_class, provider_message_id FROM delivery"
+        )
+    finally:
+        await connection.close()
+    for row in rows:
+        evidence.pg_states[row["id"]] = DeliveryState(
+            row["status"], row["attempts"], row["error_class"], row["provider_message_id"]
+        )

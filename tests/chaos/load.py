@@ -1,0 +1,183 @@
+"""The producer: a known mix of notifications, sent over HTTP until each one is acknowledged.
+
+Every notification is planned up front from a seeded generator, with what each of its
+channels is expected to end as: the sandbox directives say it (``fail_permanent`` → FAILED,
+PERMANENT; ``raise_bug`` → FAILED, BUG; ``fail_transient`` below the retry bound → SENT).
+The producer paces the requests over the send period and re-sends every request that got no
+answer, a 503 or a 409 with the same Idempotency-Key and the same body, as a well-behaved
+client would, until it gets a 202.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+# (type, share, its channels): priorities come from the catalog (HIGH, HIGH, NORMAL, LOW).
+TYPES: tuple[tuple[str, float, tuple[str, ...]], ...] = (
+    ("otp", 0.30, ("SMS",)),
+    ("security_alert", 0.15, ("EMAIL", "PUSH")),
+    ("order_confirmed", 0.35, ("EMAIL", "PUSH", "IN_APP")),
+    ("marketing", 0.20, ("EMAIL", "PUSH")),
+)
+# Per channel of a notification: the chance of each directive (the rest is a plain send).
+FAIL_PERMANENT = 0.04
+RAISE_BUG = 0.01
+FAIL_TRANSIENT = 0.10  # 1 or 2 failures, below every channel's max_attempts
+LATENCY = 0.25  # 100-600 ms in the provider: sends are in flight when a worker dies
+
+REQUEST_TIMEOUT_S = 10.0
+GIVE_UP_AFTER_S = 180.0
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """One notification to send and what each channel is expected to end as."""
+
+    key: str
+    body: dict[str, Any]
+    # Channel -> "SENT", or the error class of the failure its directive asks for.
+    expected: dict[str, str]
+
+
+def plan(count: int, seed: int) -> list[Planned]:
+    """``count`` notifications: mixed types, priorities, channels, recipients and directives."""
+    rng = random.Random(seed)
+    shares = [share for _, share, _ in TYPES]
+    plans = []
+    for n in range(count):
+        type_name, _, channels = rng.choices(TYPES, weights=shares)[0]
+        recipient: dict[str, Any] = {"id": f"user-{rng.randrange(5000)}"}
+        if rng.random() < 0.92:  # the rest: EMAIL is SUPPRESSED (no_address)
+            recipient["email"] = f"user{n}@example.com"
+        if type_name == "otp" or rng.random() < 0.5:
+            recipient["phone"] = f"+49151{n:08d}"
+        tokens = rng.choice((0, 1, 1, 1, 2))  # one PUSH delivery per token
+        if tokens:
+            recipient["push_tokens"] = [f"{n:032x}{t:032x}" for t in range(tokens)]
+        directives: dict[str, dict[str, Any]] = {}
+        expected: dict[str, str] = {}
+        for channel in channels:
+            directive: dict[str, Any] = {}
+            roll = rng.random()
+            if roll < FAIL_PERMANENT:
+                directive["fail_permanent"] = "mailbox does not exist"
+                expected[channel] = "PERMANENT"
+            elif roll < FAIL_PERMANENT + RAISE_BUG:
+                directive["raise_bug"] = True
+                expected[channel] = "BUG"
+            else:
+                if roll < FAIL_PERMANENT + RAISE_BUG + FAIL_TRANSIENT:
+                    directive["fail_transient"] = rng.choice((1, 2))
+                expected[channel] = "SENT"
+            if rng.random() < LATENCY:
+                directive["latency_ms"] = rng.randrange(100, 600)
+            if directive:
+                directives[channel] = directive
+        data: dict[str, Any] = {
+            "otp": {"code": f"{n % 1_000_000:06d}"},
+            "security_alert": {"message": f"New sign-in {n}"},
+            "order_confirmed": {"order_id": f"A-{n}"},
+            "marketing": {"subject": "Sale", "body": f"Offer {n}"},
+        }[type_name]
+        if directives:
+            data["sandbox"] = directives
+        body = {"recipient": recipient, "type": type_name, "data": data}
+        plans.append(Planned(f"chaos-{seed}-{n}", body, expected))
+    return plans
+
+
+@dataclass(frozen=True, slots=True)
+class Acknowledged:
+    """What a 202 said: the notification id and each delivery (id, channel, status)."""
+
+    planned: Planned
+    notification_id: str
+    deliveries: tuple[tuple[str, str, str], ...]
+
+
+@dataclass(slots=True)
+class ProducerStats:
+    requests: int = 0
+    answers: Counter[int] = field(default_factory=Counter)
+    replayed: int = 0  # 202 with Idempotent-Replayed: a retry of something already written
+    no_answer: int = 0  # timeouts and broken connections, each re-sent
+    gave_up: list[str] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)  # 4xx other than 409: a bad plan
+
+
+class Producer:
+    """Sends planned notifications at a steady rate with bounded concurrency."""
+
+    def __init__(self, base_url: str, api_key: str, *, concurrency: int = 128) -> None:
+        self.base_url = base_url
+        self.api_key = api_key
+        self.concurrency = concurrency
+        self.stats = ProducerStats()
+        self.acknowledged: dict[str, Acknowledged] = {}
+        self.progress = 0.0  # the share of the notifications whose first request went out
+
+    async def send_all(self, plans: list[Planned], seconds: float) -> None:
+        """Send every plan, spread evenly over ``seconds``, each until it is answered."""
+        rate = len(plans) / seconds
+        start = time.monotonic()
+        queue = iter(enumerate(plans))
+        limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=32)
+        async with httpx.AsyncClient(
+            base_url=self.base_url, limits=limits, timeout=REQUEST_TIMEOUT_S
+        ) as client:
+
+            async def sender() -> None:
+                for index, planned in queue:
+                    delay = start + index / rate - time.monotonic()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                    self.progress = (index + 1) / len(plans)
+                    await self._send_until_answered(client, planned)
+
+            await asyncio.gather(*(sender() for _ in range(self.concurrency)))
+
+    async def _send_until_answered(self, client: httpx.AsyncClient, planned: Planned) -> None:
+        headers = {"Authorization": f"Bearer {self.api_key}", "Idempotency-Key": planned.key}
+        deadline = time.monotonic() + GIVE_UP_AFTER_S
+        pause = 0.0
+        for attempt in itertools.count():
+            if time.monotonic() > deadline:
+                self.stats.gave_up.append(planned.key)
+                return
+            if attempt:
+                await asyncio.sleep(pause)
+            self.stats.requests += 1
+            try:
+                answer = await client.post("/v1/notifications", json=planned.body, headers=headers)
+            except httpx.TransportError:  # no answer: it may or may not have been written
+                self.stats.no_answer += 1
+                pause = 0.5
+                continue
+            self.stats.answers[answer.status_code] += 1
+            if answer.status_code == 202:
+                self._remember(planned, answer)
+                return
+            if answer.status_code == 503:
+                pause = float(answer.headers.get("Retry-After", "1"))
+            elif answer.status_code == 409:  # the first request with this key is in flight
+                pause = 0.2
+            elif answer.status_code >= 500:
+                pause = 0.5
+            else:
+                self.stats.rejected.append(f"{planned.key}: {answer.status_code} {answer.text}")
+                return
+
+    def _remember(self, planned: Planned, answer: httpx.Response) -> None:
+        if answer.headers.get("Idempotent-Replayed") == "true":
+            self.stats.replayed += 1
+        body = answer.json()
+        deliveries = tuple((d["id"], d["channel"], d["status"]) for d in body["deliveries"])
+        self.acknowledged[planned.key] = Acknowledged(planned, body["id"], deliveries)

@@ -1,0 +1,76 @@
+"""The summary table of a chaos run: the faults injected and what became of every notification."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from tests.chaos.faults import Crash, Fault
+from tests.chaos.load import ProducerStats
+from tests.chaos.verdict import Verdict
+
+
+def render(
+    title: str,
+    started: float,
+    faults: list[Fault],
+    crashes: list[Crash],
+    stats: ProducerStats,
+    verdict: Verdict,
+    timings: dict[str, float],
+) -> str:
+    """The table; times are seconds after the first request was sent."""
+    lines = [f"== {title}", "", f"{'fault':<40} {'count':>5}  when (s)"]
+    by_kind: dict[tuple[str, str], list[Fault]] = defaultdict(list)
+    for fault in faults:
+        target = "worker" if fault.target.startswith("worker") else fault.target
+        by_kind[(target, fault.kind)].append(fault)
+    for (target, kind), group in sorted(by_kind.items(), key=lambda item: item[1][0].start):
+        when = ", ".join(_when(fault, started) for fault in group)
+        lines.append(f"{target + ' ' + kind:<40} {len(group):>5}  {when}")
+    lines.append(f"{'crash (exit nobody caused)':<40} {len(crashes):>5}")
+
+    answers = ", ".join(f"{code}: {n}" for code, n in sorted(stats.answers.items()))
+    lines += [
+        "",
+        f"requests {stats.requests} ({answers}; no answer: {stats.no_answer}), "
+        f"202 replayed for a retried key: {stats.replayed}",
+        "",
+        f"{'outcome':<48} {'expected':>9} {'found':>9}",
+    ]
+    explained = sum(1 for r in verdict.repeats if r.explained_by is not None)
+    causes = defaultdict(int)
+    for repeat in verdict.repeats:
+        if repeat.explained_by is not None:
+            fault = repeat.explained_by
+            causes[f"{fault.target.split('-')[0]} {fault.kind}"] += 1
+    cause_text = ", ".join(f"{target}: {n}" for target, n in sorted(causes.items()))
+    # An idempotent provider turns every repeat into a no-op; without one, a repeat after a
+    # fault is a duplicate the recipient sees, reported rather than expected away.
+    once, more = (verdict.expected_sends, 0) if verdict.idempotent else ("-", "-")
+    rows = [
+        ("notifications acknowledged (202)", verdict.acknowledged, verdict.acknowledged),
+        ("lost (acknowledged, missing in Redis or PG)", 0, len(verdict.lost)),
+        ("extra (exist, never acknowledged)", 0, len(verdict.extra)),
+        ("deliveries final, PG = Redis = directives", verdict.deliveries, verdict.final_agreeing),
+        ("SENT deliveries", verdict.expected_sends, verdict.expected_sends),
+        ("  received exactly once", once, verdict.sent_once),
+        ("  received more than once (duplicates)", more, verdict.sent_more),
+        ("repeated provider calls (duplicate=1)", "-", len(verdict.repeats)),
+        ("  of which in flight at a fault", len(verdict.repeats), explained),
+        ("dead letters", verdict.dlq_expected, verdict.dlq_found),
+    ]
+    lines += [f"{label:<48} {want!s:>9} {got!s:>9}" for label, want, got in rows]
+    if cause_text:
+        lines.append(f"repeats by fault: {cause_text}")
+    lines.append("")
+    lines += [f"{name}: {seconds:.1f} s" for name, seconds in timings.items()]
+    failures = verdict.failures()
+    lines += ["", "PASS" if not failures else "FAIL", *failures]
+    return "\n".join(lines)
+
+
+def _when(fault: Fault, started: float) -> str:
+    at = fault.start - started
+    if fault.end - fault.start < 0.05:
+        return f"{at:.1f}"
+    return f"{at:.1f} (for {fault.end - fault.start:.1f})"

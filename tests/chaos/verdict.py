@@ -1,0 +1,234 @@
+"""Judging a run: the acknowledged notifications against both models and the provider's record.
+
+A run passes when every acknowledged notification is in Redis and PostgreSQL with every
+delivery final, both models agree field by field and with what the directives asked for,
+nothing exists that was not acknowledged, each SENT delivery was sent exactly once (with an
+idempotent provider: one call that was not a repeat), every repeated send is explained by a
+fault, and the dead-letter queue holds exactly the deliveries told to fail.
+
+A repeated send is *explained* when the delivery was in flight at a fault that can cut a
+delivery off (a worker SIGKILL or SIGSTOP, a Redis crash): its previous send was recorded by
+the provider at most ``OUTCOME_DELAY_S`` before the fault began, or while it lasted, and the
+repeat came after it began. A worker records the outcome a moment after the provider's answer
+(one pipelined script call), so a send followed by a repeat without such a fault right after
+it means the outcome was lost or ignored: a bug. ``OUTCOME_DELAY_S`` is far shorter than the
+lease, which matters: with a worker killed every few seconds, a window of a whole lease
+before every fault would cover almost the whole run and explain anything.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from dataclasses import dataclass, field
+
+from tests.chaos.evidence import FINAL, DeliveryState, Evidence, SandboxCall
+from tests.chaos.faults import Crash, Fault
+from tests.chaos.load import Acknowledged, ProducerStats
+
+# Clock slack between the suite's timestamps and Redis's stream ids (same host).
+SLACK_S = 0.2
+# The longest a worker may take, on a loaded machine, from the provider's answer to the
+# recorded outcome; a send recorded earlier than this before a fault was no longer in flight.
+OUTCOME_DELAY_S = 2.0
+SHOWN = 5  # examples listed per problem
+
+
+@dataclass(frozen=True, slots=True)
+class Expected:
+    notification_id: str
+    channel: str
+    state: DeliveryState  # only status and error_class are predicted
+
+
+@dataclass(frozen=True, slots=True)
+class Repeat:
+    delivery_id: str
+    at: float
+    explained_by: Fault | None
+
+
+@dataclass(slots=True)
+class Verdict:
+    idempotent: bool
+    acknowledged: int = 0
+    deliveries: int = 0
+    final_agreeing: int = 0
+    expected_sends: int = 0
+    # Deliveries the recipient got once, and more than once: with an idempotent provider a
+    # repeated call sends nothing, without one it sends again.
+    sent_once: int = 0
+    sent_more: int = 0
+    repeats: list[Repeat] = field(default_factory=list)
+    dlq_expected: int = 0
+    dlq_found: int = 0
+    lost: list[str] = field(default_factory=list)
+    extra: list[str] = field(default_factory=list)
+    problems: dict[str, list[str]] = field(default_factory=dict)
+
+    def problem(self, kind: str, example: str) -> None:
+        self.problems.setdefault(kind, []).append(example)
+
+    def failures(self) -> list[str]:
+        """One line per kind of problem, with a few examples."""
+        return [
+            f"{kind}: {len(examples)} (e.g. {'; '.join(examples[:SHOWN])})"
+            for kind, examples in self.problems.items()
+        ]
+
+
+def expectations(acknowledged: dict[str, Acknowledged]) -> dict[str, Expected]:
+    """Each acknowledged delivery's predicted final status (and error class)."""
+    expected: dict[str, Expected] = {}
+    for ack in acknowledged.values():
+        for delivery_id, channel, status in ack.deliveries:
+            if status in FINAL:  # suppressed or expired at acceptance: stays so
+                state = DeliveryState(status, 0, None, None)
+            elif ack.planned.expected[channel] == "SENT":
+                state = DeliveryState("SENT", 0, None, None)
+            else:
+                state = DeliveryState("FAILED", 0, ack.planned.expected[channel], None)
+            expected[delivery_id] = Expected(ack.notification_id, channel, state)
+    return expected
+
+
+def judge(
+    acknowledged: dict[str, Acknowledged],
+    evidence: Evidence,
+    faults: list[Fault],
+    crashes: list[Crash],
+    stats: ProducerStats,
+    *,
+    idempotent: bool,
+) -> Verdict:
+    verdict = Verdict(idempotent, acknowledged=len(acknowledged))
+    expected = expectations(acknowledged)
+    verdict.deliveries = len(expected)
+    _notifications(verdict, acknowledged, evidence)
+    _states(verdict, expected, evidence)
+    _sends(verdict, expected, evidence, faults)
+    _dead_letters(verdict, expected, evidence)
+    for stream, count in evidence.pending.items():
+        if count:
+            verdict.problem("entries never acknowledged", f"{stream}: {count}")
+    if evidence.delayed:
+        verdict.problem("retries still waiting in delayed", str(evidence.delayed))
+    for crash in crashes:
+        verdict.problem("process crashed", f"{crash.name} exit {crash.exit_code}")
+    for key in stats.gave_up:
+        verdict.problem("never acknowledged (producer gave up)", key)
+    for rejection in stats.rejected:
+        verdict.problem("request rejected", rejection)
+    return verdict
+
+
+def _notifications(
+    verdict: Verdict, acknowledged: dict[str, Acknowledged], evidence: Evidence
+) -> None:
+    """None lost, none extra, one id per key, the record as the 202 described it."""
+    ids = {ack.notification_id for ack in acknowledged.values()}
+    for key, ack in acknowledged.items():
+        nid = ack.notification_id
+        if nid not in evidence.records or nid not in evidence.pg_notifications:
+            verdict.lost.append(nid)
+            continue
+        if evidence.idempotency.get(key) != nid:
+            verdict.problem("key maps to another id", f"{key}: {evidence.idempotency.get(key)}")
+        if evidence.pg_notifications[nid] != key:
+            verdict.problem("PostgreSQL has another key", f"{nid}")
+        answered = [(d, c) for d, c, _ in ack.deliveries]
+        if [(d, c) for d, c, _ in evidence.records[nid]] != answered:
+            verdict.problem("record differs from the 202 answer", nid)
+    verdict.extra += sorted((set(evidence.records) | set(evidence.pg_notifications)) - ids)
+    verdict.extra += [f"key {k}" for k in sorted(set(evidence.idempotency) - set(acknowledged))]
+    for nid in verdict.lost:
+        verdict.problem("acknowledged notification lost", nid)
+    for what in verdict.extra:
+        verdict.problem("notification that was never acknowledged", what)
+
+
+def _states(verdict: Verdict, expected: dict[str, Expected], evidence: Evidence) -> None:
+    """Every delivery final, in both models alike, and as its directives predicted."""
+    for delivery_id, want in expected.items():
+        redis = evidence.redis_states.get(delivery_id)
+        pg = evidence.pg_states.get(delivery_id)
+        if redis is None or pg is None:
+            verdict.problem("delivery missing", f"{delivery_id} redis={redis} pg={pg}")
+        elif redis.status not in FINAL:
+            verdict.problem("delivery not final", f"{delivery_id}: {redis.status}")
+        elif pg != redis:
+            verdict.problem("PostgreSQL disagrees with Redis", f"{delivery_id}: {pg} != {redis}")
+        elif (redis.status, redis.error_class if redis.status == "FAILED" else None) != (
+            want.state.status,
+            want.state.error_class,
+        ):
+            verdict.problem(
+                "not what the directives asked for",
+                f"{delivery_id} ({want.channel}): {redis.status}/{redis.error_class}, "
+                f"expected {want.state.status}/{want.state.error_class}",
+            )
+        else:
+            verdict.final_agreeing += 1
+    unknown = (set(evidence.pg_states) | evidence.state_hashes) - set(expected)
+    for delivery_id in sorted(unknown):
+        verdict.problem("delivery that was never acknowledged", delivery_id)
+
+
+def _sends(
+    verdict: Verdict,
+    expected: dict[str, Expected],
+    evidence: Evidence,
+    faults: list[Fault],
+) -> None:
+    """Exactly one real send per SENT delivery; every repeat explained by a fault."""
+    interrupting = [fault for fault in faults if fault.interrupts_delivery]
+    for delivery_id in sorted(set(evidence.sandbox) - set(expected)):
+        verdict.problem("provider call for an unknown delivery", delivery_id)
+    for delivery_id, want in expected.items():
+        sends = [c for c in evidence.sandbox.get(delivery_id, []) if c.outcome == "sent"]
+        state = evidence.redis_states.get(delivery_id)
+        if want.state.status != "SENT" or state is None:
+            if sends:
+                verdict.problem("sent but did not end SENT", delivery_id)
+            continue
+        verdict.expected_sends += 1
+        originals = [c for c in sends if not c.duplicate]
+        if len(originals) != 1 or sends[0].duplicate:
+            verdict.problem("not one first send", f"{delivery_id}: {len(originals)}")
+        received = len(originals) if verdict.idempotent else len(sends)
+        if received == 1:
+            verdict.sent_once += 1
+        elif received > 1:
+            verdict.sent_more += 1
+        if state.provider_message_id not in {c.message_id for c in sends}:
+            verdict.problem("recorded message id is no send's", delivery_id)
+        for previous, repeat in itertools.pairwise(sends):
+            cause = _explanation(previous, repeat, interrupting)
+            verdict.repeats.append(Repeat(delivery_id, repeat.at, cause))
+            if cause is None:
+                verdict.problem("repeated send without a fault to explain it", delivery_id)
+
+
+def _explanation(previous: SandboxCall, repeat: SandboxCall, faults: list[Fault]) -> Fault | None:
+    for fault in faults:
+        in_flight = fault.start - OUTCOME_DELAY_S - SLACK_S <= previous.at <= fault.end + SLACK_S
+        if in_flight and repeat.at >= fault.start - SLACK_S:
+            return fault
+    return None
+
+
+def _dead_letters(verdict: Verdict, expected: dict[str, Expected], evidence: Evidence) -> None:
+    """The dead-letter queue holds exactly the deliveries told to fail, once each."""
+    wanted = {d: e.state.error_class for d, e in expected.items() if e.state.status == "FAILED"}
+    found = Counter(delivery_id for delivery_id, _ in evidence.dead_letters)
+    verdict.dlq_expected, verdict.dlq_found = len(wanted), len(evidence.dead_letters)
+    for delivery_id, error_class in evidence.dead_letters:
+        if delivery_id not in wanted:
+            verdict.problem("dead letter nobody asked for", f"{delivery_id or '?'} {error_class}")
+        elif wanted[delivery_id] != error_class:
+            verdict.problem("dead letter of another class", f"{delivery_id} {error_class}")
+    for delivery_id in sorted(set(wanted) - set(found)):
+        verdict.problem("dead letter missing", delivery_id)
+    for delivery_id, count in found.items():
+        if count > 1:
+            verdict.problem("dead-lettered more than once", f"{delivery_id} x{count}")
