@@ -6,7 +6,10 @@
 -- Reply per item: {verdict, version, attempts, now_ms, first_attempt_ms}
 --   GO       the lease is ours until now + lease length; the state is SENDING
 --   TERMINAL the delivery already ended (SENT, FAILED, EXPIRED, SUPPRESSED): drop the item
---   LEASED   another worker holds a live lease: leave the item for later
+--   LEASED   a live lease is held: leave the item for later. Also when this consumer holds
+--            it: the item is then a second work entry of a delivery leased in this batch,
+--            being sent, or leased before this consumer restarted; a second GO would send
+--            it twice. The reclaimer hands the item out again once the lease has run out.
 -- A missing hash means "as accepted": version 1, no attempts yet; it is created here.
 
 local consumer, lease_ms = ARGV[1], tonumber(ARGV[2])
@@ -31,7 +34,7 @@ for i = 1, #KEYS do
   local first = tonumber(state[6] or 0) or 0
   if terminal[status] then
     replies[i] = { "TERMINAL", version, attempts, now, first }
-  elseif state[4] and state[4] ~= consumer and tonumber(state[5] or 0) > now then
+  elseif tonumber(state[5] or 0) > now then
     replies[i] = { "LEASED", version, attempts, now, first }
   else
     redis.call("HSET", key, "status", "SENDING", "lease_owner", consumer,

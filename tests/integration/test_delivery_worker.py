@@ -304,6 +304,29 @@ async def test_a_restarted_consumer_sends_each_of_its_pending_entries_once(
     assert sorted(c["delivery_id"] for c in calls) == sorted(ids)
 
 
+async def test_two_work_entries_of_one_delivery_in_one_read_send_once(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    keys, catalog = KeySpace(key_prefix), fast_catalog(idempotent=False)
+    stream = keys.shard(0).work(Priority.HIGH)
+    await ensure_group(real_redis, stream)
+    answer = await accept(real_redis, keys, catalog, otp("1", {"latency_ms": 300}), "k1")
+    delivery_id = answer["deliveries"][0]["id"]
+    # A second entry for the same delivery, as a stale entry left pending by a worker that
+    # was stopped and then taken over leaves one beside the current one.
+    [(_, fields)] = await real_redis.xrange(stream)
+    await real_redis.xadd(stream, fields)
+    async with running_worker(real_redis, keys, catalog, consumer="test-0"):
+        assert (await final_state(real_redis, keys, delivery_id))["status"] == "SENT"
+
+        async def acknowledged() -> bool:
+            return (await real_redis.xpending(stream, GROUP))["pending"] == 0
+
+        await wait_until(acknowledged)
+    calls = await sandbox_calls(real_redis, keys)
+    assert [c["delivery_id"] for c in calls] == [delivery_id]
+
+
 async def test_rate_limited_deliveries_wait_without_counting_an_attempt(
     real_redis: Redis, key_prefix: str
 ) -> None:
