@@ -20,10 +20,13 @@ from tests.chaos.processes import DurableRedis, ServiceProcess
 from tests.servers import PostgresServer
 
 KILL_EVERY_S = 5.0
+# How ``clarion worker`` and ``clarion projector`` refuse to start without Redis.
+REDIS_REFUSAL = "Error: Redis at "
 RESPAWN_PAUSE_S = 1.0
 REDIS_DOWN_S = 2.0
 POSTGRES_DOWN_S = 3.0
 PAUSE_BEYOND_LEASE_S = 2.0
+BUSY_AFTER_START_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +78,7 @@ class FaultInjector:
         self.lease_s = lease_s
         self.faults: list[Fault] = []
         self.crashes: list[Crash] = []
+        self.refused_starts = 0
         self._redis_up = True
         self._paused: ServiceProcess | None = None
 
@@ -129,14 +133,20 @@ class FaultInjector:
                 if process.name not in down_since:
                     down_since[process.name] = now
                     if not process.killed_on_purpose:
-                        self.crashes.append(
-                            Crash(process.name, process.exit_code(), now, process.tail())
-                        )
+                        self._unprovoked_exit(process, now)
                 # A supervisor would retry until Redis is back; waiting for it keeps the
                 # refused start-ups out of the crash list.
                 if self._redis_up and now - down_since[process.name] >= RESPAWN_PAUSE_S:
                     process.start()
                     del down_since[process.name]
+
+    def _unprovoked_exit(self, process: ServiceProcess, at: float) -> None:
+        if process.tail(1).startswith(REDIS_REFUSAL):
+            # Started just before Redis went down: a refusal to start, which a supervisor
+            # answers by trying again, as the respawner does.
+            self.refused_starts += 1
+        else:
+            self.crashes.append(Crash(process.name, process.exit_code(), at, process.tail()))
 
     async def _kill(self, process: ServiceProcess) -> None:
         if process.exited():
@@ -148,7 +158,11 @@ class FaultInjector:
     async def _pause(self, process: ServiceProcess) -> None:
         """SIGSTOP for longer than the lease: others take its deliveries over meanwhile."""
         seconds = self.lease_s + PAUSE_BEYOND_LEASE_S
-        self._paused = process
+        self._paused = process  # from now on the periodic kills spare it
+        # Just killed, it may not be back yet; once back, let it take work in hand. (Polled:
+        # the respawner starts it, nothing signals that.)
+        while process.exited() or time.time() - process.started_at < BUSY_AFTER_START_S:  # noqa: ASYNC110
+            await asyncio.sleep(0.1)
         at = time.time()
         process.pause()
         await asyncio.sleep(seconds)

@@ -110,7 +110,9 @@ class ProducerStats:
     replayed: int = 0  # 202 with Idempotent-Replayed: a retry of something already written
     no_answer: int = 0  # timeouts and broken connections, each re-sent
     gave_up: list[str] = field(default_factory=list)
-    rejected: list[str] = field(default_factory=list)  # 4xx other than 409: a bad plan
+    # Answers a well-behaved service never gives here: 4xx other than 409 (a bad plan,
+    # never retried), 5xx other than 503, a 503 without Retry-After.
+    unexpected: list[str] = field(default_factory=list)
 
 
 class Producer:
@@ -166,13 +168,16 @@ class Producer:
                 self._remember(planned, answer)
                 return
             if answer.status_code == 503:
+                if "Retry-After" not in answer.headers:
+                    self.stats.unexpected.append(f"{planned.key}: 503 without Retry-After")
                 pause = float(answer.headers.get("Retry-After", "1"))
             elif answer.status_code == 409:  # the first request with this key is in flight
                 pause = 0.2
-            elif answer.status_code >= 500:
+            elif answer.status_code >= 500:  # a retry may still succeed, but it is a bug
+                self.stats.unexpected.append(f"{planned.key}: {answer.status_code}")
                 pause = 0.5
             else:
-                self.stats.rejected.append(f"{planned.key}: {answer.status_code} {answer.text}")
+                self.stats.unexpected.append(f"{planned.key}: {answer.status_code} {answer.text}")
                 return
 
     def _remember(self, planned: Planned, answer: httpx.Response) -> None:

@@ -102,6 +102,7 @@ class ServiceProcess:
         self.log_path = logs / f"{name}.log"
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        self.started_at = 0.0
         # Set when this suite killed the process on purpose: its exit is not a crash.
         self.killed_on_purpose = False
 
@@ -118,6 +119,7 @@ class ServiceProcess:
                 start_new_session=True,
             )
         self.starts += 1
+        self.started_at = time.time()
         self.killed_on_purpose = False
 
     @property

@@ -14,6 +14,7 @@ def render(
     started: float,
     faults: list[Fault],
     crashes: list[Crash],
+    refused_starts: int,
     stats: ProducerStats,
     verdict: Verdict,
     timings: dict[str, float],
@@ -28,6 +29,7 @@ def render(
         when = ", ".join(_when(fault, started) for fault in group)
         lines.append(f"{target + ' ' + kind:<40} {len(group):>5}  {when}")
     lines.append(f"{'crash (exit nobody caused)':<40} {len(crashes):>5}")
+    lines.append(f"{'start refused while Redis was down':<40} {refused_starts:>5}")
 
     answers = ", ".join(f"{code}: {n}" for code, n in sorted(stats.answers.items()))
     lines += [

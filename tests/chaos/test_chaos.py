@@ -192,6 +192,7 @@ async def test_faults_lose_and_double_nothing(
             started,
             injector.faults,
             injector.crashes,
+            injector.refused_starts,
             producer.stats,
             verdict,
             {"send": sent - started, "drain": drained - sent},

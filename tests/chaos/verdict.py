@@ -117,8 +117,8 @@ def judge(
         verdict.problem("process crashed", f"{crash.name} exit {crash.exit_code}")
     for key in stats.gave_up:
         verdict.problem("never acknowledged (producer gave up)", key)
-    for rejection in stats.rejected:
-        verdict.problem("request rejected", rejection)
+    for answer in stats.unexpected:
+        verdict.problem("unexpected answer", answer)
     return verdict
 
 
