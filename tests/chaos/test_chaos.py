@@ -46,6 +46,10 @@ pytestmark = [pytest.mark.chaos, pytest.mark.timeout(1200)]
 NOTIFICATIONS = int(os.environ.get("CLARION_CHAOS_NOTIFICATIONS", "20000"))
 SEND_SECONDS = float(os.environ.get("CLARION_CHAOS_SECONDS", "60"))
 LEASE_MS = 5000
+# A worker is killed every few seconds, so a healthy work entry may be handed out many times
+# (each restart and takeover counts) before one worker gets to finish it; the default of 5
+# would dead-letter such entries as poison.
+MAX_DELIVERIES = 50
 DRAIN_TIMEOUT_S = 300.0
 PREFIX = "chaos"
 API_SECRET = "chaos-secret-key"
@@ -96,6 +100,7 @@ def running_service(workdir: Path, *, idempotent: bool) -> Iterator[Service]:
                 "CLARION_API_KEYS": f"chaos:{API_SECRET}:send+read",
                 "CLARION_PORT": str(port),
                 "CLARION_LEASE_MS": str(LEASE_MS),
+                "CLARION_MAX_DELIVERIES": str(MAX_DELIVERIES),
             }
             service = Service(
                 redis,

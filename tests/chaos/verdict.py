@@ -36,7 +36,6 @@ SHOWN = 5  # examples listed per problem
 
 @dataclass(frozen=True, slots=True)
 class Expected:
-    notification_id: str
     channel: str
     state: DeliveryState  # only status and error_class are predicted
 
@@ -88,7 +87,7 @@ def expectations(acknowledged: dict[str, Acknowledged]) -> dict[str, Expected]:
                 state = DeliveryState("SENT", 0, None, None)
             else:
                 state = DeliveryState("FAILED", 0, ack.planned.expected[channel], None)
-            expected[delivery_id] = Expected(ack.notification_id, channel, state)
+            expected[delivery_id] = Expected(channel, state)
     return expected
 
 
