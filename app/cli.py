@@ -15,6 +15,7 @@ import structlog
 from app import projector_process, worker_process
 from app.catalog import CatalogError, load_catalog
 from app.cli_dlq import dlq
+from app.cli_projection import projection
 from app.cli_status import status
 from app.logging import configure_logging
 from app.main import redis_client
@@ -189,6 +190,7 @@ def send(
 
 
 main.add_command(status)
+main.add_command(projection)
 main.add_command(dlq)
 
 if __name__ == "__main__":

@@ -269,9 +269,10 @@ async def apply(pool: asyncpg.Pool, stream: str, rows: Rows) -> None:
 async def write_rows(connection: asyncpg.Connection, rows: Rows) -> None:
     """Write ``rows`` within the caller's transaction, once per transaction.
 
-    The batch tables are dropped at the commit. Rows go in with COPY into temporary tables and one INSERT … SELECT per table: several
-    times cheaper for PostgreSQL than a statement per row. Table names are unqualified, so
-    the connection's ``search_path`` decides where they go.
+    The batch tables are dropped at the commit. Rows go in with COPY into temporary tables
+    and one INSERT … SELECT per table: several times cheaper for PostgreSQL than a statement
+    per row. Table names are unqualified, so the connection's ``search_path`` decides where
+    they go.
     """
     if rows.notifications:
         await _copy(connection, "batch_notification", _NOTIFICATION_TABLE, rows.notifications)
