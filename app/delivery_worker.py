@@ -31,6 +31,7 @@ from app.metrics import DELIVERY_FAILURES, UNKNOWN_CHANNEL, record_outcome
 from app.rendering import RenderError, render
 from streams import codec
 from streams.delivery import (
+    FAILED_STATE_RETENTION_MS,
     GROUP,
     STATE_RETENTION_MS,
     DeliveryStore,
@@ -61,8 +62,9 @@ class WorkerOptions:
     # How long a worker may hold a delivery; XAUTOCLAIM takes entries idle this long.
     lease_ms: int = 15_000
     max_deliveries: int = 5
-    # How long an ended delivery's state stays in Redis.
+    # How long an ended delivery's state stays in Redis; a FAILED one's, for DLQ replays.
     state_retention_ms: int = STATE_RETENTION_MS
+    failed_state_retention_ms: int = FAILED_STATE_RETENTION_MS
     reclaim_interval_s: float = 5.0
     shutdown_grace_s: float = 10.0
 
@@ -88,7 +90,11 @@ class DeliveryWorker:
         self.consumer = consumer
         self.options = options or WorkerOptions()
         self.now_ms = now_ms
-        self.store = DeliveryStore(redis, state_retention_ms=self.options.state_retention_ms)
+        self.store = DeliveryStore(
+            redis,
+            state_retention_ms=self.options.state_retention_ms,
+            failed_state_retention_ms=self.options.failed_state_retention_ms,
+        )
         self.rate_limiter = RateLimiter(redis, keys)
         self.recipient_settings = RecipientSettingsStore(redis, keys)
         self.metrics = MetricsRecorder(redis, keys)

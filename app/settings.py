@@ -60,8 +60,9 @@ class Settings:
     stream_retention_seconds: int = 3600
     # Seconds the dead-letter stream keeps an entry (its audit trail and replay source).
     dlq_retention_seconds: int = 7 * 86400
-    # Seconds a delivery's state hash lives on in Redis after the delivery ended.
-    delivery_state_retention_seconds: int = 7 * 86400
+    # Seconds a delivery's state hash lives on in Redis after the delivery ended SENT,
+    # EXPIRED or SUPPRESSED; a FAILED one's lives as long as its dead letter.
+    delivery_state_retention_seconds: int = 86400
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -132,7 +133,7 @@ class Settings:
                 env,
                 "CLARION_DELIVERY_STATE_RETENTION",
                 defaults.delivery_state_retention_seconds,
-                60,
+                3600,
                 3650 * 86400,
             ),
         )

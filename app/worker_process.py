@@ -48,6 +48,7 @@ def worker_options(settings: Settings) -> WorkerOptions:
         lease_ms=settings.lease_ms,
         max_deliveries=settings.max_deliveries,
         state_retention_ms=settings.delivery_state_retention_seconds * 1000,
+        failed_state_retention_ms=settings.dlq_retention_seconds * 1000,
         # Look for abandoned work a few times per lease.
         reclaim_interval_s=min(5.0, settings.lease_ms / 3000),
     )

@@ -21,8 +21,10 @@ from streams.scripts import KeyOrArg
 
 GROUP = "delivery"
 TERMINAL = frozenset({"SENT", "FAILED", "EXPIRED", "SUPPRESSED"})
-# How long an ended delivery's state hash stays (CLARION_DELIVERY_STATE_RETENTION).
-STATE_RETENTION_MS = 7 * 86400 * 1000
+# How long an ended delivery's state hash stays (CLARION_DELIVERY_STATE_RETENTION), and a
+# FAILED one's: as long as its dead letter may be replayed (CLARION_DLQ_RETENTION).
+STATE_RETENTION_MS = 86400 * 1000
+FAILED_STATE_RETENTION_MS = 7 * 86400 * 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,15 +60,21 @@ FinishReply = Literal["OK", "ENDED", "MOVED"]
 class DeliveryStore:
     """Leases and outcomes of deliveries, batched across concurrent workers."""
 
-    def __init__(self, redis: Redis, *, state_retention_ms: int = STATE_RETENTION_MS) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        state_retention_ms: int = STATE_RETENTION_MS,
+        failed_state_retention_ms: int = FAILED_STATE_RETENTION_MS,
+    ) -> None:
         self.redis = redis
-        self.state_retention_ms = state_retention_ms
+        self.retention = (state_retention_ms, failed_state_retention_ms)
         self._finish: BatchedScript[tuple[ShardKeys, Priority], Outcome, FinishReply]
         self._finish = BatchedScript(
             redis,
             scripts.DELIVERY_FINISH,
             group_of=lambda outcome: (outcome.shard, outcome.priority),
-            build=lambda group, outcomes: _finish_call(group, outcomes, self.state_retention_ms),
+            build=lambda group, outcomes: _finish_call(group, outcomes, self.retention),
             parse=lambda raw: raw.decode(),
         )
 
@@ -110,11 +118,11 @@ class DeliveryStore:
 
 
 def _finish_call(
-    group: tuple[ShardKeys, Priority], outcomes: Sequence[Outcome], state_retention_ms: int
+    group: tuple[ShardKeys, Priority], outcomes: Sequence[Outcome], retention: tuple[int, int]
 ) -> Call:
     shard, priority = group
     keys: list[KeyOrArg] = [shard.work(priority), shard.events, shard.delayed, shard.dlq]
-    args: list[KeyOrArg] = [GROUP, state_retention_ms]
+    args: list[KeyOrArg] = [GROUP, *retention]
     for outcome in outcomes:
         keys.append(shard.delivery(outcome.delivery_id))
         args += [

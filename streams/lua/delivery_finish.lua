@@ -2,7 +2,8 @@
 -- one step per delivery, so a crash never leaves one without the others.
 --
 -- KEYS: work stream, events, delayed, dlq, then per item: the delivery's state hash.
--- ARGV: consumer group, retention of an ended delivery's state (ms), then per item:
+-- ARGV: consumer group, retention (ms) of an ended delivery's state, of a FAILED one's,
+--       then per item:
 --   work entry id, expected version, events (one JSON array: one stream entry),
 --   delayed member ("" for none), due ms, state field count, field/value pairs,
 --   dead-letter field count, field/value pairs (0 for none)
@@ -11,14 +12,16 @@
 -- worker recorded something for it since this one read its version: then only the work
 -- entry is acknowledged, nothing is recorded twice.
 --
--- A state hash that reaches a terminal status expires after the retention; until then a
--- redelivered work item still finds it ended. A non-terminal state never expires.
+-- A state hash that reaches a terminal status expires after its retention; until then a
+-- redelivered work item still finds it ended. A FAILED delivery's state lives as long as its
+-- dead letter may be replayed (a replay re-checks it). A non-terminal state never expires.
 
 local work, events, delayed, dlq = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local group, retention_ms = ARGV[1], ARGV[2]
+local group = ARGV[1]
+local retention_ms = { SENT = ARGV[2], EXPIRED = ARGV[2], SUPPRESSED = ARGV[2], FAILED = ARGV[3] }
 local terminal = { SENT = true, FAILED = true, EXPIRED = true, SUPPRESSED = true }
 
-local argi = 3
+local argi = 4
 local function next_arg()
   argi = argi + 1
   return ARGV[argi - 1]
@@ -49,7 +52,7 @@ for i = 5, #KEYS do
     redis.call("HSET", key, unpack(fields))
     for j = 1, #fields - 1, 2 do
       if fields[j] == "status" and terminal[fields[j + 1]] then
-        redis.call("PEXPIRE", key, retention_ms)
+        redis.call("PEXPIRE", key, retention_ms[fields[j + 1]])
       end
     end
     if event_entry ~= "" then
