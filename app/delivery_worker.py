@@ -372,6 +372,42 @@ class DeliveryWorker:
         await self.store.dead_letter_raw(shard, priority, entry_id, dead_letter)
         self.metrics.inc(DELIVERY_FAILURES, (UNKNOWN_CHANNEL, ErrorClass.POISON.value))
 
+    async def _give_up(
+        self,
+        shard: ShardKeys,
+        priority: Priority,
+        entry_id: str,
+        fields: dict[bytes, bytes],
+        reason: str,
+    ) -> None:
+        """Dead-letter an entry handed out too often. Its delivery ends FAILED (POISON):
+        acknowledging the entry alone would leave it QUEUED or SENDING for ever."""
+        try:
+            item = codec.decode_work_item(fields[codec.WORK_FIELD.encode()])
+        except (KeyError, msgspec.DecodeError, msgspec.ValidationError):
+            await self._poison(shard, priority, entry_id, fields, reason)
+            return
+        [lease] = await self.store.begin(
+            shard,
+            [(item.delivery_id, item.notification_id, item.channel)],
+            self.consumer,
+            self.options.lease_ms,
+        )
+        step = Step(shard, item, entry_id, lease, self.consumer)
+        if lease.verdict == "LEASED":
+            return  # a live worker is on it now: it finishes it, or the entry comes back
+        if lease.verdict == "TERMINAL":
+            await self.store.finish([delivery_step.acknowledge_only(step)])
+            return
+        log.warning(
+            "delivery.poison", stream=shard.work(priority), entry_id=entry_id, reason=reason
+        )
+        outcome = delivery_step.failed(
+            step, ErrorClass.POISON, reason, self.now_ms(), attempts=lease.attempts
+        )
+        await self.store.finish([outcome])
+        self.metrics.inc(DELIVERY_FAILURES, (item.channel, ErrorClass.POISON.value))
+
     # --- scheduler and reclaimer ---------------------------------------------------------
 
     def _wake_scheduler(self, shard: ShardKeys, due_ms: int) -> None:
@@ -420,7 +456,7 @@ class DeliveryWorker:
             if entry.deliveries > self.options.max_deliveries:
                 found: Any = await self.redis.xrange(stream, entry.entry_id, entry.entry_id)
                 fields = found[0][1] if found else {}
-                await self._poison(
+                await self._give_up(
                     shard,
                     priority,
                     entry.entry_id,

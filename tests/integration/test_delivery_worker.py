@@ -207,7 +207,7 @@ async def test_an_entry_delivered_too_often_is_dead_lettered(
     real_redis: Redis, key_prefix: str
 ) -> None:
     keys, catalog = KeySpace(key_prefix), fast_catalog()
-    await accept(real_redis, keys, catalog, otp(), "k")
+    delivery_id = (await accept(real_redis, keys, catalog, otp(), "k"))["deliveries"][0]["id"]
     stream = keys.shard(0).work(Priority.HIGH)
     await ensure_group(real_redis, stream)
     # Six consumers read it and vanish, as crashing workers would.
@@ -221,8 +221,12 @@ async def test_an_entry_delivered_too_often_is_dead_lettered(
     [letter] = await dead_letters(real_redis, keys)
     assert letter["error_class"] == "POISON"
     assert "delivered" in letter["last_error"]
+    assert letter["delivery_id"] == delivery_id
     assert (await real_redis.xpending(stream, GROUP))["pending"] == 0
     assert await sandbox_calls(real_redis, keys) == []
+    # The delivery ended: left QUEUED, it would be "in progress" for ever.
+    ended = await state(real_redis, keys, delivery_id)
+    assert (ended["status"], ended["error_class"]) == ("FAILED", "POISON")
 
 
 async def test_an_invalid_push_token_is_remembered(real_redis: Redis, key_prefix: str) -> None:
