@@ -14,12 +14,13 @@ import structlog
 from litestar import Request, get, post
 from litestar.datastructures import State
 from litestar.exceptions import ClientException
-from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import OpenAPIFormat, OpenAPIType
 from litestar.params import QueryParameter
 from redis.asyncio import Redis
 
 from app.api.body import decode_body, documented_body
+from app.api.errors import AUTHENTICATED, BodyTooLarge
+from app.api.params import query_schema
 from app.auth import authorize
 from app.catalog import Catalog
 from app.dlq_operations import (
@@ -43,55 +44,50 @@ from streams.keys import KeySpace
 log = structlog.get_logger(__name__)
 
 Req = Request[Any, Any, State]
-_INVALID = ResponseSpec(dict[str, Any], description="An invalid parameter, named")
-
-
-def _schema(kind: OpenAPIType = OpenAPIType.STRING, **extra: Any) -> dict[str, Any]:
-    """An optional query parameter documented as plain ``kind``; the handler checks values,
-    to answer 422 naming the parameter."""
-    return {"one_of": None, "type": kind, **extra}
 
 
 TypeFilter = Annotated[
     str | None,
-    QueryParameter(name="type", description="Only this notification type", schema_extra=_schema()),
+    QueryParameter(
+        name="type", description="Only this notification type", schema_extra=query_schema()
+    ),
 ]
 ChannelFilter = Annotated[
     str | None,
-    QueryParameter(description="Only this channel", schema_extra=_schema(enum=list(CHANNELS))),
+    QueryParameter(description="Only this channel", schema_extra=query_schema(enum=list(CHANNELS))),
 ]
 ErrorClassFilter = Annotated[
     str | None,
     QueryParameter(
-        description="Only this error class", schema_extra=_schema(enum=list(ERROR_CLASSES))
+        description="Only this error class", schema_extra=query_schema(enum=list(ERROR_CLASSES))
     ),
 ]
 Since = Annotated[
     str | None,
     QueryParameter(
         description="ISO 8601 time (UTC without an offset): dead-lettered at or after it",
-        schema_extra=_schema(format=OpenAPIFormat.DATE_TIME),
+        schema_extra=query_schema(format=OpenAPIFormat.DATE_TIME),
     ),
 ]
 Until = Annotated[
     str | None,
     QueryParameter(
         description="ISO 8601 time (UTC without an offset): dead-lettered before it",
-        schema_extra=_schema(format=OpenAPIFormat.DATE_TIME),
+        schema_extra=query_schema(format=OpenAPIFormat.DATE_TIME),
     ),
 ]
 Samples = Annotated[
     str | None,
     QueryParameter(
         description=f"Open entries to show with their context, 0 to {MAX_SAMPLES}",
-        schema_extra=_schema(
+        schema_extra=query_schema(
             OpenAPIType.INTEGER, minimum=0, maximum=MAX_SAMPLES, default=DEFAULT_SAMPLES
         ),
     ),
 ]
 
 
-@get("/v1/dlq", responses={422: _INVALID})
+@get("/v1/dlq", raises=AUTHENTICATED)
 async def get_dlq(
     request: Req,
     *,
@@ -127,7 +123,7 @@ async def get_dlq(
     "/v1/dlq/replay",
     status_code=200,
     dependencies=documented_body(ReplayBody),
-    responses={422: _INVALID},
+    raises=[*AUTHENTICATED, BodyTooLarge],
 )
 async def replay_dlq(request: Req) -> ReplayView:
     """Replay the open dead letters a filter selects, oldest first, at most ``limit``.

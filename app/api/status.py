@@ -29,6 +29,7 @@ from litestar.params import PathParameter, QueryParameter
 from redis.asyncio import Redis
 
 from app.api.errors import AUTHENTICATED, NotFound, ReadModelUnavailable
+from app.api.params import query_schema
 from app.api.schemas import DeliveryListItem, DeliveryPage, DeliveryStatus, NotificationStatus
 from app.auth import authorize
 from projections import queries
@@ -145,24 +146,18 @@ NotificationId = Annotated[
 ]
 
 
-def _schema(kind: OpenAPIType = OpenAPIType.STRING, **extra: Any) -> dict[str, Any]:
-    """The documented schema of an optional query parameter: plain ``kind``, not "string or
-    null" (an absent parameter is absent). Values are checked by the handler, to answer 422
-    naming the parameter, so no constraint here is enforced by Litestar."""
-    return {"one_of": None, "type": kind, **extra}
-
-
 StatusFilter = Annotated[
     str | None,
     QueryParameter(
         description="Only deliveries in this status",
-        schema_extra=_schema(enum=list(DELIVERY_STATUSES)),
+        schema_extra=query_schema(enum=list(DELIVERY_STATUSES)),
     ),
 ]
 ChannelFilter = Annotated[
     str | None,
     QueryParameter(
-        description="Only deliveries on this channel", schema_extra=_schema(enum=list(CHANNELS))
+        description="Only deliveries on this channel",
+        schema_extra=query_schema(enum=list(CHANNELS)),
     ),
 ]
 TypeFilter = Annotated[
@@ -170,14 +165,14 @@ TypeFilter = Annotated[
     QueryParameter(
         name="type",
         description="Only notifications of this type",
-        schema_extra=_schema(min_length=1, max_length=MAX_TYPE_LENGTH),
+        schema_extra=query_schema(min_length=1, max_length=MAX_TYPE_LENGTH),
     ),
 ]
 ErrorClassFilter = Annotated[
     str | None,
     QueryParameter(
         description="Only deliveries whose latest failure was of this class",
-        schema_extra=_schema(enum=list(ERROR_CLASSES)),
+        schema_extra=query_schema(enum=list(ERROR_CLASSES)),
     ),
 ]
 Since = Annotated[
@@ -185,21 +180,21 @@ Since = Annotated[
     QueryParameter(
         description="ISO 8601 time (UTC when it has no offset): only deliveries updated at "
         "or after it",
-        schema_extra=_schema(format=OpenAPIFormat.DATE_TIME),
+        schema_extra=query_schema(format=OpenAPIFormat.DATE_TIME),
     ),
 ]
 Until = Annotated[
     str | None,
     QueryParameter(
         description="ISO 8601 time (UTC when it has no offset): only deliveries updated before it",
-        schema_extra=_schema(format=OpenAPIFormat.DATE_TIME),
+        schema_extra=query_schema(format=OpenAPIFormat.DATE_TIME),
     ),
 ]
 Limit = Annotated[
     str | None,
     QueryParameter(
         description=f"Page size, 1 to {MAX_LIMIT}",
-        schema_extra=_schema(
+        schema_extra=query_schema(
             OpenAPIType.INTEGER, minimum=1, maximum=MAX_LIMIT, default=DEFAULT_LIMIT
         ),
     ),
@@ -207,7 +202,7 @@ Limit = Annotated[
 Cursor = Annotated[
     str | None,
     QueryParameter(
-        description="The next_cursor of the previous page (opaque)", schema_extra=_schema()
+        description="The next_cursor of the previous page (opaque)", schema_extra=query_schema()
     ),
 ]
 
