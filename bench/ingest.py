@@ -434,22 +434,20 @@ def delete_keys(client: redis.Redis, prefix: str) -> int:
     return deleted
 
 
-def git_commit() -> str | None:
-    """The short commit hash of the work tree, or None (no git, no commit yet)."""
+def git_output(*args: str) -> str | None:
+    """What ``git <args>`` prints in the repository, or None (no git, not a checkout)."""
     try:
         done = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
+            ["git", *args], cwd=REPO, capture_output=True, text=True, timeout=10, check=False
         )
     except OSError:
         return None
-    if done.returncode != 0:
-        return None
-    return done.stdout.strip() or None
+    return done.stdout if done.returncode == 0 else None
+
+
+def git_commit() -> str | None:
+    """The short commit hash of the work tree, or None (no git, no commit yet)."""
+    return (git_output("rev-parse", "--short", "HEAD") or "").strip() or None
 
 
 def machine_info(client: redis.Redis) -> dict[str, Any]:

@@ -40,7 +40,7 @@ import redis
 if __package__ in {None, ""}:  # run as a script: make the ``bench`` package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.ingest import REPO, RESULTS_DIR, machine_info
+from bench.ingest import REPO, RESULTS_DIR, git_output, machine_info
 from bench.report_summary import figures_of, markdown
 
 WRITTEN: Final = re.compile(r"^written to (\S+\.json)$")
@@ -101,18 +101,8 @@ def run_step(step: Step, quick: bool) -> dict[str, Any]:
 
 def git_dirty() -> bool | None:
     """Whether the work tree differs from its commit (the figures may not be the commit's)."""
-    try:
-        done = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
-    except OSError:
-        return None
-    return bool(done.stdout.strip()) if done.returncode == 0 else None
+    status = git_output("status", "--porcelain", "--untracked-files=no")
+    return None if status is None else bool(status.strip())
 
 
 def parse_args() -> argparse.Namespace:
