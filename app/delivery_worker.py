@@ -22,6 +22,7 @@ from typing import Any
 import msgspec
 import structlog
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from app import __version__, delivery_step
 from app.catalog import Catalog
@@ -108,9 +109,7 @@ class DeliveryWorker:
     async def run(self) -> None:
         """Run until ``stop()``; then finish what is in flight, within the grace period."""
         shards = self.keys.all_shards()
-        for shard in shards:
-            for priority in Priority:
-                await ensure_group(self.redis, shard.work(priority))
+        await self._ensure_groups(shards)
         loops = [
             asyncio.create_task(self._read_lane(shard, priority), name=f"lane-{priority}")
             for shard in shards
@@ -131,6 +130,21 @@ class DeliveryWorker:
         flusher.cancel()  # after the in-flight sends: their outcomes are counted too
         await asyncio.gather(flusher, return_exceptions=True)
         log.info("worker.stopped", consumer=self.consumer, unfinished=len(self._in_flight))
+
+    async def _ensure_groups(self, shards: Sequence[ShardKeys]) -> None:
+        """Create the consumer groups, waiting out a Redis that is briefly away: a worker
+        (re)started while Redis restarts must wait for it, not exit."""
+        delay = 0.1
+        while not self._stopping.is_set():
+            try:
+                for shard in shards:
+                    for priority in Priority:
+                        await ensure_group(self.redis, shard.work(priority))
+                return
+            except (RedisError, OSError) as error:
+                log.warning("worker.redis_unavailable", error=type(error).__name__, retry_in=delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
 
     def stop(self) -> None:
         """Ask ``run`` to stop reading and return."""

@@ -23,6 +23,7 @@ from tests.integration.delivery_support import (
     state,
     wait_until,
 )
+from tests.servers import free_port
 
 
 def otp(code: str = "1", directives: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
@@ -350,3 +351,16 @@ async def test_rate_limited_deliveries_wait_without_counting_an_attempt(
     assert span >= 0.5  # 4 sends at 5/s with a burst of 1 take at least 0.6 s
     names = [type(e).__name__ for e in await stream_events(real_redis, keys.shard(0).events)]
     assert "DeliveryDeferred" in names
+
+
+async def test_a_worker_started_while_redis_is_away_waits_for_it(key_prefix: str) -> None:
+    # Nothing listens on this port: the worker must keep trying, not exit, and still stop.
+    unreachable = Redis.from_url(f"redis://127.0.0.1:{free_port()}/0")
+    keys, catalog = KeySpace(key_prefix), fast_catalog()
+    try:
+        async with running_worker(unreachable, keys, catalog):
+            await asyncio.sleep(0.5)
+        # Leaving the block stops the worker and awaits run(): a worker that had given up
+        # would raise its connection error here.
+    finally:
+        await unreachable.aclose()
