@@ -41,6 +41,7 @@ from streams.connection import connect as connect_redis
 from streams.keys import KeySpace
 from tests.conftest import REDIS_URL, http_client
 from tests.integration.delivery_support import accept, fast_catalog, running_worker, wait_until
+from tests.servers import free_port
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -166,13 +167,6 @@ def browser_paths() -> tuple[str, str]:
             "`apt-get install -y chromium chromium-driver` (.ci/run does)"
         )
     return chromium, driver
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 class Browser:
