@@ -32,7 +32,7 @@ from redis.asyncio import Redis
 
 from streams import codec
 from streams.events import DeliveryReplayed
-from streams.keys import KeySpace, Priority, ShardKeys
+from streams.keys import KeySpace, ShardKeys
 from streams.scripts import KeyOrArg, LuaScript
 from streams.work_items import WorkItem
 
@@ -402,9 +402,7 @@ class _ReplayRun:
         versions = await self._versions(shard, letters)
         script_keys: list[KeyOrArg] = [
             shard.events,
-            shard.work(Priority.HIGH),
-            shard.work(Priority.NORMAL),
-            shard.work(Priority.LOW),
+            *shard.work_streams,
             shard.dlq_resolved,
         ]
         order = self.order

@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 
 from streams import scripts
 from streams.batching import BatchedScript
-from streams.keys import Priority, ShardKeys
+from streams.keys import ShardKeys
 from streams.recipient_settings import RecipientSettings
 from streams.scripts import KeyOrArg
 
@@ -106,9 +106,7 @@ def _call(
 ) -> tuple[list[Field], list[Field]]:
     keys: list[Field] = [
         shard.events,
-        shard.work(Priority.HIGH),
-        shard.work(Priority.NORMAL),
-        shard.work(Priority.LOW),
+        *shard.work_streams,
         shard.delayed,
     ]
     args: list[Field] = [idempotency_ttl_ms, pending_ttl_ms, shard.notification("")]

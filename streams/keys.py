@@ -49,6 +49,11 @@ class ShardKeys:
         return f"{self.tag}:work:{priority.lower()}"
 
     @property
+    def work_streams(self) -> list[str]:
+        """The three work streams, HIGH first: the order the Lua scripts take them in."""
+        return [self.work(Priority.HIGH), self.work(Priority.NORMAL), self.work(Priority.LOW)]
+
+    @property
     def delayed(self) -> str:
         return f"{self.tag}:delayed"
 

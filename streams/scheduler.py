@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 
 from streams import scripts
-from streams.keys import Priority, ShardKeys
+from streams.keys import ShardKeys
 
 
 def delayed_member(priority: str, work_item: bytes) -> bytes:
@@ -37,9 +37,7 @@ async def move_due(redis: Redis, shard: ShardKeys, now_ms: int, limit: int = 100
         redis,
         [
             shard.delayed,
-            shard.work(Priority.HIGH),
-            shard.work(Priority.NORMAL),
-            shard.work(Priority.LOW),
+            *shard.work_streams,
             shard.dlq,
         ],
         [now_ms, limit],
