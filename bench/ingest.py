@@ -450,6 +450,24 @@ def git_commit() -> str | None:
     return (git_output("rev-parse", "--short", "HEAD") or "").strip() or None
 
 
+def result_head(kind: str, started: datetime, client: redis.Redis) -> dict[str, Any]:
+    """The fields every benchmark result starts with: which, when, and on what machine."""
+    return {
+        "benchmark": kind,
+        "started_utc": started.isoformat(timespec="seconds"),
+        "machine": machine_info(client),
+    }
+
+
+def add_redis_url(parser: argparse.ArgumentParser, used_by: str) -> None:
+    """The ``--redis-url`` option every benchmark takes."""
+    parser.add_argument(
+        "--redis-url",
+        default=os.environ.get("CLARION_REDIS_URL", "redis://127.0.0.1:6379/0"),
+        help=f"Redis for {used_by} (default: $CLARION_REDIS_URL or local)",
+    )
+
+
 def machine_info(client: redis.Redis) -> dict[str, Any]:
     """What the numbers depend on: cores, versions, and how busy the machine already was."""
     return {
@@ -567,11 +585,7 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--duration", type=int, default=10, help="seconds per measurement")
     parser.add_argument("--quick", action="store_true", help="3 s per measurement")
-    parser.add_argument(
-        "--redis-url",
-        default=os.environ.get("CLARION_REDIS_URL", "redis://127.0.0.1:6379/0"),
-        help="Redis for both servers (default: $CLARION_REDIS_URL or local)",
-    )
+    add_redis_url(parser, "both servers")
     args = parser.parse_args()
     if args.quick:
         args.duration = 3
@@ -629,9 +643,7 @@ def main() -> int:
     prefix = f"bench-{secrets.token_hex(6)}"
     client = redis.Redis.from_url(args.redis_url)
     result: dict[str, Any] = {
-        "benchmark": "ingest",
-        "started_utc": started.isoformat(timespec="seconds"),
-        "machine": machine_info(client),
+        **result_head("ingest", started, client),
         "parameters": {
             "duration_s": args.duration,
             "cpu_count": os.cpu_count(),

@@ -64,11 +64,12 @@ from bench.ingest import (
     HEALTH_PATH,
     REPO,
     BenchError,
+    add_redis_url,
     format_table,
     free_port,
     log_tail,
-    machine_info,
     print_problems,
+    result_head,
     wait_healthy,
     write_result,
 )
@@ -543,11 +544,7 @@ def parse_args() -> argparse.Namespace:
         default=",".join(SYSTEMS),
         help=f"comma-separated, of {', '.join(SYSTEMS)} (default: all)",
     )
-    parser.add_argument(
-        "--redis-url",
-        default=os.environ.get("CLARION_REDIS_URL", "redis://127.0.0.1:6379/0"),
-        help="Redis for every system (default: $CLARION_REDIS_URL or local)",
-    )
+    add_redis_url(parser, "every system")
     args = parser.parse_args()
     args.jobs = args.jobs or (QUICK_JOBS if args.quick else DEFAULT_JOBS)
     if args.jobs < BATCH_SIZE:
@@ -566,9 +563,7 @@ def main() -> int:
     base_prefix = f"bench-{secrets.token_hex(6)}"
     client = redis.Redis.from_url(args.redis_url)
     result: dict[str, Any] = {
-        "benchmark": "peers",
-        "started_utc": started.isoformat(timespec="seconds"),
-        "machine": machine_info(client),
+        **result_head("peers", started, client),
         "parameters": {
             "jobs": args.jobs,
             "warmup_jobs": WARMUP_JOBS,

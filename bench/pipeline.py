@@ -67,12 +67,13 @@ from bench.ingest import (
     HEALTH_PATH,
     REPO,
     BenchError,
+    add_redis_url,
     format_table,
     free_port,
     log_tail,
-    machine_info,
     percentile,
     print_problems,
+    result_head,
     stop,
     wait_healthy,
     write_result,
@@ -1006,11 +1007,7 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--notifications", type=int, default=None, help="end-to-end count")
     parser.add_argument("--flood", type=int, default=None, help="LOW flood count")
-    parser.add_argument(
-        "--redis-url",
-        default=os.environ.get("CLARION_REDIS_URL", "redis://127.0.0.1:6379/0"),
-        help="Redis for the services (default: $CLARION_REDIS_URL or local)",
-    )
+    add_redis_url(parser, "the services")
     args = parser.parse_args()
     if args.quick:
         args.duration = 3
@@ -1035,9 +1032,7 @@ def main() -> int:
     client = redis.Redis.from_url(args.redis_url)
     per_batch = expected_e2e_deliveries(BATCH_SIZE)
     result: dict[str, Any] = {
-        "benchmark": "pipeline",
-        "started_utc": started.isoformat(timespec="seconds"),
-        "machine": machine_info(client),
+        **result_head("pipeline", started, client),
         "parameters": {
             "duration": args.duration,
             "cpu_count": os.cpu_count(),

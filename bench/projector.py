@@ -75,11 +75,12 @@ from bench.ingest import (
     HEALTH_PATH,
     REPO,
     BenchError,
+    add_redis_url,
     format_table,
     free_port,
     log_tail,
-    machine_info,
     print_problems,
+    result_head,
     wait_healthy,
     write_result,
 )
@@ -693,11 +694,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--rate", type=float, default=DEFAULT_RATE, help="deliveries/s offered")
     parser.add_argument("--lag-seconds", type=int, default=None, help="seconds of load")
     parser.add_argument("--skip-lag", action="store_true", help="phase 1 only")
-    parser.add_argument(
-        "--redis-url",
-        default=os.environ.get("CLARION_REDIS_URL", "redis://127.0.0.1:6379/0"),
-        help="Redis (default: $CLARION_REDIS_URL or local)",
-    )
+    add_redis_url(parser, "the benchmark")
     args = parser.parse_args()
     quick = args.quick
     args.notifications = args.notifications or (
@@ -733,9 +730,7 @@ def main() -> int:
     prefix = f"bench-{secrets.token_hex(6)}"
     client = redis.Redis.from_url(args.redis_url)
     result: dict[str, Any] = {
-        "benchmark": "projector",
-        "started_utc": started.isoformat(timespec="seconds"),
-        "machine": machine_info(client),
+        **result_head("projector", started, client),
         "parameters": {
             "cpu_count": os.cpu_count(),
             "notifications": args.notifications,
