@@ -97,9 +97,11 @@ class QuietHours(Controller):
     path = "/v1/recipients/{recipient_id:str}/quiet-hours"
 
     @route(http_method=HttpMethod.OPTIONS, include_in_schema=False, status_code=204)
-    async def allowed_methods(self) -> Response[None]:
-        """Which methods this path supports (registered first, so no automatic one exists)."""
-        return Response(None, status_code=204, headers={"Allow": "DELETE, OPTIONS, PUT"})
+    async def allowed_methods(self, request: Req) -> Response[None]:
+        """Which methods this path supports, read from its route once every handler of it is
+        registered (this one comes first, so no automatic one exists)."""
+        [route] = [r for r in request.app.routes if r.path_format == request.scope["path_template"]]
+        return Response(None, status_code=204, headers={"Allow": ", ".join(sorted(route.methods))})
 
     @put(dependencies=documented_body(QuietHoursBody), raises=AUTHENTICATED)
     async def put_quiet_hours(
