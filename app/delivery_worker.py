@@ -280,6 +280,8 @@ class DeliveryWorker:
             [recorded] = await self.store.finish([outcome])
             if recorded == "OK":
                 record_outcome(self.metrics, step.item, outcome)
+            elif recorded == "BROKEN":  # the entry stays pending and is dead-lettered in time
+                log.error("delivery.state_broken", delivery_id=step.item.delivery_id)
             else:  # another worker got there first: nothing recorded twice
                 log.info(
                     "delivery.outcome_skipped", delivery_id=step.item.delivery_id, why=recorded

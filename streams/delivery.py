@@ -47,14 +47,16 @@ class Outcome:
     delivery_id: str
     entry_id: str  # the work entry to acknowledge ("" when there is none)
     expected_version: int
-    events: bytes  # one ``events`` entry (b"" for none)
+    events: bytes  # the events as one JSON array (b"" for none)
     fields: dict[str, KeyOrArg]
     delayed_member: bytes = b""
     due_ms: int = 0
     dead_letter: dict[str, KeyOrArg] = field(default_factory=dict)
 
 
-FinishReply = Literal["OK", "ENDED", "MOVED"]
+# OK: recorded. ENDED / MOVED: the delivery ended or moved on meanwhile; only the work entry
+# was acknowledged. BROKEN: its state key is not a hash; nothing was recorded or acknowledged.
+FinishReply = Literal["OK", "ENDED", "MOVED", "BROKEN"]
 
 
 class DeliveryStore:

@@ -25,21 +25,23 @@ for i = 1, #KEYS do
     "lease_until", "first_attempt_ms")
   local status = state[1]
   if not status then
-    status = "QUEUED"
-    redis.call("HSET", key, "status", status, "version", 1, "attempts", 0,
-      "notification_id", nid, "channel", channel)
-    state = { status, "1", "0", false, false, false }
-  end
-  local version, attempts = tonumber(state[2]), tonumber(state[3])
-  local first = tonumber(state[6] or 0) or 0
-  if terminal[status] then
-    replies[i] = { "TERMINAL", version, attempts, now, first }
-  elseif tonumber(state[5] or 0) > now then
-    replies[i] = { "LEASED", version, attempts, now, first }
-  else
-    redis.call("HSET", key, "status", "SENDING", "lease_owner", consumer,
+    -- The first worker to touch a delivery creates its state, leased: one write.
+    redis.call("HSET", key, "status", "SENDING", "version", 1, "attempts", 0,
+      "notification_id", nid, "channel", channel, "lease_owner", consumer,
       "lease_until", now + lease_ms, "updated_ms", now)
-    replies[i] = { "GO", version, attempts, now, first }
+    replies[i] = { "GO", 1, 0, now, 0 }
+  else
+    local version, attempts = tonumber(state[2]), tonumber(state[3])
+    local first = tonumber(state[6] or 0) or 0
+    if terminal[status] then
+      replies[i] = { "TERMINAL", version, attempts, now, first }
+    elseif tonumber(state[5] or 0) > now then
+      replies[i] = { "LEASED", version, attempts, now, first }
+    else
+      redis.call("HSET", key, "status", "SENDING", "lease_owner", consumer,
+        "lease_until", now + lease_ms, "updated_ms", now)
+      replies[i] = { "GO", version, attempts, now, first }
+    end
   end
 end
 return replies

@@ -1,0 +1,85 @@
+"""Recording outcomes: one ``events`` entry and one XACK per script call, and a delivery
+whose state key is corrupt fails alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from redis.asyncio import Redis
+
+from app import delivery_step
+from app.delivery_step import Step
+from streams import codec
+from streams.delivery import GROUP, DeliveryStore, ensure_group
+from streams.events import DeliverySent
+from streams.keys import KeySpace, Priority
+from tests.integration.delivery_support import accept, fast_catalog
+
+
+def otp(n: int) -> dict[str, Any]:
+    return {
+        "recipient": {"id": f"u-{n}", "phone": "+4915112345678"},
+        "type": "otp",
+        "data": {"code": str(n)},
+    }
+
+
+async def leased_steps(redis: Redis, keys: KeySpace, count: int) -> list[Step]:
+    """Accept ``count`` OTPs, read their work entries as consumer "w" and lease them."""
+    shard, catalog = keys.shard(0), fast_catalog()
+    stream = shard.work(Priority.HIGH)
+    await ensure_group(redis, stream)
+    for n in range(count):
+        await accept(redis, keys, catalog, otp(n), f"k{n}")
+    [(_, entries)] = await redis.xreadgroup(GROUP, "w", {stream: ">"}, count=count)
+    items = [(entry.decode(), codec.decode_work_item(fields[b"w"])) for entry, fields in entries]
+    store = DeliveryStore(redis)
+    leases = await store.begin(
+        shard, [(i.delivery_id, i.notification_id, i.channel) for _, i in items], "w", 60_000
+    )
+    assert [lease.verdict for lease in leases] == ["GO"] * count
+    return [
+        Step(shard, item, entry_id, lease, "w")
+        for (entry_id, item), lease in zip(items, leases, strict=True)
+    ]
+
+
+async def test_outcomes_finished_together_make_one_events_entry_and_one_ack(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    keys = KeySpace(key_prefix)
+    steps = await leased_steps(real_redis, keys, 3)
+    events_before = await real_redis.xlen(keys.shard(0).events)  # one entry per acceptance
+    outcomes = [delivery_step.sent(step, "sandbox", f"m{n}", 1_000) for n, step in enumerate(steps)]
+
+    assert await DeliveryStore(real_redis).finish(outcomes) == ["OK", "OK", "OK"]
+
+    [(_, fields)] = await real_redis.xrevrange(keys.shard(0).events, count=1)
+    sent = codec.decode_events(fields[b"e"])
+    assert [type(event) for event in sent] == [DeliverySent] * 3
+    assert [event.delivery_id for event in sent] == [s.item.delivery_id for s in steps]
+    assert await real_redis.xlen(keys.shard(0).events) == events_before + 1
+    pending = await real_redis.xpending(keys.shard(0).work(Priority.HIGH), GROUP)
+    assert pending["pending"] == 0
+
+
+async def test_a_corrupt_state_key_fails_alone(real_redis: Redis, key_prefix: str) -> None:
+    keys = KeySpace(key_prefix)
+    first, broken, last = await leased_steps(real_redis, keys, 3)
+    await real_redis.delete(keys.shard(0).delivery(broken.item.delivery_id))
+    await real_redis.set(keys.shard(0).delivery(broken.item.delivery_id), "not a hash")
+    outcomes = [delivery_step.sent(step, "sandbox", "m", 1_000) for step in (first, broken, last)]
+
+    assert await DeliveryStore(real_redis).finish(outcomes) == ["OK", "BROKEN", "OK"]
+
+    _, fields = (await real_redis.xrevrange(keys.shard(0).events, count=1))[0]
+    recorded = [event.delivery_id for event in codec.decode_events(fields[b"e"])]
+    assert recorded == [first.item.delivery_id, last.item.delivery_id]
+    for step in (first, last):
+        state = await real_redis.hget(keys.shard(0).delivery(step.item.delivery_id), "status")
+        assert state == b"SENT"
+    # Only the broken delivery's work entry is still pending, to be retried or dead-lettered.
+    pending = await real_redis.xpending_range(
+        keys.shard(0).work(Priority.HIGH), GROUP, min="-", max="+", count=10
+    )
+    assert [p["message_id"].decode() for p in pending] == [broken.entry_id]
