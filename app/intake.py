@@ -186,6 +186,10 @@ def _outcome(item: IngestItem, reply: IngestReply) -> Outcome:
         return Outcome(202, response=item.response)
     if reply.kind == "DUP":
         return Outcome(202, response=accepted_body(reply.record), replayed=True)
+    if reply.kind == "BROKEN":
+        # A key holding the wrong type: damage in Redis that an operator must look at.
+        log.error("ingest.key_broken", error=reply.error)
+        return Outcome(503, detail="the event log (Redis) refused this notification; retry later")
     if reply.kind == "CONFLICT":
         return Outcome(
             422, detail="Idempotency-Key: already used for a different notification body"

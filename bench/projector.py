@@ -10,10 +10,11 @@ It uses a throwaway PostgreSQL database (``clarion_bench_<hex>`` on
 measures, one after the other:
 
 1. Throughput: a shard's ``events`` stream is filled first — notifications accepted through
-   ``app.intake.Intake`` in this process (1 of 5 ``otp``: 2 events per entry; 1 of 5
+   ``app.intake.Intake`` in this process (1 of 5 ``otp``: 2 events per notification; 1 of 5
    ``order_confirmed`` with two push tokens: 5 events; the rest ``order_confirmed`` with one:
    4 events) while a delivery worker in the same process sends them to a zero-latency
-   sandbox (one ``DeliverySent`` entry per delivery). Then one ``Projector`` starts
+   sandbox (one ``DeliverySent`` per delivery; an entry holds the events of one ingest or
+   finish script call). Then one ``Projector`` starts
    (in-process, uvloop) and events/s run from its start until the group ``projector`` has
    nothing pending and nothing unread; the rows in ``delivery_event`` must equal the events
    in the stream. The time inside ``rows_of`` and ``apply`` is recorded by wrapping them (the
@@ -734,8 +735,8 @@ def main() -> int:
         "parameters": {
             "cpu_count": os.cpu_count(),
             "notifications": args.notifications,
-            "throughput_mix": "1/5 otp (2 events per entry), 1/5 order_confirmed with 2 push "
-            "tokens (5), 3/5 order_confirmed with 1 (4); one DeliverySent entry per delivery",
+            "throughput_mix": "1/5 otp (2 events per notification), 1/5 order_confirmed with "
+            "2 push tokens (5), 3/5 order_confirmed with 1 (4); one DeliverySent per delivery",
             "offered_deliveries_per_s": args.rate,
             "lag_seconds": args.lag_seconds,
             "lag_mix": "pipeline.py end to end: 4/5 order_confirmed (3 deliveries), 1/5 otp",

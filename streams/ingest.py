@@ -59,10 +59,12 @@ class IngestItem(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class IngestReply(msgspec.Struct, frozen=True):
-    kind: Literal["OK", "DUP", "CONFLICT", "BUSY", "STALE"]
+    kind: Literal["OK", "DUP", "CONFLICT", "BUSY", "STALE", "BROKEN"]
     # DUP: the encoded record of the notification accepted first under this key.
     record: bytes = b""
     settings: RecipientSettings | None = None
+    # BROKEN: Redis's error about the item's key of the wrong type (nothing was written).
+    error: str = ""
 
 
 class IngestWriter:
@@ -128,6 +130,8 @@ def _reply(raw: list[bytes | list[bytes]]) -> IngestReply:
     kind = raw[0]
     if kind == b"DUP":
         return IngestReply("DUP", record=raw[1])  # type: ignore[arg-type]
+    if kind == b"BROKEN":
+        return IngestReply("BROKEN", error=raw[1].decode())  # type: ignore[union-attr]
     if kind == b"STALE":
         return IngestReply("STALE", settings=RecipientSettings.from_hash(raw[1]))  # type: ignore[arg-type]
     return IngestReply(kind.decode())  # type: ignore[arg-type, union-attr]

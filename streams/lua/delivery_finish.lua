@@ -39,6 +39,16 @@ local function take(count)
   return values
 end
 
+-- The shared keys are checked first: a failure halfway would leave the items before it
+-- recorded without their events.
+for k = 1, 4 do
+  local kind = redis.call("TYPE", KEYS[k])["ok"]
+  local wanted = k == 3 and "zset" or "stream"
+  if kind ~= "none" and kind ~= wanted then
+    return redis.error_reply("WRONGTYPE " .. KEYS[k] .. " holds a " .. kind .. ", not a " .. wanted)
+  end
+end
+
 local replies, recorded, acked = {}, {}, {}
 for i = 5, #KEYS do
   local key = KEYS[i]

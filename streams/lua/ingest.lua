@@ -1,14 +1,15 @@
--- Accept a batch of notifications on one shard, each atomically and independently.
+-- Accept a batch of notifications on one shard, each independently, all in one atomic step.
 --
 -- KEYS: events, work:high, work:normal, work:low, delayed,
 --       then per item: idempotency record, notification record, recipient settings.
 -- ARGV: idempotency ttl (ms), in-flight marker ttl (ms), prefix of notification record keys,
 --       then per item: fingerprint, request token, expected settings version, notification
---       id, notification record, the item's events (one JSON array: one stream entry),
+--       id, notification record, the item's events (a JSON array),
 --       work item count, then per work item: target (high|normal|low|delayed), due time in
 --       ms (delayed only), encoded item.
 --
--- Only the notification record, the events and the work items are written: a delivery's
+-- The events of every accepted item go into one ``events`` entry: one atomic write, one
+-- entry. Only the notification record, the events and the work items are written: a delivery's
 -- state hash is created by the first worker that touches it (absent means "as accepted"),
 -- which keeps this script to a handful of commands per notification. The record lives as
 -- long as the idempotency record that points to it.
@@ -25,6 +26,8 @@
 --   {"BUSY"}             same key, the first request is still in flight
 --   {"STALE", settings}  the recipient's settings changed since the caller read them; the
 --                        caller plans again and calls again with the same token
+--   {"BROKEN", error}    the item's idempotency or settings key holds the wrong type;
+--                        nothing written
 --
 -- Idempotency record value: "done <fingerprint> <notification id>" or
 -- "pending <token> <fingerprint>".
@@ -63,7 +66,17 @@ local function verdict(record, fingerprint, token)
   return nil
 end
 
-local replies = {}
+-- The shared keys are checked first: a failure halfway would leave the items before it
+-- written without their events.
+for k = 1, 5 do
+  local kind = redis.call("TYPE", KEYS[k])["ok"]
+  local wanted = k == 5 and "zset" or "stream"
+  if kind ~= "none" and kind ~= wanted then
+    return redis.error_reply("WRONGTYPE " .. KEYS[k] .. " holds a " .. kind .. ", not a " .. wanted)
+  end
+end
+
+local replies, accepted = {}, {}
 local argi, keyi, last = 4, 6, #ARGV
 while argi <= last do
   local fingerprint, token, settings_version = ARGV[argi], ARGV[argi + 1], ARGV[argi + 2]
@@ -73,15 +86,25 @@ while argi <= last do
   local idem, ntf, rcpt = KEYS[keyi], KEYS[keyi + 1], KEYS[keyi + 2]
   keyi = keyi + 3
 
-  -- Claim the key as done, or read what an earlier request left there.
+  -- Read the recipient's settings version, then claim the key as done or read what an
+  -- earlier request left there. A key of the wrong type fails this item alone, before
+  -- anything of it is written.
   local done = "done " .. fingerprint .. " " .. id
-  local earlier = redis.call("SET", idem, done, "PX", idem_ttl, "NX", "GET")
+  local version = redis.pcall("HGET", rcpt, "v")
+  local earlier = nil
+  if not (type(version) == "table" and version.err) then
+    earlier = redis.pcall("SET", idem, done, "PX", idem_ttl, "NX", "GET")
+  end
   local reply = nil
-  if earlier then
+  if type(version) == "table" and version.err then
+    reply = { "BROKEN", version.err }
+  elseif type(earlier) == "table" and earlier.err then
+    reply = { "BROKEN", earlier.err }
+  elseif earlier then
     reply = verdict(earlier, fingerprint, token)
   end
   if reply == nil then
-    if (redis.call("HGET", rcpt, "v") or "0") ~= settings_version then
+    if (version or "0") ~= settings_version then
       redis.call("SET", idem, "pending " .. token .. " " .. fingerprint, "PX", pending_ttl)
       reply = { "STALE", redis.call("HGETALL", rcpt) }
     else
@@ -89,7 +112,8 @@ while argi <= last do
         redis.call("SET", idem, done, "PX", idem_ttl)
       end
       redis.call("SET", ntf, record, "PX", idem_ttl)
-      redis.call("XADD", events, "*", "e", entry)
+      -- Without its brackets, to be joined with the others' into one array.
+      accepted[#accepted + 1] = string.sub(entry, 2, -2)
       for w = first_work, argi - 1, 3 do
         local target = ARGV[w]
         if target == "delayed" then
@@ -102,5 +126,8 @@ while argi <= last do
     end
   end
   replies[#replies + 1] = reply
+end
+if #accepted > 0 then
+  redis.call("XADD", events, "*", "e", "[" .. table.concat(accepted, ",") .. "]")
 end
 return replies

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from redis.asyncio import Redis
+from redis.exceptions import ResponseError
 
 from app import delivery_step
 from app.delivery_step import Step
@@ -83,3 +85,23 @@ async def test_a_corrupt_state_key_fails_alone(real_redis: Redis, key_prefix: st
         keys.shard(0).work(Priority.HIGH), GROUP, min="-", max="+", count=10
     )
     assert [p["message_id"].decode() for p in pending] == [broken.entry_id]
+
+
+async def test_a_shared_key_of_the_wrong_type_fails_the_call_before_any_write(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    keys = KeySpace(key_prefix)
+    steps = await leased_steps(real_redis, keys, 2)
+    events_before = await real_redis.xlen(keys.shard(0).events)
+    await real_redis.set(keys.shard(0).dlq, "not a stream")
+    outcomes = [delivery_step.sent(step, "sandbox", "m", 1_000) for step in steps]
+
+    with pytest.raises(ResponseError, match="WRONGTYPE"):
+        await DeliveryStore(real_redis).finish(outcomes)
+
+    assert await real_redis.xlen(keys.shard(0).events) == events_before
+    for step in steps:
+        state = await real_redis.hget(keys.shard(0).delivery(step.item.delivery_id), "status")
+        assert state == b"SENDING"
+    pending = await real_redis.xpending(keys.shard(0).work(Priority.HIGH), GROUP)
+    assert pending["pending"] == 2

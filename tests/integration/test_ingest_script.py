@@ -10,8 +10,8 @@ from app.api.schemas import NotificationRequest, Recipient
 from app.catalog import Catalog
 from app.fanout import Planner, fingerprint
 from app.intake import IN_FLIGHT_TTL_MS, Intake
-from streams import scripts
-from streams.events import PreferenceEntry
+from streams import codec, scripts
+from streams.events import NotificationAccepted, PreferenceEntry
 from streams.ingest import IngestWriter
 from streams.keys import KeySpace, Priority
 from streams.recipient_settings import RecipientSettings, RecipientSettingsStore
@@ -89,6 +89,47 @@ async def test_concurrent_accepts_with_settings_create_one_notification(
     assert {o.status_code for o in outcomes} <= {202, 409}
     assert len({o.response for o in outcomes if o.status_code == 202}) == 1
     assert await redis.xlen(keys.shard(0).work(Priority.LOW)) == 1
+
+
+async def test_one_call_appends_one_events_entry_for_all_accepted_items(
+    redis: Redis, key_prefix: str, catalog: Catalog, clock: Clock
+) -> None:
+    keys = KeySpace(key_prefix)
+    intake = Intake(redis, keys, Planner(catalog), 3600, clock)
+    entries = [(f"k{n}", REQUEST) for n in range(5)]
+    outcomes = await intake.accept_many("orders", entries)
+    assert [o.status_code for o in outcomes] == [202] * 5
+    [(_, fields)] = await redis.xrange(keys.shard(0).events)
+    accepted = [e for e in codec.decode_events(fields[b"e"]) if isinstance(e, NotificationAccepted)]
+    assert [e.idempotency_key for e in accepted] == ["k0", "k1", "k2", "k3", "k4"]
+    # A repeat writes nothing: no second entry.
+    await intake.accept_many("orders", entries)
+    assert await redis.xlen(keys.shard(0).events) == 1
+
+
+async def test_an_item_whose_key_has_the_wrong_type_fails_alone(
+    redis: Redis, key_prefix: str, catalog: Catalog, clock: Clock
+) -> None:
+    keys = KeySpace(key_prefix)
+    await redis.hset(keys.shard(0).idempotency("orders", "k1"), "not", "a string")
+    intake = Intake(redis, keys, Planner(catalog), 3600, clock)
+    outcomes = await intake.accept_many("orders", [("k0", REQUEST), ("k1", REQUEST)])
+    assert [o.status_code for o in outcomes] == [202, 503]
+    [(_, fields)] = await redis.xrange(keys.shard(0).events)
+    accepted = [e for e in codec.decode_events(fields[b"e"]) if isinstance(e, NotificationAccepted)]
+    assert [e.idempotency_key for e in accepted] == ["k0"]
+
+
+async def test_a_shared_key_of_the_wrong_type_fails_the_call_before_any_write(
+    real_redis: Redis, key_prefix: str, catalog: Catalog, clock: Clock
+) -> None:
+    keys = KeySpace(key_prefix)
+    await real_redis.set(keys.shard(0).work(Priority.LOW), "not a stream")
+    intake = Intake(real_redis, keys, Planner(catalog), 3600, clock)
+    outcomes = await intake.accept_many("orders", [("k0", REQUEST), ("k1", REQUEST)])
+    assert [o.status_code for o in outcomes] == [503, 503]
+    assert await real_redis.exists(keys.shard(0).events) == 0
+    assert await real_redis.exists(keys.shard(0).idempotency("orders", "k0")) == 0
 
 
 async def test_scripts_are_reloaded_after_a_flush(
