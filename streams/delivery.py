@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from redis.asyncio import Redis
 
-from streams import scripts
+from streams import codec, scripts
 from streams.batching import BatchedScript, Call
 from streams.keys import Priority, ShardKeys
 from streams.scripts import KeyOrArg
@@ -124,13 +124,15 @@ def _finish_call(
 ) -> Call:
     shard, priority = group
     keys: list[KeyOrArg] = [shard.work(priority), shard.events, shard.delayed, shard.dlq]
-    args: list[KeyOrArg] = [GROUP, *retention]
-    for outcome in outcomes:
+    joined, spans = codec.join_events([outcome.events for outcome in outcomes])
+    args: list[KeyOrArg] = [GROUP, *retention, joined]
+    for outcome, (events_first, events_last) in zip(outcomes, spans, strict=True):
         keys.append(shard.delivery(outcome.delivery_id))
         args += [
             outcome.entry_id,
             outcome.expected_version,
-            outcome.events,
+            events_first,
+            events_last,
             outcome.delayed_member,
             outcome.due_ms,
         ]

@@ -16,7 +16,7 @@ from typing import Literal
 import msgspec
 from redis.asyncio import Redis
 
-from streams import scripts
+from streams import codec, scripts
 from streams.batching import BatchedScript
 from streams.keys import ShardKeys
 from streams.recipient_settings import RecipientSettings
@@ -53,7 +53,7 @@ class IngestItem(msgspec.Struct, frozen=True, kw_only=True):
     # rebuilt from the record).
     response: bytes
     record: bytes
-    # All events of this notification's acceptance, encoded as one ``events`` entry.
+    # All events of this notification's acceptance, as one JSON array.
     events: bytes
     work: list[PlannedWork] = []
 
@@ -111,16 +111,16 @@ def _call(
         *shard.work_streams,
         shard.delayed,
     ]
-    args: list[Field] = [idempotency_ttl_ms, pending_ttl_ms, shard.notification("")]
-    for item in items:
+    joined, spans = codec.join_events([item.events for item in items])
+    args: list[Field] = [idempotency_ttl_ms, pending_ttl_ms, shard.notification(""), joined]
+    for item, (events_first, events_last) in zip(items, spans, strict=True):
         keys += [
             shard.idempotency(item.producer, item.idempotency_key),
             shard.notification(item.notification_id),
             shard.recipient(item.recipient_id),
         ]
         args += [item.fingerprint, item.token, item.settings_version, item.notification_id]
-        args.append(item.record)
-        args += [item.events, len(item.work)]
+        args += [item.record, events_first, events_last, len(item.work)]
         for work in item.work:
             args += [work.target, work.due_ms, work.item]
     return keys, args

@@ -3,14 +3,17 @@
 --
 -- KEYS: work stream, events, delayed, dlq, then per item: the delivery's state hash.
 -- ARGV: consumer group, retention (ms) of an ended delivery's state, of a FAILED one's,
+--       every item's events joined into one JSON array (``codec.join_events``),
 --       then per item:
---   work entry id ("" for none), expected version, events (a JSON array, "" for none),
---   delayed member ("" for none), due ms, state field count, field/value pairs,
---   dead-letter field count, field/value pairs (0 for none)
+--   work entry id ("" for none), expected version, first and last byte of its events in the
+--   joined array (1, 0 for none), delayed member ("" for none), due ms, state field count,
+--   field/value pairs, dead-letter field count, field/value pairs (0 for none)
 --
--- The events of every recorded item go into one ``events`` entry (one atomic write, one
--- entry, as at ingest), and all work entries are acknowledged with one XACK: a busy worker
--- finishes dozens of deliveries per call, and each command saved is Redis time saved.
+-- The events of the recorded items go into one ``events`` entry (one atomic write, one
+-- entry, as at ingest): the joined array as it came when every item with events is
+-- recorded, else each recorded item's events cut out into an entry of their own. All work
+-- entries are acknowledged with one XACK: a busy worker finishes dozens of deliveries per
+-- call, and each command saved is Redis time saved.
 --
 -- Reply per item: "OK"; "ENDED" when the delivery had already ended, or "MOVED" when another
 -- worker recorded something for it since this one read its version: then only the work
@@ -22,11 +25,11 @@
 -- dead letter may be replayed (a replay re-checks it). A non-terminal state never expires.
 
 local work, events, delayed, dlq = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local group = ARGV[1]
+local group, joined = ARGV[1], ARGV[4]
 local retention_ms = { SENT = ARGV[2], EXPIRED = ARGV[2], SUPPRESSED = ARGV[2], FAILED = ARGV[3] }
 local terminal = { SENT = true, FAILED = true, EXPIRED = true, SUPPRESSED = true }
 
-local argi = 4
+local argi = 5
 local function next_arg()
   argi = argi + 1
   return ARGV[argi - 1]
@@ -49,11 +52,12 @@ for k = 1, 4 do
   end
 end
 
-local replies, recorded, acked = {}, {}, {}
+local replies, recorded, acked, all_recorded = {}, {}, {}, true
 for i = 5, #KEYS do
   local key = KEYS[i]
   local entry_id, expected = next_arg(), next_arg()
-  local event_entry, member, due_ms = next_arg(), next_arg(), next_arg()
+  local events_first, events_last = tonumber(next_arg()), tonumber(next_arg())
+  local member, due_ms = next_arg(), next_arg()
   local fields = take(tonumber(next_arg()))
   local dead_letter = take(tonumber(next_arg()))
 
@@ -75,10 +79,9 @@ for i = 5, #KEYS do
         redis.call("PEXPIRE", key, retention_ms[fields[j + 1]])
       end
     end
-    -- Without its brackets, to be joined with the others' into one array.
-    local inner = string.sub(event_entry, 2, -2)
-    if inner ~= "" then
-      recorded[#recorded + 1] = inner
+    if events_last >= events_first then
+      recorded[#recorded + 1] = events_first
+      recorded[#recorded + 1] = events_last
     end
     if member ~= "" then
       redis.call("ZADD", delayed, due_ms, member)
@@ -87,13 +90,23 @@ for i = 5, #KEYS do
       redis.call("XADD", dlq, "*", unpack(dead_letter))
     end
   end
+  if reply ~= "OK" and events_last >= events_first then
+    all_recorded = false
+  end
   if entry_id ~= "" then
     acked[#acked + 1] = entry_id
   end
   replies[#replies + 1] = reply
 end
-if #recorded > 0 then
-  redis.call("XADD", events, "*", "e", "[" .. table.concat(recorded, ",") .. "]")
+if all_recorded then
+  if #recorded > 0 then
+    redis.call("XADD", events, "*", "e", joined)
+  end
+else
+  for j = 1, #recorded, 2 do
+    local part = string.sub(joined, recorded[j], recorded[j + 1])
+    redis.call("XADD", events, "*", "e", "[" .. part .. "]")
+  end
 end
 if #acked > 0 then
   redis.call("XACK", work, group, unpack(acked))

@@ -3,13 +3,18 @@
 -- KEYS: events, work:high, work:normal, work:low, delayed,
 --       then per item: idempotency record, notification record, recipient settings.
 -- ARGV: idempotency ttl (ms), in-flight marker ttl (ms), prefix of notification record keys,
+--       every item's events joined into one JSON array (``codec.join_events``),
 --       then per item: fingerprint, request token, expected settings version, notification
---       id, notification record, the item's events (a JSON array),
+--       id, notification record, first and last byte of its events in the joined array,
 --       work item count, then per work item: target (high|normal|low|delayed), due time in
 --       ms (delayed only), encoded item.
 --
--- The events of every accepted item go into one ``events`` entry: one atomic write, one
--- entry. Only the notification record, the events and the work items are written: a delivery's
+-- The events of the accepted items go into one ``events`` entry: one atomic write, one
+-- entry. When every item is accepted, that is the joined array as it came; otherwise each
+-- accepted item's events are cut out of it into an entry of their own (building one large
+-- string in Lua costs more than the XADDs it would save).
+--
+-- Only the notification record, the events and the work items are written: a delivery's
 -- state hash is created by the first worker that touches it (absent means "as accepted"),
 -- which keeps this script to a handful of commands per notification. The record lives as
 -- long as the idempotency record that points to it.
@@ -34,7 +39,7 @@
 
 local events, delayed = KEYS[1], KEYS[5]
 local work = { high = KEYS[2], normal = KEYS[3], low = KEYS[4] }
-local idem_ttl, pending_ttl, record_prefix = ARGV[1], ARGV[2], ARGV[3]
+local idem_ttl, pending_ttl, record_prefix, joined = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 
 local function split_first(text)
   local space = string.find(text, " ", 1, true)
@@ -76,13 +81,14 @@ for k = 1, 5 do
   end
 end
 
-local replies, accepted = {}, {}
-local argi, keyi, last = 4, 6, #ARGV
+local replies, accepted, all_accepted = {}, {}, true
+local argi, keyi, last = 5, 6, #ARGV
 while argi <= last do
   local fingerprint, token, settings_version = ARGV[argi], ARGV[argi + 1], ARGV[argi + 2]
-  local id, record, entry = ARGV[argi + 3], ARGV[argi + 4], ARGV[argi + 5]
-  local first_work = argi + 7
-  argi = first_work + 3 * tonumber(ARGV[argi + 6])
+  local id, record = ARGV[argi + 3], ARGV[argi + 4]
+  local events_first, events_last = ARGV[argi + 5], ARGV[argi + 6]
+  local first_work = argi + 8
+  argi = first_work + 3 * tonumber(ARGV[argi + 7])
   local idem, ntf, rcpt = KEYS[keyi], KEYS[keyi + 1], KEYS[keyi + 2]
   keyi = keyi + 3
 
@@ -112,8 +118,8 @@ while argi <= last do
         redis.call("SET", idem, done, "PX", idem_ttl)
       end
       redis.call("SET", ntf, record, "PX", idem_ttl)
-      -- Without its brackets, to be joined with the others' into one array.
-      accepted[#accepted + 1] = string.sub(entry, 2, -2)
+      accepted[#accepted + 1] = events_first
+      accepted[#accepted + 1] = events_last
       for w = first_work, argi - 1, 3 do
         local target = ARGV[w]
         if target == "delayed" then
@@ -125,9 +131,17 @@ while argi <= last do
       reply = { "OK" }
     end
   end
+  if reply[1] ~= "OK" then
+    all_accepted = false
+  end
   replies[#replies + 1] = reply
 end
-if #accepted > 0 then
-  redis.call("XADD", events, "*", "e", "[" .. table.concat(accepted, ",") .. "]")
+if all_accepted then
+  redis.call("XADD", events, "*", "e", joined)
+else
+  for j = 1, #accepted, 2 do
+    local part = string.sub(joined, tonumber(accepted[j]), tonumber(accepted[j + 1]))
+    redis.call("XADD", events, "*", "e", "[" .. part .. "]")
+  end
 end
 return replies

@@ -241,3 +241,14 @@ def test_a_work_item_with_a_bad_channel_is_refused() -> None:
     stored[WORK_FIELDS.index("channel")] = "FAX"
     with pytest.raises(msgspec.ValidationError):
         codec.decode_work_item(json.dumps(stored))
+
+
+def test_joined_event_arrays_decode_as_one_and_cut_back_into_each() -> None:
+    sent, failed, queued = EXAMPLES[0], EXAMPLES[1], EXAMPLES[2]
+    arrays = [codec.encode_events([sent]), b"", codec.encode_events([failed, queued]), b"[]"]
+    joined, spans = codec.join_events(arrays)
+    assert codec.decode_events(joined) == [sent, failed, queued]
+    # What a Lua script's string.sub(joined, first, last) cuts out, wrapped in brackets.
+    cut = [b"[" + joined[first - 1 : last] + b"]" for first, last in spans]
+    assert cut == [arrays[0], b"[]", arrays[2], b"[]"]
+    assert codec.join_events([]) == (b"[]", [])
