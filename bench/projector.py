@@ -64,6 +64,7 @@ from app.fanout import Planner
 from app.intake import Intake
 from app.logging import configure_logging
 from app.worker_process import build_providers
+from bench import cpu
 from bench.harness import (
     Throwaway,
     create_database,
@@ -130,6 +131,7 @@ PRODUCER = "bench"
 
 TARGET_EVENTS_PER_S = 30_000.0
 TARGET_LAG_P99_MS = 1000.0
+TARGET_RATE = 10_000.0  # deliveries/s the lag target is set for
 
 
 # --- phase 1: projector throughput ---------------------------------------------------------
@@ -523,6 +525,27 @@ async def drive_lag(
     }, problems
 
 
+def cpu_budget(used: dict[str, float], deliveries: int) -> dict[str, Any]:
+    """CPU seconds each part used for the lag phase (from the first request until the
+    projector caught up), per delivery, and the cores each part needs at the target rate."""
+    parts = {name: seconds for name, seconds in used.items() if name != "bench"}
+    per_delivery = {
+        name: round(seconds * 1e6 / max(1, deliveries), 1) for name, seconds in parts.items()
+    }
+    total = sum(parts.values())
+    return {
+        "seconds": used,
+        "us_per_delivery": per_delivery,
+        "cores_at_target_rate": {
+            name: round(seconds * TARGET_RATE / max(1, deliveries), 2)
+            for name, seconds in parts.items()
+        },
+        "total_us_per_delivery": round(total * 1e6 / max(1, deliveries), 1),
+        "total_cores_at_target_rate": round(total * TARGET_RATE / max(1, deliveries), 2),
+        "note": "bench (the load generator) is not counted in the totals",
+    }
+
+
 def lag_by_second(samples: list[tuple[float, int]]) -> list[int]:
     """The largest lag sample of each second since sampling started."""
     worst: dict[int, int] = {}
@@ -578,8 +601,18 @@ def measure_lag(
             wait_healthy(api, base_url + HEALTH_PATH, api_log)
             wait_consumers(client, keys, workers, worker_logs)
             wait_projector(client, keys, projector, projector_log)
+            services = {
+                "api": [api.pid],
+                "workers": [w.pid for w in workers],
+                "projector": [projector.pid],
+            }
+            server = cpu.redis_pid(client.info("server"))
+            before = cpu.snapshot(services, server)
             result, problems = asyncio.run(
                 drive_lag(base_url, args.redis_url, database, keys, args)
+            )
+            result["cpu"] = cpu_budget(
+                cpu.snapshot(services, server).used(before), result["deliveries_queued"]
             )
             for process, name in [(api, "API"), (projector, "projector")] + [
                 (w, "worker") for w in workers
@@ -657,6 +690,23 @@ def print_report(result: dict[str, Any]) -> None:
         ]  # fmt: skip
         print(format_table(["what", "measured"], rows))
         print(f"max lag per second (ms): {two['lag_ms_by_second']}\n")
+        budget = two["cpu"]
+        print(
+            f"CPU used from the first request until caught up, per delivery, and the cores "
+            f"each part needs at {TARGET_RATE:,.0f} deliveries/s ({params['cpu_count']} here):"
+        )
+        rows = [
+            [name, f"{seconds:.2f}", f"{budget['us_per_delivery'][name]:,.0f}",
+             f"{budget['cores_at_target_rate'][name]:.2f}"]
+            for name, seconds in budget["seconds"].items() if name != "bench"
+        ]  # fmt: skip
+        rows.append(
+            ["total", f"{sum(float(r[1]) for r in rows):.2f}",
+             f"{budget['total_us_per_delivery']:,.0f}",
+             f"{budget['total_cores_at_target_rate']:.2f}"]
+        )  # fmt: skip
+        print(format_table(["part", "CPU s", "us per delivery", "cores needed"], rows))
+        print(f"(the load generator itself used {budget['seconds'].get('bench', 0):.2f} s)\n")
     passed = result["pass"]
     targets = [
         [
