@@ -111,7 +111,7 @@ from bench.pipeline import (
     work_state,
 )
 from projections.database import connect as connect_database
-from projections.projector import GROUP, READ_COUNT, Projector
+from projections.projector import BATCH_BYTES, GROUP, READ_COUNT, Projector
 from projections.queries import projection_lag_ms
 from streams.keys import KeySpace
 
@@ -327,6 +327,7 @@ async def measure_throughput(
         "fill": filled,
         "stream": contents.summary(),
         "read_count_entries": READ_COUNT,
+        "batch_bytes": BATCH_BYTES,
         "batches": apply_time.calls,
         "mean_entries_per_batch": round(contents.entries / batches, 1),
         "mean_events_per_batch": round(contents.events / batches, 1),
@@ -642,8 +643,9 @@ def print_report(result: dict[str, Any]) -> None:
     fill, stream = one["fill"], one["stream"]
     split = one["time_split_s"]
     print(
-        f"1. Projector alone, in-process (uvloop), READ_COUNT {one['read_count_entries']} "
-        f"entries per batch: {fill['notifications_accepted']:,} notifications, "
+        f"1. Projector alone, in-process (uvloop), entries read {one['read_count_entries']} at "
+        f"a time into batches of up to {one['batch_bytes'] / 1e6:g} MB of events: "
+        f"{fill['notifications_accepted']:,} notifications, "
         f"{fill['deliveries_sent']:,} sent; events per entry {stream['entries_by_event_count']}"
     )
     rows = [

@@ -45,7 +45,13 @@ from streams.keys import KeySpace, ShardKeys
 log = structlog.get_logger(__name__)
 
 GROUP = "projector"
-READ_COUNT = 2000  # stream entries per batch (an ingest entry holds 2-5 events)
+_EVENT_FIELD = codec.EVENT_FIELD.encode()
+# An entry holds the events of one script call: of one notification up to 64 at ingest,
+# of up to 64 deliveries at the finish of a delivery. A batch is read READ_COUNT entries at
+# a time until it holds about BATCH_BYTES of events (some 5,000 events) or nothing more
+# is waiting: big enough to amortise a transaction, small enough to commit often.
+READ_COUNT = 100
+BATCH_BYTES = 2_000_000
 READ_BLOCK_MS = 50
 MAX_BACKOFF_S = 5.0
 RECLAIM_IDLE_MS = 30_000
@@ -340,12 +346,8 @@ class Projector:
         backoff = 0.1
         while not self._stopping.is_set():
             try:
-                reply: Any = await self.redis.xreadgroup(
-                    GROUP, self.consumer, {stream: cursor}, count=READ_COUNT,
-                    block=None if cursor == "0" else READ_BLOCK_MS,
-                )  # fmt: skip
+                entries = await self._read(stream, cursor)
                 backoff = 0.1
-                entries = reply[0][1] if reply else []
                 if not entries:
                     if cursor == "0":
                         cursor = ">"
@@ -365,11 +367,29 @@ class Projector:
                 await asyncio.sleep(backoff)
                 backoff = min(MAX_BACKOFF_S, backoff * 2)
 
+    async def _read(self, stream: str, cursor: str) -> list[tuple[Any, dict[bytes, Any]]]:
+        """The next batch: entries after ``cursor`` ("0": this consumer's own pending ones,
+        ">": new ones, waiting up to READ_BLOCK_MS for the first)."""
+        entries: list[tuple[Any, dict[bytes, Any]]] = []
+        size = 0
+        while True:
+            reply: Any = await self.redis.xreadgroup(
+                GROUP, self.consumer, {stream: cursor}, count=READ_COUNT,
+                block=None if cursor != ">" or entries else READ_BLOCK_MS,
+            )  # fmt: skip
+            read = reply[0][1] if reply else []
+            entries += read
+            size += sum(len(fields.get(_EVENT_FIELD, b"")) for _, fields in read)
+            if len(read) < READ_COUNT or size >= BATCH_BYTES:
+                return entries
+            if cursor != ">":  # reading pending entries: go on after the last one read
+                cursor = _text(read[-1][0])
+
     async def _commit(self, shard: ShardKeys, entries: list[tuple[Any, dict[bytes, Any]]]) -> None:
         """Apply ``entries`` (retrying while PostgreSQL is away), then acknowledge them."""
         ids = [_text(entry_id) for entry_id, _ in entries]
         batch = [
-            (entry_id, fields.get(codec.EVENT_FIELD.encode(), b"[]"))
+            (entry_id, fields.get(_EVENT_FIELD, b"[]"))
             for entry_id, (_, fields) in zip(ids, entries, strict=True)
         ]
         rows = rows_of(shard.shard, batch)

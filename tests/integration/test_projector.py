@@ -12,6 +12,7 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+import projections.projector as projector_module
 from projections.database import connect
 from projections.projector import GROUP, Projector, apply, rows_of
 from streams import codec
@@ -225,3 +226,25 @@ async def _projected_version(pool: asyncpg.Pool, delivery_id: str) -> int:
             "SELECT version FROM delivery WHERE id = $1", delivery_id
         )
     return int(version or 0)
+
+
+async def test_a_batch_is_read_in_several_reads_up_to_its_byte_bound(
+    real_redis: Redis, key_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keys = KeySpace(key_prefix)
+    stream = keys.shard(0).events
+    await real_redis.xgroup_create(stream, GROUP, id="0", mkstream=True)
+    entry = {codec.EVENT_FIELD: b"[" + b" " * 98 + b"]"}  # 100 bytes
+    for number in range(5):
+        await real_redis.xadd(stream, entry, id=f"{number + 1}-0")
+    projector = Projector(real_redis, None, keys, consumer="p")  # type: ignore[arg-type]
+    monkeypatch.setattr(projector_module, "READ_COUNT", 2)
+
+    monkeypatch.setattr(projector_module, "BATCH_BYTES", 250)  # reached by the second read
+    first = await projector._read(stream, ">")
+    assert [entry_id for entry_id, _ in first] == [b"1-0", b"2-0", b"3-0", b"4-0"]
+    monkeypatch.setattr(projector_module, "BATCH_BYTES", 10_000)
+    assert [entry_id for entry_id, _ in await projector._read(stream, ">")] == [b"5-0"]
+    # Unacknowledged, they are this consumer's pending entries: read again in order from "0".
+    again = await projector._read(stream, "0")
+    assert [entry_id for entry_id, _ in again] == [b"1-0", b"2-0", b"3-0", b"4-0", b"5-0"]
