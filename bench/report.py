@@ -3,13 +3,15 @@
 Run from anywhere with the project's virtualenv (``make bench-report`` installs the
 ``bench`` extra first)::
 
-    .venv/bin/python bench/report.py           # sized to stay under 10 minutes on 2 cores
+    .venv/bin/python bench/report.py           # sized to stay under 15 minutes on 2 cores
     .venv/bin/python bench/report.py --quick   # a smoke run (under 4 minutes)
 
 It runs, one after the other and never two at once (each would measure the others), the
 benchmark scripts of this directory as subprocesses with this python: ``ingest.py``,
 ``pipeline.py`` (end to end, and HIGH latency under a LOW flood), ``projector.py``,
-``memory.py`` (when it exists) and ``peers.py`` (Clarion beside Celery and arq). Their output
+``memory.py`` (when it exists), ``peers.py`` (Clarion beside Celery and arq) and
+``instructions.py`` (instruction counts under valgrind, which do not depend on how busy the
+machine is). Their output
 is passed through; each writes its JSON result, which the report reads, embeds whole and then
 removes, so one run leaves one pair of files: ``bench/results/report-<UTC timestamp>.json``
 (every figure with its target and verdict, each benchmark's full result, machine and commit)
@@ -64,6 +66,8 @@ STEPS: Final = (
     # Redis memory per accepted notification; skipped (and said so) until the script exists.
     Step("memory", "bench/memory.py"),
     Step("peers", "bench/peers.py"),
+    # Instructions per notification and per delivery, under valgrind: machine-independent.
+    Step("instructions", "bench/instructions.py", quick_args=["--units", "1"]),
 )
 
 

@@ -131,6 +131,26 @@ def projector_figures(result: dict[str, Any]) -> list[Figure]:
                 "/s",
             ),
         ]
+        if "cpu" in lag:
+            figures.append(
+                figure(
+                    "projector",
+                    "CPU cores the whole pipeline needs at 10,000 deliveries/s",
+                    lag["cpu"]["total_cores_at_target_rate"],
+                    "",
+                )
+            )
+    return figures
+
+
+def instructions_figures(result: dict[str, Any]) -> list[Figure]:
+    figures = []
+    for kind, run in result["workloads"].items():
+        unit = run["unit"]
+        figures += [
+            figure("instructions", f"{kind}: Python per {unit}", run["python_per_unit"], "instr"),
+            figure("instructions", f"{kind}: Redis per {unit}", run["redis_per_unit"], "instr"),
+        ]
     return figures
 
 
@@ -187,6 +207,7 @@ EXTRACTORS: Final[dict[str, Callable[[dict[str, Any]], list[Figure]]]] = {
     "projector": projector_figures,
     "memory": memory_figures,
     "peers": peers_figures,
+    "instructions": instructions_figures,
 }
 
 

@@ -1,0 +1,313 @@
+"""Instructions per notification at ingest and per delivery, counted by valgrind's callgrind.
+
+Run from anywhere with the project's virtualenv (valgrind must be installed)::
+
+    .venv/bin/python bench/instructions.py                  # 2,000 notifications each
+    .venv/bin/python bench/instructions.py --source ../old  # another checkout's code
+
+Seconds measured on a shared two-core machine swing by a factor of two or more from one hour
+to the next; instruction counts do not. Each workload runs in a Python process of its own
+under callgrind against a private ``redis-server``, also under callgrind, with counting
+switched on (``callgrind_control``) only around the measured part:
+
+- ``ingest``: decode batch bodies of 1000 notifications as the batch endpoint does
+  (``order_confirmed`` with an email address and a phone number: EMAIL and IN_APP queued,
+  PUSH suppressed) and accept them with ``app.intake.Intake``. HTTP is not included
+  (``bench/ingest.py`` measures it against a bare endpoint).
+- ``delivery``: the same notifications are accepted first, uncounted; then a
+  ``DeliveryWorker`` sends every queued delivery to the zero-latency sandbox provider and
+  records the outcomes.
+
+Python's and Redis's counts are reported apart, per notification or per delivery. The
+code measured is this checkout's, or ``--source``'s (for a before/after comparison; the
+benchmark itself stays this one). The result is printed and written to
+``bench/results/instructions-<UTC timestamp>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+if __package__ in {None, ""}:  # run as a script: make the ``bench`` package importable
+    # A workload measuring another checkout's code imports that checkout first.
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    if os.environ.get("CLARION_BENCH_SOURCE"):
+        sys.path.insert(0, os.environ["CLARION_BENCH_SOURCE"])
+
+BATCH = 1000
+PRODUCER = "bench"
+VALGRIND = ["valgrind", "--tool=callgrind", "--instr-atstart=no"]
+START_TIMEOUT_S = 600.0
+
+
+# --- the workloads, each run in a child process under callgrind ------------------------------
+
+
+def _bodies(units: int, tag: str) -> list[bytes]:
+    from bench.ingest import batch_template  # noqa: PLC0415 (the measured checkout's)
+
+    pieces = batch_template(BATCH)
+    return [f"{tag}-{number}".encode().join(pieces) for number in range(units)]
+
+
+async def _workload(kind: str, units: int, redis_url: str, catalog_path: Path) -> None:
+    import msgspec  # noqa: PLC0415
+
+    from app.api.schemas import BatchRequestSchema  # noqa: PLC0415
+    from app.catalog import load_catalog  # noqa: PLC0415
+    from app.delivery_worker import DeliveryWorker  # noqa: PLC0415
+    from app.fanout import Planner  # noqa: PLC0415
+    from app.intake import Intake  # noqa: PLC0415
+    from app.logging import configure_logging  # noqa: PLC0415
+    from app.worker_process import build_providers  # noqa: PLC0415
+    from streams.connection import connect  # noqa: PLC0415
+    from streams.keys import KeySpace  # noqa: PLC0415
+
+    configure_logging("console", "WARNING")
+    redis = connect(redis_url)
+    keys = KeySpace("bench")
+    catalog = load_catalog(catalog_path)
+    intake = Intake(redis, keys, Planner(catalog), 3600)
+    decoder = msgspec.json.Decoder(BatchRequestSchema)
+
+    async def accept(bodies: list[bytes]) -> int:
+        queued = 0
+        for body in bodies:
+            items = decoder.decode(body).notifications
+            outcomes = await intake.accept_many(PRODUCER, [(i.idempotency_key, i) for i in items])
+            queued += sum(o.response.count(b'"QUEUED"') for o in outcomes)
+        return queued
+
+    def new_worker() -> DeliveryWorker:
+        return DeliveryWorker(
+            redis, keys, catalog, build_providers(catalog, redis, keys), consumer="bench"
+        )
+
+    # A warm-up batch, not counted: scripts loaded, caches filled, the worker path run once.
+    warm_up = await accept(_bodies(1, "warm-up"))
+    if kind == "delivery":
+        await _drain(new_worker(), redis, keys.sandbox_sent, warm_up)
+    bodies = _bodies(units, "measured")
+    queued = await accept(bodies) if kind == "delivery" else 0
+    _handshake("ready")
+    if kind == "ingest":
+        await accept(bodies)
+        count = units * BATCH
+    else:
+        count = await _drain(new_worker(), redis, keys.sandbox_sent, warm_up + queued)
+    _handshake(f"done {count}")
+    await redis.aclose()
+
+
+async def _drain(worker: Any, redis: Any, sent_stream: str, expected: int) -> int:
+    """Run ``worker`` until the sandbox has recorded ``expected`` calls in all; how many of
+    them it made."""
+    before = await redis.xlen(sent_stream)
+    task = asyncio.create_task(worker.run())
+    while await redis.xlen(sent_stream) < expected:  # noqa: ASYNC110 (polls Redis)
+        await asyncio.sleep(0.01)
+    worker.stop()
+    await task
+    return int(await redis.xlen(sent_stream)) - int(before)
+
+
+def _handshake(line: str) -> None:
+    """Tell the parent where we are and wait for its go-ahead."""
+    print(line, flush=True)
+    sys.stdin.readline()
+
+
+# --- the parent: private Redis, callgrind control, results -----------------------------------
+
+
+class BenchError(RuntimeError):
+    pass
+
+
+def _control(pid: int, *options: str) -> None:
+    done = subprocess.run(
+        ["callgrind_control", *options, str(pid)], capture_output=True, check=False
+    )
+    if done.returncode != 0:
+        raise BenchError(f"callgrind_control {' '.join(options)} failed: {done.stderr!r}")
+
+
+def _instructions(out_file: Path) -> int:
+    """The instructions counted in a callgrind output file (all its parts)."""
+    total = 0
+    for path in out_file.parent.glob(out_file.name + "*"):
+        for line in path.read_text(errors="replace").splitlines():
+            if line.startswith("totals:"):
+                total += int(line.split()[1])
+    return total
+
+
+def _read_line(process: subprocess.Popen[str], what: str) -> str:
+    assert process.stdout is not None
+    line = process.stdout.readline().strip()
+    if not line:
+        raise BenchError(f"{what} ended early (exit status {process.wait()})")
+    return line
+
+
+@contextmanager
+def _private_redis(work: Path) -> Iterator[tuple[str, subprocess.Popen[str], Path]]:
+    from bench.ingest import free_port  # noqa: PLC0415
+
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise BenchError("redis-server is not installed")
+    port = free_port()
+    out = work / f"redis-{port}.cg"
+    process = subprocess.Popen(
+        [*VALGRIND, f"--callgrind-out-file={out}", binary, "--port", str(port),
+         "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(work)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        _wait_for_redis(port, process)
+        yield f"redis://127.0.0.1:{port}/0", process, out
+    finally:
+        process.terminate()
+        process.wait(timeout=120)
+
+
+def _wait_for_redis(port: int, process: subprocess.Popen[str]) -> None:
+    import redis  # noqa: PLC0415
+
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise BenchError("redis-server under valgrind exited at start")
+        try:
+            redis.Redis(port=port).ping()
+            return
+        except redis.ConnectionError:
+            time.sleep(0.2)
+    raise BenchError("redis-server under valgrind did not answer")
+
+
+def measure(kind: str, units: int, source: Path, catalog: Path, work: Path) -> dict[str, Any]:
+    """Run one workload; its counted instructions, Python's and Redis's."""
+    with _private_redis(work) as (redis_url, redis_process, redis_out):
+        python_out = work / f"python-{kind}.cg"
+        env = {**os.environ, "CLARION_BENCH_SOURCE": str(source)}
+        child = subprocess.Popen(
+            [*VALGRIND, f"--callgrind-out-file={python_out}", sys.executable, __file__,
+             "--workload", kind, "--units", str(units), "--redis-url", redis_url,
+             "--catalog", str(catalog)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            text=True, env=env, cwd=source,
+        )  # fmt: skip
+        assert child.stdin is not None
+        try:
+            if _read_line(child, f"the {kind} workload") != "ready":
+                raise BenchError(f"the {kind} workload did not get ready")
+            _control(child.pid, "--instr=on")
+            _control(redis_process.pid, "--instr=on")
+            started = time.monotonic()
+            child.stdin.write("go\n")
+            child.stdin.flush()
+            done = _read_line(child, f"the {kind} workload")
+            seconds = time.monotonic() - started
+            _control(child.pid, "--instr=off")
+            _control(redis_process.pid, "--instr=off")
+            _control(redis_process.pid, "--dump")
+            child.stdin.write("end\n")
+            child.stdin.flush()
+            child.wait(timeout=600)
+        finally:
+            if child.poll() is None:
+                child.kill()
+    count = int(done.split()[1])
+    python, redis = _instructions(python_out), _instructions(redis_out)
+    return {
+        "count": count,
+        "unit": "notification" if kind == "ingest" else "delivery",
+        "python_instructions": python,
+        "redis_instructions": redis,
+        "python_per_unit": round(python / max(1, count)),
+        "redis_per_unit": round(redis / max(1, count)),
+        "seconds_under_valgrind": round(seconds, 1),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--units", type=int, default=2, help="batches of 1000 notifications")
+    parser.add_argument("--source", type=Path, default=Path(__file__).resolve().parent.parent,
+                        help="the checkout whose code is measured (default: this one)")  # fmt: skip
+    parser.add_argument("--workload", choices=["ingest", "delivery"], help=argparse.SUPPRESS)
+    parser.add_argument("--redis-url", help=argparse.SUPPRESS)
+    parser.add_argument("--catalog", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.workload:  # the child
+        import uvloop  # noqa: PLC0415
+
+        uvloop.run(_workload(args.workload, args.units, args.redis_url, args.catalog))
+        return 0
+    return _parent(args.units, args.source.resolve())
+
+
+def _parent(units: int, source: Path) -> int:
+    from bench.ingest import REPO, format_table, git_output, write_result  # noqa: PLC0415
+    from bench.pipeline import unlimited_catalog  # noqa: PLC0415
+
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        print("valgrind (with callgrind_control) is not installed", file=sys.stderr)
+        return 2
+    started = datetime.now(UTC)
+    redis_version = subprocess.run(
+        ["redis-server", "--version"], capture_output=True, text=True, check=False
+    )
+    result: dict[str, Any] = {
+        "benchmark": "instructions",
+        "started_utc": started.isoformat(timespec="seconds"),
+        "machine": {
+            "cpu_count": os.cpu_count(),
+            "python": platform.python_version(),
+            "redis_server": redis_version.stdout.strip(),
+        },
+        "source": str(source),
+        "source_commit": (
+            git_output("-C", str(source), "rev-parse", "--short", "HEAD") or ""
+        ).strip(),
+        "notifications": units * BATCH,
+        "workloads": {},
+    }
+    with tempfile.TemporaryDirectory(prefix="clarion-instructions-") as temp:
+        work = Path(temp)
+        catalog = work / "clarion.toml"
+        unlimited_catalog(REPO / "clarion.toml", catalog)
+        for kind in ("ingest", "delivery"):
+            print(f"{kind}: {units * BATCH:,} notifications under callgrind ...", flush=True)
+            result["workloads"][kind] = measure(kind, units, source, catalog, work)
+    plural = {"notification": "notifications", "delivery": "deliveries"}
+    rows = [
+        [kind, f"{w['count']:,} {plural[w['unit']]}", f"{w['python_per_unit']:,}",
+         f"{w['redis_per_unit']:,}", f"{w['python_per_unit'] + w['redis_per_unit']:,}"]
+        for kind, w in result["workloads"].items()
+    ]  # fmt: skip
+    print(f"\nInstructions counted by callgrind; code of {source} ({result['source_commit']})\n")
+    print(format_table(["workload", "measured", "Python per unit", "Redis per unit", "total"],
+                       rows))  # fmt: skip
+    path = write_result(result, started, "instructions")
+    print(f"\nwritten to {path.relative_to(REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
