@@ -56,16 +56,16 @@ class FanoutError(ValueError):
     """The request cannot be fanned out; the message names the field (answered with 422)."""
 
 
-_FINGERPRINTED = NotificationRequest.__struct_fields__
+_FINGERPRINTED = len(NotificationRequest.__struct_fields__)
 
 
 def fingerprint(request: NotificationRequest) -> str:
     """A digest of the request's canonical form: key order and spacing do not matter.
 
     Only the fields of a single POST count, so a batch item (which adds its idempotency
-    key) fingerprints like the same notification posted alone.
+    key after them) fingerprints like the same notification posted alone.
     """
-    canonical = _canonical.encode(tuple(getattr(request, name) for name in _FINGERPRINTED))
+    canonical = _canonical.encode(msgspec.structs.astuple(request)[:_FINGERPRINTED])
     return hashlib.sha256(canonical).hexdigest()[:32]
 
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
+import msgspec
 from redis.asyncio import Redis
 
-from app.api.schemas import NotificationRequest, Recipient
+from app.api.schemas import BatchItem, NotificationRequest, Recipient
 from app.catalog import Catalog
 from app.fanout import Planner, fingerprint
 from app.intake import IN_FLIGHT_TTL_MS, Intake
@@ -149,3 +150,9 @@ def test_fingerprint_ignores_nothing_that_matters() -> None:
     other = NotificationRequest(recipient=REQUEST.recipient, type="marketing", priority="LOW",
                                 data=REQUEST.data)  # fmt: skip
     assert fingerprint(REQUEST) != fingerprint(other)
+
+
+def test_a_batch_item_fingerprints_like_the_same_notification_posted_alone() -> None:
+    fields = msgspec.structs.asdict(REQUEST)
+    assert fingerprint(BatchItem(**fields, idempotency_key="k")) == fingerprint(REQUEST)
+    assert fingerprint(BatchItem(**fields, idempotency_key="other")) == fingerprint(REQUEST)
