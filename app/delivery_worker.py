@@ -27,6 +27,7 @@ from redis.exceptions import RedisError
 from app import __version__, delivery_step
 from app.catalog import Catalog
 from app.channels.base import ErrorClass, Message, Provider, ProviderError
+from app.deadlines import Deadlines
 from app.delivery_step import Step
 from app.metrics import DELIVERY_FAILURES, UNKNOWN_CHANNEL, record_outcome
 from app.rendering import RenderError, render
@@ -101,6 +102,7 @@ class DeliveryWorker:
         self.metrics = MetricsRecorder(redis, keys)
         self._lanes = {p: asyncio.Semaphore(n) for p, n in self.options.lanes.items()}
         self._in_flight: set[asyncio.Task[None]] = set()
+        self._deadlines = Deadlines()
         self._wake = {shard: asyncio.Event() for shard in keys.all_shards()}
         self._stopping = asyncio.Event()
 
@@ -118,6 +120,7 @@ class DeliveryWorker:
         loops += [asyncio.create_task(self._schedule(shard)) for shard in shards]
         loops.append(asyncio.create_task(self._reclaim()))
         flusher = asyncio.create_task(self.metrics.run())
+        watchdog = asyncio.create_task(self._deadlines.run())
         log.info("worker.started", consumer=self.consumer, shards=len(shards))
         await self._stopping.wait()
         for task in loops:
@@ -127,8 +130,10 @@ class DeliveryWorker:
             # What was read but not finished stays pending under this consumer's stable
             # name: the next start drains it first, or another worker reclaims it.
             await asyncio.wait(self._in_flight, timeout=self.options.shutdown_grace_s)
-        flusher.cancel()  # after the in-flight sends: their outcomes are counted too
-        await asyncio.gather(flusher, return_exceptions=True)
+        # After the in-flight sends: their time limits hold and their outcomes are counted.
+        watchdog.cancel()
+        flusher.cancel()
+        await asyncio.gather(watchdog, flusher, return_exceptions=True)
         log.info("worker.stopped", consumer=self.consumer, unfinished=len(self._in_flight))
 
     async def _ensure_groups(self, shards: Sequence[ShardKeys]) -> None:
@@ -323,8 +328,7 @@ class DeliveryWorker:
         provider = self.providers[provider_name]
         timeout = self.catalog.providers[provider_name].timeout_seconds
         try:
-            async with asyncio.timeout(timeout):
-                message_id = await provider.send(message)
+            message_id = await self._deadlines.limit(timeout, provider.send(message))
         except ProviderError as error:
             log.info("delivery.attempt_failed", error_class=error.error_class, error=error.message)
             if error.invalid_address:

@@ -10,12 +10,14 @@ from typing import Any
 from redis.asyncio import Redis
 
 from app import __version__
+from app.catalog import parse_catalog
 from streams import codec
 from streams.delivery import GROUP, ensure_group
 from streams.keys import KeySpace, Priority
 from tests.conftest import stream_events
 from tests.integration.delivery_support import (
     accept,
+    catalog_text,
     dead_letters,
     fast_catalog,
     running_worker,
@@ -123,6 +125,26 @@ async def test_a_permanent_failure_fails_at_once_into_the_dlq(
     assert codec.decode_work_item(letter["work"]).delivery_id == delivery_id
     names = [type(e).__name__ for e in await stream_events(real_redis, keys.shard(0).events)]
     assert names[-2:] == ["DeliveryFailed", "DeliveryDeadLettered"]
+
+
+async def test_a_provider_that_does_not_answer_in_time_is_a_transient_failure(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    text = catalog_text(base=0.02, max_delay=0.05, attempts=2)
+    assert "timeout_seconds = 10" in text, "clarion.toml changed: update this test"
+    catalog = parse_catalog(text.replace("timeout_seconds = 10", "timeout_seconds = 0.2"), "t")
+    keys = KeySpace(key_prefix)
+    body = otp(directives={"latency_ms": 3000})
+    delivery_id = (await accept(real_redis, keys, catalog, body, "k"))["deliveries"][0]["id"]
+    started = time.monotonic()
+    async with running_worker(real_redis, keys, catalog):
+        done = await final_state(real_redis, keys, delivery_id)
+    # Two attempts of 0.2 s each (give or take the watchdog's tick), not two of 3 s.
+    assert time.monotonic() - started < 2.5
+    assert done["status"] == "FAILED"
+    assert done["attempts"] == "2"
+    assert done["error_class"] == "TRANSIENT"
+    assert done["last_error"] == "sandbox: no answer within 0.2 s"
 
 
 async def test_exhausted_retries_fail(real_redis: Redis, key_prefix: str) -> None:
