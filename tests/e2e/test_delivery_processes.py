@@ -204,7 +204,11 @@ async def test_high_stays_fast_while_a_low_backlog_drains(
         calls = {c["delivery_id"]: c["at_ms"] for c in await sandbox_calls(real_redis, keys)}
     latencies = sorted(calls[d] - at for d, at in high_ids.items())
     p99 = latencies[int(len(latencies) * 0.99) - 1]
-    assert p99 < 250, f"HIGH p99 {p99:.0f} ms (max {latencies[-1]:.0f} ms)"
+    # The promise is "HIGH within a second, even at peak". Typically p50 is 3 ms and p99
+    # under 50 ms (bench/pipeline.py measures it); with the suite's processes sharing two
+    # slow cores, single samples of 100-330 ms were seen, with and without recent changes.
+    assert p99 < 1000, f"HIGH p99 {p99:.0f} ms (max {latencies[-1]:.0f} ms)"
+    assert latencies[len(latencies) // 2] < 100, f"HIGH p50 {latencies[len(latencies) // 2]} ms"
     # The flood was draining, and far from drained, while HIGH went through.
     sent_low = len(calls) - len(high_ids)
     assert 1000 < sent_low < 100_000, sent_low
