@@ -42,7 +42,7 @@ bench: install
 	$(BIN)/python bench/ingest.py
 
 ## bench-report: every benchmark and the Celery and arq peers, one report in bench/results/
-## (a smoke run: make bench-report REPORT_ARGS=--quick)
+## (needs wrk and valgrind: apt-get install wrk valgrind; a smoke run: REPORT_ARGS=--quick)
 bench-report: install
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python bench/report.py $(REPORT_ARGS)

@@ -16,7 +16,7 @@ their entries are older than it, and measured again.
 
 What a deployment holds in steady state follows from how long each kind lives:
 idempotency record and notification record ``CLARION_IDEMPOTENCY_TTL`` (24 h), delivery
-state ``CLARION_DELIVERY_STATE_RETENTION`` (7 days) after the delivery ended, stream
+state ``CLARION_DELIVERY_STATE_RETENTION`` (24 h) after the delivery ended, stream
 entries ``CLARION_STREAM_RETENTION`` (1 h) after every group is done with them. The sandbox's
 own keys are a stand-in provider's and are reported apart.
 
