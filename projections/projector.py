@@ -46,12 +46,13 @@ log = structlog.get_logger(__name__)
 
 GROUP = "projector"
 _EVENT_FIELD = codec.EVENT_FIELD.encode()
-# An entry holds the events of one script call: of one notification up to 64 at ingest,
-# of up to 64 deliveries at the finish of a delivery. A batch is read READ_COUNT entries at
-# a time until it holds about BATCH_BYTES of events (some 5,000 events) or nothing more
-# is waiting: big enough to amortise a transaction, small enough to commit often.
-READ_COUNT = 100
-BATCH_BYTES = 2_000_000
+# An entry holds the events of one script call: of up to 64 notifications at ingest, of up
+# to 64 deliveries when a worker records outcomes. A batch is read READ_COUNT entries at a
+# time until it holds about BATCH_BYTES of events (3,000-5,000 events, by their mix) or
+# nothing more is waiting: big enough to amortise a transaction's fixed cost, small enough
+# to commit often. (Batches of ~1,350 events projected 25 % fewer events/s than ~11,000.)
+READ_COUNT = 20
+BATCH_BYTES = 1_000_000
 READ_BLOCK_MS = 50
 MAX_BACKOFF_S = 5.0
 RECLAIM_IDLE_MS = 30_000
