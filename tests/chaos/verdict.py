@@ -8,12 +8,16 @@ fault, and the dead-letter queue holds exactly the deliveries told to fail.
 
 A repeated send is *explained* when the delivery was in flight at a fault that can cut a
 delivery off (a worker SIGKILL or SIGSTOP, a Redis crash): its previous send was recorded by
-the provider at most ``OUTCOME_DELAY_S`` before the fault began, or while it lasted, and the
-repeat came after it began. A worker records the outcome a moment after the provider's answer
-(one pipelined script call), so a send followed by a repeat without such a fault right after
-it means the outcome was lost or ignored: a bug. ``OUTCOME_DELAY_S`` is far shorter than the
-lease, which matters: with a worker killed every few seconds, a window of a whole lease
-before every fault would cover almost the whole run and explain anything.
+the provider at most ``OUTCOME_DELAY_S`` before the fault began, while it lasted, or — for a
+fault that lasts, a pause or a Redis restart — at most ``OUTCOME_DELAY_S`` after it ended,
+and the repeat came after it began. What a lasting fault held up finishes just after it: a
+resumed worker's client timeouts fire on calls Redis had already answered, and another
+worker's takeover of its expired leases lands. A worker records the outcome a moment after
+the provider's answer (one pipelined script call), so a send followed by a repeat without
+such a fault right after it means the outcome was lost or ignored: a bug.
+``OUTCOME_DELAY_S`` is far shorter than the lease, which matters: with a worker killed
+every few seconds, a window of a whole lease before every fault would cover almost the
+whole run and explain anything.
 """
 
 from __future__ import annotations
@@ -210,7 +214,10 @@ def _sends(
 
 def _explanation(previous: SandboxCall, repeat: SandboxCall, faults: list[Fault]) -> Fault | None:
     for fault in faults:
-        in_flight = fault.start - OUTCOME_DELAY_S - SLACK_S <= previous.at <= fault.end + SLACK_S
+        # A kill ends when it happens; a pause or a Redis crash lasts, and has an aftermath.
+        aftermath = OUTCOME_DELAY_S if fault.end - fault.start > SLACK_S else 0.0
+        earliest = fault.start - OUTCOME_DELAY_S - SLACK_S
+        in_flight = earliest <= previous.at <= fault.end + aftermath + SLACK_S
         if in_flight and repeat.at >= fault.start - SLACK_S:
             return fault
     return None
