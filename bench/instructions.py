@@ -47,6 +47,8 @@ if __package__ in {None, ""}:  # run as a script: make the ``bench`` package imp
     if os.environ.get("CLARION_BENCH_SOURCE"):
         sys.path.insert(0, os.environ["CLARION_BENCH_SOURCE"])
 
+from bench.ingest import BenchError
+
 BATCH = 1000
 PRODUCER = "bench"
 VALGRIND = ["valgrind", "--tool=callgrind", "--instr-atstart=no"]
@@ -131,10 +133,6 @@ def _handshake(line: str) -> None:
 
 
 # --- the parent: private Redis, callgrind control, results -----------------------------------
-
-
-class BenchError(RuntimeError):
-    pass
 
 
 def _control(pid: int, *options: str) -> None:
