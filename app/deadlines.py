@@ -30,30 +30,30 @@ class Deadlines:
     async def limit(self, seconds: float, call: Awaitable[T]) -> T:
         """Await ``call``; ``TimeoutError`` once ``seconds`` have passed (up to a tick
         later). Must be awaited by a task, one limit at a time."""
-        task = self.start(seconds)
+        task = self._start(seconds)
         try:
             return await call
         except asyncio.CancelledError:
-            if self.expired(task):
+            if self._expired(task):
                 raise TimeoutError from None
             raise
         finally:
-            self.finish(task)
+            self._finish(task)
 
-    def start(self, seconds: float) -> asyncio.Task[object]:
-        """Limit the current task to ``seconds`` from now; the task, for ``finish``."""
+    def _start(self, seconds: float) -> asyncio.Task[object]:
+        """Limit the current task to ``seconds`` from now; the task, for ``_finish``."""
         task = asyncio.current_task()
         if task is None:
-            raise RuntimeError("Deadlines.start must be called from a task")
+            raise RuntimeError("Deadlines.limit must be awaited by a task")
         self._due[task] = asyncio.get_running_loop().time() + seconds
         return task
 
-    def finish(self, task: asyncio.Task[object]) -> None:
+    def _finish(self, task: asyncio.Task[object]) -> None:
         """The limited call is over: stop watching ``task``."""
         self._due.pop(task, None)
         self._cancelled.discard(task)
 
-    def expired(self, task: asyncio.Task[object]) -> bool:
+    def _expired(self, task: asyncio.Task[object]) -> bool:
         """Whether the watchdog cancelled ``task``; if so the cancellation is withdrawn, so
         the task may go on (to record the timeout)."""
         if task not in self._cancelled:
