@@ -12,7 +12,7 @@ backoff; ingest and delivery do not wait for the projector.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -72,6 +72,7 @@ _EVENT_TABLE = """
     event_id text, at timestamptz, type text, notification_id uuid, delivery_id uuid,
     version integer, body jsonb
 """
+_EVENT_COLUMNS = ("event_id", "at", "type", "notification_id", "delivery_id", "version", "body")
 
 _INSERT_NOTIFICATIONS = """
 INSERT INTO notification SELECT * FROM batch_notification ON CONFLICT (id) DO NOTHING
@@ -267,19 +268,37 @@ def _delivery_row(event: DeliveryEvent, context: _Context | None) -> tuple[Any, 
 
 
 async def apply(pool: asyncpg.Pool, stream: str, rows: Rows) -> None:
-    """Write one batch's rows and its checkpoint in one transaction."""
-    async with pool.acquire() as connection, connection.transaction():
-        await write_rows(connection, rows)
-        await connection.execute(_SAVE_CHECKPOINT, stream, rows.last_id)
+    """Write one batch's rows and its checkpoint in one transaction.
+
+    The events are first copied straight into ``delivery_event``, the cheap way, assuming
+    they are new there. When some are not (the batch is projected again after a crash
+    between commit and XACK, or a reclaim), the copy fails, the transaction is rolled back
+    and the batch is written again the idempotent way.
+    """
+    async with pool.acquire() as connection:
+        try:
+            async with connection.transaction():
+                await write_rows(connection, rows, events_may_repeat=False)
+                await connection.execute(_SAVE_CHECKPOINT, stream, rows.last_id)
+            return
+        except asyncpg.UniqueViolationError:
+            log.info("projector.events_projected_before", stream=stream, last_id=rows.last_id)
+        async with connection.transaction():
+            await write_rows(connection, rows, events_may_repeat=True)
+            await connection.execute(_SAVE_CHECKPOINT, stream, rows.last_id)
 
 
-async def write_rows(connection: asyncpg.Connection, rows: Rows) -> None:
+async def write_rows(
+    connection: asyncpg.Connection, rows: Rows, *, events_may_repeat: bool = True
+) -> None:
     """Write ``rows`` within the caller's transaction, once per transaction.
 
     The batch tables are dropped at the commit. Rows go in with COPY into temporary tables
     and one INSERT … SELECT per table: several times cheaper for PostgreSQL than a statement
     per row. Table names are unqualified, so the connection's ``search_path`` decides where
-    they go.
+    they go. With ``events_may_repeat=False`` the events are copied straight into
+    ``delivery_event``, without a temporary table and a second pass; one that is there
+    already then fails the whole write with ``asyncpg.UniqueViolationError``.
     """
     if rows.notifications:
         await _copy(connection, "batch_notification", _NOTIFICATION_TABLE, rows.notifications)
@@ -292,9 +311,15 @@ async def write_rows(connection: asyncpg.Connection, rows: Rows) -> None:
         await connection.execute(_UPSERT_DELIVERIES.format(table=table))
         if any(row[_ATTEMPTS] is None for row in part):
             await connection.execute(_FIX_UNKNOWN_ATTEMPTS.format(table=table))
-    if rows.events:
+    if not rows.events:
+        return
+    if events_may_repeat:
         await _copy(connection, "batch_event", _EVENT_TABLE, rows.events)
         await connection.execute(_INSERT_EVENTS)
+    else:
+        await connection.copy_records_to_table(
+            "delivery_event", records=rows.events, columns=_EVENT_COLUMNS
+        )
 
 
 async def _copy(
@@ -345,28 +370,44 @@ class Projector:
                 raise
         cursor = "0"  # first this consumer's own pending entries, then new ones
         backoff = 0.1
-        while not self._stopping.is_set():
-            try:
-                entries = await self._read(stream, cursor)
-                backoff = 0.1
-                if not entries:
-                    if cursor == "0":
-                        cursor = ">"
+        # New entries are read and turned into rows while PostgreSQL writes the batch
+        # before them: the two halves of the work overlap instead of taking turns. At
+        # most one batch is being written; batches commit in stream order.
+        writing = _Writing()
+        try:
+            while not self._stopping.is_set():
+                try:
+                    if cursor != ">":  # the pending entries include those being written
+                        await writing.finish()
+                    entries = await self._read(stream, cursor)
+                    backoff = 0.1
+                    if not entries:
+                        await writing.finish()
+                        if cursor == "0":
+                            cursor = ">"
+                        else:
+                            await self._reclaim(shard)
+                        continue
+                    batch = _Batch.of(shard.shard, entries)
+                    await writing.finish()
+                    if cursor == ">":
+                        writing.start(self._write(shard, batch))
                     else:
-                        await self._reclaim(shard)
-                    continue
-                await self._commit(shard, entries)
-            except RedisError as error:
-                # Redis is unreachable or restarting. What was read and not acknowledged
-                # is still pending under this consumer: read that first once it is back.
-                log.warning(
-                    "projector.redis_unavailable",
-                    error=str(error) or type(error).__name__,
-                    retry_in=backoff,
-                )
-                cursor = "0"
-                await asyncio.sleep(backoff)
-                backoff = min(MAX_BACKOFF_S, backoff * 2)
+                        await self._write(shard, batch)
+                except RedisError as error:
+                    # Redis is unreachable or restarting. What was read and not
+                    # acknowledged is still pending under this consumer: read that first
+                    # once it is back.
+                    log.warning(
+                        "projector.redis_unavailable",
+                        error=str(error) or type(error).__name__,
+                        retry_in=backoff,
+                    )
+                    cursor = "0"
+                    await asyncio.sleep(backoff)
+                    backoff = min(MAX_BACKOFF_S, backoff * 2)
+        finally:
+            await writing.finish()
 
     async def _read(self, stream: str, cursor: str) -> list[tuple[Any, dict[bytes, Any]]]:
         """The next batch: entries after ``cursor`` ("0": this consumer's own pending ones,
@@ -386,18 +427,12 @@ class Projector:
             if cursor != ">":  # reading pending entries: go on after the last one read
                 cursor = _text(read[-1][0])
 
-    async def _commit(self, shard: ShardKeys, entries: list[tuple[Any, dict[bytes, Any]]]) -> None:
-        """Apply ``entries`` (retrying while PostgreSQL is away), then acknowledge them."""
-        ids = [_text(entry_id) for entry_id, _ in entries]
-        batch = [
-            (entry_id, fields.get(_EVENT_FIELD, b"[]"))
-            for entry_id, (_, fields) in zip(ids, entries, strict=True)
-        ]
-        rows = rows_of(shard.shard, batch)
+    async def _write(self, shard: ShardKeys, batch: _Batch) -> None:
+        """Apply a batch (retrying while PostgreSQL is away), then acknowledge its entries."""
         backoff = 0.1
         while True:
             try:
-                await apply(self.pool, shard.events, rows)
+                await apply(self.pool, shard.events, batch.rows)
                 break
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as error:
                 if self._stopping.is_set():
@@ -405,7 +440,7 @@ class Projector:
                 log.warning("projector.postgres_unavailable", error=str(error), retry_in=backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(MAX_BACKOFF_S, backoff * 2)
-        await self.redis.xack(shard.events, GROUP, *ids)
+        await self.redis.xack(shard.events, GROUP, *batch.ids)
 
     async def _reclaim(self, shard: ShardKeys) -> None:
         """Take over entries a crashed projector consumer left pending."""
@@ -416,7 +451,41 @@ class Projector:
         if deleted:
             await self.redis.xack(shard.events, GROUP, *deleted)
         if claimed:
-            await self._commit(shard, claimed)
+            await self._write(shard, _Batch.of(shard.shard, claimed))
+
+
+@dataclass(frozen=True, slots=True)
+class _Batch:
+    """Entries read from one shard's stream: their ids and the rows they write."""
+
+    ids: list[str]
+    rows: Rows
+
+    @classmethod
+    def of(cls, shard: int, entries: list[tuple[Any, dict[bytes, Any]]]) -> _Batch:
+        ids = [_text(entry_id) for entry_id, _ in entries]
+        encoded = [
+            (entry_id, fields.get(_EVENT_FIELD, b"[]"))
+            for entry_id, (_, fields) in zip(ids, entries, strict=True)
+        ]
+        return cls(ids, rows_of(shard, encoded))
+
+
+class _Writing:
+    """The batch write that runs in the background while the next batch is read."""
+
+    def __init__(self) -> None:
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self, write: Coroutine[Any, Any, None]) -> None:
+        assert self._task is None, "one batch write at a time"
+        self._task = asyncio.create_task(write)
+
+    async def finish(self) -> None:
+        """Wait for the write in progress, if any; its errors are raised here."""
+        task, self._task = self._task, None
+        if task is not None:
+            await task
 
 
 def _text(value: bytes | str) -> str:

@@ -94,6 +94,23 @@ async def test_projecting_the_same_events_twice_leaves_identical_rows(
     assert len(once["delivery_event"]) == 4
 
 
+async def test_a_batch_partly_projected_before_writes_each_event_once(
+    pool: asyncpg.Pool,
+) -> None:
+    accepted, failed, sent = entries(story())
+    await apply(pool, "s0", rows_of(0, [accepted]))
+    # The copy straight into delivery_event meets the first entry's events and fails; the
+    # batch is written again the idempotent way.
+    await apply(pool, "s0", rows_of(0, [accepted, failed, sent]))
+    async with pool.acquire() as connection:
+        history = await connection.fetch("SELECT event_id FROM delivery_event ORDER BY 1")
+        row = await connection.fetchrow("SELECT status, version FROM delivery WHERE id = $1", DID)
+        checkpoint = await connection.fetchval("SELECT last_id FROM projection_checkpoint")
+    assert [r["event_id"] for r in history] == ["0-1-0-0", "0-1-0-1", "0-2-0-0", "0-3-0-0"]
+    assert (row["status"], row["version"]) == ("SENT", 3)
+    assert checkpoint == "3-0"
+
+
 async def test_reordered_and_repeated_events_never_move_a_delivery_backwards(
     pool: asyncpg.Pool,
 ) -> None:
@@ -248,3 +265,48 @@ async def test_a_batch_is_read_in_several_reads_up_to_its_byte_bound(
     # Unacknowledged, they are this consumer's pending entries: read again in order from "0".
     again = await projector._read(stream, "0")
     assert [entry_id for entry_id, _ in again] == [b"1-0", b"2-0", b"3-0", b"4-0", b"5-0"]
+
+
+async def test_the_next_batch_is_read_while_one_is_written_and_order_is_kept(
+    real_redis: Redis, key_prefix: str, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keys = KeySpace(key_prefix)
+    stream = keys.shard(0).events
+    monkeypatch.setattr(projector_module, "READ_COUNT", 1)
+    monkeypatch.setattr(projector_module, "BATCH_BYTES", 1)  # one entry per batch
+    written: list[str] = []
+    writing = 0
+    reads_while_writing = 0
+    original_apply, original_read = projector_module.apply, real_redis.xreadgroup
+
+    async def slow_apply(pool: asyncpg.Pool, stream: str, rows: Any) -> None:
+        nonlocal writing
+        writing += 1
+        assert writing == 1, "two batches written at once"
+        await asyncio.sleep(0.05)
+        await original_apply(pool, stream, rows)
+        written.append(rows.last_id)
+        writing -= 1
+
+    async def read(*args: Any, **kwargs: Any) -> Any:
+        nonlocal reads_while_writing
+        reply = await original_read(*args, **kwargs)
+        reads_while_writing += writing  # a batch was being written when this read came back
+        return reply
+
+    monkeypatch.setattr(projector_module, "apply", slow_apply)
+    monkeypatch.setattr(real_redis, "xreadgroup", read)
+    for n, batch in enumerate(story()):
+        await real_redis.xadd(stream, {"e": codec.encode_events(batch)}, id=f"{n + 1}-0")
+    projector = Projector(real_redis, pool, keys, consumer="p")
+    task = asyncio.create_task(projector.run())
+
+    async def drained() -> bool:
+        return len(written) == 3 and (await real_redis.xpending(stream, GROUP))["pending"] == 0
+
+    await wait_until(drained)
+    projector.stop()
+    await task
+    assert written == ["1-0", "2-0", "3-0"]
+    assert reads_while_writing >= 2
+    assert await _projected_version(pool, DID) == 3
