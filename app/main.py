@@ -10,6 +10,7 @@ from redis.asyncio import Redis
 
 from app.api.status import ReadModel
 from app.catalog import load_catalog
+from app.gc_tuning import tune_gc
 from app.logging import configure_logging
 from app.redis_checks import check_redis
 from app.settings import Settings
@@ -40,6 +41,7 @@ def build() -> Litestar:
     async def on_startup() -> None:
         await check_redis(redis, settings.redis_url)
         await read_model.start()
+        tune_gc()
 
     async def on_shutdown() -> None:
         await read_model.close()

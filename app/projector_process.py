@@ -12,6 +12,7 @@ import asyncpg
 import structlog
 import uvloop
 
+from app.gc_tuning import tune_gc
 from app.logging import configure_logging
 from app.redis_checks import check_redis
 from app.settings import Settings
@@ -108,4 +109,5 @@ def main() -> None:
     """Process entry point (``clarion projector``)."""
     settings = Settings.from_env()
     configure_logging(settings.log_format, settings.log_level)
+    tune_gc()
     uvloop.run(serve(settings))

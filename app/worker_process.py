@@ -14,6 +14,7 @@ from app.catalog import Catalog, load_catalog
 from app.channels.base import Provider
 from app.channels.sandbox import SandboxProvider
 from app.delivery_worker import DeliveryWorker, WorkerOptions
+from app.gc_tuning import tune_gc
 from app.logging import configure_logging
 from app.redis_checks import check_redis
 from app.settings import Settings
@@ -87,4 +88,5 @@ def main(slot: int) -> None:
     """Process entry point (also the target of ``clarion run``'s worker processes)."""
     settings = Settings.from_env()
     configure_logging(settings.log_format, settings.log_level)
+    tune_gc()
     uvloop.run(serve(settings, slot))
