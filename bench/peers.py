@@ -299,7 +299,7 @@ def start_clarion(redis_url: str, prefix: str, catalog: Path, logs: Path) -> Ite
 
     def enqueue(jobs: int, tag: str) -> float:
         async def post() -> Ingested:
-            async with api_client(base_url, CLARION_CONCURRENCY) as http:
+            async with api_client(base_url, CLARION_CONCURRENCY, keepalive=False) as http:
                 return await post_batches(
                     http, pieces, jobs // BATCH_SIZE, f"{prefix}-{tag}", CLARION_CONCURRENCY
                 )

@@ -457,12 +457,18 @@ async def wait_until_done(
 # --- the two measurements ------------------------------------------------------------------
 
 
-def api_client(base_url: str, connections: int) -> httpx.AsyncClient:
+def api_client(base_url: str, connections: int, *, keepalive: bool = True) -> httpx.AsyncClient:
+    """A client for the API. Batch posters pass ``keepalive=False``: a new connection per
+    batch goes to whichever server worker accepts first, while a few kept-alive ones may
+    all land on one worker (see ``bench/ingest.py``)."""
     return httpx.AsyncClient(
         base_url=base_url,
         headers={"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"},
         timeout=120.0,
-        limits=httpx.Limits(max_connections=connections),
+        limits=httpx.Limits(
+            max_connections=connections,
+            max_keepalive_connections=connections if keepalive else 0,
+        ),
     )
 
 
@@ -474,7 +480,7 @@ async def measure_e2e(
     base_len = await client.xlen(keys.sandbox_sent)
     batches = max(1, notifications // BATCH_SIZE)
     pieces = batch_pieces(BATCH_SIZE, e2e_item)
-    async with api_client(base_url, E2E_CONCURRENCY) as http:
+    async with api_client(base_url, E2E_CONCURRENCY, keepalive=False) as http:
         ingested = await post_batches(http, pieces, batches, tag, E2E_CONCURRENCY)
     target = base_len + len(ingested.queued)
 
@@ -591,7 +597,7 @@ async def measure_flood(
     stopping = asyncio.Event()
     high = HighSent()
     async with (
-        api_client(base_url, FLOOD_CONCURRENCY) as flood_http,
+        api_client(base_url, FLOOD_CONCURRENCY, keepalive=False) as flood_http,
         api_client(base_url, HIGH_MAX_IN_FLIGHT) as high_http,
     ):
         high_task = asyncio.create_task(send_high(high_http, stopping, tag, high))

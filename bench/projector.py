@@ -378,7 +378,7 @@ async def paced_ingest(base_url: str, rate: float, seconds: int, tag: str) -> tu
     total = Ingested()
     late = 0
     slots = asyncio.Semaphore(LAG_CONCURRENCY)
-    async with api_client(base_url, LAG_CONCURRENCY) as http:
+    async with api_client(base_url, LAG_CONCURRENCY, keepalive=False) as http:
 
         async def one(number: int) -> None:
             try:
