@@ -14,7 +14,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 import projections.projector as projector_module
 from projections.database import connect
-from projections.projector import GROUP, Projector, apply, rows_of
+from projections.projector import GROUP, Projector, apply, rows_of, write_rows
 from streams import codec
 from streams.events import (
     DeliveryAttemptFailed,
@@ -109,6 +109,24 @@ async def test_a_batch_partly_projected_before_writes_each_event_once(
     assert [r["event_id"] for r in history] == ["0-1-0-0", "0-1-0-1", "0-2-0-0", "0-3-0-0"]
     assert (row["status"], row["version"]) == ("SENT", 3)
     assert checkpoint == "3-0"
+
+
+async def test_new_events_are_copied_straight_into_the_history(pool: asyncpg.Pool) -> None:
+    rows = rows_of(0, entries(story()))
+    async with pool.acquire() as connection, connection.transaction():
+        await write_rows(connection, rows, events_may_repeat=False)
+    async with pool.acquire() as connection:
+        history = await connection.fetch(
+            "SELECT event_id, type, delivery_id, version, body FROM delivery_event ORDER BY 1"
+        )
+    assert [(r["event_id"], r["type"], r["version"]) for r in history] == [
+        ("0-1-0-0", "NotificationAccepted", None),
+        ("0-1-0-1", "DeliveryQueued", 1),
+        ("0-2-0-0", "DeliveryAttemptFailed", 2),
+        ("0-3-0-0", "DeliverySent", 3),
+    ]
+    assert str(history[3]["delivery_id"]) == DID
+    assert '"provider_message_id": "m-1"' in history[3]["body"]
 
 
 async def test_reordered_and_repeated_events_never_move_a_delivery_backwards(
