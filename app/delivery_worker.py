@@ -59,7 +59,7 @@ RECLAIM_BATCH = 100
 @dataclass(frozen=True, slots=True)
 class WorkerOptions:
     lanes: Mapping[Priority, int] = field(
-        default_factory=lambda: {Priority.HIGH: 64, Priority.NORMAL: 32, Priority.LOW: 8}
+        default_factory=lambda: {Priority.HIGH: 64, Priority.NORMAL: 128, Priority.LOW: 8}
     )
     # How long a worker may hold a delivery; XAUTOCLAIM takes entries idle this long.
     lease_ms: int = 15_000
