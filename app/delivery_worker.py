@@ -39,6 +39,7 @@ from streams.delivery import (
     DeliveryStore,
     Outcome,
     autoclaim,
+    delivery_counts,
     ensure_group,
     long_pending,
 )
@@ -494,6 +495,32 @@ class DeliveryWorker:
                 await self.redis.xack(stream, GROUP, *deleted)
             if claimed:
                 log.info("reclaim.claimed", stream=stream, count=len(claimed))
-                await self._handle_entries(shard, priority, claimed)
+                await self._handle_entries(
+                    shard, priority, await self._sift(shard, priority, claimed)
+                )
             if cursor == "0-0":
                 return
+
+    async def _sift(
+        self,
+        shard: ShardKeys,
+        priority: Priority,
+        claimed: list[tuple[str, dict[bytes, bytes]]],
+    ) -> list[tuple[str, dict[bytes, bytes]]]:
+        """The claimed entries to deliver; those handed out too often are dead-lettered.
+
+        An entry can pass its lease between the check above and XAUTOCLAIM: without this,
+        it would be delivered once more instead of dead-lettered. The claim itself counted
+        as a delivery, so the count before it is compared, as above.
+        """
+        stream = shard.work(priority)
+        counts = await delivery_counts(self.redis, stream, [entry_id for entry_id, _ in claimed])
+        keep: list[tuple[str, dict[bytes, bytes]]] = []
+        for entry_id, fields in claimed:
+            before = counts.get(entry_id, 1) - 1
+            if before > self.options.max_deliveries:
+                reason = f"delivered {before} times without finishing"
+                await self._give_up(shard, priority, entry_id, fields, reason)
+            else:
+                keep.append((entry_id, fields))
+        return keep

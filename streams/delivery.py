@@ -183,6 +183,19 @@ async def long_pending(redis: Redis, stream: str, min_idle_ms: int, count: int) 
     ]
 
 
+async def delivery_counts(redis: Redis, stream: str, entry_ids: Sequence[str]) -> dict[str, int]:
+    """How often each of these pending entries has been handed out (one round trip)."""
+    async with redis.pipeline(transaction=False) as pipe:
+        for entry_id in entry_ids:
+            pipe.xpending_range(stream, GROUP, min=entry_id, max=entry_id, count=1)
+        replies: list[Any] = await pipe.execute()
+    return {
+        _text(item["message_id"]): int(item["times_delivered"])
+        for reply in replies
+        for item in reply
+    }
+
+
 async def autoclaim(
     redis: Redis,
     stream: str,
