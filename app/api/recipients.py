@@ -11,7 +11,7 @@ from litestar.exceptions import ClientException
 from litestar.params import FromPath
 
 from app.api.body import decode_body, documented_body
-from app.api.errors import AUTHENTICATED
+from app.api.errors import AUTHENTICATED, BodyTooLarge
 from app.api.schemas import (
     PreferencesBody,
     QuietHoursBody,
@@ -59,7 +59,7 @@ async def get_recipient_settings(
 @put(
     "/v1/recipients/{recipient_id:str}/preferences",
     dependencies=documented_body(PreferencesBody),
-    raises=AUTHENTICATED,
+    raises=[*AUTHENTICATED, BodyTooLarge],
 )
 async def put_preferences(request: Req, recipient_id: FromPath[str]) -> RecipientSettingsView:
     """Replace the recipient's preferences; pairs not listed are switched on."""
@@ -103,7 +103,7 @@ class QuietHours(Controller):
         [route] = [r for r in request.app.routes if r.path_format == request.scope["path_template"]]
         return Response(None, status_code=204, headers={"Allow": ", ".join(sorted(route.methods))})
 
-    @put(dependencies=documented_body(QuietHoursBody), raises=AUTHENTICATED)
+    @put(dependencies=documented_body(QuietHoursBody), raises=[*AUTHENTICATED, BodyTooLarge])
     async def put_quiet_hours(
         self, request: Req, recipient_id: FromPath[str]
     ) -> RecipientSettingsView:

@@ -14,7 +14,7 @@ from streams import codec
 from streams.events import PreferenceChanged
 from streams.keys import KeySpace
 from streams.scheduler import work_item_of_member
-from tests.conftest import ORDERS, VIEWER, Clock, stream_events
+from tests.conftest import ORDERS, VIEWER, Clock, http_client, stream_events
 from tests.integration.test_notifications_api import post
 
 Client = httpx.AsyncClient
@@ -199,3 +199,16 @@ async def test_options_on_quiet_hours_lists_every_method(client: Client) -> None
     response = await client.options("/v1/recipients/user-9/quiet-hours")
     assert response.status_code == 204
     assert set(response.headers["allow"].split(", ")) == {"DELETE", "OPTIONS", "PUT"}
+
+
+async def test_settings_bodies_over_the_limit_are_413(make_app: Any) -> None:
+    entry = {"type": "marketing", "channel": "EMAIL", "enabled": False}
+    quiet = {**BERLIN_NIGHT, "padding": "x" * 4096}
+    async with http_client(make_app(max_body_bytes=2048)) as client:
+        preferences = await put(client, "/v1/recipients/user-9/preferences", {
+            "preferences": [entry] * 100
+        })  # fmt: skip
+        quiet_hours = await put(client, "/v1/recipients/user-9/quiet-hours", quiet)
+        settings = await client.get("/v1/recipients/user-9/settings", headers=ORDERS)
+    assert (preferences.status_code, quiet_hours.status_code) == (413, 413)
+    assert settings.json()["preferences"] == []  # nothing of either body was applied
