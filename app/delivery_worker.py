@@ -41,7 +41,6 @@ from streams.delivery import (
     autoclaim,
     delivery_counts,
     ensure_group,
-    long_pending,
 )
 from streams.keys import KeySpace, Priority, ShardKeys
 from streams.metrics import MetricsRecorder
@@ -472,19 +471,8 @@ class DeliveryWorker:
     async def _reclaim_stream(self, shard: ShardKeys, priority: Priority) -> None:
         stream = shard.work(priority)
         idle = self.options.lease_ms
-        # First the entries delivered too often: they go to the dead-letter queue.
-        for entry in await long_pending(self.redis, stream, idle, RECLAIM_BATCH):
-            if entry.deliveries > self.options.max_deliveries:
-                found: Any = await self.redis.xrange(stream, entry.entry_id, entry.entry_id)
-                fields = found[0][1] if found else {}
-                await self._give_up(
-                    shard,
-                    priority,
-                    entry.entry_id,
-                    fields,
-                    f"delivered {entry.deliveries} times without finishing",
-                )
-        # Then take over what other consumers left idle.
+        # Take over what other consumers left idle; what was handed out too often goes to
+        # the dead-letter queue instead (_sift).
         cursor = "0-0"
         while True:
             cursor, claimed, deleted = await autoclaim(
@@ -509,9 +497,9 @@ class DeliveryWorker:
     ) -> list[tuple[str, dict[bytes, bytes]]]:
         """The claimed entries to deliver; those handed out too often are dead-lettered.
 
-        An entry can pass its lease between the check above and XAUTOCLAIM: without this,
-        it would be delivered once more instead of dead-lettered. The claim itself counted
-        as a delivery, so the count before it is compared, as above.
+        The counters are read after the claim, so no entry can pass its lease between the
+        check and the claim. The claim itself counted as a delivery: the count before it
+        is compared with the limit.
         """
         stream = shard.work(priority)
         counts = await delivery_counts(self.redis, stream, [entry_id for entry_id, _ in claimed])

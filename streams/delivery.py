@@ -148,16 +148,6 @@ def _flat(fields: dict[str, KeyOrArg]) -> list[KeyOrArg]:
     return flat
 
 
-@dataclass(frozen=True, slots=True)
-class Pending:
-    """An entry of a group's pending list: who holds it, for how long, how often given."""
-
-    entry_id: str
-    consumer: str
-    idle_ms: int
-    deliveries: int
-
-
 async def ensure_group(redis: Redis, stream: str) -> None:
     """Create the ``delivery`` group on ``stream`` (and the stream) if missing."""
     try:
@@ -165,22 +155,6 @@ async def ensure_group(redis: Redis, stream: str) -> None:
     except Exception as error:  # BUSYGROUP: it exists already
         if "BUSYGROUP" not in str(error):
             raise
-
-
-async def long_pending(redis: Redis, stream: str, min_idle_ms: int, count: int) -> list[Pending]:
-    """Entries pending longer than ``min_idle_ms`` (with their delivery counters)."""
-    raw: list[Any] = await redis.xpending_range(
-        stream, GROUP, min="-", max="+", count=count, idle=min_idle_ms
-    )
-    return [
-        Pending(
-            _text(item["message_id"]),
-            _text(item["consumer"]),
-            int(item["time_since_delivered"]),
-            int(item["times_delivered"]),
-        )
-        for item in raw
-    ]
 
 
 async def delivery_counts(redis: Redis, stream: str, entry_ids: Sequence[str]) -> dict[str, int]:

@@ -7,10 +7,8 @@ import itertools
 import time
 from typing import Any
 
-import pytest
 from redis.asyncio import Redis
 
-import app.delivery_worker as delivery_worker_module
 from app import __version__
 from app.catalog import parse_catalog
 from streams import codec
@@ -252,31 +250,6 @@ async def test_an_entry_delivered_too_often_is_dead_lettered(
     # The delivery ended: left QUEUED, it would be "in progress" for ever.
     ended = await state(real_redis, keys, delivery_id)
     assert (ended["status"], ended["error_class"]) == ("FAILED", "POISON")
-
-
-async def test_an_entry_passing_its_lease_during_the_reclaim_is_still_dead_lettered(
-    real_redis: Redis, key_prefix: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    keys, catalog = KeySpace(key_prefix), fast_catalog()
-    delivery_id = (await accept(real_redis, keys, catalog, otp(), "k"))["deliveries"][0]["id"]
-    stream = keys.shard(0).work(Priority.HIGH)
-    await ensure_group(real_redis, stream)
-    for n in range(7):  # handed out seven times, as by crashing workers
-        await real_redis.xreadgroup(GROUP, f"ghost-{n}", {stream: ">" if n == 0 else "0"}, count=1)
-        await real_redis.xclaim(stream, GROUP, f"ghost-{n + 1}", 0, [
-            (await real_redis.xpending_range(stream, GROUP, "-", "+", 1))[0]["message_id"]
-        ])  # fmt: skip
-
-    async def not_idle_yet(*args: Any, **kwargs: Any) -> list[Any]:
-        return []  # the check ran a moment before the entry's lease ran out
-
-    monkeypatch.setattr(delivery_worker_module, "long_pending", not_idle_yet)
-    async with running_worker(real_redis, keys, catalog):
-        await wait_until(lambda: _dlq_size(real_redis, keys, 1), within=10)
-    [letter] = await dead_letters(real_redis, keys)
-    assert letter["delivery_id"] == delivery_id
-    assert "delivered" in letter["last_error"]
-    assert await sandbox_calls(real_redis, keys) == []
 
 
 async def test_an_invalid_push_token_is_remembered(real_redis: Redis, key_prefix: str) -> None:
