@@ -285,7 +285,6 @@ class Planner:
             notification_id=nid,
             recipient_id=request.recipient.id,
             fingerprint=request_fingerprint or fingerprint(request),
-            token=nid,
             settings_version=settings.version,
             response=_response_encoder.encode(Accepted(id=nid, deliveries=at_acceptance)),
             record=encode_record(record),

@@ -38,6 +38,11 @@ class PlannedWork(msgspec.Struct, frozen=True):
     item: bytes
     due_ms: int = 0
 
+    @property
+    def destination(self) -> Field:
+        """What the ingest script is told: the work stream, or the due time for ``delayed``."""
+        return self.due_ms if self.target == "delayed" else self.target
+
 
 class IngestItem(msgspec.Struct, frozen=True, kw_only=True):
     shard: ShardKeys
@@ -46,8 +51,6 @@ class IngestItem(msgspec.Struct, frozen=True, kw_only=True):
     notification_id: str
     recipient_id: str
     fingerprint: str
-    # Identifies this request across a STALE round; the notification id is unique enough.
-    token: str
     settings_version: int
     # The caller's answer when this item is accepted (not written: a retry's answer is
     # rebuilt from the record).
@@ -115,17 +118,19 @@ def _call(
         shard.delayed,
     ]
     joined, spans = codec.join_events([item.events for item in items])
-    args: list[Field] = [idempotency_ttl_ms, pending_ttl_ms, shard.notification(""), joined]
-    for item, (events_first, events_last) in zip(items, spans, strict=True):
+    # Read by the script only when some item is not accepted: one argument, not two per item.
+    bounds = b" ".join(b"%d %d" % span for span in spans)
+    args: list[Field] = [idempotency_ttl_ms, pending_ttl_ms, shard.notification(""), joined, bounds]
+    for item in items:
         keys += [
             shard.idempotency(item.producer, item.idempotency_key),
             shard.notification(item.notification_id),
             shard.recipient(item.recipient_id),
         ]
-        args += [item.fingerprint, item.token, item.settings_version, item.notification_id]
-        args += [item.record, events_first, events_last, len(item.work)]
+        args += [item.fingerprint, item.settings_version, item.notification_id, item.record]
+        args.append(len(item.work))
         for work in item.work:
-            args += [work.target, work.due_ms, work.item]
+            args += [work.destination, work.item]
     return keys, args
 
 

@@ -3,16 +3,18 @@
 -- KEYS: events, work:high, work:normal, work:low, delayed,
 --       then per item: idempotency record, notification record, recipient settings.
 -- ARGV: idempotency ttl (ms), in-flight marker ttl (ms), prefix of notification record keys,
---       every item's events joined into one JSON array (``codec.join_events``),
---       then per item: fingerprint, request token, expected settings version, notification
---       id, notification record, first and last byte of its events in the joined array,
---       work item count, then per work item: target (high|normal|low|delayed), due time in
---       ms (delayed only), encoded item.
+--       every item's events joined into one JSON array (``codec.join_events``), each item's
+--       first and last byte in that array as one string of numbers ("1 420 422 845 ..."),
+--       then per item: fingerprint, expected settings version, notification id,
+--       notification record, work item count, then per work item: where it goes (high,
+--       normal or low for a work stream; the due time in ms for ``delayed``) and the
+--       encoded item.
 --
 -- The events of the accepted items go into one ``events`` entry: one atomic write, one
 -- entry. When every item is accepted, that is the joined array as it came; otherwise each
 -- accepted item's events are cut out of it into an entry of their own (building one large
--- string in Lua costs more than the XADDs it would save).
+-- string in Lua costs more than the XADDs it would save). The byte positions are read only
+-- then, so the common path does not pay for them.
 --
 -- Only the notification record, the events and the work items are written: a delivery's
 -- state hash is created by the first worker that touches it (absent means "as accepted"),
@@ -21,7 +23,9 @@
 --
 -- This script runs for every accepted notification, so its common path is kept short: one
 -- SET ... NX GET claims a fresh key and reads an existing one in a single command, and the
--- arguments are read by position, without a table per item.
+-- arguments are read by position, without a table per item. Every argument costs Redis an
+-- object and Lua an interned string, so an item carries only what the script needs: the
+-- notification id doubles as the request's token across a STALE round.
 --
 -- Reply, one entry per item:
 --   {"OK"}               accepted: everything written
@@ -30,16 +34,17 @@
 --   {"CONFLICT"}         same key, different body
 --   {"BUSY"}             same key, the first request is still in flight
 --   {"STALE", settings}  the recipient's settings changed since the caller read them; the
---                        caller plans again and calls again with the same token
+--                        caller plans again and calls again with the same ids
 --   {"BROKEN", error}    the item's idempotency or settings key holds the wrong type;
 --                        nothing written
 --
 -- Idempotency record value: "done <fingerprint> <notification id>" or
--- "pending <token> <fingerprint>".
+-- "pending <notification id> <fingerprint>": the id of the request that holds the key.
 
 local events, delayed = KEYS[1], KEYS[5]
 local work = { high = KEYS[2], normal = KEYS[3], low = KEYS[4] }
-local idem_ttl, pending_ttl, record_prefix, joined = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local idem_ttl, pending_ttl, record_prefix = ARGV[1], ARGV[2], ARGV[3]
+local joined, spans = ARGV[4], ARGV[5]
 
 local function split_first(text)
   local space = string.find(text, " ", 1, true)
@@ -51,7 +56,7 @@ end
 
 -- The reply for a key that already had a record, or nil when that record is this request's
 -- own in-flight marker (a STALE round coming back), so the request may go on.
-local function verdict(record, fingerprint, token)
+local function verdict(record, fingerprint, id)
   local kind, rest = split_first(record)
   if kind == "done" then
     local earlier_fingerprint, notification_id = split_first(rest)
@@ -65,7 +70,7 @@ local function verdict(record, fingerprint, token)
   if earlier_fingerprint ~= fingerprint then
     return { "CONFLICT" }
   end
-  if owner ~= token then
+  if owner ~= id then
     return { "BUSY" }
   end
   return nil
@@ -82,13 +87,12 @@ for k = 1, 5 do
 end
 
 local replies, accepted, all_accepted = {}, {}, true
-local argi, keyi, last = 5, 6, #ARGV
+local argi, keyi, last = 6, 6, #ARGV
 while argi <= last do
-  local fingerprint, token, settings_version = ARGV[argi], ARGV[argi + 1], ARGV[argi + 2]
-  local id, record = ARGV[argi + 3], ARGV[argi + 4]
-  local events_first, events_last = ARGV[argi + 5], ARGV[argi + 6]
-  local first_work = argi + 8
-  argi = first_work + 3 * tonumber(ARGV[argi + 7])
+  local fingerprint, settings_version = ARGV[argi], ARGV[argi + 1]
+  local id, record = ARGV[argi + 2], ARGV[argi + 3]
+  local first_work = argi + 5
+  argi = first_work + 2 * tonumber(ARGV[argi + 4])
   local idem, ntf, rcpt = KEYS[keyi], KEYS[keyi + 1], KEYS[keyi + 2]
   keyi = keyi + 3
 
@@ -107,25 +111,24 @@ while argi <= last do
   elseif type(earlier) == "table" and earlier.err then
     reply = { "BROKEN", earlier.err }
   elseif earlier then
-    reply = verdict(earlier, fingerprint, token)
+    reply = verdict(earlier, fingerprint, id)
   end
   if reply == nil then
     if (version or "0") ~= settings_version then
-      redis.call("SET", idem, "pending " .. token .. " " .. fingerprint, "PX", pending_ttl)
+      redis.call("SET", idem, "pending " .. id .. " " .. fingerprint, "PX", pending_ttl)
       reply = { "STALE", redis.call("HGETALL", rcpt) }
     else
       if earlier then -- this request's own in-flight marker: now it is done
         redis.call("SET", idem, done, "PX", idem_ttl)
       end
       redis.call("SET", ntf, record, "PX", idem_ttl)
-      accepted[#accepted + 1] = events_first
-      accepted[#accepted + 1] = events_last
-      for w = first_work, argi - 1, 3 do
-        local target = ARGV[w]
-        if target == "delayed" then
-          redis.call("ZADD", delayed, ARGV[w + 1], ARGV[w + 2])
-        else
-          redis.call("XADD", work[target], "*", "w", ARGV[w + 2])
+      accepted[#accepted + 1] = #replies + 1
+      for w = first_work, argi - 1, 2 do
+        local stream = work[ARGV[w]]
+        if stream then
+          redis.call("XADD", stream, "*", "w", ARGV[w + 1])
+        else -- the due time: the item waits in ``delayed``
+          redis.call("ZADD", delayed, ARGV[w], ARGV[w + 1])
         end
       end
       reply = { "OK" }
@@ -139,8 +142,12 @@ end
 if all_accepted then
   redis.call("XADD", events, "*", "e", joined)
 else
-  for j = 1, #accepted, 2 do
-    local part = string.sub(joined, tonumber(accepted[j]), tonumber(accepted[j + 1]))
+  local bounds = {}
+  for number in string.gmatch(spans, "%d+") do
+    bounds[#bounds + 1] = tonumber(number)
+  end
+  for _, item in ipairs(accepted) do
+    local part = string.sub(joined, bounds[2 * item - 1], bounds[2 * item])
     redis.call("XADD", events, "*", "e", "[" .. part .. "]")
   end
 end

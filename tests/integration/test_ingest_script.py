@@ -108,6 +108,25 @@ async def test_one_call_appends_one_events_entry_for_all_accepted_items(
     assert await redis.xlen(keys.shard(0).events) == 1
 
 
+async def test_items_accepted_around_a_repeat_get_their_own_events_entries(
+    redis: Redis, key_prefix: str, catalog: Catalog, clock: Clock
+) -> None:
+    keys = KeySpace(key_prefix)
+    intake = Intake(redis, keys, Planner(catalog), 3600, clock)
+    await intake.accept("orders", "k2", REQUEST)
+    entries = [(f"k{n}", REQUEST) for n in range(5)]
+    outcomes = await intake.accept_many("orders", entries)
+    assert [o.replayed for o in outcomes] == [False, False, True, False, False]
+    # The repeat in the middle writes nothing; each accepted item's events are cut out of
+    # the joined array at its own place, whole and in order.
+    entries_read = await redis.xrange(keys.shard(0).events)
+    cut = [codec.decode_events(fields[b"e"]) for _, fields in entries_read[1:]]
+    assert [type(events[0]) for events in cut] == [NotificationAccepted] * 4
+    assert [events[0].idempotency_key for events in cut] == ["k0", "k1", "k3", "k4"]  # type: ignore[union-attr]
+    planned_events = [len(codec.decode_events(fields[b"e"])) for _, fields in entries_read[:1]]
+    assert [len(events) for events in cut] == planned_events * 4
+
+
 async def test_an_item_whose_key_has_the_wrong_type_fails_alone(
     redis: Redis, key_prefix: str, catalog: Catalog, clock: Clock
 ) -> None:
