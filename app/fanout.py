@@ -86,8 +86,10 @@ def addresses_by_channel(
     pairs: list[tuple[Channel, str]] = []
     for channel in channels:
         if channel == "PUSH":
-            tokens = list(dict.fromkeys(recipient.push_tokens))
-            pairs += [(channel, token) for token in tokens] or [(channel, "")]
+            if recipient.push_tokens:  # each token once, in the order given
+                pairs += [(channel, token) for token in dict.fromkeys(recipient.push_tokens)]
+            else:
+                pairs.append((channel, ""))
         elif channel == "EMAIL":
             pairs.append((channel, recipient.email or ""))
         elif channel == "SMS":
@@ -174,8 +176,10 @@ class Planner:
         type_config = self.catalog.types[type_name]
         priority: PriorityName = request.priority or type_config.priority
         locale = request.locale or self.catalog.default_locale
-        expires = now + timedelta(seconds=request.ttl_seconds or type_config.ttl_seconds)
-        now_ms, expires_ms = _ms(now), _ms(expires)
+        ttl_seconds = request.ttl_seconds or type_config.ttl_seconds
+        expires = now + timedelta(seconds=ttl_seconds)
+        now_ms = _ms(now)
+        expires_ms = now_ms + ttl_seconds * 1000
         nid = identity.notification_id
         quiet_until = (
             window_end(settings.quiet_hours, now)

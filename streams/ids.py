@@ -7,6 +7,7 @@ model without an index; 58 random bits per millisecond remain.
 
 from __future__ import annotations
 
+import functools
 import random
 import time
 import uuid
@@ -15,6 +16,21 @@ _SHARD_BITS = 16
 MAX_SHARDS = 1 << _SHARD_BITS
 # The hex digit of the variant nibble ("10" then two random bits) for each random digit.
 _VARIANT_DIGIT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
+# Where each id's random parts come from in the string of random digits (16 per id): the 3
+# digits after the version, the one that picks the variant digit, 3 more, then 8.
+_MAX_IDS = 64
+_PARTS = [
+    (slice(i, i + 3), i + 3, slice(i + 4, i + 7), slice(i + 7, i + 15))
+    for i in range(0, 16 * _MAX_IDS, 16)
+]
+
+
+@functools.lru_cache(maxsize=4)
+def _head(ms: int) -> str:
+    """The first 15 digits of an id made in millisecond ``ms``, up to the version: ids come
+    in bursts, so this is remembered for a few milliseconds."""
+    millis = f"{ms & ((1 << 48) - 1):012x}"
+    return f"{millis[:8]}-{millis[8:]}-7"
 
 
 def new_id(shard: int, now_ms: int | None = None) -> str:
@@ -32,16 +48,17 @@ def new_ids(shard: int, count: int, now_ms: int | None = None) -> list[str]:
     if not 0 <= shard < MAX_SHARDS:
         raise ValueError(f"shard {shard} is out of range")
     ms = time.time_ns() // 1_000_000 if now_ms is None else now_ms
-    millis = f"{ms & ((1 << 48) - 1):012x}"
-    head = f"{millis[:8]}-{millis[8:]}-7"
+    if count > _MAX_IDS:
+        return new_ids(shard, _MAX_IDS, ms) + new_ids(shard, count - _MAX_IDS, ms)
+    head = _head(ms)
     tail = f"{shard:04x}"
     # Ids must be unique, not secret: the process-wide PRNG (reseeded after a fork) is
     # enough, and far cheaper than a system call. 15 of each 16 random digits are used.
     noise = random.randbytes(8 * count).hex()
+    variant = _VARIANT_DIGIT
     return [
-        f"{head}{noise[i : i + 3]}-{_VARIANT_DIGIT[noise[i + 3]]}{noise[i + 4 : i + 7]}-"
-        f"{noise[i + 7 : i + 15]}{tail}"
-        for i in range(0, 16 * count, 16)
+        f"{head}{noise[a]}-{variant[noise[v]]}{noise[b]}-{noise[c]}{tail}"
+        for a, v, b, c in _PARTS[:count]
     ]
 
 
