@@ -134,8 +134,13 @@ def _call(
     return keys, args
 
 
+_OK = IngestReply("OK")  # the common reply, shared
+
+
 def _reply(raw: list[bytes | list[bytes]]) -> IngestReply:
     kind = raw[0]
+    if kind == b"OK":
+        return _OK
     if kind == b"DUP":
         return IngestReply("DUP", record=raw[1])  # type: ignore[arg-type]
     if kind == b"BROKEN":

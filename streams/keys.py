@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 
@@ -36,10 +36,11 @@ class ShardKeys:
 
     prefix: str
     shard: int
+    # "<prefix>:{s<shard>}", the start of every key name below: made once, used per key.
+    tag: str = field(init=False, repr=False, compare=False)
 
-    @property
-    def tag(self) -> str:
-        return f"{self.prefix}:{{s{self.shard}}}"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tag", f"{self.prefix}:{{s{self.shard}}}")
 
     @property
     def events(self) -> str:
