@@ -107,6 +107,26 @@ class _Route(msgspec.Struct, frozen=True):
     templates: tuple[tuple[Channel, str, frozenset[str]], ...]
 
 
+class _Moment:
+    """An acceptance time and what is derived from it: a batch's notifications share one."""
+
+    __slots__ = ("expiries", "ms", "now")
+
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+        self.ms = _ms(now)
+        # TTL in seconds -> (expiry, expiry in ms)
+        self.expiries: dict[int, tuple[datetime, int]] = {}
+
+    def expiry(self, ttl_seconds: int) -> tuple[datetime, int]:
+        expiry = self.expiries.get(ttl_seconds)
+        if expiry is None:
+            expiry = (self.now + timedelta(seconds=ttl_seconds), self.ms + ttl_seconds * 1000)
+            if len(self.expiries) < _MAX_ROUTES:
+                self.expiries[ttl_seconds] = expiry
+        return expiry
+
+
 class Planner:
     """Turns validated requests into ingest items according to the catalog."""
 
@@ -115,6 +135,7 @@ class Planner:
         # (type, requested channels, locale) -> what the catalog says about that choice.
         # Locales come from requests, so the cache is emptied when it grows past its cap.
         self._routes: dict[tuple[str, tuple[Channel, ...], str], _Route] = {}
+        self._moment = _Moment(utc_now())
 
     def channels(self, request: NotificationRequest) -> list[Channel]:
         """The request's channels, or the type's defaults; raises ``FanoutError``."""
@@ -159,6 +180,11 @@ class Planner:
         notification_id, *delivery_ids = new_ids(shard.shard, 1 + len(pairs))
         return Identity(notification_id, tuple(pairs), tuple(delivery_ids))
 
+    def _moment_of(self, now: datetime) -> _Moment:
+        if self._moment.now is not now:  # a new request or batch
+            self._moment = _Moment(now)
+        return self._moment
+
     def plan(
         self,
         *,
@@ -176,10 +202,9 @@ class Planner:
         type_config = self.catalog.types[type_name]
         priority: PriorityName = request.priority or type_config.priority
         locale = request.locale or self.catalog.default_locale
-        ttl_seconds = request.ttl_seconds or type_config.ttl_seconds
-        expires = now + timedelta(seconds=ttl_seconds)
-        now_ms = _ms(now)
-        expires_ms = now_ms + ttl_seconds * 1000
+        moment = self._moment_of(now)
+        now_ms = moment.ms
+        expires, expires_ms = moment.expiry(request.ttl_seconds or type_config.ttl_seconds)
         nid = identity.notification_id
         quiet_until = (
             window_end(settings.quiet_hours, now)
