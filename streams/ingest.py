@@ -127,8 +127,9 @@ def _call(
             shard.notification(item.notification_id),
             shard.recipient(item.recipient_id),
         ]
-        args += [item.fingerprint, item.settings_version, item.notification_id, item.record]
-        args.append(len(item.work))
+        # The idempotency record once accepted, as the script stores it.
+        done = f"done {item.fingerprint} {item.notification_id}"
+        args += [done, item.settings_version, item.record, len(item.work)]
         for work in item.work:
             args += [work.destination, work.item]
     return keys, args

@@ -5,8 +5,9 @@
 -- ARGV: idempotency ttl (ms), in-flight marker ttl (ms), prefix of notification record keys,
 --       every item's events joined into one JSON array (``codec.join_events``), each item's
 --       first and last byte in that array as one string of numbers ("1 420 422 845 ..."),
---       then per item: fingerprint, expected settings version, notification id,
---       notification record, work item count, then per work item: where it goes (high,
+--       then per item: its idempotency record when done ("done <fingerprint>
+--       <notification id>"), expected settings version, notification record, work item
+--       count, then per work item: where it goes (high,
 --       normal or low for a work stream; the due time in ms for ``delayed``) and the
 --       encoded item.
 --
@@ -24,8 +25,10 @@
 -- This script runs for every accepted notification, so its common path is kept short: one
 -- SET ... NX GET claims a fresh key and reads an existing one in a single command, and the
 -- arguments are read by position, without a table per item. Every argument costs Redis an
--- object and Lua an interned string, so an item carries only what the script needs: the
--- notification id doubles as the request's token across a STALE round.
+-- object and Lua an interned string (hashed in full), so an item carries only what the
+-- script needs: its idempotency record comes ready to store, and the fingerprint and the
+-- notification id (which doubles as the request's token across a STALE round) are read out
+-- of it only on the rare paths.
 --
 -- Reply, one entry per item:
 --   {"OK"}               accepted: everything written
@@ -54,9 +57,16 @@ local function split_first(text)
   return string.sub(text, 1, space - 1), string.sub(text, space + 1)
 end
 
+-- The fingerprint and the notification id of an item, from its idempotency record.
+local function fingerprint_and_id(done)
+  local _, rest = split_first(done)
+  return split_first(rest)
+end
+
 -- The reply for a key that already had a record, or nil when that record is this request's
 -- own in-flight marker (a STALE round coming back), so the request may go on.
-local function verdict(record, fingerprint, id)
+local function verdict(record, done)
+  local fingerprint, id = fingerprint_and_id(done)
   local kind, rest = split_first(record)
   if kind == "done" then
     local earlier_fingerprint, notification_id = split_first(rest)
@@ -89,17 +99,15 @@ end
 local replies, accepted, all_accepted = {}, {}, true
 local argi, keyi, last = 6, 6, #ARGV
 while argi <= last do
-  local fingerprint, settings_version = ARGV[argi], ARGV[argi + 1]
-  local id, record = ARGV[argi + 2], ARGV[argi + 3]
-  local first_work = argi + 5
-  argi = first_work + 2 * tonumber(ARGV[argi + 4])
+  local done, settings_version, record = ARGV[argi], ARGV[argi + 1], ARGV[argi + 2]
+  local first_work = argi + 4
+  argi = first_work + 2 * tonumber(ARGV[argi + 3])
   local idem, ntf, rcpt = KEYS[keyi], KEYS[keyi + 1], KEYS[keyi + 2]
   keyi = keyi + 3
 
   -- Read the recipient's settings version, then claim the key as done or read what an
   -- earlier request left there. A key of the wrong type fails this item alone, before
   -- anything of it is written.
-  local done = "done " .. fingerprint .. " " .. id
   local version = redis.pcall("HGET", rcpt, "v")
   local earlier = nil
   if not (type(version) == "table" and version.err) then
@@ -111,10 +119,11 @@ while argi <= last do
   elseif type(earlier) == "table" and earlier.err then
     reply = { "BROKEN", earlier.err }
   elseif earlier then
-    reply = verdict(earlier, fingerprint, id)
+    reply = verdict(earlier, done)
   end
   if reply == nil then
     if (version or "0") ~= settings_version then
+      local fingerprint, id = fingerprint_and_id(done)
       redis.call("SET", idem, "pending " .. id .. " " .. fingerprint, "PX", pending_ttl)
       reply = { "STALE", redis.call("HGETALL", rcpt) }
     else
