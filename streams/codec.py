@@ -55,6 +55,13 @@ def join_events(arrays: Sequence[bytes]) -> tuple[bytes, list[tuple[int, int]]]:
     return b"[" + b",".join(parts) + b"]", spans
 
 
+def span_text(spans: Sequence[tuple[int, int]]) -> bytes:
+    """``join_events``'s spans as the scripts take them: one argument, "1 420 422 845 ...",
+    parsed only when some item's events must be cut out (one argument per call instead of
+    two per item: every argument costs Redis and Lua work, see ``streams/lua/ingest.lua``)."""
+    return b" ".join(b"%d %d" % span for span in spans)
+
+
 def decode_events(raw: bytes | str) -> list[AnyEvent]:
     """Decode one ``events`` stream entry; raises ``msgspec.DecodeError`` if it is not one."""
     return _events_decoder.decode(raw)

@@ -125,17 +125,10 @@ def _finish_call(
     shard, priority = group
     keys: list[KeyOrArg] = [shard.work(priority), shard.events, shard.delayed, shard.dlq]
     joined, spans = codec.join_events([outcome.events for outcome in outcomes])
-    args: list[KeyOrArg] = [GROUP, *retention, joined]
-    for outcome, (events_first, events_last) in zip(outcomes, spans, strict=True):
+    args: list[KeyOrArg] = [GROUP, *retention, joined, codec.span_text(spans)]
+    for outcome in outcomes:
         keys.append(shard.delivery(outcome.delivery_id))
-        args += [
-            outcome.entry_id,
-            outcome.expected_version,
-            events_first,
-            events_last,
-            outcome.delayed_member,
-            outcome.due_ms,
-        ]
+        args += [outcome.entry_id, outcome.expected_version, outcome.delayed_member, outcome.due_ms]
         args += _flat(outcome.fields)
         args += _flat(outcome.dead_letter)
     return keys, args

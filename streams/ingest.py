@@ -118,9 +118,13 @@ def _call(
         shard.delayed,
     ]
     joined, spans = codec.join_events([item.events for item in items])
-    # Read by the script only when some item is not accepted: one argument, not two per item.
-    bounds = b" ".join(b"%d %d" % span for span in spans)
-    args: list[Field] = [idempotency_ttl_ms, pending_ttl_ms, shard.notification(""), joined, bounds]
+    args: list[Field] = [
+        idempotency_ttl_ms,
+        pending_ttl_ms,
+        shard.notification(""),
+        joined,
+        codec.span_text(spans),
+    ]
     for item in items:
         keys += [
             shard.idempotency(item.producer, item.idempotency_key),

@@ -3,15 +3,17 @@
 --
 -- KEYS: work stream, events, delayed, dlq, then per item: the delivery's state hash.
 -- ARGV: consumer group, retention (ms) of an ended delivery's state, of a FAILED one's,
---       every item's events joined into one JSON array (``codec.join_events``),
---       then per item:
---   work entry id ("" for none), expected version, first and last byte of its events in the
---   joined array (1, 0 for none), delayed member ("" for none), due ms, state field count,
---   field/value pairs, dead-letter field count, field/value pairs (0 for none)
+--       every item's events joined into one JSON array (``codec.join_events``), each item's
+--       first and last byte in that array as one string of numbers (``codec.span_text``;
+--       "1 0" for an item without events), then per item:
+--   work entry id ("" for none), expected version, delayed member ("" for none), due ms,
+--   state field count, field/value pairs, dead-letter field count, field/value pairs (0 for
+--   none)
 --
 -- The events of the recorded items go into one ``events`` entry (one atomic write, one
--- entry, as at ingest): the joined array as it came when every item with events is
--- recorded, else each recorded item's events cut out into an entry of their own. All work
+-- entry, as at ingest): the joined array as it came when every item is recorded, else each
+-- recorded item's events cut out into an entry of their own. The byte positions are read
+-- only then, so the common path does not pay for them (see ``ingest.lua``). All work
 -- entries are acknowledged with one XACK: a busy worker finishes dozens of deliveries per
 -- call, and each command saved is Redis time saved.
 --
@@ -25,11 +27,11 @@
 -- dead letter may be replayed (a replay re-checks it). A non-terminal state never expires.
 
 local work, events, delayed, dlq = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local group, joined = ARGV[1], ARGV[4]
+local group, joined, spans = ARGV[1], ARGV[4], ARGV[5]
 local retention_ms = { SENT = ARGV[2], EXPIRED = ARGV[2], SUPPRESSED = ARGV[2], FAILED = ARGV[3] }
 local terminal = { SENT = true, FAILED = true, EXPIRED = true, SUPPRESSED = true }
 
-local argi = 5
+local argi = 6
 local function next_arg()
   argi = argi + 1
   return ARGV[argi - 1]
@@ -56,7 +58,6 @@ local replies, recorded, acked, all_recorded = {}, {}, {}, true
 for i = 5, #KEYS do
   local key = KEYS[i]
   local entry_id, expected = next_arg(), next_arg()
-  local events_first, events_last = tonumber(next_arg()), tonumber(next_arg())
   local member, due_ms = next_arg(), next_arg()
   local fields = take(tonumber(next_arg()))
   local dead_letter = take(tonumber(next_arg()))
@@ -79,10 +80,7 @@ for i = 5, #KEYS do
         redis.call("PEXPIRE", key, retention_ms[fields[j + 1]])
       end
     end
-    if events_last >= events_first then
-      recorded[#recorded + 1] = events_first
-      recorded[#recorded + 1] = events_last
-    end
+    recorded[#recorded + 1] = #replies + 1
     if member ~= "" then
       redis.call("ZADD", delayed, due_ms, member)
     end
@@ -90,7 +88,7 @@ for i = 5, #KEYS do
       redis.call("XADD", dlq, "*", unpack(dead_letter))
     end
   end
-  if reply ~= "OK" and events_last >= events_first then
+  if reply ~= "OK" then
     all_recorded = false
   end
   if entry_id ~= "" then
@@ -99,13 +97,19 @@ for i = 5, #KEYS do
   replies[#replies + 1] = reply
 end
 if all_recorded then
-  if #recorded > 0 then
+  if joined ~= "[]" then
     redis.call("XADD", events, "*", "e", joined)
   end
 else
-  for j = 1, #recorded, 2 do
-    local part = string.sub(joined, recorded[j], recorded[j + 1])
-    redis.call("XADD", events, "*", "e", "[" .. part .. "]")
+  local bounds = {}
+  for number in string.gmatch(spans, "%d+") do
+    bounds[#bounds + 1] = tonumber(number)
+  end
+  for _, item in ipairs(recorded) do
+    local first, last = bounds[2 * item - 1], bounds[2 * item]
+    if last >= first then
+      redis.call("XADD", events, "*", "e", "[" .. string.sub(joined, first, last) .. "]")
+    end
   end
 end
 if #acked > 0 then

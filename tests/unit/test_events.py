@@ -252,3 +252,6 @@ def test_joined_event_arrays_decode_as_one_and_cut_back_into_each() -> None:
     cut = [b"[" + joined[first - 1 : last] + b"]" for first, last in spans]
     assert cut == [arrays[0], b"[]", arrays[2], b"[]"]
     assert codec.join_events([]) == (b"[]", [])
+    # The scripts take the spans as one string of numbers, two per array.
+    text = codec.span_text(spans).decode()
+    assert [int(number) for number in text.split(" ")] == [n for span in spans for n in span]
