@@ -319,6 +319,7 @@ class Planner:
             record=encode_record(record),
             events=codec.encode_events(events),
             work=work,
+            express=priority == "HIGH",
         )
 
 

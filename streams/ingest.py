@@ -59,6 +59,8 @@ class IngestItem(msgspec.Struct, frozen=True, kw_only=True):
     # All events of this notification's acceptance, as one JSON array.
     events: bytes
     work: list[PlannedWork] = []
+    # Written in pipelines of their own (a HIGH notification's), see ``IngestWriter``.
+    express: bool = False
 
 
 class IngestReply(msgspec.Struct, frozen=True):
@@ -73,8 +75,8 @@ class IngestReply(msgspec.Struct, frozen=True):
 class IngestWriter:
     """Writes ingest items; concurrent requests share pipelines (see ``BatchedScript``).
 
-    Notifications with a HIGH delivery travel in pipelines of their own, so an OTP never
-    waits behind a thousand-item batch that the same process is writing.
+    HIGH notifications (``IngestItem.express``) travel in pipelines of their own, so an OTP
+    never waits behind a thousand-item batch that the same process is writing.
     """
 
     def __init__(self, redis: Redis, idempotency_ttl_ms: int, pending_ttl_ms: int) -> None:
@@ -95,7 +97,7 @@ class IngestWriter:
     async def write(self, items: Sequence[IngestItem]) -> list[IngestReply | Exception]:
         """Write ``items``; their replies in the same order, or the error of an item whose
         script call failed (nothing of that item was written)."""
-        express = [any(work.target == "high" for work in item.work) for item in items]
+        express = [item.express for item in items]
         if all(express):
             return await self._express.run_settled(items)
         if not any(express):

@@ -218,6 +218,7 @@ def test_a_type_that_cannot_be_switched_off_is_sent_anyway(planner: Planner) -> 
     item = plan(planner, request("otp", {"code": "1"}, phone="+4915112345678"), settings)
     assert fates(item) == [("SMS", "QUEUED", "")]
     assert targets(item) == [("high", 0)]
+    assert item.express  # written in pipelines of its own, not behind big batches
 
 
 def test_quiet_hours_defer_a_normal_email_until_the_window_ends(planner: Planner) -> None:
@@ -260,6 +261,7 @@ def test_outside_quiet_hours_nothing_is_deferred(planner: Planner) -> None:
     item = plan(planner, order(email="jane@example.com"), QUIET, NOON)
     assert fates(item)[0] == ("EMAIL", "QUEUED", "")
     assert targets(item)[0] == ("normal", 0)
+    assert not item.express
 
 
 def test_a_short_lived_notification_expires_rather_than_waiting_out_quiet_hours(
@@ -354,6 +356,18 @@ def test_ttl_and_times_are_recorded_in_milliseconds(planner: Planner) -> None:
     assert stored.created_ms == now_ms
     assert stored.expires_ms == now_ms + 300_000
     assert (stored.id, stored.type) == (item.notification_id, "otp")
+
+
+def test_times_follow_each_acceptance_time_and_ttl(planner: Planner) -> None:
+    # A batch's notifications share the values derived from its acceptance time; a new
+    # time, or another TTL, must not reuse them.
+    otp = request("otp", {"code": "1"}, phone="+4915112345678")
+    short = request("otp", {"code": "1"}, phone="+4915112345678", ttl_seconds=60)
+    for now, req, ttl_ms in [(NOON, otp, 300_000), (LATE, otp, 300_000), (LATE, short, 60_000),
+                             (NOON, short, 60_000), (NOON, otp, 300_000)]:  # fmt: skip
+        stored = record(plan(planner, req, now=now))
+        now_ms = int(now.timestamp() * 1000)
+        assert (stored.created_ms, stored.expires_ms) == (now_ms, now_ms + ttl_ms)
 
 
 def test_the_same_request_has_the_same_fingerprint_whatever_the_key_order() -> None:
