@@ -33,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -43,6 +43,11 @@ from typing import Any
 import httpx
 import msgspec
 import redis
+
+if __package__ in {None, ""}:  # run as a script: make the ``bench`` package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import cpu
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO / "bench" / "results"
@@ -181,6 +186,8 @@ class BatchResult:
     failed_requests: int = 0  # no answer, or a status other than 200 for the whole batch
     first_rejected: str = ""
     first_failure: str = ""
+    # CPU seconds each process group used during the measured part (``bench.cpu``).
+    cpu_s: dict[str, float] = field(default_factory=dict)
 
     def problems(self) -> list[str]:
         """Why this run cannot be trusted; empty when every item was accepted."""
@@ -213,6 +220,13 @@ class BatchResult:
             "latency_p99_ms": round(percentile(self.latencies, 99) * 1000, 2),
             "first_rejected_item": self.first_rejected,
             "first_failed_request": self.first_failure,
+            # What a notification cost each part: the rate is the machine's cores divided by
+            # the sum, since everything shares them.
+            "cpu_us_per_notification": {
+                group: round(seconds / self.accepted * 1e6, 1)
+                for group, seconds in self.cpu_s.items()
+                if self.accepted
+            },
         }
 
 
@@ -264,8 +278,11 @@ def record_batch(
             )
 
 
-async def measure_batches(base_url: str, seconds: int, tag: str) -> BatchResult:
-    """Post 1000-item batches from ``BATCH_CONCURRENCY`` loops for ``seconds``."""
+async def measure_batches(
+    base_url: str, seconds: int, tag: str, cpu_of: Callable[[], cpu.CpuSnapshot] | None = None
+) -> BatchResult:
+    """Post 1000-item batches from ``BATCH_CONCURRENCY`` loops for ``seconds``; with
+    ``cpu_of``, also the CPU each process group used meanwhile (after the warm-up)."""
     pieces = batch_template(BATCH_SIZE)
     decoder = msgspec.json.Decoder(BatchReply)
     batch_numbers = itertools.count()
@@ -299,10 +316,13 @@ async def measure_batches(base_url: str, seconds: int, tag: str) -> BatchResult:
     ) as client:
         # Warm-up, not counted: one batch per connection. An error here shows up again below.
         await asyncio.gather(*(post(client) for _ in range(BATCH_CONCURRENCY)))
+        before = cpu_of() if cpu_of is not None else None
         started = time.perf_counter()
         deadline = started + seconds
         await asyncio.gather(*(loop(client, deadline) for _ in range(BATCH_CONCURRENCY)))
         result.elapsed_s = time.perf_counter() - started
+        if cpu_of is not None and before is not None:
+            result.cpu_s = cpu_of().used(before)
     return result
 
 
@@ -357,9 +377,15 @@ def stop(process: subprocess.Popen[bytes]) -> None:
         process.wait()
 
 
+@dataclass(frozen=True)
+class Server:
+    url: str
+    pid: int  # of the server's main process; its workers are its children
+
+
 @contextmanager
-def serving(argv: list[str], env: dict[str, str], port: int, log_path: Path) -> Iterator[str]:
-    """Run a server until the block ends; yields its base URL once it is healthy."""
+def serving(argv: list[str], env: dict[str, str], port: int, log_path: Path) -> Iterator[Server]:
+    """Run a server until the block ends; yields it once it is healthy."""
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
@@ -367,7 +393,7 @@ def serving(argv: list[str], env: dict[str, str], port: int, log_path: Path) -> 
         try:
             base_url = f"http://127.0.0.1:{port}"
             wait_healthy(process, base_url + HEALTH_PATH, log_path)
-            yield base_url
+            yield Server(base_url, process.pid)
             if process.poll() is not None:
                 raise BenchError(
                     f"server exited with {process.returncode} during the run:\n"
@@ -422,6 +448,15 @@ def bare_command(env: dict[str, str], prefix: str, redis_url: str, port: int) ->
 
 
 # --- Redis and machine ---------------------------------------------------------------------
+
+
+def redis_pid_of(redis_url: str) -> int | None:
+    """The pid of the Redis server at ``redis_url`` if it runs on this machine."""
+    client = redis.Redis.from_url(redis_url)
+    try:
+        return cpu.redis_pid(client.info("server"))
+    finally:
+        client.close()
 
 
 def delete_keys(client: redis.Redis, prefix: str) -> int:
@@ -538,7 +573,12 @@ def print_table(result: dict[str, Any]) -> None:
     ]
     header = [f"batch x{BATCH_SIZE}, {BATCH_CONCURRENCY} concurrent", "notif/s", "req/s"]
     header += ["p50 ms", "p99 ms", "items not 202", "failed req"]
-    print(format_table(header, [batch_row]) + "\n")
+    print(format_table(header, [batch_row]))
+    spent = batch.get("cpu_us_per_notification") or {}
+    if spent:
+        parts = ", ".join(f"{group} {us:.1f}" for group, us in spent.items())
+        print(f"CPU per notification (µs): {parts}; total {sum(spent.values()):.1f}")
+    print()
     target_rows = [
         [
             "single_vs_bare_ratio",
@@ -604,17 +644,22 @@ def run_all(seconds: int, prefix: str, redis_url: str, logs: Path) -> dict[str, 
     env = dict(os.environ)
     port = free_port()
     bare_log = logs / "bare.log"
-    with serving(bare_command(env, prefix, redis_url, port), env, port, bare_log) as url:
-        bare = measure_single(url, seconds, f"{prefix}-bare")
+    with serving(bare_command(env, prefix, redis_url, port), env, port, bare_log) as server:
+        bare = measure_single(server.url, seconds, f"{prefix}-bare")
 
     print(f"clarion single POST: wrk for {seconds} s ...", flush=True)
     env = dict(os.environ)
     port = free_port()
     clarion_log = logs / "clarion.log"
-    with serving(clarion_command(env, prefix, redis_url, port), env, port, clarion_log) as url:
-        clarion = measure_single(url, seconds, f"{prefix}-single")
+    with serving(clarion_command(env, prefix, redis_url, port), env, port, clarion_log) as server:
+        clarion = measure_single(server.url, seconds, f"{prefix}-single")
         print(f"clarion batch POST: httpx for {seconds} s ...", flush=True)
-        batch = asyncio.run(measure_batches(url, seconds, f"{prefix}-batch"))
+        redis_server = redis_pid_of(redis_url)
+
+        def cpu_of() -> cpu.CpuSnapshot:
+            return cpu.snapshot({"api": [server.pid]}, redis_server, postgres=False)
+
+        batch = asyncio.run(measure_batches(server.url, seconds, f"{prefix}-batch", cpu_of))
 
     ratio = clarion.requests_per_s / bare.requests_per_s if bare.requests_per_s else 0.0
     problems = bare.problems("bare") + clarion.problems("clarion single") + batch.problems()
