@@ -115,15 +115,15 @@ class _Moment:
     def __init__(self, now: datetime) -> None:
         self.now = now
         self.ms = _ms(now)
-        # TTL in seconds -> (expiry, expiry in ms)
+        # TTL in seconds -> (expiry, expiry in ms). A moment lasts one request or batch, so
+        # this holds at most one entry per notification of it.
         self.expiries: dict[int, tuple[datetime, int]] = {}
 
     def expiry(self, ttl_seconds: int) -> tuple[datetime, int]:
         expiry = self.expiries.get(ttl_seconds)
         if expiry is None:
             expiry = (self.now + timedelta(seconds=ttl_seconds), self.ms + ttl_seconds * 1000)
-            if len(self.expiries) < _MAX_ROUTES:
-                self.expiries[ttl_seconds] = expiry
+            self.expiries[ttl_seconds] = expiry
         return expiry
 
 
