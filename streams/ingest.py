@@ -144,14 +144,17 @@ def _call(
 _OK = IngestReply("OK")  # the common reply, shared
 
 
-def _reply(raw: list[bytes | list[bytes]]) -> IngestReply:
-    kind = raw[0]
-    if kind == b"OK":
+def _reply(raw: bytes | list[bytes | list[bytes]]) -> IngestReply:
+    """One item's entry of the script's reply: a word, or a list when it carries data."""
+    if raw == b"OK":
         return _OK
+    if isinstance(raw, bytes):  # CONFLICT, BUSY
+        return IngestReply(raw.decode())  # type: ignore[arg-type]
+    kind = raw[0]
     if kind == b"DUP":
         return IngestReply("DUP", record=raw[1])  # type: ignore[arg-type]
     if kind == b"BROKEN":
         return IngestReply("BROKEN", error=raw[1].decode())  # type: ignore[union-attr]
     if kind == b"STALE":
         return IngestReply("STALE", settings=RecipientSettings.from_hash(raw[1]))  # type: ignore[arg-type]
-    return IngestReply(kind.decode())  # type: ignore[arg-type, union-attr]
+    raise ValueError(f"unknown ingest reply {raw!r}")

@@ -30,12 +30,13 @@
 -- notification id (which doubles as the request's token across a STALE round) are read out
 -- of it only on the rare paths.
 --
--- Reply, one entry per item:
---   {"OK"}               accepted: everything written
+-- Reply, one entry per item: a word, or a list when the item's answer carries data (a plain
+-- word spares Lua, Redis and the client a list per accepted item):
+--   "OK"                 accepted: everything written
 --   {"DUP", record}      same key, same body: the first notification's record, nothing
 --                        written
---   {"CONFLICT"}         same key, different body
---   {"BUSY"}             same key, the first request is still in flight
+--   "CONFLICT"           same key, different body
+--   "BUSY"               same key, the first request is still in flight
 --   {"STALE", settings}  the recipient's settings changed since the caller read them; the
 --                        caller plans again and calls again with the same ids
 --   {"BROKEN", error}    the item's idempotency or settings key holds the wrong type;
@@ -71,17 +72,17 @@ local function verdict(record, done)
   if kind == "done" then
     local earlier_fingerprint, notification_id = split_first(rest)
     if earlier_fingerprint ~= fingerprint then
-      return { "CONFLICT" }
+      return "CONFLICT"
     end
     -- Same shard, so the same hash tag as the keys this call declares.
     return { "DUP", redis.call("GET", record_prefix .. notification_id) or "" }
   end
   local owner, earlier_fingerprint = split_first(rest)
   if earlier_fingerprint ~= fingerprint then
-    return { "CONFLICT" }
+    return "CONFLICT"
   end
   if owner ~= id then
-    return { "BUSY" }
+    return "BUSY"
   end
   return nil
 end
@@ -140,10 +141,10 @@ while argi <= last do
           redis.call("ZADD", delayed, ARGV[w], ARGV[w + 1])
         end
       end
-      reply = { "OK" }
+      reply = "OK"
     end
   end
-  if reply[1] ~= "OK" then
+  if reply ~= "OK" then
     all_accepted = false
   end
   replies[#replies + 1] = reply
