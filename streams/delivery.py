@@ -94,10 +94,11 @@ class DeliveryStore:
         args: list[KeyOrArg] = [consumer, lease_ms]
         for _, nid, channel in items:
             args += [nid, channel]
-        replies = await scripts.DELIVERY_BEGIN(self.redis, keys, args)
+        flat = iter(await scripts.DELIVERY_BEGIN(self.redis, keys, args))
+        per_item = zip(flat, flat, flat, flat, flat, strict=True)  # five values per item
         return [
             Lease(verdict.decode(), int(version), int(attempts), int(now), int(first))
-            for verdict, version, attempts, now, first in replies
+            for verdict, version, attempts, now, first in per_item
         ]
 
     async def finish(self, outcomes: Sequence[Outcome]) -> list[FinishReply]:

@@ -3,7 +3,9 @@
 -- KEYS: then per item: the delivery's state hash.
 -- ARGV: consumer name, lease length (ms), then per item: notification id, channel.
 --
--- Reply per item: {verdict, version, attempts, now_ms, first_attempt_ms}
+-- Reply: one flat list, five values per item (a list per item would cost Lua a table, Redis
+-- a nested array and the client a list each): verdict, version, attempts, now_ms,
+-- first_attempt_ms.
 --   GO       the lease is ours until now + lease length; the state is SENDING
 --   TERMINAL the delivery already ended (SENT, FAILED, EXPIRED, SUPPRESSED): drop the item
 --   LEASED   a live lease is held: leave the item for later. Also when this consumer holds
@@ -18,6 +20,12 @@ local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local terminal = { SENT = true, FAILED = true, EXPIRED = true, SUPPRESSED = true }
 
 local replies = {}
+local function answer(verdict, version, attempts, first)
+  local n = #replies
+  replies[n + 1], replies[n + 2], replies[n + 3] = verdict, version, attempts
+  replies[n + 4], replies[n + 5] = now, first
+end
+
 for i = 1, #KEYS do
   local key = KEYS[i]
   local nid, channel = ARGV[1 + 2 * i], ARGV[2 + 2 * i]
@@ -29,18 +37,18 @@ for i = 1, #KEYS do
     redis.call("HSET", key, "status", "SENDING", "version", 1, "attempts", 0,
       "notification_id", nid, "channel", channel, "lease_owner", consumer,
       "lease_until", now + lease_ms, "updated_ms", now)
-    replies[i] = { "GO", 1, 0, now, 0 }
+    answer("GO", 1, 0, 0)
   else
     local version, attempts = tonumber(state[2]), tonumber(state[3])
     local first = tonumber(state[6] or 0) or 0
     if terminal[status] then
-      replies[i] = { "TERMINAL", version, attempts, now, first }
+      answer("TERMINAL", version, attempts, first)
     elseif tonumber(state[5] or 0) > now then
-      replies[i] = { "LEASED", version, attempts, now, first }
+      answer("LEASED", version, attempts, first)
     else
       redis.call("HSET", key, "status", "SENDING", "lease_owner", consumer,
         "lease_until", now + lease_ms, "updated_ms", now)
-      replies[i] = { "GO", version, attempts, now, first }
+      answer("GO", version, attempts, first)
     end
   end
 end
