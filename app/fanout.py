@@ -105,6 +105,8 @@ class _Route(msgspec.Struct, frozen=True):
 
     channels: tuple[Channel, ...]
     templates: tuple[tuple[Channel, str, frozenset[str]], ...]
+    # Every field some template needs: one check when the request has them all.
+    required: frozenset[str] = frozenset()
 
 
 class _Moment:
@@ -147,13 +149,14 @@ class Planner:
             if len(self._routes) >= _MAX_ROUTES:
                 self._routes.clear()
             self._routes[route_key] = route
-        for channel, locale_used, fields in route.templates:
-            if not fields <= request.data.keys():
-                name = sorted(fields - request.data.keys())[0]
-                raise FanoutError(
-                    f"data.{name}: required by the {request.type} {channel} template "
-                    f"({locale_used})"
-                )
+        if not route.required.issubset(request.data):
+            for channel, locale_used, fields in route.templates:
+                if not fields.issubset(request.data):
+                    name = sorted(fields - request.data.keys())[0]
+                    raise FanoutError(
+                        f"data.{name}: required by the {request.type} {channel} template "
+                        f"({locale_used})"
+                    )
         return list(route.channels)
 
     def _route(self, type_name: str, requested: tuple[Channel, ...], locale: str) -> _Route:
@@ -172,7 +175,8 @@ class Planner:
                 raise FanoutError(f"channels: type {type_name!r} has no {channel} template")
             fields = self.catalog.template_fields[(type_name, used, channel)]
             templates.append((channel, used, fields))
-        return _Route(channels, tuple(templates))
+        required = frozenset().union(*(fields for _, _, fields in templates))
+        return _Route(channels, tuple(templates), required)
 
     def identity(self, shard: ShardKeys, request: NotificationRequest) -> Identity:
         """Check the request against the catalog and fix its ids; raises ``FanoutError``."""
