@@ -105,8 +105,9 @@ class _Route(msgspec.Struct, frozen=True):
 
     channels: tuple[Channel, ...]
     templates: tuple[tuple[Channel, str, frozenset[str]], ...]
-    # Every field some template needs: one check when the request has them all.
-    required: frozenset[str] = frozenset()
+    # Every field some template needs (the union of the templates' fields): one check when
+    # the request has them all.
+    required: frozenset[str]
 
 
 class _Moment:

@@ -7,9 +7,8 @@
 --       first and last byte in that array as one string of numbers ("1 420 422 845 ..."),
 --       then per item: its idempotency record when done ("done <fingerprint>
 --       <notification id>"), expected settings version, notification record, work item
---       count, then per work item: where it goes (high,
---       normal or low for a work stream; the due time in ms for ``delayed``) and the
---       encoded item.
+--       count, then per work item: where it goes (high, normal or low for a work stream;
+--       the due time in ms for ``delayed``) and the encoded item.
 --
 -- The events of the accepted items go into one ``events`` entry: one atomic write, one
 -- entry. When every item is accepted, that is the joined array as it came; otherwise each
