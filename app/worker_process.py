@@ -12,7 +12,7 @@ from redis.asyncio import Redis
 
 from app.catalog import Catalog, load_catalog
 from app.channels.base import Provider
-from app.channels.sandbox import SandboxProvider
+from app.channels.sandbox import REMEMBER_MS, SandboxProvider
 from app.delivery_worker import DeliveryWorker, WorkerOptions
 from app.gc_tuning import tune_gc
 from app.logging import configure_logging
@@ -24,12 +24,17 @@ from streams.keys import KeySpace, Priority
 log = structlog.get_logger(__name__)
 
 
-def build_providers(catalog: Catalog, redis: Redis, keys: KeySpace) -> dict[str, Provider]:
-    """One adapter per provider of the catalog."""
+def build_providers(
+    catalog: Catalog, redis: Redis, keys: KeySpace, *, remember_ms: int = REMEMBER_MS
+) -> dict[str, Provider]:
+    """One adapter per provider of the catalog; a sandbox remembers a send for
+    ``remember_ms`` (the stream retention: as long as its record keeps the send)."""
     providers: dict[str, Provider] = {}
     for name, config in catalog.providers.items():
         # "sandbox" is the only kind so far; the catalog refuses any other.
-        providers[name] = SandboxProvider(redis, keys, idempotent=config.idempotent, name=name)
+        providers[name] = SandboxProvider(
+            redis, keys, idempotent=config.idempotent, name=name, remember_ms=remember_ms
+        )
     return providers
 
 
@@ -70,7 +75,9 @@ async def serve(settings: Settings, slot: int) -> None:
             redis,
             keys,
             catalog,
-            build_providers(catalog, redis, keys),
+            build_providers(
+                catalog, redis, keys, remember_ms=settings.stream_retention_seconds * 1000
+            ),
             consumer=consumer_name(slot),
             options=worker_options(settings),
         )

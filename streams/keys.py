@@ -112,14 +112,13 @@ class KeySpace:
         """The sandbox provider's record of every call (a stream)."""
         return f"{self.prefix}:sandbox:sent"
 
-    @property
-    def sandbox_done(self) -> str:
-        """The sandbox's first message id per idempotency key (a hash).
+    def sandbox_done(self, idempotency_key: str) -> str:
+        """The sandbox's first message id for one idempotency key (a string that expires).
 
-        Its hash tag is the whole name of ``sandbox_sent``, which has none, so both land in
-        one cluster slot and one script may touch both.
+        Its hash tag is the whole name of ``sandbox_sent``, which has none, so all of them
+        land in one cluster slot with it and one script may touch them together.
         """
-        return f"{self.prefix}:{{{self.sandbox_sent}}}:done"
+        return f"{self.prefix}:{{{self.sandbox_sent}}}:done:{idempotency_key}"
 
     def metric(self, name: str) -> str:
         """The hash holding one metric's counts, summed over every process (see

@@ -2,8 +2,9 @@
 
 Every call is recorded in the stream ``keys.sandbox_sent`` (delivery id, idempotency key,
 channel, address, attempt, outcome, duplicate, and the message id of a send). Successful sends
-are remembered per idempotency key in a hash, atomically with the record, so an idempotent
-sandbox answers a repeat with the first message id and sends nothing new.
+are remembered per idempotency key, atomically with the record and for as long as the record
+keeps them (``remember_ms``, the stream retention), so an idempotent sandbox answers a repeat
+with the first message id and sends nothing new.
 
 A notification steers the sandbox through directives in its data, per channel::
 
@@ -24,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+import msgspec
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -40,6 +42,8 @@ KNOWN_DIRECTIVES: Final = frozenset(
     {"latency_ms", "fail_transient", "rate_limited", "fail_permanent", "invalid_token", "raise_bug"}
 )
 RATE_LIMIT_RETRY_AFTER: Final = 1.0
+# How long a send is remembered unless told otherwise: the default stream retention.
+REMEMBER_MS: Final = 3_600_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,32 +118,49 @@ def parse_directives(message: Message) -> Directives:
     )
 
 
-def _record_args(idempotent: str, calls: Sequence[tuple[KeyOrArg, ...]]) -> list[KeyOrArg]:
-    args: list[KeyOrArg] = [idempotent]
+class _Call(msgspec.Struct, frozen=True):
+    """One recorded call: the key remembering its idempotency key, and the script's fields."""
+
+    done_key: str
+    fields: tuple[KeyOrArg, ...]
+
+
+def _record_call(
+    sent: str, head: list[KeyOrArg], calls: Sequence[_Call]
+) -> tuple[list[KeyOrArg], list[KeyOrArg]]:
+    keys: list[KeyOrArg] = [sent]
+    args = list(head)
     for call in calls:
-        args += call
-    return args
+        keys.append(call.done_key)
+        args += call.fields
+    return keys, args
 
 
 class SandboxProvider:
     """A provider that records instead of sending (see the module documentation)."""
 
     def __init__(
-        self, redis: Redis, keys: KeySpace, *, idempotent: bool = True, name: str = "sandbox"
+        self,
+        redis: Redis,
+        keys: KeySpace,
+        *,
+        idempotent: bool = True,
+        name: str = "sandbox",
+        remember_ms: int = REMEMBER_MS,
     ) -> None:
         self.name = name
         self.idempotent = idempotent
-        self._keys = (keys.sandbox_sent, keys.sandbox_done)
-        self._idempotent_arg = "1" if idempotent else "0"
+        self._keys = keys
+        sent = keys.sandbox_sent
+        head: list[KeyOrArg] = ["1" if idempotent else "0", remember_ms]
         # Concurrent sends share script calls: a sandbox standing in for a real provider in a
         # benchmark must cost as little as it can. The script answers {message id,
         # duplicate} per send.
-        record_keys: list[KeyOrArg] = list(self._keys)
-        self._record_call: BatchedScript[None, tuple[KeyOrArg, ...], Any] = BatchedScript(
+        self._record_call: BatchedScript[None, _Call, Any] = BatchedScript(
             redis,
             SANDBOX_SEND,
             group_of=lambda _: None,
-            build=lambda _, calls: (record_keys, _record_args(self._idempotent_arg, calls)),
+            build=lambda _, calls: _record_call(sent, head, calls),
             parse=lambda reply: reply[0],
         )
 
@@ -183,17 +204,20 @@ class SandboxProvider:
         """Record the call (and remember a send); the message id of a send, else ""."""
         # Unique, not secret: the process-wide PRNG is enough (reseeded after a fork).
         new_id = f"sandbox-{random.getrandbits(128):032x}" if outcome == "sent" else ""
-        args = (
-            outcome,
-            new_id,
-            message.delivery_id,
-            message.idempotency_key,
-            message.channel,
-            message.address,
-            message.attempt,
+        call = _Call(
+            self._keys.sandbox_done(message.idempotency_key),
+            (
+                outcome,
+                new_id,
+                message.delivery_id,
+                message.idempotency_key,
+                message.channel,
+                message.address,
+                message.attempt,
+            ),
         )
         try:
-            [message_id] = await self._record_call.run([args])
+            [message_id] = await self._record_call.run([call])
         except (RedisConnectionError, RedisTimeoutError) as error:
             # Like an unreachable provider: it may or may not have sent, so try again later.
             raise ProviderError(

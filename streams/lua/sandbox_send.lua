@@ -1,31 +1,38 @@
 -- Record calls to the sandbox provider and, for a send, remember it per idempotency key.
 --
--- KEYS: sent stream (every call), done hash (idempotency key -> first message id)
--- ARGV: idempotent ("1" or "0"), then per call: outcome
+-- KEYS: sent stream (every call), then per call: the key remembering its idempotency key's
+--       first message id
+-- ARGV: idempotent ("1" or "0"), how long a send is remembered (ms), then per call: outcome
 --       (sent|transient|permanent|rate_limited|bug), new message id (used only when a send
 --       is not a repeat the provider deduplicates), delivery id, idempotency key, channel,
 --       address, attempt
 --
 -- Calls are handled one after the other, so a repeat within one batch is seen as a repeat.
--- duplicate is "1" when an earlier call with the same idempotency key already succeeded.
--- A sent outcome with an already-sent key returns the first message id when idempotent
--- (nothing new is sent) and the new one otherwise; the hash keeps the first either way.
+-- duplicate is "1" when an earlier call with the same idempotency key already succeeded
+-- within the memory. A sent outcome with an already-sent key returns the first message id
+-- when idempotent (nothing new is sent) and the new one otherwise; the first is kept either
+-- way, and forgotten when the memory runs out, as a real provider's deduplication window.
 --
 -- Reply, one entry per call: {message id ("" unless sent), duplicate ("0" or "1")}
 
-local sent, done = KEYS[1], KEYS[2]
-local idempotent = ARGV[1]
+local sent = KEYS[1]
+local idempotent, remember_ms = ARGV[1], ARGV[2]
 
 local replies = {}
-for argi = 2, #ARGV, 7 do
+local keyi = 2
+for argi = 3, #ARGV, 7 do
   local outcome, new_id = ARGV[argi], ARGV[argi + 1]
   local delivery_id, idempotency_key, channel = ARGV[argi + 2], ARGV[argi + 3], ARGV[argi + 4]
   local address, attempt = ARGV[argi + 5], ARGV[argi + 6]
+  local done = KEYS[keyi]
+  keyi = keyi + 1
 
-  -- A send claims the key in one command; only a repeat or another outcome reads it.
+  -- A send claims the key and reads an earlier claim in one command.
   local first = nil
-  if outcome ~= "sent" or redis.call("HSETNX", done, idempotency_key, new_id) == 0 then
-    first = redis.call("HGET", done, idempotency_key)
+  if outcome == "sent" then
+    first = redis.call("SET", done, new_id, "NX", "GET", "PX", remember_ms)
+  else
+    first = redis.call("GET", done)
   end
   local duplicate = "0"
   if first then

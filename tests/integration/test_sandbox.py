@@ -71,6 +71,28 @@ async def test_an_idempotent_sandbox_answers_a_repeat_with_the_first_id(
     assert len(originals) == 1
 
 
+async def test_a_send_is_remembered_for_its_window_then_forgotten(
+    redis: Redis, key_prefix: str
+) -> None:
+    keys = KeySpace(key_prefix)
+    sandbox = SandboxProvider(redis, keys, remember_ms=60_000)
+    first = await sandbox.send(message())
+    # One key per sent idempotency key, expiring with the window: nothing grows for ever.
+    remaining = await redis.pttl(keys.sandbox_done("idem-1"))
+    assert 0 < remaining <= 60_000
+    assert await redis.get(keys.sandbox_done("idem-1")) == first.encode()
+    assert await sandbox.send(message(attempt=2)) == first  # within the window: a repeat
+    await redis.delete(keys.sandbox_done("idem-1"))  # the window has passed
+    again = await sandbox.send(message(attempt=3))
+    assert again != first
+    entries = await recorded(redis, keys)
+    assert [(e["duplicate"], e["message_id"]) for e in entries] == [
+        ("0", first),
+        ("1", first),
+        ("0", again),
+    ]
+
+
 async def test_a_non_idempotent_sandbox_sends_a_repeat_again(redis: Redis, key_prefix: str) -> None:
     keys = KeySpace(key_prefix)
     sandbox = SandboxProvider(redis, keys, idempotent=False, name="sandbox_plain")
