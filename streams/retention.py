@@ -7,11 +7,15 @@ every entry it has not acknowledged, however old, and a stream whose group does 
 yet (the projector never started) is not trimmed at all. The dead-letter stream and the
 sandbox's record have no group: age alone bounds them. Each stream is trimmed by one script
 call (``lua/trim_stream.lua``), so a group cannot move between the look and the trim.
+
+The dead-letter stream's ``dlq:resolved`` hash marks entries by id; a mark goes once its entry
+has been trimmed, so the hash is bounded by the stream.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -25,6 +29,8 @@ from streams.keys import KeySpace, Priority
 
 log = structlog.get_logger(__name__)
 
+_MARKS_PAGE = 1000  # hash fields asked for per HSCAN call
+
 
 @dataclass(frozen=True, slots=True)
 class StreamRetention:
@@ -33,6 +39,9 @@ class StreamRetention:
     stream: str
     retention_ms: int
     groups: tuple[str, ...] = ()
+    # A hash whose fields are ids of this stream's entries (the DLQ's resolved marks): a
+    # field is removed once its entry is trimmed.
+    marks: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +52,7 @@ class Trimmed:
     removed: int
     kept_from: str
     missing_group: str
+    marks_removed: int = 0
 
 
 def policies(
@@ -59,7 +69,7 @@ def policies(
             StreamRetention(shard.work(priority), stream_retention_ms, (DELIVERY_GROUP,))
             for priority in Priority
         ]
-        found.append(StreamRetention(shard.dlq, dlq_retention_ms))
+        found.append(StreamRetention(shard.dlq, dlq_retention_ms, marks=shard.dlq_resolved))
     found.append(StreamRetention(keys.sandbox_sent, stream_retention_ms))
     return found
 
@@ -69,7 +79,35 @@ async def trim(redis: Redis, policy: StreamRetention) -> Trimmed:
     removed, kept_from, missing = await scripts.TRIM_STREAM(
         redis, [policy.stream], [policy.retention_ms, *policy.groups]
     )
-    return Trimmed(policy.stream, int(removed), _text(kept_from), _text(missing))
+    trimmed = Trimmed(policy.stream, int(removed), _text(kept_from), _text(missing))
+    if policy.marks and trimmed.removed:
+        marks_removed = await forget_marks(redis, policy.marks, trimmed.kept_from)
+        trimmed = dataclasses.replace(trimmed, marks_removed=marks_removed)
+    return trimmed
+
+
+async def forget_marks(redis: Redis, marks: str, kept_from: str) -> int:
+    """Remove the fields of ``marks`` that name an entry older than ``kept_from`` (trimmed).
+
+    Read in pages with HSCAN, so Redis is never blocked by a large hash; a field that is not
+    an entry id is left alone. A mark written meanwhile for a trimmed entry goes next time.
+    """
+    bound = _entry_id(kept_from)
+    if bound is None:
+        return 0
+    removed = 0
+    cursor = 0
+    while True:
+        cursor, page = await redis.hscan(marks, cursor, count=_MARKS_PAGE)
+        old = []
+        for field in page:
+            entry = _entry_id(field)
+            if entry is not None and entry < bound:
+                old.append(field)
+        if old:
+            removed += await redis.hdel(marks, *old)
+        if cursor == 0:
+            return removed
 
 
 async def trim_all(redis: Redis, retention: Sequence[StreamRetention]) -> list[Trimmed]:
@@ -85,7 +123,12 @@ async def keep_trimmed(
         try:
             for result in await trim_all(redis, retention):
                 if result.removed:
-                    log.info("retention.trimmed", stream=result.stream, removed=result.removed)
+                    log.info(
+                        "retention.trimmed",
+                        stream=result.stream,
+                        removed=result.removed,
+                        marks_removed=result.marks_removed,
+                    )
                 elif result.missing_group:
                     log.debug(
                         "retention.untouched", stream=result.stream, missing=result.missing_group
@@ -97,3 +140,11 @@ async def keep_trimmed(
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+def _entry_id(value: bytes | str) -> tuple[int, int] | None:
+    """A stream entry id ("<ms>-<seq>") as numbers to compare, or None if it is not one."""
+    ms, dash, seq = _text(value).partition("-")
+    if not (dash and ms.isdigit() and seq.isdigit()):
+        return None
+    return int(ms), int(seq)

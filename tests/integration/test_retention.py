@@ -18,7 +18,7 @@ from projections.projector import GROUP as PROJECTOR_GROUP
 from projections.projector import Projector
 from streams.delivery import GROUP as DELIVERY_GROUP
 from streams.keys import KeySpace, Priority
-from streams.retention import StreamRetention, keep_trimmed, policies, trim, trim_all
+from streams.retention import StreamRetention, forget_marks, keep_trimmed, policies, trim, trim_all
 from tests.integration.delivery_support import (
     FAST,
     accept,
@@ -125,6 +125,38 @@ async def test_streams_without_groups_are_bounded_by_age_alone(
     assert results[keys.sandbox_sent].removed == len(sent)
     # Streams that do not exist are no error, and get nothing created.
     assert not await real_redis.exists(keys.shard(0).work(Priority.LOW))
+
+
+async def test_resolved_marks_go_with_their_dead_letters(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    keys = KeySpace(key_prefix)
+    shard = keys.shard(0)
+    ancient = await add_old(real_redis, shard.dlq, 3, age_ms=10 * 24 * HOUR_MS)
+    recent = await add_old(real_redis, shard.dlq, 2, age_ms=2 * HOUR_MS)
+    marks = dict.fromkeys([*ancient[:2], recent[0]], '{"outcome": "replayed"}')
+    marks["not-an-entry-id"] = "{}"
+    await real_redis.hset(shard.dlq_resolved, mapping=marks)
+    retention = policies(
+        keys, projector_group=PROJECTOR_GROUP, stream_retention_ms=HOUR_MS,
+        dlq_retention_ms=7 * 24 * HOUR_MS,
+    )  # fmt: skip
+    [policy] = [policy for policy in retention if policy.stream == shard.dlq]
+
+    result = await trim(real_redis, policy)
+
+    assert result.removed == len(ancient)
+    assert result.marks_removed == 2
+    left = {field.decode() for field in await real_redis.hkeys(shard.dlq_resolved)}
+    assert left == {recent[0], "not-an-entry-id"}
+
+
+async def test_marks_are_read_in_pages(real_redis: Redis, key_prefix: str) -> None:
+    marks = f"{key_prefix}:marks"
+    await real_redis.hset(marks, mapping={f"{ms}-0": "x" for ms in range(1, 2501)})
+
+    assert await forget_marks(real_redis, marks, "2001-0") == 2000
+    assert await real_redis.hlen(marks) == 500
 
 
 @pytest.fixture
