@@ -17,6 +17,7 @@ import click
 import msgspec
 from redis.exceptions import RedisError
 
+from app import quiet_hours
 from app.catalog import Catalog, CatalogError, load_catalog
 from app.dlq_operations import (
     CHANNELS,
@@ -169,7 +170,9 @@ async def _replay(settings: Settings, order: ReplayOrder) -> ReplayView:
     redis = redis_client(settings)
     keys = KeySpace(settings.key_prefix, settings.shards)
     try:
-        report = await dead_letters.replay(redis, keys, order, time.time_ns() // 1_000_000)
+        report = await dead_letters.replay(
+            redis, keys, order, time.time_ns() // 1_000_000, quiet_hours.window_end
+        )
     except (RedisError, OSError) as error:
         raise click.ClickException(f"cannot use Redis at {settings.redis_url}: {error}") from None
     finally:

@@ -8,6 +8,11 @@ Each shard's ``dlq`` stream holds three kinds of entries:
   (``raw_w`` is the work item, when it can be read at all);
 - an unreadable ``delayed`` member (``schedule_due.lua``): a reason and the member.
 
+A replayed NORMAL or LOW delivery to a channel other than IN_APP whose recipient is inside
+quiet hours right now waits in ``delayed`` until the window ends, as at acceptance (the caller
+says when a window ends: ``quiet_until``); one whose window ends past the notification's TTL
+is not replayed.
+
 Entries are never deleted here: they are the audit trail. A replay records how it settled an
 entry in the shard's ``dlq:resolved`` hash (entry id → JSON with the outcome, operator, reason
 and time): ``replayed``, or a reason it can never be replayed (already sent, past its TTL…).
@@ -22,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections import Counter
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -31,8 +36,9 @@ import msgspec
 from redis.asyncio import Redis
 
 from streams import codec
-from streams.events import DeliveryReplayed
+from streams.events import Channel, DeliveryDeferred, DeliveryReplayed, QuietHoursSetting
 from streams.keys import KeySpace, ShardKeys
+from streams.scheduler import delayed_member
 from streams.scripts import KeyOrArg, LuaScript
 from streams.work_items import WorkItem
 
@@ -49,6 +55,7 @@ SKIP_REASONS: dict[str, str] = {
     "already_sent": "the delivery was sent since: never sent again",
     "already_ended": "the delivery expired or was suppressed since",
     "ttl_passed": "the notification's TTL has passed: it would be stale",
+    "quiet_hours_past_ttl": "the recipient's quiet hours end after the notification's TTL",
     "state_expired": "the delivery's state is gone from Redis: cannot tell it was not sent",
     "superseded": "the delivery was replayed since (through this or another entry)",
     "unreadable": "the entry holds no readable work item",
@@ -59,6 +66,12 @@ SKIP_REASONS: dict[str, str] = {
 FORCE_ONLY = frozenset({"POISON", "BUG"})
 
 _REPLAY_SCRIPT = LuaScript("dlq_replay")
+# When the quiet window containing an instant ends (None outside a window): the application's
+# quiet-hours rule, handed in so this package keeps to Redis and the event contract.
+QuietUntil = Callable[[QuietHoursSetting, datetime], datetime | None]
+# Channels whose deliveries quiet hours never hold back (as at acceptance).
+_QUIET_HOURS_EXEMPT: frozenset[Channel] = frozenset({"IN_APP"})
+_quiet_hours_decoder = msgspec.json.Decoder(QuietHoursSetting)
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,7 +350,9 @@ class ReplayReport:
     truncated: bool = False
 
 
-async def replay(redis: Redis, keys: KeySpace, order: ReplayOrder, now_ms: int) -> ReplayReport:
+async def replay(
+    redis: Redis, keys: KeySpace, order: ReplayOrder, now_ms: int, quiet_until: QuietUntil
+) -> ReplayReport:
     """Replay the open entries ``order`` selects, oldest first, up to ``order.limit``.
 
     A dry run returns exactly what the same call would do now, and writes nothing. Every
@@ -345,7 +360,7 @@ async def replay(redis: Redis, keys: KeySpace, order: ReplayOrder, now_ms: int) 
     """
     if not 1 <= order.limit <= MAX_REPLAY:
         raise ValueError(f"limit must be from 1 to {MAX_REPLAY}")
-    run = _ReplayRun(redis, keys, order, now_ms)
+    run = _ReplayRun(redis, keys, order, now_ms, quiet_until)
     async for page in scan(redis, keys, order.selection, open_only=True, max_entries=REPLAY_SCAN):
         if await run.page(page):
             return run.report
@@ -356,11 +371,20 @@ async def replay(redis: Redis, keys: KeySpace, order: ReplayOrder, now_ms: int) 
 class _ReplayRun:
     """One replay call, page by page; it remembers what it replayed so far."""
 
-    def __init__(self, redis: Redis, keys: KeySpace, order: ReplayOrder, now_ms: int) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        keys: KeySpace,
+        order: ReplayOrder,
+        now_ms: int,
+        quiet_until: QuietUntil,
+    ) -> None:
         self.redis = redis
         self.keys = keys
         self.order = order
         self.now_ms = now_ms
+        self.now = datetime.fromtimestamp(now_ms / 1000, UTC)
+        self.quiet_until = quiet_until
         self.report = ReplayReport(dry_run=order.dry_run)
         self.replayed_ids: set[str] = set()
 
@@ -400,10 +424,12 @@ class _ReplayRun:
         self, shard: ShardKeys, letters: Sequence[DeadLetter], budget: int
     ) -> list[str]:
         versions = await self._versions(shard, letters)
+        quiet_ends = await self._quiet_ends(shard, letters)
         script_keys: list[KeyOrArg] = [
             shard.events,
             *shard.work_streams,
             shard.dlq_resolved,
+            shard.delayed,
         ]
         order = self.order
         args: list[KeyOrArg] = [
@@ -413,17 +439,18 @@ class _ReplayRun:
             order.reason,
             budget,
         ]
-        for letter, version in zip(letters, versions, strict=True):
+        for letter, version, quiet_end in zip(letters, versions, quiet_ends, strict=True):
             work = letter.work
             assert work is not None  # unreadable entries never get here
-            event = DeliveryReplayed(
-                at=datetime.fromtimestamp(self.now_ms / 1000, UTC),
+            replayed = DeliveryReplayed(
+                at=self.now,
                 notification_id=work.notification_id,
                 delivery_id=work.delivery_id,
                 version=version + 1,
                 operator=order.operator,
                 reason=order.reason,
             )
+            item = codec.encode(msgspec.structs.replace(work, attempts=0))
             script_keys.append(shard.delivery(work.delivery_id))
             args += [
                 letter.entry_id,
@@ -431,12 +458,52 @@ class _ReplayRun:
                 version,
                 "1" if letter.delivery_id in self.replayed_ids else "0",
                 work.expires_ms,
-                work.priority.lower(),
-                codec.encode_events([event]),
-                codec.encode(msgspec.structs.replace(work, attempts=0)),
             ]
+            if quiet_end is None:
+                args += [work.priority.lower(), codec.encode_events([replayed]), item]
+            else:  # replayed, then held back by quiet hours: two changes, two versions
+                deferred = DeliveryDeferred(
+                    at=self.now,
+                    notification_id=work.notification_id,
+                    delivery_id=work.delivery_id,
+                    version=version + 2,
+                    channel=work.channel,
+                    reason="quiet_hours",
+                    until=quiet_end,
+                )
+                args += [
+                    int(quiet_end.timestamp() * 1000),
+                    codec.encode_events([replayed, deferred]),
+                    delayed_member(work.priority, item),
+                ]
         replies: list[bytes] = await _REPLAY_SCRIPT(self.redis, script_keys, args)
         return [reply.decode() for reply in replies]
+
+    async def _quiet_ends(
+        self, shard: ShardKeys, letters: Sequence[DeadLetter]
+    ) -> list[datetime | None]:
+        """For each entry, when the recipient's quiet window ends if its delivery must wait
+        for that now; None when it may go at once."""
+        held = [
+            letter
+            for letter in letters
+            if letter.work is not None
+            and letter.work.priority != "HIGH"
+            and letter.work.channel not in _QUIET_HOURS_EXEMPT
+        ]
+        if not held:
+            return [None] * len(letters)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for letter in held:
+                assert letter.work is not None
+                pipe.hget(shard.recipient(letter.work.recipient_id), "qh")
+            settings: list[bytes | None] = await pipe.execute()
+        ends: dict[str, datetime | None] = {}
+        for letter, raw in zip(held, settings, strict=True):
+            if raw is not None:
+                setting = _quiet_hours_decoder.decode(raw)
+                ends[letter.entry_id] = self.quiet_until(setting, self.now)
+        return [ends.get(letter.entry_id) for letter in letters]
 
     async def _versions(self, shard: ShardKeys, letters: Sequence[DeadLetter]) -> list[int]:
         """The delivery version each entry's replay expects: the one a FAILED entry recorded;

@@ -18,6 +18,7 @@ from litestar.openapi.spec import OpenAPIFormat, OpenAPIType
 from litestar.params import QueryParameter
 from redis.asyncio import Redis
 
+from app import quiet_hours
 from app.api.body import decode_body, documented_body
 from app.api.errors import AUTHENTICATED, BodyTooLarge
 from app.api.params import query_schema
@@ -143,7 +144,9 @@ async def replay_dlq(request: Req) -> ReplayView:
         raise ClientException(status_code=422, detail=str(error)) from None
     redis: Redis = request.app.state.redis
     keys: KeySpace = request.app.state.key_space
-    report = await dead_letters.replay(redis, keys, order, time.time_ns() // 1_000_000)
+    report = await dead_letters.replay(
+        redis, keys, order, time.time_ns() // 1_000_000, quiet_hours.window_end
+    )
     if not order.dry_run:
         for verdict in report.replayed:
             log.info(

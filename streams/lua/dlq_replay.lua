@@ -1,22 +1,25 @@
 -- Replay dead-lettered deliveries of one shard, or (dry run) only say what a replay would do.
 --
--- KEYS: events, work:high, work:normal, work:low, dlq:resolved,
+-- KEYS: events, work:high, work:normal, work:low, dlq:resolved, delayed,
 --       then per entry: the delivery's state hash.
 -- ARGV: dry run ("1" or "0"), now (ms), operator, reason, most entries to replay,
 --       then per entry: dlq entry id, kind (FAILED or POISON), expected delivery version,
 --       whether this call already replayed the delivery through an earlier entry ("1"/"0"),
---       the notification's expiry (ms), work stream (high|normal|low), the DeliveryReplayed
---       event (one ``events`` entry), the fresh work item.
+--       the notification's expiry (ms), where the work goes (high, normal or low for a work
+--       stream; the end of the recipient's quiet hours in ms for ``delayed``), its events
+--       (one ``events`` entry: DeliveryReplayed, then DeliveryDeferred when it waits), the
+--       fresh work item (a ``delayed`` member when it waits).
 --
 -- Reply per entry: "replayed", a reason it was skipped, or "over_limit" once as many entries
 -- as allowed were replayed (nothing is done for those).
 --
 -- A replay keeps the delivery id, bumps the version, starts a fresh attempt series, appends
--- the event and a work item, and marks the entry resolved; the entry itself stays. A skip
+-- the events and a work item, and marks the entry resolved; the entry itself stays. One held
+-- back by quiet hours is SCHEDULED at the window's end, a second change (version + 2). A skip
 -- whose reason can never change (FINAL) marks the entry too, so it leaves the open dead
 -- letters. A dry run evaluates exactly the same checks and writes nothing.
 
-local events, resolved = KEYS[1], KEYS[5]
+local events, resolved, delayed = KEYS[1], KEYS[5], KEYS[6]
 local work = { high = KEYS[2], normal = KEYS[3], low = KEYS[4] }
 local dry_run, now = ARGV[1] == "1", tonumber(ARGV[2])
 local operator, reason, budget = ARGV[3], ARGV[4], tonumber(ARGV[5])
@@ -24,7 +27,7 @@ local sent = { SENT = true, DELIVERED = true }
 local ended = { EXPIRED = true, SUPPRESSED = true }
 local FINAL = {
   replayed = true, superseded = true, state_expired = true, already_sent = true,
-  already_ended = true, ttl_passed = true,
+  already_ended = true, ttl_passed = true, quiet_hours_past_ttl = true,
 }
 
 local argi = 6
@@ -36,7 +39,7 @@ end
 local replayed_here = {}
 local replayed = 0
 
-local function verdict(key, entry_id, kind, expected, earlier, expires_ms)
+local function verdict(key, entry_id, kind, expected, earlier, expires_ms, due_ms)
   if redis.call("HEXISTS", resolved, entry_id) == 1 then
     return "already_replayed" -- by a concurrent call since this one selected it
   end
@@ -59,18 +62,21 @@ local function verdict(key, entry_id, kind, expected, earlier, expires_ms)
     return "superseded"
   elseif tonumber(expires_ms) <= now then
     return "ttl_passed" -- never send a stale notification
+  elseif due_ms and due_ms >= tonumber(expires_ms) then
+    return "quiet_hours_past_ttl" -- it would be stale by the time it may go
   end
   return "replayed"
 end
 
 local replies = {}
-for i = 6, #KEYS do
+for i = 7, #KEYS do
   local key = KEYS[i]
   local entry_id, kind, expected, earlier = next_arg(), next_arg(), next_arg(), next_arg()
-  local expires_ms, stream, event_entry, item = next_arg(), next_arg(), next_arg(), next_arg()
+  local expires_ms, destination, event_entry, item = next_arg(), next_arg(), next_arg(), next_arg()
+  local due_ms = tonumber(destination) -- nil for a work stream
   local outcome = "over_limit"
   if replayed < budget then
-    outcome = verdict(key, entry_id, kind, expected, earlier, expires_ms)
+    outcome = verdict(key, entry_id, kind, expected, earlier, expires_ms, due_ms)
   end
   if outcome == "replayed" then
     replayed = replayed + 1
@@ -82,7 +88,13 @@ for i = 6, #KEYS do
       -- A terminal state may carry a retention expiry; a queued delivery must not vanish.
       redis.call("PERSIST", key)
       redis.call("XADD", events, "*", "e", event_entry)
-      redis.call("XADD", work[stream], "*", "w", item)
+      if due_ms then -- held back by quiet hours: the second change
+        redis.call("HSET", key, "status", "SCHEDULED", "version", tonumber(expected) + 2,
+          "due_ms", due_ms)
+        redis.call("ZADD", delayed, due_ms, item)
+      else
+        redis.call("XADD", work[destination], "*", "w", item)
+      end
     end
   end
   if FINAL[outcome] and not dry_run then

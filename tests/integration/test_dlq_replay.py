@@ -12,6 +12,7 @@ import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -23,12 +24,14 @@ from app.catalog import Catalog
 from app.channels.base import ErrorClass, Message, Provider, ProviderError
 from app.delivery_worker import DeliveryWorker
 from app.dlq_operations import letter_view
+from app.quiet_hours import window_end
 from projections.database import connect
 from projections.projector import Projector
 from streams import dead_letters
 from streams.dead_letters import ReplayOrder, ReplayReport, Selection
-from streams.events import DeliveryReplayed
+from streams.events import DeliveryDeferred, DeliveryReplayed, QuietHoursSetting
 from streams.keys import KeySpace
+from streams.recipient_settings import RecipientSettingsStore
 from tests.conftest import stream_events
 from tests.integration.delivery_support import (
     FAST,
@@ -104,7 +107,9 @@ def order(limit: int = 1000, **options: Any) -> ReplayOrder:
 
 
 async def replay(redis: Redis, keys: KeySpace, replay_order: ReplayOrder) -> ReplayReport:
-    return await dead_letters.replay(redis, keys, replay_order, time.time_ns() // 1_000_000)
+    return await dead_letters.replay(
+        redis, keys, replay_order, time.time_ns() // 1_000_000, window_end
+    )
 
 
 def replayed_ids(report: ReplayReport) -> list[str]:
@@ -358,3 +363,76 @@ async def test_the_summary_counts_open_entries_and_never_shows_an_address(
     assert "anna@example.com" not in text
     assert "A-1" not in text  # template data stays out too
     assert '"order_id"' in text  # only the names of the template variables
+
+
+async def test_quiet_hours_hold_back_a_replayed_normal_delivery_but_not_high_or_in_app(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    keys = KeySpace(key_prefix)
+    order_body = {
+        "recipient": {"id": "u-q", "email": "q@example.com"},
+        "type": "order_confirmed",
+        "channels": ["EMAIL", "IN_APP"],
+        "data": {"order_id": "7"},
+    }
+    short_lived = {**order_body, "channels": ["EMAIL"], "ttl_seconds": 600}
+    bodies = [
+        order_body,
+        short_lived,
+        {**otp(0), "recipient": {"id": "u-q", "phone": "+4915112345678"}},
+    ]
+    ids, _ = await dead_lettered(real_redis, keys, bodies)
+    letters = [
+        dead_letters.parse_entry(0, entry_id.decode(), fields)
+        for entry_id, fields in await real_redis.xrange(keys.shard(0).dlq)
+    ]
+    by_kind = {
+        (letter.work.channel, letter.work.expires_ms): letter.delivery_id
+        for letter in letters
+        if letter.work is not None
+    }
+    [in_app] = [d for (channel, _), d in by_kind.items() if channel == "IN_APP"]
+    [sms] = [d for (channel, _), d in by_kind.items() if channel == "SMS"]
+    stale_email, email = [d for (channel, _), d in sorted(by_kind.items()) if channel == "EMAIL"]
+    # The recipient is inside quiet hours now: from an hour ago until two hours from now (UTC).
+    now = datetime.now(UTC)
+    window = QuietHoursSetting(
+        start=(now - timedelta(hours=1)).strftime("%H:%M"),
+        end=(now + timedelta(hours=2)).strftime("%H:%M"),
+        timezone="UTC",
+    )
+    await RecipientSettingsStore(real_redis, keys).set_quiet_hours("u-q", window)
+    window_end_ms = int(window_end(window, now).timestamp() * 1000)  # type: ignore[union-attr]
+    before = {d: int((await state(real_redis, keys, d))["version"]) for d in ids}
+
+    dry = await replay(real_redis, keys, order(dry_run=True))
+    report = await replay(real_redis, keys, order())
+
+    assert (replayed_ids(dry), skipped(dry)) == (replayed_ids(report), skipped(report))
+    assert sorted(replayed_ids(report)) == sorted([email, in_app, sms])
+    # Its window ends after its 10-minute TTL: it would be stale, so it is not replayed.
+    assert skipped(report) == {stale_email: "quiet_hours_past_ttl"}
+    # The EMAIL waits for the end of the window: replayed, then deferred (two versions).
+    held = await state(real_redis, keys, email)
+    assert (held["status"], int(held["version"])) == ("SCHEDULED", before[email] + 2)
+    assert int(held["due_ms"]) == window_end_ms
+    [(member, due)] = await real_redis.zrange(keys.shard(0).delayed, 0, -1, withscores=True)
+    assert member.startswith(b"normal ")
+    assert email.encode() in member
+    assert int(due) == window_end_ms
+    # IN_APP and the HIGH SMS go to their work streams at once.
+    for delivery_id in (in_app, sms):
+        queued = await state(real_redis, keys, delivery_id)
+        assert (queued["status"], int(queued["version"])) == ("QUEUED", before[delivery_id] + 1)
+    events = [
+        event
+        for event in await stream_events(real_redis, keys.shard(0).events)
+        if getattr(event, "delivery_id", None) == email
+    ]
+    replayed, deferred = events[-2:]
+    assert isinstance(replayed, DeliveryReplayed)
+    assert isinstance(deferred, DeliveryDeferred)
+    assert (replayed.version, deferred.version) == (before[email] + 1, before[email] + 2)
+    assert (deferred.reason, deferred.until) == ("quiet_hours", window_end(window, now))
+    summary = await dead_letters.summarize(real_redis, keys, Selection(), samples=0)
+    assert (summary.open, summary.resolved) == (0, 4)  # the stale one is settled too
