@@ -67,6 +67,18 @@ SELECT (SELECT count(*) FROM notification) AS notifications_before,
 """  # noqa: S608
 
 
+# The privileges others hold on a live table (its owner's come with owning the new one),
+# with the grantee ready to name in a GRANT.
+_GRANTS = """
+SELECT acl.privilege_type, acl.is_grantable,
+       CASE WHEN acl.grantee = 0 THEN 'PUBLIC'
+            ELSE quote_ident(pg_get_userbyid(acl.grantee)) END AS grantee
+FROM pg_class AS c, aclexplode(c.relacl) AS acl
+WHERE c.oid = $1::regclass AND acl.grantee <> c.relowner
+ORDER BY 3, 1
+"""
+
+
 class RebuildError(Exception):
     """The rebuild cannot run; the message says why."""
 
@@ -195,6 +207,13 @@ async def _create_tables(connection: asyncpg.Connection, live_schema: str) -> No
             await connection.execute(
                 f"ALTER TABLE {SCHEMA}.{table} ADD CONSTRAINT "
                 f"{_quote(constraint['conname'])} {constraint['definition']}"
+            )
+        # LIKE copies no privileges: without this, a role that reads the live table (a
+        # dashboard's, a report's) would lose it at the swap.
+        for grant in await connection.fetch(_GRANTS, live):
+            option = " WITH GRANT OPTION" if grant["is_grantable"] else ""
+            await connection.execute(
+                f"GRANT {grant['privilege_type']} ON {SCHEMA}.{table} TO {grant['grantee']}{option}"
             )
 
 
