@@ -19,12 +19,20 @@ KeyOrArg = str | bytes | int | float
 _LOAD_ATTEMPTS = 3
 
 
-class LuaScript:
-    """One Lua script, called by SHA with a transparent reload on NOSCRIPT."""
+def _lua(name: str) -> str:
+    return resources.files("streams").joinpath(f"lua/{name}.lua").read_text()
 
-    def __init__(self, name: str) -> None:
+
+class LuaScript:
+    """One Lua script, called by SHA with a transparent reload on NOSCRIPT.
+
+    With ``shared``, the functions of ``lua/shared.lua`` come in front of the script's own
+    source: Redis gives a script no way to load another.
+    """
+
+    def __init__(self, name: str, *, shared: bool = False) -> None:
         self.name = name
-        self.source = resources.files("streams").joinpath(f"lua/{name}.lua").read_text()
+        self.source = (_lua("shared") + "\n" if shared else "") + _lua(name)
         self.sha = hashlib.sha1(self.source.encode(), usedforsecurity=False).hexdigest()
 
     async def __call__(
@@ -77,9 +85,9 @@ class LuaScript:
         return list(await pipe.execute(raise_on_error=False))
 
 
-INGEST = LuaScript("ingest")
+INGEST = LuaScript("ingest", shared=True)
 DELIVERY_BEGIN = LuaScript("delivery_begin")
-DELIVERY_FINISH = LuaScript("delivery_finish")
+DELIVERY_FINISH = LuaScript("delivery_finish", shared=True)
 DEAD_LETTER_RAW = LuaScript("dead_letter_raw")
 SCHEDULE_DUE = LuaScript("schedule_due")
 RECIPIENT_SETTINGS = LuaScript("recipient_settings")

@@ -12,8 +12,8 @@
 --
 -- The events of the recorded items go into one ``events`` entry (one atomic write, one
 -- entry, as at ingest): the joined array as it came when every item is recorded, else each
--- recorded item's events cut out into an entry of their own. The byte positions are read
--- only then, so the common path does not pay for them (see ``ingest.lua``). All work
+-- recorded item's events cut out into an entry of their own (``append_events`` and
+-- ``wrong_type`` come from ``shared.lua``). All work
 -- entries are acknowledged with one XACK: a busy worker finishes dozens of deliveries per
 -- call, and each command saved is Redis time saved.
 --
@@ -44,14 +44,9 @@ local function take(count)
   return values
 end
 
--- The shared keys are checked first: a failure halfway would leave the items before it
--- recorded without their events.
-for k = 1, 4 do
-  local kind = redis.call("TYPE", KEYS[k])["ok"]
-  local wanted = k == 3 and "zset" or "stream"
-  if kind ~= "none" and kind ~= wanted then
-    return redis.error_reply("WRONGTYPE " .. KEYS[k] .. " holds a " .. kind .. ", not a " .. wanted)
-  end
+local broken = wrong_type({ "stream", "stream", "zset", "stream" })
+if broken then
+  return broken
 end
 
 local replies, recorded, acked, all_recorded = {}, {}, {}, true
@@ -96,22 +91,7 @@ for i = 5, #KEYS do
   end
   replies[#replies + 1] = reply
 end
-if all_recorded then
-  if joined ~= "[]" then
-    redis.call("XADD", events, "*", "e", joined)
-  end
-else
-  local bounds = {}
-  for number in string.gmatch(spans, "%d+") do
-    bounds[#bounds + 1] = tonumber(number)
-  end
-  for _, item in ipairs(recorded) do
-    local first, last = bounds[2 * item - 1], bounds[2 * item]
-    if last >= first then
-      redis.call("XADD", events, "*", "e", "[" .. string.sub(joined, first, last) .. "]")
-    end
-  end
-end
+append_events(events, joined, spans, all_recorded, recorded)
 if #acked > 0 then
   redis.call("XACK", work, group, unpack(acked))
 end

@@ -12,9 +12,8 @@
 --
 -- The events of the accepted items go into one ``events`` entry: one atomic write, one
 -- entry. When every item is accepted, that is the joined array as it came; otherwise each
--- accepted item's events are cut out of it into an entry of their own (building one large
--- string in Lua costs more than the XADDs it would save). The byte positions are read only
--- then, so the common path does not pay for them.
+-- accepted item's events are cut out of it into an entry of their own (``append_events``
+-- and ``wrong_type`` come from ``shared.lua``).
 --
 -- Only the notification record, the events and the work items are written: a delivery's
 -- state hash is created by the first worker that touches it (absent means "as accepted"),
@@ -86,14 +85,9 @@ local function verdict(record, done)
   return nil
 end
 
--- The shared keys are checked first: a failure halfway would leave the items before it
--- written without their events.
-for k = 1, 5 do
-  local kind = redis.call("TYPE", KEYS[k])["ok"]
-  local wanted = k == 5 and "zset" or "stream"
-  if kind ~= "none" and kind ~= wanted then
-    return redis.error_reply("WRONGTYPE " .. KEYS[k] .. " holds a " .. kind .. ", not a " .. wanted)
-  end
+local broken = wrong_type({ "stream", "stream", "stream", "stream", "zset" })
+if broken then
+  return broken
 end
 
 local replies, accepted, all_accepted = {}, {}, true
@@ -148,16 +142,5 @@ while argi <= last do
   end
   replies[#replies + 1] = reply
 end
-if all_accepted then
-  redis.call("XADD", events, "*", "e", joined)
-else
-  local bounds = {}
-  for number in string.gmatch(spans, "%d+") do
-    bounds[#bounds + 1] = tonumber(number)
-  end
-  for _, item in ipairs(accepted) do
-    local part = string.sub(joined, bounds[2 * item - 1], bounds[2 * item])
-    redis.call("XADD", events, "*", "e", "[" .. part .. "]")
-  end
-end
+append_events(events, joined, spans, all_accepted, accepted)
 return replies
