@@ -29,7 +29,7 @@ from streams.events import (
 from streams.ids import new_ids
 from streams.ingest import WORK_TARGETS, IngestItem, PlannedWork
 from streams.keys import ShardKeys
-from streams.recipient_settings import RecipientSettings, address_digest
+from streams.recipient_settings import QUIET_HOURS_EXEMPT, RecipientSettings, address_digest
 from streams.records import (
     DeliveryAtAcceptance,
     NotificationRecord,
@@ -41,8 +41,6 @@ from streams.work_items import WorkItem
 
 _canonical = msgspec.json.Encoder(order="sorted")
 _response_encoder = msgspec.json.Encoder()
-# IN_APP lands silently in an inbox; quiet hours guard against buzzing phones and inboxes.
-_QUIET_HOURS_EXEMPT: frozenset[Channel] = frozenset({"IN_APP"})
 _MAX_ROUTES = 4096
 
 
@@ -243,7 +241,7 @@ class Planner:
                 status, reason = "SUPPRESSED", "no_address"
             elif settings.invalid and (channel, address_digest(address)) in settings.invalid:
                 status, reason = "SUPPRESSED", "invalid_address"
-            elif quiet_until is not None and channel not in _QUIET_HOURS_EXEMPT:
+            elif quiet_until is not None and channel not in QUIET_HOURS_EXEMPT:
                 if quiet_until >= expires:
                     status, reason = "EXPIRED", "quiet_hours_past_ttl"
                 else:

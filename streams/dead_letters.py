@@ -36,8 +36,9 @@ import msgspec
 from redis.asyncio import Redis
 
 from streams import codec
-from streams.events import Channel, DeliveryDeferred, DeliveryReplayed, QuietHoursSetting
+from streams.events import DeliveryDeferred, DeliveryReplayed, QuietHoursSetting
 from streams.keys import KeySpace, ShardKeys
+from streams.recipient_settings import QUIET_HOURS_EXEMPT, RecipientSettings
 from streams.scheduler import delayed_member
 from streams.scripts import KeyOrArg, LuaScript
 from streams.work_items import WorkItem
@@ -69,9 +70,6 @@ _REPLAY_SCRIPT = LuaScript("dlq_replay")
 # When the quiet window containing an instant ends (None outside a window): the application's
 # quiet-hours rule, handed in so this package keeps to Redis and the event contract.
 QuietUntil = Callable[[QuietHoursSetting, datetime], datetime | None]
-# Channels whose deliveries quiet hours never hold back (as at acceptance).
-_QUIET_HOURS_EXEMPT: frozenset[Channel] = frozenset({"IN_APP"})
-_quiet_hours_decoder = msgspec.json.Decoder(QuietHoursSetting)
 
 
 @dataclass(frozen=True, slots=True)
@@ -489,20 +487,20 @@ class _ReplayRun:
             for letter in letters
             if letter.work is not None
             and letter.work.priority != "HIGH"
-            and letter.work.channel not in _QUIET_HOURS_EXEMPT
+            and letter.work.channel not in QUIET_HOURS_EXEMPT
         ]
         if not held:
             return [None] * len(letters)
         async with self.redis.pipeline(transaction=False) as pipe:
             for letter in held:
                 assert letter.work is not None
-                pipe.hget(shard.recipient(letter.work.recipient_id), "qh")
-            settings: list[bytes | None] = await pipe.execute()
+                pipe.hgetall(shard.recipient(letter.work.recipient_id))
+            hashes: list[dict[bytes, bytes]] = await pipe.execute()
         ends: dict[str, datetime | None] = {}
-        for letter, raw in zip(held, settings, strict=True):
-            if raw is not None:
-                setting = _quiet_hours_decoder.decode(raw)
-                ends[letter.entry_id] = self.quiet_until(setting, self.now)
+        for letter, raw in zip(held, hashes, strict=True):
+            quiet_hours = RecipientSettings.from_hash(raw).quiet_hours
+            if quiet_hours is not None:
+                ends[letter.entry_id] = self.quiet_until(quiet_hours, self.now)
         return [ends.get(letter.entry_id) for letter in letters]
 
     async def _versions(self, shard: ShardKeys, letters: Sequence[DeadLetter]) -> list[int]:

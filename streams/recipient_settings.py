@@ -21,6 +21,7 @@ from redis.asyncio import Redis
 
 from streams import codec, scripts
 from streams.events import (
+    Channel,
     Event,
     PreferenceChanged,
     PreferenceEntry,
@@ -30,6 +31,10 @@ from streams.events import (
 from streams.keys import KeySpace
 
 _quiet_hours_decoder = msgspec.json.Decoder(QuietHoursSetting)
+
+# Channels quiet hours never hold back: IN_APP lands silently in an inbox, while quiet hours
+# guard against buzzing phones and inboxes. HIGH deliveries are never held back either.
+QUIET_HOURS_EXEMPT: frozenset[Channel] = frozenset({"IN_APP"})
 
 
 @dataclass(frozen=True, slots=True)
