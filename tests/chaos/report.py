@@ -6,7 +6,7 @@ from collections import defaultdict
 
 from tests.chaos.faults import Crash, Fault
 from tests.chaos.load import ProducerStats
-from tests.chaos.verdict import Verdict
+from tests.chaos.verdict import SHOWN, Verdict
 
 
 def render(
@@ -64,6 +64,13 @@ def render(
     lines += [f"{label:<48} {want!s:>9} {got!s:>9}" for label, want, got in rows]
     if cause_text:
         lines.append(f"repeats by fault: {cause_text}")
+    # When each unexplained one happened, to set beside the faults' times above.
+    lines += [
+        f"unexplained repeat of {repeat.delivery_id}: sent at {repeat.previous_at - started:.1f} s,"
+        f" again at {repeat.at - started:.1f} s"
+        for repeat in verdict.repeats
+        if repeat.explained_by is None
+    ][:SHOWN]
     lines.append("")
     lines += [f"{name}: {seconds:.1f} s" for name, seconds in timings.items()]
     failures = verdict.failures()

@@ -49,6 +49,7 @@ class Repeat:
     delivery_id: str
     at: float
     explained_by: Fault | None
+    previous_at: float  # the provider's record of the send before it
 
 
 @dataclass(slots=True)
@@ -207,7 +208,7 @@ def _sends(
             verdict.problem("recorded message id is no send's", delivery_id)
         for previous, repeat in itertools.pairwise(sends):
             cause = _explanation(previous, repeat, interrupting)
-            verdict.repeats.append(Repeat(delivery_id, repeat.at, cause))
+            verdict.repeats.append(Repeat(delivery_id, repeat.at, cause, previous.at))
             if cause is None:
                 verdict.problem("repeated send without a fault to explain it", delivery_id)
 
