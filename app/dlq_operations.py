@@ -208,6 +208,8 @@ class VerdictView(msgspec.Struct, frozen=True, kw_only=True):
     error_class: str
     outcome: str
     detail: str
+    # A replayed delivery waiting for the recipient's quiet hours to end: when they end.
+    deferred_until: datetime | None = None
 
 
 class ReplayView(msgspec.Struct, frozen=True, kw_only=True):
@@ -278,6 +280,11 @@ def replay_view(order: ReplayOrder, report: ReplayReport) -> ReplayView:
 def _verdict_view(verdict: Verdict) -> VerdictView:
     letter = verdict.letter
     detail = "queued again, same delivery id" if verdict.outcome == REPLAYED else ""
+    if verdict.deferred_until is not None:
+        detail = (
+            "queued again, same delivery id, once the recipient's quiet hours end at "
+            f"{verdict.deferred_until.isoformat()}"
+        )
     return VerdictView(
         entry_id=letter.entry_id,
         delivery_id=letter.delivery_id or None,
@@ -287,6 +294,7 @@ def _verdict_view(verdict: Verdict) -> VerdictView:
         error_class=letter.error_class,
         outcome=verdict.outcome,
         detail=SKIP_REASONS.get(verdict.outcome, detail),
+        deferred_until=verdict.deferred_until,
     )
 
 

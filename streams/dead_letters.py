@@ -337,6 +337,8 @@ class Verdict:
 
     letter: DeadLetter
     outcome: str  # REPLAYED or a key of SKIP_REASONS
+    # A replayed delivery held back by the recipient's quiet hours: when they end.
+    deferred_until: datetime | None = None
 
 
 @dataclass(slots=True)
@@ -392,6 +394,7 @@ class _ReplayRun:
         shard = self.keys.shard(page[0].shard)
         budget = self.order.limit - len(self.report.replayed)
         outcomes: dict[str, str] = {}
+        quiet_ends: dict[str, datetime | None] = {}
         candidates: list[DeadLetter] = []
         for letter in page:
             if letter.error_class in FORCE_ONLY and not self.order.force:
@@ -401,12 +404,17 @@ class _ReplayRun:
             else:
                 candidates.append(letter)
         if candidates:
-            replies = await self._run_script(shard, candidates, budget)
-            outcomes.update(zip((c.entry_id for c in candidates), replies, strict=True))
+            ends = await self._quiet_ends(shard, candidates)
+            replies = await self._run_script(shard, candidates, ends, budget)
+            ids = [c.entry_id for c in candidates]
+            outcomes.update(zip(ids, replies, strict=True))
+            quiet_ends.update(zip(ids, ends, strict=True))
         # The script answers "over_limit" only after the budget's last replay, where this
         # loop has stopped already.
         for letter in page:
-            verdict = Verdict(letter, outcomes[letter.entry_id])
+            outcome = outcomes[letter.entry_id]
+            deferred_until = quiet_ends.get(letter.entry_id) if outcome == REPLAYED else None
+            verdict = Verdict(letter, outcome, deferred_until)
             if verdict.outcome == REPLAYED:
                 self.report.replayed.append(verdict)
                 self.replayed_ids.add(letter.delivery_id)
@@ -419,10 +427,13 @@ class _ReplayRun:
         return False
 
     async def _run_script(
-        self, shard: ShardKeys, letters: Sequence[DeadLetter], budget: int
+        self,
+        shard: ShardKeys,
+        letters: Sequence[DeadLetter],
+        quiet_ends: Sequence[datetime | None],
+        budget: int,
     ) -> list[str]:
         versions = await self._versions(shard, letters)
-        quiet_ends = await self._quiet_ends(shard, letters)
         script_keys: list[KeyOrArg] = [
             shard.events,
             *shard.work_streams,

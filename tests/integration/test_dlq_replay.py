@@ -23,7 +23,7 @@ from redis.asyncio import Redis
 from app.catalog import Catalog
 from app.channels.base import ErrorClass, Message, Provider, ProviderError
 from app.delivery_worker import DeliveryWorker
-from app.dlq_operations import letter_view
+from app.dlq_operations import letter_view, replay_view
 from app.quiet_hours import window_end
 from projections.database import connect
 from projections.projector import Projector
@@ -412,6 +412,11 @@ async def test_quiet_hours_hold_back_a_replayed_normal_delivery_but_not_high_or_
     assert sorted(replayed_ids(report)) == sorted([email, in_app, sms])
     # Its window ends after its 10-minute TTL: it would be stale, so it is not replayed.
     assert skipped(report) == {stale_email: "quiet_hours_past_ttl"}
+    waits = {v.letter.delivery_id: v.deferred_until for v in report.replayed}
+    assert waits == {email: window_end(window, now), in_app: None, sms: None}
+    [shown] = [v for v in replay_view(order(), report).replayed if v.delivery_id == email]
+    assert shown.deferred_until == window_end(window, now)
+    assert "quiet hours end" in shown.detail
     # The EMAIL waits for the end of the window: replayed, then deferred (two versions).
     held = await state(real_redis, keys, email)
     assert (held["status"], int(held["version"])) == ("SCHEDULED", before[email] + 2)
