@@ -15,7 +15,6 @@ has been trimmed, so the hash is bounded by the stream.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -79,11 +78,10 @@ async def trim(redis: Redis, policy: StreamRetention) -> Trimmed:
     removed, kept_from, missing = await scripts.TRIM_STREAM(
         redis, [policy.stream], [policy.retention_ms, *policy.groups]
     )
-    trimmed = Trimmed(policy.stream, int(removed), _text(kept_from), _text(missing))
-    if policy.marks and trimmed.removed:
-        marks_removed = await forget_marks(redis, policy.marks, trimmed.kept_from)
-        trimmed = dataclasses.replace(trimmed, marks_removed=marks_removed)
-    return trimmed
+    marks_removed = 0
+    if policy.marks and int(removed):
+        marks_removed = await forget_marks(redis, policy.marks, _text(kept_from))
+    return Trimmed(policy.stream, int(removed), _text(kept_from), _text(missing), marks_removed)
 
 
 async def forget_marks(redis: Redis, marks: str, kept_from: str) -> int:
