@@ -82,17 +82,23 @@ for i = 7, #KEYS do
     replayed = replayed + 1
     replayed_here[key] = true
     if not dry_run then
-      redis.call("HSET", key, "status", "QUEUED", "version", tonumber(expected) + 1,
-        "attempts", 0, "lease_owner", "", "lease_until", 0, "updated_ms", now)
-      redis.call("HDEL", key, "first_attempt_ms", "last_attempt_ms", "due_ms")
+      -- Queued again (version + 1); one held back by quiet hours is then SCHEDULED until
+      -- the window ends, a second change (version + 2).
+      local status, version = "QUEUED", tonumber(expected) + 1
+      if due_ms then
+        status, version = "SCHEDULED", version + 1
+      end
+      redis.call("HSET", key, "status", status, "version", version, "attempts", 0,
+        "lease_owner", "", "lease_until", 0, "updated_ms", now)
+      redis.call("HDEL", key, "first_attempt_ms", "last_attempt_ms")
       -- A terminal state may carry a retention expiry; a queued delivery must not vanish.
       redis.call("PERSIST", key)
       redis.call("XADD", events, "*", "e", event_entry)
-      if due_ms then -- held back by quiet hours: the second change
-        redis.call("HSET", key, "status", "SCHEDULED", "version", tonumber(expected) + 2,
-          "due_ms", due_ms)
+      if due_ms then
+        redis.call("HSET", key, "due_ms", due_ms)
         redis.call("ZADD", delayed, due_ms, item)
       else
+        redis.call("HDEL", key, "due_ms")
         redis.call("XADD", work[destination], "*", "w", item)
       end
     end
