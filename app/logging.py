@@ -2,7 +2,7 @@
 
 Ids come from structlog's context variables: the delivery worker binds ``notification_id``,
 ``delivery_id`` and ``channel`` for everything logged about one delivery, and every API
-request starts with a fresh context (``bind_request_context``).
+request starts with a fresh context (``app.api.app.bind_request_context``).
 
 A last processor masks anything that looks like an email address, a phone number, a bearer
 secret or a push token, in nested values and tracebacks too, so a value passed to a log call
@@ -17,7 +17,6 @@ import sys
 from typing import Any
 
 import structlog
-from litestar import Request
 
 _EMAIL = re.compile(r"[^@\s\"'<>]+@[^@\s\"'<>]+\.[A-Za-z]{2,}")
 _PHONE = re.compile(r"\+[1-9][0-9]{6,14}")
@@ -68,19 +67,6 @@ def _redact(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
     for key, value in event.items():
         event[key] = "<redacted>" if key in _SENSITIVE_KEYS else _masked(value)
     return event
-
-
-async def bind_request_context(request: Request[Any, Any, Any]) -> None:
-    """Start each API request with a fresh log context, bound to the notification it is about.
-
-    A Litestar ``before_request`` hook: it runs in the request's task, before the handler.
-    It is a coroutine function because Litestar runs a plain function hook in a thread pool,
-    which cost more than the rest of a single POST.
-    """
-    structlog.contextvars.clear_contextvars()
-    notification_id = request.path_params.get("notification_id")
-    if isinstance(notification_id, str):
-        structlog.contextvars.bind_contextvars(notification_id=notification_id)
 
 
 def configure_logging(log_format: str = "json", level: str = "INFO") -> None:

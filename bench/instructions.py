@@ -12,14 +12,14 @@ switched on (``callgrind_control``) only around the measured part:
 
 - ``ingest``: decode batch bodies of 1000 notifications as the batch endpoint does
   (``order_confirmed`` with an email address and a phone number: EMAIL and IN_APP queued,
-  PUSH suppressed) and accept them with ``app.intake.Intake``. HTTP is not included
+  PUSH suppressed) and accept them with ``app.ingest.ingestor.Ingestor``. HTTP is not included
   (``bench/ingest.py`` measures it against a bare endpoint).
 - ``delivery``: the same notifications are accepted first, uncounted; then a
   ``DeliveryWorker`` sends every queued delivery to the zero-latency sandbox provider and
   records the outcomes.
 
 After an uncounted warm-up batch the garbage collector is set up as the service's processes
-set it (``app.gc_tuning``), where the measured checkout has that. Python's and Redis's
+set it (``app.processes.gc_tuning``), where the measured checkout has that. Python's and Redis's
 counts are reported apart, per notification or per delivery. The
 code measured is this checkout's, or ``--source``'s (for a before/after comparison; the
 benchmark itself stays this one). The result is printed and written to
@@ -72,11 +72,11 @@ async def _workload(kind: str, units: int, redis_url: str, catalog_path: Path) -
 
     from app.api.schemas import BatchRequestSchema  # noqa: PLC0415
     from app.catalog import load_catalog  # noqa: PLC0415
-    from app.delivery_worker import DeliveryWorker  # noqa: PLC0415
-    from app.fanout import Planner  # noqa: PLC0415
-    from app.intake import Intake  # noqa: PLC0415
+    from app.delivery.worker import DeliveryWorker  # noqa: PLC0415
+    from app.ingest.fanout import Planner  # noqa: PLC0415
+    from app.ingest.ingestor import Ingestor  # noqa: PLC0415
     from app.logging import configure_logging  # noqa: PLC0415
-    from app.worker_process import build_providers  # noqa: PLC0415
+    from app.providers.registry import build_providers  # noqa: PLC0415
     from streams.connection import connect  # noqa: PLC0415
     from streams.keys import KeySpace  # noqa: PLC0415
 
@@ -84,14 +84,14 @@ async def _workload(kind: str, units: int, redis_url: str, catalog_path: Path) -
     redis = connect(redis_url)
     keys = KeySpace("bench")
     catalog = load_catalog(catalog_path)
-    intake = Intake(redis, keys, Planner(catalog), 3600)
+    ingestor = Ingestor(redis, keys, Planner(catalog), 3600)
     decoder = msgspec.json.Decoder(BatchRequestSchema)
 
     async def accept(bodies: list[bytes]) -> int:
         queued = 0
         for body in bodies:
             items = decoder.decode(body).notifications
-            outcomes = await intake.accept_many(PRODUCER, [(i.idempotency_key, i) for i in items])
+            outcomes = await ingestor.ingest_many(PRODUCER, [(i.idempotency_key, i) for i in items])
             queued += sum(o.response.count(b'"QUEUED"') for o in outcomes)
         return queued
 
@@ -119,7 +119,7 @@ async def _workload(kind: str, units: int, redis_url: str, catalog_path: Path) -
 
 def _tune_gc_as_the_processes_do() -> None:
     try:
-        from app.gc_tuning import tune_gc  # noqa: PLC0415 (the measured checkout's)
+        from app.processes.gc_tuning import tune_gc  # noqa: PLC0415 (the measured checkout's)
     except ImportError:  # a checkout from before the API and workers tuned the collector
         return
     tune_gc()

@@ -6,8 +6,8 @@ Run from anywhere with the project's virtualenv::
     .venv/bin/python bench/memory.py --count 2000
 
 Notifications (``order_confirmed`` with an email address and one push token: EMAIL, PUSH
-and IN_APP, three deliveries each) are accepted through ``app.intake.Intake``, the path the
-HTTP API takes, while a delivery worker in this process sends them to a zero-latency
+and IN_APP, three deliveries each) are ingested through ``app.ingest.ingestor.Ingestor``, the
+path the HTTP API takes, while a delivery worker in this process sends them to a zero-latency
 sandbox. A stand-in for a caught-up projector reads and acknowledges every ``events`` entry
 (no PostgreSQL needed: the projector only acknowledges). When everything is delivered and
 acknowledged, ``MEMORY USAGE`` (every key, ``SAMPLES 0``) is summed per key kind and divided
@@ -45,14 +45,14 @@ import uvloop
 if __package__ in {None, ""}:  # run as a script: make the ``bench`` package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.api.schemas import NotificationRequest
 from app.catalog import load_catalog
-from app.delivery_worker import DeliveryWorker
-from app.fanout import Planner
-from app.intake import Intake
+from app.delivery.worker import DeliveryWorker
+from app.ingest.fanout import Planner
+from app.ingest.ingestor import Ingestor
+from app.ingest.requests import NotificationRequest
 from app.logging import configure_logging
+from app.providers.registry import build_providers
 from app.settings import Settings
-from app.worker_process import build_providers
 from bench.ingest import REPO, delete_keys, format_table, machine_info, print_problems
 from bench.ingest import write_result as write_json
 from bench.pipeline import unlimited_catalog
@@ -150,7 +150,7 @@ async def run(count: int, prefix: str) -> dict[str, Any]:
         catalog_path = Path(directory) / "clarion.toml"
         unlimited_catalog(REPO / "clarion.toml", catalog_path)
         catalog = load_catalog(catalog_path)
-    intake = Intake(client, keys, Planner(catalog), settings.idempotency_ttl_seconds)
+    ingestor = Ingestor(client, keys, Planner(catalog), settings.idempotency_ttl_seconds)
     worker = DeliveryWorker(
         client, keys, catalog, build_providers(catalog, client, keys), consumer="bench-0"
     )
@@ -161,7 +161,7 @@ async def run(count: int, prefix: str) -> dict[str, Any]:
     deliveries = 0
     for start in range(0, count, CHUNK):
         entries = [(f"mem-{i}", body(i)) for i in range(start, min(count, start + CHUNK))]
-        for outcome in await intake.accept_many("bench", entries):
+        for outcome in await ingestor.ingest_many("bench", entries):
             if outcome.status_code != 202:
                 raise RuntimeError(f"not accepted: {outcome.status_code} {outcome.detail}")
             deliveries += len(msgspec.json.decode(outcome.response)["deliveries"])

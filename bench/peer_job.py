@@ -1,15 +1,15 @@
 """The job every system of ``bench/peers.py`` runs: deliver one notification, with retry.
 
 One job is one ``order_confirmed`` notification for one EMAIL address. A peer's worker
-renders it with Clarion's own template code and catalog (``app.rendering``) and hands it to
-Clarion's real sandbox adapter (``app.channels.sandbox``), which records the call in its
+renders it with Clarion's own template code and catalog (``app.delivery.rendering``) and hands it to
+Clarion's real sandbox adapter (``app.providers.sandbox``), which records the call in its
 Redis stream exactly as it does for Clarion's delivery workers. So every system does the
 same provider work, including the Redis write of the record, and the sandbox record is
 where every system's completions are counted.
 
 Every ``FAIL_EVERY``-th job carries the sandbox directive ``fail_transient: 1``: its first
 attempt fails with a TRANSIENT error and the system must retry it after
-``app.retry_policy.retry_delay`` (exponential backoff, full jitter) under ``RETRY`` — the
+``app.delivery.retry_policy.retry_delay`` (exponential backoff, full jitter) under ``RETRY`` — the
 same policy ``bench/peers.py`` writes into Clarion's catalog for EMAIL.
 
 This module imports nothing outside Clarion's own dependencies (redis-py and msgspec), so it
@@ -25,10 +25,10 @@ from typing import Any, Final, TypedDict
 from redis.asyncio import Redis
 
 from app.catalog import Catalog, RetryPolicy, load_catalog
-from app.channels.base import ErrorClass, Message, ProviderError
-from app.channels.sandbox import SandboxProvider
-from app.rendering import render
-from app.retry_policy import may_retry, retry_delay
+from app.delivery.rendering import render
+from app.delivery.retry_policy import may_retry, retry_delay
+from app.providers.base import ErrorClass, Message, ProviderError
+from app.providers.sandbox import SandboxProvider
 from streams.ids import new_id
 from streams.keys import KeySpace
 from streams.work_items import WorkItem

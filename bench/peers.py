@@ -568,8 +568,9 @@ def main() -> int:
             "jobs": args.jobs,
             "warmup_jobs": WARMUP_JOBS,
             "cpu_count": os.cpu_count(),
-            "job": f"{NOTIFICATION_TYPE} to 1 {CHANNEL} address: render (app.rendering), send "
-            f"through the sandbox adapter (app.channels.sandbox); 1 in {FAIL_EVERY} fails once "
+            "job": f"{NOTIFICATION_TYPE} to 1 {CHANNEL} address: render "
+            "(app.delivery.rendering), send through the sandbox adapter "
+            f"(app.providers.sandbox); 1 in {FAIL_EVERY} fails once "
             f"(TRANSIENT), retried after uniform(0, min({RETRY.max_seconds}, "
             f"{RETRY.base_seconds}*2^(attempt-1))) s, at most {RETRY.max_attempts} attempts",
             "timed": "deliveries/s from the first job's delivery id (minted right before its "

@@ -10,7 +10,8 @@ It uses a throwaway PostgreSQL database (``clarion_bench_<hex>`` on
 measures, one after the other:
 
 1. Throughput: a shard's ``events`` stream is filled first — notifications accepted through
-   ``app.intake.Intake`` in this process (1 of 5 ``otp``: 2 events per notification; 1 of 5
+   ``app.ingest.ingestor.Ingestor`` in this process (1 of 5 ``otp``: 2 events per
+   notification; 1 of 5
    ``order_confirmed`` with two push tokens: 5 events; the rest ``order_confirmed`` with one:
    4 events) while a delivery worker in the same process sends them to a zero-latency
    sandbox (one ``DeliverySent`` per delivery; an entry holds the events of one ingest or
@@ -58,13 +59,13 @@ if __package__ in {None, ""}:  # run as a script: make the ``bench`` package imp
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import projections.projector as projector_module
-from app.api.schemas import NotificationRequest, Recipient
 from app.catalog import load_catalog
-from app.delivery_worker import DeliveryWorker
-from app.fanout import Planner
-from app.intake import Intake
+from app.delivery.worker import DeliveryWorker
+from app.ingest.fanout import Planner
+from app.ingest.ingestor import Ingestor
+from app.ingest.requests import NotificationRequest, Recipient
 from app.logging import configure_logging
-from app.worker_process import build_providers
+from app.providers.registry import build_providers
 from bench import cpu
 from bench.harness import (
     Throwaway,
@@ -203,10 +204,10 @@ def timing(name: str, timed: Timed) -> Iterator[None]:
 async def fill_stream(
     client: aredis.Redis, keys: KeySpace, catalog_path: Path, notifications: int, tag: str
 ) -> dict[str, Any]:
-    """Accept ``notifications`` through Intake while a delivery worker sends them all."""
+    """Accept ``notifications`` through Ingestor while a delivery worker sends them all."""
     configure_logging("console", "WARNING")  # the in-process worker's info lines are noise
     catalog = load_catalog(catalog_path)
-    intake = Intake(client, keys, Planner(catalog), 3600)
+    ingestor = Ingestor(client, keys, Planner(catalog), 3600)
     worker = DeliveryWorker(
         client, keys, catalog, build_providers(catalog, client, keys), consumer="bench-0"
     )
@@ -221,7 +222,7 @@ async def fill_stream(
             entries: list[tuple[str, NotificationRequest]] = [
                 (f"{tag}-{i}", intake_request(i)) for i in numbers
             ]
-            for outcome in await intake.accept_many(PRODUCER, entries):
+            for outcome in await ingestor.ingest_many(PRODUCER, entries):
                 if outcome.status_code != 202:
                     refused += 1
                     first_refusal = first_refusal or f"{outcome.status_code} {outcome.detail}"

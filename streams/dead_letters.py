@@ -19,7 +19,7 @@ and time): ``replayed``, or a reason it can never be replayed (already sent, pas
 Entries without that mark are the open dead letters.
 
 Work items carry the recipient's address and template data: a ``DeadLetter`` keeps its work
-item for a replay, and whoever shows an entry must leave both out (``app.dlq_operations``).
+item for a replay, and whoever shows an entry must leave both out (``app.operations.dlq``).
 """
 
 from __future__ import annotations

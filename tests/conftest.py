@@ -16,9 +16,9 @@ import pytest
 from litestar import Litestar
 from redis.asyncio import Redis
 
+from app.api.app import create_app
 from app.catalog import Catalog, load_catalog
 from app.settings import Settings, parse_api_keys
-from app.web import create_app
 from streams import codec
 from streams.events import AnyEvent
 from tests.pg import throwaway_database

@@ -4,7 +4,7 @@ A browser signs in with HTTP Basic (user: the producer, password: a ``read`` key
 a 401 challenges with ``Basic`` so the browser asks. The pages need no JavaScript. Every
 text from the read model is escaped by Jinja's autoescaping: error texts come from providers.
 
-The handlers read what ``app.web.create_app`` puts in ``request.app.state``: ``key_ring``
+The handlers read what ``app.api.app.create_app`` puts in ``request.app.state``: ``key_ring``
 (who is calling), ``read_model`` (no pool while PostgreSQL is unreachable: 503), ``redis``
 and ``key_space`` (the dead-letter streams), and ``catalog`` (type names for the filter).
 """
@@ -35,8 +35,8 @@ from litestar.types import ExceptionHandlersMap
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from app.api.auth import authorize
 from app.api.status import ReadModel
-from app.auth import authorize
 from projections.dashboard_queries import (
     ENDED_STATUSES,
     FAILED_LIMIT,
@@ -111,7 +111,7 @@ def _value(value: Any) -> str:
 
 
 _TEMPLATES = jinja2.Environment(
-    loader=jinja2.PackageLoader("app", "templates"),
+    loader=jinja2.PackageLoader("app.api", "templates"),
     autoescape=True,
     undefined=jinja2.StrictUndefined,
     trim_blocks=True,

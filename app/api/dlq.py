@@ -18,13 +18,13 @@ from litestar.openapi.spec import OpenAPIFormat, OpenAPIType
 from litestar.params import QueryParameter
 from redis.asyncio import Redis
 
-from app import quiet_hours
+from app.api.auth import authorize
 from app.api.body import decode_body, documented_body
 from app.api.errors import AUTHENTICATED, BodyTooLarge
 from app.api.params import query_schema
-from app.auth import authorize
 from app.catalog import Catalog
-from app.dlq_operations import (
+from app.ingest import quiet_hours
+from app.operations.dlq import (
     CHANNELS,
     DEFAULT_SAMPLES,
     MAX_SAMPLES,

@@ -11,19 +11,12 @@ from litestar.exceptions import ClientException
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import HeaderParameter
 
+from app.api.auth import authorize
 from app.api.body import decode_body, documented_body
 from app.api.errors import AUTHENTICATED, BodyTooLarge, KeyInFlight
-from app.api.schemas import (
-    Accepted,
-    BatchItem,
-    BatchRequest,
-    BatchRequestSchema,
-    BatchResponse,
-    BatchResult,
-    NotificationRequest,
-)
-from app.auth import authorize
-from app.intake import Intake, Outcome
+from app.api.schemas import BatchItem, BatchRequest, BatchRequestSchema, BatchResponse, BatchResult
+from app.ingest.ingestor import IngestAnswer, Ingestor
+from app.ingest.requests import Accepted, NotificationRequest
 from app.validation import describe
 
 MAX_KEY_LENGTH = 255
@@ -78,8 +71,8 @@ async def create_notification(
     caller = authorize(request, "send")
     key = check_key(idempotency_key)
     body = decode_body(await request.body(), NotificationRequest)
-    intake: Intake = request.app.state.intake
-    outcome = await intake.accept(caller.producer, key, body)
+    ingestor: Ingestor = request.app.state.ingestor
+    outcome = await ingestor.ingest(caller.producer, key, body)
     if outcome.status_code != 202:
         retry = {"Retry-After": "1"} if outcome.status_code in (409, 503) else None
         return _error(outcome.status_code, outcome.detail, retry)
@@ -103,25 +96,27 @@ async def create_notifications_batch(request: Request[Any, Any, State]) -> Respo
     except (msgspec.ValidationError, msgspec.DecodeError):
         batch = decode_body(body, BatchRequest)
         items = [_entry_of_raw(position, raw) for position, raw in enumerate(batch.notifications)]
-    intake: Intake = request.app.state.intake
-    outcomes = await intake.accept_many(caller.producer, items)
+    ingestor: Ingestor = request.app.state.ingestor
+    outcomes = await ingestor.ingest_many(caller.producer, items)
     results = [_result(key, outcome) for (key, _), outcome in zip(items, outcomes, strict=True)]
     return Response(b'{"results":[%s]}' % b",".join(results), status_code=200, media_type=_JSON)
 
 
-def _entry(item: BatchItem) -> tuple[str, NotificationRequest | Outcome]:
+def _entry(item: BatchItem) -> tuple[str, NotificationRequest | IngestAnswer]:
     try:
         key = check_key(item.idempotency_key)
     except ClientException as error:
-        return item.idempotency_key, Outcome(400, detail=str(error.detail))
+        return item.idempotency_key, IngestAnswer(400, detail=str(error.detail))
     return key, item
 
 
-def _entry_of_raw(position: int, raw: msgspec.Raw) -> tuple[str, NotificationRequest | Outcome]:
+def _entry_of_raw(
+    position: int, raw: msgspec.Raw
+) -> tuple[str, NotificationRequest | IngestAnswer]:
     try:
         item = _item_decoder.decode(raw)
     except (msgspec.ValidationError, msgspec.DecodeError) as error:
-        return _key_of(raw), Outcome(422, detail=describe(error, f"notifications[{position}]"))
+        return _key_of(raw), IngestAnswer(422, detail=describe(error, f"notifications[{position}]"))
     return _entry(item)
 
 
@@ -135,7 +130,7 @@ def _key_of(raw: msgspec.Raw) -> str:
     return key if isinstance(key, str) else ""
 
 
-def _result(key: str, outcome: Outcome) -> bytes:
+def _result(key: str, outcome: IngestAnswer) -> bytes:
     """One encoded entry of ``results``."""
     if outcome.status_code == 202:
         # The 202 body is the JSON object {"id": …, "deliveries": […]}; a result is that

@@ -1,15 +1,31 @@
-"""Operational endpoints."""
+"""Operational endpoints: health, ``GET /v1/ops/lag`` and ``GET /metrics`` (Prometheus).
+
+Lag and metrics read everything from Redis at request time: the counters every process adds
+there and the live backlog. So each API process answers the same, whichever one a scrape
+reaches. Both need a ``read`` key (Prometheus: ``authorization: {credentials: <key>}``),
+because the API port is the one producers reach.
+"""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import structlog
 from litestar import Request, Response, get
 from litestar.datastructures import State
-from litestar.exceptions import HTTPException
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
+
+from app.api.auth import authorize
+from app.metrics import COUNTERS, HISTOGRAMS, Snapshot, lag_report, read_snapshot
 
 log = structlog.get_logger(__name__)
 
@@ -26,21 +42,103 @@ async def health(request: Request[Any, Any, State]) -> dict[str, Any]:
     return {"status": "ok" if redis_state == "ok" else "degraded", "redis": redis_state}
 
 
-def redis_unavailable(request: Request[Any, Any, State], error: Exception) -> Response[Any]:
-    """Redis, the event log, cannot be reached: nothing was accepted, the client may retry."""
-    log.warning("http.redis_unavailable", path=request.url.path, error=type(error).__name__)
+@get("/metrics", media_type=CONTENT_TYPE_PLAIN_0_0_4)
+async def metrics(request: Request[Any, Any, State]) -> Response[bytes]:
+    """Every Clarion metric in the Prometheus text format."""
+    authorize(request, "read")
+    snapshot = await read_snapshot(request.app.state.redis, request.app.state.key_space)
     return Response(
-        {"status_code": 503, "detail": "the event log (Redis) is unavailable; retry shortly"},
-        status_code=503,
-        headers={"Retry-After": "1"},
+        generate_latest(_Families(families(snapshot))), media_type=CONTENT_TYPE_PLAIN_0_0_4
     )
 
 
-def internal_error(request: Request[Any, Any, State], error: Exception) -> Response[Any]:
-    """Answer 500 without any internal detail; log a bug with its traceback."""
-    if isinstance(error, HTTPException):
-        # Raised on purpose by Litestar, e.g. when the client hung up mid-body: not a bug.
-        log.info("http.aborted", path=request.url.path, detail=error.detail)
-    else:
-        log.error("http.unhandled_error", path=request.url.path, exc_info=error)
-    return Response({"status_code": 500, "detail": "Internal Server Error"}, status_code=500)
+@get("/v1/ops/lag")
+async def lag(request: Request[Any, Any, State]) -> dict[str, Any]:
+    """Per stream and group: length, pending, lag and ages; DLQ, delayed, projection lag."""
+    authorize(request, "read")
+    return lag_report(await read_snapshot(request.app.state.redis, request.app.state.key_space))
+
+
+class _Families:
+    """A prometheus-client collector of metric families built beforehand (reading Redis is
+    asynchronous, a collector's ``collect`` is not)."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> list[Metric]:
+        return self.families
+
+
+def families(snapshot: Snapshot) -> list[Metric]:
+    """The snapshot as Prometheus metric families: counters, histograms, backlog gauges."""
+    out: list[Metric] = []
+    for counter in COUNTERS:
+        counts = CounterMetricFamily(counter.name, counter.help, labels=counter.labels)
+        for labels, value in sorted(snapshot.counters[counter.name].items()):
+            counts.add_metric(labels, value)
+        out.append(counts)
+    for histogram in HISTOGRAMS:
+        family = HistogramMetricFamily(histogram.name, histogram.help, labels=histogram.labels)
+        for labels, totals in sorted(snapshot.histograms[histogram.name].items()):
+            buckets = [(_le(bound), count) for bound, count in totals.buckets]
+            family.add_metric(labels, buckets, totals.sum)
+        out.append(family)
+    return out + _backlog_families(snapshot)
+
+
+def _le(bound: float) -> str:
+    return "+Inf" if math.isinf(bound) else repr(float(bound))
+
+
+def _gauge(name: str, help_text: str, labels: tuple[str, ...]) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, help_text, labels=labels)
+
+
+def _backlog_families(snapshot: Snapshot) -> list[Metric]:
+    backlog = snapshot.backlog
+    per_group = ("stream", "shard", "group")
+    length = _gauge("clarion_stream_length", "Entries in the stream", ("stream", "shard"))
+    pending = _gauge("clarion_stream_pending", "Entries read, not yet acknowledged", per_group)
+    lag = _gauge("clarion_stream_lag", "Entries the group has not read yet", per_group)
+    oldest_pending = _gauge(
+        "clarion_stream_oldest_pending_age_seconds",
+        "Age of the group's oldest pending entry (0: none pending)",
+        per_group,
+    )
+    oldest_unread = _gauge(
+        "clarion_stream_oldest_unread_age_seconds",
+        "Age of the oldest entry the group has not read yet (0: none)",
+        per_group,
+    )
+    seen: set[tuple[str, str]] = set()
+    for group in backlog.groups:
+        stream = (group.stream, str(group.shard))
+        if stream not in seen:  # a stream with several groups has one length
+            seen.add(stream)
+            length.add_metric(stream, group.length)
+        labels = (*stream, group.group)
+        pending.add_metric(labels, group.pending)
+        lag.add_metric(labels, group.lag)
+        oldest_pending.add_metric(labels, group.oldest_pending_age_ms / 1000)
+        oldest_unread.add_metric(labels, group.oldest_unread_age_ms / 1000)
+
+    dlq = _gauge("clarion_dlq_size", "Entries in the dead-letter stream", ("shard",))
+    delayed = _gauge(
+        "clarion_delayed_size", "Retries and deferrals waiting in the delayed set", ("shard",)
+    )
+    overdue = _gauge(
+        "clarion_delayed_overdue_seconds",
+        "How long ago the earliest delayed entry was due (0: none is due)",
+        ("shard",),
+    )
+    for shard in backlog.shards:
+        dlq.add_metric((str(shard.shard),), shard.dlq_size)
+        delayed.add_metric((str(shard.shard),), shard.delayed_size)
+        overdue.add_metric((str(shard.shard),), shard.delayed_overdue_ms / 1000)
+    projection = GaugeMetricFamily(
+        "clarion_projection_lag_seconds",
+        "Age of the oldest event the projector has not written to PostgreSQL",
+        value=snapshot.projection_lag_ms / 1000,
+    )
+    return [length, pending, lag, oldest_pending, oldest_unread, dlq, delayed, overdue, projection]

@@ -10,6 +10,7 @@ from litestar.enums import HttpMethod
 from litestar.exceptions import ClientException
 from litestar.params import FromPath
 
+from app.api.auth import authorize
 from app.api.body import decode_body, documented_body
 from app.api.errors import AUTHENTICATED, BodyTooLarge
 from app.api.schemas import (
@@ -17,9 +18,8 @@ from app.api.schemas import (
     QuietHoursBody,
     RecipientSettingsView,
 )
-from app.auth import authorize
 from app.catalog import Catalog
-from app.quiet_hours import QuietHoursError, check
+from app.ingest.quiet_hours import QuietHoursError, check
 from streams.events import PreferenceEntry, QuietHoursSetting
 from streams.recipient_settings import RecipientSettings, RecipientSettingsStore
 

@@ -28,10 +28,10 @@ from litestar.openapi.spec import OpenAPIFormat, OpenAPIType
 from litestar.params import PathParameter, QueryParameter
 from redis.asyncio import Redis
 
+from app.api.auth import authorize
 from app.api.errors import AUTHENTICATED, NotFound, ReadModelUnavailable
 from app.api.params import query_schema
 from app.api.schemas import DeliveryListItem, DeliveryPage, DeliveryStatus, NotificationStatus
-from app.auth import authorize
 from projections import queries
 from projections.database import DatabaseNotReady
 from projections.queries import DELIVERY_STATUSES, DeliveryFilter, DeliveryRow, NotificationRow

@@ -21,9 +21,9 @@ from redis.asyncio import Redis as AsyncRedis
 from schemathesis.config import ChecksConfig
 from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
 
+from app.api.app import create_app
 from app.catalog import load_catalog
 from app.settings import Settings, parse_api_keys
-from app.web import create_app
 from projections.database import connect, ensure_database, migrate
 from tests.conftest import REDIS_URL, REPO
 from tests.e2e.test_cli import CLARION, service_env, wait_healthy

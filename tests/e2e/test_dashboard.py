@@ -30,9 +30,9 @@ from litestar import Litestar
 from litestar.datastructures import State
 from redis.asyncio import Redis
 
+from app.api.auth import KeyRing
 from app.api.dashboard import DASHBOARD_ROUTES, duration
 from app.api.status import ReadModel
-from app.auth import KeyRing
 from app.catalog import Catalog
 from app.settings import Settings
 from projections.database import connect

@@ -18,9 +18,9 @@ import msgspec
 import pytest
 from redis.asyncio import Redis
 
-from app.api.schemas import NotificationRequest
-from app.fanout import Planner
-from app.intake import Intake
+from app.ingest.fanout import Planner
+from app.ingest.ingestor import Ingestor
+from app.ingest.requests import NotificationRequest
 from streams.keys import KeySpace
 from tests.conftest import REDIS_URL, REPO
 from tests.integration.delivery_support import catalog_text, fast_catalog, sandbox_calls, wait_until
@@ -66,14 +66,14 @@ async def accept_many(
     """Accept ``bodies``; the delivery ids."""
     from app.catalog import load_catalog  # noqa: PLC0415
 
-    intake = Intake(redis, keys, Planner(load_catalog(catalog_path)), 3600)
+    ingestor = Ingestor(redis, keys, Planner(load_catalog(catalog_path)), 3600)
     ids: list[str] = []
     for start in range(0, len(bodies), 1000):
         entries = [
             (f"{tag}-{start + n}", msgspec.convert(body, NotificationRequest))
             for n, body in enumerate(bodies[start : start + 1000])
         ]
-        for outcome in await intake.accept_many("orders", entries):
+        for outcome in await ingestor.ingest_many("orders", entries):
             assert outcome.status_code == 202
             answer = msgspec.json.decode(outcome.response)
             ids += [d["id"] for d in answer["deliveries"] if d["status"] == "QUEUED"]
@@ -184,7 +184,7 @@ async def test_high_stays_fast_while_a_low_backlog_drains(
         for n in range(100_000)
     ]  # fmt: skip
     await accept_many(real_redis, keys, catalog_path, flood, "flood")
-    intake = Intake(real_redis, keys, Planner(fast_catalog()), 3600)
+    ingestor = Ingestor(real_redis, keys, Planner(fast_catalog()), 3600)
     env = worker_env(key_prefix, catalog_path)
     high_ids: dict[str, float] = {}
     with workers(env, [0, 1]):
@@ -192,7 +192,7 @@ async def test_high_stays_fast_while_a_low_backlog_drains(
         for n in range(100):
             request = msgspec.convert(otp(n), NotificationRequest)
             accepted_at = time.time() * 1000
-            outcome = await intake.accept("auth", f"high-{n}", request)
+            outcome = await ingestor.ingest("auth", f"high-{n}", request)
             high_ids[msgspec.json.decode(outcome.response)["deliveries"][0]["id"]] = accepted_at
             await asyncio.sleep(0.05)
 

@@ -10,12 +10,12 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from app.api.schemas import NotificationRequest
 from app.catalog import Catalog, parse_catalog
-from app.delivery_worker import DeliveryWorker, WorkerOptions
-from app.fanout import Planner
-from app.intake import Intake
-from app.worker_process import build_providers
+from app.delivery.worker import DeliveryWorker, WorkerOptions
+from app.ingest.fanout import Planner
+from app.ingest.ingestor import Ingestor
+from app.ingest.requests import NotificationRequest
+from app.providers.registry import build_providers
 from streams.keys import KeySpace
 from tests.conftest import REPO
 
@@ -56,8 +56,8 @@ async def accept(
     """Accept one notification as producer "orders"; its 202 answer."""
     import msgspec  # noqa: PLC0415
 
-    intake = Intake(redis, keys, Planner(catalog), 3600)
-    outcome = await intake.accept("orders", key, msgspec.convert(body, NotificationRequest))
+    ingestor = Ingestor(redis, keys, Planner(catalog), 3600)
+    outcome = await ingestor.ingest("orders", key, msgspec.convert(body, NotificationRequest))
     assert outcome.status_code == 202, outcome
     answer: dict[str, Any] = msgspec.json.decode(outcome.response)
     return answer

@@ -9,8 +9,8 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from app import delivery_step
-from app.delivery_step import Step
+from app.delivery import outcomes as delivery_step
+from app.delivery.outcomes import Step
 from streams import codec
 from streams.delivery import GROUP, DeliveryStore, ensure_group
 from streams.events import DeliverySent

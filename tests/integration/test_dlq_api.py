@@ -9,9 +9,9 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
+from app.api.app import create_app
 from app.catalog import Catalog
 from app.settings import Settings, parse_api_keys
-from app.web import create_app
 from streams.keys import KeySpace
 from tests.conftest import API_KEYS, ORDERS, http_client
 from tests.integration.delivery_support import running_worker, sandbox_calls, wait_until

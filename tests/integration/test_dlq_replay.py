@@ -21,10 +21,10 @@ import pytest
 from redis.asyncio import Redis
 
 from app.catalog import Catalog
-from app.channels.base import ErrorClass, Message, Provider, ProviderError
-from app.delivery_worker import DeliveryWorker
-from app.dlq_operations import letter_view, replay_view
-from app.quiet_hours import window_end
+from app.delivery.worker import DeliveryWorker
+from app.ingest.quiet_hours import window_end
+from app.operations.dlq import letter_view, replay_view
+from app.providers.base import ErrorClass, Message, Provider, ProviderError
 from projections.database import connect
 from projections.projector import Projector
 from streams import dead_letters

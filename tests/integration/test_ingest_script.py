@@ -7,10 +7,11 @@ import asyncio
 import msgspec
 from redis.asyncio import Redis
 
-from app.api.schemas import BatchItem, NotificationRequest, Recipient
+from app.api.schemas import BatchItem
 from app.catalog import Catalog
-from app.fanout import Planner, fingerprint
-from app.intake import IN_FLIGHT_TTL_MS, Intake
+from app.ingest.fanout import Planner, fingerprint
+from app.ingest.ingestor import IN_FLIGHT_TTL_MS, Ingestor
+from app.ingest.requests import NotificationRequest, Recipient
 from streams import codec, scripts
 from streams.events import NotificationAccepted, PreferenceEntry
 from streams.ingest import IngestWriter
@@ -53,14 +54,14 @@ async def test_a_twin_of_a_request_in_its_second_round_gets_409(
     assert reply.settings is not None
     assert reply.settings.disabled == {("marketing", "EMAIL")}
     # A twin arriving now is told to come back later, and a different body is refused.
-    intake = Intake(redis, keys, planner, 3600, clock)
-    assert (await intake.accept("orders", "k", REQUEST)).status_code == 409
+    ingestor = Ingestor(redis, keys, planner, 3600, clock)
+    assert (await ingestor.ingest("orders", "k", REQUEST)).status_code == 409
     other = NotificationRequest(recipient=REQUEST.recipient, type="marketing", data={
         "subject": "other", "body": "b"})  # fmt: skip
-    assert (await intake.accept("orders", "k", other)).status_code == 422
+    assert (await ingestor.ingest("orders", "k", other)).status_code == 422
 
 
-async def test_intake_applies_settings_that_appear_during_accept(
+async def test_ingest_applies_settings_that_appear_during_ingest(
     redis: Redis, key_prefix: str, catalog: Catalog, clock: Clock
 ) -> None:
     keys = KeySpace(key_prefix)
@@ -68,12 +69,12 @@ async def test_intake_applies_settings_that_appear_during_accept(
     await store.set_preferences(
         "user-5", [PreferenceEntry(type="marketing", channel="PUSH", enabled=False)]
     )
-    intake = Intake(redis, keys, Planner(catalog), 3600, clock)
-    outcome = await intake.accept("orders", "k", REQUEST)
+    ingestor = Ingestor(redis, keys, Planner(catalog), 3600, clock)
+    outcome = await ingestor.ingest("orders", "k", REQUEST)
     assert outcome.status_code == 202
     assert b'"PUSH","status":"SUPPRESSED"' in outcome.response
     # The key is done now: the same request is answered again, no 409.
-    again = await intake.accept("orders", "k", REQUEST)
+    again = await ingestor.ingest("orders", "k", REQUEST)
     assert again.replayed
     assert again.response == outcome.response
 
@@ -85,8 +86,8 @@ async def test_concurrent_accepts_with_settings_create_one_notification(
     await RecipientSettingsStore(redis, keys).set_preferences(
         "user-5", [PreferenceEntry(type="marketing", channel="PUSH", enabled=False)]
     )
-    intake = Intake(redis, keys, Planner(catalog), 3600, clock)
-    outcomes = await asyncio.gather(*(intake.accept("orders", "k", REQUEST) for _ in range(30)))
+    ingestor = Ingestor(redis, keys, Planner(catalog), 3600, clock)
+    outcomes = await asyncio.gather(*(ingestor.ingest("orders", "k", REQUEST) for _ in range(30)))
     assert {o.status_code for o in outcomes} <= {202, 409}
     assert len({o.response for o in outcomes if o.status_code == 202}) == 1
     assert await redis.xlen(keys.shard(0).work(Priority.LOW)) == 1
@@ -96,15 +97,15 @@ async def test_one_call_appends_one_events_entry_for_all_accepted_items(
     redis: Redis, key_prefix: str, catalog: Catalog, clock: Clock
 ) -> None:
     keys = KeySpace(key_prefix)
-    intake = Intake(redis, keys, Planner(catalog), 3600, clock)
+    ingestor = Ingestor(redis, keys, Planner(catalog), 3600, clock)
     entries = [(f"k{n}", REQUEST) for n in range(5)]
-    outcomes = await intake.accept_many("orders", entries)
+    outcomes = await ingestor.ingest_many("orders", entries)
     assert [o.status_code for o in outcomes] == [202] * 5
     [(_, fields)] = await redis.xrange(keys.shard(0).events)
     accepted = [e for e in codec.decode_events(fields[b"e"]) if isinstance(e, NotificationAccepted)]
     assert [e.idempotency_key for e in accepted] == ["k0", "k1", "k2", "k3", "k4"]
     # A repeat writes nothing: no second entry.
-    await intake.accept_many("orders", entries)
+    await ingestor.ingest_many("orders", entries)
     assert await redis.xlen(keys.shard(0).events) == 1
 
 
@@ -112,10 +113,10 @@ async def test_items_accepted_around_a_repeat_get_their_own_events_entries(
     redis: Redis, key_prefix: str, catalog: Catalog, clock: Clock
 ) -> None:
     keys = KeySpace(key_prefix)
-    intake = Intake(redis, keys, Planner(catalog), 3600, clock)
-    await intake.accept("orders", "k2", REQUEST)
+    ingestor = Ingestor(redis, keys, Planner(catalog), 3600, clock)
+    await ingestor.ingest("orders", "k2", REQUEST)
     entries = [(f"k{n}", REQUEST) for n in range(5)]
-    outcomes = await intake.accept_many("orders", entries)
+    outcomes = await ingestor.ingest_many("orders", entries)
     assert [o.replayed for o in outcomes] == [False, False, True, False, False]
     # The repeat in the middle writes nothing; each accepted item's events are cut out of
     # the joined array at its own place, whole and in order.
@@ -132,8 +133,8 @@ async def test_an_item_whose_key_has_the_wrong_type_fails_alone(
 ) -> None:
     keys = KeySpace(key_prefix)
     await redis.hset(keys.shard(0).idempotency("orders", "k1"), "not", "a string")
-    intake = Intake(redis, keys, Planner(catalog), 3600, clock)
-    outcomes = await intake.accept_many("orders", [("k0", REQUEST), ("k1", REQUEST)])
+    ingestor = Ingestor(redis, keys, Planner(catalog), 3600, clock)
+    outcomes = await ingestor.ingest_many("orders", [("k0", REQUEST), ("k1", REQUEST)])
     assert [o.status_code for o in outcomes] == [202, 503]
     [(_, fields)] = await redis.xrange(keys.shard(0).events)
     accepted = [e for e in codec.decode_events(fields[b"e"]) if isinstance(e, NotificationAccepted)]
@@ -145,8 +146,8 @@ async def test_a_shared_key_of_the_wrong_type_fails_the_call_before_any_write(
 ) -> None:
     keys = KeySpace(key_prefix)
     await real_redis.set(keys.shard(0).work(Priority.LOW), "not a stream")
-    intake = Intake(real_redis, keys, Planner(catalog), 3600, clock)
-    outcomes = await intake.accept_many("orders", [("k0", REQUEST), ("k1", REQUEST)])
+    ingestor = Ingestor(real_redis, keys, Planner(catalog), 3600, clock)
+    outcomes = await ingestor.ingest_many("orders", [("k0", REQUEST), ("k1", REQUEST)])
     assert [o.status_code for o in outcomes] == [503, 503]
     assert await real_redis.exists(keys.shard(0).events) == 0
     assert await real_redis.exists(keys.shard(0).idempotency("orders", "k0")) == 0
@@ -155,13 +156,13 @@ async def test_a_shared_key_of_the_wrong_type_fails_the_call_before_any_write(
 async def test_scripts_are_reloaded_after_a_flush(
     real_redis: Redis, key_prefix: str, catalog: Catalog, clock: Clock
 ) -> None:
-    intake = Intake(real_redis, KeySpace(key_prefix), Planner(catalog), 3600, clock)
-    assert (await intake.accept("orders", "a", REQUEST)).status_code == 202
+    ingestor = Ingestor(real_redis, KeySpace(key_prefix), Planner(catalog), 3600, clock)
+    assert (await ingestor.ingest("orders", "a", REQUEST)).status_code == 202
     await real_redis.script_flush()  # what a Redis restart does to loaded scripts
     assert not (await real_redis.script_exists(scripts.INGEST.sha))[0]
-    assert (await intake.accept("orders", "b", REQUEST)).status_code == 202
+    assert (await ingestor.ingest("orders", "b", REQUEST)).status_code == 202
     await real_redis.script_flush()
-    outcomes = await intake.accept_many("orders", [("c", REQUEST), ("d", REQUEST)])
+    outcomes = await ingestor.ingest_many("orders", [("c", REQUEST), ("d", REQUEST)])
     assert [o.status_code for o in outcomes] == [202, 202]
 
 

@@ -14,10 +14,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from app.api.app import create_app
 from app.catalog import Catalog
 from app.metrics import OPT_OUTS
 from app.settings import Settings
-from app.web import create_app
 from streams.backlog import read_backlog
 from streams.delivery import GROUP, ensure_group
 from streams.keys import KeySpace, Priority

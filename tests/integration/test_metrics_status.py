@@ -7,7 +7,7 @@ import time
 from click.testing import CliRunner
 from redis import Redis
 
-from app.cli import main
+from app.cli.main import main
 from streams.keys import KeySpace, Priority
 from tests.conftest import REDIS_URL
 

@@ -197,7 +197,7 @@ async def test_openapi_documents_the_request_body(client: Client) -> None:
 
 
 async def test_redis_down_is_503_and_nothing_is_half_written(catalog: Any, settings: Any) -> None:
-    from app.web import create_app  # noqa: PLC0415
+    from app.api.app import create_app  # noqa: PLC0415
     from tests.servers import free_port  # noqa: PLC0415
 
     dead = Redis.from_url(f"redis://127.0.0.1:{free_port()}/0")

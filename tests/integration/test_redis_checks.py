@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from app.redis_checks import RedisNotReady, check_redis
+from app.processes.redis_checks import RedisNotReady, check_redis
 from tests.servers import free_port, redis_server
 
 

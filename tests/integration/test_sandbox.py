@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from app.channels.base import ErrorClass, Message, ProviderError
-from app.channels.sandbox import SandboxProvider
+from app.providers.base import ErrorClass, Message, ProviderError
+from app.providers.sandbox import SandboxProvider
 from streams import scripts
 from streams.keys import KeySpace
 

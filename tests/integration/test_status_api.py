@@ -17,11 +17,11 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from redis.asyncio import Redis
 
-from app import main
+from app.api.app import create_app
 from app.api.status import ReadModel, decode_cursor, encode_cursor
 from app.catalog import Catalog
+from app.processes import api as main
 from app.settings import Settings
-from app.web import create_app
 from projections.database import DatabaseNotReady, connect
 from projections.projector import GROUP, Projector
 from projections.queries import projection_lag_ms

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from app.deadlines import Deadlines
+from app.delivery.provider_timeouts import Deadlines
 
 
 @pytest.fixture

@@ -10,9 +10,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from app.api.schemas import NotificationRequest, Recipient
 from app.catalog import load_catalog
-from app.fanout import FanoutError, Planner, fingerprint
+from app.ingest.fanout import FanoutError, Planner, fingerprint
+from app.ingest.requests import NotificationRequest, Recipient
 from streams import codec
 from streams.events import (
     DeliveryDeferred,

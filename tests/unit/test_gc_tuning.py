@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.gc_tuning import YOUNG_THRESHOLD, tune_gc
+from app.processes.gc_tuning import YOUNG_THRESHOLD, tune_gc
 
 
 @pytest.fixture

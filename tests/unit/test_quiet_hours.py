@@ -7,7 +7,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from app.quiet_hours import QuietHoursError, check, window_end
+from app.ingest.quiet_hours import QuietHoursError, check, window_end
 from streams.events import QuietHoursSetting
 
 BERLIN = ZoneInfo("Europe/Berlin")

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from app.channels.base import ErrorClass, Message, ProviderError
-from app.channels.sandbox import Directives, SandboxProvider, parse_directives
+from app.providers.base import ErrorClass, Message, ProviderError
+from app.providers.sandbox import Directives, SandboxProvider, parse_directives
 from streams.events import Channel
 from streams.keys import KeySpace
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.cli_status import (
+from app.cli.status import (
     DELAYED_OVERDUE_LIMIT_MS,
     PROJECTION_LAG_LIMIT_MS,
     QUEUE_AGE_LIMIT_MS,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from app.api.schemas import NotificationRequest
+from app.ingest.requests import NotificationRequest
 from app.logging import mask
 from app.validation import describe
 

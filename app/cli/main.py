@@ -12,16 +12,17 @@ import click
 import httpx
 import structlog
 
-from app import projector_process, worker_process
 from app.catalog import CatalogError, load_catalog
-from app.cli_dlq import dlq
-from app.cli_projection import projection
-from app.cli_status import status
+from app.cli.dlq import dlq
+from app.cli.projection import projection
+from app.cli.status import status
 from app.logging import configure_logging
-from app.main import redis_client
-from app.redis_checks import RedisNotReady, check_redis
+from app.processes import projector as projector_process
+from app.processes import worker as worker_process
+from app.processes.clients import redis_client
+from app.processes.redis_checks import RedisNotReady, check_redis
+from app.processes.supervisor import Child, supervise
 from app.settings import Settings, SettingsError
-from app.supervisor import Child, supervise
 from projections.database import DatabaseNotReady
 
 log = structlog.get_logger(__name__)
@@ -83,7 +84,7 @@ def api(workers: int) -> None:
     import uvicorn  # noqa: PLC0415 - only the server needs it
 
     uvicorn.run(
-        "app.main:build",
+        "app.processes.api:build",
         factory=True,
         host=settings.host,
         port=settings.port,
@@ -192,6 +193,3 @@ def send(
 main.add_command(status)
 main.add_command(projection)
 main.add_command(dlq)
-
-if __name__ == "__main__":
-    main()

@@ -12,9 +12,9 @@ from datetime import UTC, datetime, timedelta
 
 import msgspec
 
-from app.api.schemas import Accepted, NotificationRequest
 from app.catalog import Catalog
-from app.quiet_hours import window_end
+from app.ingest.quiet_hours import window_end
+from app.ingest.requests import Accepted, NotificationRequest
 from streams import codec
 from streams.events import (
     Channel,

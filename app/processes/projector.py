@@ -12,9 +12,9 @@ import asyncpg
 import structlog
 import uvloop
 
-from app.gc_tuning import tune_gc
 from app.logging import configure_logging
-from app.redis_checks import check_redis
+from app.processes.gc_tuning import tune_gc
+from app.processes.redis_checks import check_redis
 from app.settings import Settings
 from projections.database import DatabaseNotReady
 from projections.database import connect as connect_database

@@ -14,9 +14,9 @@ import msgspec
 
 from app import __version__
 from app.catalog import RetryPolicy
-from app.channels.base import ErrorClass
+from app.delivery.retry_policy import may_retry, retry_delay
 from app.logging import mask
-from app.retry_policy import may_retry, retry_delay
+from app.providers.base import ErrorClass
 from streams import codec
 from streams.delivery import Lease, Outcome
 from streams.events import (

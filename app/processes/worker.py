@@ -8,34 +8,18 @@ import socket
 
 import structlog
 import uvloop
-from redis.asyncio import Redis
 
-from app.catalog import Catalog, load_catalog
-from app.channels.base import Provider
-from app.channels.sandbox import REMEMBER_MS, SandboxProvider
-from app.delivery_worker import DeliveryWorker, WorkerOptions
-from app.gc_tuning import tune_gc
+from app.catalog import load_catalog
+from app.delivery.worker import DeliveryWorker, WorkerOptions
 from app.logging import configure_logging
-from app.redis_checks import check_redis
+from app.processes.gc_tuning import tune_gc
+from app.processes.redis_checks import check_redis
+from app.providers.registry import build_providers
 from app.settings import Settings
 from streams.connection import connect
 from streams.keys import KeySpace, Priority
 
 log = structlog.get_logger(__name__)
-
-
-def build_providers(
-    catalog: Catalog, redis: Redis, keys: KeySpace, *, remember_ms: int = REMEMBER_MS
-) -> dict[str, Provider]:
-    """One adapter per provider of the catalog; a sandbox remembers a send for
-    ``remember_ms`` (the stream retention: as long as its record keeps the send)."""
-    providers: dict[str, Provider] = {}
-    for name, config in catalog.providers.items():
-        # "sandbox" is the only kind so far; the catalog refuses any other.
-        providers[name] = SandboxProvider(
-            redis, keys, idempotent=config.idempotent, name=name, remember_ms=remember_ms
-        )
-    return providers
 
 
 def consumer_name(slot: int) -> str:

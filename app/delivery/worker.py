@@ -24,13 +24,14 @@ import structlog
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from app import __version__, delivery_step
+from app import __version__
 from app.catalog import Catalog
-from app.channels.base import ErrorClass, Message, Provider, ProviderError
-from app.deadlines import Deadlines
-from app.delivery_step import Step
+from app.delivery import outcomes as delivery_step
+from app.delivery.outcomes import Step
+from app.delivery.provider_timeouts import Deadlines
+from app.delivery.rendering import RenderError, render
 from app.metrics import DELIVERY_FAILURES, UNKNOWN_CHANNEL, record_outcome
-from app.rendering import RenderError, render
+from app.providers.base import ErrorClass, Message, Provider, ProviderError
 from streams import codec
 from streams.delivery import (
     FAILED_STATE_RETENTION_MS,

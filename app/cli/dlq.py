@@ -17,9 +17,9 @@ import click
 import msgspec
 from redis.exceptions import RedisError
 
-from app import quiet_hours
 from app.catalog import Catalog, CatalogError, load_catalog
-from app.dlq_operations import (
+from app.ingest import quiet_hours
+from app.operations.dlq import (
     CHANNELS,
     DEFAULT_SAMPLES,
     DlqRequestError,
@@ -33,7 +33,7 @@ from app.dlq_operations import (
     selection,
     summary_view,
 )
-from app.main import redis_client
+from app.processes.clients import redis_client
 from app.settings import Settings, SettingsError
 from streams import dead_letters
 from streams.dead_letters import MAX_REPLAY, ReplayOrder, Selection
@@ -72,7 +72,7 @@ def dlq() -> None:
 @dlq.command(name="list")
 @_filters
 @click.option("--samples", default=DEFAULT_SAMPLES, show_default=True, help="entries to show")
-def list_command(  # noqa: PLR0917 - click passes every option as a parameter
+def list_command(
     notification_type: str | None,
     channel: str | None,
     error_class: str | None,
@@ -107,7 +107,7 @@ def list_command(  # noqa: PLR0917 - click passes every option as a parameter
 @click.option("--reason", required=True, help="why (recorded)")
 @click.option("--dry-run", is_flag=True, help="only show what would be replayed")
 @click.option("--force", is_flag=True, help="replay POISON and BUG entries too")
-def replay(  # noqa: PLR0917 - click passes every option as a parameter
+def replay(
     notification_type: str | None,
     channel: str | None,
     error_class: str | None,

@@ -9,8 +9,8 @@ from typing import Any
 import click
 
 from app.logging import configure_logging
-from app.main import redis_client
-from app.redis_checks import RedisNotReady, check_redis
+from app.processes.clients import redis_client
+from app.processes.redis_checks import RedisNotReady, check_redis
 from app.settings import Settings, SettingsError
 from projections.database import DatabaseNotReady
 from projections.database import connect as connect_database

@@ -27,8 +27,8 @@ from enum import StrEnum
 import click
 from redis.exceptions import RedisError
 
-from app.main import redis_client
 from app.metrics import ATTEMPT_FAILURES, OPT_OUTS, Snapshot, read_snapshot
+from app.processes.clients import redis_client
 from app.settings import Settings, SettingsError
 from streams.keys import KeySpace
 

@@ -6,24 +6,18 @@ from functools import partial
 
 import structlog
 from litestar import Litestar
-from redis.asyncio import Redis
 
+from app.api.app import create_app
 from app.api.status import ReadModel
 from app.catalog import load_catalog
-from app.gc_tuning import tune_gc
 from app.logging import configure_logging
-from app.redis_checks import check_redis
+from app.processes.clients import redis_client
+from app.processes.gc_tuning import tune_gc
+from app.processes.redis_checks import check_redis
 from app.settings import Settings
-from app.web import create_app
 from projections.database import connect as connect_database
-from streams.connection import connect
 
 log = structlog.get_logger(__name__)
-
-
-def redis_client(settings: Settings) -> Redis:
-    """A client sized for many concurrent requests; bytes in, bytes out."""
-    return connect(settings.redis_url, max_connections=256, health_check_interval=30)
 
 
 def build() -> Litestar:

@@ -1,6 +1,6 @@
-"""Intake: accepting notifications — fan-out, then one atomic ingest step per notification.
+"""The ingestor: ingest notifications — fan-out, then one atomic ingest step per notification.
 
-``accept_many`` serves both the single POST (a batch of one) and the batch endpoint. The
+``ingest_many`` serves both the single POST (a batch of one) and the batch endpoint. The
 fan-out first assumes the recipient has no settings; the ingest script checks that assumption
 atomically and, when the recipient does have settings, hands them back (STALE) so the
 notification is planned again with the same ids. Recipients without settings, the common case,
@@ -18,8 +18,8 @@ import structlog
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from app.api.schemas import NotificationRequest
-from app.fanout import FanoutError, Identity, Planner, accepted_body, fingerprint, utc_now
+from app.ingest.fanout import FanoutError, Identity, Planner, accepted_body, fingerprint, utc_now
+from app.ingest.requests import NotificationRequest
 from app.metrics import OPT_OUTS
 from streams.ingest import IngestItem, IngestReply, IngestWriter
 from streams.keys import KeySpace, ShardKeys
@@ -36,7 +36,7 @@ PLAN_CHUNK = 100
 _NO_SETTINGS = RecipientSettings()
 
 
-class Outcome(msgspec.Struct, frozen=True):
+class IngestAnswer(msgspec.Struct, frozen=True):
     """What one notification's request is answered with."""
 
     status_code: int
@@ -45,7 +45,7 @@ class Outcome(msgspec.Struct, frozen=True):
     replayed: bool = False  # an earlier answer for the same key and body
 
 
-UNAVAILABLE = Outcome(503, detail="the event log (Redis) is unavailable; retry shortly")
+UNAVAILABLE = IngestAnswer(503, detail="the event log (Redis) is unavailable; retry shortly")
 
 
 class _Pending(msgspec.Struct):
@@ -58,7 +58,7 @@ class _Pending(msgspec.Struct):
     item: IngestItem
 
 
-class Intake:
+class Ingestor:
     """Accepts notifications of authenticated producers."""
 
     def __init__(
@@ -75,32 +75,32 @@ class Intake:
         self.planner = planner
         self.writer = IngestWriter(redis, idempotency_ttl_seconds * 1000, IN_FLIGHT_TTL_MS)
         self.clock = clock
-        # Counts opt-outs; without one (an Intake built alone, in tests) they are not counted.
+        # Counts opt-outs; without one (an Ingestor built alone, in tests) they are not counted.
         self.metrics = metrics
 
-    async def accept(self, producer: str, key: str, request: NotificationRequest) -> Outcome:
+    async def ingest(self, producer: str, key: str, request: NotificationRequest) -> IngestAnswer:
         """Accept one notification."""
-        return (await self.accept_many(producer, [(key, request)]))[0]
+        return (await self.ingest_many(producer, [(key, request)]))[0]
 
-    async def accept_many(
-        self, producer: str, entries: Sequence[tuple[str, NotificationRequest | Outcome]]
-    ) -> list[Outcome]:
+    async def ingest_many(
+        self, producer: str, entries: Sequence[tuple[str, NotificationRequest | IngestAnswer]]
+    ) -> list[IngestAnswer]:
         """Accept notifications given as (idempotency key, request or an already known error)."""
         now = self.clock()
-        outcomes: list[Outcome | None] = [None] * len(entries)
+        outcomes: list[IngestAnswer | None] = [None] * len(entries)
         pending: list[_Pending] = []
         for index, (key, request) in enumerate(entries):
             if index % PLAN_CHUNK == PLAN_CHUNK - 1:
                 # Let single requests in between: planning a big batch takes milliseconds.
                 await asyncio.sleep(0)
-            if isinstance(request, Outcome):
+            if isinstance(request, IngestAnswer):
                 outcomes[index] = request
                 continue
             shard = self.keys.for_ingest(producer, key)
             try:
                 identity = self.planner.identity(shard, request)
             except FanoutError as error:
-                outcomes[index] = Outcome(422, detail=str(error))
+                outcomes[index] = IngestAnswer(422, detail=str(error))
                 continue
             digest = fingerprint(request)
             item = self._plan(
@@ -141,13 +141,13 @@ class Intake:
                     outcomes[entry.index] = self._answer(entry, reply)
             pending = again
         for entry in pending:
-            outcomes[entry.index] = Outcome(
+            outcomes[entry.index] = IngestAnswer(
                 409, detail="recipient: settings changed while accepting; retry the request"
             )
         assert all(outcome is not None for outcome in outcomes)  # every index is answered
         return outcomes  # type: ignore[return-value]
 
-    def _answer(self, entry: _Pending, reply: IngestReply) -> Outcome:
+    def _answer(self, entry: _Pending, reply: IngestReply) -> IngestAnswer:
         if reply.kind == "OK" and self.metrics is not None:
             # The 202 body names every suppressed delivery's reason: searching its few
             # hundred bytes costs far less than asking the fan-out again. A replay (DUP)
@@ -181,19 +181,21 @@ class Intake:
         )
 
 
-def _outcome(item: IngestItem, reply: IngestReply) -> Outcome:
+def _outcome(item: IngestItem, reply: IngestReply) -> IngestAnswer:
     if reply.kind == "OK":
-        return Outcome(202, response=item.response)
+        return IngestAnswer(202, response=item.response)
     if reply.kind == "DUP":
-        return Outcome(202, response=accepted_body(reply.record), replayed=True)
+        return IngestAnswer(202, response=accepted_body(reply.record), replayed=True)
     if reply.kind == "BROKEN":
         # A key holding the wrong type: damage in Redis that an operator must look at.
         log.error("ingest.key_broken", error=reply.error)
-        return Outcome(503, detail="the event log (Redis) refused this notification; retry later")
+        return IngestAnswer(
+            503, detail="the event log (Redis) refused this notification; retry later"
+        )
     if reply.kind == "CONFLICT":
-        return Outcome(
+        return IngestAnswer(
             422, detail="Idempotency-Key: already used for a different notification body"
         )
-    return Outcome(
+    return IngestAnswer(
         409, detail="Idempotency-Key: a request with this key is still in flight; retry shortly"
     )

@@ -4,32 +4,46 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 import asyncpg
-from litestar import Litestar, Router
+import structlog
+from litestar import Litestar, Request, Router
 from litestar.datastructures import State
 from litestar.middleware import DefineMiddleware
 from litestar.openapi import OpenAPIConfig
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from app.api.auth import KeyRing
 from app.api.dashboard import DASHBOARD_ROUTES
 from app.api.dlq import get_dlq, replay_dlq
-from app.api.metrics import lag, metrics
+from app.api.errors import internal_error, redis_unavailable
+from app.api.http_metrics import HttpMetrics
 from app.api.notifications import create_notification, create_notifications_batch
-from app.api.ops import health, internal_error, redis_unavailable
+from app.api.ops import health, lag, metrics
 from app.api.recipients import QuietHours, get_recipient_settings, put_preferences
 from app.api.status import ReadModel, get_notification_status, list_deliveries
-from app.auth import KeyRing
 from app.catalog import Catalog
-from app.fanout import Planner, utc_now
-from app.intake import Intake
-from app.logging import bind_request_context
-from app.metrics import HttpMetrics
+from app.ingest.fanout import Planner, utc_now
+from app.ingest.ingestor import Ingestor
 from app.settings import Settings
 from streams.keys import KeySpace
 from streams.metrics import MetricsRecorder
 from streams.recipient_settings import RecipientSettingsStore
+
+
+async def bind_request_context(request: Request[Any, Any, Any]) -> None:
+    """Start each API request with a fresh log context, bound to the notification it is about.
+
+    A Litestar ``before_request`` hook: it runs in the request's task, before the handler.
+    It is a coroutine function because Litestar runs a plain function hook in a thread pool,
+    which cost more than the rest of a single POST.
+    """
+    structlog.contextvars.clear_contextvars()
+    notification_id = request.path_params.get("notification_id")
+    if isinstance(notification_id, str):
+        structlog.contextvars.bind_contextvars(notification_id=notification_id)
 
 
 def create_app(
@@ -44,11 +58,11 @@ def create_app(
 
     ``db`` is the read-model pool. Without one the status endpoints answer from Redis only
     and ``GET /v1/deliveries`` 503, unless ``app.state.read_model`` is given a way to
-    connect (``app.main`` does).
+    connect (``app.processes.api`` does).
     """
     keys = KeySpace(settings.key_prefix, settings.shards)
     recorder = MetricsRecorder(redis, keys)
-    intake = Intake(
+    ingestor = Ingestor(
         redis, keys, Planner(catalog), settings.idempotency_ttl_seconds, clock, metrics=recorder
     )
     batch = Router(
@@ -81,7 +95,7 @@ def create_app(
             {
                 "redis": redis,
                 "catalog": catalog,
-                "intake": intake,
+                "ingestor": ingestor,
                 "key_ring": KeyRing(settings.api_keys),
                 "recipient_settings": RecipientSettingsStore(redis, keys),
                 "key_space": keys,

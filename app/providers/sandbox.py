@@ -30,7 +30,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from app.channels.base import ErrorClass, Message, ProviderError
+from app.providers.base import ErrorClass, Message, ProviderError
 from streams.batching import BatchedScript
 from streams.keys import KeySpace
 from streams.scripts import SANDBOX_SEND, KeyOrArg

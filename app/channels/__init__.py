@@ -1,1 +1,0 @@
-"""Channel adapters: the providers a delivery worker hands messages to."""

@@ -1,0 +1,9 @@
+"""Ingest: from a producer's request to the ingest script's atomic write.
+
+Owns the request and its 202 answer (``requests``), fan-out by the type catalog, the
+recipient's preferences and quiet hours (``fanout``, ``quiet_hours``), and the round trips to
+the ingest script with their answers (``ingestor``).
+
+May import: the shared ``app`` modules (``catalog``, ``metrics``, ``validation``), ``streams``.
+Never ``app.api`` or Litestar.
+"""

@@ -1,0 +1,8 @@
+"""Providers: one adapter module per provider kind, behind one ``Provider`` protocol (``base``).
+
+Owns how a message is handed to a provider and how its answers map to error classes.
+``registry`` builds the adapters a catalog names.
+
+May import: the shared ``app`` modules, ``streams``. Never ``app.api``, ``app.delivery`` or
+``app.ingest``.
+"""
