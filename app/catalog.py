@@ -13,9 +13,8 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from app.validation import describe
-from streams.events import Channel, PriorityName
+from streams.vocabulary import Channel, Priority
 
-CHANNELS: tuple[Channel, ...] = ("PUSH", "EMAIL", "SMS", "IN_APP")
 Name = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
 
 
@@ -58,7 +57,7 @@ class ChannelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 class TypeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     channels: Annotated[list[Channel], msgspec.Meta(min_length=1)]
-    priority: PriorityName
+    priority: Priority
     ttl_seconds: Annotated[int, msgspec.Meta(ge=1, le=30 * 86400)]
     # May a recipient switch this type off? An OTP may not.
     opt_out: bool

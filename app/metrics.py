@@ -1,9 +1,10 @@
 """What Clarion measures, where it is recorded, and how an operator reads it.
 
-Counters and histograms (``streams.metrics``) are recorded where things happen: a delivery's
-outcome in the worker, opt-outs at intake, every HTTP request in ``HttpMetrics``. Gauges of
-the backlog (``streams.backlog``) are read live from Redis when asked. ``read_snapshot``
-gathers both; ``/metrics``, ``GET /v1/ops/lag`` and ``clarion status`` all show one.
+Counters and histograms (``streams.metrics_recorder``) are recorded where things happen: a
+delivery's outcome in the worker, opt-outs at ingest, every HTTP request in
+``app.api.http_metrics``. Gauges of the backlog (``streams.backlog``) are read live from
+Redis when asked. ``read_snapshot`` gathers both; ``/metrics``, ``GET /v1/ops/lag`` and
+``clarion status`` all show one.
 """
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
-from projections.projector import GROUP as PROJECTOR_GROUP
 from streams.backlog import Backlog, read_backlog
-from streams.delivery import Outcome
+from streams.consumer_groups import PROJECTOR_GROUP
+from streams.delivery_store import Outcome
 from streams.keys import KeySpace
-from streams.metrics import (
+from streams.metrics_recorder import (
     CounterSpec,
     HistogramSpec,
     HistogramTotals,
@@ -127,7 +128,7 @@ class Snapshot:
 async def read_snapshot(redis: Redis, keys: KeySpace) -> Snapshot:
     """Read every figure from Redis: works in any process, also while the API is down."""
     backlog, counters, histograms = await asyncio.gather(
-        read_backlog(redis, keys, events_group=PROJECTOR_GROUP),
+        read_backlog(redis, keys),
         read_counters(redis, keys, COUNTERS),
         read_histograms(redis, keys, HISTOGRAMS),
     )

@@ -178,7 +178,6 @@ async def run(count: int, prefix: str) -> dict[str, Any]:
         StreamRetention(policy.stream, 0, policy.groups)
         for policy in policies(
             keys,
-            projector_group=PROJECTOR_GROUP,
             stream_retention_ms=0,
             dlq_retention_ms=settings.dlq_retention_seconds * 1000,
         )

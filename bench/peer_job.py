@@ -27,10 +27,11 @@ from redis.asyncio import Redis
 from app.catalog import Catalog, RetryPolicy, load_catalog
 from app.delivery.rendering import render
 from app.delivery.retry_policy import may_retry, retry_delay
-from app.providers.base import ErrorClass, Message, ProviderError
+from app.providers.base import Message, ProviderError
 from app.providers.sandbox import SandboxProvider
 from streams.ids import new_id
 from streams.keys import KeySpace
+from streams.vocabulary import ErrorClass
 from streams.work_items import WorkItem
 
 NOTIFICATION_TYPE: Final = "order_confirmed"

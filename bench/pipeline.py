@@ -79,7 +79,8 @@ from bench.ingest import (
     write_result,
 )
 from streams import codec
-from streams.keys import KeySpace, Priority
+from streams.keys import KeySpace
+from streams.vocabulary import Priority
 
 API_KEY = "bench-secret-key"
 BATCH_PATH = "/v1/notifications/batch"

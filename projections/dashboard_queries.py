@@ -14,9 +14,16 @@ from typing import Any
 import asyncpg
 import msgspec
 
-# A delivery has ended when nothing more will be tried: sent (and maybe confirmed), failed,
-# or expired. Suppressed deliveries were never attempted and count for neither side.
-ENDED_STATUSES = ("SENT", "DELIVERED", "FAILED", "EXPIRED")
+from streams.delivery_state import DeliveryStatus
+
+# The statuses a failure rate is taken over: every terminal one but SUPPRESSED, whose
+# deliveries were never meant to be attempted and count for neither side.
+RATED_STATUSES: tuple[DeliveryStatus, ...] = (
+    DeliveryStatus.SENT,
+    DeliveryStatus.DELIVERED,
+    DeliveryStatus.FAILED,
+    DeliveryStatus.EXPIRED,
+)
 FAILED_LIMIT = 100
 
 _FAILURE_RATES = """
@@ -157,7 +164,7 @@ class Timeline:
 async def failure_rates(pool: asyncpg.Pool, producer: str) -> list[ChannelFailureRate]:
     """Per channel: FAILED and all ended deliveries over the last hour and the last day."""
     async with pool.acquire() as connection:
-        rows = await connection.fetch(_FAILURE_RATES, producer, list(ENDED_STATUSES))
+        rows = await connection.fetch(_FAILURE_RATES, producer, list(RATED_STATUSES))
     return [
         ChannelFailureRate(
             channel=row["channel"] or "?",

@@ -16,24 +16,16 @@ import asyncpg
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from projections.projector import GROUP
+from streams.consumer_groups import PROJECTOR_GROUP
+from streams.delivery_state import DeliveryStatus
 from streams.keys import KeySpace
 
 # Every status a delivery can have (SENDING only in the write model, while a worker holds it).
-DELIVERY_STATUSES = (
-    "QUEUED",
-    "SCHEDULED",
-    "SENDING",
-    "SENT",
-    "FAILED",
-    "EXPIRED",
-    "SUPPRESSED",
-    "DELIVERED",
-)
+DELIVERY_STATUSES: tuple[DeliveryStatus, ...] = tuple(DeliveryStatus)
 # Statuses are written into the SQL as literals (each its own prepared statement): the
 # planner can then use the partial index of FAILED rows, which a $n parameter would hide
 # from a generic plan. Only these fixed strings ever reach the SQL text.
-_STATUS_LITERALS = {status: f"'{status}'" for status in DELIVERY_STATUSES}
+_STATUS_LITERALS: dict[str, str] = {status: f"'{status}'" for status in DELIVERY_STATUSES}
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,7 +194,7 @@ async def projection_lag_ms(redis: Redis, keys: KeySpace) -> int:
     pipe.time()
     for shard in shards:
         pipe.xinfo_groups(shard.events)
-        pipe.xpending(shard.events, GROUP)
+        pipe.xpending(shard.events, PROJECTOR_GROUP)
     replies: list[Any] = await pipe.execute(raise_on_error=False)
     now = _reply(replies[0])
     now_ms = int(now[0]) * 1000 + int(now[1]) // 1000
@@ -214,7 +206,7 @@ async def projection_lag_ms(redis: Redis, keys: KeySpace) -> int:
             continue  # no stream: nothing to project
         last_delivered = "0-0"
         for group in _reply(groups):
-            if _text(group["name"]) == GROUP:
+            if _text(group["name"]) == PROJECTOR_GROUP:
                 last_delivered = _text(group["last-delivered-id"])
         if not _missing(pending) and _reply(pending)["pending"]:
             oldest.append(_entry_ms(pending["min"]))

@@ -37,7 +37,7 @@ from redis.asyncio import Redis
 
 from projections.database import advisory_key
 from projections.partitions import PARTITION_LOCK_KEY
-from projections.projector import Rows, rows_of, write_rows
+from projections.rows import Rows, rows_of, write_rows
 from streams import codec
 from streams.keys import KeySpace
 

@@ -18,8 +18,9 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from streams.delivery import GROUP as DELIVERY_GROUP
-from streams.keys import KeySpace, Priority, ShardKeys
+from streams.consumer_groups import DELIVERY_GROUP, PROJECTOR_GROUP
+from streams.keys import KeySpace, ShardKeys
+from streams.vocabulary import Priority
 
 # When Redis cannot say how far a group is behind (``lag`` is nil after an XDEL inside the
 # unread range), the unread entries are counted, up to this many.
@@ -82,19 +83,19 @@ class _Stream:
     expected_group: str  # reported even before it exists: everything is then unread
 
 
-def _watched(keys: KeySpace, events_group: str) -> list[_Stream]:
+def _watched(keys: KeySpace) -> list[_Stream]:
     streams = []
     for shard in keys.all_shards():
-        streams.append(_Stream(shard, "events", shard.events, events_group))
+        streams.append(_Stream(shard, "events", shard.events, PROJECTOR_GROUP))
         for priority in Priority:
-            name = f"work:{priority.lower()}"
+            name = f"work:{priority.stream_name}"
             streams.append(_Stream(shard, name, shard.work(priority), DELIVERY_GROUP))
     return streams
 
 
-async def read_backlog(redis: Redis, keys: KeySpace, *, events_group: str) -> Backlog:
-    """The backlog of every shard; ``events_group`` is the projector's group on ``events``."""
-    streams = _watched(keys, events_group)
+async def read_backlog(redis: Redis, keys: KeySpace) -> Backlog:
+    """The backlog of every shard."""
+    streams = _watched(keys)
     pipe = redis.pipeline(transaction=False)
     pipe.time()
     for stream in streams:

@@ -14,16 +14,14 @@ so a projection applies each change once and in order.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal, get_args
+from typing import Literal
 
 import msgspec
 
-Channel = Literal["PUSH", "EMAIL", "SMS", "IN_APP"]
-PriorityName = Literal["HIGH", "NORMAL", "LOW"]
-ErrorClass = Literal["TRANSIENT", "PERMANENT", "POISON", "BUG"]
+from streams.vocabulary import Channel, ErrorClass, Priority
+
 SuppressReason = Literal["no_address", "opted_out", "invalid_address"]
 DeferReason = Literal["quiet_hours", "rate_limited"]
-ERROR_CLASSES: tuple[str, ...] = get_args(ErrorClass)
 
 
 class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
@@ -45,7 +43,7 @@ class NotificationAccepted(Event, frozen=True, kw_only=True):
     producer: str
     idempotency_key: str
     notification_type: str
-    priority: PriorityName
+    priority: Priority
     recipient_id: str
     locale: str
     expires_at: datetime
@@ -54,7 +52,7 @@ class NotificationAccepted(Event, frozen=True, kw_only=True):
 
 class DeliveryQueued(DeliveryEvent, frozen=True, kw_only=True):
     channel: Channel
-    priority: PriorityName
+    priority: Priority
     attempt: int = 0
 
 

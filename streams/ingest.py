@@ -20,32 +20,27 @@ from streams import codec, scripts
 from streams.batching import BatchedScript
 from streams.keys import ShardKeys
 from streams.recipient_settings import RecipientSettings
-from streams.scripts import KeyOrArg
-
-Target = Literal["high", "normal", "low", "delayed"]
-Field = KeyOrArg
-
-
-# The work stream a queued delivery of each priority goes to.
-WORK_TARGETS: dict[str, Target] = {"HIGH": "high", "NORMAL": "normal", "LOW": "low"}
+from streams.scripts import Call, KeyOrArg
+from streams.vocabulary import Priority
 
 
 class PlannedWork(msgspec.Struct, frozen=True):
-    """A work item to add to a work stream, or a ``delayed`` member (see ``scheduler``) to
-    add to ``delayed`` until ``due_ms``."""
+    """A work item for its priority's work stream, or (with ``due_ms``) a ``delayed`` member
+    (see ``scheduler``) that waits in ``delayed`` until then."""
 
-    target: Target
+    priority: Priority
     item: bytes
-    due_ms: int = 0
+    due_ms: int | None = None
 
     @property
-    def destination(self) -> Field:
-        """What the ingest script is told: the work stream, or the due time for ``delayed``."""
-        return self.due_ms if self.target == "delayed" else self.target
+    def destination(self) -> KeyOrArg:
+        """What the ingest script is told: the work stream's name, or the due time."""
+        return self.priority.stream_name if self.due_ms is None else self.due_ms
 
 
 class IngestItem(msgspec.Struct, frozen=True, kw_only=True):
     shard: ShardKeys
+    priority: Priority
     producer: str
     idempotency_key: str
     notification_id: str
@@ -59,14 +54,15 @@ class IngestItem(msgspec.Struct, frozen=True, kw_only=True):
     # All events of this notification's acceptance, as one JSON array.
     events: bytes
     work: list[PlannedWork] = []
-    # Written in pipelines of their own (a HIGH notification's), see ``IngestWriter``.
-    express: bool = False
 
 
 class IngestReply(msgspec.Struct, frozen=True):
     kind: Literal["OK", "DUP", "CONFLICT", "BUSY", "STALE", "BROKEN"]
-    # DUP: the encoded record of the notification accepted first under this key.
+    # DUP: the encoded record of the notification accepted first under this key (b"" if it
+    # expired, with the key, in the moment between the script and reading it).
     record: bytes = b""
+    # DUP, as the script answers: that notification's id (the record is read after).
+    notification_id: str = ""
     settings: RecipientSettings | None = None
     # BROKEN: Redis's error about the item's key of the wrong type (nothing was written).
     error: str = ""
@@ -75,58 +71,87 @@ class IngestReply(msgspec.Struct, frozen=True):
 class IngestWriter:
     """Writes ingest items; concurrent requests share pipelines (see ``BatchedScript``).
 
-    HIGH notifications (``IngestItem.express``) travel in pipelines of their own, so an OTP
-    never waits behind a thousand-item batch that the same process is writing.
+    HIGH notifications travel in pipelines of their own, so an OTP never waits behind a
+    thousand-item batch that the same process is writing.
     """
 
     def __init__(self, redis: Redis, idempotency_ttl_ms: int, pending_ttl_ms: int) -> None:
+        self.redis = redis
+
         def writer() -> BatchedScript[int, IngestItem, IngestReply]:
             return BatchedScript(
                 redis,
                 scripts.INGEST,
                 # By shard number: an int hashes faster than the ShardKeys it stands for.
                 group_of=lambda item: item.shard.shard,
-                build=lambda _, items: _call(
+                build=lambda _, items: ingest_call(
                     items[0].shard, items, idempotency_ttl_ms, pending_ttl_ms
                 ),
                 parse=_reply,
             )
 
-        self._express, self._bulk = writer(), writer()
+        self._high, self._other = writer(), writer()
 
     async def write(self, items: Sequence[IngestItem]) -> list[IngestReply | Exception]:
         """Write ``items``; their replies in the same order, or the error of an item whose
         script call failed (nothing of that item was written)."""
-        express = [item.express for item in items]
-        if all(express):
-            return await self._express.run_settled(items)
-        if not any(express):
-            return await self._bulk.run_settled(items)
-        fast = [item for item, high in zip(items, express, strict=True) if high]
-        slow = [item for item, high in zip(items, express, strict=True) if not high]
-        fast_replies, slow_replies = await asyncio.gather(
-            self._express.run_settled(fast), self._bulk.run_settled(slow)
+        replies = await self._write(items)
+        duplicates = [
+            index
+            for index, reply in enumerate(replies)
+            if isinstance(reply, IngestReply) and reply.kind == "DUP"
+        ]
+        if duplicates:
+            await self._read_records(items, replies, duplicates)
+        return replies
+
+    async def _write(self, items: Sequence[IngestItem]) -> list[IngestReply | Exception]:
+        high = [item.priority == Priority.HIGH for item in items]
+        if all(high):
+            return await self._high.run_settled(items)
+        if not any(high):
+            return await self._other.run_settled(items)
+        first = [item for item, is_high in zip(items, high, strict=True) if is_high]
+        rest = [item for item, is_high in zip(items, high, strict=True) if not is_high]
+        first_replies, rest_replies = await asyncio.gather(
+            self._high.run_settled(first), self._other.run_settled(rest)
         )
-        fast_iter, slow_iter = iter(fast_replies), iter(slow_replies)
-        return [next(fast_iter) if high else next(slow_iter) for high in express]
+        first_iter, rest_iter = iter(first_replies), iter(rest_replies)
+        return [next(first_iter) if is_high else next(rest_iter) for is_high in high]
+
+    async def _read_records(
+        self,
+        items: Sequence[IngestItem],
+        replies: list[IngestReply | Exception],
+        duplicates: Sequence[int],
+    ) -> None:
+        """Fill in the record of the notification each repeat (DUP) was accepted as first."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for index in duplicates:
+                reply = replies[index]
+                assert isinstance(reply, IngestReply)
+                pipe.get(items[index].shard.notification(reply.notification_id))
+            records: list[bytes | None] = await pipe.execute()
+        for index, record in zip(duplicates, records, strict=True):
+            replies[index] = IngestReply("DUP", record=record or b"")
 
 
-def _call(
+def ingest_call(
     shard: ShardKeys, items: Sequence[IngestItem], idempotency_ttl_ms: int, pending_ttl_ms: int
-) -> tuple[list[Field], list[Field]]:
-    keys: list[Field] = [
-        shard.events,
-        *shard.work_streams,
-        shard.delayed,
-    ]
+) -> Call:
+    """The keys and arguments of one ``lua/ingest.lua`` call, as the script reads them.
+
+    KEYS: events, the three work streams, delayed, then per item its idempotency record,
+    notification record and recipient settings. ARGV: the idempotency record's and the
+    in-flight marker's lifetimes (ms), every item's events joined into one array and each
+    item's byte span in it (``codec.join_events``, ``codec.span_text``), then per item: its
+    idempotency record once accepted, the settings version it was planned with, its
+    notification record, its number of work items, and per work item where it goes
+    (``PlannedWork.destination``) and the item.
+    """
+    keys: list[KeyOrArg] = [shard.events, *shard.work_streams, shard.delayed]
     joined, spans = codec.join_events([item.events for item in items])
-    args: list[Field] = [
-        idempotency_ttl_ms,
-        pending_ttl_ms,
-        shard.notification(""),
-        joined,
-        codec.span_text(spans),
-    ]
+    args: list[KeyOrArg] = [idempotency_ttl_ms, pending_ttl_ms, joined, codec.span_text(spans)]
     for item in items:
         keys += [
             shard.idempotency(item.producer, item.idempotency_key),
@@ -152,7 +177,7 @@ def _reply(raw: bytes | list[bytes | list[bytes]]) -> IngestReply:
         return IngestReply(raw.decode())  # type: ignore[arg-type]
     kind = raw[0]
     if kind == b"DUP":
-        return IngestReply("DUP", record=raw[1])  # type: ignore[arg-type]
+        return IngestReply("DUP", notification_id=raw[1].decode())  # type: ignore[union-attr]
     if kind == b"BROKEN":
         return IngestReply("BROKEN", error=raw[1].decode())  # type: ignore[union-attr]
     if kind == b"STALE":

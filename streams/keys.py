@@ -9,15 +9,8 @@ from __future__ import annotations
 import functools
 import zlib
 from dataclasses import dataclass, field
-from enum import StrEnum
 
-
-class Priority(StrEnum):
-    """Delivery priority; each has its own work stream and worker lane."""
-
-    HIGH = "HIGH"
-    NORMAL = "NORMAL"
-    LOW = "LOW"
+from streams.vocabulary import Priority
 
 
 def shard_of(text: str, shards: int) -> int:
@@ -46,8 +39,8 @@ class ShardKeys:
     def events(self) -> str:
         return f"{self.tag}:events"
 
-    def work(self, priority: Priority | str) -> str:
-        return f"{self.tag}:work:{priority.lower()}"
+    def work(self, priority: Priority) -> str:
+        return f"{self.tag}:work:{priority.stream_name}"
 
     @property
     def work_streams(self) -> list[str]:
@@ -122,7 +115,7 @@ class KeySpace:
 
     def metric(self, name: str) -> str:
         """The hash holding one metric's counts, summed over every process (see
-        ``streams.metrics``). Global: all metric hashes share a hash tag of their own."""
+        ``streams.metrics_recorder``). Global: all metric hashes share a hash tag of their own."""
         return f"{self.prefix}:{{metrics}}:{name}"
 
     def rate_bucket(self, provider: str, lane: str = "total") -> str:

@@ -20,16 +20,15 @@ from typing import Any
 from redis.asyncio import Redis
 
 from streams import scripts
-from streams.batching import BatchedScript, Call
+from streams.batching import BatchedScript
 from streams.keys import KeySpace
+from streams.scripts import Call, KeyOrArg
+from streams.vocabulary import Priority
 
-# The letter each priority has in the script's arguments (one character per request keeps a
-# batch's arguments to a single short string).
-_PRIORITY_LETTERS = {"HIGH": "H", "NORMAL": "N", "LOW": "L"}
 _US_PER_SECOND = 1_000_000
 
-# (provider, rate, priority letter)
-_Request = tuple[str, "Rate", str]
+# (provider, rate, priority)
+_Request = tuple[str, "Rate", Priority]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,22 +63,22 @@ class RateLimiter:
             redis,
             scripts.RATE_LIMIT,
             group_of=_group_of,
-            build=self._build,
+            build=lambda group, requests: rate_limit_call(keys, *group, requests),
             parse=_seconds,
             # A request costs the script a few table lookups: large calls are cheap.
             chunk=chunk,
         )
 
-    async def acquire(self, provider: str, rate: Rate, priority: str) -> float:
+    async def acquire(self, provider: str, rate: Rate, priority: Priority) -> float:
         """Take one send of ``priority`` (HIGH, NORMAL or LOW) through ``provider``.
 
         Returns 0.0 when granted, else the seconds until it would be granted (nothing was
         taken then; other requests may still take the slot first).
         """
-        [wait] = await self._script.run([(provider, rate, _letter(priority))])
+        [wait] = await self._script.run([(provider, rate, _priority(priority))])
         return wait
 
-    async def acquire_many(self, requests: Sequence[tuple[str, Rate, str]]) -> list[float]:
+    async def acquire_many(self, requests: Sequence[_Request]) -> list[float]:
         """Take a send for each (provider, rate, priority), granting or denying each in order.
 
         Returns, per request in the same order, 0.0 when granted, else the seconds until it
@@ -88,29 +87,41 @@ class RateLimiter:
         """
         if not requests:
             return []
+        # Checked before a request is queued: a bad one must fail its caller, not the batch.
         return await self._script.run(
-            [(provider, rate, _letter(priority)) for provider, rate, priority in requests]
+            [(provider, rate, _priority(priority)) for provider, rate, priority in requests]
         )
 
-    def _build(self, group: tuple[str, Rate], requests: Sequence[_Request]) -> Call:
-        provider, rate = group
-        bucket = self.keys.rate_bucket
-        keys: list[Any] = [bucket(provider), bucket(provider, "normal"), bucket(provider, "low")]
-        args: list[Any] = [
-            repr(float(rate.per_second)),
-            rate.burst,
-            repr(float(rate.normal_share)),
-            repr(float(rate.low_share)),
-            "".join(letter for _, _, letter in requests),
-        ]
-        return keys, args
+
+def rate_limit_call(
+    keys: KeySpace, provider: str, rate: Rate, requests: Sequence[_Request]
+) -> Call:
+    """The keys and arguments of one ``lua/rate_limit.lua`` call: one credential's requests.
+
+    KEYS: the credential's total, NORMAL and LOW buckets (one hash tag). ARGV: per_second,
+    burst, normal_share, low_share, then the requests' priorities as one string of letters
+    (``Priority.letter``), in order.
+    """
+    bucket = keys.rate_bucket
+    script_keys: list[KeyOrArg] = [
+        bucket(provider),
+        bucket(provider, "normal"),
+        bucket(provider, "low"),
+    ]
+    args: list[KeyOrArg] = [
+        repr(float(rate.per_second)),
+        rate.burst,
+        repr(float(rate.normal_share)),
+        repr(float(rate.low_share)),
+        "".join(priority.letter for _, _, priority in requests),
+    ]
+    return script_keys, args
 
 
-def _letter(priority: str) -> str:
-    # Checked before a request is queued: a bad one must fail its caller, not the batch.
+def _priority(priority: str) -> Priority:
     try:
-        return _PRIORITY_LETTERS[priority]
-    except KeyError:
+        return Priority(priority)
+    except ValueError:
         raise ValueError(f"unknown priority {priority!r}") from None
 
 

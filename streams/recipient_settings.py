@@ -21,20 +21,21 @@ from redis.asyncio import Redis
 
 from streams import codec, scripts
 from streams.events import (
-    Channel,
     Event,
     PreferenceChanged,
     PreferenceEntry,
     QuietHoursSetting,
     RecipientAddressInvalidated,
 )
-from streams.keys import KeySpace
+from streams.keys import KeySpace, ShardKeys
+from streams.scripts import Call
+from streams.vocabulary import Channel
 
 _quiet_hours_decoder = msgspec.json.Decoder(QuietHoursSetting)
 
 # Channels quiet hours never hold back: IN_APP lands silently in an inbox, while quiet hours
 # guard against buzzing phones and inboxes. HIGH deliveries are never held back either.
-QUIET_HOURS_EXEMPT: frozenset[Channel] = frozenset({"IN_APP"})
+QUIET_HOURS_EXEMPT: frozenset[Channel] = frozenset({Channel.IN_APP})
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,11 +159,16 @@ class RecipientSettingsStore:
             current = await self.get(recipient_id)
             new_version = current.version + 1
             event = event_of(new_version)
-            reply = await scripts.RECIPIENT_SETTINGS(
-                self.redis,
-                [home.recipient(recipient_id), home.events],
-                [current.version, new_version, change, payload, codec.encode_events([event])],
+            call = recipient_settings_call(
+                home,
+                recipient_id,
+                change,
+                payload,
+                expected_version=current.version,
+                new_version=new_version,
+                event=event,
             )
+            reply = await scripts.RECIPIENT_SETTINGS(self.redis, *call)
             if reply == b"OK":
                 break
         # Copies on the other shards take the home shard's whole hash; one already as new
@@ -175,14 +181,42 @@ class RecipientSettingsStore:
             await scripts.RECIPIENT_SETTINGS.run_many(
                 self.redis,
                 [
-                    (
-                        [shard.recipient(recipient_id), shard.events],
-                        [0, version, "copy", json.dumps(flat), ""],
+                    recipient_settings_call(
+                        shard,
+                        recipient_id,
+                        "copy",
+                        json.dumps(flat),
+                        expected_version=0,
+                        new_version=version,
                     )
                     for shard in copies
                 ],
             )
         return RecipientSettings.from_hash(home_hash)
+
+
+def recipient_settings_call(
+    shard: ShardKeys,
+    recipient_id: str,
+    change: str,
+    payload: str,
+    *,
+    expected_version: int,
+    new_version: int,
+    event: Event | None = None,
+) -> Call:
+    """The keys and arguments of one ``lua/recipient_settings.lua`` call.
+
+    KEYS: the recipient's settings on ``shard``, that shard's events. ARGV: the version the
+    home shard's copy must have (0 for a copy), the new version, the change
+    (preferences, quiet_hours, quiet_hours_off, invalid_address or copy), its payload, and
+    the encoded event the home shard records ("" for a copy).
+    """
+    encoded = codec.encode_events([event]) if event is not None else ""
+    return (
+        [shard.recipient(recipient_id), shard.events],
+        [expected_version, new_version, change, payload, encoded],
+    )
 
 
 def _text(value: bytes | str) -> str:

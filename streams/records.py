@@ -9,20 +9,21 @@ from __future__ import annotations
 
 import msgspec
 
-from streams.events import Channel, PriorityName
+from streams.delivery_state import DeliveryStatus
+from streams.vocabulary import Channel, Priority
 
 
 class DeliveryAtAcceptance(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     id: str
     channel: Channel
-    status: str
+    status: DeliveryStatus
     reason: str = ""
 
 
 class NotificationRecord(msgspec.Struct, frozen=True, kw_only=True):
     id: str
     type: str
-    priority: PriorityName
+    priority: Priority
     recipient_id: str
     producer: str
     created_ms: int

@@ -23,8 +23,9 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from streams import scripts
-from streams.delivery import GROUP as DELIVERY_GROUP
-from streams.keys import KeySpace, Priority
+from streams.consumer_groups import DELIVERY_GROUP, PROJECTOR_GROUP
+from streams.keys import KeySpace
+from streams.scripts import Call
 
 log = structlog.get_logger(__name__)
 
@@ -55,18 +56,15 @@ class Trimmed:
 
 
 def policies(
-    keys: KeySpace, *, projector_group: str, stream_retention_ms: int, dlq_retention_ms: int
+    keys: KeySpace, *, stream_retention_ms: int, dlq_retention_ms: int
 ) -> list[StreamRetention]:
-    """The retention of every stream of a deployment.
-
-    ``projector_group`` is passed in because the projector lives above this package.
-    """
+    """The retention of every stream of a deployment."""
     found: list[StreamRetention] = []
     for shard in keys.all_shards():
-        found.append(StreamRetention(shard.events, stream_retention_ms, (projector_group,)))
+        found.append(StreamRetention(shard.events, stream_retention_ms, (PROJECTOR_GROUP,)))
         found += [
-            StreamRetention(shard.work(priority), stream_retention_ms, (DELIVERY_GROUP,))
-            for priority in Priority
+            StreamRetention(stream, stream_retention_ms, (DELIVERY_GROUP,))
+            for stream in shard.work_streams
         ]
         found.append(StreamRetention(shard.dlq, dlq_retention_ms, marks=shard.dlq_resolved))
     found.append(StreamRetention(keys.sandbox_sent, stream_retention_ms))
@@ -75,13 +73,20 @@ def policies(
 
 async def trim(redis: Redis, policy: StreamRetention) -> Trimmed:
     """Trim one stream to what its groups still need and its retention keeps."""
-    removed, kept_from, missing = await scripts.TRIM_STREAM(
-        redis, [policy.stream], [policy.retention_ms, *policy.groups]
-    )
+    removed, kept_from, missing = await scripts.TRIM_STREAM(redis, *trim_stream_call(policy))
     marks_removed = 0
     if policy.marks and int(removed):
         marks_removed = await forget_marks(redis, policy.marks, _text(kept_from))
     return Trimmed(policy.stream, int(removed), _text(kept_from), _text(missing), marks_removed)
+
+
+def trim_stream_call(policy: StreamRetention) -> Call:
+    """The keys and arguments of one ``lua/trim_stream.lua`` call.
+
+    KEYS: the stream. ARGV: its retention (ms), then the groups that must exist before
+    anything is trimmed.
+    """
+    return [policy.stream], [policy.retention_ms, *policy.groups]
 
 
 async def forget_marks(redis: Redis, marks: str, kept_from: str) -> int:

@@ -1,7 +1,8 @@
 """The ``delayed`` set: work items waiting for a retry, a rate-limit slot or quiet hours.
 
-A member is ``"<high|normal|low> <encoded work item>"`` scored by its due time in ms; the
-prefix names the work stream it returns to. ``move_due`` moves what is due atomically.
+A member is ``"<high|normal|low> <encoded work item>"`` (``Priority.stream_name``) scored by
+its due time in ms; the prefix names the work stream it returns to. ``move_due`` moves what
+is due, by the Redis clock, atomically (``lua/schedule_due.lua``).
 """
 
 from __future__ import annotations
@@ -12,11 +13,15 @@ from redis.asyncio import Redis
 
 from streams import scripts
 from streams.keys import ShardKeys
+from streams.scripts import Call
+from streams.vocabulary import Priority
+
+MOVE_LIMIT = 1000  # members one call moves at most
 
 
-def delayed_member(priority: str, work_item: bytes) -> bytes:
+def delayed_member(priority: Priority, work_item: bytes) -> bytes:
     """The ``delayed`` member of a work item that returns to ``priority``'s stream."""
-    return priority.lower().encode() + b" " + work_item
+    return priority.stream_name.encode() + b" " + work_item
 
 
 def work_item_of_member(member: bytes) -> bytes:
@@ -27,20 +32,22 @@ def work_item_of_member(member: bytes) -> bytes:
 @dataclass(frozen=True, slots=True)
 class Moved:
     count: int
-    # When the next member is due (ms since the epoch), or None when nothing waits.
-    next_due_ms: int | None
+    # How long until the next member is due (ms, 0 if it is due already), or None when
+    # nothing waits.
+    next_due_in_ms: int | None
 
 
-async def move_due(redis: Redis, shard: ShardKeys, now_ms: int, limit: int = 1000) -> Moved:
-    """Move up to ``limit`` members due at ``now_ms`` back to their work streams."""
-    count, next_due = await scripts.SCHEDULE_DUE(
-        redis,
-        [
-            shard.delayed,
-            *shard.work_streams,
-            shard.dlq,
-        ],
-        [now_ms, limit],
-    )
-    due = int(float(next_due))
-    return Moved(int(count), None if due < 0 else due)
+async def move_due(redis: Redis, shard: ShardKeys, limit: int = MOVE_LIMIT) -> Moved:
+    """Move up to ``limit`` members that are due back to their work streams."""
+    count, next_due_in = await scripts.SCHEDULE_DUE(redis, *schedule_due_call(shard, limit))
+    wait = int(next_due_in)
+    return Moved(int(count), None if wait < 0 else wait)
+
+
+def schedule_due_call(shard: ShardKeys, limit: int) -> Call:
+    """The keys and arguments of one ``lua/schedule_due.lua`` call.
+
+    KEYS: delayed, the three work streams, dlq (for a member it cannot read). ARGV: the most
+    members to move.
+    """
+    return [shard.delayed, *shard.work_streams, shard.dlq], [limit]

@@ -1,4 +1,13 @@
-"""Lua scripts kept as ``.lua`` files beside this module, loaded once and called by SHA.
+"""Every Lua script Clarion runs, registered here: ``.lua`` files beside this module, loaded
+once and called by SHA.
+
+Redis gives a script no way to load another, so ``lua/shared.lua`` (the delivery statuses,
+the Redis clock, the argument reader, the work-stream table, ...) is put in front of every
+script's own source. Each script declares every key it touches in KEYS (one hash tag, so
+the same code runs on a Redis Cluster), and its keys and arguments are laid out by one
+Python function, named after it with ``_call`` (for example ``ingest_call`` in
+``streams.ingest`` for ``INGEST``); ``tests/integration/test_scripts.py`` runs each of those
+against its script as a Redis user allowed to touch only the declared keys.
 
 After a Redis restart (or SCRIPT FLUSH) the first call gets NOSCRIPT; the script is then
 loaded again and the call repeated, which is safe because a NOSCRIPT call ran nothing.
@@ -15,24 +24,24 @@ from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
 
 KeyOrArg = str | bytes | int | float
+# One script call: its keys and its arguments.
+Call = tuple[list[KeyOrArg], list[KeyOrArg]]
 # Reloads after NOSCRIPT before giving up: a second flush can land between load and retry.
 _LOAD_ATTEMPTS = 3
 
 
-def _lua(name: str) -> str:
+def lua_source(name: str) -> str:
+    """The text of ``lua/<name>.lua``."""
     return resources.files("streams").joinpath(f"lua/{name}.lua").read_text()
 
 
 class LuaScript:
-    """One Lua script, called by SHA with a transparent reload on NOSCRIPT.
+    """One Lua script (``lua/shared.lua`` in front of its own source), called by SHA with a
+    transparent reload on NOSCRIPT."""
 
-    With ``shared``, the functions of ``lua/shared.lua`` come in front of the script's own
-    source: Redis gives a script no way to load another.
-    """
-
-    def __init__(self, name: str, *, shared: bool = False) -> None:
+    def __init__(self, name: str) -> None:
         self.name = name
-        self.source = (_lua("shared") + "\n" if shared else "") + _lua(name)
+        self.source = lua_source("shared") + "\n" + lua_source(name)
         self.sha = hashlib.sha1(self.source.encode(), usedforsecurity=False).hexdigest()
 
     async def __call__(
@@ -85,12 +94,26 @@ class LuaScript:
         return list(await pipe.execute(raise_on_error=False))
 
 
-INGEST = LuaScript("ingest", shared=True)
-DELIVERY_BEGIN = LuaScript("delivery_begin")
-DELIVERY_FINISH = LuaScript("delivery_finish", shared=True)
-DEAD_LETTER_RAW = LuaScript("dead_letter_raw")
-SCHEDULE_DUE = LuaScript("schedule_due")
-RECIPIENT_SETTINGS = LuaScript("recipient_settings")
-SANDBOX_SEND = LuaScript("sandbox_send")
-RATE_LIMIT = LuaScript("rate_limit")
-TRIM_STREAM = LuaScript("trim_stream")
+# Every script, and the function that lays out its call.
+INGEST = LuaScript("ingest")  # streams.ingest.ingest_call
+DELIVERY_BEGIN = LuaScript("delivery_begin")  # streams.delivery_store.delivery_begin_call
+DELIVERY_FINISH = LuaScript("delivery_finish")  # streams.delivery_store.delivery_finish_call
+DEAD_LETTER_RAW = LuaScript("dead_letter_raw")  # streams.delivery_store.dead_letter_raw_call
+SCHEDULE_DUE = LuaScript("schedule_due")  # streams.scheduler.schedule_due_call
+RECIPIENT_SETTINGS = LuaScript("recipient_settings")  # streams.recipient_settings.…_call
+SANDBOX_SEND = LuaScript("sandbox_send")  # streams.sandbox_record.sandbox_send_call
+RATE_LIMIT = LuaScript("rate_limit")  # streams.rate_limiter.rate_limit_call
+TRIM_STREAM = LuaScript("trim_stream")  # streams.retention.trim_stream_call
+DLQ_REPLAY = LuaScript("dlq_replay")  # streams.dlq.replay.dlq_replay_call
+ALL: tuple[LuaScript, ...] = (
+    INGEST,
+    DELIVERY_BEGIN,
+    DELIVERY_FINISH,
+    DEAD_LETTER_RAW,
+    SCHEDULE_DUE,
+    RECIPIENT_SETTINGS,
+    SANDBOX_SEND,
+    RATE_LIMIT,
+    TRIM_STREAM,
+    DLQ_REPLAY,
+)

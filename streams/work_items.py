@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from streams.events import Channel, PriorityName
+from streams.vocabulary import Channel, Priority
 
 
 class WorkItem(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
@@ -20,7 +20,7 @@ class WorkItem(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     notification_id: str
     notification_type: str
     channel: Channel
-    priority: PriorityName
+    priority: Priority
     recipient_id: str
     address: str
     locale: str

@@ -29,7 +29,7 @@ from app.ingest.fanout import Planner, utc_now
 from app.ingest.ingestor import Ingestor
 from app.settings import Settings
 from streams.keys import KeySpace
-from streams.metrics import MetricsRecorder
+from streams.metrics_recorder import MetricsRecorder
 from streams.recipient_settings import RecipientSettingsStore
 
 

@@ -12,7 +12,6 @@ and ``key_space`` (the dead-letter streams), and ``catalog`` (type names for the
 from __future__ import annotations
 
 import time
-import typing
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -38,8 +37,8 @@ from redis.exceptions import RedisError
 from app.api.auth import authorize
 from app.api.status import ReadModel
 from projections.dashboard_queries import (
-    ENDED_STATUSES,
     FAILED_LIMIT,
+    RATED_STATUSES,
     ChannelFailureRate,
     FailureFilter,
     failed_deliveries,
@@ -47,14 +46,13 @@ from projections.dashboard_queries import (
     failures_by_error_class,
     timeline,
 )
-from streams.events import ERROR_CLASSES, Channel
 from streams.keys import KeySpace
+from streams.vocabulary import CHANNELS, ERROR_CLASSES
 
 log = structlog.get_logger(__name__)
 
 Req = Request[Any, Any, State]
 
-CHANNELS: tuple[str, ...] = typing.get_args(Channel)
 _MAX_FILTER = 255
 READ_MODEL_UNAVAILABLE = "the read model (PostgreSQL) is unavailable; retry shortly"
 # Fields every event has, shown in their own columns of the timeline.
@@ -256,7 +254,7 @@ async def dashboard(
         channels=CHANNELS,
         error_classes=ERROR_CLASSES,
         type_names=_type_names(request.app.state),
-        ended_statuses=ENDED_STATUSES,
+        ended_statuses=RATED_STATUSES,
         dlq=dlq,
         generated_at=datetime.fromtimestamp(now, UTC),
     )

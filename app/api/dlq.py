@@ -7,7 +7,6 @@ admin key is an operator's). Views never show a recipient address or template da
 
 from __future__ import annotations
 
-import time
 from typing import Annotated, Any
 
 import structlog
@@ -25,7 +24,6 @@ from app.api.params import query_schema
 from app.catalog import Catalog
 from app.ingest import quiet_hours
 from app.operations.dlq import (
-    CHANNELS,
     DEFAULT_SAMPLES,
     MAX_SAMPLES,
     DlqRequestError,
@@ -38,9 +36,10 @@ from app.operations.dlq import (
     selection,
     summary_view,
 )
-from streams import dead_letters
-from streams.events import ERROR_CLASSES
+from streams.dlq.replay import replay
+from streams.dlq.scan import summarize
 from streams.keys import KeySpace
+from streams.vocabulary import CHANNELS, ERROR_CLASSES
 
 log = structlog.get_logger(__name__)
 
@@ -117,7 +116,7 @@ async def get_dlq(
         raise ClientException(status_code=422, detail=str(error)) from None
     redis: Redis = request.app.state.redis
     keys: KeySpace = request.app.state.key_space
-    return summary_view(await dead_letters.summarize(redis, keys, chosen, samples=count))
+    return summary_view(await summarize(redis, keys, chosen, samples=count))
 
 
 @post(
@@ -144,16 +143,14 @@ async def replay_dlq(request: Req) -> ReplayView:
         raise ClientException(status_code=422, detail=str(error)) from None
     redis: Redis = request.app.state.redis
     keys: KeySpace = request.app.state.key_space
-    report = await dead_letters.replay(
-        redis, keys, order, time.time_ns() // 1_000_000, quiet_hours.window_end
-    )
+    report = await replay(redis, keys, order, quiet_hours.window_end)
     if not order.dry_run:
-        for verdict in report.replayed:
+        for result in report.replayed:
             log.info(
                 "dlq.delivery_replayed",
-                delivery_id=verdict.letter.delivery_id,
-                notification_id=verdict.letter.notification_id,
-                entry_id=verdict.letter.entry_id,
+                delivery_id=result.letter.delivery_id,
+                notification_id=result.letter.notification_id,
+                entry_id=result.letter.entry_id,
                 operator=order.operator,
             )
     log.info(

@@ -8,8 +8,9 @@ from typing import Annotated
 import msgspec
 
 from app.ingest.requests import NotificationRequest
-from streams.events import Channel, PreferenceEntry
+from streams.events import PreferenceEntry
 from streams.records import DeliveryAtAcceptance
+from streams.vocabulary import Channel
 
 
 class BatchItem(NotificationRequest, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -35,15 +35,14 @@ from app.api.schemas import DeliveryListItem, DeliveryPage, DeliveryStatus, Noti
 from projections import queries
 from projections.database import DatabaseNotReady
 from projections.queries import DELIVERY_STATUSES, DeliveryFilter, DeliveryRow, NotificationRow
-from streams.events import ERROR_CLASSES, Channel
 from streams.ids import is_uuid
 from streams.keys import KeySpace
 from streams.records import NotificationRecord, decode_record
+from streams.vocabulary import CHANNELS, ERROR_CLASSES
 
 log = structlog.get_logger(__name__)
 
 Req = Request[Any, Any, State]
-CHANNELS: tuple[Channel, ...] = ("PUSH", "EMAIL", "SMS", "IN_APP")
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
 MAX_TYPE_LENGTH = 64

@@ -9,7 +9,6 @@ answer).
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -20,13 +19,12 @@ from redis.exceptions import RedisError
 from app.catalog import Catalog, CatalogError, load_catalog
 from app.ingest import quiet_hours
 from app.operations.dlq import (
-    CHANNELS,
     DEFAULT_SAMPLES,
     DlqRequestError,
     DlqSummaryView,
     ReplayBody,
+    ReplayResultView,
     ReplayView,
-    VerdictView,
     replay_order,
     replay_view,
     samples_count,
@@ -35,10 +33,11 @@ from app.operations.dlq import (
 )
 from app.processes.clients import redis_client
 from app.settings import Settings, SettingsError
-from streams import dead_letters
-from streams.dead_letters import MAX_REPLAY, ReplayOrder, Selection
-from streams.events import ERROR_CLASSES
+from streams.dlq.replay import MAX_REPLAY, ReplayOrder
+from streams.dlq.replay import replay as replay_dead_letters
+from streams.dlq.scan import Selection, summarize
 from streams.keys import KeySpace
+from streams.vocabulary import CHANNELS, ERROR_CLASSES
 
 
 def _environment() -> tuple[Settings, Catalog]:
@@ -159,7 +158,7 @@ async def _summarize(settings: Settings, chosen: Selection, samples: int) -> Dlq
     redis = redis_client(settings)
     keys = KeySpace(settings.key_prefix, settings.shards)
     try:
-        return summary_view(await dead_letters.summarize(redis, keys, chosen, samples=samples))
+        return summary_view(await summarize(redis, keys, chosen, samples=samples))
     except (RedisError, OSError) as error:
         raise click.ClickException(f"cannot read Redis at {settings.redis_url}: {error}") from None
     finally:
@@ -170,9 +169,7 @@ async def _replay(settings: Settings, order: ReplayOrder) -> ReplayView:
     redis = redis_client(settings)
     keys = KeySpace(settings.key_prefix, settings.shards)
     try:
-        report = await dead_letters.replay(
-            redis, keys, order, time.time_ns() // 1_000_000, quiet_hours.window_end
-        )
+        report = await replay_dead_letters(redis, keys, order, quiet_hours.window_end)
     except (RedisError, OSError) as error:
         raise click.ClickException(f"cannot use Redis at {settings.redis_url}: {error}") from None
     finally:
@@ -223,21 +220,21 @@ def _replay_lines(view: ReplayView) -> list[str]:
     ]
     if view.truncated:
         lines.append("(stopped after the scan limit before the end of the range: run again)")
-    rows = [_verdict_row(v) for v in [*view.replayed, *view.skipped]]
+    rows = [_result_row(v) for v in [*view.replayed, *view.skipped]]
     if rows:
         headers = ["OUTCOME", "DELIVERY", "TYPE", "CHANNEL", "CLASS", "DETAIL"]
         lines += ["", *_table(headers, rows)]
     return lines
 
 
-def _verdict_row(verdict: VerdictView) -> list[str]:
+def _result_row(result: ReplayResultView) -> list[str]:
     return [
-        verdict.outcome,
-        verdict.delivery_id or f"(entry {verdict.entry_id})",
-        verdict.type or "-",
-        verdict.channel or "-",
-        verdict.error_class,
-        verdict.detail,
+        result.outcome,
+        result.delivery_id or f"(entry {result.entry_id})",
+        result.type or "-",
+        result.channel or "-",
+        result.error_class,
+        result.detail,
     ]
 
 

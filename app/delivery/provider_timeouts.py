@@ -1,4 +1,4 @@
-"""Time limits for provider calls: one watchdog for all of a worker's concurrent sends.
+"""Time limits of provider calls: one watchdog for all of a worker's concurrent sends.
 
 ``asyncio.timeout`` arms and disarms a loop timer for every call; in a delivery worker that
 was one of the largest costs per delivery besides the send itself. A worker has up to a
@@ -19,7 +19,7 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-class Deadlines:
+class ProviderTimeouts:
     """Limits on how long tasks may take, checked by ``run`` every ``tick_s`` seconds."""
 
     def __init__(self, tick_s: float = 0.05) -> None:
@@ -44,7 +44,7 @@ class Deadlines:
         """Limit the current task to ``seconds`` from now; the task, for ``_finish``."""
         task = asyncio.current_task()
         if task is None:
-            raise RuntimeError("Deadlines.limit must be awaited by a task")
+            raise RuntimeError("ProviderTimeouts.limit must be awaited by a task")
         self._due[task] = asyncio.get_running_loop().time() + seconds
         return task
 

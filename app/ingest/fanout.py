@@ -16,18 +16,17 @@ from app.catalog import Catalog
 from app.ingest.quiet_hours import window_end
 from app.ingest.requests import Accepted, NotificationRequest
 from streams import codec
+from streams.delivery_state import DeliveryStatus
 from streams.events import (
-    Channel,
     DeliveryDeferred,
     DeliveryExpired,
     DeliveryQueued,
     DeliverySuppressed,
     Event,
     NotificationAccepted,
-    PriorityName,
 )
 from streams.ids import new_ids
-from streams.ingest import WORK_TARGETS, IngestItem, PlannedWork
+from streams.ingest import IngestItem, PlannedWork
 from streams.keys import ShardKeys
 from streams.recipient_settings import QUIET_HOURS_EXEMPT, RecipientSettings, address_digest
 from streams.records import (
@@ -37,6 +36,7 @@ from streams.records import (
     encode_record,
 )
 from streams.scheduler import delayed_member
+from streams.vocabulary import Channel, Priority
 from streams.work_items import WorkItem
 
 _canonical = msgspec.json.Encoder(order="sorted")
@@ -201,129 +201,164 @@ class Planner:
         request_fingerprint: str | None = None,
     ) -> IngestItem:
         """Everything the ingest script writes for this request."""
-        type_name = request.type
-        type_config = self.catalog.types[type_name]
-        priority: PriorityName = request.priority or type_config.priority
-        locale = request.locale or self.catalog.default_locale
-        moment = self._moment_of(now)
-        now_ms = moment.ms
-        expires, expires_ms = moment.expiry(request.ttl_seconds or type_config.ttl_seconds)
-        nid = identity.notification_id
-        quiet_until = (
-            window_end(settings.quiet_hours, now)
-            if settings.quiet_hours is not None and priority != "HIGH"
-            else None
-        )
-        disabled = settings.disabled if type_config.opt_out else frozenset()
-
+        notification = self._notification(request, identity, settings, now)
         events: list[Event] = [
             NotificationAccepted(
                 at=now,
-                notification_id=nid,
+                notification_id=notification.id,
                 producer=producer,
                 idempotency_key=idempotency_key,
-                notification_type=type_name,
-                priority=priority,
+                notification_type=request.type,
+                priority=notification.priority,
                 recipient_id=request.recipient.id,
-                locale=locale,
-                expires_at=expires,
+                locale=notification.locale,
+                expires_at=notification.expires,
                 delivery_ids=list(identity.delivery_ids),
             )
         ]
         work: list[PlannedWork] = []
         at_acceptance: list[DeliveryAtAcceptance] = []
         for (channel, address), did in zip(identity.pairs, identity.delivery_ids, strict=True):
-            # The fate of this delivery: suppressed, expired, deferred or queued.
-            reason = ""
-            if (type_name, channel) in disabled:
-                status, reason = "SUPPRESSED", "opted_out"
-            elif not address:
-                status, reason = "SUPPRESSED", "no_address"
-            elif settings.invalid and (channel, address_digest(address)) in settings.invalid:
-                status, reason = "SUPPRESSED", "invalid_address"
-            elif quiet_until is not None and channel not in QUIET_HOURS_EXEMPT:
-                if quiet_until >= expires:
-                    status, reason = "EXPIRED", "quiet_hours_past_ttl"
-                else:
-                    status = "SCHEDULED"
-            else:
-                status = "QUEUED"
+            status, reason = notification.fate(channel, address)
             at_acceptance.append(
                 DeliveryAtAcceptance(id=did, channel=channel, status=status, reason=reason)
             )
-
-            if status == "SUPPRESSED":
-                events.append(
-                    DeliverySuppressed(
-                        at=now, notification_id=nid, delivery_id=did, version=1,
-                        channel=channel, reason=reason,  # type: ignore[arg-type]
-                    )
-                )  # fmt: skip
-                continue
-            if status == "EXPIRED":
-                events.append(
-                    DeliveryExpired(
-                        at=now, notification_id=nid, delivery_id=did, version=1,
-                        channel=channel, reason=reason,
-                    )
-                )  # fmt: skip
-                continue
-            item = WorkItem(
-                delivery_id=did,
-                notification_id=nid,
-                notification_type=type_name,
-                channel=channel,
-                priority=priority,
-                recipient_id=request.recipient.id,
-                address=address,
-                locale=locale,
-                data=request.data,
-                created_ms=now_ms,
-                expires_ms=expires_ms,
-            )
-            if status == "SCHEDULED":
-                assert quiet_until is not None
-                events.append(
-                    DeliveryDeferred(
-                        at=now, notification_id=nid, delivery_id=did, version=1,
-                        channel=channel, reason="quiet_hours", until=quiet_until,
-                    )
-                )  # fmt: skip
-                member = delayed_member(priority, codec.encode(item))
-                work.append(PlannedWork("delayed", member, _ms(quiet_until)))
-            else:
-                events.append(
-                    DeliveryQueued(
-                        at=now, notification_id=nid, delivery_id=did, version=1,
-                        channel=channel, priority=priority,
-                    )
-                )  # fmt: skip
-                work.append(PlannedWork(WORK_TARGETS[priority], codec.encode(item)))
-
+            event, planned = notification.delivery(did, channel, address, status, reason)
+            events.append(event)
+            if planned is not None:
+                work.append(planned)
         record = NotificationRecord(
-            id=nid,
-            type=type_name,
-            priority=priority,
+            id=notification.id,
+            type=request.type,
+            priority=notification.priority,
             recipient_id=request.recipient.id,
             producer=producer,
-            created_ms=now_ms,
-            expires_ms=expires_ms,
+            created_ms=notification.now_ms,
+            expires_ms=notification.expires_ms,
             deliveries=at_acceptance,
         )
         return IngestItem(
             shard=shard,
+            priority=notification.priority,
             producer=producer,
             idempotency_key=idempotency_key,
-            notification_id=nid,
+            notification_id=notification.id,
             recipient_id=request.recipient.id,
             fingerprint=request_fingerprint or fingerprint(request),
             settings_version=settings.version,
-            response=_response_encoder.encode(Accepted(id=nid, deliveries=at_acceptance)),
+            response=_response_encoder.encode(
+                Accepted(id=notification.id, deliveries=at_acceptance)
+            ),
             record=encode_record(record),
             events=codec.encode_events(events),
             work=work,
-            express=priority == "HIGH",
         )
+
+    def _notification(
+        self,
+        request: NotificationRequest,
+        identity: Identity,
+        settings: RecipientSettings,
+        now: datetime,
+    ) -> _Notification:
+        type_config = self.catalog.types[request.type]
+        # An enum member whatever the request was built from.
+        priority = Priority(request.priority or type_config.priority)
+        moment = self._moment_of(now)
+        expires, expires_ms = moment.expiry(request.ttl_seconds or type_config.ttl_seconds)
+        quiet_until = (
+            window_end(settings.quiet_hours, now)
+            if settings.quiet_hours is not None and priority != Priority.HIGH
+            else None
+        )
+        return _Notification(
+            id=identity.notification_id,
+            request=request,
+            priority=priority,
+            locale=request.locale or self.catalog.default_locale,
+            now=now,
+            now_ms=moment.ms,
+            expires=expires,
+            expires_ms=expires_ms,
+            quiet_until=quiet_until,
+            disabled=settings.disabled if type_config.opt_out else frozenset(),
+            invalid=settings.invalid,
+        )
+
+
+class _Notification(msgspec.Struct, frozen=True, kw_only=True):
+    """One notification being planned: what its deliveries' fates and events depend on."""
+
+    id: str
+    request: NotificationRequest
+    priority: Priority
+    locale: str
+    now: datetime
+    now_ms: int
+    expires: datetime
+    expires_ms: int
+    # When the recipient's quiet window ends, if this notification falls into one.
+    quiet_until: datetime | None
+    disabled: frozenset[tuple[str, str]]  # (type, channel) pairs the recipient switched off
+    invalid: frozenset[tuple[str, str]]  # (channel, address digest) of dead addresses
+
+    def fate(self, channel: Channel, address: str) -> tuple[DeliveryStatus, str]:
+        """A delivery's status at ingest, and the reason when it is not queued."""
+        if (self.request.type, channel) in self.disabled:
+            return DeliveryStatus.SUPPRESSED, "opted_out"
+        if not address:
+            return DeliveryStatus.SUPPRESSED, "no_address"
+        if self.invalid and (channel, address_digest(address)) in self.invalid:
+            return DeliveryStatus.SUPPRESSED, "invalid_address"
+        if self.quiet_until is not None and channel not in QUIET_HOURS_EXEMPT:
+            if self.quiet_until >= self.expires:
+                return DeliveryStatus.EXPIRED, "quiet_hours_past_ttl"
+            return DeliveryStatus.SCHEDULED, ""
+        return DeliveryStatus.QUEUED, ""
+
+    def delivery(
+        self, did: str, channel: Channel, address: str, status: DeliveryStatus, reason: str
+    ) -> tuple[Event, PlannedWork | None]:
+        """A delivery's first event (version 1) and, unless it ended already, its work item."""
+        nid, now = self.id, self.now
+        if status is DeliveryStatus.SUPPRESSED:
+            return DeliverySuppressed(
+                at=now, notification_id=nid, delivery_id=did, version=1,
+                channel=channel, reason=reason,  # type: ignore[arg-type]
+            ), None  # fmt: skip
+        if status is DeliveryStatus.EXPIRED:
+            return DeliveryExpired(
+                at=now, notification_id=nid, delivery_id=did, version=1,
+                channel=channel, reason=reason,
+            ), None  # fmt: skip
+        item = codec.encode(
+            WorkItem(
+                delivery_id=did,
+                notification_id=nid,
+                notification_type=self.request.type,
+                channel=channel,
+                priority=self.priority,
+                recipient_id=self.request.recipient.id,
+                address=address,
+                locale=self.locale,
+                data=self.request.data,
+                created_ms=self.now_ms,
+                expires_ms=self.expires_ms,
+            )
+        )
+        if status is DeliveryStatus.SCHEDULED:
+            assert self.quiet_until is not None
+            deferred = DeliveryDeferred(
+                at=now, notification_id=nid, delivery_id=did, version=1,
+                channel=channel, reason="quiet_hours", until=self.quiet_until,
+            )  # fmt: skip
+            member = delayed_member(self.priority, item)
+            return deferred, PlannedWork(self.priority, member, _ms(self.quiet_until))
+        queued = DeliveryQueued(
+            at=now, notification_id=nid, delivery_id=did, version=1,
+            channel=channel, priority=self.priority,
+        )  # fmt: skip
+        return queued, PlannedWork(self.priority, item)
 
 
 def _ms(moment: datetime) -> int:

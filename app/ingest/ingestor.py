@@ -23,7 +23,7 @@ from app.ingest.requests import NotificationRequest
 from app.metrics import OPT_OUTS
 from streams.ingest import IngestItem, IngestReply, IngestWriter
 from streams.keys import KeySpace, ShardKeys
-from streams.metrics import MetricsRecorder
+from streams.metrics_recorder import MetricsRecorder
 from streams.recipient_settings import RecipientSettings
 
 log = structlog.get_logger(__name__)
@@ -49,7 +49,10 @@ UNAVAILABLE = IngestAnswer(503, detail="the event log (Redis) is unavailable; re
 
 
 class _Pending(msgspec.Struct):
+    """A request being ingested: where its answer goes, and what is written for it."""
+
     index: int
+    producer: str
     shard: ShardKeys
     key: str
     request: NotificationRequest
@@ -59,7 +62,7 @@ class _Pending(msgspec.Struct):
 
 
 class Ingestor:
-    """Accepts notifications of authenticated producers."""
+    """Ingests the notifications of authenticated producers."""
 
     def __init__(
         self,
@@ -79,73 +82,94 @@ class Ingestor:
         self.metrics = metrics
 
     async def ingest(self, producer: str, key: str, request: NotificationRequest) -> IngestAnswer:
-        """Accept one notification."""
+        """Ingest one notification."""
         return (await self.ingest_many(producer, [(key, request)]))[0]
 
     async def ingest_many(
         self, producer: str, entries: Sequence[tuple[str, NotificationRequest | IngestAnswer]]
     ) -> list[IngestAnswer]:
-        """Accept notifications given as (idempotency key, request or an already known error)."""
+        """Ingest notifications given as (idempotency key, request or an already known error);
+        their answers in the same order."""
         now = self.clock()
-        outcomes: list[IngestAnswer | None] = [None] * len(entries)
+        answers: list[IngestAnswer | None] = [None] * len(entries)
         pending: list[_Pending] = []
         for index, (key, request) in enumerate(entries):
             if index % PLAN_CHUNK == PLAN_CHUNK - 1:
                 # Let single requests in between: planning a big batch takes milliseconds.
                 await asyncio.sleep(0)
             if isinstance(request, IngestAnswer):
-                outcomes[index] = request
+                answers[index] = request
                 continue
-            shard = self.keys.for_ingest(producer, key)
-            try:
-                identity = self.planner.identity(shard, request)
-            except FanoutError as error:
-                outcomes[index] = IngestAnswer(422, detail=str(error))
+            entry = self._first_plan(index, producer, key, request, now)
+            if isinstance(entry, IngestAnswer):
+                answers[index] = entry
                 continue
-            digest = fingerprint(request)
-            item = self._plan(
-                producer=producer,
-                key=key,
-                request=request,
-                identity=identity,
-                shard=shard,
-                digest=digest,
-                settings=_NO_SETTINGS,
-                now=now,
-            )
-            pending.append(_Pending(index, shard, key, request, identity, digest, item))
-
+            pending.append(entry)
         for _ in range(MAX_ROUNDS):
             if not pending:
                 break
-            replies = await self.writer.write([p.item for p in pending])
-            again: list[_Pending] = []
-            for entry, reply in zip(pending, replies, strict=True):
-                if isinstance(reply, RedisError):
-                    outcomes[entry.index] = UNAVAILABLE
-                elif isinstance(reply, Exception):
-                    raise reply
-                elif reply.kind == "STALE" and reply.settings is not None:
-                    entry.item = self._plan(
-                        producer=producer,
-                        key=entry.key,
-                        request=entry.request,
-                        identity=entry.identity,
-                        shard=entry.shard,
-                        digest=entry.fingerprint,
-                        settings=reply.settings,
-                        now=now,
-                    )
-                    again.append(entry)
-                else:
-                    outcomes[entry.index] = self._answer(entry, reply)
-            pending = again
+            pending = await self._write(pending, answers, now)
         for entry in pending:
-            outcomes[entry.index] = IngestAnswer(
-                409, detail="recipient: settings changed while accepting; retry the request"
+            answers[entry.index] = IngestAnswer(
+                409, detail="recipient: settings changed while ingesting; retry the request"
             )
-        assert all(outcome is not None for outcome in outcomes)  # every index is answered
-        return outcomes  # type: ignore[return-value]
+        assert all(answer is not None for answer in answers)  # every index is answered
+        return answers  # type: ignore[return-value]
+
+    def _first_plan(
+        self, index: int, producer: str, key: str, request: NotificationRequest, now: datetime
+    ) -> _Pending | IngestAnswer:
+        """Check the request against the catalog, fix its ids and plan it for a recipient
+        without settings (the common case); 422 if it cannot be."""
+        shard = self.keys.for_ingest(producer, key)
+        try:
+            identity = self.planner.identity(shard, request)
+        except FanoutError as error:
+            return IngestAnswer(422, detail=str(error))
+        digest = fingerprint(request)
+        item = self.planner.plan(
+            shard=shard,
+            producer=producer,
+            idempotency_key=key,
+            request=request,
+            identity=identity,
+            settings=_NO_SETTINGS,
+            now=now,
+            request_fingerprint=digest,
+        )
+        return _Pending(index, producer, shard, key, request, identity, digest, item)
+
+    async def _write(
+        self, pending: list[_Pending], answers: list[IngestAnswer | None], now: datetime
+    ) -> list[_Pending]:
+        """One round of writes: answer each item, except those whose recipient's settings
+        changed (STALE), which are planned again and returned for the next round."""
+        replies = await self.writer.write([entry.item for entry in pending])
+        again: list[_Pending] = []
+        for entry, reply in zip(pending, replies, strict=True):
+            if isinstance(reply, RedisError):
+                answers[entry.index] = UNAVAILABLE
+            elif isinstance(reply, Exception):
+                raise reply
+            elif reply.kind == "STALE" and reply.settings is not None:
+                entry.item = self._replan(entry, reply.settings, now)
+                again.append(entry)
+            else:
+                answers[entry.index] = self._answer(entry, reply)
+        return again
+
+    def _replan(self, entry: _Pending, settings: RecipientSettings, now: datetime) -> IngestItem:
+        """Plan the request again, with its ids, for the recipient's settings."""
+        return self.planner.plan(
+            shard=entry.shard,
+            producer=entry.producer,
+            idempotency_key=entry.key,
+            request=entry.request,
+            identity=entry.identity,
+            settings=settings,
+            now=now,
+            request_fingerprint=entry.fingerprint,
+        )
 
     def _answer(self, entry: _Pending, reply: IngestReply) -> IngestAnswer:
         if reply.kind == "OK" and self.metrics is not None:
@@ -155,36 +179,17 @@ class Ingestor:
             opted_out = entry.item.response.count(b'"opted_out"')
             if opted_out:
                 self.metrics.inc(OPT_OUTS, (entry.request.type,), opted_out)
-        return _outcome(entry.item, reply)
-
-    def _plan(
-        self,
-        *,
-        producer: str,
-        key: str,
-        request: NotificationRequest,
-        identity: Identity,
-        shard: ShardKeys,
-        digest: str,
-        settings: RecipientSettings,
-        now: datetime,
-    ) -> IngestItem:
-        return self.planner.plan(
-            shard=shard,
-            producer=producer,
-            idempotency_key=key,
-            request=request,
-            identity=identity,
-            settings=settings,
-            now=now,
-            request_fingerprint=digest,
-        )
+        return _answer_of(entry.item, reply)
 
 
-def _outcome(item: IngestItem, reply: IngestReply) -> IngestAnswer:
+def _answer_of(item: IngestItem, reply: IngestReply) -> IngestAnswer:
     if reply.kind == "OK":
         return IngestAnswer(202, response=item.response)
     if reply.kind == "DUP":
+        if not reply.record:  # it expired, with the key, in the moment since the script ran
+            return IngestAnswer(
+                409, detail="Idempotency-Key: its first notification just expired; retry"
+            )
         return IngestAnswer(202, response=accepted_body(reply.record), replayed=True)
     if reply.kind == "BROKEN":
         # A key holding the wrong type: damage in Redis that an operator must look at.

@@ -11,8 +11,8 @@ from typing import Annotated, Any
 
 import msgspec
 
-from streams.events import Channel, PriorityName
 from streams.records import DeliveryAtAcceptance
+from streams.vocabulary import Channel, Priority
 
 RecipientId = Annotated[
     str, msgspec.Meta(min_length=1, max_length=255, pattern=r"^[^\x00-\x20\x7f]+$")
@@ -39,7 +39,7 @@ class NotificationRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unkn
 
     recipient: Recipient
     type: Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
-    priority: PriorityName | None = None
+    priority: Priority | None = None
     channels: Annotated[list[Channel], msgspec.Meta(min_length=1, max_length=4)] | None = None
     locale: Locale | None = None
     ttl_seconds: TtlSeconds | None = None

@@ -3,7 +3,7 @@ and views for the HTTP API (``app.api.dlq``) and the CLI (``app.cli.dlq``).
 
 Every mistake raises ``DlqRequestError`` with a message naming the field; the API answers it
 with 422, the CLI with a usage error. Views never carry a recipient address or template data
-values (see ``streams.dead_letters``), and error texts are masked like log lines.
+values (see ``streams.dlq.entries``), and error texts are masked like log lines.
 """
 
 from __future__ import annotations
@@ -15,22 +15,19 @@ import msgspec
 
 from app.catalog import Catalog
 from app.logging import mask
-from streams.dead_letters import (
+from streams.dlq.entries import DeadLetter, Resolution
+from streams.dlq.replay import (
     MAX_REPLAY,
     REPLAYED,
     SKIP_REASONS,
-    DeadLetter,
     ReplayOrder,
     ReplayReport,
-    Resolution,
-    Selection,
-    Summary,
-    Verdict,
+    ReplayResult,
 )
-from streams.events import ERROR_CLASSES
+from streams.dlq.scan import Selection, Summary
 from streams.ids import is_uuid
+from streams.vocabulary import CHANNELS, ERROR_CLASSES
 
-CHANNELS = ("PUSH", "EMAIL", "SMS", "IN_APP")
 MAX_SAMPLES = 100
 DEFAULT_SAMPLES = 10
 MAX_OPERATOR = 100
@@ -199,7 +196,7 @@ class DlqSummaryView(msgspec.Struct, frozen=True, kw_only=True):
     samples: list[DeadLetterView]
 
 
-class VerdictView(msgspec.Struct, frozen=True, kw_only=True):
+class ReplayResultView(msgspec.Struct, frozen=True, kw_only=True):
     entry_id: str
     delivery_id: str | None
     notification_id: str | None
@@ -218,8 +215,8 @@ class ReplayView(msgspec.Struct, frozen=True, kw_only=True):
     dry_run: bool
     operator: str
     reason: str
-    replayed: list[VerdictView]
-    skipped: list[VerdictView]
+    replayed: list[ReplayResultView]
+    skipped: list[ReplayResultView]
     truncated: bool
 
 
@@ -271,30 +268,30 @@ def replay_view(order: ReplayOrder, report: ReplayReport) -> ReplayView:
         dry_run=report.dry_run,
         operator=order.operator,
         reason=order.reason,
-        replayed=[_verdict_view(verdict) for verdict in report.replayed],
-        skipped=[_verdict_view(verdict) for verdict in report.skipped],
+        replayed=[_result_view(result) for result in report.replayed],
+        skipped=[_result_view(result) for result in report.skipped],
         truncated=report.truncated,
     )
 
 
-def _verdict_view(verdict: Verdict) -> VerdictView:
-    letter = verdict.letter
-    detail = "queued again, same delivery id" if verdict.outcome == REPLAYED else ""
-    if verdict.deferred_until is not None:
+def _result_view(result: ReplayResult) -> ReplayResultView:
+    letter = result.letter
+    detail = "queued again, same delivery id" if result.outcome == REPLAYED else ""
+    if result.deferred_until is not None:
         detail = (
             "queued again, same delivery id, once the recipient's quiet hours end at "
-            f"{verdict.deferred_until.isoformat()}"
+            f"{result.deferred_until.isoformat()}"
         )
-    return VerdictView(
+    return ReplayResultView(
         entry_id=letter.entry_id,
         delivery_id=letter.delivery_id or None,
         notification_id=letter.notification_id or None,
         type=letter.notification_type or None,
         channel=letter.channel or None,
         error_class=letter.error_class,
-        outcome=verdict.outcome,
-        detail=SKIP_REASONS.get(verdict.outcome, detail),
-        deferred_until=verdict.deferred_until,
+        outcome=result.outcome,
+        detail=SKIP_REASONS.get(result.outcome, detail),
+        deferred_until=result.deferred_until,
     )
 
 

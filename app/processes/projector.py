@@ -19,7 +19,7 @@ from app.settings import Settings
 from projections.database import DatabaseNotReady
 from projections.database import connect as connect_database
 from projections.partitions import drop_expired_partitions, ensure_partitions
-from projections.projector import GROUP, Projector
+from projections.projector import Projector
 from streams.connection import connect
 from streams.keys import KeySpace
 from streams.retention import keep_trimmed, policies
@@ -47,7 +47,6 @@ async def serve(settings: Settings) -> None:
         keys = KeySpace(settings.key_prefix, settings.shards)
         retention = policies(
             keys,
-            projector_group=GROUP,
             stream_retention_ms=settings.stream_retention_seconds * 1000,
             dlq_retention_ms=settings.dlq_retention_seconds * 1000,
         )

@@ -17,7 +17,8 @@ from app.processes.redis_checks import check_redis
 from app.providers.registry import build_providers
 from app.settings import Settings
 from streams.connection import connect
-from streams.keys import KeySpace, Priority
+from streams.keys import KeySpace
+from streams.vocabulary import Priority
 
 log = structlog.get_logger(__name__)
 

@@ -9,17 +9,9 @@ delivery.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any, Protocol
 
-from streams.events import Channel
-
-
-class ErrorClass(StrEnum):
-    TRANSIENT = "TRANSIENT"  # timeouts, 5xx, 429: retried with backoff
-    PERMANENT = "PERMANENT"  # invalid address, unsubscribed, invalid token: failed at once
-    POISON = "POISON"  # undecodable work item, or delivered too often
-    BUG = "BUG"  # an unexpected exception in Clarion or an adapter
+from streams.vocabulary import Channel, ErrorClass
 
 
 @dataclass(frozen=True, slots=True)

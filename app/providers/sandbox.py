@@ -30,12 +30,13 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from app.providers.base import ErrorClass, Message, ProviderError
+from app.providers.base import Message, ProviderError
 from streams.batching import BatchedScript
 from streams.keys import KeySpace
-from streams.scripts import SANDBOX_SEND, KeyOrArg
+from streams.scripts import SANDBOX_SEND, Call, KeyOrArg
+from streams.vocabulary import ErrorClass
 
-Outcome = Literal["sent", "transient", "permanent", "rate_limited", "bug"]
+CallOutcome = Literal["sent", "transient", "permanent", "rate_limited", "bug"]
 
 DIRECTIVES_KEY: Final = "sandbox"
 KNOWN_DIRECTIVES: Final = frozenset(
@@ -125,15 +126,22 @@ class _Call(msgspec.Struct, frozen=True):
     fields: tuple[KeyOrArg, ...]
 
 
-def _record_call(
-    sent: str, head: list[KeyOrArg], calls: Sequence[_Call]
-) -> tuple[list[KeyOrArg], list[KeyOrArg]]:
-    keys: list[KeyOrArg] = [sent]
-    args = list(head)
+def sandbox_send_call(
+    keys: KeySpace, idempotent: bool, remember_ms: int, calls: Sequence[_Call]
+) -> Call:
+    """The keys and arguments of one ``lua/sandbox_send.lua`` call.
+
+    KEYS: the record of every call (a stream), then per call the key remembering its
+    idempotency key's first message id. ARGV: idempotent ("1"/"0"), how long a send is
+    remembered (ms), then per call: outcome, new message id, delivery id, idempotency key,
+    channel, address, attempt.
+    """
+    script_keys: list[KeyOrArg] = [keys.sandbox_sent]
+    args: list[KeyOrArg] = ["1" if idempotent else "0", remember_ms]
     for call in calls:
-        keys.append(call.done_key)
+        script_keys.append(call.done_key)
         args += call.fields
-    return keys, args
+    return script_keys, args
 
 
 class SandboxProvider:
@@ -151,8 +159,6 @@ class SandboxProvider:
         self.name = name
         self.idempotent = idempotent
         self._keys = keys
-        sent = keys.sandbox_sent
-        head: list[KeyOrArg] = ["1" if idempotent else "0", remember_ms]
         # Concurrent sends share script calls: a sandbox standing in for a real provider in a
         # benchmark must cost as little as it can. The script answers {message id,
         # duplicate} per send.
@@ -160,7 +166,7 @@ class SandboxProvider:
             redis,
             SANDBOX_SEND,
             group_of=lambda _: None,
-            build=lambda _, calls: _record_call(sent, head, calls),
+            build=lambda _, calls: sandbox_send_call(keys, idempotent, remember_ms, calls),
             parse=lambda reply: reply[0],
         )
 
@@ -200,7 +206,7 @@ class SandboxProvider:
             )
         return await self._record(message, "sent")
 
-    async def _record(self, message: Message, outcome: Outcome) -> str:
+    async def _record(self, message: Message, outcome: CallOutcome) -> str:
         """Record the call (and remember a send); the message id of a send, else ""."""
         # Unique, not secret: the process-wide PRNG is enough (reseeded after a fork).
         new_id = f"sandbox-{random.getrandbits(128):032x}" if outcome == "sent" else ""

@@ -1,6 +1,7 @@
 -- Move a work entry that cannot be handled (undecodable, or delivered too often) to the
 -- dead-letter queue with its raw fields, and acknowledge it so it never blocks its group.
 --
+-- Keys and arguments: ``streams.delivery_store.dead_letter_raw_call`` lays them out.
 -- KEYS: work stream, dlq
 -- ARGV: consumer group, work entry id, dead-letter field/value pairs...
 local work, dlq = KEYS[1], KEYS[2]

@@ -1,6 +1,7 @@
 -- Record the outcome of deliveries: state, events and the work items' acknowledgement, in
 -- one atomic step, so a crash never leaves one without the others.
 --
+-- Keys and arguments: ``streams.delivery_store.delivery_finish_call`` lays them out.
 -- KEYS: work stream, events, delayed, dlq, then per item: the delivery's state hash.
 -- ARGV: consumer group, retention (ms) of an ended delivery's state, of a FAILED one's,
 --       every item's events joined into one JSON array (``codec.join_events``), each item's
@@ -12,8 +13,8 @@
 --
 -- The events of the recorded items go into one ``events`` entry (one atomic write, one
 -- entry, as at ingest): the joined array as it came when every item is recorded, else each
--- recorded item's events cut out into an entry of their own (``append_events`` and
--- ``wrong_type`` come from ``shared.lua``). All work
+-- recorded item's events cut out into an entry of their own (``append_events``,
+-- ``wrong_type``, ``arguments`` and ``TERMINAL`` come from ``shared.lua``). All work
 -- entries are acknowledged with one XACK: a busy worker finishes dozens of deliveries per
 -- call, and each command saved is Redis time saved.
 --
@@ -28,14 +29,10 @@
 
 local work, events, delayed, dlq = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local group, joined, spans = ARGV[1], ARGV[4], ARGV[5]
-local retention_ms = { SENT = ARGV[2], EXPIRED = ARGV[2], SUPPRESSED = ARGV[2], FAILED = ARGV[3] }
-local terminal = { SENT = true, FAILED = true, EXPIRED = true, SUPPRESSED = true }
+-- A terminal state expires after the ended one's retention, a FAILED one's after its own.
+local ended_retention_ms, failed_retention_ms = ARGV[2], ARGV[3]
 
-local argi = 6
-local function next_arg()
-  argi = argi + 1
-  return ARGV[argi - 1]
-end
+local next_arg = arguments(6)
 local function take(count)
   local values = {}
   for j = 1, count do
@@ -64,15 +61,17 @@ for i = 5, #KEYS do
   if state.err then
     reply = "BROKEN"
     entry_id = ""
-  elseif state[1] and terminal[state[1]] then
+  elseif state[1] and TERMINAL[state[1]] then
     reply = "ENDED"
   elseif (state[2] or "1") ~= expected then
     reply = "MOVED"
   else
     redis.call("HSET", key, unpack(fields))
     for j = 1, #fields - 1, 2 do
-      if fields[j] == "status" and terminal[fields[j + 1]] then
-        redis.call("PEXPIRE", key, retention_ms[fields[j + 1]])
+      local status = fields[j + 1]
+      if fields[j] == "status" and TERMINAL[status] then
+        local retention = status == STATUS.FAILED and failed_retention_ms or ended_retention_ms
+        redis.call("PEXPIRE", key, retention)
       end
     end
     recorded[#recorded + 1] = #replies + 1

@@ -1,8 +1,9 @@
 -- Replay dead-lettered deliveries of one shard, or (dry run) only say what a replay would do.
 --
+-- Keys and arguments: ``streams.dlq.replay.dlq_replay_call`` lays them out.
 -- KEYS: events, work:high, work:normal, work:low, dlq:resolved, delayed,
 --       then per entry: the delivery's state hash.
--- ARGV: dry run ("1" or "0"), now (ms), operator, reason, most entries to replay,
+-- ARGV: dry run ("1" or "0"), operator, reason, most entries to replay,
 --       then per entry: dlq entry id, kind (FAILED or POISON), expected delivery version,
 --       whether this call already replayed the delivery through an earlier entry ("1"/"0"),
 --       the notification's expiry (ms), where the work goes (high, normal or low for a work
@@ -17,24 +18,18 @@
 -- the events and a work item, and marks the entry resolved; the entry itself stays. One held
 -- back by quiet hours is SCHEDULED at the window's end, a second change (version + 2). A skip
 -- whose reason can never change (FINAL) marks the entry too, so it leaves the open dead
--- letters. A dry run evaluates exactly the same checks and writes nothing.
+-- letters. A dry run evaluates exactly the same checks and writes nothing. The time is the
+-- Redis clock's (``now_ms``, with ``work_streams``, ``enqueue`` and the status sets from
+-- ``shared.lua``).
 
 local events, resolved, delayed = KEYS[1], KEYS[5], KEYS[6]
-local work = { high = KEYS[2], normal = KEYS[3], low = KEYS[4] }
-local dry_run, now = ARGV[1] == "1", tonumber(ARGV[2])
-local operator, reason, budget = ARGV[3], ARGV[4], tonumber(ARGV[5])
-local sent = { SENT = true, DELIVERED = true }
-local ended = { EXPIRED = true, SUPPRESSED = true }
+local work = work_streams(2)
+local dry_run, operator, reason, budget = ARGV[1] == "1", ARGV[2], ARGV[3], tonumber(ARGV[4])
+local now = now_ms()
 local FINAL = {
   replayed = true, superseded = true, state_expired = true, already_sent = true,
   already_ended = true, ttl_passed = true, quiet_hours_past_ttl = true,
 }
-
-local argi = 6
-local function next_arg()
-  argi = argi + 1
-  return ARGV[argi - 1]
-end
 
 local replayed_here = {}
 local replayed = 0
@@ -50,15 +45,15 @@ local function verdict(key, entry_id, kind, expected, earlier, expires_ms, due_m
   local status, version = state[1], state[2]
   if not status then
     return "state_expired"
-  elseif sent[status] then
+  elseif PROVIDER_ACCEPTED[status] then
     return "already_sent"
-  elseif ended[status] then
+  elseif ENDED_UNSENT[status] then
     return "already_ended"
   elseif version ~= expected then
     -- A FAILED entry's delivery moved on (replayed and failed again: a newer entry exists);
     -- a POISON entry's delivery changed since the caller read its version: try again.
     return kind == "FAILED" and "superseded" or "moved"
-  elseif kind == "FAILED" and status ~= "FAILED" then
+  elseif kind == "FAILED" and status ~= STATUS.FAILED then
     return "superseded"
   elseif tonumber(expires_ms) <= now then
     return "ttl_passed" -- never send a stale notification
@@ -68,6 +63,7 @@ local function verdict(key, entry_id, kind, expected, earlier, expires_ms, due_m
   return "replayed"
 end
 
+local next_arg = arguments(5)
 local replies = {}
 for i = 7, #KEYS do
   local key = KEYS[i]
@@ -84,9 +80,9 @@ for i = 7, #KEYS do
     if not dry_run then
       -- Queued again (version + 1); one held back by quiet hours is then SCHEDULED until
       -- the window ends, a second change (version + 2).
-      local status, version = "QUEUED", tonumber(expected) + 1
+      local status, version = STATUS.QUEUED, tonumber(expected) + 1
       if due_ms then
-        status, version = "SCHEDULED", version + 1
+        status, version = STATUS.SCHEDULED, version + 1
       end
       redis.call("HSET", key, "status", status, "version", version, "attempts", 0,
         "lease_owner", "", "lease_until", 0, "updated_ms", now)
@@ -96,11 +92,10 @@ for i = 7, #KEYS do
       redis.call("XADD", events, "*", "e", event_entry)
       if due_ms then
         redis.call("HSET", key, "due_ms", due_ms)
-        redis.call("ZADD", delayed, due_ms, item)
       else
         redis.call("HDEL", key, "due_ms")
-        redis.call("XADD", work[destination], "*", "w", item)
       end
+      enqueue(work, delayed, destination, item)
     end
   end
   if FINAL[outcome] and not dry_run then

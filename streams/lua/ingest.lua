@@ -1,19 +1,20 @@
 -- Accept a batch of notifications on one shard, each independently, all in one atomic step.
 --
+-- Keys and arguments: ``streams.ingest.ingest_call`` lays them out.
 -- KEYS: events, work:high, work:normal, work:low, delayed,
 --       then per item: idempotency record, notification record, recipient settings.
--- ARGV: idempotency ttl (ms), in-flight marker ttl (ms), prefix of notification record keys,
---       every item's events joined into one JSON array (``codec.join_events``), each item's
---       first and last byte in that array as one string of numbers ("1 420 422 845 ..."),
---       then per item: its idempotency record when done ("done <fingerprint>
---       <notification id>"), expected settings version, notification record, work item
---       count, then per work item: where it goes (high, normal or low for a work stream;
---       the due time in ms for ``delayed``) and the encoded item.
+-- ARGV: idempotency ttl (ms), in-flight marker ttl (ms), every item's events joined into one
+--       JSON array (``codec.join_events``), each item's first and last byte in that array as
+--       one string of numbers ("1 420 422 845 ..."), then per item: its idempotency record
+--       when done ("done <fingerprint> <notification id>"), expected settings version,
+--       notification record, work item count, then per work item: where it goes (high,
+--       normal or low for a work stream; the due time in ms for ``delayed``) and the
+--       encoded item.
 --
 -- The events of the accepted items go into one ``events`` entry: one atomic write, one
 -- entry. When every item is accepted, that is the joined array as it came; otherwise each
--- accepted item's events are cut out of it into an entry of their own (``append_events``
--- and ``wrong_type`` come from ``shared.lua``).
+-- accepted item's events are cut out of it into an entry of their own (``append_events``,
+-- ``wrong_type``, ``work_streams`` and ``enqueue`` come from ``shared.lua``).
 --
 -- Only the notification record, the events and the work items are written: a delivery's
 -- state hash is created by the first worker that touches it (absent means "as accepted"),
@@ -31,8 +32,8 @@
 -- Reply, one entry per item: a word, or a list when the item's answer carries data (a plain
 -- word spares Lua, Redis and the client a list per accepted item):
 --   "OK"                 accepted: everything written
---   {"DUP", record}      same key, same body: the first notification's record, nothing
---                        written
+--   {"DUP", id}          same key, same body: the id of the notification accepted first
+--                        (the caller reads its record), nothing written
 --   "CONFLICT"           same key, different body
 --   "BUSY"               same key, the first request is still in flight
 --   {"STALE", settings}  the recipient's settings changed since the caller read them; the
@@ -44,9 +45,9 @@
 -- "pending <notification id> <fingerprint>": the id of the request that holds the key.
 
 local events, delayed = KEYS[1], KEYS[5]
-local work = { high = KEYS[2], normal = KEYS[3], low = KEYS[4] }
-local idem_ttl, pending_ttl, record_prefix = ARGV[1], ARGV[2], ARGV[3]
-local joined, spans = ARGV[4], ARGV[5]
+local work = work_streams(2)
+local idem_ttl, pending_ttl = ARGV[1], ARGV[2]
+local joined, spans = ARGV[3], ARGV[4]
 
 local function split_first(text)
   local space = string.find(text, " ", 1, true)
@@ -72,8 +73,7 @@ local function verdict(record, done)
     if earlier_fingerprint ~= fingerprint then
       return "CONFLICT"
     end
-    -- Same shard, so the same hash tag as the keys this call declares.
-    return { "DUP", redis.call("GET", record_prefix .. notification_id) or "" }
+    return { "DUP", notification_id }
   end
   local owner, earlier_fingerprint = split_first(rest)
   if earlier_fingerprint ~= fingerprint then
@@ -91,7 +91,7 @@ if broken then
 end
 
 local replies, accepted, all_accepted = {}, {}, true
-local argi, keyi, last = 6, 6, #ARGV
+local argi, keyi, last = 5, 6, #ARGV
 while argi <= last do
   local done, settings_version, record = ARGV[argi], ARGV[argi + 1], ARGV[argi + 2]
   local first_work = argi + 4
@@ -127,12 +127,7 @@ while argi <= last do
       redis.call("SET", ntf, record, "PX", idem_ttl)
       accepted[#accepted + 1] = #replies + 1
       for w = first_work, argi - 1, 2 do
-        local stream = work[ARGV[w]]
-        if stream then
-          redis.call("XADD", stream, "*", "w", ARGV[w + 1])
-        else -- the due time: the item waits in ``delayed``
-          redis.call("ZADD", delayed, ARGV[w], ARGV[w + 1])
-        end
+        enqueue(work, delayed, ARGV[w], ARGV[w + 1])
       end
       reply = "OK"
     end

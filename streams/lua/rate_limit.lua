@@ -1,5 +1,6 @@
 -- Grant or deny a batch of sends through one provider credential, in order (GCRA).
 --
+-- Keys and arguments: ``streams.rate_limiter.rate_limit_call`` lays them out.
 -- KEYS: total bucket, NORMAL bucket, LOW bucket (one hash tag: one slot)
 -- ARGV: per_second, burst, normal_share, low_share,
 --       the requests' priorities as one string, a letter each: H(IGH), N(ORMAL), L(OW)
@@ -30,8 +31,7 @@ local RESOLUTION = 1
 -- Kept this long after the TAT: a little slack for clocks of replicas after a failover.
 local EXPIRE_SLACK_MS = 1000
 
-local time = redis.call("TIME")
-local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+local now = now_us()
 local interval = 1000000 / rate
 
 local limits = { H = burst * interval }

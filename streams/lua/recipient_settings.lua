@@ -3,6 +3,7 @@
 -- Every shard holds a copy (so ingest reads it inside its own single-slot script); the home
 -- shard is written first and decides the version, the copies follow it.
 --
+-- Keys and arguments: ``streams.recipient_settings.recipient_settings_call`` lays them out.
 -- KEYS: recipient settings, events
 -- ARGV: expected version, new version, change (preferences|quiet_hours|quiet_hours_off|copy),
 --       payload, encoded PreferenceChanged event ("" on a copy)

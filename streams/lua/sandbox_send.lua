@@ -1,5 +1,6 @@
 -- Record calls to the sandbox provider and, for a send, remember it per idempotency key.
 --
+-- Keys and arguments: ``app.providers.sandbox.sandbox_send_call`` lays them out.
 -- KEYS: sent stream (every call), then per call: the key remembering its idempotency key's
 --       first message id
 -- ARGV: idempotent ("1" or "0"), how long a send is remembered (ms), then per call: outcome

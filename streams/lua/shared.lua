@@ -1,6 +1,56 @@
--- Functions several scripts share. Lua scripts in Redis cannot load one another, so
--- ``streams/scripts.py`` puts this file in front of each script that asks for it; line
--- numbers in a Redis error about such a script count from the top of this file.
+-- What every script shares. Lua scripts in Redis cannot load one another, so
+-- ``streams/scripts.py`` puts this file in front of each script; line numbers in a Redis
+-- error about a script count from the top of this file.
+
+-- Delivery statuses and the sets the scripts decide by. ``streams/delivery_state.py`` owns
+-- them; ``tests/unit/test_delivery_state.py`` checks that these are the same.
+local STATUS = {
+  QUEUED = "QUEUED", SCHEDULED = "SCHEDULED", SENDING = "SENDING", SENT = "SENT",
+  DELIVERED = "DELIVERED", FAILED = "FAILED", EXPIRED = "EXPIRED", SUPPRESSED = "SUPPRESSED",
+}
+-- Nothing is sent for a delivery in one of these any more.
+local TERMINAL = { SENT = true, DELIVERED = true, FAILED = true, EXPIRED = true, SUPPRESSED = true }
+-- The provider took it: never sent again, not even by a replay.
+local PROVIDER_ACCEPTED = { SENT = true, DELIVERED = true }
+-- Ended without ever reaching a provider.
+local ENDED_UNSENT = { EXPIRED = true, SUPPRESSED = true }
+
+-- The Redis clock, the one clock every script uses: processes on hosts whose clocks differ
+-- still agree on it.
+local function now_us()
+  local time = redis.call("TIME")
+  return tonumber(time[1]) * 1000000 + tonumber(time[2])
+end
+local function now_ms()
+  local time = redis.call("TIME")
+  return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+end
+
+-- A reader of ARGV from position ``first`` on: each call returns the next argument.
+local function arguments(first)
+  local index = first - 1
+  return function()
+    index = index + 1
+    return ARGV[index]
+  end
+end
+
+-- The work streams by the name of their priority (``Priority.stream_name``), declared as
+-- KEYS[first], KEYS[first + 1], KEYS[first + 2] in the order of ``ShardKeys.work_streams``.
+local function work_streams(first)
+  return { high = KEYS[first], normal = KEYS[first + 1], low = KEYS[first + 2] }
+end
+
+-- Put an encoded work item where ``destination`` says: a work stream by its name, or else
+-- ``delayed``, scored by the due time (ms) that ``destination`` then is.
+local function enqueue(streams, delayed, destination, item)
+  local stream = streams[destination]
+  if stream then
+    redis.call("XADD", stream, "*", "w", item)
+  else
+    redis.call("ZADD", delayed, destination, item)
+  end
+end
 
 -- An error reply unless each of the first #wanted keys is absent or of its wanted type
 -- ("stream" or "zset"); nil when all are. A script checks its shared keys first, since a
@@ -18,7 +68,7 @@ end
 
 -- Append the events of a call's written items to ``stream``: the joined array as it came
 -- (one entry) when every item was written, else each written item's events cut out into an
--- entry of its own; building one large string in Lua costs more than the XADDs it would
+-- entry of their own; building one large string in Lua costs more than the XADDs it would
 -- save. ``joined`` and ``spans`` are ``codec.join_events``'s array and ``codec.span_text``'s
 -- byte positions, which are read only when some item was not written; ``written`` holds
 -- the written items' numbers.

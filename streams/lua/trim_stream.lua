@@ -4,6 +4,7 @@
 -- An entry is removed only when it is older than the retention and every group on the
 -- stream is done with it: no group has it pending, and every group has been given it.
 --
+-- Keys and arguments: ``streams.retention.trim_stream_call`` lays them out.
 -- KEYS: the stream
 -- ARGV: retention (ms), then the groups that must exist before anything is trimmed
 --
@@ -26,10 +27,8 @@ if redis.call("EXISTS", stream) == 0 then
   return { 0, "", "" }
 end
 
-local time = redis.call("TIME")
-local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 -- Ids are the Redis clock's milliseconds at XADD: compare with the same clock.
-local keep_from = string.format("%d-0", math.max(0, now_ms - retention_ms))
+local keep_from = string.format("%d-0", math.max(0, now_ms() - retention_ms))
 
 local present = {}
 for _, group in ipairs(redis.call("XINFO", "GROUPS", stream)) do

@@ -14,10 +14,10 @@ from typing import Any
 import asyncpg
 from redis.asyncio import Redis
 
-from projections.projector import GROUP as PROJECTOR_GROUP
-from streams.delivery import GROUP as DELIVERY_GROUP
-from streams.keys import KeySpace, Priority
+from streams.consumer_groups import DELIVERY_GROUP, PROJECTOR_GROUP
+from streams.keys import KeySpace
 from streams.records import decode_record
+from streams.vocabulary import Priority
 
 FINAL = frozenset({"SENT", "FAILED", "EXPIRED", "SUPPRESSED"})
 PIPELINE_CHUNK = 5000

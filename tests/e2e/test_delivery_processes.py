@@ -22,6 +22,7 @@ from app.ingest.fanout import Planner
 from app.ingest.ingestor import Ingestor
 from app.ingest.requests import NotificationRequest
 from streams.keys import KeySpace
+from streams.vocabulary import Priority
 from tests.conftest import REDIS_URL, REPO
 from tests.integration.delivery_support import catalog_text, fast_catalog, sandbox_calls, wait_until
 
@@ -140,7 +141,7 @@ async def test_sigterm_finishes_what_is_in_flight(
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=20) == 0
     assert (await statuses(real_redis, keys, ids))["SENT"] == 30
-    pending = await real_redis.xpending(keys.shard(0).work("HIGH"), "delivery")
+    pending = await real_redis.xpending(keys.shard(0).work(Priority.HIGH), "delivery")
     assert pending["pending"] == 0
 
 

@@ -12,8 +12,9 @@ from redis.asyncio import Redis
 from app import __version__
 from app.catalog import parse_catalog
 from streams import codec
-from streams.delivery import GROUP, ensure_group
-from streams.keys import KeySpace, Priority
+from streams.consumer_groups import DELIVERY_GROUP, ensure_group
+from streams.keys import KeySpace
+from streams.vocabulary import Priority
 from tests.conftest import stream_events
 from tests.integration.delivery_support import (
     accept,
@@ -72,7 +73,7 @@ async def test_a_plain_delivery_is_sent_once(real_redis: Redis, key_prefix: str)
     assert len(sent) == 1
     assert sent[0].version == 2  # type: ignore[union-attr]
     # Nothing is left pending in the group.
-    pending = await real_redis.xpending(keys.shard(0).work(Priority.HIGH), GROUP)
+    pending = await real_redis.xpending(keys.shard(0).work(Priority.HIGH), DELIVERY_GROUP)
     assert pending["pending"] == 0
 
 
@@ -209,7 +210,7 @@ async def test_a_poison_entry_goes_to_the_dlq_while_the_rest_flows(
 ) -> None:
     keys, catalog = KeySpace(key_prefix), fast_catalog()
     stream = keys.shard(0).work(Priority.HIGH)
-    await ensure_group(real_redis, stream)
+    await ensure_group(real_redis, stream, DELIVERY_GROUP)
     await real_redis.xadd(stream, {"w": b"\x00not a work item"})
     await real_redis.xadd(stream, {"unexpected": b"field"})
     delivery_id = (await accept(real_redis, keys, catalog, otp(), "k"))["deliveries"][0]["id"]
@@ -219,7 +220,7 @@ async def test_a_poison_entry_goes_to_the_dlq_while_the_rest_flows(
     letters = await dead_letters(real_redis, keys)
     assert {letter["error_class"] for letter in letters} == {"POISON"}
     assert any(letter.get("raw_w", "").endswith("not a work item") for letter in letters)
-    assert (await real_redis.xpending(stream, GROUP))["pending"] == 0
+    assert (await real_redis.xpending(stream, DELIVERY_GROUP))["pending"] == 0
 
 
 async def _dlq_size(redis: Redis, keys: KeySpace, size: int) -> bool:
@@ -232,12 +233,14 @@ async def test_an_entry_delivered_too_often_is_dead_lettered(
     keys, catalog = KeySpace(key_prefix), fast_catalog()
     delivery_id = (await accept(real_redis, keys, catalog, otp(), "k"))["deliveries"][0]["id"]
     stream = keys.shard(0).work(Priority.HIGH)
-    await ensure_group(real_redis, stream)
+    await ensure_group(real_redis, stream, DELIVERY_GROUP)
     # Six consumers read it and vanish, as crashing workers would.
     for n in range(6):
-        await real_redis.xreadgroup(GROUP, f"ghost-{n}", {stream: ">" if n == 0 else "0"}, count=1)
-        await real_redis.xclaim(stream, GROUP, f"ghost-{n + 1}", 0, [
-            (await real_redis.xpending_range(stream, GROUP, "-", "+", 1))[0]["message_id"]
+        await real_redis.xreadgroup(
+            DELIVERY_GROUP, f"ghost-{n}", {stream: ">" if n == 0 else "0"}, count=1
+        )
+        await real_redis.xclaim(stream, DELIVERY_GROUP, f"ghost-{n + 1}", 0, [
+            (await real_redis.xpending_range(stream, DELIVERY_GROUP, "-", "+", 1))[0]["message_id"]
         ])  # fmt: skip
     async with running_worker(real_redis, keys, catalog):
         await wait_until(lambda: _dlq_size(real_redis, keys, 1), within=10)
@@ -245,7 +248,7 @@ async def test_an_entry_delivered_too_often_is_dead_lettered(
     assert letter["error_class"] == "POISON"
     assert "delivered" in letter["last_error"]
     assert letter["delivery_id"] == delivery_id
-    assert (await real_redis.xpending(stream, GROUP))["pending"] == 0
+    assert (await real_redis.xpending(stream, DELIVERY_GROUP))["pending"] == 0
     assert await sandbox_calls(real_redis, keys) == []
     # The delivery ended: left QUEUED, it would be "in progress" for ever.
     ended = await state(real_redis, keys, delivery_id)
@@ -294,13 +297,13 @@ async def test_a_restarted_consumer_drains_its_own_pending_entries(
 ) -> None:
     keys, catalog = KeySpace(key_prefix), fast_catalog()
     stream = keys.shard(0).work(Priority.HIGH)
-    await ensure_group(real_redis, stream)
+    await ensure_group(real_redis, stream, DELIVERY_GROUP)
     ids = [
         (await accept(real_redis, keys, catalog, otp(str(n)), f"k{n}"))["deliveries"][0]["id"]
         for n in range(5)
     ]
     # "test-0" read them and died before doing anything.
-    await real_redis.xreadgroup(GROUP, "test-0", {stream: ">"}, count=10)
+    await real_redis.xreadgroup(DELIVERY_GROUP, "test-0", {stream: ">"}, count=10)
     started = time.monotonic()
     async with running_worker(real_redis, keys, catalog, consumer="test-0"):
         for delivery_id in ids:
@@ -314,14 +317,14 @@ async def test_a_restarted_consumer_sends_each_of_its_pending_entries_once(
 ) -> None:
     keys, catalog = KeySpace(key_prefix), fast_catalog(idempotent=False)
     stream = keys.shard(0).work(Priority.HIGH)
-    await ensure_group(real_redis, stream)
+    await ensure_group(real_redis, stream, DELIVERY_GROUP)
     ids = [
         (await accept(real_redis, keys, catalog, otp(str(n), {"latency_ms": 300}), f"k{n}"))[
             "deliveries"
         ][0]["id"]
         for n in range(5)
     ]
-    await real_redis.xreadgroup(GROUP, "test-0", {stream: ">"}, count=10)
+    await real_redis.xreadgroup(DELIVERY_GROUP, "test-0", {stream: ">"}, count=10)
     async with running_worker(real_redis, keys, catalog, consumer="test-0"):
         for delivery_id in ids:
             assert (await final_state(real_redis, keys, delivery_id))["status"] == "SENT"
@@ -336,7 +339,7 @@ async def test_two_work_entries_of_one_delivery_in_one_read_send_once(
 ) -> None:
     keys, catalog = KeySpace(key_prefix), fast_catalog(idempotent=False)
     stream = keys.shard(0).work(Priority.HIGH)
-    await ensure_group(real_redis, stream)
+    await ensure_group(real_redis, stream, DELIVERY_GROUP)
     answer = await accept(real_redis, keys, catalog, otp("1", {"latency_ms": 300}), "k1")
     delivery_id = answer["deliveries"][0]["id"]
     # A second entry for the same delivery, as a stale entry left pending by a worker that
@@ -347,7 +350,7 @@ async def test_two_work_entries_of_one_delivery_in_one_read_send_once(
         assert (await final_state(real_redis, keys, delivery_id))["status"] == "SENT"
 
         async def acknowledged() -> bool:
-            return (await real_redis.xpending(stream, GROUP))["pending"] == 0
+            return (await real_redis.xpending(stream, DELIVERY_GROUP))["pending"] == 0
 
         await wait_until(acknowledged)
     calls = await sandbox_calls(real_redis, keys)

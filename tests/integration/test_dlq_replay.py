@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -24,14 +23,17 @@ from app.catalog import Catalog
 from app.delivery.worker import DeliveryWorker
 from app.ingest.quiet_hours import window_end
 from app.operations.dlq import letter_view, replay_view
-from app.providers.base import ErrorClass, Message, Provider, ProviderError
+from app.providers.base import Message, Provider, ProviderError
 from projections.database import connect
 from projections.projector import Projector
-from streams import dead_letters
-from streams.dead_letters import ReplayOrder, ReplayReport, Selection
+from streams.dlq import replay as dlq_replay
+from streams.dlq.entries import parse_entry
+from streams.dlq.replay import ReplayOrder, ReplayReport
+from streams.dlq.scan import Selection, summarize
 from streams.events import DeliveryDeferred, DeliveryReplayed, QuietHoursSetting
 from streams.keys import KeySpace
 from streams.recipient_settings import RecipientSettingsStore
+from streams.vocabulary import ErrorClass, Priority
 from tests.conftest import stream_events
 from tests.integration.delivery_support import (
     FAST,
@@ -107,17 +109,15 @@ def order(limit: int = 1000, **options: Any) -> ReplayOrder:
 
 
 async def replay(redis: Redis, keys: KeySpace, replay_order: ReplayOrder) -> ReplayReport:
-    return await dead_letters.replay(
-        redis, keys, replay_order, time.time_ns() // 1_000_000, window_end
-    )
+    return await dlq_replay.replay(redis, keys, replay_order, window_end)
 
 
 def replayed_ids(report: ReplayReport) -> list[str]:
-    return [verdict.letter.delivery_id for verdict in report.replayed]
+    return [result.letter.delivery_id for result in report.replayed]
 
 
 def skipped(report: ReplayReport) -> dict[str, str]:
-    return {verdict.letter.delivery_id: verdict.outcome for verdict in report.skipped}
+    return {result.letter.delivery_id: result.outcome for result in report.skipped}
 
 
 async def sent_ids(redis: Redis, keys: KeySpace) -> list[str]:
@@ -137,10 +137,10 @@ async def test_replay_respects_the_limit_and_the_dlq_drains(
 ) -> None:
     keys = KeySpace(key_prefix)
     ids, catalog = await dead_lettered(real_redis, keys, [otp(n) for n in range(5)])
-    assert (await dead_letters.summarize(real_redis, keys, Selection(), samples=0)).open == 5
+    assert (await summarize(real_redis, keys, Selection(), samples=0)).open == 5
 
     first = await replay(real_redis, keys, order(limit=2))
-    oldest = [d.delivery_id for d in (await dead_letters.summarize(
+    oldest = [d.delivery_id for d in (await summarize(
         real_redis, keys, Selection(), samples=5)).samples]  # fmt: skip
     assert replayed_ids(first) == ids[:2]  # the oldest dead letters first
     assert oldest == ids[2:]  # what is left open
@@ -154,7 +154,7 @@ async def test_replay_respects_the_limit_and_the_dlq_drains(
     calls = await sandbox_calls(real_redis, keys)
     # Same delivery id, so the same provider idempotency key; a fresh attempt series.
     assert all(c["idempotency_key"] == c["delivery_id"] and c["attempt"] == "1" for c in calls)
-    summary = await dead_letters.summarize(real_redis, keys, Selection(), samples=5)
+    summary = await summarize(real_redis, keys, Selection(), samples=5)
     assert (summary.open, summary.resolved) == (0, 5)
     assert await real_redis.xlen(keys.shard(0).dlq) == 5  # entries stay: the audit trail
 
@@ -197,7 +197,7 @@ async def test_a_dry_run_writes_nothing_and_predicts_the_real_call(
 async def delivery_of(redis: Redis, keys: KeySpace, recipient_id: str) -> str:
     """The dead-lettered delivery of a recipient."""
     for entry_id, fields in await redis.xrange(keys.shard(0).dlq):
-        letter = dead_letters.parse_entry(0, entry_id.decode(), fields)
+        letter = parse_entry(0, entry_id.decode(), fields)
         if letter.work is not None and letter.work.recipient_id == recipient_id:
             return letter.delivery_id
     raise AssertionError(f"no dead letter for {recipient_id}")
@@ -215,7 +215,7 @@ async def test_replaying_an_already_sent_delivery_sends_nothing(
     # trust the entry, only the delivery's state at the time of the replay).
     await real_redis.hset(keys.shard(0).delivery(ids[1]), mapping={"status": "SENT"})
     again = Selection(delivery_ids=frozenset(ids))
-    work_items = await real_redis.xlen(keys.shard(0).work("HIGH"))
+    work_items = await real_redis.xlen(keys.shard(0).work(Priority.HIGH))
 
     report = await replay(real_redis, keys, order(selection=again))
     assert replayed_ids(report) == []
@@ -223,8 +223,8 @@ async def test_replaying_an_already_sent_delivery_sends_nothing(
     async with running_worker(real_redis, keys, catalog):
         await asyncio.sleep(0.5)
     assert await sent_ids(real_redis, keys) == [ids[0]]
-    assert await real_redis.xlen(keys.shard(0).work("HIGH")) == work_items  # nothing queued
-    summary = await dead_letters.summarize(real_redis, keys, Selection(), samples=0)
+    assert await real_redis.xlen(keys.shard(0).work(Priority.HIGH)) == work_items  # nothing queued
+    summary = await summarize(real_redis, keys, Selection(), samples=0)
     assert summary.open == 0  # an already-sent entry is settled for good
 
 
@@ -287,19 +287,19 @@ async def test_poison_and_bug_entries_replay_only_with_force(
         real_redis, keys, catalog, otp(0, sandbox={"SMS": {"raise_bug": True}}), "bug"
     )
     [bug_id] = [d["id"] for d in bug["deliveries"]]
-    await real_redis.xadd(keys.shard(0).work("HIGH"), {"w": b"not a work item"})
+    await real_redis.xadd(keys.shard(0).work(Priority.HIGH), {"w": b"not a work item"})
     async with running_worker(real_redis, keys, catalog):
         await wait_until(lambda: dlq_length_is(real_redis, keys, 2))
 
     report = await replay(real_redis, keys, order())
     assert replayed_ids(report) == []
     assert sorted(v.outcome for v in report.skipped) == ["needs_force", "needs_force"]
-    assert (await dead_letters.summarize(real_redis, keys, Selection(), samples=0)).open == 2
+    assert (await summarize(real_redis, keys, Selection(), samples=0)).open == 2
 
     forced = await replay(real_redis, keys, order(force=True))
     assert replayed_ids(forced) == [bug_id]
     assert [v.outcome for v in forced.skipped] == ["unreadable"]
-    assert (await dead_letters.summarize(real_redis, keys, Selection(), samples=0)).open == 0
+    assert (await summarize(real_redis, keys, Selection(), samples=0)).open == 0
 
 
 EMAIL_BODY = {
@@ -347,7 +347,7 @@ async def test_the_summary_counts_open_entries_and_never_shows_an_address(
 ) -> None:
     keys = KeySpace(key_prefix)
     ids, _ = await dead_lettered(real_redis, keys, [otp(0), otp(1), EMAIL_BODY])
-    summary = await dead_letters.summarize(real_redis, keys, Selection(), samples=2)
+    summary = await summarize(real_redis, keys, Selection(), samples=2)
     assert summary.open == 3
     assert summary.by_error_class == {"TRANSIENT": 3}
     assert summary.by_channel == {"SMS": 2, "EMAIL": 1}
@@ -357,7 +357,7 @@ async def test_the_summary_counts_open_entries_and_never_shows_an_address(
     assert context["last_error"] == "provider unreachable (outage)"
     assert context["attempts"] == 1
 
-    everything = await dead_letters.summarize(real_redis, keys, Selection(), samples=3)
+    everything = await summarize(real_redis, keys, Selection(), samples=3)
     text = msgspec.json.encode([letter_view(s) for s in everything.samples]).decode()
     assert "+4915112345678" not in text
     assert "anna@example.com" not in text
@@ -383,7 +383,7 @@ async def test_quiet_hours_hold_back_a_replayed_normal_delivery_but_not_high_or_
     ]
     ids, _ = await dead_lettered(real_redis, keys, bodies)
     letters = [
-        dead_letters.parse_entry(0, entry_id.decode(), fields)
+        parse_entry(0, entry_id.decode(), fields)
         for entry_id, fields in await real_redis.xrange(keys.shard(0).dlq)
     ]
     by_kind = {
@@ -439,5 +439,5 @@ async def test_quiet_hours_hold_back_a_replayed_normal_delivery_but_not_high_or_
     assert isinstance(deferred, DeliveryDeferred)
     assert (replayed.version, deferred.version) == (before[email] + 1, before[email] + 2)
     assert (deferred.reason, deferred.until) == ("quiet_hours", window_end(window, now))
-    summary = await dead_letters.summarize(real_redis, keys, Selection(), samples=0)
+    summary = await summarize(real_redis, keys, Selection(), samples=0)
     assert (summary.open, summary.resolved) == (0, 4)  # the stale one is settled too

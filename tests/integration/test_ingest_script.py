@@ -15,8 +15,9 @@ from app.ingest.requests import NotificationRequest, Recipient
 from streams import codec, scripts
 from streams.events import NotificationAccepted, PreferenceEntry
 from streams.ingest import IngestWriter
-from streams.keys import KeySpace, Priority
+from streams.keys import KeySpace
 from streams.recipient_settings import RecipientSettings, RecipientSettingsStore
+from streams.vocabulary import Priority
 from tests.conftest import Clock
 
 REQUEST = NotificationRequest(

@@ -19,9 +19,10 @@ from app.catalog import Catalog
 from app.metrics import OPT_OUTS
 from app.settings import Settings
 from streams.backlog import read_backlog
-from streams.delivery import GROUP, ensure_group
-from streams.keys import KeySpace, Priority
-from streams.metrics import MetricsRecorder, read_counters
+from streams.consumer_groups import DELIVERY_GROUP, ensure_group
+from streams.keys import KeySpace
+from streams.metrics_recorder import MetricsRecorder, read_counters
+from streams.vocabulary import Priority
 from tests.conftest import AUTH, ORDERS, VIEWER, http_client
 from tests.integration.delivery_support import fast_catalog, running_worker, wait_until
 from tests.integration.test_notifications_api import post
@@ -87,8 +88,8 @@ async def test_a_backlog_builds_then_drains_when_a_worker_starts(
         assert row["oldest_unread_age_ms"] >= 50
 
         # A consumer reads five entries and stalls: they are pending, and age.
-        await ensure_group(real_redis, high)
-        await real_redis.xreadgroup(GROUP, "stalled", {high: ">"}, count=5)
+        await ensure_group(real_redis, high, DELIVERY_GROUP)
+        await real_redis.xreadgroup(DELIVERY_GROUP, "stalled", {high: ">"}, count=5)
         await asyncio.sleep(0.05)
         report = await lag_report(client)
         row = stream_row(report, "work:high")
@@ -200,13 +201,13 @@ async def test_metrics_and_lag_need_a_read_key(
 async def test_lag_is_counted_when_redis_cannot_say(real_redis: Redis, key_prefix: str) -> None:
     keys = KeySpace(key_prefix)
     high = keys.shard(0).work(Priority.HIGH)
-    await ensure_group(real_redis, high)
+    await ensure_group(real_redis, high, DELIVERY_GROUP)
     ids = [await real_redis.xadd(high, {"w": b"x"}) for _ in range(5)]
-    await real_redis.xreadgroup(GROUP, "c", {high: ">"}, count=1)
+    await real_redis.xreadgroup(DELIVERY_GROUP, "c", {high: ">"}, count=1)
     await real_redis.xdel(high, ids[2])  # a hole in the unread range: XINFO lag is nil
     [info] = await real_redis.xinfo_groups(high)
     assert info["lag"] is None
-    backlog = await read_backlog(real_redis, keys, events_group="projector")
+    backlog = await read_backlog(real_redis, keys)
     [row] = [g for g in backlog.groups if g.stream == "work:high"]
     assert (row.length, row.pending, row.lag) == (4, 1, 3)
 

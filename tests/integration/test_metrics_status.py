@@ -8,7 +8,8 @@ from click.testing import CliRunner
 from redis import Redis
 
 from app.cli.main import main
-from streams.keys import KeySpace, Priority
+from streams.keys import KeySpace
+from streams.vocabulary import Priority
 from tests.conftest import REDIS_URL
 
 

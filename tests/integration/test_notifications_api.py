@@ -12,7 +12,8 @@ from redis.asyncio import Redis
 
 from streams import codec
 from streams.events import DeliveryQueued, NotificationAccepted
-from streams.keys import KeySpace, Priority
+from streams.keys import KeySpace
+from streams.vocabulary import Priority
 from tests.conftest import AUTH, ORDERS, VIEWER, http_client, stream_events
 
 Client = httpx.AsyncClient

@@ -13,9 +13,12 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 import projections.projector as projector_module
+import projections.rows as rows_module
 from projections.database import connect
-from projections.projector import GROUP, Projector, apply, rows_of, write_rows
+from projections.projector import Projector
+from projections.rows import apply, rows_of, write_rows
 from streams import codec
+from streams.consumer_groups import PROJECTOR_GROUP
 from streams.events import (
     DeliveryAttemptFailed,
     DeliveryQueued,
@@ -154,11 +157,13 @@ async def test_a_projector_killed_between_commit_and_ack_duplicates_nothing(
 ) -> None:
     keys = KeySpace(key_prefix)
     stream = keys.shard(0).events
-    await real_redis.xgroup_create(stream, GROUP, id="0", mkstream=True)
+    await real_redis.xgroup_create(stream, PROJECTOR_GROUP, id="0", mkstream=True)
     for batch in story():
         await real_redis.xadd(stream, {"e": codec.encode_events(batch)})
     # A projector read everything and committed, then died before XACK.
-    reply: Any = await real_redis.xreadgroup(GROUP, "host-projector", {stream: ">"}, count=10)
+    reply: Any = await real_redis.xreadgroup(
+        PROJECTOR_GROUP, "host-projector", {stream: ">"}, count=10
+    )
     read = [(entry_id.decode(), fields[b"e"]) for entry_id, fields in reply[0][1]]
     await apply(pool, stream, rows_of(0, read))
     committed = await snapshot(pool)
@@ -167,7 +172,7 @@ async def test_a_projector_killed_between_commit_and_ack_duplicates_nothing(
     task = asyncio.create_task(projector.run())
 
     async def drained() -> bool:
-        return (await real_redis.xpending(stream, GROUP))["pending"] == 0
+        return (await real_redis.xpending(stream, PROJECTOR_GROUP))["pending"] == 0
 
     await wait_until(drained)
     projector.stop()
@@ -268,7 +273,7 @@ async def test_a_batch_is_read_in_several_reads_up_to_its_byte_bound(
 ) -> None:
     keys = KeySpace(key_prefix)
     stream = keys.shard(0).events
-    await real_redis.xgroup_create(stream, GROUP, id="0", mkstream=True)
+    await real_redis.xgroup_create(stream, PROJECTOR_GROUP, id="0", mkstream=True)
     entry = {codec.EVENT_FIELD: b"[" + b" " * 98 + b"]"}  # 100 bytes
     for number in range(5):
         await real_redis.xadd(stream, entry, id=f"{number + 1}-0")
@@ -295,7 +300,7 @@ async def test_the_next_batch_is_read_while_one_is_written_and_order_is_kept(
     written: list[str] = []
     writing = 0
     reads_while_writing = 0
-    original_apply, original_read = projector_module.apply, real_redis.xreadgroup
+    original_apply, original_read = rows_module.apply, real_redis.xreadgroup
 
     async def slow_apply(pool: asyncpg.Pool, stream: str, rows: Any) -> None:
         nonlocal writing
@@ -312,7 +317,7 @@ async def test_the_next_batch_is_read_while_one_is_written_and_order_is_kept(
         reads_while_writing += writing  # a batch was being written when this read came back
         return reply
 
-    monkeypatch.setattr(projector_module, "apply", slow_apply)
+    monkeypatch.setattr(rows_module, "apply", slow_apply)
     monkeypatch.setattr(real_redis, "xreadgroup", read)
     for n, batch in enumerate(story()):
         await real_redis.xadd(stream, {"e": codec.encode_events(batch)}, id=f"{n + 1}-0")
@@ -320,7 +325,10 @@ async def test_the_next_batch_is_read_while_one_is_written_and_order_is_kept(
     task = asyncio.create_task(projector.run())
 
     async def drained() -> bool:
-        return len(written) == 3 and (await real_redis.xpending(stream, GROUP))["pending"] == 0
+        return (
+            len(written) == 3
+            and (await real_redis.xpending(stream, PROJECTOR_GROUP))["pending"] == 0
+        )
 
     await wait_until(drained)
     projector.stop()

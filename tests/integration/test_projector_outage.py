@@ -8,7 +8,8 @@ import pytest
 from redis.asyncio import Redis
 
 from projections.database import connect
-from projections.projector import GROUP, Projector
+from projections.projector import Projector
+from streams.consumer_groups import PROJECTOR_GROUP
 from streams.keys import KeySpace
 from tests.integration.delivery_support import accept, fast_catalog, wait_until
 from tests.servers import postgres_server
@@ -55,4 +56,4 @@ async def test_a_postgres_restart_during_load_is_caught_up(
         await pool.close()
     assert ids == {answer["id"] for answer in accepted}
     assert history == 2 * len(accepted)  # NotificationAccepted + DeliveryQueued, once each
-    assert (await real_redis.xpending(keys.shard(0).events, GROUP))["pending"] == 0
+    assert (await real_redis.xpending(keys.shard(0).events, PROJECTOR_GROUP))["pending"] == 0

@@ -11,8 +11,10 @@ import pytest
 from redis.asyncio import Redis
 
 from projections.database import connect
-from projections.projector import GROUP, Projector, apply, rows_of
+from projections.projector import Projector
 from projections.rebuild import RebuildSummary, rebuild
+from projections.rows import apply, rows_of
+from streams.consumer_groups import DELIVERY_GROUP, PROJECTOR_GROUP
 from streams.keys import KeySpace
 from streams.retention import StreamRetention, trim
 from tests.integration.delivery_support import accept, fast_catalog, running_worker, wait_until
@@ -73,8 +75,8 @@ async def project_everything(redis: Redis, pool: asyncpg.Pool, keys: KeySpace) -
 async def _settled(redis: Redis, pool: asyncpg.Pool, keys: KeySpace) -> bool:
     """Nothing left to deliver, and every event projected."""
     shard = keys.shard(0)
-    streams = [(shard.events, GROUP)] + [
-        (shard.work(p), "delivery") for p in ("high", "normal", "low")
+    streams = [(shard.events, PROJECTOR_GROUP)] + [
+        (stream, DELIVERY_GROUP) for stream in shard.work_streams
     ]
     for stream, group in streams:
         if not await redis.exists(stream):
@@ -105,7 +107,7 @@ async def test_a_rebuild_from_the_history_in_postgresql_equals_the_live_projecti
     assert {row[6] for row in live["delivery"]} == {"SENT", "FAILED", "SUPPRESSED"}
     # Redis forgets everything the projector acknowledged: only PostgreSQL has it now.
     events = keys.shard(0).events
-    await trim(real_redis, StreamRetention(events, 0, (GROUP,)))
+    await trim(real_redis, StreamRetention(events, 0, (PROJECTOR_GROUP,)))
     assert await real_redis.xlen(events) == 0
     async with pool.acquire() as connection:  # a read model gone wrong
         await connection.execute("UPDATE delivery SET status = 'QUEUED', attempts = 99")
@@ -147,7 +149,7 @@ async def test_a_rebuild_that_would_lose_notifications_can_be_refused(
 ) -> None:
     keys = KeySpace(key_prefix)
     await project_everything(real_redis, pool, keys)
-    await trim(real_redis, StreamRetention(keys.shard(0).events, 0, (GROUP,)))
+    await trim(real_redis, StreamRetention(keys.shard(0).events, 0, (PROJECTOR_GROUP,)))
     async with pool.acquire() as connection:  # its history partition was dropped
         await connection.execute(
             "DELETE FROM delivery_event WHERE notification_id = "

@@ -14,11 +14,11 @@ import structlog
 from redis.asyncio import Redis
 
 from projections.database import connect
-from projections.projector import GROUP as PROJECTOR_GROUP
 from projections.projector import Projector
-from streams.delivery import GROUP as DELIVERY_GROUP
-from streams.keys import KeySpace, Priority
+from streams.consumer_groups import DELIVERY_GROUP, PROJECTOR_GROUP
+from streams.keys import KeySpace
 from streams.retention import StreamRetention, forget_marks, keep_trimmed, policies, trim, trim_all
+from streams.vocabulary import Priority
 from tests.integration.delivery_support import (
     FAST,
     accept,
@@ -113,7 +113,7 @@ async def test_streams_without_groups_are_bounded_by_age_alone(
     recent = await add_old(real_redis, dlq, 2, age_ms=2 * HOUR_MS)
     sent = await add_old(real_redis, keys.sandbox_sent, 4, age_ms=2 * HOUR_MS)
     retention = policies(
-        keys, projector_group=PROJECTOR_GROUP, stream_retention_ms=HOUR_MS,
+        keys, stream_retention_ms=HOUR_MS,
         dlq_retention_ms=7 * 24 * HOUR_MS,
     )  # fmt: skip
 
@@ -138,7 +138,7 @@ async def test_resolved_marks_go_with_their_dead_letters(
     marks["not-an-entry-id"] = "{}"
     await real_redis.hset(shard.dlq_resolved, mapping=marks)
     retention = policies(
-        keys, projector_group=PROJECTOR_GROUP, stream_retention_ms=HOUR_MS,
+        keys, stream_retention_ms=HOUR_MS,
         dlq_retention_ms=7 * 24 * HOUR_MS,
     )  # fmt: skip
     [policy] = [policy for policy in retention if policy.stream == shard.dlq]
@@ -171,9 +171,7 @@ async def test_a_stopped_projector_keeps_its_entries_while_delivered_work_is_tri
 ) -> None:
     keys, catalog = KeySpace(key_prefix), fast_catalog()
     shard = keys.shard(0)
-    retention = policies(
-        keys, projector_group=PROJECTOR_GROUP, stream_retention_ms=0, dlq_retention_ms=HOUR_MS
-    )
+    retention = policies(keys, stream_retention_ms=0, dlq_retention_ms=HOUR_MS)
     projector = Projector(real_redis, pool, keys, consumer="p")
     first_run = asyncio.create_task(projector.run())
     await wait_until(lambda: _has_group(real_redis, shard.events, PROJECTOR_GROUP))

@@ -8,10 +8,11 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from app.providers.base import ErrorClass, Message, ProviderError
+from app.providers.base import Message, ProviderError
 from app.providers.sandbox import SandboxProvider
 from streams import scripts
 from streams.keys import KeySpace
+from streams.vocabulary import ErrorClass
 
 
 def message(key: str = "idem-1", attempt: int = 1, data: dict[str, Any] | None = None) -> Message:

@@ -23,8 +23,9 @@ from app.catalog import Catalog
 from app.processes import api as main
 from app.settings import Settings
 from projections.database import DatabaseNotReady, connect
-from projections.projector import GROUP, Projector
+from projections.projector import Projector
 from projections.queries import projection_lag_ms
+from streams.consumer_groups import PROJECTOR_GROUP
 from streams.keys import KeySpace
 from tests.conftest import API_KEYS, AUTH, ORDERS, REDIS_URL, REPO, VIEWER, http_client
 from tests.integration.delivery_support import fast_catalog, running_worker, wait_until
@@ -110,8 +111,8 @@ async def running_projector(
 async def drained(redis: Redis, keys: KeySpace) -> bool:
     """Every events entry was read by the projector and acknowledged (so committed)."""
     stream = keys.shard(0).events
-    groups = [g for g in await redis.xinfo_groups(stream) if g["name"] == GROUP.encode()]
-    if not groups or (await redis.xpending(stream, GROUP))["pending"]:
+    groups = [g for g in await redis.xinfo_groups(stream) if g["name"] == PROJECTOR_GROUP.encode()]
+    if not groups or (await redis.xpending(stream, PROJECTOR_GROUP))["pending"]:
         return False
     last = groups[0]["last-delivered-id"].decode()
     return not await redis.xrange(stream, f"({last}", "+", count=1)
@@ -418,11 +419,11 @@ async def test_projection_lag_is_reported_until_the_projector_drained(
     # An entry read but not acknowledged (a projector busy with it, or dead) counts too.
     await accept(client, OTP, "k2")
     stream = keys.shard(0).events
-    await real_redis.xreadgroup(GROUP, "slow-projector", {stream: ">"}, count=10)
+    await real_redis.xreadgroup(PROJECTOR_GROUP, "slow-projector", {stream: ">"}, count=10)
     await asyncio.sleep(0.05)
     assert await projection_lag_ms(real_redis, keys) >= 50
-    pending = await real_redis.xpending_range(stream, GROUP, "-", "+", 10)
-    await real_redis.xack(stream, GROUP, *[entry["message_id"] for entry in pending])
+    pending = await real_redis.xpending_range(stream, PROJECTOR_GROUP, "-", "+", 10)
+    await real_redis.xack(stream, PROJECTOR_GROUP, *[entry["message_id"] for entry in pending])
     assert await projection_lag_ms(real_redis, keys) == 0
 
 

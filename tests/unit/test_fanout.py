@@ -28,6 +28,7 @@ from streams.keys import ShardKeys, shard_from_id
 from streams.recipient_settings import RecipientSettings
 from streams.records import DeliveryAtAcceptance, NotificationRecord, decode_record
 from streams.scheduler import work_item_of_member
+from streams.vocabulary import Priority
 from streams.work_items import WorkItem
 
 REPO = Path(__file__).resolve().parents[2]
@@ -103,8 +104,9 @@ def deliveries(item: IngestItem) -> list[Planned]:
     by_id: dict[str, tuple[PlannedWork, WorkItem]] = {}
     for planned in item.work:
         # A delayed member carries the stream it returns to in front of the work item.
-        raw = work_item_of_member(planned.item) if planned.target == "delayed" else planned.item
-        if planned.target == "delayed":
+        delayed = planned.due_ms is not None
+        raw = work_item_of_member(planned.item) if delayed else planned.item
+        if delayed:
             assert planned.item.startswith(b"normal ") or planned.item.startswith(b"low ")
         work = codec.decode_work_item(raw)
         assert work.delivery_id not in by_id, f"two work items for {work.delivery_id}"
@@ -118,9 +120,14 @@ def deliveries(item: IngestItem) -> list[Planned]:
 
 
 def targets(item: IngestItem) -> list[tuple[str | None, int]]:
-    """(target, due_ms) of each delivery in fan-out order; (None, 0) without a work item."""
+    """(where, due_ms) of each delivery in fan-out order: its work stream's name, or
+    "delayed" with its due time; (None, 0) without a work item."""
     return [
-        (planned.target, planned.due_ms) if planned is not None else (None, 0)
+        (None, 0)
+        if planned is None
+        else (planned.priority.stream_name, 0)
+        if planned.due_ms is None
+        else ("delayed", planned.due_ms)
         for _, planned, _ in deliveries(item)
     ]
 
@@ -218,7 +225,7 @@ def test_a_type_that_cannot_be_switched_off_is_sent_anyway(planner: Planner) -> 
     item = plan(planner, request("otp", {"code": "1"}, phone="+4915112345678"), settings)
     assert fates(item) == [("SMS", "QUEUED", "")]
     assert targets(item) == [("high", 0)]
-    assert item.express  # written in pipelines of its own, not behind big batches
+    assert item.priority == Priority.HIGH  # written in pipelines of its own, not behind big batches
 
 
 def test_quiet_hours_defer_a_normal_email_until_the_window_ends(planner: Planner) -> None:
@@ -261,7 +268,7 @@ def test_outside_quiet_hours_nothing_is_deferred(planner: Planner) -> None:
     item = plan(planner, order(email="jane@example.com"), QUIET, NOON)
     assert fates(item)[0] == ("EMAIL", "QUEUED", "")
     assert targets(item)[0] == ("normal", 0)
-    assert not item.express
+    assert item.priority != Priority.HIGH
 
 
 def test_a_short_lived_notification_expires_rather_than_waiting_out_quiet_hours(

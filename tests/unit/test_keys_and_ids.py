@@ -7,7 +7,8 @@ import uuid
 import pytest
 
 from streams.ids import MAX_SHARDS, is_uuid, new_id, new_ids
-from streams.keys import KeySpace, Priority, ShardKeys, ingest_routing, shard_from_id, shard_of
+from streams.keys import KeySpace, ShardKeys, ingest_routing, shard_from_id, shard_of
+from streams.vocabulary import Priority
 
 
 def hash_tag(key: str) -> str:

@@ -13,8 +13,9 @@ import time
 import pytest
 from redis.asyncio import Redis
 
-from streams.keys import KeySpace, Priority
+from streams.keys import KeySpace
 from streams.rate_limiter import Rate, RateLimiter
+from streams.vocabulary import Priority
 
 
 @pytest.fixture

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from app.providers.base import ErrorClass, Message, ProviderError
+from app.providers.base import Message, ProviderError
 from app.providers.sandbox import Directives, SandboxProvider, parse_directives
-from streams.events import Channel
 from streams.keys import KeySpace
+from streams.vocabulary import Channel, ErrorClass
 
 ADDRESS = "+15550100"
 

@@ -12,7 +12,7 @@ from app.cli.status import (
 )
 from app.metrics import ATTEMPT_FAILURES, COUNTERS, DELIVERY_ATTEMPTS, HISTOGRAMS, Snapshot
 from streams.backlog import Backlog, GroupBacklog, ShardBacklog
-from streams.metrics import HistogramTotals
+from streams.metrics_recorder import HistogramTotals
 
 NOW_MS = 1_800_000_000_000
 

@@ -1,5 +1,5 @@
-"""Recording outcomes: one ``events`` entry and one XACK per script call, and a delivery
-whose state key is corrupt fails alone."""
+"""The delivery store: recording outcomes makes one ``events`` entry and one XACK per script
+call, and a delivery whose state key is corrupt fails alone."""
 
 from __future__ import annotations
 
@@ -9,12 +9,14 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from app.delivery import outcomes as delivery_step
-from app.delivery.outcomes import Step
-from streams import codec
-from streams.delivery import GROUP, DeliveryStore, ensure_group
+from streams import codec, delivery_outcomes
+from streams.consumer_groups import DELIVERY_GROUP, ensure_group
+from streams.delivery_outcomes import LeasedDelivery
+from streams.delivery_store import DeliveryStore
+from streams.dlq.entries import Worker
 from streams.events import DeliverySent
-from streams.keys import KeySpace, Priority
+from streams.keys import KeySpace
+from streams.vocabulary import Priority
 from tests.integration.delivery_support import accept, fast_catalog
 
 
@@ -26,22 +28,20 @@ def otp(n: int) -> dict[str, Any]:
     }
 
 
-async def leased_steps(redis: Redis, keys: KeySpace, count: int) -> list[Step]:
+async def leased_steps(redis: Redis, keys: KeySpace, count: int) -> list[LeasedDelivery]:
     """Accept ``count`` OTPs, read their work entries as consumer "w" and lease them."""
     shard, catalog = keys.shard(0), fast_catalog()
     stream = shard.work(Priority.HIGH)
-    await ensure_group(redis, stream)
+    await ensure_group(redis, stream, DELIVERY_GROUP)
     for n in range(count):
         await accept(redis, keys, catalog, otp(n), f"k{n}")
-    [(_, entries)] = await redis.xreadgroup(GROUP, "w", {stream: ">"}, count=count)
+    [(_, entries)] = await redis.xreadgroup(DELIVERY_GROUP, "w", {stream: ">"}, count=count)
     items = [(entry.decode(), codec.decode_work_item(fields[b"w"])) for entry, fields in entries]
     store = DeliveryStore(redis)
-    leases = await store.begin(
-        shard, [(i.delivery_id, i.notification_id, i.channel) for _, i in items], "w", 60_000
-    )
+    leases = await store.begin(shard, [item for _, item in items], "w", 60_000)
     assert [lease.verdict for lease in leases] == ["GO"] * count
     return [
-        Step(shard, item, entry_id, lease, "w")
+        LeasedDelivery(shard, item, entry_id, lease, Worker("w", "test"))
         for (entry_id, item), lease in zip(items, leases, strict=True)
     ]
 
@@ -52,7 +52,9 @@ async def test_outcomes_finished_together_make_one_events_entry_and_one_ack(
     keys = KeySpace(key_prefix)
     steps = await leased_steps(real_redis, keys, 3)
     events_before = await real_redis.xlen(keys.shard(0).events)  # one entry per acceptance
-    outcomes = [delivery_step.sent(step, "sandbox", f"m{n}", 1_000) for n, step in enumerate(steps)]
+    outcomes = [
+        delivery_outcomes.sent(step, "sandbox", f"m{n}", 1_000) for n, step in enumerate(steps)
+    ]
 
     assert await DeliveryStore(real_redis).finish(outcomes) == ["OK", "OK", "OK"]
 
@@ -61,7 +63,7 @@ async def test_outcomes_finished_together_make_one_events_entry_and_one_ack(
     assert [type(event) for event in sent] == [DeliverySent] * 3
     assert [event.delivery_id for event in sent] == [s.item.delivery_id for s in steps]
     assert await real_redis.xlen(keys.shard(0).events) == events_before + 1
-    pending = await real_redis.xpending(keys.shard(0).work(Priority.HIGH), GROUP)
+    pending = await real_redis.xpending(keys.shard(0).work(Priority.HIGH), DELIVERY_GROUP)
     assert pending["pending"] == 0
 
 
@@ -71,7 +73,9 @@ async def test_a_corrupt_state_key_fails_alone(real_redis: Redis, key_prefix: st
     events_before = await real_redis.xlen(keys.shard(0).events)
     await real_redis.delete(keys.shard(0).delivery(broken.item.delivery_id))
     await real_redis.set(keys.shard(0).delivery(broken.item.delivery_id), "not a hash")
-    outcomes = [delivery_step.sent(step, "sandbox", "m", 1_000) for step in (first, broken, last)]
+    outcomes = [
+        delivery_outcomes.sent(step, "sandbox", "m", 1_000) for step in (first, broken, last)
+    ]
 
     assert await DeliveryStore(real_redis).finish(outcomes) == ["OK", "BROKEN", "OK"]
 
@@ -84,7 +88,7 @@ async def test_a_corrupt_state_key_fails_alone(real_redis: Redis, key_prefix: st
         assert state == b"SENT"
     # Only the broken delivery's work entry is still pending, to be retried or dead-lettered.
     pending = await real_redis.xpending_range(
-        keys.shard(0).work(Priority.HIGH), GROUP, min="-", max="+", count=10
+        keys.shard(0).work(Priority.HIGH), DELIVERY_GROUP, min="-", max="+", count=10
     )
     assert [p["message_id"].decode() for p in pending] == [broken.entry_id]
 
@@ -96,7 +100,7 @@ async def test_a_shared_key_of_the_wrong_type_fails_the_call_before_any_write(
     steps = await leased_steps(real_redis, keys, 2)
     events_before = await real_redis.xlen(keys.shard(0).events)
     await real_redis.set(keys.shard(0).dlq, "not a stream")
-    outcomes = [delivery_step.sent(step, "sandbox", "m", 1_000) for step in steps]
+    outcomes = [delivery_outcomes.sent(step, "sandbox", "m", 1_000) for step in steps]
 
     with pytest.raises(ResponseError, match="WRONGTYPE"):
         await DeliveryStore(real_redis).finish(outcomes)
@@ -105,5 +109,5 @@ async def test_a_shared_key_of_the_wrong_type_fails_the_call_before_any_write(
     for step in steps:
         state = await real_redis.hget(keys.shard(0).delivery(step.item.delivery_id), "status")
         assert state == b"SENDING"
-    pending = await real_redis.xpending(keys.shard(0).work(Priority.HIGH), GROUP)
+    pending = await real_redis.xpending(keys.shard(0).work(Priority.HIGH), DELIVERY_GROUP)
     assert pending["pending"] == 2

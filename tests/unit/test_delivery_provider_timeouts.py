@@ -8,32 +8,32 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from app.delivery.provider_timeouts import Deadlines
+from app.delivery.provider_timeouts import ProviderTimeouts
 
 
 @pytest.fixture
-async def deadlines() -> AsyncIterator[Deadlines]:
-    watchdog = Deadlines(tick_s=0.01)
+async def timeouts() -> AsyncIterator[ProviderTimeouts]:
+    watchdog = ProviderTimeouts(tick_s=0.01)
     running = asyncio.create_task(watchdog.run())
     yield watchdog
     running.cancel()
     await asyncio.gather(running, return_exceptions=True)
 
 
-async def test_a_call_within_its_limit_returns_its_value(deadlines: Deadlines) -> None:
+async def test_a_call_within_its_limit_returns_its_value(timeouts: ProviderTimeouts) -> None:
     async def quick() -> str:
         await asyncio.sleep(0.01)
         return "answer"
 
-    assert await deadlines.limit(1.0, quick()) == "answer"
+    assert await timeouts.limit(1.0, quick()) == "answer"
 
 
 async def test_a_call_past_its_limit_raises_timeout_and_the_task_goes_on(
-    deadlines: Deadlines,
+    timeouts: ProviderTimeouts,
 ) -> None:
     started = time.monotonic()
     with pytest.raises(TimeoutError):
-        await deadlines.limit(0.05, asyncio.sleep(10))
+        await timeouts.limit(0.05, asyncio.sleep(10))
     assert 0.05 <= time.monotonic() - started < 0.5  # within a few ticks
     # The cancellation was withdrawn: this task awaits normally afterwards.
     current = asyncio.current_task()
@@ -42,26 +42,26 @@ async def test_a_call_past_its_limit_raises_timeout_and_the_task_goes_on(
     await asyncio.sleep(0.02)
 
 
-async def test_an_error_of_the_call_passes_through(deadlines: Deadlines) -> None:
+async def test_an_error_of_the_call_passes_through(timeouts: ProviderTimeouts) -> None:
     async def broken() -> None:
         raise ValueError("provider bug")
 
     with pytest.raises(ValueError, match="provider bug"):
-        await deadlines.limit(1.0, broken())
+        await timeouts.limit(1.0, broken())
 
 
-async def test_a_cancellation_from_outside_is_not_a_timeout(deadlines: Deadlines) -> None:
-    task = asyncio.create_task(deadlines.limit(10.0, asyncio.sleep(10)))
+async def test_a_cancellation_from_outside_is_not_a_timeout(timeouts: ProviderTimeouts) -> None:
+    task = asyncio.create_task(timeouts.limit(10.0, asyncio.sleep(10)))
     await asyncio.sleep(0.02)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
 
 
-async def test_many_calls_keep_their_own_limits(deadlines: Deadlines) -> None:
+async def test_many_calls_keep_their_own_limits(timeouts: ProviderTimeouts) -> None:
     async def call(seconds: float) -> str:
         try:
-            await deadlines.limit(0.1, asyncio.sleep(seconds))
+            await timeouts.limit(0.1, asyncio.sleep(seconds))
         except TimeoutError:
             return "timeout"
         return "done"

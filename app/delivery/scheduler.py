@@ -1,0 +1,58 @@
+"""Moving due ``delayed`` members back to their work streams, in every worker process.
+
+One loop per shard calls the scheduler script (``streams.scheduler.move_due``), then sleeps
+until the next member is due, at most ``IDLE_S``: members other processes add are seen that
+late at the latest. A worker that schedules a retry itself wakes the loop at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+
+import structlog
+from redis.asyncio import Redis
+
+from streams.keys import ShardKeys
+from streams.scheduler import MOVE_LIMIT, move_due
+
+log = structlog.get_logger(__name__)
+
+IDLE_S = 1.0  # longest sleep
+
+
+class Scheduler:
+    """The scheduler loops of one worker process."""
+
+    def __init__(self, redis: Redis, shards: Sequence[ShardKeys]) -> None:
+        self.redis = redis
+        self._wake = {shard: asyncio.Event() for shard in shards}
+
+    def wake(self, shard: ShardKeys) -> None:
+        """Look at ``shard``'s ``delayed`` set now: something was just added to it."""
+        self._wake[shard].set()
+
+    async def run(self, shard: ShardKeys, stopping: asyncio.Event) -> None:
+        """Move ``shard``'s due members until ``stopping`` is set (or cancelled)."""
+        wake = self._wake[shard]
+        while not stopping.is_set():
+            try:
+                moved = await move_due(self.redis, shard)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("scheduler.failed", shard=shard.shard)
+                await asyncio.sleep(1)
+                continue
+            if moved.count >= MOVE_LIMIT:
+                continue  # more is due right now
+            sleep = IDLE_S
+            if moved.next_due_in_ms is not None:
+                sleep = min(sleep, moved.next_due_in_ms / 1000)
+            wake.clear()
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a
+            # cancellation that coincides with the wake-up, and the worker would never stop.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(sleep):
+                    await wake.wait()

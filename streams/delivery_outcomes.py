@@ -1,0 +1,222 @@
+"""What happened to one leased delivery, as the outcome ``DeliveryStore.finish`` records.
+
+Pure functions: each builds the delivery's changed state fields, the events of the change
+(numbered after the version the lease found) and any ``delayed`` or dead-letter entry. Which
+one applies is the caller's decision (``app.delivery``: the retry policy, the TTL, the
+provider's answer); error texts arrive masked and are only cut to length here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TypedDict
+
+import msgspec
+
+from streams import codec
+from streams.delivery_state import DeliveryStatus
+from streams.delivery_store import Lease, Outcome
+from streams.dlq.entries import Worker, failed_delivery_entry
+from streams.events import (
+    DeliveryAttemptFailed,
+    DeliveryDeadLettered,
+    DeliveryDeferred,
+    DeliveryExpired,
+    DeliveryFailed,
+    DeliverySent,
+    Event,
+)
+from streams.keys import ShardKeys
+from streams.scheduler import delayed_member
+from streams.scripts import KeyOrArg
+from streams.vocabulary import ErrorClass, Priority
+from streams.work_items import WorkItem
+
+MAX_ERROR_TEXT = 500  # characters of an error text kept in the state, events and dead letter
+
+
+@dataclass(frozen=True, slots=True)
+class LeasedDelivery:
+    """A delivery a worker holds: its work item, where the item came from, what the lease
+    found, and the worker."""
+
+    shard: ShardKeys
+    item: WorkItem
+    entry_id: str
+    lease: Lease
+    worker: Worker
+
+    @property
+    def priority(self) -> Priority:
+        return self.item.priority
+
+
+def sent(leased: LeasedDelivery, provider: str, message_id: str, now_ms: int) -> Outcome:
+    """The provider accepted the message."""
+    attempt = leased.lease.attempts + 1
+    event = DeliverySent(
+        **_ids(leased, 1, now_ms),
+        attempt=attempt,
+        provider=provider,
+        provider_message_id=message_id,
+    )
+    fields: dict[str, KeyOrArg] = {
+        "status": DeliveryStatus.SENT,
+        "attempts": attempt,
+        "provider": provider,
+        "provider_message_id": message_id,
+        **_attempt_times(leased, now_ms),
+    }
+    return _outcome(leased, [event], fields, now_ms=now_ms)
+
+
+def expired(leased: LeasedDelivery, now_ms: int, reason: str = "ttl") -> Outcome:
+    """The notification's TTL passed before the delivery was sent: never send it."""
+    event = DeliveryExpired(**_ids(leased, 1, now_ms), channel=leased.item.channel, reason=reason)
+    fields: dict[str, KeyOrArg] = {"status": DeliveryStatus.EXPIRED, "reason": reason}
+    return _outcome(leased, [event], fields, now_ms=now_ms)
+
+
+def rate_limited(leased: LeasedDelivery, until_ms: int, now_ms: int) -> Outcome:
+    """No provider quota now: wait until ``until_ms``, without counting an attempt."""
+    event = DeliveryDeferred(
+        **_ids(leased, 1, now_ms),
+        channel=leased.item.channel,
+        reason="rate_limited",
+        until=_at(until_ms),
+    )
+    member = delayed_member(leased.priority, codec.encode(leased.item))
+    fields: dict[str, KeyOrArg] = {"status": DeliveryStatus.SCHEDULED, "due_ms": until_ms}
+    return _outcome(leased, [event], fields, now_ms=now_ms, delayed=(member, until_ms))
+
+
+def retry_later(
+    leased: LeasedDelivery, error_class: ErrorClass, error: str, due_ms: int, now_ms: int
+) -> Outcome:
+    """An attempt failed and is tried again at ``due_ms``."""
+    attempt = leased.lease.attempts + 1
+    error = error[:MAX_ERROR_TEXT]
+    event = DeliveryAttemptFailed(
+        **_ids(leased, 1, now_ms),
+        attempt=attempt,
+        error_class=error_class,
+        error=error,
+        retry_at=_at(due_ms),
+    )
+    item = msgspec.structs.replace(leased.item, attempts=attempt)
+    member = delayed_member(item.priority, codec.encode(item))
+    fields: dict[str, KeyOrArg] = {
+        "status": DeliveryStatus.SCHEDULED,
+        "attempts": attempt,
+        "error_class": error_class,
+        "last_error": error,
+        "due_ms": due_ms,
+        **_attempt_times(leased, now_ms),
+    }
+    return _outcome(leased, [event], fields, now_ms=now_ms, delayed=(member, due_ms))
+
+
+def failed(
+    leased: LeasedDelivery, error_class: ErrorClass, error: str, now_ms: int, *, attempts: int
+) -> Outcome:
+    """The delivery ends FAILED and goes to the dead-letter queue with its context.
+
+    ``attempts`` counts the attempts made, this one included when one was made now.
+    """
+    error = error[:MAX_ERROR_TEXT]
+    events: list[Event] = [
+        DeliveryFailed(
+            **_ids(leased, 1, now_ms),
+            attempts=attempts,
+            error_class=error_class,
+            error=error,
+        ),
+        DeliveryDeadLettered(**_ids(leased, 2, now_ms), error_class=error_class),
+    ]
+    attempted_now = attempts > leased.lease.attempts
+    times = _attempt_times(leased, now_ms) if attempted_now else {}
+    fields: dict[str, KeyOrArg] = {
+        "status": DeliveryStatus.FAILED,
+        "attempts": attempts,
+        "error_class": error_class,
+        "last_error": error,
+        **times,
+    }
+    dead_letter = failed_delivery_entry(
+        leased.item,
+        error_class=error_class,
+        error=error,
+        attempts=attempts,
+        first_attempt_ms=leased.lease.first_attempt_ms or (now_ms if attempted_now else 0),
+        last_attempt_ms=now_ms if attempted_now else 0,
+        worker=leased.worker,
+        version=leased.lease.version + len(events),
+        work_entry_id=leased.entry_id,
+    )
+    return _outcome(leased, events, fields, now_ms=now_ms, dead_letter=dead_letter)
+
+
+def acknowledge_only(leased: LeasedDelivery) -> Outcome:
+    """Nothing to record (the delivery already ended): only acknowledge the work entry."""
+    return Outcome(
+        shard=leased.shard,
+        priority=leased.priority,
+        delivery_id=leased.item.delivery_id,
+        entry_id=leased.entry_id,
+        expected_version=leased.lease.version,
+        events=b"",
+        fields={},
+    )
+
+
+def _outcome(
+    leased: LeasedDelivery,
+    events: list[Event],
+    fields: dict[str, KeyOrArg],
+    *,
+    now_ms: int,
+    delayed: tuple[bytes, int] | None = None,
+    dead_letter: dict[str, KeyOrArg] | None = None,
+) -> Outcome:
+    # Every outcome ends the lease and stamps the change.
+    fields = {**fields, "lease_owner": "", "lease_until": 0, "updated_ms": now_ms}
+    fields["version"] = leased.lease.version + len(events)
+    member, due_ms = delayed or (b"", 0)
+    return Outcome(
+        shard=leased.shard,
+        priority=leased.priority,
+        delivery_id=leased.item.delivery_id,
+        entry_id=leased.entry_id,
+        expected_version=leased.lease.version,
+        events=codec.encode_events(events) if events else b"",
+        fields=fields,
+        delayed_member=member,
+        due_ms=due_ms,
+        dead_letter=dead_letter or {},
+    )
+
+
+class _Ids(TypedDict):
+    at: datetime
+    notification_id: str
+    delivery_id: str
+    version: int
+
+
+def _ids(leased: LeasedDelivery, offset: int, now_ms: int) -> _Ids:
+    """The fields every event about this delivery has; ``offset`` numbers the change."""
+    return _Ids(
+        at=_at(now_ms),
+        notification_id=leased.item.notification_id,
+        delivery_id=leased.item.delivery_id,
+        version=leased.lease.version + offset,
+    )
+
+
+def _attempt_times(leased: LeasedDelivery, now_ms: int) -> dict[str, KeyOrArg]:
+    return {"first_attempt_ms": leased.lease.first_attempt_ms or now_ms, "last_attempt_ms": now_ms}
+
+
+def _at(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, UTC)

@@ -1,0 +1,187 @@
+"""Where delivery workers record their work: leases, outcomes and raw dead letters.
+
+``begin`` takes a lease for the deliveries a worker is about to send (``lua/delivery_begin
+.lua``); ``finish`` records each outcome (``streams.delivery_outcomes``) atomically with its
+events, its ``delayed`` or dead-letter entry and the acknowledgement of its work entry
+(``lua/delivery_finish.lua``); ``dead_letter_raw`` parks a work entry nobody can read
+(``lua/dead_letter_raw.lua``). Each script's call is laid out by the function named after it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from redis.asyncio import Redis
+
+from streams import codec, scripts
+from streams.batching import BatchedScript
+from streams.consumer_groups import DELIVERY_GROUP
+from streams.delivery_state import DeliveryState
+from streams.keys import ShardKeys
+from streams.scripts import Call, KeyOrArg
+from streams.vocabulary import Priority
+from streams.work_items import WorkItem
+
+# How long an ended delivery's state hash stays (CLARION_DELIVERY_STATE_RETENTION), and a
+# FAILED one's: as long as its dead letter may be replayed (CLARION_DLQ_RETENTION).
+STATE_RETENTION_MS = 86400 * 1000
+FAILED_STATE_RETENTION_MS = 7 * 86400 * 1000
+
+# GO: the lease is ours; TERMINAL: the delivery ended already (drop the work item); LEASED:
+# another live lease holds it (leave the item for later).
+LeaseVerdict = Literal["GO", "TERMINAL", "LEASED"]
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """What ``begin`` found for one delivery."""
+
+    verdict: LeaseVerdict
+    version: int
+    attempts: int
+    now_ms: int
+    first_attempt_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One delivery's outcome, ready to record (``streams.delivery_outcomes`` builds them)."""
+
+    shard: ShardKeys
+    priority: Priority
+    delivery_id: str
+    entry_id: str  # the work entry to acknowledge ("" when there is none)
+    expected_version: int
+    events: bytes  # the events as one JSON array (b"" for none)
+    fields: dict[str, KeyOrArg]  # the state hash's changed fields
+    delayed_member: bytes = b""
+    due_ms: int = 0
+    dead_letter: dict[str, KeyOrArg] = field(default_factory=dict)
+
+    @property
+    def status(self) -> str | None:
+        """The status it records, if it changes the status."""
+        status = self.fields.get("status")
+        return None if status is None else str(status)
+
+
+# OK: recorded. ENDED / MOVED: the delivery ended or moved on meanwhile; only the work entry
+# was acknowledged. BROKEN: its state key is not a hash; nothing was recorded or acknowledged.
+FinishReply = Literal["OK", "ENDED", "MOVED", "BROKEN"]
+
+
+class DeliveryStore:
+    """Leases and outcomes of deliveries, batched across concurrent workers."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        state_retention_ms: int = STATE_RETENTION_MS,
+        failed_state_retention_ms: int = FAILED_STATE_RETENTION_MS,
+    ) -> None:
+        self.redis = redis
+        self.retention = (state_retention_ms, failed_state_retention_ms)
+        self._finish: BatchedScript[tuple[ShardKeys, Priority], Outcome, FinishReply]
+        self._finish = BatchedScript(
+            redis,
+            scripts.DELIVERY_FINISH,
+            group_of=lambda outcome: (outcome.shard, outcome.priority),
+            build=lambda group, outcomes: delivery_finish_call(*group, outcomes, self.retention),
+            parse=lambda raw: raw.decode(),
+        )
+
+    async def begin(
+        self, shard: ShardKeys, items: Sequence[WorkItem], consumer: str, lease_ms: int
+    ) -> list[Lease]:
+        """Lease the deliveries of ``items`` for ``consumer``, for ``lease_ms``."""
+        if not items:
+            return []
+        call = delivery_begin_call(shard, items, consumer, lease_ms)
+        flat = iter(await scripts.DELIVERY_BEGIN(self.redis, *call))
+        per_item = zip(flat, flat, flat, flat, flat, strict=True)  # five values per item
+        return [
+            Lease(verdict.decode(), int(version), int(attempts), int(now), int(first))
+            for verdict, version, attempts, now, first in per_item
+        ]
+
+    async def finish(self, outcomes: Sequence[Outcome]) -> list[FinishReply]:
+        """Record ``outcomes``; concurrent callers share pipelines."""
+        return await self._finish.run(outcomes)
+
+    async def dead_letter_raw(
+        self, shard: ShardKeys, priority: Priority, entry_id: str, fields: dict[str, KeyOrArg]
+    ) -> None:
+        """Dead-letter a work entry nobody can handle, with ``fields``, and acknowledge it."""
+        await scripts.DEAD_LETTER_RAW(
+            self.redis, *dead_letter_raw_call(shard, priority, entry_id, fields)
+        )
+
+    async def state(self, shard: ShardKeys, delivery_id: str) -> DeliveryState | None:
+        """The delivery's state (None while no worker touched it yet)."""
+        return DeliveryState.from_hash(await self.redis.hgetall(shard.delivery(delivery_id)))
+
+
+def delivery_begin_call(
+    shard: ShardKeys, items: Sequence[WorkItem], consumer: str, lease_ms: int
+) -> Call:
+    """The keys and arguments of one ``lua/delivery_begin.lua`` call.
+
+    KEYS: each delivery's state hash. ARGV: the consumer, the lease's length (ms), then per
+    delivery its notification id and channel (for a state hash created fresh).
+    """
+    keys: list[KeyOrArg] = [shard.delivery(item.delivery_id) for item in items]
+    args: list[KeyOrArg] = [consumer, lease_ms]
+    for item in items:
+        args += [item.notification_id, item.channel]
+    return keys, args
+
+
+def delivery_finish_call(
+    shard: ShardKeys,
+    priority: Priority,
+    outcomes: Sequence[Outcome],
+    retention: tuple[int, int],
+) -> Call:
+    """The keys and arguments of one ``lua/delivery_finish.lua`` call (one work stream).
+
+    KEYS: the work stream, events, delayed, dlq, then each delivery's state hash. ARGV: the
+    consumer group, how long an ended and a FAILED delivery's state stays (ms), every
+    outcome's events joined into one array and each one's byte span in it
+    (``codec.join_events``, ``codec.span_text``), then per outcome: the work entry to
+    acknowledge ("" for none), the version it expects, its ``delayed`` member ("" for none)
+    and due time, its state fields (count, then field/value pairs) and its dead-letter
+    fields (likewise; 0 for none).
+    """
+    keys: list[KeyOrArg] = [shard.work(priority), shard.events, shard.delayed, shard.dlq]
+    joined, spans = codec.join_events([outcome.events for outcome in outcomes])
+    args: list[KeyOrArg] = [DELIVERY_GROUP, *retention, joined, codec.span_text(spans)]
+    for outcome in outcomes:
+        keys.append(shard.delivery(outcome.delivery_id))
+        args += [outcome.entry_id, outcome.expected_version, outcome.delayed_member, outcome.due_ms]
+        args += _flat(outcome.fields)
+        args += _flat(outcome.dead_letter)
+    return keys, args
+
+
+def dead_letter_raw_call(
+    shard: ShardKeys, priority: Priority, entry_id: str, fields: dict[str, KeyOrArg]
+) -> Call:
+    """The keys and arguments of one ``lua/dead_letter_raw.lua`` call.
+
+    KEYS: the work stream, dlq. ARGV: the consumer group, the work entry, then the
+    dead-letter entry's field/value pairs.
+    """
+    args: list[KeyOrArg] = [DELIVERY_GROUP, entry_id]
+    for name, value in fields.items():
+        args += [name, value]
+    return [shard.work(priority), shard.dlq], args
+
+
+def _flat(fields: dict[str, KeyOrArg]) -> list[KeyOrArg]:
+    flat: list[KeyOrArg] = [2 * len(fields)]
+    for name, value in fields.items():
+        flat += [name, value]
+    return flat
