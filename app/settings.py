@@ -77,69 +77,68 @@ class Settings:
             value = env.get(name, "").strip()
             return value or default
 
-        prefix = text("CLARION_KEY_PREFIX", defaults.key_prefix)
-        if not _PREFIX.match(prefix):
-            raise SettingsError(
-                f"CLARION_KEY_PREFIX must be 1-64 letters, digits, '_', '.' or '-', got {prefix!r}"
-            )
-        log_format = text("CLARION_LOG_FORMAT", defaults.log_format)
-        if log_format not in ("json", "console"):
-            raise SettingsError(
-                f"CLARION_LOG_FORMAT must be 'json' or 'console', got {log_format!r}"
-            )
-        redis_url = text("CLARION_REDIS_URL", defaults.redis_url)
-        if not redis_url.startswith(("redis://", "rediss://", "unix://")):
-            raise SettingsError(
-                "CLARION_REDIS_URL must start with redis://, rediss:// or unix://, "
-                f"got {redis_url!r}"
-            )
-        database_url = text("CLARION_DATABASE_URL", defaults.database_url)
-        if not database_url.startswith(("postgresql://", "postgres://")):
-            raise SettingsError("CLARION_DATABASE_URL must start with postgresql://")
+        integers = {
+            field: _integer(env, variable, getattr(defaults, field), low, high)
+            for field, (variable, low, high) in _INTEGER_VARIABLES.items()
+        }
         return cls(
-            redis_url=redis_url,
-            database_url=database_url,
-            key_prefix=prefix,
-            shards=_integer(env, "CLARION_SHARDS", defaults.shards, 1, 1024),
+            redis_url=_redis_url(text("CLARION_REDIS_URL", defaults.redis_url)),
+            database_url=_database_url(text("CLARION_DATABASE_URL", defaults.database_url)),
+            key_prefix=_key_prefix(text("CLARION_KEY_PREFIX", defaults.key_prefix)),
             config_path=text("CLARION_CONFIG", defaults.config_path),
             api_keys=parse_api_keys(env.get("CLARION_API_KEYS", "")),
             host=text("CLARION_HOST", defaults.host),
-            port=_integer(env, "CLARION_PORT", defaults.port, 1, 65535),
-            idempotency_ttl_seconds=_integer(
-                env, "CLARION_IDEMPOTENCY_TTL", defaults.idempotency_ttl_seconds, 60, 30 * 86400
-            ),
-            max_body_bytes=_integer(
-                env, "CLARION_MAX_BODY_BYTES", defaults.max_body_bytes, 1024, 1 << 30
-            ),
-            max_batch_body_bytes=_integer(
-                env, "CLARION_MAX_BATCH_BODY_BYTES", defaults.max_batch_body_bytes, 1024, 1 << 30
-            ),
-            log_format=log_format,  # type: ignore[arg-type]
+            log_format=_log_format(text("CLARION_LOG_FORMAT", defaults.log_format)),
             log_level=text("CLARION_LOG_LEVEL", defaults.log_level).upper(),
-            lane_high=_integer(env, "CLARION_LANE_HIGH", defaults.lane_high, 1, 10_000),
-            lane_normal=_integer(env, "CLARION_LANE_NORMAL", defaults.lane_normal, 1, 10_000),
-            lane_low=_integer(env, "CLARION_LANE_LOW", defaults.lane_low, 1, 10_000),
-            lease_ms=_integer(env, "CLARION_LEASE_MS", defaults.lease_ms, 100, 3_600_000),
-            max_deliveries=_integer(
-                env, "CLARION_MAX_DELIVERIES", defaults.max_deliveries, 1, 1000
-            ),
-            retention_days=_integer(
-                env, "CLARION_RETENTION_DAYS", defaults.retention_days, 1, 3650
-            ),
-            stream_retention_seconds=_integer(
-                env, "CLARION_STREAM_RETENTION", defaults.stream_retention_seconds, 60, 30 * 86400
-            ),
-            dlq_retention_seconds=_integer(
-                env, "CLARION_DLQ_RETENTION", defaults.dlq_retention_seconds, 3600, 3650 * 86400
-            ),
-            delivery_state_retention_seconds=_integer(
-                env,
-                "CLARION_DELIVERY_STATE_RETENTION",
-                defaults.delivery_state_retention_seconds,
-                3600,
-                3650 * 86400,
-            ),
+            **integers,
         )
+
+
+# Settings that are whole numbers: field -> (variable, lowest, highest value).
+_INTEGER_VARIABLES: dict[str, tuple[str, int, int]] = {
+    "shards": ("CLARION_SHARDS", 1, 1024),
+    "port": ("CLARION_PORT", 1, 65535),
+    "idempotency_ttl_seconds": ("CLARION_IDEMPOTENCY_TTL", 60, 30 * 86400),
+    "max_body_bytes": ("CLARION_MAX_BODY_BYTES", 1024, 1 << 30),
+    "max_batch_body_bytes": ("CLARION_MAX_BATCH_BODY_BYTES", 1024, 1 << 30),
+    "lane_high": ("CLARION_LANE_HIGH", 1, 10_000),
+    "lane_normal": ("CLARION_LANE_NORMAL", 1, 10_000),
+    "lane_low": ("CLARION_LANE_LOW", 1, 10_000),
+    "lease_ms": ("CLARION_LEASE_MS", 100, 3_600_000),
+    "max_deliveries": ("CLARION_MAX_DELIVERIES", 1, 1000),
+    "retention_days": ("CLARION_RETENTION_DAYS", 1, 3650),
+    "stream_retention_seconds": ("CLARION_STREAM_RETENTION", 60, 30 * 86400),
+    "dlq_retention_seconds": ("CLARION_DLQ_RETENTION", 3600, 3650 * 86400),
+    "delivery_state_retention_seconds": ("CLARION_DELIVERY_STATE_RETENTION", 3600, 3650 * 86400),
+}
+
+
+def _key_prefix(prefix: str) -> str:
+    if not _PREFIX.match(prefix):
+        raise SettingsError(
+            f"CLARION_KEY_PREFIX must be 1-64 letters, digits, '_', '.' or '-', got {prefix!r}"
+        )
+    return prefix
+
+
+def _log_format(log_format: str) -> Literal["json", "console"]:
+    if log_format not in ("json", "console"):
+        raise SettingsError(f"CLARION_LOG_FORMAT must be 'json' or 'console', got {log_format!r}")
+    return log_format  # type: ignore[return-value]
+
+
+def _redis_url(url: str) -> str:
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        raise SettingsError(
+            f"CLARION_REDIS_URL must start with redis://, rediss:// or unix://, got {url!r}"
+        )
+    return url
+
+
+def _database_url(url: str) -> str:
+    if not url.startswith(("postgresql://", "postgres://")):
+        raise SettingsError("CLARION_DATABASE_URL must start with postgresql://")
+    return url
 
 
 def _integer(env: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:

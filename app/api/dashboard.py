@@ -35,7 +35,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from app.api.auth import authorize
-from app.api.status import ReadModel
+from app.api.read_model import ReadModel
 from projections.dashboard_queries import (
     FAILED_LIMIT,
     RATED_STATUSES,

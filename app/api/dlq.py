@@ -20,7 +20,7 @@ from redis.asyncio import Redis
 from app.api.auth import authorize
 from app.api.body import decode_body, documented_body
 from app.api.errors import AUTHENTICATED, BodyTooLarge
-from app.api.params import query_schema
+from app.api.params import ChannelFilter, ErrorClassFilter, query_schema
 from app.catalog import Catalog
 from app.ingest import quiet_hours
 from app.operations.dlq import (
@@ -39,7 +39,6 @@ from app.operations.dlq import (
 from streams.dlq.replay import replay
 from streams.dlq.scan import summarize
 from streams.keys import KeySpace
-from streams.vocabulary import CHANNELS, ERROR_CLASSES
 
 log = structlog.get_logger(__name__)
 
@@ -50,16 +49,6 @@ TypeFilter = Annotated[
     str | None,
     QueryParameter(
         name="type", description="Only this notification type", schema_extra=query_schema()
-    ),
-]
-ChannelFilter = Annotated[
-    str | None,
-    QueryParameter(description="Only this channel", schema_extra=query_schema(enum=list(CHANNELS))),
-]
-ErrorClassFilter = Annotated[
-    str | None,
-    QueryParameter(
-        description="Only this error class", schema_extra=query_schema(enum=list(ERROR_CLASSES))
     ),
 ]
 Since = Annotated[

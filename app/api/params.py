@@ -1,10 +1,20 @@
-"""How optional query parameters are documented in the OpenAPI schema."""
+"""Query parameters: how optional ones are documented in the OpenAPI schema, the filters
+several endpoints share, and the checks that answer 422 naming the parameter."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
 
+from litestar.exceptions import ClientException
 from litestar.openapi.spec import OpenAPIType
+from litestar.params import QueryParameter
+
+from streams.vocabulary import CHANNELS, ERROR_CLASSES
+
+MAX_TYPE_LENGTH = 64
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def query_schema(kind: OpenAPIType = OpenAPIType.STRING, **extra: Any) -> dict[str, Any]:
@@ -12,3 +22,65 @@ def query_schema(kind: OpenAPIType = OpenAPIType.STRING, **extra: Any) -> dict[s
     null" (an absent parameter is absent). Values are checked by the handler, to answer 422
     naming the parameter, so no constraint here is enforced by Litestar."""
     return {"one_of": None, "type": kind, **extra}
+
+
+ChannelFilter = Annotated[
+    str | None,
+    QueryParameter(description="Only this channel", schema_extra=query_schema(enum=list(CHANNELS))),
+]
+ErrorClassFilter = Annotated[
+    str | None,
+    QueryParameter(
+        description="Only this error class (of the latest failure)",
+        schema_extra=query_schema(enum=list(ERROR_CLASSES)),
+    ),
+]
+
+
+def one_of(name: str, value: str | None, allowed: Sequence[str]) -> str | None:
+    """``value`` if it is one of ``allowed`` (or absent); 422 naming ``name`` otherwise."""
+    if value is None or value in allowed:
+        return value
+    raise ClientException(status_code=422, detail=f"{name}: must be one of {', '.join(allowed)}")
+
+
+def type_filter(value: str | None) -> str | None:
+    """A notification type to filter by: 1-64 printable characters (or absent)."""
+    if value is None or (0 < len(value) <= MAX_TYPE_LENGTH and value.isprintable()):
+        return value
+    raise ClientException(
+        status_code=422, detail=f"type: 1-{MAX_TYPE_LENGTH} printable characters are required"
+    )
+
+
+def time_filter(name: str, value: str | None) -> datetime | None:
+    """An ISO 8601 time; UTC when it has no offset. An offset's ``+`` that arrived as a
+    space (unencoded in the query string) is read as the ``+`` it was."""
+    if value is None:
+        return None
+    text = value.strip()
+    before, space, after = text.rpartition(" ")
+    for candidate in (text, f"{before}+{after}" if space else text):
+        try:
+            parsed = datetime.fromisoformat(candidate)
+        except ValueError:
+            continue
+        return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+    raise ClientException(
+        status_code=422, detail=f"{name}: must be an ISO 8601 time, e.g. 2026-11-29T12:00:00Z"
+    )
+
+
+def page_size(value: str | None, default: int, most: int) -> int:
+    """``limit``: a whole number from 1 to ``most``; ``default`` when absent."""
+    if value is None:
+        return default
+    text = value.strip()
+    if text.isdigit() and len(text) <= 4 and 1 <= int(text) <= most:
+        return int(text)
+    raise ClientException(status_code=422, detail=f"limit: must be an integer from 1 to {most}")
+
+
+def from_ms(ms: int) -> datetime:
+    """A UTC time from milliseconds since the epoch."""
+    return _EPOCH + timedelta(milliseconds=ms)

@@ -64,7 +64,7 @@ class RecipientSettingsView(msgspec.Struct, frozen=True):
     quiet_hours: QuietHoursBody | None
 
 
-class DeliveryStatus(msgspec.Struct, frozen=True, kw_only=True):
+class DeliveryView(msgspec.Struct, frozen=True, kw_only=True):
     """A delivery's current state (``error_class``, ``last_error`` are from its latest
     failed attempt; ``provider_message_id`` is set once it was sent)."""
 
@@ -86,11 +86,11 @@ class NotificationStatus(msgspec.Struct, frozen=True, kw_only=True):
     priority: str
     recipient_id: str
     created_at: datetime
-    deliveries: list[DeliveryStatus]
+    deliveries: list[DeliveryView]
     projection_lag_ms: int
 
 
-class DeliveryListItem(DeliveryStatus, frozen=True, kw_only=True):
+class DeliveryListItem(DeliveryView, frozen=True, kw_only=True):
     notification_id: str
     type: str | None
     producer: str | None

@@ -1,195 +1,23 @@
 """``clarion status``: the backlog and delivery figures as a table, with a runbook hint.
 
 It reads Redis directly (the figures of ``GET /v1/ops/lag``), so it works while the API is
-down. Two readings ``--interval`` seconds apart give the rates: how fast each queue drains,
-sends and failing attempts per second, new dead letters. ``--watch`` keeps printing.
-
-The hint names the most urgent problems, checked against these limits:
-
-- lag high: a work stream's oldest unfinished entry has waited longer than
-  ``QUEUE_AGE_LIMIT_MS`` for its priority, due retries wait in ``delayed`` longer than
-  ``DELAYED_OVERDUE_LIMIT_MS`` (no worker moves them), or the projection lags more than
-  ``PROJECTION_LAG_LIMIT_MS``;
-- DLQ growing: any new dead letter during the interval;
-- retry storm: at least ``RETRY_STORM_FAILURES_PER_S`` failing attempts per second, and at
-  least ``RETRY_STORM_FAILED_SHARE`` of all attempts failing;
-- otherwise all calm.
+down. Two readings ``--interval`` seconds apart give the rates; ``--watch`` keeps printing.
+What is shown and which hints apply: ``app.operations.status_hints``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from enum import StrEnum
 
 import click
 from redis.exceptions import RedisError
 
-from app.metrics import ATTEMPT_FAILURES, OPT_OUTS, Snapshot, read_snapshot
+from app.metrics import read_snapshot
+from app.operations.status_hints import render
 from app.processes.clients import redis_client
 from app.settings import Settings, SettingsError
 from streams.keys import KeySpace
-
-QUEUE_AGE_LIMIT_MS = {"work:high": 5_000, "work:normal": 60_000, "work:low": 600_000}
-DELAYED_OVERDUE_LIMIT_MS = 10_000
-PROJECTION_LAG_LIMIT_MS = 60_000
-RETRY_STORM_FAILURES_PER_S = 5.0
-RETRY_STORM_FAILED_SHARE = 0.2
-
-
-class Problem(StrEnum):
-    LAG_HIGH = "lag high"
-    DLQ_GROWING = "DLQ growing"
-    RETRY_STORM = "retry storm"
-    ALL_CALM = "all calm"
-
-
-@dataclass(frozen=True, slots=True)
-class Hint:
-    problem: Problem
-    text: str  # what was seen and what to do
-
-
-@dataclass(frozen=True, slots=True)
-class Rates:
-    """What changed between two snapshots, per second (dead letters: in all)."""
-
-    seconds: float
-    sent: float
-    attempt_failures: float
-    new_dead_letters: int
-
-    @classmethod
-    def between(cls, before: Snapshot, after: Snapshot) -> Rates:
-        seconds = max(0.001, (after.backlog.now_ms - before.backlog.now_ms) / 1000)
-        return cls(
-            seconds=seconds,
-            sent=(after.ended("SENT") - before.ended("SENT")) / seconds,
-            attempt_failures=(after.total(ATTEMPT_FAILURES) - before.total(ATTEMPT_FAILURES))
-            / seconds,
-            new_dead_letters=max(0, after.backlog.dlq_size - before.backlog.dlq_size),
-        )
-
-
-def hints(snapshot: Snapshot, rates: Rates) -> list[Hint]:
-    """The problems the figures show, most urgent first; ``all calm`` when there are none."""
-    found = _lag_hints(snapshot)
-    if rates.new_dead_letters:
-        found.append(
-            Hint(
-                Problem.DLQ_GROWING,
-                f"{rates.new_dead_letters} new dead letters in {rates.seconds:.1f} s "
-                f"({snapshot.backlog.dlq_size} in all). Inspect them with `clarion dlq list`, "
-                "fix the cause, then `clarion dlq replay`.",
-            )
-        )
-    attempts = rates.sent + rates.attempt_failures
-    if (
-        rates.attempt_failures >= RETRY_STORM_FAILURES_PER_S
-        and rates.attempt_failures >= RETRY_STORM_FAILED_SHARE * attempts
-    ):
-        found.append(
-            Hint(
-                Problem.RETRY_STORM,
-                f"{rates.attempt_failures:.1f} attempts/s failing "
-                f"({rates.attempt_failures / attempts:.0%} of attempts), "
-                f"{snapshot.backlog.delayed_size} deliveries waiting in delayed. Check the "
-                "provider (its status page, credentials, rate limits) and the error classes "
-                "in clarion_delivery_attempt_failures_total; retries back off on their own.",
-            )
-        )
-    return found or [
-        Hint(Problem.ALL_CALM, "no queue over its age limit, no new dead letters, few failures.")
-    ]
-
-
-def _lag_hints(snapshot: Snapshot) -> list[Hint]:
-    backlog = snapshot.backlog
-    found = []
-    for group in backlog.groups:
-        limit = QUEUE_AGE_LIMIT_MS.get(group.stream)
-        if limit is not None and group.oldest_waiting_age_ms > limit:
-            found.append(
-                Hint(
-                    Problem.LAG_HIGH,
-                    f"{group.stream} (shard {group.shard}) has waited "
-                    f"{_age(group.oldest_waiting_age_ms)} (limit {_age(limit)}), "
-                    f"{group.lag + group.pending} entries unfinished. Add delivery workers "
-                    "(`clarion worker --processes N`) or check the provider: slow answers "
-                    "and rate limits hold work back.",
-                )
-            )
-    if backlog.delayed_overdue_ms > DELAYED_OVERDUE_LIMIT_MS:
-        found.append(
-            Hint(
-                Problem.LAG_HIGH,
-                f"due retries have waited {_age(backlog.delayed_overdue_ms)} in delayed: "
-                "no delivery worker is moving them. Start one (`clarion worker`).",
-            )
-        )
-    if snapshot.projection_lag_ms > PROJECTION_LAG_LIMIT_MS:
-        found.append(
-            Hint(
-                Problem.LAG_HIGH,
-                f"the read model is {_age(snapshot.projection_lag_ms)} behind. Check that "
-                "`clarion projector` runs and PostgreSQL is reachable.",
-            )
-        )
-    return found
-
-
-def render(snapshot: Snapshot, before: Snapshot) -> str:
-    """The status table, the totals and the hints, as printed."""
-    rates = Rates.between(before, snapshot)
-    backlog = snapshot.backlog
-    at = datetime.fromtimestamp(backlog.now_ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    waiting_before = {
-        (g.stream, g.shard, g.group): g.lag + g.pending for g in before.backlog.groups
-    }
-    rows = [("stream", "shard", "group", "length", "pending", "lag", "oldest", "change/s")]
-    for group in backlog.groups:
-        waiting = group.lag + group.pending
-        earlier = waiting_before.get((group.stream, group.shard, group.group), waiting)
-        rows.append(
-            (
-                group.stream, str(group.shard), group.group, f"{group.length:,}",
-                f"{group.pending:,}", f"{group.lag:,}", _age(group.oldest_waiting_age_ms),
-                f"{(waiting - earlier) / rates.seconds:+,.1f}",
-            )
-        )  # fmt: skip
-    widths = [max(len(row[n]) for row in rows) for n in range(len(rows[0]))]
-    lines = [f"Clarion status at {at} (rates over {rates.seconds:.1f} s)", ""]
-    lines += [
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    ]
-    lines += [
-        "",
-        f"dead letters    {backlog.dlq_size:,} (+{rates.new_dead_letters})",
-        f"delayed         {backlog.delayed_size:,}, earliest overdue by "
-        f"{_age(backlog.delayed_overdue_ms)}",
-        f"projection lag  {_age(snapshot.projection_lag_ms)}",
-        f"sent            {snapshot.ended('SENT'):,.0f} ({rates.sent:,.1f}/s), "
-        f"failed {snapshot.ended('FAILED'):,.0f}, "
-        f"failing attempts {rates.attempt_failures:,.1f}/s",
-        f"opted out       {snapshot.total(OPT_OUTS):,.0f}",
-        "",
-    ]
-    lines += [f"hint: {hint.problem}: {hint.text}" for hint in hints(snapshot, rates)]
-    return "\n".join(lines)
-
-
-def _age(ms: int) -> str:
-    """``-`` for nothing waiting, else seconds, minutes or hours."""
-    if ms <= 0:
-        return "-"
-    if ms < 60_000:
-        return f"{ms / 1000:.1f} s"
-    if ms < 3_600_000:
-        return f"{ms / 60_000:.1f} min"
-    return f"{ms / 3_600_000:.1f} h"
 
 
 async def _show(settings: Settings, interval: float, watch: bool) -> None:

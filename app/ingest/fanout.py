@@ -202,20 +202,7 @@ class Planner:
     ) -> IngestItem:
         """Everything the ingest script writes for this request."""
         notification = self._notification(request, identity, settings, now)
-        events: list[Event] = [
-            NotificationAccepted(
-                at=now,
-                notification_id=notification.id,
-                producer=producer,
-                idempotency_key=idempotency_key,
-                notification_type=request.type,
-                priority=notification.priority,
-                recipient_id=request.recipient.id,
-                locale=notification.locale,
-                expires_at=notification.expires,
-                delivery_ids=list(identity.delivery_ids),
-            )
-        ]
+        events: list[Event] = [notification.accepted(producer, idempotency_key, identity)]
         work: list[PlannedWork] = []
         at_acceptance: list[DeliveryAtAcceptance] = []
         for (channel, address), did in zip(identity.pairs, identity.delivery_ids, strict=True):
@@ -301,6 +288,23 @@ class _Notification(msgspec.Struct, frozen=True, kw_only=True):
     quiet_until: datetime | None
     disabled: frozenset[tuple[str, str]]  # (type, channel) pairs the recipient switched off
     invalid: frozenset[tuple[str, str]]  # (channel, address digest) of dead addresses
+
+    def accepted(
+        self, producer: str, idempotency_key: str, identity: Identity
+    ) -> NotificationAccepted:
+        """The notification's first event."""
+        return NotificationAccepted(
+            at=self.now,
+            notification_id=self.id,
+            producer=producer,
+            idempotency_key=idempotency_key,
+            notification_type=self.request.type,
+            priority=self.priority,
+            recipient_id=self.request.recipient.id,
+            locale=self.locale,
+            expires_at=self.expires,
+            delivery_ids=list(identity.delivery_ids),
+        )
 
     def fate(self, channel: Channel, address: str) -> tuple[DeliveryStatus, str]:
         """A delivery's status at ingest, and the reason when it is not queued."""

@@ -8,7 +8,7 @@ import structlog
 from litestar import Litestar
 
 from app.api.app import create_app
-from app.api.status import ReadModel
+from app.api.read_model import ReadModel
 from app.catalog import load_catalog
 from app.logging import configure_logging
 from app.processes.clients import redis_client

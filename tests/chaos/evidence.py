@@ -2,7 +2,7 @@
 
 Nothing here judges; ``verdict`` compares. A delivery's state in the write model is its
 ``dlv:<id>`` hash, or, when no worker ever touched it (SUPPRESSED or EXPIRED at acceptance),
-its entry in the notification's ``ntf:<id>`` record — as ``app.api.status`` derives it.
+its entry in the notification's ``ntf:<id>`` record — as ``app.api.notification_status`` derives it.
 """
 
 from __future__ import annotations

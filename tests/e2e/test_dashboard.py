@@ -32,7 +32,7 @@ from redis.asyncio import Redis
 
 from app.api.auth import KeyRing
 from app.api.dashboard import DASHBOARD_ROUTES, duration
-from app.api.status import ReadModel
+from app.api.read_model import ReadModel
 from app.catalog import Catalog
 from app.settings import Settings
 from projections.database import connect

@@ -18,7 +18,8 @@ from litestar.testing import AsyncTestClient
 from redis.asyncio import Redis
 
 from app.api.app import create_app
-from app.api.status import ReadModel, decode_cursor, encode_cursor
+from app.api.cursor import decode_cursor, encode_cursor
+from app.api.read_model import ReadModel
 from app.catalog import Catalog
 from app.processes import api as main
 from app.settings import Settings

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from app.cli.status import (
+from app.metrics import ATTEMPT_FAILURES, COUNTERS, DELIVERY_ATTEMPTS, HISTOGRAMS, Snapshot
+from app.operations.status_hints import (
     DELAYED_OVERDUE_LIMIT_MS,
     PROJECTION_LAG_LIMIT_MS,
     QUEUE_AGE_LIMIT_MS,
@@ -10,7 +11,6 @@ from app.cli.status import (
     Rates,
     hints,
 )
-from app.metrics import ATTEMPT_FAILURES, COUNTERS, DELIVERY_ATTEMPTS, HISTOGRAMS, Snapshot
 from streams.backlog import Backlog, GroupBacklog, ShardBacklog
 from streams.metrics_recorder import HistogramTotals
 

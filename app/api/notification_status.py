@@ -1,0 +1,308 @@
+"""``GET /v1/notifications/{id}`` and ``GET /v1/deliveries``: where a producer's deliveries are.
+
+Both read the read model in PostgreSQL. A notification the projector has not reached yet is
+answered from the Redis write model instead (its ``ntf:`` record, each delivery overlaid with
+its ``dlv:`` hash), so an accepted id is never a 404; the same happens while PostgreSQL is
+unreachable. The delivery list has no such fallback: it answers 503 then. Every answer
+reports the projection lag, how far the read model is behind the event log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+from typing import Annotated, Any
+
+import msgspec
+import structlog
+from litestar import Request, get
+from litestar.datastructures import State
+from litestar.exceptions import NotFoundException
+from litestar.openapi.spec import OpenAPIFormat, OpenAPIType
+from litestar.params import PathParameter, QueryParameter
+from redis.asyncio import Redis
+
+from app.api.auth import authorize
+from app.api.cursor import decode_cursor, encode_cursor
+from app.api.errors import AUTHENTICATED, NotFound, ReadModelUnavailable
+from app.api.params import (
+    MAX_TYPE_LENGTH,
+    ChannelFilter,
+    ErrorClassFilter,
+    from_ms,
+    one_of,
+    page_size,
+    query_schema,
+    time_filter,
+    type_filter,
+)
+from app.api.read_model import UNAVAILABLE, ReadModel, read_model_unavailable
+from app.api.schemas import DeliveryListItem, DeliveryPage, DeliveryView, NotificationStatus
+from projections import queries
+from projections.queries import DELIVERY_STATUSES, DeliveryFilter, DeliveryRow, NotificationRow
+from streams.delivery_state import DeliveryState, read_states
+from streams.ids import is_uuid
+from streams.keys import KeySpace
+from streams.records import DeliveryAtAcceptance, decode_record
+from streams.vocabulary import CHANNELS, ERROR_CLASSES
+
+log = structlog.get_logger(__name__)
+
+Req = Request[Any, Any, State]
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 500
+QUERY_TIMEOUT_S = 5.0
+
+NotificationId = Annotated[
+    str,
+    PathParameter(
+        description="The id from the 202 answer. An id that is not a UUID is a 404, "
+        "like an unknown id or another producer's."
+    ),
+]
+StatusFilter = Annotated[
+    str | None,
+    QueryParameter(
+        description="Only deliveries in this status",
+        schema_extra=query_schema(enum=list(DELIVERY_STATUSES)),
+    ),
+]
+TypeFilter = Annotated[
+    str | None,
+    QueryParameter(
+        name="type",
+        description="Only notifications of this type",
+        schema_extra=query_schema(min_length=1, max_length=MAX_TYPE_LENGTH),
+    ),
+]
+Since = Annotated[
+    str | None,
+    QueryParameter(
+        description="ISO 8601 time (UTC when it has no offset): only deliveries updated at "
+        "or after it",
+        schema_extra=query_schema(format=OpenAPIFormat.DATE_TIME),
+    ),
+]
+Until = Annotated[
+    str | None,
+    QueryParameter(
+        description="ISO 8601 time (UTC when it has no offset): only deliveries updated before it",
+        schema_extra=query_schema(format=OpenAPIFormat.DATE_TIME),
+    ),
+]
+Limit = Annotated[
+    str | None,
+    QueryParameter(
+        description=f"Page size, 1 to {MAX_LIMIT}",
+        schema_extra=query_schema(
+            OpenAPIType.INTEGER, minimum=1, maximum=MAX_LIMIT, default=DEFAULT_LIMIT
+        ),
+    ),
+]
+Cursor = Annotated[
+    str | None,
+    QueryParameter(
+        description="The next_cursor of the previous page (opaque)", schema_extra=query_schema()
+    ),
+]
+
+_NOT_FOUND = "notification not found"
+
+
+@get(
+    "/v1/notifications/{notification_id:str}",
+    raises=[*AUTHENTICATED, NotFound],
+)
+async def get_notification_status(
+    request: Req, notification_id: NotificationId
+) -> NotificationStatus:
+    """A notification and each delivery's current state.
+
+    From the read model once the projector has reached it, from the write model (Redis)
+    before that or while PostgreSQL is unreachable; ``projection_lag_ms`` says how far the
+    read model is behind.
+    """
+    caller = authorize(request, "read")
+    if not is_uuid(notification_id):
+        raise NotFoundException(detail=_NOT_FOUND)
+    notification_id = notification_id.lower()
+    redis: Redis = request.app.state.redis
+    keys: KeySpace = request.app.state.key_space
+    read_model: ReadModel = request.app.state.read_model
+    lag, projected = await asyncio.gather(
+        queries.projection_lag_ms(redis, keys), _projected(read_model, notification_id)
+    )
+    if projected is not None:
+        if projected.producer != caller.producer:
+            raise NotFoundException(detail=_NOT_FOUND)
+        return _from_read_model(projected, lag)
+    accepted = await _from_write_model(redis, keys, notification_id, caller.producer, lag)
+    if accepted is None:
+        raise NotFoundException(detail=_NOT_FOUND)
+    return accepted
+
+
+@get(
+    "/v1/deliveries",
+    raises=[*AUTHENTICATED, ReadModelUnavailable],
+)
+async def list_deliveries(
+    request: Req,
+    *,
+    status: StatusFilter = None,
+    channel: ChannelFilter = None,
+    notification_type: TypeFilter = None,
+    error_class: ErrorClassFilter = None,
+    since: Since = None,
+    until: Until = None,
+    limit: Limit = None,
+    cursor: Cursor = None,
+) -> DeliveryPage:
+    """The caller's deliveries, newest change first (by ``updated_at``, then id), paged.
+
+    Pass ``next_cursor`` back as ``cursor`` for the next page. ``status=FAILED`` is the
+    failed-deliveries dashboard, with ``error_class`` and ``last_error``.
+    """
+    caller = authorize(request, "read")
+    selection = DeliveryFilter(
+        producer=caller.producer,
+        status=one_of("status", status, DELIVERY_STATUSES),
+        channel=one_of("channel", channel, CHANNELS),
+        notification_type=type_filter(notification_type),
+        error_class=one_of("error_class", error_class, ERROR_CLASSES),
+        since=time_filter("since", since),
+        until=time_filter("until", until),
+        after=decode_cursor(cursor) if cursor is not None else None,
+        limit=page_size(limit, DEFAULT_LIMIT, MAX_LIMIT),
+    )
+    read_model: ReadModel = request.app.state.read_model
+    pool = await read_model.pool()
+    if pool is None:
+        raise read_model_unavailable()
+    try:
+        async with asyncio.timeout(QUERY_TIMEOUT_S):
+            rows, more = await queries.list_deliveries(pool, selection)
+    except UNAVAILABLE as error:
+        log.warning("read_model.query_failed", error=str(error) or type(error).__name__)
+        raise read_model_unavailable() from None
+    redis: Redis = request.app.state.redis
+    lag = await queries.projection_lag_ms(redis, request.app.state.key_space)
+    last = rows[-1] if rows and more else None
+    return DeliveryPage(
+        deliveries=[_list_item(row) for row in rows],
+        next_cursor=encode_cursor(last.updated_at, last.id) if last else None,
+        projection_lag_ms=lag,
+    )
+
+
+async def _projected(read_model: ReadModel, notification_id: str) -> NotificationRow | None:
+    """The notification from the read model; None when not there or not reachable."""
+    pool = await read_model.pool()
+    if pool is None:
+        return None
+    try:
+        async with asyncio.timeout(QUERY_TIMEOUT_S):
+            return await queries.notification_status(pool, notification_id)
+    except UNAVAILABLE as error:
+        log.warning("read_model.query_failed", error=str(error) or type(error).__name__)
+        return None
+
+
+def _from_read_model(row: NotificationRow, lag: int) -> NotificationStatus:
+    return NotificationStatus(
+        id=row.id,
+        type=row.type,
+        priority=row.priority,
+        recipient_id=row.recipient_id,
+        created_at=row.created_at,
+        deliveries=[_view(delivery) for delivery in row.deliveries],
+        projection_lag_ms=lag,
+    )
+
+
+def _view(row: DeliveryRow) -> DeliveryView:
+    return DeliveryView(
+        id=row.id,
+        channel=row.channel,
+        status=row.status,
+        attempts=row.attempts,
+        error_class=row.error_class,
+        last_error=row.last_error,
+        provider_message_id=row.provider_message_id,
+        updated_at=row.updated_at,
+    )
+
+
+def _list_item(row: DeliveryRow) -> DeliveryListItem:
+    return DeliveryListItem(
+        id=row.id,
+        channel=row.channel,
+        status=row.status,
+        attempts=row.attempts,
+        error_class=row.error_class,
+        last_error=row.last_error,
+        provider_message_id=row.provider_message_id,
+        updated_at=row.updated_at,
+        notification_id=row.notification_id,
+        type=row.notification_type,
+        producer=row.producer,
+    )
+
+
+async def _from_write_model(
+    redis: Redis, keys: KeySpace, notification_id: str, producer: str, lag: int
+) -> NotificationStatus | None:
+    """The notification as Redis holds it: its record's deliveries at acceptance, each
+    overlaid with its state once a worker touched it. None when Redis does not know it (or
+    it is another producer's)."""
+    shard = keys.notification_shard(notification_id)
+    raw: bytes | str | None = await redis.get(shard.notification(notification_id))
+    if raw is None:
+        return None
+    try:
+        record = decode_record(raw.encode() if isinstance(raw, str) else raw)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        log.error("status.undecodable_record", notification_id=notification_id)
+        return None
+    if record.producer != producer:
+        return None
+    states = await read_states(redis, shard, [delivery.id for delivery in record.deliveries])
+    created = from_ms(record.created_ms)
+    return NotificationStatus(
+        id=record.id,
+        type=record.type,
+        priority=record.priority,
+        recipient_id=record.recipient_id,
+        created_at=created,
+        deliveries=[
+            _view_of_state(delivery, state, created)
+            for delivery, state in zip(record.deliveries, states, strict=True)
+        ],
+        projection_lag_ms=lag,
+    )
+
+
+def _view_of_state(
+    delivery: DeliveryAtAcceptance, state: DeliveryState | None, created: datetime
+) -> DeliveryView:
+    if state is None:  # no worker touched it yet: as accepted
+        return DeliveryView(
+            id=delivery.id,
+            channel=delivery.channel,
+            status=delivery.status,
+            attempts=0,
+            error_class=None,
+            last_error=None,
+            provider_message_id=None,
+            updated_at=created,
+        )
+    return DeliveryView(
+        id=delivery.id,
+        channel=delivery.channel,
+        status=state.status,
+        attempts=state.attempts,
+        error_class=state.error_class or None,
+        last_error=state.last_error or None,
+        provider_message_id=state.provider_message_id or None,
+        updated_at=from_ms(state.updated_ms) if state.updated_ms else created,
+    )
