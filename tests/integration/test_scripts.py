@@ -1,0 +1,320 @@
+"""Each Lua script against the function that lays out its call: one contract test per script.
+
+Every call runs as a Redis user allowed to touch only the keys the call declares, so a
+script that reads or writes an undeclared key fails with NOPERM (the same code must run on
+a Redis Cluster, where such a key may live on another node). Each test also checks that the
+script understood the layout: the reply and the effect are what the arguments asked for.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+import pytest
+from redis.asyncio import Redis
+from redis.exceptions import NoPermissionError, ResponseError
+
+from app.catalog import Catalog
+from app.ingest.fanout import Planner
+from app.ingest.requests import NotificationRequest
+from app.providers.sandbox import _Call, sandbox_send_call
+from streams import codec, delivery_outcomes, scripts
+from streams.consumer_groups import DELIVERY_GROUP, PROJECTOR_GROUP, ensure_group
+from streams.delivery_outcomes import LeasedDelivery
+from streams.delivery_store import (
+    DeliveryStore,
+    dead_letter_raw_call,
+    delivery_begin_call,
+    delivery_finish_call,
+)
+from streams.dlq.entries import Worker, parse_entry, poison_entry
+from streams.dlq.replay import Candidate, ReplayOrder, dlq_replay_call
+from streams.dlq.scan import Selection
+from streams.events import PreferenceChanged, PreferenceEntry
+from streams.ingest import IngestItem, ingest_call
+from streams.keys import KeySpace
+from streams.rate_limiter import Rate, rate_limit_call
+from streams.recipient_settings import RecipientSettings, recipient_settings_call
+from streams.retention import StreamRetention, trim_stream_call
+from streams.scheduler import delayed_member, schedule_due_call
+from streams.scripts import Call, LuaScript
+from streams.vocabulary import Channel, ErrorClass, Priority
+from tests.conftest import REDIS_URL, Clock
+
+WORKER = Worker("contract-worker", "test")
+ORDER = {
+    "recipient": {"id": "user-1", "email": "anna@example.com"},
+    "type": "order_confirmed",
+    "data": {"order_id": "A-1"},
+}
+
+
+@asynccontextmanager
+async def declared_only(admin: Redis, call: Call) -> AsyncIterator[Redis]:
+    """A client of a Redis user that may touch exactly the keys ``call`` declares."""
+    user, password = f"contract-{uuid.uuid4().hex[:12]}", uuid.uuid4().hex
+    patterns = [f"~{_glob_escape(key)}" for key in call[0]]
+    await admin.execute_command(
+        "ACL", "SETUSER", user, "on", f">{password}", "resetkeys", "+@all", *patterns
+    )
+    client = Redis.from_url(REDIS_URL, username=user, password=password)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+        await admin.execute_command("ACL", "DELUSER", user)
+
+
+async def run(admin: Redis, script: LuaScript, call: Call) -> Any:
+    """Run ``call`` as a user allowed only its declared keys."""
+    async with declared_only(admin, call) as client:
+        return await script(client, *call)
+
+
+def _glob_escape(key: Any) -> str:
+    text = key.decode() if isinstance(key, bytes) else str(key)
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+def plan(catalog: Catalog, keys: KeySpace, key: str, body: dict[str, Any]) -> IngestItem:
+    """What ingest would write for ``body`` under idempotency key ``key``."""
+    planner, shard = Planner(catalog), keys.shard(0)
+    request = msgspec.convert(body, NotificationRequest)
+    return planner.plan(
+        shard=shard,
+        producer="orders",
+        idempotency_key=key,
+        request=request,
+        identity=planner.identity(shard, request),
+        settings=RecipientSettings(),
+        now=datetime.now(UTC),  # not a test clock: the scripts read Redis's
+    )
+
+
+async def leased(redis: Redis, keys: KeySpace, catalog: Catalog) -> list[LeasedDelivery]:
+    """Ingest an order (EMAIL and IN_APP), read its NORMAL work entries and lease them."""
+    item = plan(catalog, keys, "lease", ORDER)
+    await scripts.INGEST(redis, *ingest_call(keys.shard(0), [item], 60_000, 10_000))
+    shard, stream = keys.shard(0), keys.shard(0).work(Priority.NORMAL)
+    await ensure_group(redis, stream, DELIVERY_GROUP)
+    [(_, entries)] = await redis.xreadgroup(DELIVERY_GROUP, "w", {stream: ">"})
+    items = [(e.decode(), codec.decode_work_item(f[b"w"])) for e, f in entries]
+    leases = await DeliveryStore(redis).begin(shard, [i for _, i in items], "w", 60_000)
+    return [
+        LeasedDelivery(shard, item, entry_id, lease, WORKER)
+        for (entry_id, item), lease in zip(items, leases, strict=True)
+    ]
+
+
+async def test_a_call_touching_an_undeclared_key_is_refused(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    """The guard itself: a script reaching past its declared keys fails."""
+    declared, other = f"{key_prefix}:{{t}}:a", f"{key_prefix}:{{t}}:b"
+    async with declared_only(real_redis, ([declared], [])) as client:
+        assert await client.eval("return redis.call('GET', KEYS[1])", 1, declared) is None
+        with pytest.raises((NoPermissionError, ResponseError), match=r"(?i)perm|access"):
+            await client.eval(f"return redis.call('GET', '{other}')", 1, declared)
+
+
+def test_every_script_starts_with_the_shared_functions() -> None:
+    for script in scripts.ALL:
+        assert script.source.startswith(scripts.lua_source("shared")), script.name
+
+
+async def test_ingest(real_redis: Redis, key_prefix: str, catalog: Catalog) -> None:
+    keys = KeySpace(key_prefix)
+    items = [plan(catalog, keys, f"k{n}", ORDER) for n in range(2)]
+    call = ingest_call(keys.shard(0), items, 60_000, 10_000)
+
+    assert await run(real_redis, scripts.INGEST, call) == [b"OK", b"OK"]
+    assert await real_redis.xlen(keys.shard(0).work(Priority.NORMAL)) == 4  # EMAIL, IN_APP
+    # A retry is planned afresh, with new ids; it is answered with the first notification's
+    # id, whose record is not among the keys the retry declares.
+    retries = [plan(catalog, keys, f"k{n}", ORDER) for n in range(2)]
+    again = await run(
+        real_redis, scripts.INGEST, ingest_call(keys.shard(0), retries, 60_000, 10_000)
+    )
+    assert again == [[b"DUP", item.notification_id.encode()] for item in items]
+
+
+async def test_delivery_begin(real_redis: Redis, key_prefix: str, catalog: Catalog) -> None:
+    keys = KeySpace(key_prefix)
+    item = plan(catalog, keys, "b", ORDER)
+    await scripts.INGEST(real_redis, *ingest_call(keys.shard(0), [item], 60_000, 10_000))
+    work = [codec.decode_work_item(w.item) for w in item.work]
+    call = delivery_begin_call(keys.shard(0), work, "w", 60_000)
+
+    reply = await run(real_redis, scripts.DELIVERY_BEGIN, call)
+
+    assert len(reply) == 5 * len(work)  # five values per delivery
+    assert reply[0::5] == [b"GO"] * len(work)
+    state = await DeliveryStore(real_redis).state(keys.shard(0), work[0].delivery_id)
+    assert state is not None
+    assert (state.status, state.lease_owner, state.channel) == ("SENDING", "w", work[0].channel)
+
+
+async def test_delivery_finish(real_redis: Redis, key_prefix: str, catalog: Catalog) -> None:
+    keys = KeySpace(key_prefix)
+    held = await leased(real_redis, keys, catalog)
+    outcomes = [
+        delivery_outcomes.sent(held[0], "sandbox", "m-1", 1_000),
+        delivery_outcomes.failed(held[1], ErrorClass.PERMANENT, "no", 1_000, attempts=1),
+    ]
+    call = delivery_finish_call(keys.shard(0), Priority.NORMAL, outcomes, (60_000, 120_000))
+
+    assert await run(real_redis, scripts.DELIVERY_FINISH, call) == [b"OK", b"OK"]
+    [entry] = await real_redis.xrange(keys.shard(0).dlq)
+    assert parse_entry(0, entry[0].decode(), entry[1]).delivery_id == held[1].item.delivery_id
+    assert await real_redis.pttl(keys.shard(0).delivery(held[1].item.delivery_id)) > 60_000
+    pending = await real_redis.xpending(keys.shard(0).work(Priority.NORMAL), DELIVERY_GROUP)
+    assert pending["pending"] == 0
+
+
+async def test_dead_letter_raw(real_redis: Redis, key_prefix: str) -> None:
+    keys = KeySpace(key_prefix)
+    shard, stream = keys.shard(0), keys.shard(0).work(Priority.LOW)
+    await ensure_group(real_redis, stream, DELIVERY_GROUP)
+    await real_redis.xadd(stream, {"w": b"not a work item"})
+    [(_, [(entry_id, fields)])] = await real_redis.xreadgroup(DELIVERY_GROUP, "w", {stream: ">"})
+    entry = poison_entry(entry_id.decode(), fields, reason="undecodable", worker=WORKER)
+    call = dead_letter_raw_call(shard, Priority.LOW, entry_id.decode(), entry)
+
+    assert await run(real_redis, scripts.DEAD_LETTER_RAW, call) == 1  # acknowledged
+    [(_, raw)] = await real_redis.xrange(shard.dlq)
+    assert raw[b"raw_w"] == b"not a work item"
+    assert raw[b"error_class"] == b"POISON"
+
+
+async def test_schedule_due(real_redis: Redis, key_prefix: str) -> None:
+    keys = KeySpace(key_prefix)
+    shard = keys.shard(0)
+    now_ms = int(time.time() * 1000)
+    await real_redis.zadd(
+        shard.delayed,
+        {
+            delayed_member(Priority.HIGH, b"due"): now_ms - 1_000,
+            b"nonsense": now_ms - 1_000,
+            delayed_member(Priority.LOW, b"later"): now_ms + 60_000,
+        },
+    )
+
+    moved, next_due_in = await run(real_redis, scripts.SCHEDULE_DUE, schedule_due_call(shard, 10))
+
+    assert moved == 2  # the readable member to its stream, the other to the dead letters
+    assert 55_000 < next_due_in <= 60_000  # by the Redis clock
+    [(_, fields)] = await real_redis.xrange(shard.work(Priority.HIGH))
+    assert fields == {b"w": b"due"}
+    [(_, parked)] = await real_redis.xrange(shard.dlq)
+    assert parked[b"member"] == b"nonsense"
+
+
+async def test_recipient_settings(real_redis: Redis, key_prefix: str) -> None:
+    keys = KeySpace(key_prefix, shards=2)
+    home = keys.home_of_recipient("user-1")
+    event = PreferenceChanged(
+        at=Clock().now,
+        recipient_id="user-1",
+        settings_version=1,
+        preferences=[PreferenceEntry(type="marketing", channel=Channel.EMAIL, enabled=False)],
+    )
+    call = recipient_settings_call(
+        home, "user-1", "preferences", "marketing:EMAIL", expected_version=0, new_version=1,
+        event=event,
+    )  # fmt: skip
+    assert await run(real_redis, scripts.RECIPIENT_SETTINGS, call) == b"OK"
+    copy = keys.shard(1 - home.shard)
+    flat = msgspec.json.encode(["v", "1", "p:marketing:EMAIL", "0"]).decode()
+    call = recipient_settings_call(copy, "user-1", "copy", flat, expected_version=0, new_version=1)
+    assert await run(real_redis, scripts.RECIPIENT_SETTINGS, call) == b"OK"
+
+    for shard in (home, copy):
+        settings = RecipientSettings.from_hash(await real_redis.hgetall(shard.recipient("user-1")))
+        assert (settings.version, settings.disabled) == (1, {("marketing", "EMAIL")})
+    assert await real_redis.xlen(home.events) == 1  # the home shard records the event
+
+
+async def test_sandbox_send(real_redis: Redis, key_prefix: str) -> None:
+    keys = KeySpace(key_prefix)
+    fields = ("sent", "sandbox-1", "d-1", "d-1", "EMAIL", "anna@example.com", 1)
+    calls = [_Call(keys.sandbox_done("d-1"), fields), _Call(keys.sandbox_done("d-1"), fields)]
+    call = sandbox_send_call(keys, True, 60_000, calls)
+
+    reply = await run(real_redis, scripts.SANDBOX_SEND, call)
+
+    assert reply == [[b"sandbox-1", b"0"], [b"sandbox-1", b"1"]]  # the repeat is a duplicate
+    assert await real_redis.xlen(keys.sandbox_sent) == 2
+
+
+async def test_rate_limit(real_redis: Redis, key_prefix: str) -> None:
+    keys = KeySpace(key_prefix)
+    rate = Rate(per_second=1, burst=2)
+    requests: Sequence[tuple[str, Rate, Priority]] = [
+        ("smtp", rate, Priority.HIGH),
+        ("smtp", rate, Priority.HIGH),
+        ("smtp", rate, Priority.LOW),
+    ]
+    reply = await run(real_redis, scripts.RATE_LIMIT, rate_limit_call(keys, "smtp", rate, requests))
+    assert reply[:2] == [0, 0]  # the burst of two
+    assert reply[2] > 0  # the third waits
+
+
+async def test_trim_stream(real_redis: Redis, key_prefix: str) -> None:
+    stream = KeySpace(key_prefix).shard(0).events
+    for ms in (1_000, 2_000, 3_000):
+        await real_redis.xadd(stream, {"e": b"[]"}, id=f"{ms}-0")
+    await ensure_group(real_redis, stream, PROJECTOR_GROUP)
+    await real_redis.xreadgroup(PROJECTOR_GROUP, "p", {stream: ">"})
+    policy = StreamRetention(stream, 60_000, (PROJECTOR_GROUP,))
+
+    trim = trim_stream_call(policy)
+    assert await run(real_redis, scripts.TRIM_STREAM, trim) == [0, b"1000-0", b""]  # pending
+
+    await real_redis.xack(stream, PROJECTOR_GROUP, "1000-0", "2000-0", "3000-0")
+    removed, _, _ = await run(real_redis, scripts.TRIM_STREAM, trim)
+    assert removed == 3
+
+
+async def test_dlq_replay(real_redis: Redis, key_prefix: str, catalog: Catalog) -> None:
+    keys = KeySpace(key_prefix)
+    [email, _] = await leased(real_redis, keys, catalog)
+    failed = delivery_outcomes.failed(email, ErrorClass.TRANSIENT, "down", 1_000, attempts=1)
+    await DeliveryStore(real_redis).finish([failed])
+    [(entry_id, fields)] = await real_redis.xrange(keys.shard(0).dlq)
+    letter = parse_entry(0, entry_id.decode(), fields)
+    assert letter.version is not None
+    order = ReplayOrder(selection=Selection(), limit=10, operator="anna", reason="fixed")
+    candidate = Candidate(letter, letter.version, superseded=False, quiet_end=None)
+    call = dlq_replay_call(keys.shard(0), order, 10, Clock().now, [candidate])
+
+    assert await run(real_redis, scripts.DLQ_REPLAY, call) == [b"replayed"]
+    state = await DeliveryStore(real_redis).state(keys.shard(0), email.item.delivery_id)
+    assert state is not None
+    assert (state.status, state.version, state.attempts) == ("QUEUED", letter.version + 1, 0)
+    queued = await real_redis.xrange(keys.shard(0).work(Priority.NORMAL))
+    replayed = codec.decode_work_item(queued[-1][1][b"w"])
+    assert (replayed.delivery_id, replayed.attempts) == (email.item.delivery_id, 0)
+    assert await real_redis.hexists(keys.shard(0).dlq_resolved, entry_id)
+
+
+def test_every_script_has_a_contract_test() -> None:
+    tested = {name.removeprefix("test_") for name in globals() if name.startswith("test_")}
+    assert {script.name for script in scripts.ALL} <= tested
+
+
+def test_every_lua_file_is_registered() -> None:
+    """A script file that no LuaScript loads is dead or loaded elsewhere: neither is allowed."""
+    from importlib import resources  # noqa: PLC0415
+
+    files = {
+        entry.name.removesuffix(".lua")
+        for entry in resources.files("streams").joinpath("lua").iterdir()
+        if entry.name.endswith(".lua")
+    }
+    assert files - {"shared"} == {script.name for script in scripts.ALL}
