@@ -1,0 +1,139 @@
+"""The code layout a newcomer relies on: who may import whom, and units small enough to hold
+in one's head. Each package's docstring states its rules; this test keeps them true."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+PACKAGES = ("app", "streams", "projections")
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+
+# The app modules every part of the app shares: they import no app sub-package.
+SHARED_APP = {"app", "app.settings", "app.catalog", "app.logging", "app.validation", "app.metrics"}
+# What each part may import from this repository (itself always; a prefix covers a package).
+ALLOWED: dict[str, set[str]] = {
+    "streams": {"streams"},
+    "projections": {"projections", "streams"},
+    "shared app": {*SHARED_APP, "streams"},
+    "app.providers": {*SHARED_APP, "app.providers", "streams"},
+    "app.ingest": {*SHARED_APP, "app.ingest", "streams"},
+    "app.delivery": {*SHARED_APP, "app.delivery", "app.providers", "streams"},
+    "app.operations": {*SHARED_APP, "app.operations", "app.ingest", "projections", "streams"},
+    "app.api": {
+        *SHARED_APP, "app.api", "app.ingest", "app.operations", "projections", "streams",
+    },
+    "app.processes": {
+        *SHARED_APP, "app.processes", "app.api", "app.delivery", "app.providers",
+        "projections", "streams",
+    },
+    "app.cli": {
+        *SHARED_APP, "app.cli", "app.api", "app.ingest", "app.delivery", "app.providers",
+        "app.operations", "app.processes", "projections", "streams",
+    },
+}  # fmt: skip
+# Only the HTTP layer (and the process that serves it) knows HTTP.
+HTTP_LIBRARIES = ("litestar",)
+KNOWS_HTTP = ("app.api", "app.processes.api")
+
+
+def modules() -> Iterator[tuple[str, Path]]:
+    for package in PACKAGES:
+        for path in sorted((REPO / package).rglob("*.py")):
+            parts = path.relative_to(REPO).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            yield name, path
+
+
+def part_of(module: str) -> str:
+    if module in SHARED_APP:
+        return "shared app"
+    for part in sorted(ALLOWED, key=len, reverse=True):
+        if module == part or module.startswith(part + "."):
+            return part
+    raise AssertionError(f"{module} belongs to no part of the layout: add it to ALLOWED")
+
+
+def imports(path: Path) -> Iterator[tuple[int, str]]:
+    """Every module ``path`` imports, with its line (imports inside functions too)."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.lineno, node.module
+            for alias in node.names:  # "from app import settings" imports app.settings
+                yield node.lineno, f"{node.module}.{alias.name}"
+
+
+def allowed(target: str, rules: set[str]) -> bool:
+    """A rule names a package (everything in it is allowed) or, for the shared app modules,
+    exactly one module (``app`` itself is not the whole app)."""
+    return any(
+        target == rule or (rule not in SHARED_APP and target.startswith(rule + "."))
+        for rule in rules
+    )
+
+
+def local(target: str) -> bool:
+    return target.split(".", maxsplit=1)[0] in PACKAGES
+
+
+@pytest.mark.parametrize(("module", "path"), [pytest.param(*m, id=m[0]) for m in modules()])
+def test_imports_flow_one_way(module: str, path: Path) -> None:
+    rules = ALLOWED[part_of(module)]
+    wrong = [
+        f"line {line}: {target}"
+        for line, target in imports(path)
+        if local(target) and not allowed(target, rules) and not _is_name_of(target, rules)
+    ]
+    assert not wrong, f"{module} ({part_of(module)}) may import only {sorted(rules)}: {wrong}"
+
+
+MODULES = {module for module, _ in modules()}
+
+
+def _is_name_of(target: str, rules: set[str]) -> bool:
+    """``from app.x import name`` also yields ``app.x.name``: a name, unless it is a module."""
+    return target not in MODULES and allowed(target.rpartition(".")[0], rules)
+
+
+@pytest.mark.parametrize(("module", "path"), [pytest.param(*m, id=m[0]) for m in modules()])
+def test_only_the_http_layer_imports_http(module: str, path: Path) -> None:
+    if module.startswith(KNOWS_HTTP):
+        return
+    http = [target for _, target in imports(path) if target.split(".")[0] in HTTP_LIBRARIES]
+    assert not http, f"{module} imports {http}: domain code must not know HTTP"
+
+
+def test_no_module_is_too_long() -> None:
+    long = {
+        module: lines
+        for module, path in modules()
+        if (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert not long, f"split these along their seams (over {MAX_MODULE_LINES} lines): {long}"
+
+
+def test_no_function_is_too_long() -> None:
+    long = {}
+    for module, path in modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long[f"{module}.{node.name}"] = lines
+    assert not long, f"split these (over {MAX_FUNCTION_LINES} lines): {long}"
+
+
+def test_every_package_says_what_it_owns() -> None:
+    for module, path in modules():
+        if path.name == "__init__.py":
+            docstring = ast.get_docstring(ast.parse(path.read_text()))
+            assert docstring, f"{module} has no docstring saying what it owns"
