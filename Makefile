@@ -4,7 +4,7 @@ BIN := $(VENV)/bin
 # A development key so the quick start works as written; set your own in production.
 DEV_KEYS := dev:dev-secret-key:send+read+admin
 
-.PHONY: install run test lint typecheck pytest chaos bench bench-report clean
+.PHONY: install browser run test lint typecheck pytest chaos bench bench-report clean
 
 $(BIN)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -13,6 +13,18 @@ $(BIN)/.installed: pyproject.toml
 	touch $@
 
 install: $(BIN)/.installed
+
+## browser: the headless Chromium the dashboard test drives (Debian's packages, installed as root)
+browser:
+	@if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then \
+		if [ "$$(id -u)" != 0 ]; then \
+			echo "the dashboard test needs chromium and chromedriver:" \
+				"sudo apt-get install chromium chromium-driver"; exit 1; \
+		fi; \
+		echo "installing chromium and chromium-driver"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+			apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	fi
 
 ## run: install, then run the whole service against local Redis (sandbox provider)
 run: install
@@ -30,7 +42,7 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-pytest: install
+pytest: install browser
 	$(BIN)/pytest -m "not chaos"
 
 ## chaos: the long fault-injection runs, kept out of the default suite
