@@ -67,7 +67,7 @@ def _error(status_code: int, detail: str, headers: dict[str, str] | None = None)
 async def create_notification(
     request: Request[Any, Any, State], idempotency_key: IdempotencyKey = None
 ) -> Response[Any]:
-    """Accept one notification and fan it out to its channels."""
+    """Ingest one notification: fan it out to its channels and write it to the event log."""
     caller = authorize(request, "send")
     key = check_key(idempotency_key)
     body = decode_body(await request.body(), NotificationRequest)
@@ -88,7 +88,7 @@ async def create_notification(
     raises=[*AUTHENTICATED, BodyTooLarge],
 )
 async def create_notifications_batch(request: Request[Any, Any, State]) -> Response[Any]:
-    """Accept up to 1000 notifications, each with its own idempotency key."""
+    """Ingest up to 1000 notifications, each with its own idempotency key."""
     caller = authorize(request, "send")
     body = await request.body()
     try:  # the common case, every item valid, in one decoding pass

@@ -4,7 +4,7 @@ CPython's cyclic collector runs whenever tracked allocations outnumber deallocat
 A 1000-item batch keeps tens of thousands of objects alive while it is planned and written,
 so with that default the collector ran hundreds of times per batch, each time walking the
 batch's live objects and, every so often, everything the process had loaded (Litestar,
-redis-py, the catalog). Measured with ``gc.callbacks`` while accepting 40,000 notifications
+redis-py, the catalog). Measured with ``gc.callbacks`` while ingesting 40,000 notifications
 in one process: 847 collections, 8-10 µs of collector time per notification, about a fifth
 of the CPU that ingest took.
 

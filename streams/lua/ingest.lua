@@ -1,4 +1,4 @@
--- Accept a batch of notifications on one shard, each independently, all in one atomic step.
+-- Ingest a batch of notifications on one shard, each independently, all in one atomic step.
 --
 -- Keys and arguments: ``streams.ingest.ingest_call`` lays them out.
 -- KEYS: events, work:high, work:normal, work:low, delayed,
