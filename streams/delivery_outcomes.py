@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import msgspec
 
@@ -159,15 +159,7 @@ def failed(
 
 def acknowledge_only(leased: LeasedDelivery) -> Outcome:
     """Nothing to record (the delivery already ended): only acknowledge the work entry."""
-    return Outcome(
-        shard=leased.shard,
-        priority=leased.priority,
-        delivery_id=leased.item.delivery_id,
-        entry_id=leased.entry_id,
-        expected_version=leased.lease.version,
-        events=b"",
-        fields={},
-    )
+    return _about(leased, events=b"", fields={})
 
 
 def _outcome(
@@ -183,17 +175,25 @@ def _outcome(
     fields = {**fields, "lease_owner": "", "lease_until": 0, "updated_ms": now_ms}
     fields["version"] = leased.lease.version + len(events)
     member, due_ms = delayed or (b"", 0)
+    return _about(
+        leased,
+        events=codec.encode_events(events) if events else b"",
+        fields=fields,
+        delayed_member=member,
+        due_ms=due_ms,
+        dead_letter=dead_letter or {},
+    )
+
+
+def _about(leased: LeasedDelivery, **recorded: Any) -> Outcome:
+    """An outcome of ``leased``'s delivery, acknowledging its work entry."""
     return Outcome(
         shard=leased.shard,
         priority=leased.priority,
         delivery_id=leased.item.delivery_id,
         entry_id=leased.entry_id,
         expected_version=leased.lease.version,
-        events=codec.encode_events(events) if events else b"",
-        fields=fields,
-        delayed_member=member,
-        due_ms=due_ms,
-        dead_letter=dead_letter or {},
+        **recorded,
     )
 
 

@@ -235,14 +235,7 @@ def _view(row: DeliveryRow) -> DeliveryView:
 
 def _list_item(row: DeliveryRow) -> DeliveryListItem:
     return DeliveryListItem(
-        id=row.id,
-        channel=row.channel,
-        status=row.status,
-        attempts=row.attempts,
-        error_class=row.error_class,
-        last_error=row.last_error,
-        provider_message_id=row.provider_message_id,
-        updated_at=row.updated_at,
+        **msgspec.structs.asdict(_view(row)),
         notification_id=row.notification_id,
         type=row.notification_type,
         producer=row.producer,

@@ -48,16 +48,22 @@ class IngestAnswer(msgspec.Struct, frozen=True):
 UNAVAILABLE = IngestAnswer(503, detail="the event log (Redis) is unavailable; retry shortly")
 
 
+class _Request(msgspec.Struct, frozen=True):
+    """A request checked against the catalog, with the ids fixed for all its rounds."""
+
+    producer: str
+    shard: ShardKeys
+    key: str
+    body: NotificationRequest
+    identity: Identity
+    fingerprint: str
+
+
 class _Pending(msgspec.Struct):
     """A request being ingested: where its answer goes, and what is written for it."""
 
     index: int
-    producer: str
-    shard: ShardKeys
-    key: str
-    request: NotificationRequest
-    identity: Identity
-    fingerprint: str
+    request: _Request
     item: IngestItem
 
 
@@ -126,18 +132,8 @@ class Ingestor:
             identity = self.planner.identity(shard, request)
         except FanoutError as error:
             return IngestAnswer(422, detail=str(error))
-        digest = fingerprint(request)
-        item = self.planner.plan(
-            shard=shard,
-            producer=producer,
-            idempotency_key=key,
-            request=request,
-            identity=identity,
-            settings=_NO_SETTINGS,
-            now=now,
-            request_fingerprint=digest,
-        )
-        return _Pending(index, producer, shard, key, request, identity, digest, item)
+        checked = _Request(producer, shard, key, request, identity, fingerprint(request))
+        return _Pending(index, checked, self._plan(checked, _NO_SETTINGS, now))
 
     async def _write(
         self, pending: list[_Pending], answers: list[IngestAnswer | None], now: datetime
@@ -152,23 +148,23 @@ class Ingestor:
             elif isinstance(reply, Exception):
                 raise reply
             elif reply.kind == "STALE" and reply.settings is not None:
-                entry.item = self._replan(entry, reply.settings, now)
+                entry.item = self._plan(entry.request, reply.settings, now)
                 again.append(entry)
             else:
                 answers[entry.index] = self._answer(entry, reply)
         return again
 
-    def _replan(self, entry: _Pending, settings: RecipientSettings, now: datetime) -> IngestItem:
-        """Plan the request again, with its ids, for the recipient's settings."""
+    def _plan(self, request: _Request, settings: RecipientSettings, now: datetime) -> IngestItem:
+        """What the ingest script writes for ``request`` and the recipient's ``settings``."""
         return self.planner.plan(
-            shard=entry.shard,
-            producer=entry.producer,
-            idempotency_key=entry.key,
-            request=entry.request,
-            identity=entry.identity,
+            shard=request.shard,
+            producer=request.producer,
+            idempotency_key=request.key,
+            request=request.body,
+            identity=request.identity,
             settings=settings,
             now=now,
-            request_fingerprint=entry.fingerprint,
+            request_fingerprint=request.fingerprint,
         )
 
     def _answer(self, entry: _Pending, reply: IngestReply) -> IngestAnswer:
@@ -178,7 +174,7 @@ class Ingestor:
             # does not count twice.
             opted_out = entry.item.response.count(b'"opted_out"')
             if opted_out:
-                self.metrics.inc(OPT_OUTS, (entry.request.type,), opted_out)
+                self.metrics.inc(OPT_OUTS, (entry.request.body.type,), opted_out)
         return _answer_of(entry.item, reply)
 
 
