@@ -9,7 +9,7 @@ Run from anywhere with the project's virtualenv (``make bench-report`` installs 
 It runs, one after the other and never two at once (each would measure the others), the
 benchmark scripts of this directory as subprocesses with this python: ``ingest.py``,
 ``pipeline.py`` (end to end, and HIGH latency under a LOW flood), ``projector.py``,
-``memory.py`` (when it exists), ``peers.py`` (Clarion beside Celery and arq) and
+``memory.py``, ``peers.py`` (Clarion beside Celery and arq) and
 ``instructions.py`` (instruction counts under valgrind, which do not depend on how busy the
 machine is). Their output
 is passed through; each writes its JSON result, which the report reads, embeds whole and then
@@ -63,8 +63,8 @@ STEPS: Final = (
     # Quick: the two-worker configuration only, the one the targets are judged on.
     Step("pipeline", "bench/pipeline.py", quick_args=["--quick", "--workers", "2"]),
     Step("projector", "bench/projector.py"),
-    # Redis memory per accepted notification; skipped (and said so) until the script exists.
-    Step("memory", "bench/memory.py"),
+    # Redis memory per accepted notification. Quick: 2,000 notifications (it has no --quick).
+    Step("memory", "bench/memory.py", quick_args=["--count", "2000"]),
     Step("peers", "bench/peers.py"),
     # Instructions per notification and per delivery, under valgrind: machine-independent.
     Step("instructions", "bench/instructions.py", quick_args=["--units", "1"]),
