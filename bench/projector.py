@@ -66,51 +66,48 @@ from app.ingest.ingestor import Ingestor
 from app.ingest.requests import NotificationRequest, Recipient
 from app.logging import configure_logging
 from app.providers.registry import build_providers
-from bench import cpu
 from bench.harness import (
-    Throwaway,
-    create_database,
-    drop_database,
-    row_counts,
-    stream_events,
-    truncate_read_model,
-)
-from bench.ingest import (
+    BATCH_SIZE,
     HEALTH_PATH,
     REPO,
     BenchError,
-    add_redis_url,
-    format_table,
-    free_port,
-    log_tail,
-    print_problems,
-    result_head,
-    wait_healthy,
-    write_result,
-)
-from bench.pipeline import (
-    BATCH_SIZE,
     Ingested,
+    Throwaway,
+    add_redis_url,
     api_client,
     batch_pieces,
     check_deliveries,
     clarion_executable,
+    cpu_snapshot,
+    create_database,
     delete_prefix,
+    drop_database,
     e2e_item,
     expected_e2e_deliveries,
+    format_table,
+    free_port,
     last_entry_id,
     latency_summary,
     log_findings,
+    log_tail,
     pending_total,
     post_batches,
+    print_problems,
     read_sandbox,
+    redis_pid,
     remaining_work,
+    result_head,
+    row_counts,
     running,
     service_env,
+    stream_events,
+    truncate_read_model,
     unlimited_catalog,
     verdict,
     wait_consumers,
+    wait_healthy,
     work_state,
+    write_result,
 )
 from projections.database import connect as connect_database
 from projections.projector import BATCH_BYTES, GROUP, READ_COUNT, Projector
@@ -161,44 +158,55 @@ class _Answer(msgspec.Struct):
 
 
 class Timed:
-    """Wall time and calls of a function the projector looks up in its module."""
+    """Wall time and calls of one function, gathered by the stopwatch ``around`` puts on it."""
 
     def __init__(self) -> None:
         self.seconds = 0.0
         self.calls = 0
 
+    def around(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        """``function`` (sync or async) with this stopwatch around every call."""
+        if asyncio.iscoroutinefunction(function):
+
+            async def timed_async(*args: Any, **kwargs: Any) -> Any:
+                started = time.perf_counter()
+                try:
+                    return await function(*args, **kwargs)
+                finally:
+                    self.seconds += time.perf_counter() - started
+                    self.calls += 1
+
+            return timed_async
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - started
+                self.calls += 1
+
+        return timed
+
 
 @contextmanager
-def timing(name: str, timed: Timed) -> Iterator[None]:
-    """Wrap ``projections.projector.<name>`` (sync or async) with a stopwatch for the block."""
-    original = getattr(projector_module, name)
-    if asyncio.iscoroutinefunction(original):
+def timing_projector_steps() -> Iterator[tuple[Timed, Timed]]:
+    """Time every ``rows_of`` and every ``apply`` call of the projector during the block;
+    yields their ``Timed`` (rows_of, apply).
 
-        async def wrapper(*args: Any, **kwargs: Any) -> Any:
-            started = time.perf_counter()
-            try:
-                return await original(*args, **kwargs)
-            finally:
-                timed.seconds += time.perf_counter() - started
-                timed.calls += 1
-
-        replacement: Callable[..., Any] = wrapper
-    else:
-
-        def plain(*args: Any, **kwargs: Any) -> Any:
-            started = time.perf_counter()
-            try:
-                return original(*args, **kwargs)
-            finally:
-                timed.seconds += time.perf_counter() - started
-                timed.calls += 1
-
-        replacement = plain
-    setattr(projector_module, name, replacement)
+    The projector looks both up in the namespace of ``projections.projector`` at each call,
+    so a stopwatch put there for the block reaches every call. This is the one place that
+    knows where they are looked up.
+    """
+    steps = {"rows_of": Timed(), "apply": Timed()}
+    originals = {name: getattr(projector_module, name) for name in steps}
+    for name, stopwatch in steps.items():
+        setattr(projector_module, name, stopwatch.around(originals[name]))
     try:
-        yield
+        yield steps["rows_of"], steps["apply"]
     finally:
-        setattr(projector_module, name, original)
+        for name, original in originals.items():
+            setattr(projector_module, name, original)
 
 
 async def fill_stream(
@@ -290,11 +298,10 @@ async def measure_throughput(
             f"  {contents.entries:,} entries, {contents.events:,} events; projecting ...",
             flush=True,
         )
-        rows_time, apply_time = Timed(), Timed()
         projector = Projector(client, pool, keys, consumer="bench-projector")
         cpu_started = time.process_time()
         started = time.perf_counter()
-        with timing("rows_of", rows_time), timing("apply", apply_time):
+        with timing_projector_steps() as (rows_time, apply_time):
             task = asyncio.create_task(projector.run())
             deadline = started + STALL_TIMEOUT_S + contents.events / 5000
             finished = True
@@ -610,13 +617,13 @@ def measure_lag(
                 "workers": [w.pid for w in workers],
                 "projector": [projector.pid],
             }
-            server = cpu.redis_pid(client.info("server"))
-            before = cpu.snapshot(services, server)
+            server = redis_pid(args.redis_url)
+            before = cpu_snapshot(services, server)
             result, problems = asyncio.run(
                 drive_lag(base_url, args.redis_url, database, keys, args)
             )
             result["cpu"] = cpu_budget(
-                cpu.snapshot(services, server).used(before), result["deliveries_queued"]
+                cpu_snapshot(services, server).used(before), result["deliveries_queued"]
             )
             for process, name in [(api, "API"), (projector, "projector")] + [
                 (w, "worker") for w in workers
@@ -848,7 +855,7 @@ def main() -> int:
         "lag_p99_ms": ok and bool(lag) and lag["lag_ms"]["p99"] < TARGET_LAG_P99_MS,
     }
     print_report(result)
-    print(f"\nwritten to {write_result(result, started, 'projector').relative_to(REPO)}")
+    write_result("projector", result, started)
     return 0 if ok else 1
 
 

@@ -11,11 +11,12 @@ benchmark scripts of this directory as subprocesses with this python: ``ingest.p
 ``pipeline.py`` (end to end, and HIGH latency under a LOW flood), ``projector.py``,
 ``memory.py``, ``peers.py`` (Clarion beside Celery and arq) and
 ``instructions.py`` (instruction counts under valgrind, which do not depend on how busy the
-machine is). Their output
-is passed through; each writes its JSON result, which the report reads, embeds whole and then
-removes, so one run leaves one pair of files: ``bench/results/report-<UTC timestamp>.json``
-(every figure with its target and verdict, each benchmark's full result, machine and commit)
-and ``report-<…>.md`` (a table per benchmark and the peer ratios), which is also printed.
+machine is). Their output is passed through; each writes its JSON result, which the report
+reads, embeds whole and then removes, so one run leaves one pair of files:
+``bench/results/report-<UTC timestamp>.json`` (every figure with its target and verdict, each
+benchmark's full result, machine and commit) and ``report-<…>.md`` (a table per benchmark and
+the peer ratios), which is also printed. The figures and the Markdown come from
+``bench/report_summary.py``, the report's own part.
 
 Targets are judged as the benchmarks judge them, on the configuration Clarion ships for two
 cores: the pipeline's on its run with two delivery workers. A benchmark that fails or finds
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import subprocess
 import sys
@@ -42,10 +42,18 @@ import redis
 if __package__ in {None, ""}:  # run as a script: make the ``bench`` package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.ingest import REPO, RESULTS_DIR, git_output, machine_info
+from bench.harness import (
+    REDIS_URL,
+    REPO,
+    RESULTS_DIR,
+    WRITTEN,
+    git_output,
+    machine_info,
+    result_stem,
+)
 from bench.report_summary import figures_of, markdown
 
-WRITTEN: Final = re.compile(r"^written to (\S+\.json)$")
+WRITTEN_LINE: Final = re.compile(rf"^{re.escape(WRITTEN)}(\S+\.json)$")
 
 
 @dataclass(frozen=True)
@@ -87,7 +95,7 @@ def run_step(step: Step, quick: bool) -> dict[str, Any]:
         assert process.stdout is not None  # stdout=PIPE
         for line in process.stdout:
             print(line, end="", flush=True)
-            if match := WRITTEN.match(line.strip()):
+            if match := WRITTEN_LINE.match(line.strip()):
                 written = REPO / match.group(1)
     outcome: dict[str, Any] = {
         "script": step.script,
@@ -131,8 +139,7 @@ def main() -> int:
     """Run the steps, write the report; 1 when a benchmark failed or was untrustworthy."""
     args = parse_args()
     started = datetime.now(UTC)
-    # The benchmarks use the same variable for their default.
-    client = redis.Redis.from_url(os.environ.get("CLARION_REDIS_URL", "redis://127.0.0.1:6379/0"))
+    client = redis.Redis.from_url(REDIS_URL)  # the benchmarks' default Redis
     try:
         machine = machine_info(client) | {"git_dirty": git_dirty()}
     finally:
@@ -158,12 +165,12 @@ def main() -> int:
         "steps": steps,
     }
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    stem = RESULTS_DIR / f"report-{started:%Y%m%dT%H%M%SZ}"
+    stem = result_stem("report", started)
     stem.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
     text = markdown(report)
     stem.with_suffix(".md").write_text(text)
     print("\n" + text)
-    print(f"written to {stem.relative_to(REPO)}.json and .md")
+    print(f"{WRITTEN}{stem.relative_to(REPO)}.json and .md")
     return 1 if failed else 0
 
 
