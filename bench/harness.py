@@ -13,6 +13,13 @@ nowhere else in ``bench/``; what only one benchmark uses stays in its script. Th
   the events of an ``events`` stream;
 - CPU time per process group, read from ``/proc`` (Linux only);
 - PostgreSQL: a throwaway database and the read model's rows.
+
+**One latest result per benchmark.** A benchmark writes its result to
+``bench/results/<benchmark>-<UTC time>.json`` (the report a ``.json`` and ``.md`` pair) and
+then removes the older results of the same benchmark from that directory, so it holds the
+latest of each; earlier figures live in git's history and in ``docs/``. ``bench/report.py``
+runs the benchmarks with ``CLARION_BENCH_RESULTS`` naming a scratch directory: it embeds
+their results in its own, and the benchmarks' latest results in ``bench/results/`` stay.
 """
 
 from __future__ import annotations
@@ -52,7 +59,8 @@ from streams import codec
 from streams.keys import KeySpace, Priority
 
 REPO: Final = Path(__file__).resolve().parent.parent
-RESULTS_DIR: Final = REPO / "bench" / "results"
+# Where results go: bench/results/, or the scratch directory bench/report.py names.
+RESULTS_DIR: Final = Path(os.environ.get("CLARION_BENCH_RESULTS") or REPO / "bench" / "results")
 # What a benchmark prints after writing its result; bench/report.py finds the file by it.
 WRITTEN: Final = "written to "
 
@@ -117,17 +125,36 @@ def result_head(kind: str, started: datetime, client: redis.Redis) -> dict[str, 
 
 
 def result_stem(kind: str, started: datetime) -> Path:
-    """``bench/results/<kind>-<UTC timestamp>``, without a suffix."""
+    """``<results>/<kind>-<UTC timestamp>``, without a suffix."""
     return RESULTS_DIR / f"{kind}-{started:%Y%m%dT%H%M%SZ}"
 
 
+def remove_older_results(kind: str, stem: Path) -> None:
+    """Remove the results of ``kind`` older than ``stem``'s (both ``.json`` and ``.md``).
+
+    Older by the UTC time in the name, which sorts as text; a run that started later and
+    finished first keeps its file.
+    """
+    named = re.compile(rf"{re.escape(kind)}-\d{{8}}T\d{{6}}Z\.(json|md)")
+    for path in stem.parent.iterdir():
+        if named.fullmatch(path.name) and path.stem < stem.name:
+            path.unlink()
+
+
+def shown(path: Path) -> str:
+    """``path`` relative to the repository where it is inside it."""
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
 def write_result(kind: str, result: dict[str, Any], started: datetime) -> Path:
-    """Write ``bench/results/<kind>-<UTC timestamp>.json`` and print where it went (the line
-    ``bench/report.py`` looks for)."""
+    """Write ``<results>/<kind>-<UTC timestamp>.json``, remove the older results of ``kind``
+    and print where it went (the line ``bench/report.py`` looks for)."""
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    path = result_stem(kind, started).with_suffix(".json")
+    stem = result_stem(kind, started)
+    path = stem.with_suffix(".json")
     path.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"\n{WRITTEN}{path.relative_to(REPO)}")
+    remove_older_results(kind, stem)
+    print(f"\n{WRITTEN}{shown(path)}")
     return path
 
 

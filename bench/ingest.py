@@ -14,8 +14,9 @@ measure each other):
 
 Both servers run with 2 uvicorn workers, uvloop and httptools. All Redis keys live under a
 random ``bench-<hex>`` prefix and are deleted at the end. The result is printed as a table and
-written to ``bench/results/ingest-<UTC timestamp>.json``. A run that saw any answer other than
-202 (or a socket error) is marked invalid and exits with status 1.
+written to ``bench/results/ingest-<UTC timestamp>.json``, which replaces the older ingest
+results there. A run that saw any answer other than 202 (or a socket error) is marked invalid
+and exits with status 1.
 """
 
 from __future__ import annotations

@@ -26,7 +26,8 @@ The code measured is this checkout's, or ``--source``'s (for a before/after comp
 workload imports Clarion's modules (``app``, ``streams``, ``projections``) by name from that
 checkout, and the benchmark's own code (``bench``) from this one. So ``--source`` works for
 checkouts with the current layout of those modules, commit 4c780e2 or later. The result is
-printed and written to ``bench/results/instructions-<UTC timestamp>.json``.
+printed and written to ``bench/results/instructions-<UTC timestamp>.json``, which replaces
+the older instructions results there.
 """
 
 from __future__ import annotations

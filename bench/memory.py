@@ -21,7 +21,8 @@ entries ``CLARION_STREAM_RETENTION`` (1 h) after every group is done with them. 
 own keys are a stand-in provider's and are reported apart.
 
 All keys live under a random ``bench-<hex>`` prefix and are deleted at the end; the result
-is printed and written to ``bench/results/memory-<UTC timestamp>.json``.
+is printed and written to ``bench/results/memory-<UTC timestamp>.json``, which replaces the
+older memory results there.
 """
 
 from __future__ import annotations

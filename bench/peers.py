@@ -30,8 +30,8 @@ Nothing may be lost: every job must have exactly one ``sent`` record and the inj
 failures must have exactly one ``transient`` record each. Each system has its own key prefix
 (Celery's broker keys too, arq's job ids too); all are deleted at the end. The result is
 printed, with Clarion ÷ Celery and Clarion ÷ arq ratios, and written to
-``bench/results/peers-<UTC timestamp>.json``. The exit status is 1 when a run lost, repeated
-or failed a job.
+``bench/results/peers-<UTC timestamp>.json`` (replacing the older peers results there). The
+exit status is 1 when a run lost, repeated or failed a job.
 """
 
 from __future__ import annotations

@@ -29,7 +29,8 @@ Every accepted delivery is looked up in the sandbox record (lost, duplicated, no
 a sample of delivery state hashes is checked for SENT, and the work streams for entries left
 pending. ``--duration D`` sizes the runs: 3,000 x D notifications end to end, 20,000 x D in
 the flood. All Redis keys live under a random ``bench-<hex>`` prefix and are deleted at the
-end; the result is printed and written to ``bench/results/pipeline-<UTC timestamp>.json``.
+end; the result is printed and written to ``bench/results/pipeline-<UTC timestamp>.json``,
+which replaces the older pipeline results there.
 The exit status is 1 when a delivery was lost or duplicated, an item was refused, work was
 left pending or a service logged an error; missing a performance target alone is not.
 """

@@ -30,8 +30,9 @@ measures, one after the other:
 
 The providers have no rate limit in either phase. All Redis keys live under a random
 ``bench-<hex>`` prefix and are deleted at the end; the result is printed and written to
-``bench/results/projector-<UTC timestamp>.json``. The exit status is 1 only when the run
-cannot be trusted (events lost, rows missing, a service failed); a missed target is not.
+``bench/results/projector-<UTC timestamp>.json``, which replaces the older projector results
+there. The exit status is 1 only when the run cannot be trusted (events lost, rows missing, a
+service failed); a missed target is not.
 """
 
 from __future__ import annotations

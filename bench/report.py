@@ -11,11 +11,13 @@ benchmark scripts of this directory as subprocesses with this python: ``ingest.p
 ``pipeline.py`` (end to end, and HIGH latency under a LOW flood), ``projector.py``,
 ``memory.py``, ``peers.py`` (Clarion beside Celery and arq) and
 ``instructions.py`` (instruction counts under valgrind, which do not depend on how busy the
-machine is). Their output is passed through; each writes its JSON result, which the report
-reads, embeds whole and then removes, so one run leaves one pair of files:
-``bench/results/report-<UTC timestamp>.json`` (every figure with its target and verdict, each
-benchmark's full result, machine and commit) and ``report-<…>.md`` (a table per benchmark and
-the peer ratios), which is also printed. The figures and the Markdown come from
+machine is). Their output is passed through; each writes its JSON result into a scratch
+directory (``CLARION_BENCH_RESULTS``, see ``bench/harness.py``), which the report reads and
+embeds whole. So the benchmarks' own latest results in ``bench/results/`` stay as they are,
+and a run writes one pair of files there, which replaces the previous report:
+``report-<UTC timestamp>.json`` (every figure with its target and verdict, each benchmark's
+full result, machine and commit) and ``report-<…>.md`` (a table per benchmark and the peer
+ratios), which is also printed. The figures and the Markdown come from
 ``bench/report_summary.py``, the report's own part.
 
 Targets are judged as the benchmarks judge them, on the configuration Clarion ships for two
@@ -28,9 +30,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -49,7 +53,9 @@ from bench.harness import (
     WRITTEN,
     git_output,
     machine_info,
+    remove_older_results,
     result_stem,
+    shown,
 )
 from bench.report_summary import figures_of, markdown
 
@@ -79,8 +85,9 @@ STEPS: Final = (
 )
 
 
-def run_step(step: Step, quick: bool) -> dict[str, Any]:
-    """Run one benchmark, passing its output through; its result and how the run went."""
+def run_step(step: Step, quick: bool, scratch: Path) -> dict[str, Any]:
+    """Run one benchmark, passing its output through; its result (written into ``scratch``)
+    and how the run went."""
     script = REPO / step.script
     if not script.exists():
         print(f"\n=== {step.name}: {step.script} does not exist, skipped ===", flush=True)
@@ -89,14 +96,15 @@ def run_step(step: Step, quick: bool) -> dict[str, Any]:
     print(f"\n=== {step.name}: {' '.join([step.script, *argv[2:]])} ===", flush=True)
     started = time.monotonic()
     written: Path | None = None
+    env = {**os.environ, "CLARION_BENCH_RESULTS": str(scratch)}
     with subprocess.Popen(
-        argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     ) as process:
         assert process.stdout is not None  # stdout=PIPE
         for line in process.stdout:
             print(line, end="", flush=True)
             if match := WRITTEN_LINE.match(line.strip()):
-                written = REPO / match.group(1)
+                written = REPO / match.group(1)  # as printed: absolute, or within REPO
     outcome: dict[str, Any] = {
         "script": step.script,
         "args": argv[2:],
@@ -105,8 +113,7 @@ def run_step(step: Step, quick: bool) -> dict[str, Any]:
     }
     if written is None or not written.exists():
         return outcome | {"status": "failed"}
-    result = json.loads(written.read_text())
-    written.unlink()  # embedded whole in the report
+    result = json.loads(written.read_text())  # embedded whole in the report
     status = "ok" if process.returncode == 0 else "untrustworthy"
     return outcome | {"status": status, "result": result}
 
@@ -144,7 +151,12 @@ def main() -> int:
         machine = machine_info(client) | {"git_dirty": git_dirty()}
     finally:
         client.close()
-    steps = {step.name: run_step(step, args.quick) for step in STEPS if step.name in args.only}
+    with tempfile.TemporaryDirectory(prefix="clarion-report-") as scratch:
+        steps = {
+            step.name: run_step(step, args.quick, Path(scratch))
+            for step in STEPS
+            if step.name in args.only
+        }
     figures = figures_of(steps)
     judged = [figure["pass"] for figure in figures if figure["pass"] is not None]
     failed = [name for name, step in steps.items() if step["status"] in {"failed", "untrustworthy"}]
@@ -169,8 +181,9 @@ def main() -> int:
     stem.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
     text = markdown(report)
     stem.with_suffix(".md").write_text(text)
+    remove_older_results("report", stem)
     print("\n" + text)
-    print(f"{WRITTEN}{stem.relative_to(REPO)}.json and .md")
+    print(f"{WRITTEN}{shown(stem)}.json and .md")
     return 1 if failed else 0
 
 
