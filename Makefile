@@ -4,7 +4,7 @@ BIN := $(VENV)/bin
 # A development key so the quick start works as written; set your own in production.
 DEV_KEYS := dev:dev-secret-key:send+read+admin
 
-.PHONY: install browser run test lint typecheck pytest chaos bench bench-report clean
+.PHONY: install browser run test lint typecheck pytest chaos bench bench-report bench-check clean
 
 $(BIN)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -58,6 +58,13 @@ bench: install
 bench-report: install
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python bench/report.py $(REPORT_ARGS)
+
+## bench-check: the benchmarks' own test, kept out of the default suite: the Celery and arq
+## peers of bench/peers.py run their job on real Redis (installs both peers first)
+bench-check: install
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	$(BIN)/python -c 'from bench.peers import ensure_arq_environment; ensure_arq_environment()'
+	$(BIN)/pytest bench/test_peers.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,11 @@
+"""Clarion's benchmarks (run as scripts; see each script's docstring and README "Performance").
+
+- ``harness.py``: everything two or more benchmarks use; the only module they share.
+- ``ingest.py`` (with ``bare_app.py`` and ``wrk_post.lua``), ``pipeline.py``,
+  ``projector.py``, ``memory.py``, ``instructions.py``: one benchmark each.
+- ``peers.py``: Clarion beside Celery and arq, with its job (``peer_job.py``), the peers'
+  workers (``peer_celery.py``, ``peer_arq.py`` with ``arq-requirements.txt``) and its test
+  (``test_peers.py``, run by ``make bench-check``).
+- ``report.py`` (with ``report_summary.py``): all of them in one run, one report.
+- ``results/``: the latest result of each benchmark and the latest report.
+"""

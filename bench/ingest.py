@@ -14,8 +14,9 @@ measure each other):
 
 Both servers run with 2 uvicorn workers, uvloop and httptools. All Redis keys live under a
 random ``bench-<hex>`` prefix and are deleted at the end. The result is printed as a table and
-written to ``bench/results/ingest-<UTC timestamp>.json``. A run that saw any answer other than
-202 (or a socket error) is marked invalid and exits with status 1.
+written to ``bench/results/ingest-<UTC timestamp>.json``, which replaces the older ingest
+results there. A run that saw any answer other than 202 (or a socket error) is marked invalid
+and exits with status 1.
 """
 
 from __future__ import annotations
@@ -23,12 +24,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import json
 import os
-import platform
 import secrets
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -47,33 +44,46 @@ import redis
 if __package__ in {None, ""}:  # run as a script: make the ``bench`` package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import cpu
+from bench.harness import (
+    API_KEY,
+    BATCH_PATH,
+    BATCH_SIZE,
+    HEALTH_PATH,
+    LOG_TAIL_LINES,
+    REPO,
+    SINGLE_PATH,
+    BenchError,
+    CpuSnapshot,
+    add_redis_url,
+    batch_pieces,
+    clarion_executable,
+    cpu_snapshot,
+    delete_prefix,
+    format_table,
+    free_port,
+    ingest_item,
+    log_tail,
+    percentile,
+    print_problems,
+    redis_pid,
+    result_head,
+    running,
+    service_env,
+    wait_healthy,
+    write_result,
+)
 
-REPO = Path(__file__).resolve().parent.parent
-RESULTS_DIR = REPO / "bench" / "results"
 WRK_SCRIPT = "bench/wrk_post.lua"  # relative to REPO, where wrk runs
 WRK_MARKER = "BENCH_RESULT "  # prefix of the JSON line that wrk_post.lua's done() prints
-HEALTH_PATH = "/v1/ops/health"
-SINGLE_PATH = "/v1/notifications"
-BATCH_PATH = "/v1/notifications/batch"
-API_KEY = "bench-secret-key"  # must match wrk_post.lua
 
 WORKERS = 2
 WRK_THREADS = 2
 CONNECTIONS = 64
 WARMUP_SECONDS = 1  # first requests pay for imports, pool connections and SCRIPT LOAD
-BATCH_SIZE = 1000
 BATCH_CONCURRENCY = 8
-STARTUP_TIMEOUT_S = 30.0
-STOP_TIMEOUT_S = 10.0
-LOG_TAIL_LINES = 40
 
 TARGET_RATIO = 0.70
 TARGET_BATCH_RATE = 30_000.0
-
-
-class BenchError(Exception):
-    """The benchmark could not run (a server did not start, wrk printed no result)."""
 
 
 # --- wrk: single POSTs -------------------------------------------------------------------
@@ -186,7 +196,7 @@ class BatchResult:
     failed_requests: int = 0  # no answer, or a status other than 200 for the whole batch
     first_rejected: str = ""
     first_failure: str = ""
-    # CPU seconds each process group used during the measured part (``bench.cpu``).
+    # CPU seconds each process group used during the measured part (``cpu_snapshot``).
     cpu_s: dict[str, float] = field(default_factory=dict)
 
     def problems(self) -> list[str]:
@@ -230,34 +240,6 @@ class BatchResult:
         }
 
 
-def percentile(values: list[float], pct: float) -> float:
-    """Nearest-rank percentile; 0 for no values."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    rank = max(1, round(pct / 100 * len(ordered)))
-    return ordered[min(rank, len(ordered)) - 1]
-
-
-def batch_template(size: int) -> list[bytes]:
-    """Pieces of a batch body of ``size`` items, to be joined with a batch tag.
-
-    ``tag.join(pieces)`` puts the tag in front of every item's ``-<i>`` idempotency key, so a
-    fresh body with unique keys costs one bytes.join instead of encoding 1000 items: the
-    client's own encoding must not use the CPU the server is being measured with.
-    """
-    pieces = [b'{"notifications": [{"idempotency_key": "']
-    for i in range(size):
-        item = (
-            b'-%d", "recipient": {"id": "user-%d", "phone": "+4915112345678", '
-            b'"email": "user@example.com"}, "type": "order_confirmed", '
-            b'"data": {"order_id": "%d"}}' % (i, i, i)
-        )
-        more = b', {"idempotency_key": "' if i < size - 1 else b"]}"
-        pieces.append(item + more)
-    return pieces
-
-
 def record_batch(
     result: BatchResult, response: httpx.Response, decoder: msgspec.json.Decoder[BatchReply]
 ) -> None:
@@ -279,11 +261,11 @@ def record_batch(
 
 
 async def measure_batches(
-    base_url: str, seconds: int, tag: str, cpu_of: Callable[[], cpu.CpuSnapshot] | None = None
+    base_url: str, seconds: int, tag: str, cpu_of: Callable[[], CpuSnapshot] | None = None
 ) -> BatchResult:
     """Post 1000-item batches from ``BATCH_CONCURRENCY`` loops for ``seconds``; with
     ``cpu_of``, also the CPU each process group used meanwhile (after the warm-up)."""
-    pieces = batch_template(BATCH_SIZE)
+    pieces = batch_pieces(BATCH_SIZE, ingest_item)
     decoder = msgspec.json.Decoder(BatchReply)
     batch_numbers = itertools.count()
     result = BatchResult()
@@ -329,54 +311,6 @@ async def measure_batches(
 # --- servers -------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
-
-
-def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    """The last ``lines`` lines of a server log."""
-    text = path.read_text(errors="replace") if path.exists() else ""
-    return "\n".join(text.splitlines()[-lines:])
-
-
-def wait_healthy(process: subprocess.Popen[bytes], url: str, log_path: Path) -> None:
-    """Poll ``url`` until it answers 200; fail early if the server process exits."""
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise BenchError(
-                f"server exited with {process.returncode} before answering {url}:\n"
-                + log_tail(log_path)
-            )
-        try:
-            if httpx.get(url, timeout=1.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass  # not listening yet
-        time.sleep(0.2)
-    raise BenchError(
-        f"{url} did not answer 200 within {STARTUP_TIMEOUT_S} s:\n" + log_tail(log_path)
-    )
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM, then SIGKILL to the server's process group if it does not stop in time."""
-    if process.poll() is not None:
-        return
-    process.send_signal(signal.SIGTERM)  # uvicorn's supervisor then stops its workers
-    try:
-        process.wait(STOP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        # start_new_session made the server the leader of its own group: this reaches its
-        # workers too, and nothing else.
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-
-
 @dataclass(frozen=True)
 class Server:
     url: str
@@ -386,40 +320,20 @@ class Server:
 @contextmanager
 def serving(argv: list[str], env: dict[str, str], port: int, log_path: Path) -> Iterator[Server]:
     """Run a server until the block ends; yields it once it is healthy."""
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        try:
-            base_url = f"http://127.0.0.1:{port}"
-            wait_healthy(process, base_url + HEALTH_PATH, log_path)
-            yield Server(base_url, process.pid)
-            if process.poll() is not None:
-                raise BenchError(
-                    f"server exited with {process.returncode} during the run:\n"
-                    + log_tail(log_path)
-                )
-        finally:
-            stop(process)
+    with running(argv, env, log_path) as process:
+        base_url = f"http://127.0.0.1:{port}"
+        wait_healthy(process, base_url + HEALTH_PATH, log_path)
+        yield Server(base_url, process.pid)
+        if process.poll() is not None:
+            raise BenchError(
+                f"server exited with {process.returncode} during the run:\n" + log_tail(log_path)
+            )
 
 
-def clarion_command(env: dict[str, str], prefix: str, redis_url: str, port: int) -> list[str]:
-    """The ``clarion api`` command line (the API alone: no delivery workers competing for the
-    two cores); sets its environment variables in ``env``."""
-    env.update(
-        CLARION_API_KEYS=f"bench:{API_KEY}:send+read",
-        CLARION_KEY_PREFIX=prefix,
-        CLARION_REDIS_URL=redis_url,
-        CLARION_HOST="127.0.0.1",
-        CLARION_PORT=str(port),
-        CLARION_LOG_LEVEL="WARNING",
-        CLARION_CONFIG="clarion.toml",
-    )
-    # The virtualenv running this script has the clarion entry point beside its python.
-    clarion = Path(sys.executable).parent / "clarion"
-    if not clarion.exists():
-        raise BenchError(f"{clarion} not found: run this with the project's .venv/bin/python")
-    return [str(clarion), "api", "--workers", str(WORKERS)]
+def clarion_command() -> list[str]:
+    """The ``clarion api`` command line: the API alone, no delivery workers competing for the
+    two cores (its environment: ``service_env``)."""
+    return [str(clarion_executable()), "api", "--workers", str(WORKERS)]
 
 
 def bare_command(env: dict[str, str], prefix: str, redis_url: str, port: int) -> list[str]:
@@ -447,92 +361,7 @@ def bare_command(env: dict[str, str], prefix: str, redis_url: str, port: int) ->
     ]
 
 
-# --- Redis and machine ---------------------------------------------------------------------
-
-
-def redis_pid_of(redis_url: str) -> int | None:
-    """The pid of the Redis server at ``redis_url`` if it runs on this machine."""
-    client = redis.Redis.from_url(redis_url)
-    try:
-        return cpu.redis_pid(client.info("server"))
-    finally:
-        client.close()
-
-
-def delete_keys(client: redis.Redis, prefix: str) -> int:
-    """UNLINK every key under ``prefix:`` in batches; returns how many were deleted."""
-    deleted = 0
-    batch: list[bytes] = []
-    for key in client.scan_iter(match=f"{prefix}:*", count=1000):
-        batch.append(key)
-        if len(batch) >= 1000:
-            deleted += client.unlink(*batch)
-            batch.clear()
-    if batch:
-        deleted += client.unlink(*batch)
-    return deleted
-
-
-def git_output(*args: str) -> str | None:
-    """What ``git <args>`` prints in the repository, or None (no git, not a checkout)."""
-    try:
-        done = subprocess.run(
-            ["git", *args], cwd=REPO, capture_output=True, text=True, timeout=10, check=False
-        )
-    except OSError:
-        return None
-    return done.stdout if done.returncode == 0 else None
-
-
-def git_commit() -> str | None:
-    """The short commit hash of the work tree, or None (no git, no commit yet)."""
-    return (git_output("rev-parse", "--short", "HEAD") or "").strip() or None
-
-
-def result_head(kind: str, started: datetime, client: redis.Redis) -> dict[str, Any]:
-    """The fields every benchmark result starts with: which, when, and on what machine."""
-    return {
-        "benchmark": kind,
-        "started_utc": started.isoformat(timespec="seconds"),
-        "machine": machine_info(client),
-    }
-
-
-def add_redis_url(parser: argparse.ArgumentParser, used_by: str) -> None:
-    """The ``--redis-url`` option every benchmark takes."""
-    parser.add_argument(
-        "--redis-url",
-        default=os.environ.get("CLARION_REDIS_URL", "redis://127.0.0.1:6379/0"),
-        help=f"Redis for {used_by} (default: $CLARION_REDIS_URL or local)",
-    )
-
-
-def machine_info(client: redis.Redis) -> dict[str, Any]:
-    """What the numbers depend on: cores, versions, and how busy the machine already was."""
-    return {
-        "cpu_count": os.cpu_count(),
-        # Anything else running on these cores lowers every figure.
-        "load_average_at_start": [round(load, 2) for load in os.getloadavg()],
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "redis_version": client.info("server").get("redis_version"),
-        "git_commit": git_commit(),
-    }
-
-
 # --- report --------------------------------------------------------------------------------
-
-
-def format_table(header: list[str], rows: list[list[str]]) -> str:
-    """Columns sized to their widest cell; the first left-aligned, numbers right-aligned."""
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-
-    def line(cells: list[str]) -> str:
-        first = cells[0].ljust(widths[0])
-        return "  ".join([first, *(c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True))])
-
-    rule = "-" * len(line(header))
-    return "\n".join([line(header), rule, *(line(row) for row in rows)])
 
 
 def print_table(result: dict[str, Any]) -> None:
@@ -602,25 +431,6 @@ def print_table(result: dict[str, Any]) -> None:
     )
 
 
-def print_problems(problems: list[str], heading: str = "PROBLEMS:") -> None:
-    """Print what went wrong in a run, in a banner nobody can miss (nothing if all went well)."""
-    if not problems:
-        return
-    print("!" * 72)
-    print(heading)
-    for problem in problems:
-        print(f"  - {problem}")
-    print("!" * 72)
-
-
-def write_result(result: dict[str, Any], started: datetime, kind: str = "ingest") -> Path:
-    """Write the result to ``bench/results/<kind>-<UTC timestamp>.json``."""
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    path = RESULTS_DIR / f"{kind}-{started:%Y%m%dT%H%M%SZ}.json"
-    path.write_text(json.dumps(result, indent=2) + "\n")
-    return path
-
-
 # --- main ----------------------------------------------------------------------------------
 
 
@@ -648,16 +458,16 @@ def run_all(seconds: int, prefix: str, redis_url: str, logs: Path) -> dict[str, 
         bare = measure_single(server.url, seconds, f"{prefix}-bare")
 
     print(f"clarion single POST: wrk for {seconds} s ...", flush=True)
-    env = dict(os.environ)
     port = free_port()
+    env = service_env(prefix, redis_url, port, REPO / "clarion.toml")
     clarion_log = logs / "clarion.log"
-    with serving(clarion_command(env, prefix, redis_url, port), env, port, clarion_log) as server:
+    with serving(clarion_command(), env, port, clarion_log) as server:
         clarion = measure_single(server.url, seconds, f"{prefix}-single")
         print(f"clarion batch POST: httpx for {seconds} s ...", flush=True)
-        redis_server = redis_pid_of(redis_url)
+        redis_server = redis_pid(redis_url)
 
-        def cpu_of() -> cpu.CpuSnapshot:
-            return cpu.snapshot({"api": [server.pid]}, redis_server, postgres=False)
+        def cpu_of() -> CpuSnapshot:
+            return cpu_snapshot({"api": [server.pid]}, redis_server, postgres=False)
 
         batch = asyncio.run(measure_batches(server.url, seconds, f"{prefix}-batch", cpu_of))
 
@@ -713,11 +523,11 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="clarion-bench-") as logs:
             result |= run_all(args.duration, prefix, args.redis_url, Path(logs))
     finally:
-        deleted = delete_keys(client, prefix)
-        print(f"deleted {deleted} Redis keys under {prefix}:", flush=True)
+        deleted = delete_prefix(client, prefix)
+        print(f"deleted {deleted} Redis keys under {prefix}*", flush=True)
         client.close()
     print_table(result)
-    print(f"\nwritten to {write_result(result, started).relative_to(REPO)}")
+    write_result("ingest", result, started)
     return 1 if result["problems"] else 0
 
 

@@ -20,10 +20,14 @@ switched on (``callgrind_control``) only around the measured part:
 
 After an uncounted warm-up batch the garbage collector is set up as the service's processes
 set it (``app.processes.gc_tuning``), where the measured checkout has that. Python's and Redis's
-counts are reported apart, per notification or per delivery. The
-code measured is this checkout's, or ``--source``'s (for a before/after comparison; the
-benchmark itself stays this one). The result is printed and written to
-``bench/results/instructions-<UTC timestamp>.json``.
+counts are reported apart, per notification or per delivery.
+
+The code measured is this checkout's, or ``--source``'s (for a before/after comparison): the
+workload imports Clarion's modules (``app``, ``streams``, ``projections``) by name from that
+checkout, and the benchmark's own code (``bench``) from this one. So ``--source`` works for
+checkouts with the current layout of those modules, commit 4c780e2 or later. The result is
+printed and written to ``bench/results/instructions-<UTC timestamp>.json``, which replaces
+the older instructions results there.
 """
 
 from __future__ import annotations
@@ -44,14 +48,27 @@ from pathlib import Path
 from typing import Any
 
 if __package__ in {None, ""}:  # run as a script: make the ``bench`` package importable
-    # A workload measuring another checkout's code imports that checkout first.
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    # A workload measuring another checkout's code imports Clarion's modules from that
+    # checkout, and the benchmark's own (``bench``, imported here first) from this one.
+    import bench  # noqa: F401
+
     if os.environ.get("CLARION_BENCH_SOURCE"):
         sys.path.insert(0, os.environ["CLARION_BENCH_SOURCE"])
 
-from bench.ingest import BenchError
+from bench.harness import (
+    BATCH_SIZE,
+    REPO,
+    BenchError,
+    batch_pieces,
+    format_table,
+    free_port,
+    git_output,
+    ingest_item,
+    unlimited_catalog,
+    write_result,
+)
 
-BATCH = 1000
 PRODUCER = "bench"
 VALGRIND = ["valgrind", "--tool=callgrind", "--instr-atstart=no"]
 START_TIMEOUT_S = 600.0
@@ -61,9 +78,8 @@ START_TIMEOUT_S = 600.0
 
 
 def _bodies(units: int, tag: str) -> list[bytes]:
-    from bench.ingest import batch_template  # noqa: PLC0415 (the measured checkout's)
-
-    pieces = batch_template(BATCH)
+    """``units`` batch bodies of the ingest benchmark's items (``bench/ingest.py``)."""
+    pieces = batch_pieces(BATCH_SIZE, ingest_item)
     return [f"{tag}-{number}".encode().join(pieces) for number in range(units)]
 
 
@@ -110,7 +126,7 @@ async def _workload(kind: str, units: int, redis_url: str, catalog_path: Path) -
     _handshake("ready")
     if kind == "ingest":
         await accept(bodies)
-        count = units * BATCH
+        count = units * BATCH_SIZE
     else:
         count = await _drain(new_worker(), redis, keys.sandbox_sent, warm_up + queued)
     _handshake(f"done {count}")
@@ -174,8 +190,6 @@ def _read_line(process: subprocess.Popen[str], what: str) -> str:
 
 @contextmanager
 def _private_redis(work: Path) -> Iterator[tuple[str, subprocess.Popen[str], Path]]:
-    from bench.ingest import free_port  # noqa: PLC0415
-
     binary = shutil.which("redis-server")
     if binary is None:
         raise BenchError("redis-server is not installed")
@@ -272,9 +286,6 @@ def main() -> int:
 
 
 def _parent(units: int, source: Path) -> int:
-    from bench.ingest import REPO, format_table, git_output, write_result  # noqa: PLC0415
-    from bench.pipeline import unlimited_catalog  # noqa: PLC0415
-
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         print("valgrind (with callgrind_control) is not installed", file=sys.stderr)
         return 2
@@ -296,7 +307,7 @@ def _parent(units: int, source: Path) -> int:
         "source_commit": (
             git_output("-C", str(source), "rev-parse", "--short", "HEAD") or ""
         ).strip(),
-        "notifications": units * BATCH,
+        "notifications": units * BATCH_SIZE,
         "workloads": {},
     }
     with tempfile.TemporaryDirectory(prefix="clarion-instructions-") as temp:
@@ -304,7 +315,7 @@ def _parent(units: int, source: Path) -> int:
         catalog = work / "clarion.toml"
         unlimited_catalog(REPO / "clarion.toml", catalog)
         for kind in ("ingest", "delivery"):
-            print(f"{kind}: {units * BATCH:,} notifications under callgrind ...", flush=True)
+            print(f"{kind}: {units * BATCH_SIZE:,} notifications under callgrind ...", flush=True)
             result["workloads"][kind] = measure(kind, units, source, catalog, work)
     plural = {"notification": "notifications", "delivery": "deliveries"}
     rows = [
@@ -318,8 +329,7 @@ def _parent(units: int, source: Path) -> int:
     )
     print(format_table(["workload", "measured", "Python per unit", "Redis per unit", "total"],
                        rows))  # fmt: skip
-    path = write_result(result, started, "instructions")
-    print(f"\nwritten to {path.relative_to(REPO)}")
+    write_result("instructions", result, started)
     return 0
 
 

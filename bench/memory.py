@@ -21,7 +21,8 @@ entries ``CLARION_STREAM_RETENTION`` (1 h) after every group is done with them. 
 own keys are a stand-in provider's and are reported apart.
 
 All keys live under a random ``bench-<hex>`` prefix and are deleted at the end; the result
-is printed and written to ``bench/results/memory-<UTC timestamp>.json``.
+is printed and written to ``bench/results/memory-<UTC timestamp>.json``, which replaces the
+older memory results there.
 """
 
 from __future__ import annotations
@@ -53,9 +54,15 @@ from app.ingest.requests import NotificationRequest
 from app.logging import configure_logging
 from app.providers.registry import build_providers
 from app.settings import Settings
-from bench.ingest import REPO, delete_keys, format_table, machine_info, print_problems
-from bench.ingest import write_result as write_json
-from bench.pipeline import unlimited_catalog
+from bench.harness import (
+    REPO,
+    delete_prefix,
+    format_table,
+    machine_info,
+    print_problems,
+    unlimited_catalog,
+    write_result,
+)
 from streams.keys import KeySpace
 from streams.retention import StreamRetention, policies, trim_all
 
@@ -264,13 +271,13 @@ def main() -> int:
         problems.append(f"{type(error).__name__}: {error}")
         result = {}
     finally:
-        delete_keys(sync, prefix)
+        delete_prefix(sync, prefix)
     if result:
         result["steady_state_bytes_at_100_per_s"] = steady_state(result, 100.0)
         result["machine"] = machine_info(sync)
         result["started"] = started.isoformat()
         report(result)
-        print(f"written to {write_json(result, started, kind='memory')}")
+        write_result("memory", result, started)
     print_problems(problems)
     return 1 if problems else 0
 

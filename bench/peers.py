@@ -30,8 +30,8 @@ Nothing may be lost: every job must have exactly one ``sent`` record and the inj
 failures must have exactly one ``transient`` record each. Each system has its own key prefix
 (Celery's broker keys too, arq's job ids too); all are deleted at the end. The result is
 printed, with Clarion ÷ Celery and Clarion ÷ arq ratios, and written to
-``bench/results/peers-<UTC timestamp>.json``. The exit status is 1 when a run lost, repeated
-or failed a job.
+``bench/results/peers-<UTC timestamp>.json`` (replacing the older peers results there). The
+exit status is 1 when a run lost, repeated or failed a job.
 """
 
 from __future__ import annotations
@@ -60,16 +60,31 @@ if __package__ in {None, ""}:  # run as a script: make the ``bench`` package imp
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.catalog import parse_catalog
-from bench.ingest import (
+from bench.harness import (
+    BATCH_SIZE,
     HEALTH_PATH,
     REPO,
     BenchError,
+    Ingested,
+    SandboxRecord,
     add_redis_url,
+    api_client,
+    batch_pieces,
+    clarion_executable,
+    delete_prefix,
     format_table,
     free_port,
+    id_ms,
+    latency_summary,
     log_tail,
+    post_batches,
     print_problems,
+    read_sandbox,
     result_head,
+    running,
+    service_env,
+    unlimited_catalog,
+    wait_consumers,
     wait_healthy,
     write_result,
 )
@@ -84,23 +99,6 @@ from bench.peer_job import (
     RETRY,
     payload,
     transient_failures,
-)
-from bench.pipeline import (
-    BATCH_SIZE,
-    Ingested,
-    SandboxRecord,
-    api_client,
-    batch_pieces,
-    clarion_executable,
-    delete_prefix,
-    id_ms,
-    latency_summary,
-    post_batches,
-    read_sandbox,
-    running,
-    service_env,
-    unlimited_catalog,
-    wait_consumers,
 )
 from streams.keys import KeySpace
 
@@ -167,7 +165,7 @@ def last_entry(client: redis.Redis, stream: str) -> str:
 
 
 async def read_record(redis_url: str, stream: str, after: str) -> SandboxRecord:
-    """The sandbox records of ``stream`` after entry ``after`` (read as bench/pipeline.py does)."""
+    """The sandbox records of ``stream`` after entry ``after``."""
     client = aredis.Redis.from_url(redis_url)
     try:
         return await read_sandbox(client, stream, after)
@@ -605,7 +603,7 @@ def main() -> int:
     result["ratios"] = ratios(result["runs"])
     result["pass"] = {"no_problems": not result["problems"]}
     print_report(result)
-    print(f"\nwritten to {write_result(result, started, 'peers').relative_to(REPO)}")
+    write_result("peers", result, started)
     return 1 if result["problems"] else 0
 
 

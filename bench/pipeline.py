@@ -29,7 +29,8 @@ Every accepted delivery is looked up in the sandbox record (lost, duplicated, no
 a sample of delivery state hashes is checked for SENT, and the work streams for entries left
 pending. ``--duration D`` sizes the runs: 3,000 x D notifications end to end, 20,000 x D in
 the flood. All Redis keys live under a random ``bench-<hex>`` prefix and are deleted at the
-end; the result is printed and written to ``bench/results/pipeline-<UTC timestamp>.json``.
+end; the result is printed and written to ``bench/results/pipeline-<UTC timestamp>.json``,
+which replaces the older pipeline results there.
 The exit status is 1 when a delivery was lost or duplicated, an item was refused, work was
 left pending or a service logged an error; missing a performance target alone is not.
 """
@@ -40,15 +41,13 @@ import argparse
 import asyncio
 import os
 import random
-import re
 import secrets
-import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager, suppress
+from collections.abc import Callable
+from contextlib import ExitStack, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -62,38 +61,53 @@ import redis.asyncio as aredis
 if __package__ in {None, ""}:  # run as a script: make the ``bench`` package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.catalog import parse_catalog
-from bench.ingest import (
+from bench.harness import (
+    BATCH_SIZE,
     HEALTH_PATH,
+    OTP_EVERY,
     REPO,
-    BenchError,
+    SCAN_CHUNK,
+    SINGLE_PATH,
+    Delivery,
     add_redis_url,
+    api_client,
+    batch_pieces,
+    check_deliveries,
+    clarion_executable,
+    delete_prefix,
+    e2e_item,
+    entry_ms,
+    expected_e2e_deliveries,
     format_table,
     free_port,
-    log_tail,
-    percentile,
+    id_ms,
+    last_entry_id,
+    latency_summary,
+    log_findings,
+    pending_total,
+    post_batches,
     print_problems,
+    read_sandbox,
+    remaining_work,
     result_head,
-    stop,
+    running,
+    service_env,
+    unlimited_catalog,
+    verdict,
+    wait_consumers,
     wait_healthy,
+    work_state,
     write_result,
 )
 from streams import codec
 from streams.keys import KeySpace
 from streams.vocabulary import Priority
 
-API_KEY = "bench-secret-key"
-BATCH_PATH = "/v1/notifications/batch"
-SINGLE_PATH = "/v1/notifications"
-GROUP = "delivery"  # the workers' consumer group (streams.delivery.GROUP)
-
 DEFAULT_DURATION = 10
 E2E_PER_SECOND = 3_000  # end-to-end notifications per --duration second
 FLOOD_PER_SECOND = 20_000  # LOW flood notifications per --duration second
-BATCH_SIZE = 1000
 E2E_CONCURRENCY = 4  # batch requests in flight while ingesting end to end
 FLOOD_CONCURRENCY = 4  # ... and while flooding
-OTP_EVERY = 5  # every 5th end-to-end item is an otp, the others order_confirmed
 HIGH_RATE = 50.0  # single HIGH notifications per second during the flood
 HIGH_MAX_IN_FLIGHT = 64
 API_WORKERS = 2  # uvicorn workers of the API (see --api-workers)
@@ -102,51 +116,13 @@ WORKER_COUNTS = (1, 2)
 STALL_TIMEOUT_S = 20.0  # no progress this long: stop waiting (longer than the 15 s lease)
 POLL_S = 0.05
 SAMPLE_STATES = 1000
-SCAN_CHUNK = 10_000
-LOG_TAIL_LINES = 10
-LOG_LINE_CHARS = 1500
 PRINT_LINE_CHARS = 400
 
 TARGET_E2E_RATE = 10_000.0
 TARGET_HIGH_P99_MS = 100.0
 
 
-# --- the catalog ---------------------------------------------------------------------------
-
-
-def unlimited_catalog(source: Path, target: Path) -> list[str]:
-    """Copy ``source`` to ``target`` without any provider's rate limit; the providers changed.
-
-    The ``rate_limit = ...`` lines are dropped as text (the catalog keeps its comments and
-    order); the copy is then parsed to make sure nothing else changed.
-    """
-    text = source.read_text()
-    kept = [line for line in text.splitlines() if not re.match(r"\s*rate_limit\s*=", line)]
-    target.write_text("\n".join(kept) + "\n")
-    before = parse_catalog(text, str(source))
-    after = parse_catalog(target.read_text(), str(target))
-    if any(provider.rate_limit is not None for provider in after.providers.values()):
-        raise BenchError(f"{source}: a rate_limit is not on one line; cannot remove it")
-    if after.types != before.types or after.channels != before.channels:
-        raise BenchError(f"{source}: removing the rate limits changed more than them")
-    return sorted(name for name, p in before.providers.items() if p.rate_limit is not None)
-
-
-# --- request bodies ------------------------------------------------------------------------
-
-
-def e2e_item(i: int) -> bytes:
-    """End-to-end item ``i`` after its idempotency key's tag: an otp or an order_confirmed."""
-    if i % OTP_EVERY == 0:
-        return (
-            b'-%d", "recipient": {"id": "user-%d", "phone": "+4915112345678"}, '
-            b'"type": "otp", "data": {"code": "%06d"}}' % (i, i, i)
-        )
-    return (
-        b'-%d", "recipient": {"id": "user-%d", "email": "user%d@example.com", '
-        b'"push_tokens": ["token-%d"]}, "type": "order_confirmed", '
-        b'"data": {"order_id": "A-%d"}}' % (i, i, i, i, i)
-    )
+# --- request bodies and answers (the rest are in bench/harness.py) -------------------------
 
 
 def flood_item(i: int) -> bytes:
@@ -158,219 +134,14 @@ def flood_item(i: int) -> bytes:
     )
 
 
-def batch_pieces(size: int, item: Any) -> list[bytes]:
-    """Pieces of a batch body; ``tag.join(pieces)`` prefixes every idempotency key with tag."""
-    pieces = [b'{"notifications": [{"idempotency_key": "']
-    for i in range(size):
-        more = b', {"idempotency_key": "' if i < size - 1 else b"]}"
-        pieces.append(item(i) + more)
-    return pieces
-
-
-def expected_e2e_deliveries(size: int) -> int:
-    """Deliveries one end-to-end batch of ``size`` items should queue."""
-    otps = len(range(0, size, OTP_EVERY))
-    return otps + 3 * (size - otps)
-
-
-# --- responses -----------------------------------------------------------------------------
-
-
-class Delivery(msgspec.Struct):
-    id: str
-    channel: str
-    status: str
-
-
-class ItemResult(msgspec.Struct):
-    status_code: int
-    idempotency_key: str = ""
-    id: str | None = None
-    deliveries: list[Delivery] | None = None
-    detail: str | None = None
-
-
-class BatchReply(msgspec.Struct):
-    results: list[ItemResult]
-
-
 class Accepted(msgspec.Struct):
+    """The answer to a single POST (the HIGH sender's)."""
+
     id: str
     deliveries: list[Delivery]
 
 
-def id_ms(uuid7: str) -> int:
-    """The creation ms in the first 48 bits of a UUIDv7 (see streams/ids.py)."""
-    return int(uuid7[:8] + uuid7[9:13], 16)
-
-
-def entry_ms(entry_id: bytes | str) -> int:
-    """The ms part of a stream entry id."""
-    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
-    return int(text.split("-", 1)[0])
-
-
-@dataclass
-class Ingested:
-    """What the API accepted in one phase."""
-
-    notifications: int = 0
-    refused: int = 0
-    failed_requests: int = 0
-    first_problem: str = ""
-    queued: dict[str, str] = field(default_factory=dict)  # delivery id -> channel
-    not_queued: Counter[str] = field(default_factory=Counter)  # status -> count
-    first_accept_ms: int | None = None
-    elapsed_s: float = 0.0
-
-    def note(self, notification_id: str, deliveries: list[Delivery]) -> None:
-        self.notifications += 1
-        ms = id_ms(notification_id)
-        if self.first_accept_ms is None or ms < self.first_accept_ms:
-            self.first_accept_ms = ms
-        for delivery in deliveries:
-            if delivery.status == "QUEUED":
-                self.queued[delivery.id] = delivery.channel
-            else:
-                self.not_queued[delivery.status] += 1
-
-    def problem(self, text: str) -> None:
-        self.first_problem = self.first_problem or text
-
-    def summary(self) -> dict[str, Any]:
-        seconds = self.elapsed_s or float("inf")
-        return {
-            "notifications_accepted": self.notifications,
-            "items_refused": self.refused,
-            "failed_requests": self.failed_requests,
-            "first_problem": self.first_problem,
-            "deliveries_queued": len(self.queued),
-            "deliveries_not_queued": dict(self.not_queued),
-            "ingest_elapsed_s": round(self.elapsed_s, 3),
-            "ingest_notifications_per_s": round(self.notifications / seconds, 1),
-        }
-
-
-async def post_batches(
-    client: httpx.AsyncClient, pieces: list[bytes], batches: int, tag: str, concurrency: int
-) -> Ingested:
-    """Post ``batches`` batch requests from ``concurrency`` loops; what was accepted."""
-    decoder = msgspec.json.Decoder(BatchReply)
-    numbers = iter(range(batches))
-    result = Ingested()
-
-    async def loop() -> None:
-        for number in numbers:
-            body = f"{tag}-b{number}".encode().join(pieces)
-            try:
-                response = await client.post(BATCH_PATH, content=body)
-            except httpx.HTTPError as error:
-                result.failed_requests += 1
-                result.problem(f"batch {number}: no answer: {error!r}")
-                return
-            if response.status_code != 200:
-                result.failed_requests += 1
-                result.problem(f"batch {number}: HTTP {response.status_code} {response.text[:300]}")
-                continue
-            for item in decoder.decode(response.content).results:
-                if item.status_code == 202 and item.id is not None:
-                    result.note(item.id, item.deliveries or [])
-                else:
-                    result.refused += 1
-                    result.problem(f"item {item.idempotency_key}: {item.status_code} {item.detail}")
-
-    started = time.perf_counter()
-    await asyncio.gather(*(loop() for _ in range(concurrency)))
-    result.elapsed_s = time.perf_counter() - started
-    return result
-
-
-# --- Redis: progress and the sandbox record ------------------------------------------------
-
-
-async def last_entry_id(client: aredis.Redis, stream: str) -> str:
-    """The id of the newest entry of ``stream`` ("0-0" when there is none)."""
-    newest: Any = await client.xrevrange(stream, "+", "-", count=1)
-    return newest[0][0].decode() if newest else "0-0"
-
-
-async def work_state(client: aredis.Redis, keys: KeySpace) -> dict[str, Any]:
-    """Per work stream: length, pending entries and lag of the delivery group; delayed, dlq."""
-    state: dict[str, Any] = {}
-    for shard in keys.all_shards():
-        for priority in Priority:
-            stream = shard.work(priority)
-            groups: Any = await client.xinfo_groups(stream) if await client.exists(stream) else []
-            group = next((g for g in groups if _text(g["name"]) == GROUP), None)
-            state[stream] = {
-                "xlen": await client.xlen(stream),
-                "pending": int(group["pending"]) if group else None,
-                "lag": None if group is None or group["lag"] is None else int(group["lag"]),
-            }
-        state[shard.delayed] = {"zcard": await client.zcard(shard.delayed)}
-        state[shard.dlq] = {"xlen": await client.xlen(shard.dlq)}
-    return state
-
-
-def remaining_work(
-    state: dict[str, Any], priorities: tuple[Priority, ...] = tuple(Priority)
-) -> int:
-    """Work not yet finished in ``state``: unread (lag), pending, delayed, dead-lettered."""
-    suffixes = tuple(f":work:{p.value.lower()}" for p in priorities)
-    total = 0
-    for name, figures in state.items():
-        if name.endswith(suffixes):
-            # A lag Redis cannot tell (None) counts as unknown work.
-            total += (figures["pending"] or 0) + (1 if figures["lag"] is None else figures["lag"])
-        elif name.endswith(":delayed"):
-            total += figures["zcard"]
-    return total
-
-
-def pending_total(state: dict[str, Any]) -> int:
-    return sum(f.get("pending") or 0 for f in state.values())
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-@dataclass
-class SandboxRecord:
-    """The sandbox's record of one phase, by delivery id."""
-
-    first_sent_ms: dict[str, int] = field(default_factory=dict)  # delivery id -> ms
-    entries: int = 0
-    outcomes: Counter[str] = field(default_factory=Counter)
-    repeated_sends: int = 0  # a second `sent` record for a delivery id
-    flagged_duplicates: int = 0  # records the sandbox itself marked duplicate=1
-    last_sent_ms: int = 0
-
-
-async def read_sandbox(client: aredis.Redis, stream: str, after: str) -> SandboxRecord:
-    """Every record of ``stream`` newer than entry id ``after``."""
-    record = SandboxRecord()
-    start = f"({after}"
-    while True:
-        chunk: Any = await client.xrange(stream, start, "+", count=SCAN_CHUNK)
-        for raw_id, fields in chunk:
-            record.entries += 1
-            outcome = fields[b"outcome"].decode()
-            record.outcomes[outcome] += 1
-            if fields.get(b"duplicate") == b"1":
-                record.flagged_duplicates += 1
-            if outcome != "sent":
-                continue
-            delivery_id = fields[b"delivery_id"].decode()
-            ms = entry_ms(raw_id)
-            if delivery_id in record.first_sent_ms:
-                record.repeated_sends += 1
-            else:
-                record.first_sent_ms[delivery_id] = ms
-            record.last_sent_ms = max(record.last_sent_ms, ms)
-        if len(chunk) < SCAN_CHUNK:
-            return record
-        start = f"({chunk[-1][0].decode()}"
+# --- Redis: when work was queued, delivery states, waiting for the workers -----------------
 
 
 async def read_queued_ms(client: aredis.Redis, stream: str, after: str) -> dict[str, int]:
@@ -400,38 +171,6 @@ async def sample_states(
     return dict(Counter("(none)" if s is None else s.decode() for s in statuses))
 
 
-def check_deliveries(
-    queued: dict[str, str], record: SandboxRecord, name: str
-) -> tuple[dict[str, Any], list[str]]:
-    """Accepted deliveries against the sandbox record: figures and problems."""
-    missing = [d for d in queued if d not in record.first_sent_ms]
-    unexpected = sum(1 for d in record.first_sent_ms if d not in queued)
-    figures = {
-        "deliveries_sent": len(record.first_sent_ms),
-        "deliveries_missing": len(missing),
-        "missing_examples": missing[:5],
-        "sandbox_entries": record.entries,
-        "sandbox_outcomes": dict(record.outcomes),
-        "repeated_sends": record.repeated_sends,
-        "sandbox_flagged_duplicates": record.flagged_duplicates,
-        "unexpected_sends": unexpected,
-    }
-    problems = []
-    if missing:
-        problems.append(f"{name}: {len(missing)} accepted deliveries never reached the sandbox")
-    if record.repeated_sends or record.flagged_duplicates:
-        problems.append(
-            f"{name}: {record.repeated_sends} repeated sends, "
-            f"{record.flagged_duplicates} records flagged duplicate"
-        )
-    if unexpected:
-        problems.append(f"{name}: {unexpected} sends of deliveries nobody accepted")
-    other = {k: v for k, v in record.outcomes.items() if k != "sent"}
-    if other:
-        problems.append(f"{name}: sandbox outcomes other than sent: {other}")
-    return figures, problems
-
-
 async def wait_until_done(
     client: aredis.Redis,
     keys: KeySpace,
@@ -456,21 +195,6 @@ async def wait_until_done(
 
 
 # --- the two measurements ------------------------------------------------------------------
-
-
-def api_client(base_url: str, connections: int, *, keepalive: bool = True) -> httpx.AsyncClient:
-    """A client for the API. Batch posters pass ``keepalive=False``: a new connection per
-    batch goes to whichever server worker accepts first, while a few kept-alive ones may
-    all land on one worker (see ``bench/ingest.py``)."""
-    return httpx.AsyncClient(
-        base_url=base_url,
-        headers={"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"},
-        timeout=120.0,
-        limits=httpx.Limits(
-            max_connections=connections,
-            max_keepalive_connections=connections if keepalive else 0,
-        ),
-    )
 
 
 async def measure_e2e(
@@ -701,90 +425,7 @@ def windows(samples: list[tuple[int, int]], start_ms: int, width_s: int = 5) -> 
     return lines
 
 
-def latency_summary(values: list[float]) -> dict[str, float]:
-    return {
-        "count": len(values),
-        "p50": round(percentile(values, 50), 1),
-        "p99": round(percentile(values, 99), 1),
-        "max": round(max(values, default=0.0), 1),
-    }
-
-
-# --- services ------------------------------------------------------------------------------
-
-
-def clarion_executable() -> Path:
-    """The ``clarion`` entry point beside the python running this script."""
-    clarion = Path(sys.executable).parent / "clarion"
-    if not clarion.exists():
-        raise BenchError(f"{clarion} not found: run this with the project's .venv/bin/python")
-    return clarion
-
-
-def service_env(prefix: str, redis_url: str, port: int, catalog: Path) -> dict[str, str]:
-    return {
-        **os.environ,
-        "CLARION_API_KEYS": f"bench:{API_KEY}:send+read",
-        "CLARION_KEY_PREFIX": prefix,
-        "CLARION_REDIS_URL": redis_url,
-        "CLARION_HOST": "127.0.0.1",
-        "CLARION_PORT": str(port),
-        "CLARION_LOG_LEVEL": "WARNING",
-        "CLARION_CONFIG": str(catalog),
-    }
-
-
-@contextmanager
-def running(argv: list[str], env: dict[str, str], log_path: Path) -> Iterator[Any]:
-    """Run a process (its own session, output to ``log_path``) until the block ends."""
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        try:
-            yield process
-        finally:
-            stop(process)
-
-
-def wait_consumers(
-    client: redis.Redis, keys: KeySpace, workers: list[Any], logs: list[Path]
-) -> None:
-    """Wait until every worker reads the HIGH stream (each has read it once)."""
-    stream = keys.shard(0).work(Priority.HIGH)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        for process, log_path in zip(workers, logs, strict=True):
-            if process.poll() is not None:
-                raise BenchError(f"worker exited with {process.returncode}:\n{log_tail(log_path)}")
-        try:
-            consumers: Any = client.xinfo_consumers(stream, GROUP)
-        except redis.ResponseError:
-            consumers = []  # no stream or group yet
-        if len(consumers) >= len(workers):
-            return
-        time.sleep(0.1)
-    raise BenchError(f"the {len(workers)} workers did not start reading within 30 s")
-
-
-def log_findings(path: Path) -> dict[str, Any]:
-    """Lines a service logged (WARNING and up), the errors among them, the first error, a tail.
-
-    Long lines (tracebacks in JSON) are cut to ``LOG_LINE_CHARS``.
-    """
-    text = path.read_text(errors="replace") if path.exists() else ""
-    lines = text.replace(f"{REPO}/", "").splitlines()  # no machine paths in the result
-    errors = [line for line in lines if re.search(r'"level":\s*"(error|critical)"|Traceback', line)]
-    events = Counter(
-        match.group(1) for line in lines if (match := re.search(r'"event":\s*"([^"]*)"', line))
-    )
-    return {
-        "lines": len(lines),
-        "errors": len(errors),
-        "events": dict(events.most_common(10)),
-        "first_error": errors[0][:LOG_LINE_CHARS] if errors else "",
-        "tail": [line[:LOG_LINE_CHARS] for line in lines[-LOG_TAIL_LINES:]],
-    }
+# --- one configuration: start the services, measure, stop ---------------------------------
 
 
 async def measure_config(
@@ -859,26 +500,7 @@ def run_config(
     return result
 
 
-def delete_prefix(client: redis.Redis, prefix: str) -> int:
-    """UNLINK every key of ``prefix``: ``prefix…`` and hash-tagged ``{prefix…`` names."""
-    deleted = 0
-    for pattern in (f"{prefix}*", f"{{{prefix}*"):
-        batch: list[bytes] = []
-        for key in client.scan_iter(match=pattern, count=5000):
-            batch.append(key)
-            if len(batch) >= 5000:
-                deleted += client.unlink(*batch)
-                batch.clear()
-        if batch:
-            deleted += client.unlink(*batch)
-    return deleted
-
-
 # --- report --------------------------------------------------------------------------------
-
-
-def verdict(ok: bool) -> str:
-    return "PASS" if ok else "FAIL"
 
 
 def print_report(result: dict[str, Any]) -> None:
@@ -1094,7 +716,7 @@ def main() -> int:
         for name in ("no_problems", "e2e_deliveries_per_s", "high_p99_ms")
     }
     print_report(result)
-    print(f"\nwritten to {write_result(result, started, 'pipeline').relative_to(REPO)}")
+    write_result("pipeline", result, started)
     return 1 if result["problems"] else 0
 
 

@@ -19,7 +19,7 @@ measures, one after the other:
    (in-process, uvloop) and events/s run from its start until the group ``projector`` has
    nothing pending and nothing unread; the rows in ``delivery_event`` must equal the events
    in the stream. The time inside ``rows_of`` and ``apply`` is recorded by wrapping them (the
-   projector calls them through its module); the next batch is read and turned into rows
+   projector calls them through ``projections.rows``); the next batch is read and turned into rows
    while one is written, so the two overlap.
 2. Lag under load: the API (``clarion api --workers 2``), two delivery workers and
    ``clarion projector`` run as processes against the database; batches of 1000
@@ -30,8 +30,9 @@ measures, one after the other:
 
 The providers have no rate limit in either phase. All Redis keys live under a random
 ``bench-<hex>`` prefix and are deleted at the end; the result is printed and written to
-``bench/results/projector-<UTC timestamp>.json``. The exit status is 1 only when the run
-cannot be trusted (events lost, rows missing, a service failed); a missed target is not.
+``bench/results/projector-<UTC timestamp>.json``, which replaces the older projector results
+there. The exit status is 1 only when the run cannot be trusted (events lost, rows missing, a
+service failed); a missed target is not.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ import uvloop
 if __package__ in {None, ""}:  # run as a script: make the ``bench`` package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import projections.projector as projector_module
+import projections.rows as rows_module
 from app.catalog import load_catalog
 from app.delivery.worker import DeliveryWorker
 from app.ingest.fanout import Planner
@@ -66,55 +67,53 @@ from app.ingest.ingestor import Ingestor
 from app.ingest.requests import NotificationRequest, Recipient
 from app.logging import configure_logging
 from app.providers.registry import build_providers
-from bench import cpu
 from bench.harness import (
-    Throwaway,
-    create_database,
-    drop_database,
-    row_counts,
-    stream_events,
-    truncate_read_model,
-)
-from bench.ingest import (
+    BATCH_SIZE,
     HEALTH_PATH,
     REPO,
     BenchError,
-    add_redis_url,
-    format_table,
-    free_port,
-    log_tail,
-    print_problems,
-    result_head,
-    wait_healthy,
-    write_result,
-)
-from bench.pipeline import (
-    BATCH_SIZE,
     Ingested,
+    Throwaway,
+    add_redis_url,
     api_client,
     batch_pieces,
     check_deliveries,
     clarion_executable,
+    cpu_snapshot,
+    create_database,
     delete_prefix,
+    drop_database,
     e2e_item,
     expected_e2e_deliveries,
+    format_table,
+    free_port,
     last_entry_id,
     latency_summary,
     log_findings,
+    log_tail,
     pending_total,
     post_batches,
+    print_problems,
     read_sandbox,
+    redis_pid,
     remaining_work,
+    result_head,
+    row_counts,
     running,
     service_env,
+    stream_events,
+    truncate_read_model,
     unlimited_catalog,
     verdict,
     wait_consumers,
+    wait_healthy,
     work_state,
+    write_result,
 )
 from projections.database import connect as connect_database
-from projections.projector import BATCH_BYTES, GROUP, READ_COUNT, Projector
+from projections.projector import BATCH_BYTES, READ_COUNT, Projector
 from projections.queries import projection_lag_ms
+from streams.consumer_groups import PROJECTOR_GROUP
 from streams.keys import KeySpace
 
 DEFAULT_NOTIFICATIONS = 50_000
@@ -122,7 +121,7 @@ QUICK_NOTIFICATIONS = 10_000
 DEFAULT_RATE = 10_000.0  # deliveries/s offered in the lag phase
 DEFAULT_LAG_SECONDS = 20
 QUICK_LAG_SECONDS = 5
-INTAKE_CHUNK = 1000  # notifications per accept_many call
+INGEST_CHUNK = 1000  # notifications per ingest_many call
 LAG_CONCURRENCY = 8  # batch requests in flight at most while pacing
 LAG_SAMPLE_S = 0.1
 POLL_S = 0.01  # how often phase 1 checks whether the projector is done
@@ -139,7 +138,7 @@ TARGET_RATE = 10_000.0  # deliveries/s the lag target is set for
 # --- phase 1: projector throughput ---------------------------------------------------------
 
 
-def intake_request(i: int) -> NotificationRequest:
+def ingest_request(i: int) -> NotificationRequest:
     """Notification ``i``: otp (2 events), order_confirmed with 2 tokens (5) or 1 token (4)."""
     if i % 5 == 0:
         return NotificationRequest(
@@ -161,44 +160,55 @@ class _Answer(msgspec.Struct):
 
 
 class Timed:
-    """Wall time and calls of a function the projector looks up in its module."""
+    """Wall time and calls of one function, gathered by the stopwatch ``around`` puts on it."""
 
     def __init__(self) -> None:
         self.seconds = 0.0
         self.calls = 0
 
+    def around(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        """``function`` (sync or async) with this stopwatch around every call."""
+        if asyncio.iscoroutinefunction(function):
+
+            async def timed_async(*args: Any, **kwargs: Any) -> Any:
+                started = time.perf_counter()
+                try:
+                    return await function(*args, **kwargs)
+                finally:
+                    self.seconds += time.perf_counter() - started
+                    self.calls += 1
+
+            return timed_async
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - started
+                self.calls += 1
+
+        return timed
+
 
 @contextmanager
-def timing(name: str, timed: Timed) -> Iterator[None]:
-    """Wrap ``projections.projector.<name>`` (sync or async) with a stopwatch for the block."""
-    original = getattr(projector_module, name)
-    if asyncio.iscoroutinefunction(original):
+def timing_projector_steps() -> Iterator[tuple[Timed, Timed]]:
+    """Time every ``rows_of`` and every ``apply`` call of the projector during the block;
+    yields their ``Timed`` (rows_of, apply).
 
-        async def wrapper(*args: Any, **kwargs: Any) -> Any:
-            started = time.perf_counter()
-            try:
-                return await original(*args, **kwargs)
-            finally:
-                timed.seconds += time.perf_counter() - started
-                timed.calls += 1
-
-        replacement: Callable[..., Any] = wrapper
-    else:
-
-        def plain(*args: Any, **kwargs: Any) -> Any:
-            started = time.perf_counter()
-            try:
-                return original(*args, **kwargs)
-            finally:
-                timed.seconds += time.perf_counter() - started
-                timed.calls += 1
-
-        replacement = plain
-    setattr(projector_module, name, replacement)
+    The projector looks both up in the namespace of ``projections.projector`` at each call,
+    so a stopwatch put there for the block reaches every call. This is the one place that
+    knows where they are looked up.
+    """
+    steps = {"rows_of": Timed(), "apply": Timed()}
+    originals = {name: getattr(rows_module, name) for name in steps}
+    for name, stopwatch in steps.items():
+        setattr(rows_module, name, stopwatch.around(originals[name]))
     try:
-        yield
+        yield steps["rows_of"], steps["apply"]
     finally:
-        setattr(projector_module, name, original)
+        for name, original in originals.items():
+            setattr(rows_module, name, original)
 
 
 async def fill_stream(
@@ -217,10 +227,10 @@ async def fill_stream(
     first_refusal = ""
     started = time.perf_counter()
     try:
-        for first in range(0, notifications, INTAKE_CHUNK):
-            numbers = range(first, min(first + INTAKE_CHUNK, notifications))
+        for first in range(0, notifications, INGEST_CHUNK):
+            numbers = range(first, min(first + INGEST_CHUNK, notifications))
             entries: list[tuple[str, NotificationRequest]] = [
-                (f"{tag}-{i}", intake_request(i)) for i in numbers
+                (f"{tag}-{i}", ingest_request(i)) for i in numbers
             ]
             for outcome in await ingestor.ingest_many(PRODUCER, entries):
                 if outcome.status_code != 202:
@@ -266,7 +276,7 @@ async def group_done(client: aredis.Redis, stream: str) -> bool:
     """True once the projector group has read every entry and acknowledged them all."""
     groups: Any = await client.xinfo_groups(stream)
     for group in groups:
-        if group["name"] in (GROUP, GROUP.encode()):
+        if group["name"] in (PROJECTOR_GROUP, PROJECTOR_GROUP.encode()):
             return int(group["pending"]) == 0 and group["lag"] is not None and group["lag"] == 0
     return False
 
@@ -290,11 +300,10 @@ async def measure_throughput(
             f"  {contents.entries:,} entries, {contents.events:,} events; projecting ...",
             flush=True,
         )
-        rows_time, apply_time = Timed(), Timed()
         projector = Projector(client, pool, keys, consumer="bench-projector")
         cpu_started = time.process_time()
         started = time.perf_counter()
-        with timing("rows_of", rows_time), timing("apply", apply_time):
+        with timing_projector_steps() as (rows_time, apply_time):
             task = asyncio.create_task(projector.run())
             deadline = started + STALL_TIMEOUT_S + contents.events / 5000
             finished = True
@@ -566,7 +575,7 @@ def wait_projector(client: redis.Redis, keys: KeySpace, process: Any, log_path: 
         if process.poll() is not None:
             raise BenchError(f"projector exited with {process.returncode}:\n{log_tail(log_path)}")
         try:
-            consumers: Any = client.xinfo_consumers(stream, GROUP)
+            consumers: Any = client.xinfo_consumers(stream, PROJECTOR_GROUP)
         except redis.ResponseError:
             consumers = []
         if consumers:
@@ -610,13 +619,13 @@ def measure_lag(
                 "workers": [w.pid for w in workers],
                 "projector": [projector.pid],
             }
-            server = cpu.redis_pid(client.info("server"))
-            before = cpu.snapshot(services, server)
+            server = redis_pid(args.redis_url)
+            before = cpu_snapshot(services, server)
             result, problems = asyncio.run(
                 drive_lag(base_url, args.redis_url, database, keys, args)
             )
             result["cpu"] = cpu_budget(
-                cpu.snapshot(services, server).used(before), result["deliveries_queued"]
+                cpu_snapshot(services, server).used(before), result["deliveries_queued"]
             )
             for process, name in [(api, "API"), (projector, "projector")] + [
                 (w, "worker") for w in workers
@@ -848,7 +857,7 @@ def main() -> int:
         "lag_p99_ms": ok and bool(lag) and lag["lag_ms"]["p99"] < TARGET_LAG_P99_MS,
     }
     print_report(result)
-    print(f"\nwritten to {write_result(result, started, 'projector').relative_to(REPO)}")
+    write_result("projector", result, started)
     return 0 if ok else 1
 
 

@@ -9,13 +9,16 @@ Run from anywhere with the project's virtualenv (``make bench-report`` installs 
 It runs, one after the other and never two at once (each would measure the others), the
 benchmark scripts of this directory as subprocesses with this python: ``ingest.py``,
 ``pipeline.py`` (end to end, and HIGH latency under a LOW flood), ``projector.py``,
-``memory.py`` (when it exists), ``peers.py`` (Clarion beside Celery and arq) and
+``memory.py``, ``peers.py`` (Clarion beside Celery and arq) and
 ``instructions.py`` (instruction counts under valgrind, which do not depend on how busy the
-machine is). Their output
-is passed through; each writes its JSON result, which the report reads, embeds whole and then
-removes, so one run leaves one pair of files: ``bench/results/report-<UTC timestamp>.json``
-(every figure with its target and verdict, each benchmark's full result, machine and commit)
-and ``report-<…>.md`` (a table per benchmark and the peer ratios), which is also printed.
+machine is). Their output is passed through; each writes its JSON result into a scratch
+directory (``CLARION_BENCH_RESULTS``, see ``bench/harness.py``), which the report reads and
+embeds whole. So the benchmarks' own latest results in ``bench/results/`` stay as they are,
+and a run writes one pair of files there, which replaces the previous report:
+``report-<UTC timestamp>.json`` (every figure with its target and verdict, each benchmark's
+full result, machine and commit) and ``report-<…>.md`` (a table per benchmark and the peer
+ratios), which is also printed. The figures and the Markdown come from
+``bench/report_summary.py``, the report's own part.
 
 Targets are judged as the benchmarks judge them, on the configuration Clarion ships for two
 cores: the pipeline's on its run with two delivery workers. A benchmark that fails or finds
@@ -31,6 +34,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -42,10 +46,20 @@ import redis
 if __package__ in {None, ""}:  # run as a script: make the ``bench`` package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.ingest import REPO, RESULTS_DIR, git_output, machine_info
+from bench.harness import (
+    REDIS_URL,
+    REPO,
+    RESULTS_DIR,
+    WRITTEN,
+    git_output,
+    machine_info,
+    remove_older_results,
+    result_stem,
+    shown,
+)
 from bench.report_summary import figures_of, markdown
 
-WRITTEN: Final = re.compile(r"^written to (\S+\.json)$")
+WRITTEN_LINE: Final = re.compile(rf"^{re.escape(WRITTEN)}(\S+\.json)$")
 
 
 @dataclass(frozen=True)
@@ -63,16 +77,17 @@ STEPS: Final = (
     # Quick: the two-worker configuration only, the one the targets are judged on.
     Step("pipeline", "bench/pipeline.py", quick_args=["--quick", "--workers", "2"]),
     Step("projector", "bench/projector.py"),
-    # Redis memory per accepted notification; skipped (and said so) until the script exists.
-    Step("memory", "bench/memory.py"),
+    # Redis memory per accepted notification. Quick: 2,000 notifications (it has no --quick).
+    Step("memory", "bench/memory.py", quick_args=["--count", "2000"]),
     Step("peers", "bench/peers.py"),
     # Instructions per notification and per delivery, under valgrind: machine-independent.
     Step("instructions", "bench/instructions.py", quick_args=["--units", "1"]),
 )
 
 
-def run_step(step: Step, quick: bool) -> dict[str, Any]:
-    """Run one benchmark, passing its output through; its result and how the run went."""
+def run_step(step: Step, quick: bool, scratch: Path) -> dict[str, Any]:
+    """Run one benchmark, passing its output through; its result (written into ``scratch``)
+    and how the run went."""
     script = REPO / step.script
     if not script.exists():
         print(f"\n=== {step.name}: {step.script} does not exist, skipped ===", flush=True)
@@ -81,14 +96,15 @@ def run_step(step: Step, quick: bool) -> dict[str, Any]:
     print(f"\n=== {step.name}: {' '.join([step.script, *argv[2:]])} ===", flush=True)
     started = time.monotonic()
     written: Path | None = None
+    env = {**os.environ, "CLARION_BENCH_RESULTS": str(scratch)}
     with subprocess.Popen(
-        argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     ) as process:
         assert process.stdout is not None  # stdout=PIPE
         for line in process.stdout:
             print(line, end="", flush=True)
-            if match := WRITTEN.match(line.strip()):
-                written = REPO / match.group(1)
+            if match := WRITTEN_LINE.match(line.strip()):
+                written = REPO / match.group(1)  # as printed: absolute, or within REPO
     outcome: dict[str, Any] = {
         "script": step.script,
         "args": argv[2:],
@@ -97,8 +113,7 @@ def run_step(step: Step, quick: bool) -> dict[str, Any]:
     }
     if written is None or not written.exists():
         return outcome | {"status": "failed"}
-    result = json.loads(written.read_text())
-    written.unlink()  # embedded whole in the report
+    result = json.loads(written.read_text())  # embedded whole in the report
     status = "ok" if process.returncode == 0 else "untrustworthy"
     return outcome | {"status": status, "result": result}
 
@@ -131,13 +146,17 @@ def main() -> int:
     """Run the steps, write the report; 1 when a benchmark failed or was untrustworthy."""
     args = parse_args()
     started = datetime.now(UTC)
-    # The benchmarks use the same variable for their default.
-    client = redis.Redis.from_url(os.environ.get("CLARION_REDIS_URL", "redis://127.0.0.1:6379/0"))
+    client = redis.Redis.from_url(REDIS_URL)  # the benchmarks' default Redis
     try:
         machine = machine_info(client) | {"git_dirty": git_dirty()}
     finally:
         client.close()
-    steps = {step.name: run_step(step, args.quick) for step in STEPS if step.name in args.only}
+    with tempfile.TemporaryDirectory(prefix="clarion-report-") as scratch:
+        steps = {
+            step.name: run_step(step, args.quick, Path(scratch))
+            for step in STEPS
+            if step.name in args.only
+        }
     figures = figures_of(steps)
     judged = [figure["pass"] for figure in figures if figure["pass"] is not None]
     failed = [name for name, step in steps.items() if step["status"] in {"failed", "untrustworthy"}]
@@ -158,12 +177,13 @@ def main() -> int:
         "steps": steps,
     }
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    stem = RESULTS_DIR / f"report-{started:%Y%m%dT%H%M%SZ}"
+    stem = result_stem("report", started)
     stem.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
     text = markdown(report)
     stem.with_suffix(".md").write_text(text)
+    remove_older_results("report", stem)
     print("\n" + text)
-    print(f"written to {stem.relative_to(REPO)}.json and .md")
+    print(f"{WRITTEN}{shown(stem)}.json and .md")
     return 1 if failed else 0
 
 

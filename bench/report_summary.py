@@ -1,4 +1,4 @@
-"""The figures of a benchmark report and its Markdown summary (see ``bench/report.py``).
+"""The figures of a benchmark report and its Markdown summary: part of ``bench/report.py``.
 
 Each benchmark's JSON result has its own shape; this module picks the figures a reader looks
 for first from each, pairs them with the targets the benchmark itself recorded and judged,

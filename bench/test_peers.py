@@ -1,13 +1,21 @@
 """The peers of bench/peers.py run their job through real workers on real Redis.
 
 Not a benchmark: a dozen jobs per peer, so the Celery task, the arq job and the code that
-starts their workers cannot rot unnoticed between benchmark runs.
+starts their workers cannot rot unnoticed between benchmark runs. It belongs to the
+benchmarks, not to the product's test suite (``make test`` does not collect it)::
+
+    make bench-check                     # installs the bench extra and the arq environment
+    .venv/bin/pytest bench/test_peers.py # skips a peer whose packages are missing
+
+Redis: ``CLARION_TEST_REDIS_URL``, as for the test suite (default: local).
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib.util
+import os
+import uuid
 from pathlib import Path
 
 import pytest
@@ -24,9 +32,14 @@ from bench.peers import (
     tally,
 )
 from streams.keys import KeySpace
-from tests.conftest import REDIS_URL
 
+REDIS_URL = os.environ.get("CLARION_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 JOBS = 12  # jobs 0 and 10 fail once (bench.peer_job.FAIL_EVERY)
+
+
+@pytest.fixture
+def key_prefix() -> str:
+    return f"test-{uuid.uuid4().hex[:12]}"
 
 
 def skip_without(system: str) -> None:
@@ -35,8 +48,8 @@ def skip_without(system: str) -> None:
         pytest.skip("Celery is not installed: .venv/bin/pip install -e '.[dev,bench]'")
     if system == "arq" and not arq_python().exists():
         pytest.skip(
-            "the arq peer's environment is missing: .venv/bin/python bench/peers.py "
-            "--systems arq --quick creates it"
+            "the arq peer's environment is missing: make bench-check creates it "
+            "(or .venv/bin/python bench/peers.py --systems arq --quick)"
         )
 
 
