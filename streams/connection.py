@@ -8,6 +8,7 @@ only sends str, bytes and int arguments, which hiredis packs as redis-py would).
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from redis.asyncio import Redis
@@ -34,3 +35,14 @@ def connect(url: str, **options: Any) -> Redis:
     if HIREDIS_AVAILABLE and url.startswith("redis://"):
         options.setdefault("connection_class", HiredisPackingConnection)
     return Redis.from_url(url, **options)
+
+
+def being_cancelled() -> bool:
+    """Whether the running task has been asked to stop.
+
+    A cancellation that interrupts a command may come out of the client as an error of its
+    own (a connection error), not as ``CancelledError``: a loop that retries on errors must
+    ask this before it goes on, or a stopping process waits for it for ever.
+    """
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import structlog
 from redis.asyncio import Redis
 
+from streams.connection import being_cancelled
 from streams.keys import KeySpace
 
 log = structlog.get_logger(__name__)
@@ -117,6 +118,10 @@ class MetricsRecorder:
                 try:
                     await self.flush()
                 except Exception as error:
+                    if being_cancelled():
+                        # The client turned our cancellation into an error of its own:
+                        # looping on would keep a stopping process alive for ever.
+                        raise asyncio.CancelledError from error
                     # Keep the sums (flush put them back) and try again next interval: a
                     # Redis outage must never end the process that is recording.
                     if not failing:

@@ -23,6 +23,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from streams import scripts
+from streams.connection import being_cancelled
 from streams.consumer_groups import DELIVERY_GROUP, PROJECTOR_GROUP
 from streams.keys import KeySpace
 from streams.scripts import Call
@@ -137,6 +138,8 @@ async def keep_trimmed(
                         "retention.untouched", stream=result.stream, missing=result.missing_group
                     )
         except (RedisError, OSError) as error:
+            if being_cancelled():
+                raise asyncio.CancelledError from error
             log.warning("retention.trim_failed", error=str(error), retry_in=interval_s)
         await asyncio.sleep(interval_s)
 
