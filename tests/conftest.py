@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
+import asyncpg
 import fakeredis
 import httpx
 import pytest
@@ -19,6 +20,7 @@ from redis.asyncio import Redis
 from app.api.app import create_app
 from app.catalog import Catalog, load_catalog
 from app.settings import Settings, parse_api_keys
+from projections.database import connect
 from streams import codec
 from streams.events import AnyEvent
 from tests.pg import throwaway_database
@@ -107,6 +109,14 @@ async def database_url() -> AsyncIterator[str]:
     """A fresh PostgreSQL database per test, dropped afterwards."""
     async with throwaway_database() as url:
         yield url
+
+
+@pytest.fixture
+async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
+    """A pool on the test's database, created and migrated as the projector's would be."""
+    pool = await connect(database_url)
+    yield pool
+    await pool.close()
 
 
 @pytest.fixture
