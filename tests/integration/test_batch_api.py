@@ -11,7 +11,8 @@ from redis.asyncio import Redis
 from streams.events import NotificationAccepted
 from streams.keys import KeySpace
 from tests.conftest import ORDERS, VIEWER, stream_events
-from tests.integration.test_notifications_api import OTP, post
+from tests.integration.api_support import post
+from tests.integration.test_notifications_api import OTP
 
 Client = httpx.AsyncClient
 

@@ -15,6 +15,7 @@ from streams.events import DeliveryQueued, NotificationAccepted
 from streams.keys import KeySpace
 from streams.vocabulary import Priority
 from tests.conftest import AUTH, ORDERS, VIEWER, http_client, stream_events
+from tests.integration.api_support import post
 
 Client = httpx.AsyncClient
 
@@ -28,16 +29,6 @@ ORDER = {
     "type": "order_confirmed",
     "data": {"order_id": "A-17"},
 }
-
-
-async def post(
-    client: Client, body: Any, key: str | None = "key-1", headers: dict[str, str] = ORDERS
-) -> Any:
-    all_headers = dict(headers)
-    if key is not None:
-        all_headers["Idempotency-Key"] = key
-    content = body if isinstance(body, bytes) else json.dumps(body).encode()
-    return await client.post("/v1/notifications", content=content, headers=all_headers)
 
 
 async def events(redis: Redis, prefix: str) -> list[Any]:
