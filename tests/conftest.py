@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import os
 import uuid
@@ -31,6 +32,11 @@ API_KEYS = "orders:orders-secret:send+read,auth:auth-secret:send,viewer:viewer-s
 ORDERS = {"Authorization": "Bearer orders-secret"}
 AUTH = {"Authorization": "Bearer auth-secret"}
 VIEWER = {"Authorization": "Bearer viewer-secret"}
+
+
+def basic(producer: str, secret: str) -> str:
+    """An HTTP Basic ``Authorization`` value, as a browser sends it."""
+    return "Basic " + base64.b64encode(f"{producer}:{secret}".encode()).decode()
 
 
 class Clock:

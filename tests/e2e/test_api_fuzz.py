@@ -117,7 +117,7 @@ def test_every_answer_is_documented_and_never_a_server_error(
     ]
     if case.operation.path == BATCH_PATH:
         # A batch answers 200 with a result per item: an invalid item fails alone, with its
-        # own 422, while the valid ones are accepted (checked in test_batch_api).
+        # own 422, while the valid ones are accepted (checked in test_api_notifications).
         excluded.append(negative_data_rejection)
     case.call_and_validate(
         base_url=api_url,

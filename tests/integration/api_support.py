@@ -1,5 +1,6 @@
-"""What the API tests share over HTTP: posting a notification, the API with its lifespan
-running, and reading ``GET /v1/ops/lag`` and ``GET /metrics``."""
+"""What the API tests share over HTTP: posting and accepting a notification, asking for its
+status and the delivery list, the API with its lifespan running, and reading
+``GET /v1/ops/lag`` and ``GET /metrics``."""
 
 from __future__ import annotations
 
@@ -18,6 +19,11 @@ from app.settings import Settings
 from tests.conftest import ORDERS, VIEWER, http_client
 
 Client = httpx.AsyncClient
+OTP = {
+    "recipient": {"id": "user-1", "phone": "+4915112345678"},
+    "type": "otp",
+    "data": {"code": "123456"},
+}
 
 
 async def post(
@@ -73,3 +79,20 @@ async def scrape(client: httpx.AsyncClient) -> dict[tuple[str, frozenset[Any]], 
 
 def sample(samples: dict[tuple[str, frozenset[Any]], float], name: str, **labels: str) -> float:
     return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+async def accept(client: Client, body: dict[str, Any], key: str) -> dict[str, Any]:
+    response = await client.post(
+        "/v1/notifications", json=body, headers={**ORDERS, "Idempotency-Key": key}
+    )
+    assert response.status_code == 202, response.text
+    answer: dict[str, Any] = response.json()
+    return answer
+
+
+async def status_of(client: Client, notification_id: str, headers: dict[str, str] = ORDERS) -> Any:
+    return await client.get(f"/v1/notifications/{notification_id}", headers=headers)
+
+
+async def deliveries(client: Client, query: str = "", headers: dict[str, str] = ORDERS) -> Any:
+    return await client.get(f"/v1/deliveries{query}", headers=headers)

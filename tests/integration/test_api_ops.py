@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import httpx
 from redis.asyncio import Redis
 
 from app.api.app import create_app
@@ -75,3 +76,9 @@ async def test_metrics_and_lag_need_a_read_key(
         assert (await client.get("/v1/ops/lag")).status_code == 401
         assert (await client.get("/metrics", headers=AUTH)).status_code == 403
         assert (await client.get("/v1/ops/lag", headers=AUTH)).status_code == 403
+
+
+async def test_health_needs_no_key(client: httpx.AsyncClient) -> None:
+    response = await client.get("/v1/ops/health")
+    assert response.status_code == 200
+    assert response.json()["redis"] == "ok"
