@@ -20,6 +20,7 @@ from redis.asyncio import Redis
 
 from app.api.app import create_app
 from app.catalog import Catalog, load_catalog
+from app.ingest.requests import NotificationRequest, Recipient
 from app.settings import Settings, parse_api_keys
 from projections.database import connect
 from streams import codec
@@ -32,6 +33,12 @@ API_KEYS = "orders:orders-secret:send+read,auth:auth-secret:send,viewer:viewer-s
 ORDERS = {"Authorization": "Bearer orders-secret"}
 AUTH = {"Authorization": "Bearer auth-secret"}
 VIEWER = {"Authorization": "Bearer viewer-secret"}
+# A marketing notification to a recipient with an email address and a push token.
+REQUEST = NotificationRequest(
+    recipient=Recipient(id="user-5", email="x@example.com", push_tokens=["t"]),
+    type="marketing",
+    data={"subject": "s", "body": "b"},
+)
 
 
 def basic(producer: str, secret: str) -> str:
