@@ -26,7 +26,7 @@ from app.catalog import load_catalog
 from app.settings import Settings, parse_api_keys
 from projections.database import connect, ensure_database, migrate
 from tests.conftest import REDIS_URL, REPO
-from tests.e2e.test_cli import CLARION, service_env, wait_healthy
+from tests.e2e.service_support import CLARION, service_env, wait_healthy
 from tests.pg import TEST_SERVER_URL, drop_database, throwaway_name, with_database
 from tests.servers import free_port, wait_for_port
 
