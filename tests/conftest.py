@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import os
 import uuid
@@ -10,6 +11,7 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
+import asyncpg
 import fakeredis
 import httpx
 import pytest
@@ -18,7 +20,9 @@ from redis.asyncio import Redis
 
 from app.api.app import create_app
 from app.catalog import Catalog, load_catalog
+from app.ingest.requests import NotificationRequest, Recipient
 from app.settings import Settings, parse_api_keys
+from projections.database import connect
 from streams import codec
 from streams.events import AnyEvent
 from tests.pg import throwaway_database
@@ -29,6 +33,17 @@ API_KEYS = "orders:orders-secret:send+read,auth:auth-secret:send,viewer:viewer-s
 ORDERS = {"Authorization": "Bearer orders-secret"}
 AUTH = {"Authorization": "Bearer auth-secret"}
 VIEWER = {"Authorization": "Bearer viewer-secret"}
+# A marketing notification to a recipient with an email address and a push token.
+REQUEST = NotificationRequest(
+    recipient=Recipient(id="user-5", email="x@example.com", push_tokens=["t"]),
+    type="marketing",
+    data={"subject": "s", "body": "b"},
+)
+
+
+def basic(producer: str, secret: str) -> str:
+    """An HTTP Basic ``Authorization`` value, as a browser sends it."""
+    return "Basic " + base64.b64encode(f"{producer}:{secret}".encode()).decode()
 
 
 class Clock:
@@ -107,6 +122,14 @@ async def database_url() -> AsyncIterator[str]:
     """A fresh PostgreSQL database per test, dropped afterwards."""
     async with throwaway_database() as url:
         yield url
+
+
+@pytest.fixture
+async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
+    """A pool on the test's database, created and migrated as the projector's would be."""
+    pool = await connect(database_url)
+    yield pool
+    await pool.close()
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ from app.catalog import load_catalog
 from app.settings import Settings, parse_api_keys
 from projections.database import connect, ensure_database, migrate
 from tests.conftest import REDIS_URL, REPO
-from tests.e2e.test_cli import CLARION, service_env, wait_healthy
+from tests.e2e.service_support import CLARION, service_env, wait_healthy
 from tests.pg import TEST_SERVER_URL, drop_database, throwaway_name, with_database
 from tests.servers import free_port, wait_for_port
 
@@ -117,7 +117,7 @@ def test_every_answer_is_documented_and_never_a_server_error(
     ]
     if case.operation.path == BATCH_PATH:
         # A batch answers 200 with a result per item: an invalid item fails alone, with its
-        # own 422, while the valid ones are accepted (checked in test_batch_api).
+        # own 422, while the valid ones are accepted (checked in test_api_notifications).
         excluded.append(negative_data_rejection)
     case.call_and_validate(
         base_url=api_url,

@@ -16,7 +16,7 @@ import pytest
 from redis import Redis
 
 from tests.conftest import REDIS_URL, REPO
-from tests.e2e.test_cli import CLARION, service_env, wait_healthy
+from tests.e2e.service_support import CLARION, service_env, wait_healthy
 from tests.pg import TEST_SERVER_URL, drop_database, throwaway_name, with_database
 from tests.servers import free_port, wait_for_port
 

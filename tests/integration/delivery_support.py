@@ -127,3 +127,29 @@ async def state(redis: Redis, keys: KeySpace, delivery_id: str) -> dict[str, str
 async def dead_letters(redis: Redis, keys: KeySpace) -> list[dict[str, str]]:
     entries = await redis.xrange(keys.shard(0).dlq)
     return [{k.decode(): v.decode(errors="replace") for k, v in f.items()} for _, f in entries]
+
+
+def otp(code: str = "1", directives: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {"code": code}
+    if directives:
+        data["sandbox"] = {"SMS": directives}
+    return {
+        "recipient": {"id": "u-1", "phone": "+4915112345678"},
+        "type": "otp",
+        "data": data,
+        **extra,
+    }
+
+
+async def final_state(
+    redis: Redis, keys: KeySpace, delivery_id: str, within: float = 10
+) -> dict[str, str]:
+    async def ended() -> bool:
+        return (await state(redis, keys, delivery_id)).get("status") in {
+            "SENT",
+            "FAILED",
+            "EXPIRED",
+        }
+
+    await wait_until(ended, within)
+    return await state(redis, keys, delivery_id)

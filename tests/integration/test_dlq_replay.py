@@ -1,42 +1,32 @@
 """DLQ replay against real Redis (and PostgreSQL for the audit trail in the read model).
 
-Dead letters are made the way production makes them: a real worker meets a provider outage
-(every call fails TRANSIENT, one attempt allowed), so the deliveries end FAILED in the DLQ.
-Once the outage is over an operator replays them and a worker sends them.
+Dead letters are made the way production makes them (``dlq_support``): a real worker meets a
+provider outage, so the deliveries end FAILED in the DLQ. Once the outage is over an operator
+replays them and a worker sends them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import asyncpg
-import msgspec
 import pytest
 from redis.asyncio import Redis
 
-from app.catalog import Catalog
-from app.delivery.worker import DeliveryWorker
 from app.ingest.quiet_hours import window_end
-from app.operations.dlq import letter_view, replay_view
-from app.providers.base import Message, Provider, ProviderError
+from app.operations.dlq import replay_view
 from projections.database import connect
 from projections.projector import Projector
-from streams.dlq import replay as dlq_replay
 from streams.dlq.entries import parse_entry
-from streams.dlq.replay import ReplayOrder, ReplayReport
 from streams.dlq.scan import Selection, summarize
 from streams.events import DeliveryDeferred, DeliveryReplayed, QuietHoursSetting
 from streams.keys import KeySpace
 from streams.recipient_settings import RecipientSettingsStore
-from streams.vocabulary import ErrorClass, Priority
+from streams.vocabulary import Priority
 from tests.conftest import stream_events
 from tests.integration.delivery_support import (
-    FAST,
     accept,
     fast_catalog,
     running_worker,
@@ -44,80 +34,18 @@ from tests.integration.delivery_support import (
     state,
     wait_until,
 )
+from tests.integration.dlq_support import (
+    dead_lettered,
+    delivery_of,
+    dlq_length_is,
+    order,
+    otp,
+    replay,
+    replayed_ids,
+    skipped,
+)
 
 pytestmark = pytest.mark.timeout(60)
-
-
-class Outage:
-    """A provider that is down: every call fails TRANSIENT and reaches nobody."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    async def send(self, message: Message) -> str:
-        raise ProviderError(ErrorClass.TRANSIENT, "provider unreachable (outage)")
-
-
-@asynccontextmanager
-async def worker_during_outage(
-    redis: Redis, keys: KeySpace, catalog: Catalog
-) -> AsyncIterator[DeliveryWorker]:
-    providers: dict[str, Provider] = {name: Outage(name) for name in catalog.providers}
-    worker = DeliveryWorker(redis, keys, catalog, providers, consumer="outage-0", options=FAST)
-    task = asyncio.create_task(worker.run())
-    try:
-        yield worker
-    finally:
-        worker.stop()
-        await task
-
-
-def otp(n: int, ttl_seconds: int = 300, **data: Any) -> dict[str, Any]:
-    return {
-        "recipient": {"id": f"u-{n}", "phone": "+4915112345678"},
-        "type": "otp",
-        "ttl_seconds": ttl_seconds,
-        "data": {"code": str(n), **data},
-    }
-
-
-async def dead_lettered(
-    redis: Redis, keys: KeySpace, bodies: list[dict[str, Any]]
-) -> tuple[list[str], Catalog]:
-    """Accept ``bodies`` and let a worker fail each during an outage; the delivery ids in the
-    order they were dead-lettered (the order a replay takes them)."""
-    catalog = fast_catalog(attempts=1)
-    accepted = 0
-    for n, body in enumerate(bodies):
-        answer = await accept(redis, keys, catalog, body, f"key-{n}")
-        accepted += len(answer["deliveries"])
-    async with worker_during_outage(redis, keys, catalog):
-        await wait_until(lambda: dlq_length_is(redis, keys, accepted))
-    entries = await redis.xrange(keys.shard(0).dlq)
-    return [fields[b"delivery_id"].decode() for _, fields in entries], catalog
-
-
-async def dlq_length_is(redis: Redis, keys: KeySpace, length: int) -> bool:
-    return int(await redis.xlen(keys.shard(0).dlq)) == length
-
-
-def order(limit: int = 1000, **options: Any) -> ReplayOrder:
-    selection = options.pop("selection", Selection())
-    return ReplayOrder(
-        selection=selection, limit=limit, operator="anna", reason="provider outage over", **options
-    )
-
-
-async def replay(redis: Redis, keys: KeySpace, replay_order: ReplayOrder) -> ReplayReport:
-    return await dlq_replay.replay(redis, keys, replay_order, window_end)
-
-
-def replayed_ids(report: ReplayReport) -> list[str]:
-    return [result.letter.delivery_id for result in report.replayed]
-
-
-def skipped(report: ReplayReport) -> dict[str, str]:
-    return {result.letter.delivery_id: result.outcome for result in report.skipped}
 
 
 async def sent_ids(redis: Redis, keys: KeySpace) -> list[str]:
@@ -192,15 +120,6 @@ async def test_a_dry_run_writes_nothing_and_predicts_the_real_call(
     assert skipped(real) == {stale: "ttl_passed", gone: "state_expired"}
     assert len(replayed_ids(real)) == 1  # the fourth selected one; the first went before
     assert (await state(real_redis, keys, stale))["status"] == "FAILED"  # never re-sent
-
-
-async def delivery_of(redis: Redis, keys: KeySpace, recipient_id: str) -> str:
-    """The dead-lettered delivery of a recipient."""
-    for entry_id, fields in await redis.xrange(keys.shard(0).dlq):
-        letter = parse_entry(0, entry_id.decode(), fields)
-        if letter.work is not None and letter.work.recipient_id == recipient_id:
-            return letter.delivery_id
-    raise AssertionError(f"no dead letter for {recipient_id}")
 
 
 async def test_replaying_an_already_sent_delivery_sends_nothing(
@@ -300,69 +219,6 @@ async def test_poison_and_bug_entries_replay_only_with_force(
     assert replayed_ids(forced) == [bug_id]
     assert [v.outcome for v in forced.skipped] == ["unreadable"]
     assert (await summarize(real_redis, keys, Selection(), samples=0)).open == 0
-
-
-EMAIL_BODY = {
-    "recipient": {"id": "u-9", "email": "anna@example.com"},
-    "type": "order_confirmed",
-    "channels": ["EMAIL"],
-    "data": {"order_id": "A-1"},
-}
-
-
-async def test_filters_select_by_type_channel_error_class_and_time(
-    real_redis: Redis, key_prefix: str
-) -> None:
-    keys = KeySpace(key_prefix)
-    ids, _ = await dead_lettered(real_redis, keys, [otp(0), EMAIL_BODY])
-    sms, email = (
-        await delivery_of(real_redis, keys, "u-0"),
-        await delivery_of(real_redis, keys, "u-9"),
-    )
-    entries = await real_redis.xrange(keys.shard(0).dlq)
-    times = [int(entry_id.split(b"-")[0]) for entry_id, _ in entries]
-
-    async def dry(**filters: Any) -> list[str]:
-        selection = Selection(**filters)
-        report = await replay(real_redis, keys, order(selection=selection, dry_run=True))
-        return replayed_ids(report)
-
-    assert await dry(notification_type="otp") == [sms]
-    assert await dry(channel="EMAIL") == [email]
-    assert await dry(error_class="TRANSIENT") == ids
-    assert await dry(error_class="PERMANENT") == []
-    assert await dry(delivery_ids=frozenset([email])) == [email]
-    # The time range is of the dead-lettering, since inclusive, until exclusive.
-    assert await dry(since_ms=times[1]) == [
-        i for i, t in zip(ids, times, strict=True) if t >= times[1]
-    ]
-    assert await dry(until_ms=times[1]) == [
-        i for i, t in zip(ids, times, strict=True) if t < times[1]
-    ]
-    assert await dry(since_ms=times[1] + 1) == []
-
-
-async def test_the_summary_counts_open_entries_and_never_shows_an_address(
-    real_redis: Redis, key_prefix: str
-) -> None:
-    keys = KeySpace(key_prefix)
-    ids, _ = await dead_lettered(real_redis, keys, [otp(0), otp(1), EMAIL_BODY])
-    summary = await summarize(real_redis, keys, Selection(), samples=2)
-    assert summary.open == 3
-    assert summary.by_error_class == {"TRANSIENT": 3}
-    assert summary.by_channel == {"SMS": 2, "EMAIL": 1}
-    assert summary.by_type == {"otp": 2, "order_confirmed": 1}
-    assert [s.delivery_id for s in summary.samples] == ids[:2]
-    context = msgspec.to_builtins(letter_view(summary.samples[0]))
-    assert context["last_error"] == "provider unreachable (outage)"
-    assert context["attempts"] == 1
-
-    everything = await summarize(real_redis, keys, Selection(), samples=3)
-    text = msgspec.json.encode([letter_view(s) for s in everything.samples]).decode()
-    assert "+4915112345678" not in text
-    assert "anna@example.com" not in text
-    assert "A-1" not in text  # template data stays out too
-    assert '"order_id"' in text  # only the names of the template variables
 
 
 async def test_quiet_hours_hold_back_a_replayed_normal_delivery_but_not_high_or_in_app(

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
-import pytest
 from redis.asyncio import Redis
 
 from projections.database import connect
@@ -30,13 +28,6 @@ BODIES: list[dict[str, Any]] = [
     {"recipient": {"id": "u-4"}, "type": "order_confirmed", "data": {"order_id": "9"}},
 ]  # fmt: skip
 TABLES = ("notification", "delivery", "delivery_event")
-
-
-@pytest.fixture
-async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
-    pool = await connect(database_url)
-    yield pool
-    await pool.close()
 
 
 async def snapshot(pool: asyncpg.Pool) -> dict[str, list[tuple[Any, ...]]]:

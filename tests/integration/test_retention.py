@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import Awaitable
 from typing import Any
 
 import asyncpg
@@ -13,7 +13,6 @@ import pytest
 import structlog
 from redis.asyncio import Redis
 
-from projections.database import connect
 from projections.projector import Projector
 from streams.consumer_groups import DELIVERY_GROUP, PROJECTOR_GROUP
 from streams.keys import KeySpace
@@ -157,13 +156,6 @@ async def test_marks_are_read_in_pages(real_redis: Redis, key_prefix: str) -> No
 
     assert await forget_marks(real_redis, marks, "2001-0") == 2000
     assert await real_redis.hlen(marks) == 500
-
-
-@pytest.fixture
-async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
-    pool = await connect(database_url)
-    yield pool
-    await pool.close()
 
 
 async def test_a_stopped_projector_keeps_its_entries_while_delivered_work_is_trimmed(

@@ -7,7 +7,6 @@ import pytest
 from redis.asyncio import Redis
 
 from streams import codec, delivery_outcomes, scripts
-from streams.delivery_outcomes import LeasedDelivery
 from streams.delivery_state import (
     ENDED_UNSENT,
     PROVIDER_ACCEPTED,
@@ -16,11 +15,8 @@ from streams.delivery_state import (
     DeliveryState,
     DeliveryStatus,
 )
-from streams.delivery_store import Lease
-from streams.dlq.entries import Worker
-from streams.keys import KeySpace
-from streams.vocabulary import Channel, ErrorClass, Priority
-from streams.work_items import WorkItem
+from streams.vocabulary import ErrorClass
+from tests.unit import delivery_examples
 
 # Lists each of shared.lua's tables by its keys (STATUS: by its values too).
 _SETS_OF_SHARED_LUA = """
@@ -91,25 +87,8 @@ def test_an_unknown_status_is_refused() -> None:
         DeliveryState.from_hash({b"status": b"READING", b"version": b"1"})
 
 
-def _leased() -> LeasedDelivery:
-    item = WorkItem(
-        delivery_id="d",
-        notification_id="n",
-        notification_type="otp",
-        channel=Channel.SMS,
-        priority=Priority.HIGH,
-        recipient_id="r",
-        address="+4915112345678",
-        locale="en",
-        created_ms=1_000,
-        expires_ms=10_000_000,
-    )
-    lease = Lease("GO", version=2, attempts=1, now_ms=5_000, first_attempt_ms=4_000)
-    return LeasedDelivery(KeySpace("t").shard(0), item, "1-0", lease, Worker("w", "1"))
-
-
 def test_every_field_an_outcome_writes_is_a_field_of_the_state() -> None:
-    leased, now = _leased(), 6_000
+    leased, now = delivery_examples.leased(), 6_000
     outcomes = [
         delivery_outcomes.sent(leased, "sandbox", "m", now),
         delivery_outcomes.expired(leased, now),

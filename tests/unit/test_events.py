@@ -15,74 +15,20 @@ from streams import codec
 from streams.events import (
     AnyEvent,
     DeliveryAttemptFailed,
-    DeliveryDeadLettered,
     DeliveryDeferred,
     DeliveryExpired,
-    DeliveryFailed,
     DeliveryQueued,
-    DeliveryReplayed,
     DeliverySent,
-    DeliverySuppressed,
     Event,
     NotificationAccepted,
     PreferenceChanged,
     PreferenceEntry,
     ProviderFeedbackReceived,
     QuietHoursSetting,
-    RecipientAddressInvalidated,
 )
-from streams.work_items import WorkItem
+from tests.unit.event_examples import DELIVERY, DID, EXAMPLES
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "events_v1.jsonl"
-AT = datetime(2026, 1, 15, 9, 30, 0, 125000, tzinfo=UTC)
-NID = "019bc123-4567-7abc-8def-0123456789ab"
-DID = "019bc123-4567-7abc-8def-0123456789a0"
-DELIVERY = {"notification_id": NID, "delivery_id": DID, "version": 2}
-
-EXAMPLES: list[Event] = [
-    NotificationAccepted(
-        at=AT,
-        notification_id=NID,
-        producer="orders",
-        idempotency_key="order-1001",
-        notification_type="order_confirmed",
-        priority="NORMAL",
-        recipient_id="user-42",
-        locale="de-CH",
-        expires_at=AT + timedelta(days=2),
-        delivery_ids=[DID],
-    ),
-    DeliveryQueued(at=AT, **DELIVERY, channel="EMAIL", priority="LOW", attempt=3),
-    DeliveryDeferred(
-        at=AT, **DELIVERY, channel="PUSH", reason="rate_limited", until=AT + timedelta(seconds=5)
-    ),
-    DeliverySuppressed(at=AT, **DELIVERY, channel="SMS", reason="opted_out"),
-    DeliveryAttemptFailed(
-        at=AT, **DELIVERY, attempt=1, error_class="TRANSIENT", error="503", retry_at=AT
-    ),
-    DeliveryAttemptFailed(at=AT, **DELIVERY, attempt=2, error_class="BUG", error="KeyError"),
-    DeliverySent(at=AT, **DELIVERY, attempt=1, provider="sandbox", provider_message_id="m-1"),
-    DeliveryFailed(at=AT, **DELIVERY, attempts=6, error_class="PERMANENT", error="bounced"),
-    DeliveryExpired(at=AT, **DELIVERY, channel="IN_APP"),
-    DeliveryDeadLettered(at=AT, **DELIVERY, error_class="POISON"),
-    DeliveryReplayed(at=AT, **DELIVERY, operator="alice", reason="fixed"),
-    ProviderFeedbackReceived(at=AT, **DELIVERY, feedback="token_invalid", provider="sandbox"),
-    PreferenceChanged(
-        at=AT,
-        recipient_id="user-42",
-        settings_version=3,
-        preferences=[PreferenceEntry(type="marketing", channel="EMAIL", enabled=False)],
-        quiet_hours=QuietHoursSetting(start="22:00", end="08:00", timezone="Europe/Berlin"),
-    ),
-    PreferenceChanged(at=AT, recipient_id="user-42", settings_version=4, quiet_hours_removed=True),
-    RecipientAddressInvalidated(
-        at=AT,
-        recipient_id="user-42",
-        settings_version=5,
-        channel="PUSH",
-        address_digest="3f79bb7b435b0532",
-    ),
-]
 EVENT_CLASSES = set(typing.get_args(AnyEvent))
 
 
@@ -200,58 +146,3 @@ def test_an_event_without_a_field_added_later_uses_its_default() -> None:
     event = codec.decode_event(raw)
     assert isinstance(event, DeliveryQueued)
     assert event.attempt == 0
-
-
-def work_item(**changes: Any) -> WorkItem:
-    fields: dict[str, Any] = {
-        "delivery_id": DID,
-        "notification_id": NID,
-        "notification_type": "order_confirmed",
-        "channel": "EMAIL",
-        "priority": "NORMAL",
-        "recipient_id": "user-42",
-        "address": "jane@example.com",
-        "locale": "en",
-        "data": {"order_id": "1001", "items": [{"sku": "A", "qty": 2}], "gift": None},
-        "created_ms": 1768469400125,
-        "expires_ms": 1768642200125,
-    }
-    return WorkItem(**(fields | changes))
-
-
-def test_a_work_item_round_trips() -> None:
-    item = work_item(attempts=2)
-    decoded = codec.decode_work_item(codec.encode(item))
-    assert decoded == item
-    assert decoded.data["items"] == [{"sku": "A", "qty": 2}]
-
-
-WORK_FIELDS = list(WorkItem.__struct_fields__)
-
-
-def test_a_work_item_written_before_attempts_existed_starts_at_zero() -> None:
-    # Work items are arrays in field order; "attempts" is the last field.
-    stored = json.loads(codec.encode(work_item()))
-    assert WORK_FIELDS[-1] == "attempts"
-    assert codec.decode_work_item(json.dumps(stored[:-1])).attempts == 0
-
-
-def test_a_work_item_with_a_bad_channel_is_refused() -> None:
-    stored = json.loads(codec.encode(work_item()))
-    stored[WORK_FIELDS.index("channel")] = "FAX"
-    with pytest.raises(msgspec.ValidationError):
-        codec.decode_work_item(json.dumps(stored))
-
-
-def test_joined_event_arrays_decode_as_one_and_cut_back_into_each() -> None:
-    sent, failed, queued = EXAMPLES[0], EXAMPLES[1], EXAMPLES[2]
-    arrays = [codec.encode_events([sent]), b"", codec.encode_events([failed, queued]), b"[]"]
-    joined, spans = codec.join_events(arrays)
-    assert codec.decode_events(joined) == [sent, failed, queued]
-    # What a Lua script's string.sub(joined, first, last) cuts out, wrapped in brackets.
-    cut = [b"[" + joined[first - 1 : last] + b"]" for first, last in spans]
-    assert cut == [arrays[0], b"[]", arrays[2], b"[]"]
-    assert codec.join_events([]) == (b"[]", [])
-    # The scripts take the spans as one string of numbers, two per array.
-    text = codec.span_text(spans).decode()
-    assert [int(number) for number in text.split(" ")] == [n for span in spans for n in span]

@@ -1,5 +1,6 @@
-"""The code layout a newcomer relies on: who may import whom, and units small enough to hold
-in one's head. Each package's docstring states its rules; this test keeps them true."""
+"""The code layout a newcomer relies on: who may import whom, units small enough to hold in
+one's head, and the tests of each module in a file named after it. Each package's docstring
+states its rules; this test keeps them true."""
 
 from __future__ import annotations
 
@@ -137,3 +138,39 @@ def test_every_package_says_what_it_owns() -> None:
         if path.name == "__init__.py":
             docstring = ast.get_docstring(ast.parse(path.read_text()))
             assert docstring, f"{module} has no docstring saying what it owns"
+
+
+# Tests mirror modules: a module with logic has a test file named after it (``mirror_of``)
+# in tests/unit, tests/integration or tests/e2e, or in several. Package ``__init__`` files
+# need none, and neither do these modules, which only declare things:
+DECLARATIONS_ONLY = {
+    "app.api.schemas",  # the API's request and answer types
+    "app.cli.__main__",  # ``python -m app.cli`` calls the command group
+    "app.ingest.requests",  # the request a producer sends
+    "app.processes.clients",  # the arguments of one Redis client
+    "app.providers.base",  # the provider contract: a message, an error, a protocol
+    "streams.records",  # the notification record kept in Redis
+    "streams.vocabulary",  # channels, priorities and error classes
+    "streams.work_items",  # the work item a worker receives
+}
+TIERS = ("unit", "integration", "e2e")
+
+
+def mirror_of(module: str) -> str:
+    """The test file named after ``module``: its package path without the top package, joined
+    by "_" (``app.api.auth`` → ``test_api_auth.py``, ``app.settings`` → ``test_settings.py``,
+    ``streams.dlq.scan`` → ``test_dlq_scan.py``, ``projections.rows`` → ``test_rows.py``)."""
+    return "test_" + "_".join(module.split(".")[1:]) + ".py"
+
+
+def test_every_module_with_logic_has_a_test_file_named_after_it() -> None:
+    assert DECLARATIONS_ONLY <= MODULES, f"no such modules: {DECLARATIONS_ONLY - MODULES}"
+    test_files = {path.name for tier in TIERS for path in (REPO / "tests" / tier).glob("test_*.py")}
+    untested = {
+        module: mirror_of(module)
+        for module, path in modules()
+        if path.name != "__init__.py"
+        and module not in DECLARATIONS_ONLY
+        and mirror_of(module) not in test_files
+    }
+    assert not untested, f"add a test file named after each (in {'/'.join(TIERS)}): {untested}"

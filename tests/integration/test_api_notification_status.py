@@ -7,38 +7,29 @@ import base64
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import asyncpg
 import httpx
 import pytest
 from litestar import Litestar
-from litestar.testing import AsyncTestClient
 from redis.asyncio import Redis
 
 from app.api.app import create_app
-from app.api.cursor import decode_cursor, encode_cursor
-from app.api.read_model import ReadModel
 from app.catalog import Catalog
-from app.processes import api as main
 from app.settings import Settings
-from projections.database import DatabaseNotReady, connect
 from projections.projector import Projector
 from projections.queries import projection_lag_ms
 from streams.consumer_groups import PROJECTOR_GROUP
 from streams.keys import KeySpace
-from tests.conftest import API_KEYS, AUTH, ORDERS, REDIS_URL, REPO, VIEWER, http_client
+from tests.conftest import AUTH, ORDERS, VIEWER, http_client
+from tests.integration.api_support import OTP, accept, deliveries, status_of
 from tests.integration.delivery_support import fast_catalog, running_worker, wait_until
 
 Client = httpx.AsyncClient
 TERMINAL = {"SENT", "FAILED", "EXPIRED", "SUPPRESSED"}
 
-OTP = {
-    "recipient": {"id": "user-1", "phone": "+4915112345678"},
-    "type": "otp",
-    "data": {"code": "123456"},
-}
 # EMAIL and IN_APP are queued; PUSH is suppressed at once (no push token).
 ORDER = {
     "recipient": {"id": "user-2", "email": "anna@example.com"},
@@ -57,13 +48,6 @@ def fast() -> Catalog:
 
 
 @pytest.fixture
-async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
-    pool = await connect(database_url)
-    yield pool
-    await pool.close()
-
-
-@pytest.fixture
 def keys(key_prefix: str) -> KeySpace:
     return KeySpace(key_prefix)
 
@@ -77,23 +61,6 @@ def app(settings: Settings, real_redis: Redis, fast: Catalog, pool: asyncpg.Pool
 async def client(app: Litestar) -> AsyncIterator[Client]:
     async with http_client(app) as test_client:
         yield test_client
-
-
-async def accept(client: Client, body: dict[str, Any], key: str) -> dict[str, Any]:
-    response = await client.post(
-        "/v1/notifications", json=body, headers={**ORDERS, "Idempotency-Key": key}
-    )
-    assert response.status_code == 202, response.text
-    answer: dict[str, Any] = response.json()
-    return answer
-
-
-async def status_of(client: Client, notification_id: str, headers: dict[str, str] = ORDERS) -> Any:
-    return await client.get(f"/v1/notifications/{notification_id}", headers=headers)
-
-
-async def deliveries(client: Client, query: str = "", headers: dict[str, str] = ORDERS) -> Any:
-    return await client.get(f"/v1/deliveries{query}", headers=headers)
 
 
 @asynccontextmanager
@@ -387,12 +354,6 @@ async def test_invalid_parameters_are_422_naming_them(
     assert response.json()["detail"].startswith(detail)
 
 
-def test_a_cursor_keeps_the_exact_time_and_id() -> None:
-    at = datetime(2026, 11, 29, 12, 0, 0, 123456, tzinfo=UTC)
-    delivery_id = "01a22000-0000-7000-8000-000000000001"
-    assert decode_cursor(encode_cursor(at, delivery_id)) == (at, delivery_id)
-
-
 async def test_without_the_read_scope_403_and_without_a_key_401(client: Client) -> None:
     accepted = await accept(client, OTP, "k1")
     for headers, code in ((AUTH, 403), ({}, 401)):
@@ -426,63 +387,6 @@ async def test_projection_lag_is_reported_until_the_projector_drained(
     pending = await real_redis.xpending_range(stream, PROJECTOR_GROUP, "-", "+", 10)
     await real_redis.xack(stream, PROJECTOR_GROUP, *[entry["message_id"] for entry in pending])
     assert await projection_lag_ms(real_redis, keys) == 0
-
-
-async def test_without_the_read_model_the_write_model_answers_and_the_list_is_503(
-    settings: Settings, real_redis: Redis, fast: Catalog, database_url: str
-) -> None:
-    app = create_app(settings, redis=real_redis, catalog=fast)  # no pool
-    async with http_client(app) as client:
-        accepted = await accept(client, OTP, "k1")
-        response = await status_of(client, accepted["id"])
-        assert response.status_code == 200
-        assert [d["status"] for d in response.json()["deliveries"]] == ["QUEUED"]
-        response = await deliveries(client, "?status=FAILED")
-        assert response.status_code == 503
-        assert response.headers["Retry-After"] == "5"
-        assert "PostgreSQL" in response.json()["detail"]
-        assert (await deliveries(client, "?status=BOGUS")).status_code == 422
-
-        # Given a way to connect, a later request retries: here the first attempt fails.
-        attempts: list[str] = []
-
-        async def flaky_connect() -> asyncpg.Pool:
-            attempts.append("attempt")
-            if len(attempts) == 1:
-                raise DatabaseNotReady("PostgreSQL at test is not reachable")
-            return await connect(database_url)
-
-        read_model = ReadModel(connect=flaky_connect, retry_interval_s=0.0, wait_s=10.0)
-        app.state.read_model = read_model
-        try:
-            assert (await deliveries(client)).status_code == 503
-            response = await deliveries(client)
-            assert response.status_code == 200, response.text
-            assert response.json()["deliveries"] == []  # connected; nothing projected yet
-            assert (await deliveries(client)).status_code == 200
-            assert len(attempts) == 2
-        finally:
-            await read_model.close()
-
-
-async def test_the_api_starts_and_serves_while_postgres_is_unreachable(
-    monkeypatch: pytest.MonkeyPatch, key_prefix: str, real_redis: Redis
-) -> None:
-    for name, value in {
-        "CLARION_REDIS_URL": REDIS_URL,
-        "CLARION_DATABASE_URL": "postgresql://postgres@127.0.0.1:1/clarion",  # nothing there
-        "CLARION_KEY_PREFIX": key_prefix,
-        "CLARION_CONFIG": str(REPO / "clarion.toml"),
-        "CLARION_API_KEYS": API_KEYS,
-    }.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setattr(main, "configure_logging", lambda *_: None)  # keep the tests' logging
-    async with AsyncTestClient(main.build()) as client:  # runs the start-up hooks
-        accepted = await accept(client, OTP, "k1")
-        response = await status_of(client, accepted["id"])
-        assert response.status_code == 200
-        assert response.json()["deliveries"][0]["status"] == "QUEUED"
-        assert (await deliveries(client)).status_code == 503
 
 
 async def test_the_openapi_schema_documents_both_endpoints(client: Client) -> None:

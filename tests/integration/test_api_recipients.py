@@ -15,7 +15,7 @@ from streams.events import PreferenceChanged
 from streams.keys import KeySpace
 from streams.scheduler import work_item_of_member
 from tests.conftest import ORDERS, VIEWER, Clock, http_client, stream_events
-from tests.integration.test_notifications_api import post
+from tests.integration.api_support import post
 
 Client = httpx.AsyncClient
 MARKETING = {

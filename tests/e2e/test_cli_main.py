@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,22 +17,9 @@ from streams import codec
 from streams.events import DeliveryQueued, NotificationAccepted
 from streams.keys import KeySpace
 from tests.conftest import REDIS_URL, REPO
+from tests.e2e.service_support import CLARION, service_env, wait_healthy
 from tests.pg import TEST_SERVER_URL, drop_database, throwaway_name, with_database
 from tests.servers import free_port, redis_server, wait_for_port
-
-CLARION = [sys.executable, "-m", "app.cli"]
-
-
-def service_env(prefix: str, port: int, **extra: str) -> dict[str, str]:
-    return {
-        **os.environ,
-        "CLARION_REDIS_URL": REDIS_URL,
-        "CLARION_KEY_PREFIX": prefix,
-        "CLARION_PORT": str(port),
-        "CLARION_API_KEYS": "shop:shop-secret-key:send+read",
-        "CLARION_CONFIG": str(REPO / "clarion.toml"),
-        **extra,
-    }
 
 
 @pytest.fixture
@@ -61,18 +46,6 @@ def service(key_prefix: str) -> Iterator[tuple[str, dict[str, str]]]:
         asyncio.run(drop_database(database))
         assert b"Traceback" not in stderr, stderr.decode()[-2000:]
         assert b"shop-secret-key" not in stderr
-
-
-def wait_healthy(url: str, within: float = 20) -> None:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/v1/ops/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise TimeoutError(f"{url} is not healthy after {within} s")
 
 
 def test_send_shows_up_in_the_events_stream(

@@ -17,7 +17,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,15 +31,14 @@ from litestar.datastructures import State
 from redis.asyncio import Redis
 
 from app.api.auth import KeyRing
-from app.api.dashboard import DASHBOARD_ROUTES, duration
+from app.api.dashboard import DASHBOARD_ROUTES
 from app.api.read_model import ReadModel
 from app.catalog import Catalog
 from app.settings import Settings
-from projections.database import connect
 from projections.projector import Projector
 from streams.connection import connect as connect_redis
 from streams.keys import KeySpace
-from tests.conftest import REDIS_URL, http_client
+from tests.conftest import REDIS_URL, basic, http_client
 from tests.integration.delivery_support import accept, fast_catalog, running_worker, wait_until
 from tests.servers import free_port
 
@@ -48,12 +47,6 @@ pytestmark = pytest.mark.timeout(120)
 REFUSED = "number does not exist"
 HOSTILE = '<script>alert("x")</script> & <b>bold</b>'
 ELEMENT = "element-6066-11e4-a52e-4f735466cecf"  # the W3C WebDriver element reference key
-
-
-def basic(producer: str, secret: str) -> str:
-    return "Basic " + base64.b64encode(f"{producer}:{secret}".encode()).decode()
-
-
 ORDERS_BASIC = {"Authorization": basic("orders", "orders-secret")}
 
 
@@ -144,13 +137,6 @@ def dashboard_app(
         logging_config=None,
         debug=False,
     )
-
-
-@pytest.fixture
-async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
-    pool = await connect(database_url)
-    yield pool
-    await pool.close()
 
 
 # --- the browser -------------------------------------------------------------------------
@@ -405,23 +391,3 @@ async def test_the_dashboard_is_scoped_escaped_and_guarded(
             response = await client.get(path, headers=ORDERS_BASIC)
             assert response.status_code == 503
             assert "the read model (PostgreSQL) is unavailable" in response.text
-
-
-def test_basic_credentials_find_the_key_by_its_secret(settings: Settings) -> None:
-    ring = KeyRing(settings.api_keys)
-    found = ring.find(basic("orders", "orders-secret").encode())
-    assert found is not None
-    assert found.producer == "orders"
-    # The user part is informational; the secret decides, and may contain a colon.
-    assert ring.find(basic("anyone", "orders-secret").encode()) == found
-    for broken in (b"Basic", b"Basic ", b"Basic %%%", basic("orders", "").encode(),
-                   b"Basic " + base64.b64encode(b"no-colon-orders-secret"),
-                   b"Digest orders-secret"):  # fmt: skip
-        assert ring.find(broken) is None
-    assert ring.find(b"Bearer orders-secret") == found
-
-
-def test_durations_read_briefly() -> None:
-    assert [duration(s) for s in (0, 45, 192, 7500, 277_200)] == [
-        "0 s", "45 s", "3 min 12 s", "2 h 5 min", "3 d 5 h",
-    ]  # fmt: skip

@@ -1,4 +1,5 @@
-"""POST /v1/notifications against real Redis and fakeredis: idempotency, validation, auth."""
+"""POST /v1/notifications and POST /v1/notifications/batch against real Redis and fakeredis:
+idempotency, validation, auth, and per-item results in request order."""
 
 from __future__ import annotations
 
@@ -15,29 +16,14 @@ from streams.events import DeliveryQueued, NotificationAccepted
 from streams.keys import KeySpace
 from streams.vocabulary import Priority
 from tests.conftest import AUTH, ORDERS, VIEWER, http_client, stream_events
+from tests.integration.api_support import OTP, post
 
 Client = httpx.AsyncClient
-
-OTP = {
-    "recipient": {"id": "user-1", "phone": "+4915112345678"},
-    "type": "otp",
-    "data": {"code": "123456"},
-}
 ORDER = {
     "recipient": {"id": "user-2", "email": "anna@example.com", "push_tokens": ["tok-1"]},
     "type": "order_confirmed",
     "data": {"order_id": "A-17"},
 }
-
-
-async def post(
-    client: Client, body: Any, key: str | None = "key-1", headers: dict[str, str] = ORDERS
-) -> Any:
-    all_headers = dict(headers)
-    if key is not None:
-        all_headers["Idempotency-Key"] = key
-    content = body if isinstance(body, bytes) else json.dumps(body).encode()
-    return await client.post("/v1/notifications", content=content, headers=all_headers)
 
 
 async def events(redis: Redis, prefix: str) -> list[Any]:
@@ -185,27 +171,82 @@ async def test_without_the_send_scope_is_403(client: Client) -> None:
     assert "send" in response.json()["detail"]
 
 
-async def test_health_needs_no_key(client: Client) -> None:
-    response = await client.get("/v1/ops/health")
-    assert response.status_code == 200
-    assert response.json()["redis"] == "ok"
-
-
 async def test_openapi_documents_the_request_body(client: Client) -> None:
     schema = (await client.get("/schema/openapi.json")).json()
     body = schema["paths"]["/v1/notifications"]["post"]["requestBody"]
     assert body["content"]["application/json"]["schema"]["$ref"].endswith("NotificationRequest")
 
 
-async def test_redis_down_is_503_and_nothing_is_half_written(catalog: Any, settings: Any) -> None:
-    from app.api.app import create_app  # noqa: PLC0415
-    from tests.servers import free_port  # noqa: PLC0415
+def item(key: str, **changes: Any) -> dict[str, Any]:
+    return {"idempotency_key": key, **OTP, **changes}
 
-    dead = Redis.from_url(f"redis://127.0.0.1:{free_port()}/0")
-    app = create_app(settings, redis=dead, catalog=catalog)
-    async with http_client(app) as client:
-        response = await post(client, OTP)
-    await dead.aclose()
-    assert response.status_code == 503
-    assert response.headers["Retry-After"] == "1"
-    assert "retry" in response.json()["detail"]
+
+async def post_batch(client: Client, body: Any, headers: dict[str, str] = ORDERS) -> Any:
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return await client.post("/v1/notifications/batch", content=content, headers=headers)
+
+
+async def accepted_count(redis: Redis, prefix: str) -> int:
+    events = await stream_events(redis, KeySpace(prefix).shard(0).events)
+    return sum(isinstance(event, NotificationAccepted) for event in events)
+
+
+async def test_each_item_gets_its_own_result_in_order(
+    client: Client, redis: Redis, key_prefix: str
+) -> None:
+    await post(client, OTP, key="taken")  # accepted earlier by the single endpoint
+    body = {
+        "notifications": [
+            item("b-1"),
+            item("b-2", recipient={"id": "u", "phone": "12"}),
+            item("taken"),
+            item("taken", data={"code": "other"}),
+            item("b-3", type="nope"),
+            {**OTP, "data": {"code": "1"}},
+            item(""),
+            item("b-1"),
+        ]
+    }
+    response = await post_batch(client, body)
+    assert response.status_code == 200
+    results = response.json()["results"]
+    assert [r["status_code"] for r in results] == [202, 422, 202, 422, 422, 422, 400, 202]
+    assert [r["idempotency_key"] for r in results] == [
+        "b-1", "b-2", "taken", "taken", "b-3", "", "", "b-1",
+    ]  # fmt: skip
+    assert "notifications[1].recipient.phone" in results[1]["detail"]
+    assert "idempotency_key" in results[5]["detail"]
+    assert results[7]["id"] == results[0]["id"]  # a repeated key in one batch: one notification
+    assert results[0]["deliveries"][0]["channel"] == "SMS"
+    # b-1 and the earlier "taken": two notifications, nothing else.
+    assert await accepted_count(redis, key_prefix) == 2
+
+
+async def test_batch_retry_is_idempotent(client: Client, redis: Redis, key_prefix: str) -> None:
+    body = {"notifications": [item(f"k-{n}") for n in range(200)]}
+    first = (await post_batch(client, body)).json()["results"]
+    second = (await post_batch(client, body)).json()["results"]
+    assert first == second
+    assert await accepted_count(redis, key_prefix) == 200
+
+
+async def test_batch_over_1000_items_is_422(client: Client) -> None:
+    body = {"notifications": [item(f"k-{n}") for n in range(1001)]}
+    response = await post_batch(client, body)
+    assert response.status_code == 422
+    assert "notifications" in response.json()["detail"]
+
+
+async def test_batch_of_1000_is_accepted(client: Client, redis: Redis, key_prefix: str) -> None:
+    body = {"notifications": [item(f"k-{n}") for n in range(1000)]}
+    results = (await post_batch(client, body)).json()["results"]
+    assert {r["status_code"] for r in results} == {202}
+    assert len({r["id"] for r in results}) == 1000
+    assert await accepted_count(redis, key_prefix) == 1000
+
+
+async def test_batch_body_errors(client: Client) -> None:
+    assert (await post_batch(client, b"{oops")).status_code == 400
+    assert (await post_batch(client, {"notifications": []})).status_code == 422
+    assert (await post_batch(client, {"items": []})).status_code == 422
+    assert (await post_batch(client, {"notifications": [item("x")]}, VIEWER)).status_code == 403

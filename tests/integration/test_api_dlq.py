@@ -15,7 +15,7 @@ from app.settings import Settings, parse_api_keys
 from streams.keys import KeySpace
 from tests.conftest import API_KEYS, ORDERS, http_client
 from tests.integration.delivery_support import running_worker, sandbox_calls, wait_until
-from tests.integration.test_dlq_replay import EMAIL_BODY, dead_lettered, otp
+from tests.integration.dlq_support import EMAIL_BODY, dead_lettered, otp
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -8,8 +8,10 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import msgspec
 import pytest
 
+from app.api.schemas import BatchItem
 from app.catalog import load_catalog
 from app.ingest.fanout import FanoutError, Planner, fingerprint
 from app.ingest.requests import NotificationRequest, Recipient
@@ -30,6 +32,7 @@ from streams.records import DeliveryAtAcceptance, NotificationRecord, decode_rec
 from streams.scheduler import work_item_of_member
 from streams.vocabulary import Priority
 from streams.work_items import WorkItem
+from tests.conftest import REQUEST
 
 REPO = Path(__file__).resolve().parents[2]
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -398,3 +401,15 @@ def test_a_different_body_has_a_different_fingerprint() -> None:
 def test_the_plan_carries_the_request_fingerprint(planner: Planner) -> None:
     req = order(email="jane@example.com")
     assert plan(planner, req).fingerprint == fingerprint(req)
+
+
+def test_fingerprint_ignores_nothing_that_matters() -> None:
+    other = NotificationRequest(recipient=REQUEST.recipient, type="marketing", priority="LOW",
+                                data=REQUEST.data)  # fmt: skip
+    assert fingerprint(REQUEST) != fingerprint(other)
+
+
+def test_a_batch_item_fingerprints_like_the_same_notification_posted_alone() -> None:
+    fields = msgspec.structs.asdict(REQUEST)
+    assert fingerprint(BatchItem(**fields, idempotency_key="k")) == fingerprint(REQUEST)
+    assert fingerprint(BatchItem(**fields, idempotency_key="other")) == fingerprint(REQUEST)

@@ -15,7 +15,7 @@ from redis.asyncio import Redis
 from streams.keys import KeySpace
 from tests.conftest import REDIS_URL, REPO
 from tests.integration.delivery_support import state
-from tests.integration.test_dlq_replay import EMAIL_BODY, dead_lettered, delivery_of, otp
+from tests.integration.dlq_support import EMAIL_BODY, dead_lettered, delivery_of, otp
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -1,0 +1,121 @@
+"""Events as the projector reads them, written into the read model, and its rows read back."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import asyncpg
+
+from projections.rows import apply, rows_of
+from streams import codec
+from streams.events import (
+    DeliveryAttemptFailed,
+    DeliveryDeadLettered,
+    DeliveryExpired,
+    DeliveryFailed,
+    DeliveryQueued,
+    DeliverySent,
+    DeliverySuppressed,
+    Event,
+    NotificationAccepted,
+    ProviderFeedbackReceived,
+)
+
+T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+NID = "01a22000-0000-7000-8000-000000000000"
+DID = "01a22000-0000-7000-8000-000000000001"
+
+
+def story() -> list[list[Event]]:
+    """One notification's entries: accepted, a failed attempt, then sent."""
+    return [
+        [
+            NotificationAccepted(
+                at=T0, notification_id=NID, producer="shop", idempotency_key="k",
+                notification_type="otp", priority="HIGH", recipient_id="u-1", locale="en",
+                expires_at=T0 + timedelta(minutes=5), delivery_ids=[DID],
+            ),
+            DeliveryQueued(at=T0, notification_id=NID, delivery_id=DID, version=1,
+                           channel="SMS", priority="HIGH"),
+        ],
+        [
+            DeliveryAttemptFailed(at=T0 + timedelta(seconds=1), notification_id=NID,
+                                  delivery_id=DID, version=2, attempt=1,
+                                  error_class="TRANSIENT", error="timeout"),
+        ],
+        [
+            DeliverySent(at=T0 + timedelta(seconds=3), notification_id=NID, delivery_id=DID,
+                         version=3, attempt=2, provider="sandbox", provider_message_id="m-1"),
+        ],
+    ]  # fmt: skip
+
+
+def entries(events: list[list[Event]], first: int = 1) -> list[tuple[str, bytes]]:
+    return [(f"{first + n}-0", codec.encode_events(batch)) for n, batch in enumerate(events)]
+
+
+async def snapshot(pool: asyncpg.Pool) -> dict[str, list[Any]]:
+    async with pool.acquire() as connection:
+        return {
+            table: [
+                tuple(row) for row in await connection.fetch(f"SELECT * FROM {table} ORDER BY 1")
+            ]
+            for table in ("notification", "delivery", "delivery_event")
+        }
+
+
+def accepted(
+    notification_id: str,
+    delivery_ids: list[str],
+    *,
+    at: datetime,
+    producer: str = "shop",
+    notification_type: str = "otp",
+) -> NotificationAccepted:
+    """A notification of ``producer`` accepted at ``at`` with these deliveries, in this order."""
+    return NotificationAccepted(
+        at=at, notification_id=notification_id, producer=producer, idempotency_key=notification_id,
+        notification_type=notification_type, priority="HIGH", recipient_id="u-1", locale="en",
+        expires_at=at + timedelta(days=1), delivery_ids=delivery_ids,
+    )  # fmt: skip
+
+
+def delivered(
+    notification_id: str,
+    delivery_id: str,
+    status: str,
+    *,
+    at: datetime,
+    channel: str = "SMS",
+    error_class: str = "PERMANENT",
+) -> list[Event]:
+    """The events that take a new delivery to ``status``, every one of them at ``at``."""
+    ids: dict[str, Any] = {"at": at, "notification_id": notification_id, "delivery_id": delivery_id}
+    queued = DeliveryQueued(**ids, version=1, channel=channel, priority="HIGH")
+    sent = DeliverySent(**ids, version=2, attempt=1, provider="sandbox", provider_message_id="m")
+    then: dict[str, list[Event]] = {
+        "QUEUED": [],
+        "SCHEDULED": [DeliveryAttemptFailed(**ids, version=2, attempt=1, error_class="TRANSIENT",
+                                            error="503", retry_at=at)],
+        "SENT": [sent],
+        "DELIVERED": [sent, ProviderFeedbackReceived(**ids, version=3, feedback="delivered",
+                                                     provider="sandbox")],
+        "EXPIRED": [DeliveryExpired(**ids, version=2, channel=channel)],
+        "FAILED": [DeliveryFailed(**ids, version=2, attempts=1, error_class=error_class,
+                                  error=f"refused: {error_class}"),
+                   DeliveryDeadLettered(**ids, version=3, error_class=error_class)],
+    }  # fmt: skip
+    if status == "SUPPRESSED":
+        return [DeliverySuppressed(**ids, version=1, channel=channel, reason="opted_out")]
+    return [queued, *then[status]]
+
+
+_entry_numbers = itertools.count(1)
+
+
+async def project(pool: asyncpg.Pool, events: list[Event]) -> None:
+    """Write ``events`` into the read model as one ``events`` entry, as the projector would."""
+    entry_id = f"{next(_entry_numbers)}-0"
+    await apply(pool, "s0", rows_of(0, [(entry_id, codec.encode_events(events))]))

@@ -1,0 +1,162 @@
+"""One attempt at a delivery with a real worker and real Redis: retries with jitter, permanent
+failures, time limits, the TTL, bugs in an adapter, and dead addresses."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+
+from redis.asyncio import Redis
+
+from app import __version__
+from app.catalog import parse_catalog
+from streams import codec
+from streams.keys import KeySpace
+from tests.conftest import stream_events
+from tests.integration.delivery_support import (
+    accept,
+    catalog_text,
+    dead_letters,
+    fast_catalog,
+    final_state,
+    otp,
+    running_worker,
+    sandbox_calls,
+)
+
+
+async def test_transient_twice_then_sent_with_jittered_delays(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    keys, catalog = KeySpace(key_prefix), fast_catalog(base=0.2, max_delay=2.0, attempts=6)
+    answer = await accept(real_redis, keys, catalog, otp(directives={"fail_transient": 2}), "k")
+    delivery_id = answer["deliveries"][0]["id"]
+    async with running_worker(real_redis, keys, catalog):
+        done = await final_state(real_redis, keys, delivery_id)
+    assert done["status"] == "SENT"
+    assert done["attempts"] == "3"
+    calls = await sandbox_calls(real_redis, keys)
+    assert [c["outcome"] for c in calls] == ["transient", "transient", "sent"]
+    assert [c["attempt"] for c in calls] == ["1", "2", "3"]
+    # Full jitter: the n-th wait lies in [0, base * 2^(n-1)] (+ scheduling slack).
+    gaps = [(b["at_ms"] - a["at_ms"]) / 1000 for a, b in itertools.pairwise(calls)]
+    assert gaps[0] <= 0.2 + 0.25
+    assert gaps[1] <= 0.4 + 0.25
+    events = await stream_events(real_redis, keys.shard(0).events)
+    failures = [e for e in events if type(e).__name__ == "DeliveryAttemptFailed"]
+    assert [f.attempt for f in failures] == [1, 2]  # type: ignore[attr-defined]
+    assert {f.error_class for f in failures} == {"TRANSIENT"}  # type: ignore[attr-defined]
+
+
+async def test_a_permanent_failure_fails_at_once_into_the_dlq(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    keys, catalog = KeySpace(key_prefix), fast_catalog()
+    # Provider texts may quote the address: it is masked before it is stored anywhere.
+    body = otp(directives={"fail_permanent": "number +4915112345678 does not exist"})
+    delivery_id = (await accept(real_redis, keys, catalog, body, "k"))["deliveries"][0]["id"]
+    async with running_worker(real_redis, keys, catalog):
+        done = await final_state(real_redis, keys, delivery_id)
+        await asyncio.sleep(0.3)  # no retry may follow
+    assert done["status"] == "FAILED"
+    assert done["error_class"] == "PERMANENT"
+    assert len(await sandbox_calls(real_redis, keys)) == 1
+    [letter] = await dead_letters(real_redis, keys)
+    assert letter["delivery_id"] == delivery_id
+    assert letter["error_class"] == "PERMANENT"
+    assert letter["last_error"] == done["last_error"] == "number <phone> does not exist"
+    assert letter["attempts"] == "1"
+    assert letter["type"] == "otp"
+    assert letter["channel"] == "SMS"
+    assert letter["worker"] == "test-0"
+    assert letter["worker_version"] == __version__
+    assert int(letter["first_attempt_ms"]) <= int(letter["last_attempt_ms"])
+    assert codec.decode_work_item(letter["work"]).delivery_id == delivery_id
+    names = [type(e).__name__ for e in await stream_events(real_redis, keys.shard(0).events)]
+    assert names[-2:] == ["DeliveryFailed", "DeliveryDeadLettered"]
+
+
+async def test_a_provider_that_does_not_answer_in_time_is_a_transient_failure(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    text = catalog_text(base=0.02, max_delay=0.05, attempts=2)
+    assert "timeout_seconds = 10" in text, "clarion.toml changed: update this test"
+    catalog = parse_catalog(text.replace("timeout_seconds = 10", "timeout_seconds = 0.2"), "t")
+    keys = KeySpace(key_prefix)
+    body = otp(directives={"latency_ms": 3000})
+    delivery_id = (await accept(real_redis, keys, catalog, body, "k"))["deliveries"][0]["id"]
+    started = time.monotonic()
+    async with running_worker(real_redis, keys, catalog):
+        done = await final_state(real_redis, keys, delivery_id)
+    # Two attempts of 0.2 s each (give or take the watchdog's tick), not two of 3 s.
+    assert time.monotonic() - started < 2.5
+    assert done["status"] == "FAILED"
+    assert done["attempts"] == "2"
+    assert done["error_class"] == "TRANSIENT"
+    assert done["last_error"] == "sandbox: no answer within 0.2 s"
+
+
+async def test_exhausted_retries_fail(real_redis: Redis, key_prefix: str) -> None:
+    keys, catalog = KeySpace(key_prefix), fast_catalog(base=0.02, max_delay=0.05, attempts=3)
+    body = otp(directives={"fail_transient": 99})
+    delivery_id = (await accept(real_redis, keys, catalog, body, "k"))["deliveries"][0]["id"]
+    async with running_worker(real_redis, keys, catalog):
+        done = await final_state(real_redis, keys, delivery_id)
+    assert done["status"] == "FAILED"
+    assert done["attempts"] == "3"
+    assert len(await sandbox_calls(real_redis, keys)) == 3
+    assert (await dead_letters(real_redis, keys))[0]["error_class"] == "TRANSIENT"
+
+
+async def test_a_ttl_shorter_than_the_backoff_expires_without_another_call(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    keys, catalog = KeySpace(key_prefix), fast_catalog(base=4, max_delay=60, attempts=6)
+    # TTL 2 s; retries wait up to 4, 8, 16 s (full jitter): one of them lands past the TTL.
+    body = otp(directives={"fail_transient": 5}, ttl_seconds=2)
+    answer = await accept(real_redis, keys, catalog, body, "k")
+    delivery_id = answer["deliveries"][0]["id"]
+    async with running_worker(real_redis, keys, catalog):
+        done = await final_state(real_redis, keys, delivery_id, within=15)
+        await asyncio.sleep(0.3)
+    assert done["status"] == "EXPIRED"
+    calls = await sandbox_calls(real_redis, keys)
+    expires_ms = int(answer["id"][:8] + answer["id"][9:13], 16) + 2000
+    assert calls  # it was tried
+    assert all(call["at_ms"] < expires_ms for call in calls)  # and never after its TTL
+
+
+async def test_a_bug_in_the_adapter_is_survived_and_dead_lettered(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    keys, catalog = KeySpace(key_prefix), fast_catalog()
+    buggy = await accept(real_redis, keys, catalog, otp(directives={"raise_bug": True}), "bug")
+    fine = await accept(real_redis, keys, catalog, otp("2"), "fine")
+    async with running_worker(real_redis, keys, catalog):
+        bug_state = await final_state(real_redis, keys, buggy["deliveries"][0]["id"])
+        fine_state = await final_state(real_redis, keys, fine["deliveries"][0]["id"])
+    assert bug_state["status"] == "FAILED"
+    assert bug_state["error_class"] == "BUG"
+    assert fine_state["status"] == "SENT"
+    assert (await dead_letters(real_redis, keys))[0]["error_class"] == "BUG"
+
+
+async def test_an_invalid_push_token_is_remembered(real_redis: Redis, key_prefix: str) -> None:
+    keys, catalog = KeySpace(key_prefix), fast_catalog()
+    body = {
+        "recipient": {"id": "u-9", "push_tokens": ["dead-token", "live-token"]},
+        "type": "security_alert",
+        "data": {"message": "new login", "sandbox": {"PUSH": {"invalid_token": True}}},
+        "channels": ["PUSH"],
+    }
+    first = await accept(real_redis, keys, catalog, body, "a")
+    async with running_worker(real_redis, keys, catalog):
+        for delivery in first["deliveries"]:
+            await final_state(real_redis, keys, delivery["id"])
+    # Both tokens were reported dead by this sandbox; the next notification skips them.
+    again = {**body, "data": {"message": "again"}}
+    second = await accept(real_redis, keys, catalog, again, "b")
+    assert {(d["status"], d.get("reason")) for d in second["deliveries"]} == {
+        ("SUPPRESSED", "invalid_address")
+    }

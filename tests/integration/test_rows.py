@@ -1,0 +1,75 @@
+"""The rows events write on real PostgreSQL: idempotent, and never moving a delivery back."""
+
+from __future__ import annotations
+
+import asyncpg
+
+from projections.rows import apply, rows_of, write_rows
+from tests.integration.projection_support import DID, entries, snapshot, story
+
+
+async def test_projecting_the_same_events_twice_leaves_identical_rows(
+    pool: asyncpg.Pool,
+) -> None:
+    rows = rows_of(0, entries(story()))
+    await apply(pool, "s0", rows)
+    once = await snapshot(pool)
+    await apply(pool, "s0", rows)
+    assert await snapshot(pool) == once
+    assert len(once["delivery"]) == 1
+    assert len(once["delivery_event"]) == 4
+
+
+async def test_a_batch_partly_projected_before_writes_each_event_once(
+    pool: asyncpg.Pool,
+) -> None:
+    accepted, failed, sent = entries(story())
+    await apply(pool, "s0", rows_of(0, [accepted]))
+    # The copy straight into delivery_event meets the first entry's events and fails; the
+    # batch is written again the idempotent way.
+    await apply(pool, "s0", rows_of(0, [accepted, failed, sent]))
+    async with pool.acquire() as connection:
+        history = await connection.fetch("SELECT event_id FROM delivery_event ORDER BY 1")
+        row = await connection.fetchrow("SELECT status, version FROM delivery WHERE id = $1", DID)
+        checkpoint = await connection.fetchval("SELECT last_id FROM projection_checkpoint")
+    assert [r["event_id"] for r in history] == ["0-1-0-0", "0-1-0-1", "0-2-0-0", "0-3-0-0"]
+    assert (row["status"], row["version"]) == ("SENT", 3)
+    assert checkpoint == "3-0"
+
+
+async def test_new_events_are_copied_straight_into_the_history(pool: asyncpg.Pool) -> None:
+    rows = rows_of(0, entries(story()))
+    async with pool.acquire() as connection, connection.transaction():
+        await write_rows(connection, rows, events_may_repeat=False)
+    async with pool.acquire() as connection:
+        history = await connection.fetch(
+            "SELECT event_id, type, delivery_id, version, body FROM delivery_event ORDER BY 1"
+        )
+    assert [(r["event_id"], r["type"], r["version"]) for r in history] == [
+        ("0-1-0-0", "NotificationAccepted", None),
+        ("0-1-0-1", "DeliveryQueued", 1),
+        ("0-2-0-0", "DeliveryAttemptFailed", 2),
+        ("0-3-0-0", "DeliverySent", 3),
+    ]
+    assert str(history[3]["delivery_id"]) == DID
+    assert '"provider_message_id": "m-1"' in history[3]["body"]
+
+
+async def test_reordered_and_repeated_events_never_move_a_delivery_backwards(
+    pool: asyncpg.Pool,
+) -> None:
+    accepted, failed, sent = entries(story())
+    # The newest change first, then the older ones, then the newest again.
+    for batch in ([accepted], [sent], [failed], [accepted, failed, sent]):
+        await apply(pool, "s0", rows_of(0, batch))
+    async with pool.acquire() as connection:
+        row = await connection.fetchrow("SELECT * FROM delivery WHERE id = $1", DID)
+    assert row["status"] == "SENT"
+    assert row["version"] == 3
+    assert row["attempts"] == 2
+    assert row["provider_message_id"] == "m-1"
+    assert row["producer"] == "shop"
+    assert row["notification_type"] == "otp"
+    async with pool.acquire() as connection:
+        history = await connection.fetchval("SELECT count(*) FROM delivery_event")
+    assert history == 4  # the skipped older change is still in the history, once

@@ -1,0 +1,74 @@
+"""One example of every event class, for the tests of the event contract and its encoding."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from streams.events import (
+    DeliveryAttemptFailed,
+    DeliveryDeadLettered,
+    DeliveryDeferred,
+    DeliveryExpired,
+    DeliveryFailed,
+    DeliveryQueued,
+    DeliveryReplayed,
+    DeliverySent,
+    DeliverySuppressed,
+    Event,
+    NotificationAccepted,
+    PreferenceChanged,
+    PreferenceEntry,
+    ProviderFeedbackReceived,
+    QuietHoursSetting,
+    RecipientAddressInvalidated,
+)
+
+AT = datetime(2026, 1, 15, 9, 30, 0, 125000, tzinfo=UTC)
+NID = "019bc123-4567-7abc-8def-0123456789ab"
+DID = "019bc123-4567-7abc-8def-0123456789a0"
+DELIVERY = {"notification_id": NID, "delivery_id": DID, "version": 2}
+
+EXAMPLES: list[Event] = [
+    NotificationAccepted(
+        at=AT,
+        notification_id=NID,
+        producer="orders",
+        idempotency_key="order-1001",
+        notification_type="order_confirmed",
+        priority="NORMAL",
+        recipient_id="user-42",
+        locale="de-CH",
+        expires_at=AT + timedelta(days=2),
+        delivery_ids=[DID],
+    ),
+    DeliveryQueued(at=AT, **DELIVERY, channel="EMAIL", priority="LOW", attempt=3),
+    DeliveryDeferred(
+        at=AT, **DELIVERY, channel="PUSH", reason="rate_limited", until=AT + timedelta(seconds=5)
+    ),
+    DeliverySuppressed(at=AT, **DELIVERY, channel="SMS", reason="opted_out"),
+    DeliveryAttemptFailed(
+        at=AT, **DELIVERY, attempt=1, error_class="TRANSIENT", error="503", retry_at=AT
+    ),
+    DeliveryAttemptFailed(at=AT, **DELIVERY, attempt=2, error_class="BUG", error="KeyError"),
+    DeliverySent(at=AT, **DELIVERY, attempt=1, provider="sandbox", provider_message_id="m-1"),
+    DeliveryFailed(at=AT, **DELIVERY, attempts=6, error_class="PERMANENT", error="bounced"),
+    DeliveryExpired(at=AT, **DELIVERY, channel="IN_APP"),
+    DeliveryDeadLettered(at=AT, **DELIVERY, error_class="POISON"),
+    DeliveryReplayed(at=AT, **DELIVERY, operator="alice", reason="fixed"),
+    ProviderFeedbackReceived(at=AT, **DELIVERY, feedback="token_invalid", provider="sandbox"),
+    PreferenceChanged(
+        at=AT,
+        recipient_id="user-42",
+        settings_version=3,
+        preferences=[PreferenceEntry(type="marketing", channel="EMAIL", enabled=False)],
+        quiet_hours=QuietHoursSetting(start="22:00", end="08:00", timezone="Europe/Berlin"),
+    ),
+    PreferenceChanged(at=AT, recipient_id="user-42", settings_version=4, quiet_hours_removed=True),
+    RecipientAddressInvalidated(
+        at=AT,
+        recipient_id="user-42",
+        settings_version=5,
+        channel="PUSH",
+        address_digest="3f79bb7b435b0532",
+    ),
+]

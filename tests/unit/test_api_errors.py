@@ -1,0 +1,106 @@
+"""The error answers: a bug is a bare 500 and Redis away a 503 to retry, neither showing
+anything internal; every error an endpoint may give is documented in its schema."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+import structlog
+from litestar import Litestar, get
+from litestar.exceptions import HTTPException
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+
+from app.api.app import create_app
+from app.api.errors import internal_error, redis_unavailable
+from app.catalog import Catalog
+from app.settings import Settings
+
+SECRET = "postgresql://clarion:hunter2@db/clarion"
+
+
+@get("/bug")
+async def bug() -> None:
+    raise KeyError(f"connection {SECRET} broke in handler()")
+
+
+@get("/aborted")
+async def aborted() -> None:
+    raise HTTPException(status_code=500, detail=f"client hung up mid-body from {SECRET}")
+
+
+@get("/redis-away")
+async def redis_away() -> None:
+    raise RedisConnectionError(f"Error 111 connecting to {SECRET}")
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    app = Litestar(
+        [bug, aborted, redis_away],
+        exception_handlers={500: internal_error, RedisError: redis_unavailable},
+        logging_config=None,
+        debug=False,
+    )
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as test_client:
+        yield test_client
+
+
+async def test_a_bug_is_a_bare_500_and_logged_with_its_traceback(
+    client: httpx.AsyncClient,
+) -> None:
+    with structlog.testing.capture_logs() as logs:
+        answer = await client.get("/bug")
+    assert answer.status_code == 500
+    assert answer.json() == {"status_code": 500, "detail": "Internal Server Error"}
+    assert "hunter2" not in answer.text
+    assert "KeyError" not in answer.text
+    [logged] = logs
+    assert (logged["event"], logged["log_level"], logged["path"]) == (
+        "http.unhandled_error", "error", "/bug",
+    )  # fmt: skip
+    assert isinstance(logged["exc_info"], KeyError)
+
+
+async def test_an_http_error_raised_on_purpose_is_no_bug(client: httpx.AsyncClient) -> None:
+    with structlog.testing.capture_logs() as logs:
+        answer = await client.get("/aborted")
+    assert answer.json() == {"status_code": 500, "detail": "Internal Server Error"}
+    assert [(line["event"], line["log_level"]) for line in logs] == [("http.aborted", "info")]
+
+
+async def test_redis_away_is_a_503_to_retry_without_the_error(client: httpx.AsyncClient) -> None:
+    with structlog.testing.capture_logs() as logs:
+        answer = await client.get("/redis-away")
+    assert answer.status_code == 503
+    assert answer.headers["Retry-After"] == "1"
+    assert answer.json() == {
+        "status_code": 503,
+        "detail": "the event log (Redis) is unavailable; retry shortly",
+    }
+    [logged] = logs
+    assert (logged["event"], logged["error"]) == ("http.redis_unavailable", "ConnectionError")
+    assert "hunter2" not in repr(logs)
+
+
+async def test_every_error_an_endpoint_may_give_is_documented(
+    fake: Redis, catalog: Catalog, settings: Settings
+) -> None:
+    app = create_app(settings, redis=fake, catalog=catalog)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://clarion") as client:
+        schema: dict[str, Any] = (await client.get("/schema/openapi.json")).json()
+    paths = schema["paths"]
+    documented = {
+        ("post", "/v1/notifications"): {"202", "400", "401", "403", "409", "413", "422", "503"},
+        ("post", "/v1/notifications/batch"): {"200", "400", "401", "403", "413", "422", "503"},
+        ("get", "/v1/notifications/{notification_id}"): {"200", "401", "403", "404", "503"},
+        ("get", "/v1/deliveries"): {"200", "400", "401", "403", "422", "503"},
+    }
+    for (method, path), codes in documented.items():
+        assert codes <= set(paths[path][method]["responses"]), (method, path)

@@ -1,0 +1,207 @@
+"""One attempt at one leased delivery, without Redis: what a provider's answer means, and what
+a failed attempt leads to (retried while allowed, expired rather than retried past the TTL,
+FAILED once the attempts are used up), every stored error text masked."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from app.catalog import Catalog, RetryPolicy, parse_catalog
+from app.delivery.attempt import Attempts, failed_attempt
+from app.delivery.provider_timeouts import ProviderTimeouts
+from app.providers.base import Message, ProviderError
+from streams import codec
+from streams.delivery_outcomes import LeasedDelivery
+from streams.delivery_store import Outcome
+from streams.events import DeliveryAttemptFailed
+from streams.scheduler import work_item_of_member
+from streams.vocabulary import ErrorClass
+from streams.work_items import WorkItem
+from tests.conftest import REPO
+from tests.unit.delivery_examples import leased
+
+NOW = 100_000
+POLICY = RetryPolicy(base_seconds=2, max_seconds=60, max_attempts=4)
+TOLD_TO_WAIT = 3.0  # a Retry-After above every jittered delay of the tests' attempts
+
+
+def failure(held: LeasedDelivery, error_class: ErrorClass, error: str = "503") -> Outcome:
+    return failed_attempt(
+        held, error_class=error_class, error=error, policy=POLICY, now_ms=NOW,
+        retry_after=TOLD_TO_WAIT,
+    )  # fmt: skip
+
+
+def test_a_transient_failure_is_retried_while_attempts_are_left() -> None:
+    outcome = failure(leased(attempts=0), ErrorClass.TRANSIENT)
+    assert outcome.status == "SCHEDULED"
+    assert outcome.due_ms == NOW + 3_000  # the Retry-After; the drawn delay is at most 2 s
+    assert outcome.fields["attempts"] == 1
+    retried = codec.decode_work_item(work_item_of_member(outcome.delayed_member))
+    assert retried.attempts == 1
+    [event] = codec.decode_events(outcome.events)
+    assert isinstance(event, DeliveryAttemptFailed)
+    assert (event.attempt, event.error_class, event.error) == (1, "TRANSIENT", "503")
+
+
+def test_the_retry_waits_a_jittered_delay_below_the_ceiling() -> None:
+    outcome = failed_attempt(
+        leased(attempts=2), error_class=ErrorClass.TRANSIENT, error="503", policy=POLICY,
+        now_ms=NOW,
+    )  # fmt: skip
+    assert outcome.status == "SCHEDULED"
+    assert NOW <= outcome.due_ms <= NOW + 8_000  # third attempt: a ceiling of 2 * 2^2 s
+
+
+def test_a_retry_that_would_land_past_the_ttl_expires_instead() -> None:
+    outcome = failure(leased(attempts=0, expires_ms=NOW + 2_999), ErrorClass.TRANSIENT)
+    assert (outcome.status, outcome.fields["reason"]) == ("EXPIRED", "ttl")
+    assert outcome.delayed_member == b""
+    assert outcome.dead_letter == {}
+    at_the_edge = failure(leased(attempts=0, expires_ms=NOW + 3_000), ErrorClass.TRANSIENT)
+    assert at_the_edge.status == "EXPIRED"  # due exactly when it expires: never sent
+    in_time = failure(leased(attempts=0, expires_ms=NOW + 3_001), ErrorClass.TRANSIENT)
+    assert in_time.status == "SCHEDULED"
+
+
+def test_a_transient_failure_with_the_attempts_used_up_fails_the_delivery() -> None:
+    outcome = failure(leased(attempts=3), ErrorClass.TRANSIENT)  # the fourth of four
+    assert outcome.status == "FAILED"
+    assert (outcome.fields["attempts"], outcome.fields["error_class"]) == (4, "TRANSIENT")
+    assert outcome.dead_letter["attempts"] == 4
+
+
+@pytest.mark.parametrize("error_class", [ErrorClass.PERMANENT, ErrorClass.POISON, ErrorClass.BUG])
+def test_any_other_failure_fails_at_once(error_class: ErrorClass) -> None:
+    outcome = failure(leased(attempts=0), error_class)
+    assert outcome.status == "FAILED"
+    assert (outcome.fields["attempts"], outcome.dead_letter["error_class"]) == (1, error_class)
+
+
+def test_error_texts_are_masked_wherever_they_are_kept() -> None:
+    error = "number +4915112345678 of jane@example.com does not exist"
+    for outcome in (failure(leased(attempts=0), ErrorClass.TRANSIENT, error),
+                    failure(leased(attempts=0), ErrorClass.PERMANENT, error)):  # fmt: skip
+        kept = [outcome.fields["last_error"], outcome.events.decode()]
+        kept += [str(outcome.dead_letter.get("last_error", ""))]
+        for text in kept:
+            assert "+4915112345678" not in text
+            assert "jane@example.com" not in text
+        assert outcome.fields["last_error"] == "number <phone> of <email> does not exist"
+
+
+# --- attempts with a provider ----------------------------------------------------------------
+
+
+class Provider:
+    """A provider that answers with ``behaviour`` and remembers each message."""
+
+    def __init__(self, behaviour: Any) -> None:
+        self.name = "sandbox"
+        self.behaviour = behaviour
+        self.messages: list[Message] = []
+
+    async def send(self, message: Message) -> str:
+        self.messages.append(message)
+        if isinstance(self.behaviour, BaseException):
+            raise self.behaviour
+        if isinstance(self.behaviour, float):
+            await asyncio.sleep(self.behaviour)
+        return "provider-id-1"
+
+
+@pytest.fixture
+async def timeouts() -> AsyncIterator[ProviderTimeouts]:
+    watchdog = ProviderTimeouts(tick_s=0.01)
+    running = asyncio.create_task(watchdog.run())
+    yield watchdog
+    running.cancel()
+    await asyncio.gather(running, return_exceptions=True)
+
+
+@pytest.fixture
+def quick_catalog() -> Catalog:
+    """The shipped catalog with a provider that must answer within 0.05 s."""
+    text = (REPO / "clarion.toml").read_text()
+    assert "timeout_seconds = 10" in text, "clarion.toml changed: update this fixture"
+    return parse_catalog(text.replace("timeout_seconds = 10", "timeout_seconds = 0.05"), "t")
+
+
+async def attempt(
+    catalog: Catalog, timeouts: ProviderTimeouts, provider: Provider, **item: Any
+) -> tuple[Outcome, list[WorkItem]]:
+    """One attempt of a leased OTP (one attempt made before); the addresses forgotten."""
+    forgotten: list[WorkItem] = []
+
+    async def forget(work: WorkItem) -> None:
+        forgotten.append(work)
+
+    attempts = Attempts(catalog, {"sandbox": provider}, timeouts, lambda: NOW, forget)
+    held = leased(attempts=1, data={"code": "4242"}, **item)
+    return await attempts.attempt(held), forgotten
+
+
+async def test_a_send_is_recorded_with_the_providers_message_id(
+    quick_catalog: Catalog, timeouts: ProviderTimeouts
+) -> None:
+    provider = Provider("ok")
+    outcome, _ = await attempt(quick_catalog, timeouts, provider)
+    assert outcome.status == "SENT"
+    assert (outcome.fields["provider"], outcome.fields["provider_message_id"]) == (
+        "sandbox", "provider-id-1",
+    )  # fmt: skip
+    [message] = provider.messages
+    # The delivery id is the idempotency key on every attempt; this is the second.
+    assert (message.idempotency_key, message.attempt, message.address) == ("d", 2, "+4915112345678")
+    assert message.body == "Your code is 4242. It expires in 5 minutes."
+
+
+async def test_a_message_that_cannot_be_rendered_fails_without_a_call(
+    quick_catalog: Catalog, timeouts: ProviderTimeouts
+) -> None:
+    provider = Provider("ok")
+    outcome, _ = await attempt(quick_catalog, timeouts, provider, notification_type="invoice")
+    assert (outcome.status, outcome.fields["error_class"]) == ("FAILED", "PERMANENT")
+    assert outcome.fields["last_error"] == "type 'invoice' is no longer in the catalog"
+    assert provider.messages == []
+
+
+async def test_no_answer_in_time_is_a_transient_failure_naming_the_limit(
+    quick_catalog: Catalog, timeouts: ProviderTimeouts
+) -> None:
+    outcome, _ = await attempt(quick_catalog, timeouts, Provider(5.0))
+    assert (outcome.status, outcome.fields["error_class"]) == ("SCHEDULED", "TRANSIENT")
+    assert outcome.fields["last_error"] == "sandbox: no answer within 0.05 s"
+
+
+async def test_a_providers_failure_keeps_its_class_and_retry_after(
+    quick_catalog: Catalog, timeouts: ProviderTimeouts
+) -> None:
+    limited = ProviderError(ErrorClass.TRANSIENT, "429 from +4915112345678", retry_after=30.0)
+    outcome, forgotten = await attempt(quick_catalog, timeouts, Provider(limited))
+    assert outcome.status == "SCHEDULED"
+    assert outcome.due_ms == NOW + 30_000
+    assert outcome.fields["last_error"] == "429 from <phone>"
+    assert forgotten == []
+
+
+async def test_a_dead_address_is_forgotten_and_the_delivery_fails(
+    quick_catalog: Catalog, timeouts: ProviderTimeouts
+) -> None:
+    dead = ProviderError(ErrorClass.PERMANENT, "token invalid", invalid_address=True)
+    outcome, forgotten = await attempt(quick_catalog, timeouts, Provider(dead))
+    assert (outcome.status, outcome.fields["error_class"]) == ("FAILED", "PERMANENT")
+    assert [work.delivery_id for work in forgotten] == ["d"]
+
+
+async def test_an_exception_no_adapter_should_raise_is_a_bug_that_fails_the_delivery(
+    quick_catalog: Catalog, timeouts: ProviderTimeouts
+) -> None:
+    outcome, _ = await attempt(quick_catalog, timeouts, Provider(KeyError("jane@example.com")))
+    assert (outcome.status, outcome.fields["error_class"]) == ("FAILED", "BUG")
+    assert outcome.fields["last_error"] == "KeyError: '<email>'"
+    assert outcome.fields["attempts"] == 2  # a BUG is never retried, whatever the policy
