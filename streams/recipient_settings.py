@@ -41,8 +41,8 @@ QUIET_HOURS_EXEMPT: frozenset[Channel] = frozenset({Channel.IN_APP})
 @dataclass(frozen=True, slots=True)
 class RecipientSettings:
     version: int = 0
+    # (type, channel) pairs the recipient switched off.
     disabled: frozenset[tuple[str, str]] = field(default_factory=frozenset)
-    # (channel, address digest) of addresses a provider reported dead.
     quiet_hours: QuietHoursSetting | None = None
     # (channel, address digest) of addresses a provider reported dead.
     invalid: frozenset[tuple[str, str]] = field(default_factory=frozenset)
