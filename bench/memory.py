@@ -140,8 +140,7 @@ async def acknowledge_events(client: aredis.Redis, keys: KeySpace, until: asynci
 async def settled(client: aredis.Redis, keys: KeySpace) -> bool:
     """Every work entry acknowledged, nothing waiting in ``delayed``."""
     shard = keys.shard(0)
-    for priority in ("high", "normal", "low"):
-        stream = shard.work(priority)
+    for stream in shard.work_streams:
         if await client.exists(stream):
             for info in await client.xinfo_groups(stream):
                 if info["pending"] or info["lag"]:
