@@ -191,6 +191,11 @@ def _event_row(event_id: str, event: AnyEvent) -> tuple[Any, ...]:
 # _UPSERT_DELIVERIES). A plain tuple, not a dict or a NamedTuple: this runs for every event
 # the projector reads, and a tuple costs about half as much.
 _Change = tuple[Any, ...]
+# The statuses bound once: an enum member looked up through its class costs about 150 ns on
+# Python 3.11, and this runs for every event.
+_QUEUED, _SCHEDULED, _SENT = DeliveryStatus.QUEUED, DeliveryStatus.SCHEDULED, DeliveryStatus.SENT
+_SUPPRESSED, _EXPIRED = DeliveryStatus.SUPPRESSED, DeliveryStatus.EXPIRED
+_FAILED, _DELIVERED = DeliveryStatus.FAILED, DeliveryStatus.DELIVERED
 
 
 def _change(
@@ -214,24 +219,24 @@ def _change(
 
 
 def _queued(event: DeliveryQueued) -> _Change:
-    return _change(DeliveryStatus.QUEUED, channel=event.channel, priority=event.priority)
+    return _change(_QUEUED, channel=event.channel, priority=event.priority)
 
 
 def _deferred(event: DeliveryDeferred) -> _Change:
-    return _change(DeliveryStatus.SCHEDULED, channel=event.channel, reason=event.reason)
+    return _change(_SCHEDULED, channel=event.channel, reason=event.reason)
 
 
 def _suppressed(event: DeliverySuppressed) -> _Change:
-    return _change(DeliveryStatus.SUPPRESSED, channel=event.channel, reason=event.reason)
+    return _change(_SUPPRESSED, channel=event.channel, reason=event.reason)
 
 
 def _expired(event: DeliveryExpired) -> _Change:
-    return _change(DeliveryStatus.EXPIRED, channel=event.channel, reason=event.reason)
+    return _change(_EXPIRED, channel=event.channel, reason=event.reason)
 
 
 def _attempt_failed(event: DeliveryAttemptFailed) -> _Change:
     return _change(
-        DeliveryStatus.SCHEDULED,
+        _SCHEDULED,
         attempts=event.attempt,
         error_class=event.error_class,
         last_error=event.error,
@@ -240,7 +245,7 @@ def _attempt_failed(event: DeliveryAttemptFailed) -> _Change:
 
 def _sent(event: DeliverySent) -> _Change:
     return _change(
-        DeliveryStatus.SENT,
+        _SENT,
         attempts=event.attempt,
         sent_at=event.at,
         provider=event.provider,
@@ -250,7 +255,7 @@ def _sent(event: DeliverySent) -> _Change:
 
 def _failed(event: DeliveryFailed) -> _Change:
     return _change(
-        DeliveryStatus.FAILED,
+        _FAILED,
         attempts=event.attempts,
         failed_at=event.at,
         error_class=event.error_class,
@@ -259,17 +264,17 @@ def _failed(event: DeliveryFailed) -> _Change:
 
 
 def _dead_lettered(event: DeliveryDeadLettered) -> _Change:
-    return _change(DeliveryStatus.FAILED)
+    return _change(_FAILED)
 
 
 def _replayed(event: DeliveryReplayed) -> _Change:
     # An operator's replay starts a new attempt series.
-    return _change(DeliveryStatus.QUEUED, attempts=0)
+    return _change(_QUEUED, attempts=0)
 
 
 def _feedback(event: ProviderFeedbackReceived) -> _Change:
     delivered = event.feedback == "delivered"
-    status = DeliveryStatus.DELIVERED if delivered else DeliveryStatus.SENT
+    status = _DELIVERED if delivered else _SENT
     return _change(status, last_error=event.detail or None)
 
 
@@ -285,7 +290,7 @@ _CHANGE_OF: dict[type[DeliveryEvent], Callable[[Any], _Change]] = {
     DeliveryReplayed: _replayed,
     ProviderFeedbackReceived: _feedback,
 }
-_UNKNOWN = _change(DeliveryStatus.QUEUED)  # an event type this version does not know
+_UNKNOWN = _change(_QUEUED)  # an event type this version does not know
 
 
 def _delivery_row(event: DeliveryEvent, context: _Context | None) -> tuple[Any, ...]:

@@ -23,6 +23,8 @@ from streams.recipient_settings import RecipientSettings
 from streams.scripts import Call, KeyOrArg
 from streams.vocabulary import Priority
 
+_HIGH = Priority.HIGH  # bound once: looked up per item, and through the class it costs more
+
 
 class PlannedWork(msgspec.Struct, frozen=True):
     """A work item for its priority's work stream, or (with ``due_ms``) a ``delayed`` member
@@ -106,7 +108,7 @@ class IngestWriter:
         return replies
 
     async def _write(self, items: Sequence[IngestItem]) -> list[IngestReply | Exception]:
-        high = [item.priority == Priority.HIGH for item in items]
+        high = [item.priority == _HIGH for item in items]
         if all(high):
             return await self._high.run_settled(items)
         if not any(high):

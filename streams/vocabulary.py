@@ -27,17 +27,14 @@ class Priority(StrEnum):
     NORMAL = "NORMAL"
     LOW = "LOW"
 
-    @property
-    def stream_name(self) -> str:
-        """``high``, ``normal`` or ``low``: how key names and Lua scripts name this priority's
-        work stream (``work:high``), and the prefix of its ``delayed`` members."""
-        return self.lower()
-
-    @property
-    def letter(self) -> str:
-        """``H``, ``N`` or ``L``: this priority in the rate-limit script's arguments (one
-        character per request keeps a batch's arguments to one short string)."""
-        return self[0]
+    def __init__(self, value: str) -> None:
+        # Derived once per member, not per use: ingest asks for them per delivery.
+        # ``high``, ``normal`` or ``low``: how key names and Lua scripts name this
+        # priority's work stream (``work:high``), and the prefix of its ``delayed`` members.
+        self.stream_name = value.lower()
+        # ``H``, ``N`` or ``L``: this priority in the rate-limit script's arguments (one
+        # character per request keeps a batch's arguments to one short string).
+        self.letter = value[0]
 
 
 class ErrorClass(StrEnum):
