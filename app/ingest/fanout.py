@@ -209,17 +209,7 @@ class Planner:
         """Everything the ingest script writes for this request."""
         notification = self._notification(request, identity, settings, now)
         events: list[Event] = [notification.accepted(producer, idempotency_key, identity)]
-        work: list[PlannedWork] = []
-        at_acceptance: list[DeliveryAtAcceptance] = []
-        for (channel, address), did in zip(identity.pairs, identity.delivery_ids, strict=True):
-            status, reason = notification.fate(channel, address)
-            at_acceptance.append(
-                DeliveryAtAcceptance(id=did, channel=channel, status=status, reason=reason)
-            )
-            event, planned = notification.delivery(did, channel, address, status, reason)
-            events.append(event)
-            if planned is not None:
-                work.append(planned)
+        at_acceptance, work = notification.deliveries(identity, events)
         record = NotificationRecord(
             id=notification.id,
             type=request.type,
@@ -313,39 +303,68 @@ class _Notification(msgspec.Struct, frozen=True, kw_only=True):
             delivery_ids=list(identity.delivery_ids),
         )
 
-    def fate(self, channel: Channel, address: str) -> tuple[DeliveryStatus, str]:
-        """A delivery's status at ingest, and the reason when it is not queued."""
-        if (self.request.type, channel) in self.disabled:
-            return _SUPPRESSED, "opted_out"
-        if not address:
-            return _SUPPRESSED, "no_address"
-        if self.invalid and (channel, address_digest(address)) in self.invalid:
-            return _SUPPRESSED, "invalid_address"
-        if self.quiet_until is not None and channel not in QUIET_HOURS_EXEMPT:
-            if self.quiet_until >= self.expires:
-                return _EXPIRED, "quiet_hours_past_ttl"
-            return _SCHEDULED, ""
-        return _QUEUED, ""
+    def deliveries(
+        self, identity: Identity, events: list[Event]
+    ) -> tuple[list[DeliveryAtAcceptance], list[PlannedWork]]:
+        """Each delivery's state at ingest (suppressed, expired, deferred by quiet hours or
+        queued) and its work item unless it ended already; its first event (version 1) is
+        added to ``events``.
 
-    def delivery(
-        self, did: str, channel: Channel, address: str, status: DeliveryStatus, reason: str
-    ) -> tuple[Event, PlannedWork | None]:
-        """A delivery's first event (version 1) and, unless it ended already, its work item."""
-        nid, now = self.id, self.now
-        if status is _SUPPRESSED:
-            return DeliverySuppressed(
-                at=now, notification_id=nid, delivery_id=did, version=1,
-                channel=channel, reason=reason,  # type: ignore[arg-type]
-            ), None  # fmt: skip
-        if status is _EXPIRED:
-            return DeliveryExpired(
-                at=now, notification_id=nid, delivery_id=did, version=1,
-                channel=channel, reason=reason,
-            ), None  # fmt: skip
-        item = codec.encode(
+        One loop in one method: it runs for every delivery of every notification, and a
+        method call per delivery cost fan-out an eighth more instructions.
+        """
+        nid, now, priority, quiet_until = self.id, self.now, self.priority, self.quiet_until
+        type_name, disabled, invalid = self.request.type, self.disabled, self.invalid
+        at_acceptance: list[DeliveryAtAcceptance] = []
+        work: list[PlannedWork] = []
+        for (channel, address), did in zip(identity.pairs, identity.delivery_ids, strict=True):
+            status, reason = _QUEUED, ""
+            if (type_name, channel) in disabled:
+                status, reason = _SUPPRESSED, "opted_out"
+            elif not address:
+                status, reason = _SUPPRESSED, "no_address"
+            elif invalid and (channel, address_digest(address)) in invalid:
+                status, reason = _SUPPRESSED, "invalid_address"
+            elif quiet_until is not None and channel not in QUIET_HOURS_EXEMPT:
+                status = _SCHEDULED if quiet_until < self.expires else _EXPIRED
+                reason = "" if status is _SCHEDULED else "quiet_hours_past_ttl"
+            at_acceptance.append(
+                DeliveryAtAcceptance(id=did, channel=channel, status=status, reason=reason)
+            )
+            if status is _SUPPRESSED:
+                events.append(DeliverySuppressed(
+                    at=now, notification_id=nid, delivery_id=did, version=1,
+                    channel=channel, reason=reason,  # type: ignore[arg-type]
+                ))  # fmt: skip
+                continue
+            if status is _EXPIRED:
+                events.append(DeliveryExpired(
+                    at=now, notification_id=nid, delivery_id=did, version=1,
+                    channel=channel, reason=reason,
+                ))  # fmt: skip
+                continue
+            item = self._work_item(did, channel, address)
+            if status is _SCHEDULED:
+                assert quiet_until is not None
+                events.append(DeliveryDeferred(
+                    at=now, notification_id=nid, delivery_id=did, version=1,
+                    channel=channel, reason="quiet_hours", until=quiet_until,
+                ))  # fmt: skip
+                work.append(PlannedWork(priority, delayed_member(priority, item), _ms(quiet_until)))
+            else:
+                events.append(DeliveryQueued(
+                    at=now, notification_id=nid, delivery_id=did, version=1,
+                    channel=channel, priority=priority,
+                ))  # fmt: skip
+                work.append(PlannedWork(priority, item))
+        return at_acceptance, work
+
+    def _work_item(self, did: str, channel: Channel, address: str) -> bytes:
+        """The encoded work item of one delivery."""
+        return codec.encode(
             WorkItem(
                 delivery_id=did,
-                notification_id=nid,
+                notification_id=self.id,
                 notification_type=self.request.type,
                 channel=channel,
                 priority=self.priority,
@@ -357,19 +376,6 @@ class _Notification(msgspec.Struct, frozen=True, kw_only=True):
                 expires_ms=self.expires_ms,
             )
         )
-        if status is _SCHEDULED:
-            assert self.quiet_until is not None
-            deferred = DeliveryDeferred(
-                at=now, notification_id=nid, delivery_id=did, version=1,
-                channel=channel, reason="quiet_hours", until=self.quiet_until,
-            )  # fmt: skip
-            member = delayed_member(self.priority, item)
-            return deferred, PlannedWork(self.priority, member, _ms(self.quiet_until))
-        queued = DeliveryQueued(
-            at=now, notification_id=nid, delivery_id=did, version=1,
-            channel=channel, priority=self.priority,
-        )  # fmt: skip
-        return queued, PlannedWork(self.priority, item)
 
 
 def _ms(moment: datetime) -> int:
