@@ -1,8 +1,10 @@
 # Everything runs from a virtual environment in .venv, created on first use.
 VENV ?= .venv
 BIN := $(VENV)/bin
-# A development key so the quick start works as written; set your own in production.
-DEV_KEYS := dev:dev-secret-key:send+read+admin
+# A development key and digest secret so the quick start works as written; set your own in
+# production.
+DEV_KEYS := dev:dev-secret-key:send+read+recipients+admin
+DEV_DIGEST_SECRET := dev-digest-secret-not-for-production
 
 .PHONY: install browser run test lint typecheck pytest chaos bench bench-report bench-check clean
 
@@ -29,6 +31,7 @@ browser:
 ## run: install, then run the whole service against local Redis (sandbox provider)
 run: install
 	CLARION_API_KEYS="$${CLARION_API_KEYS:-$(DEV_KEYS)}" \
+	CLARION_DIGEST_SECRET="$${CLARION_DIGEST_SECRET:-$(DEV_DIGEST_SECRET)}" \
 	CLARION_LOG_FORMAT="$${CLARION_LOG_FORMAT:-console}" \
 	$(BIN)/clarion run
 

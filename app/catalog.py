@@ -16,6 +16,8 @@ from app.validation import describe
 from streams.vocabulary import Channel, Priority
 
 Name = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
+# As in CLARION_API_KEYS (``app.settings``).
+ProducerName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
 
 
 class CatalogError(Exception):
@@ -62,6 +64,36 @@ class TypeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # May a recipient switch this type off? An OTP may not.
     opt_out: bool
     templates: dict[str, dict[Channel, Template]]
+    # The producers that may send this type; None: any producer with a ``send`` key. An OTP
+    # or a security alert is HIGH and cannot be switched off: name who may send it.
+    producers: frozenset[ProducerName] | None = None
+
+
+class Quota(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A sustained rate and how much may come at once."""
+
+    per_second: Annotated[float, msgspec.Meta(gt=0)]
+    burst: Annotated[int, msgspec.Meta(ge=1)]
+
+
+class IngestQuota(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What one producer may ingest: HTTP requests and notifications (a batch counts one
+    request and each of its items); a quota left out is not limited."""
+
+    requests: Quota | None = None
+    notifications: Quota | None = None
+
+
+class Quotas(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """``[quotas]``: the quota of every producer without one of its own (``default``), and
+    producers' own quotas, which replace the default for them."""
+
+    default: IngestQuota | None = None
+    producers: dict[ProducerName, IngestQuota] = {}
+
+    def of(self, producer: str) -> IngestQuota | None:
+        """The quota ``producer`` ingests under; None: no limit."""
+        return self.producers.get(producer, self.default)
 
 
 class Catalog(msgspec.Struct, frozen=True):
@@ -74,6 +106,7 @@ class Catalog(msgspec.Struct, frozen=True):
     types: dict[str, TypeConfig]
     # (type, locale, channel) -> names the template needs from ``data``.
     template_fields: dict[tuple[str, str, Channel], frozenset[str]]
+    quotas: Quotas = Quotas()
 
     def template_locale(self, type_name: str, channel: Channel, locale: str) -> str | None:
         """The locale whose template is used: exact, then language, then the default."""
@@ -112,7 +145,8 @@ def parse_catalog(raw: bytes | str, source: str = "clarion.toml") -> Catalog:
         except msgspec.ValidationError as error:
             raise CatalogError(f"{source}: {describe(error, path)}") from None
 
-    unknown = sorted(set(document) - {"default_locale", "providers", "channels", "types"})
+    sections = {"default_locale", "providers", "channels", "types", "quotas"}
+    unknown = sorted(set(document) - sections)
     if unknown:
         raise fail(unknown[0], "unknown key")
     default_locale: str = convert(document.get("default_locale", "en"), str, "default_locale")
@@ -137,6 +171,7 @@ def parse_catalog(raw: bytes | str, source: str = "clarion.toml") -> Catalog:
         channels=channels,
         types=types,
         template_fields=fields,
+        quotas=convert(document.get("quotas", {}), Quotas, "quotas"),
     )
 
 

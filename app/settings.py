@@ -9,8 +9,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-Scope = Literal["send", "read", "admin"]
-SCOPES: frozenset[str] = frozenset({"send", "read", "admin"})
+from streams.connection import redact
+from streams.recipient_settings import AddressDigest
+
+# send: notifications; read: the producer's own notifications, deliveries, dead letters and
+# the metrics; recipients: recipients' preferences and quiet hours (they belong to the
+# deployment, not to a producer); admin: every producer's dead letters and their replay.
+Scope = Literal["send", "read", "recipients", "admin"]
+SCOPES: frozenset[str] = frozenset({"send", "read", "recipients", "admin"})
 _PRODUCER = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _PREFIX = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
@@ -39,6 +45,8 @@ class Settings:
     shards: int = 1
     config_path: str = "clarion.toml"
     api_keys: tuple[ApiKey, ...] = field(default=(), repr=False)
+    # Keys the digests that name contact addresses (CLARION_DIGEST_SECRET); never printed.
+    digest_secret: bytes = field(default=b"", repr=False)
     host: str = "127.0.0.1"
     port: int = 8000
     # How long a producer's Idempotency-Key is remembered.
@@ -87,12 +95,26 @@ class Settings:
             key_prefix=_key_prefix(text("CLARION_KEY_PREFIX", defaults.key_prefix)),
             config_path=text("CLARION_CONFIG", defaults.config_path),
             api_keys=parse_api_keys(env.get("CLARION_API_KEYS", "")),
+            digest_secret=_digest_secret(env.get("CLARION_DIGEST_SECRET", "")),
             host=text("CLARION_HOST", defaults.host),
             log_format=_log_format(text("CLARION_LOG_FORMAT", defaults.log_format)),
             log_level=text("CLARION_LOG_LEVEL", defaults.log_level).upper(),
             **integers,
         )
 
+    def address_digest(self) -> AddressDigest:
+        """The digest that names contact addresses; ``SettingsError`` when no secret is set
+        (the API and the workers need one)."""
+        if not self.digest_secret:
+            raise SettingsError(
+                "CLARION_DIGEST_SECRET is not set: give it a random secret of at least "
+                f"{MIN_DIGEST_SECRET} characters (e.g. from 'openssl rand -hex 32'). It keys the "
+                "digests that name contact addresses; keep it the same across restarts."
+            )
+        return AddressDigest(self.digest_secret)
+
+
+MIN_DIGEST_SECRET = 16
 
 # Settings that are whole numbers: field -> (variable, lowest, highest value).
 _INTEGER_VARIABLES: dict[str, tuple[str, int, int]] = {
@@ -113,6 +135,16 @@ _INTEGER_VARIABLES: dict[str, tuple[str, int, int]] = {
 }
 
 
+def _digest_secret(raw: str) -> bytes:
+    secret = raw.strip()
+    if secret and len(secret) < MIN_DIGEST_SECRET:
+        # The value itself is never part of a message.
+        raise SettingsError(
+            f"CLARION_DIGEST_SECRET must have at least {MIN_DIGEST_SECRET} characters"
+        )
+    return secret.encode()
+
+
 def _key_prefix(prefix: str) -> str:
     if not _PREFIX.match(prefix):
         raise SettingsError(
@@ -130,7 +162,7 @@ def _log_format(log_format: str) -> Literal["json", "console"]:
 def _redis_url(url: str) -> str:
     if not url.startswith(("redis://", "rediss://", "unix://")):
         raise SettingsError(
-            f"CLARION_REDIS_URL must start with redis://, rediss:// or unix://, got {url!r}"
+            f"CLARION_REDIS_URL must start with redis://, rediss:// or unix://, got {redact(url)!r}"
         )
     return url
 
@@ -169,7 +201,8 @@ def parse_api_keys(raw: str) -> tuple[ApiKey, ...]:
         scopes = frozenset(s.strip() for s in scopes_text.split("+") if s.strip())
         if not scopes or not scopes <= SCOPES:
             raise SettingsError(
-                f"{where} ({producer}): scopes must be among send, read, admin joined by '+'"
+                f"{where} ({producer}): scopes must be among send, read, recipients, admin "
+                "joined by '+'"
             )
         if secret.startswith("sha256="):
             try:

@@ -57,6 +57,7 @@ from app.catalog import parse_catalog
 from projections.database import ensure_database, quote_identifier
 from streams import codec
 from streams.keys import KeySpace
+from streams.recipient_settings import AddressDigest
 from streams.vocabulary import Priority
 
 REPO: Final = Path(__file__).resolve().parent.parent
@@ -67,6 +68,8 @@ WRITTEN: Final = "written to "
 
 REDIS_URL: Final = os.environ.get("CLARION_REDIS_URL", "redis://127.0.0.1:6379/0")
 API_KEY: Final = "bench-secret-key"  # must match wrk_post.lua
+BENCH_DIGEST_SECRET: Final = b"bench-digest-secret"
+BENCH_DIGEST: Final = AddressDigest(BENCH_DIGEST_SECRET)
 HEALTH_PATH: Final = "/v1/ops/health"
 SINGLE_PATH: Final = "/v1/notifications"
 BATCH_PATH: Final = "/v1/notifications/batch"
@@ -309,6 +312,7 @@ def service_env(prefix: str, redis_url: str, port: int, catalog: Path) -> dict[s
     return {
         **os.environ,
         "CLARION_API_KEYS": f"bench:{API_KEY}:send+read",
+        "CLARION_DIGEST_SECRET": BENCH_DIGEST_SECRET.decode(),
         "CLARION_KEY_PREFIX": prefix,
         "CLARION_REDIS_URL": redis_url,
         "CLARION_HOST": "127.0.0.1",

@@ -58,6 +58,7 @@ if __package__ in {None, ""}:  # run as a script: make the ``bench`` package imp
 
 from bench.harness import (
     BATCH_SIZE,
+    BENCH_DIGEST,
     REPO,
     BenchError,
     batch_pieces,
@@ -100,7 +101,7 @@ async def _workload(kind: str, units: int, redis_url: str, catalog_path: Path) -
     redis = connect(redis_url)
     keys = KeySpace("bench")
     catalog = load_catalog(catalog_path)
-    ingestor = Ingestor(redis, keys, Planner(catalog), 3600)
+    ingestor = Ingestor(redis, keys, Planner(catalog, BENCH_DIGEST), 3600)
     decoder = msgspec.json.Decoder(BatchRequestSchema)
 
     async def accept(bodies: list[bytes]) -> int:
@@ -113,7 +114,12 @@ async def _workload(kind: str, units: int, redis_url: str, catalog_path: Path) -
 
     def new_worker() -> DeliveryWorker:
         return DeliveryWorker(
-            redis, keys, catalog, build_providers(catalog, redis, keys), consumer="bench"
+            redis,
+            keys,
+            catalog,
+            build_providers(catalog, redis, keys),
+            consumer="bench",
+            address_digest=BENCH_DIGEST,
         )
 
     # A warm-up batch, not counted: scripts loaded, caches filled, the worker path run once.

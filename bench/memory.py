@@ -55,6 +55,7 @@ from app.logging import configure_logging
 from app.providers.registry import build_providers
 from app.settings import Settings
 from bench.harness import (
+    BENCH_DIGEST,
     REPO,
     delete_prefix,
     format_table,
@@ -156,9 +157,16 @@ async def run(count: int, prefix: str) -> dict[str, Any]:
         catalog_path = Path(directory) / "clarion.toml"
         unlimited_catalog(REPO / "clarion.toml", catalog_path)
         catalog = load_catalog(catalog_path)
-    ingestor = Ingestor(client, keys, Planner(catalog), settings.idempotency_ttl_seconds)
+    ingestor = Ingestor(
+        client, keys, Planner(catalog, BENCH_DIGEST), settings.idempotency_ttl_seconds
+    )
     worker = DeliveryWorker(
-        client, keys, catalog, build_providers(catalog, client, keys), consumer="bench-0"
+        client,
+        keys,
+        catalog,
+        build_providers(catalog, client, keys),
+        consumer="bench-0",
+        address_digest=BENCH_DIGEST,
     )
     done_accepting = asyncio.Event()
     used_before = (await client.info("memory"))["used_memory"]

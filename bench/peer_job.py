@@ -112,7 +112,7 @@ class PeerJob:
             expires_ms=0,
             attempts=attempt - 1,
         )
-        title, body = render(self.catalog, item)
+        title, body = render(self.catalog, item, item.data)
         message = Message(
             delivery_id=item.delivery_id,
             idempotency_key=item.delivery_id,

@@ -69,6 +69,7 @@ from app.logging import configure_logging
 from app.providers.registry import build_providers
 from bench.harness import (
     BATCH_SIZE,
+    BENCH_DIGEST,
     HEALTH_PATH,
     REPO,
     BenchError,
@@ -217,9 +218,14 @@ async def fill_stream(
     """Accept ``notifications`` through Ingestor while a delivery worker sends them all."""
     configure_logging("console", "WARNING")  # the in-process worker's info lines are noise
     catalog = load_catalog(catalog_path)
-    ingestor = Ingestor(client, keys, Planner(catalog), 3600)
+    ingestor = Ingestor(client, keys, Planner(catalog, BENCH_DIGEST), 3600)
     worker = DeliveryWorker(
-        client, keys, catalog, build_providers(catalog, client, keys), consumer="bench-0"
+        client,
+        keys,
+        catalog,
+        build_providers(catalog, client, keys),
+        consumer="bench-0",
+        address_digest=BENCH_DIGEST,
     )
     worker_task = asyncio.create_task(worker.run())
     decoder = msgspec.json.Decoder(_Answer)

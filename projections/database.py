@@ -13,11 +13,12 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import resources
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 import asyncpg
 
 from projections.partitions import ensure_partitions
+from streams.connection import redact
 
 MIGRATIONS_PACKAGE = "projections"
 MIGRATIONS_DIRECTORY = "migrations"
@@ -54,21 +55,6 @@ class Migration:
     version: int
     name: str
     sql: str
-
-
-def redact(url: str) -> str:
-    """``url`` without its password (in the user part or a ``password=`` query parameter)."""
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, _, hosts = netloc.rpartition("@")
-        user = userinfo.partition(":")[0]
-        netloc = f"{user}@{hosts}" if user else hosts
-    query = parts.query
-    if query:
-        pairs = parse_qsl(query, keep_blank_values=True)
-        query = urlencode([(k, v) for k, v in pairs if k.lower() != "password"])
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
 def database_name(url: str) -> str:

@@ -6,7 +6,8 @@ when the event's version is newer, every event appended to ``delivery_event``, t
 checkpoint saved) and acknowledged only after the commit. Projecting an entry again, in
 whole or in part, leaves the same rows; a crash between commit and XACK therefore costs a
 repeat, never a duplicate. While PostgreSQL is unreachable the batch is retried with
-backoff; ingest and delivery do not wait for the projector.
+backoff; ingest and delivery do not wait for the projector. A group that vanished (Redis
+restarted empty) is made again by the projector that finds it gone.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from redis.exceptions import RedisError
 from projections import rows
 from projections.rows import Rows
 from streams import codec
-from streams.consumer_groups import PROJECTOR_GROUP, autoclaim, ensure_group
+from streams.consumer_groups import PROJECTOR_GROUP, autoclaim, ensure_group, is_missing_group
 from streams.keys import KeySpace, ShardKeys
 
 log = structlog.get_logger(__name__)
@@ -61,9 +62,21 @@ class Projector:
     def stop(self) -> None:
         self._stopping.set()
 
+    async def _ensure_group(self, stream: str) -> None:
+        """Make the group, waiting out a Redis that is away (a restart, say)."""
+        backoff = 0.1
+        while not self._stopping.is_set():
+            try:
+                await ensure_group(self.redis, stream, PROJECTOR_GROUP)
+                return
+            except RedisError as error:
+                log.warning("projector.redis_unavailable", error=str(error), retry_in=backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(MAX_BACKOFF_S, backoff * 2)
+
     async def _project(self, shard: ShardKeys) -> None:
         stream = shard.events
-        await ensure_group(self.redis, stream, PROJECTOR_GROUP)
+        await self._ensure_group(stream)
         cursor = "0"  # first this consumer's own pending entries, then new ones
         backoff = 0.1
         # New entries are read and turned into rows while PostgreSQL writes the batch
@@ -93,13 +106,18 @@ class Projector:
                 except RedisError as error:
                     # Redis is unreachable or restarting. What was read and not
                     # acknowledged is still pending under this consumer: read that first
-                    # once it is back.
+                    # once it is back. A group that vanished (Redis restarted empty) is
+                    # made again at once.
+                    cursor = "0"
+                    if is_missing_group(error):
+                        log.warning("projector.group_missing", stream=stream)
+                        await self._ensure_group(stream)
+                        continue
                     log.warning(
                         "projector.redis_unavailable",
                         error=str(error) or type(error).__name__,
                         retry_in=backoff,
                     )
-                    cursor = "0"
                     await asyncio.sleep(backoff)
                     backoff = min(MAX_BACKOFF_S, backoff * 2)
         finally:

@@ -3,7 +3,7 @@
 ``delivery`` reads each shard's ``work:<priority>`` streams (the delivery workers);
 ``projector`` reads each shard's ``events`` stream (the projector). A reader first drains its
 own pending entries, then reads new ones, and takes over entries other consumers left idle
-with XAUTOCLAIM.
+with XAUTOCLAIM. A reader that finds its group gone makes it again, reading from the start.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
+
+from streams.keys import ShardKeys
 
 DELIVERY_GROUP = "delivery"
 PROJECTOR_GROUP = "projector"
@@ -30,19 +32,10 @@ async def ensure_group(redis: Redis, stream: str, group: str) -> None:
             raise
 
 
-async def delivery_counts(
-    redis: Redis, stream: str, group: str, entry_ids: Sequence[str]
-) -> dict[str, int]:
-    """How often each of these pending entries has been handed out (one round trip)."""
-    async with redis.pipeline(transaction=False) as pipe:
-        for entry_id in entry_ids:
-            pipe.xpending_range(stream, group, min=entry_id, max=entry_id, count=1)
-        replies: list[Any] = await pipe.execute()
-    return {
-        _text(item["message_id"]): int(item["times_delivered"])
-        for reply in replies
-        for item in reply
-    }
+def is_missing_group(error: BaseException) -> bool:
+    """Whether ``error`` says the group (or its stream) is gone: Redis restarted empty, or
+    someone deleted it. Whoever meets it makes the group again (``ensure_group``)."""
+    return isinstance(error, ResponseError) and str(error).startswith("NOGROUP")
 
 
 async def autoclaim(
@@ -69,3 +62,40 @@ async def autoclaim(
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+def groups_of(shard: ShardKeys) -> list[tuple[str, str]]:
+    """Every (stream, group) of one shard that Clarion reads."""
+    return [(stream, DELIVERY_GROUP) for stream in shard.work_streams] + [
+        (shard.events, PROJECTOR_GROUP)
+    ]
+
+
+async def ensure_all_groups(redis: Redis, shards: Sequence[ShardKeys]) -> None:
+    """Make every group of these shards that is missing (one round trip)."""
+    async with redis.pipeline(transaction=False) as pipe:
+        for shard in shards:
+            for stream, group in groups_of(shard):
+                pipe.xgroup_create(stream, group, id="0", mkstream=True)
+        replies = await pipe.execute(raise_on_error=False)
+    for reply in replies:
+        if isinstance(reply, Exception) and "BUSYGROUP" not in str(reply):
+            raise reply
+
+
+async def missing_groups(redis: Redis, shards: Sequence[ShardKeys]) -> list[tuple[str, str]]:
+    """The (stream, group) pairs of these shards that do not exist (one round trip)."""
+    wanted = [pair for shard in shards for pair in groups_of(shard)]
+    async with redis.pipeline(transaction=False) as pipe:
+        for stream, _ in wanted:
+            pipe.xinfo_groups(stream)
+        replies: list[Any] = await pipe.execute(raise_on_error=False)
+    missing = []
+    for (stream, group), reply in zip(wanted, replies, strict=True):
+        if isinstance(reply, ResponseError) and "no such key" in str(reply).lower():
+            missing.append((stream, group))
+        elif isinstance(reply, Exception):
+            raise reply
+        elif group not in {_text(info["name"]) for info in reply}:
+            missing.append((stream, group))
+    return missing

@@ -15,7 +15,7 @@ from typing import Any, TypedDict
 import msgspec
 
 from streams import codec
-from streams.delivery_state import DeliveryStatus
+from streams.delivery_state import TERMINAL, DeliveryStatus
 from streams.delivery_store import Lease, Outcome
 from streams.dlq.entries import Worker, failed_delivery_entry
 from streams.events import (
@@ -36,20 +36,42 @@ from streams.work_items import WorkItem
 MAX_ERROR_TEXT = 500  # characters of an error text kept in the state, events and dead letter
 
 
+_data_decoder = msgspec.json.Decoder(dict[str, Any])
+
+
 @dataclass(frozen=True, slots=True)
 class LeasedDelivery:
     """A delivery a worker holds: its work item, where the item came from, what the lease
-    found, and the worker."""
+    found, the worker, and the template data (the item's own, or the notification's shared
+    data that the lease read; None when shared data is gone)."""
 
     shard: ShardKeys
     item: WorkItem
     entry_id: str
     lease: Lease
     worker: Worker
+    data: dict[str, Any] | None
+
+    @classmethod
+    def taken(
+        cls, shard: ShardKeys, item: WorkItem, entry_id: str, lease: Lease, worker: Worker
+    ) -> LeasedDelivery:
+        """The delivery ``lease`` holds, with its template data resolved."""
+        data: dict[str, Any] | None = item.data
+        if item.shared_data:
+            data = _data_decoder.decode(lease.shared_data) if lease.shared_data else None
+        return cls(shard, item, entry_id, lease, worker, data)
 
     @property
     def priority(self) -> Priority:
         return self.item.priority
+
+    def self_contained_item(self) -> WorkItem:
+        """The work item with its template data inside: what a dead letter keeps, so a replay
+        never depends on the notification's shared data, which ends with its deliveries."""
+        if not self.item.shared_data:
+            return self.item
+        return msgspec.structs.replace(self.item, data=self.data or {}, shared_data=False)
 
 
 def sent(leased: LeasedDelivery, provider: str, message_id: str, now_ms: int) -> Outcome:
@@ -144,7 +166,7 @@ def failed(
         **times,
     }
     dead_letter = failed_delivery_entry(
-        leased.item,
+        leased.self_contained_item(),
         error_class=error_class,
         error=error,
         attempts=attempts,
@@ -171,10 +193,12 @@ def _outcome(
     delayed: tuple[bytes, int] | None = None,
     dead_letter: dict[str, KeyOrArg] | None = None,
 ) -> Outcome:
-    # Every outcome ends the lease and stamps the change.
-    fields = {**fields, "lease_owner": "", "lease_until": 0, "updated_ms": now_ms}
+    # Every outcome ends the lease (and the count of leases without one) and stamps the change.
+    ends = fields["status"] in TERMINAL
+    fields = {**fields, "lease_owner": "", "lease_until": 0, "leases": 0, "updated_ms": now_ms}
     fields["version"] = leased.lease.version + len(events)
     member, due_ms = delayed or (b"", 0)
+    item = leased.item
     return _about(
         leased,
         events=codec.encode_events(events) if events else b"",
@@ -182,6 +206,7 @@ def _outcome(
         delayed_member=member,
         due_ms=due_ms,
         dead_letter=dead_letter or {},
+        releases_data=leased.shard.data(item.notification_id) if ends and item.shared_data else "",
     )
 
 

@@ -88,6 +88,8 @@ class DeliveryState:
     provider: str = ""
     provider_message_id: str = ""
     reason: str = ""
+    # Leases taken since the last recorded outcome; past the limit the delivery is POISON.
+    leases: int = 0
 
     @classmethod
     def from_hash(cls, raw: Mapping[Any, Any]) -> DeliveryState | None:

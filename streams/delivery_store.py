@@ -29,9 +29,10 @@ from streams.work_items import WorkItem
 STATE_RETENTION_MS = 86400 * 1000
 FAILED_STATE_RETENTION_MS = 7 * 86400 * 1000
 
-# GO: the lease is ours; TERMINAL: the delivery ended already (drop the work item); LEASED:
-# another live lease holds it (leave the item for later).
-LeaseVerdict = Literal["GO", "TERMINAL", "LEASED"]
+# GO: the lease is ours; POISON: the lease is ours, but the delivery was leased more often
+# than allowed without an outcome (fail it, do not send it); TERMINAL: the delivery ended
+# already (drop the work item); LEASED: another live lease holds it (leave the item for later).
+LeaseVerdict = Literal["GO", "POISON", "TERMINAL", "LEASED"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +44,9 @@ class Lease:
     attempts: int
     now_ms: int
     first_attempt_ms: int
+    # The notification's shared template data, encoded, for a GO or POISON lease of an item
+    # with ``shared_data`` (b"" when it has none, or when it is gone).
+    shared_data: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +63,9 @@ class Outcome:
     delayed_member: bytes = b""
     due_ms: int = 0
     dead_letter: dict[str, KeyOrArg] = field(default_factory=dict)
+    # The notification's ``data:<id>`` hash when this outcome ends a delivery that shares it
+    # (one delivery fewer holds it; the last one deletes it), else "".
+    releases_data: str = ""
 
     @property
     def status(self) -> str | None:
@@ -94,17 +101,23 @@ class DeliveryStore:
         )
 
     async def begin(
-        self, shard: ShardKeys, items: Sequence[WorkItem], consumer: str, lease_ms: int
+        self,
+        shard: ShardKeys,
+        items: Sequence[WorkItem],
+        consumer: str,
+        lease_ms: int,
+        max_leases: int,
     ) -> list[Lease]:
-        """Lease the deliveries of ``items`` for ``consumer``, for ``lease_ms``."""
+        """Lease the deliveries of ``items`` for ``consumer``, for ``lease_ms``; a delivery
+        leased more than ``max_leases`` times without an outcome comes back POISON."""
         if not items:
             return []
-        call = delivery_begin_call(shard, items, consumer, lease_ms)
+        call = delivery_begin_call(shard, items, consumer, lease_ms, max_leases)
         flat = iter(await scripts.DELIVERY_BEGIN(self.redis, *call))
-        per_item = zip(flat, flat, flat, flat, flat, strict=True)  # five values per item
+        per_item = zip(flat, flat, flat, flat, flat, flat, strict=True)  # six values per item
         return [
-            Lease(verdict.decode(), int(version), int(attempts), int(now), int(first))
-            for verdict, version, attempts, now, first in per_item
+            Lease(verdict.decode(), int(version), int(attempts), int(now), int(first), data)
+            for verdict, version, attempts, now, first, data in per_item
         ]
 
     async def finish(self, outcomes: Sequence[Outcome]) -> list[FinishReply]:
@@ -125,17 +138,23 @@ class DeliveryStore:
 
 
 def delivery_begin_call(
-    shard: ShardKeys, items: Sequence[WorkItem], consumer: str, lease_ms: int
+    shard: ShardKeys, items: Sequence[WorkItem], consumer: str, lease_ms: int, max_leases: int
 ) -> Call:
     """The keys and arguments of one ``lua/delivery_begin.lua`` call.
 
-    KEYS: each delivery's state hash. ARGV: the consumer, the lease's length (ms), then per
-    delivery its notification id and channel (for a state hash created fresh).
+    KEYS: each delivery's state hash, then the data hash of each item with shared data.
+    ARGV: the consumer, the lease's length (ms), the leases allowed without an outcome, then
+    per delivery its notification id and channel (for a state hash created fresh) and the
+    position of its data hash in KEYS (0 for none).
     """
     keys: list[KeyOrArg] = [shard.delivery(item.delivery_id) for item in items]
-    args: list[KeyOrArg] = [consumer, lease_ms]
+    args: list[KeyOrArg] = [consumer, lease_ms, max_leases]
     for item in items:
-        args += [item.notification_id, item.channel]
+        data_at = 0
+        if item.shared_data:
+            keys.append(shard.data(item.notification_id))
+            data_at = len(keys)
+        args += [item.notification_id, item.channel, data_at]
     return keys, args
 
 
@@ -147,20 +166,28 @@ def delivery_finish_call(
 ) -> Call:
     """The keys and arguments of one ``lua/delivery_finish.lua`` call (one work stream).
 
-    KEYS: the work stream, events, delayed, dlq, then each delivery's state hash. ARGV: the
-    consumer group, how long an ended and a FAILED delivery's state stays (ms), every
-    outcome's events joined into one array and each one's byte span in it
-    (``codec.join_events``, ``codec.span_text``), then per outcome: the work entry to
-    acknowledge ("" for none), the version it expects, its ``delayed`` member ("" for none)
-    and due time, its state fields (count, then field/value pairs) and its dead-letter
-    fields (likewise; 0 for none).
+    KEYS: the work stream, events, delayed, dlq, then each delivery's state hash, then the
+    data hash each outcome releases (if any). ARGV: the consumer group, how long an ended
+    and a FAILED delivery's state stays (ms), every outcome's events joined into one array
+    and each one's byte span in it (``codec.join_events``, ``codec.span_text``), the number
+    of outcomes, then per outcome: the work entry to acknowledge ("" for none), the version
+    it expects, its ``delayed`` member ("" for none) and due time, the position of the data
+    hash it releases in KEYS (0 for none), its state fields (count, then field/value pairs)
+    and its dead-letter fields (likewise; 0 for none).
     """
     keys: list[KeyOrArg] = [shard.work(priority), shard.events, shard.delayed, shard.dlq]
+    keys += [shard.delivery(outcome.delivery_id) for outcome in outcomes]
     joined, spans = codec.join_events([outcome.events for outcome in outcomes])
-    args: list[KeyOrArg] = [DELIVERY_GROUP, *retention, joined, codec.span_text(spans)]
+    args: list[KeyOrArg] = [
+        DELIVERY_GROUP, *retention, joined, codec.span_text(spans), len(outcomes)
+    ]  # fmt: skip
     for outcome in outcomes:
-        keys.append(shard.delivery(outcome.delivery_id))
+        release_at = 0
+        if outcome.releases_data:
+            keys.append(outcome.releases_data)
+            release_at = len(keys)
         args += [outcome.entry_id, outcome.expected_version, outcome.delayed_member, outcome.due_ms]
+        args.append(release_at)
         args += _flat(outcome.fields)
         args += _flat(outcome.dead_letter)
     return keys, args

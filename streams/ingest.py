@@ -24,6 +24,9 @@ from streams.scripts import Call, KeyOrArg
 from streams.vocabulary import Priority
 
 _HIGH = Priority.HIGH  # bound once: looked up per item, and through the class it costs more
+# Shared template data outlives its notification's expiry by this much, so a worker whose
+# clock runs behind Redis's still finds it (or finds the delivery expired first).
+SHARED_DATA_SLACK_MS = 300_000
 
 
 class PlannedWork(msgspec.Struct, frozen=True):
@@ -56,6 +59,11 @@ class IngestItem(msgspec.Struct, frozen=True, kw_only=True):
     # All events of this notification's acceptance, as one JSON array.
     events: bytes
     work: list[PlannedWork] = []
+    # The template data its work items share (``streams.work_items``), encoded; b"" when
+    # each item carries its own.
+    shared_data: bytes = b""
+    # When the notification expires (ms): shared data is of no use after that.
+    expires_ms: int = 0
 
 
 class IngestReply(msgspec.Struct, frozen=True):
@@ -144,12 +152,14 @@ def ingest_call(
     """The keys and arguments of one ``lua/ingest.lua`` call, as the script reads them.
 
     KEYS: events, the three work streams, delayed, then per item its idempotency record,
-    notification record and recipient settings. ARGV: the idempotency record's and the
-    in-flight marker's lifetimes (ms), every item's events joined into one array and each
-    item's byte span in it (``codec.join_events``, ``codec.span_text``), then per item: its
-    idempotency record once accepted, the settings version it was planned with, its
-    notification record, its number of work items, and per work item where it goes
-    (``PlannedWork.destination``) and the item.
+    notification record and recipient settings, and its data hash when its work items share
+    their data. ARGV: the idempotency record's and the in-flight marker's lifetimes (ms),
+    every item's events joined into one array and each item's byte span in it
+    (``codec.join_events``, ``codec.span_text``), then per item: its idempotency record once
+    accepted, the settings version it was planned with, its notification record, its shared
+    data ("" for none) and, only when there is some, when that data expires (ms), its number
+    of work items, and per work item where it goes (``PlannedWork.destination``) and the
+    item.
     """
     keys: list[KeyOrArg] = [shard.events, *shard.work_streams, shard.delayed]
     joined, spans = codec.join_events([item.events for item in items])
@@ -162,7 +172,11 @@ def ingest_call(
         ]
         # The idempotency record once accepted, as the script stores it.
         done = f"done {item.fingerprint} {item.notification_id}"
-        args += [done, item.settings_version, item.record, len(item.work)]
+        args += [done, item.settings_version, item.record, item.shared_data]
+        if item.shared_data:
+            keys.append(shard.data(item.notification_id))
+            args.append(item.expires_ms + SHARED_DATA_SLACK_MS)
+        args.append(len(item.work))
         for work in item.work:
             args += [work.destination, work.item]
     return keys, args

@@ -69,6 +69,11 @@ class ShardKeys:
     def delivery(self, delivery_id: str) -> str:
         return f"{self.tag}:dlv:{delivery_id}"
 
+    def data(self, notification_id: str) -> str:
+        """A notification's template data when its work items share it (see ``work_items``):
+        a hash of the data (``d``) and how many of its deliveries have yet to end (``n``)."""
+        return f"{self.tag}:data:{notification_id}"
+
     def recipient(self, recipient_id: str) -> str:
         """A recipient's preferences and quiet hours; every shard holds a copy."""
         return f"{self.tag}:rcpt:{recipient_id}"
@@ -113,10 +118,22 @@ class KeySpace:
         """
         return f"{self.prefix}:{{{self.sandbox_sent}}}:done:{idempotency_key}"
 
+    @property
+    def write_probe(self) -> str:
+        """A short-lived key the readiness check writes to learn whether Redis takes writes."""
+        return f"{self.prefix}:ready:probe"
+
     def metric(self, name: str) -> str:
         """The hash holding one metric's counts, summed over every process (see
         ``streams.metrics_recorder``). Global: all metric hashes share a hash tag of their own."""
         return f"{self.prefix}:{{metrics}}:{name}"
+
+    def quota_bucket(self, producer: str, kind: str) -> str:
+        """A GCRA bucket of a producer's ingest quota: ``requests`` or ``notifications``.
+
+        Global, not per shard: both buckets of one producer share a hash tag of their own.
+        """
+        return f"{self.prefix}:{{quota:{producer}}}:{kind}"
 
     def rate_bucket(self, provider: str, lane: str = "total") -> str:
         """A GCRA bucket of a provider credential: the total, or a priority class's share.

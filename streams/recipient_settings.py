@@ -9,7 +9,7 @@ as JSON).
 
 from __future__ import annotations
 
-import hashlib
+import hmac
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -130,10 +130,10 @@ class RecipientSettingsStore:
         )
 
     async def mark_address_invalid(
-        self, recipient_id: str, channel: str, address: str
+        self, recipient_id: str, channel: str, digest: str
     ) -> RecipientSettings:
-        """Remember that ``address`` is dead for ``channel``: fan-out suppresses it."""
-        digest = address_digest(address)
+        """Remember that the address of ``digest`` (``AddressDigest``) is dead for
+        ``channel``: fan-out suppresses it."""
         return await self._change(
             recipient_id,
             "invalid_address",
@@ -223,9 +223,26 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def address_digest(address: str) -> str:
-    """A short digest naming an address without revealing it."""
-    return hashlib.sha256(address.encode()).hexdigest()[:16]
+class AddressDigest:
+    """Names a contact address without revealing it: an HMAC-SHA256 of the address, keyed
+    with the deployment's secret (``CLARION_DIGEST_SECRET``), cut to 128 bits.
+
+    Keyed, because the space of phone numbers is small: an unkeyed digest of one is found
+    by trying them all.
+    """
+
+    __slots__ = ("_key",)
+
+    def __init__(self, key: bytes) -> None:
+        if not key:
+            raise ValueError("an address digest needs a secret key")
+        self._key = key
+
+    def __call__(self, address: str) -> str:
+        return hmac.digest(self._key, address.encode(), "sha256")[:16].hex()
+
+    def __repr__(self) -> str:  # never print the key
+        return "AddressDigest(<secret>)"
 
 
 def _now() -> datetime:

@@ -103,6 +103,7 @@ SCHEDULE_DUE = LuaScript("schedule_due")  # streams.scheduler.schedule_due_call
 RECIPIENT_SETTINGS = LuaScript("recipient_settings")  # streams.recipient_settings.…_call
 SANDBOX_SEND = LuaScript("sandbox_send")  # app.providers.sandbox.sandbox_send_call
 RATE_LIMIT = LuaScript("rate_limit")  # streams.rate_limiter.rate_limit_call
+INGEST_QUOTA = LuaScript("ingest_quota")  # streams.ingest_quota.ingest_quota_call
 TRIM_STREAM = LuaScript("trim_stream")  # streams.retention.trim_stream_call
 DLQ_REPLAY = LuaScript("dlq_replay")  # streams.dlq.replay.dlq_replay_call
 ALL: tuple[LuaScript, ...] = (
@@ -114,6 +115,7 @@ ALL: tuple[LuaScript, ...] = (
     RECIPIENT_SETTINGS,
     SANDBOX_SEND,
     RATE_LIMIT,
+    INGEST_QUOTA,
     TRIM_STREAM,
     DLQ_REPLAY,
 )

@@ -1,9 +1,16 @@
 """A delivery work item: everything a worker needs to make one provider call.
 
 Work items sit in ``work:<priority>`` streams and in the ``delayed`` set. Unlike events they
-carry the address and the template data, and they live only until the delivery ends. They
-are encoded as JSON arrays (field order, no names): a third smaller and faster to write and
+carry the address and, unless it is shared, the template data; they live only until the
+delivery ends (the finish script deletes a work entry with its acknowledgement). They are
+encoded as JSON arrays (field order, no names): a third smaller and faster to write and
 read. So a new field may only be appended at the end, with a default.
+
+A notification's template data travels in each of its work items while it is small. When
+copies would cost more than a key of its own (``DATA_KEY_OVERHEAD``), ingest writes the data
+once, in the notification's ``data:<id>`` hash (``ShardKeys.data``), and each item says so
+with ``shared_data``: the worker's lease reads it from there, and the last of the
+notification's deliveries to end deletes it.
 """
 
 from __future__ import annotations
@@ -13,6 +20,10 @@ from typing import Any
 import msgspec
 
 from streams.vocabulary import Channel, Priority
+
+# About what a small hash key of its own costs Redis (key, entry, expiry, listpack), in
+# bytes: data is shared once its extra copies would cost more than that.
+DATA_KEY_OVERHEAD = 200
 
 
 class WorkItem(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
@@ -29,3 +40,12 @@ class WorkItem(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     expires_ms: int
     # Attempts already made before this item was (re)queued.
     attempts: int = 0
+    # The producer that sent the notification (whose dead letters these are).
+    producer: str = ""
+    # The template data is in the notification's ``data:<id>`` hash, not in ``data``.
+    shared_data: bool = False
+
+
+def share_data(encoded_data_size: int, work_items: int) -> bool:
+    """Whether a notification's data goes into a key of its own instead of every item."""
+    return (work_items - 1) * encoded_data_size > DATA_KEY_OVERHEAD

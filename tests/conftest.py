@@ -25,14 +25,24 @@ from app.settings import Settings, parse_api_keys
 from projections.database import connect
 from streams import codec
 from streams.events import AnyEvent
+from streams.recipient_settings import AddressDigest
 from tests.pg import throwaway_database
 
 REPO = Path(__file__).resolve().parent.parent
 REDIS_URL = os.environ.get("CLARION_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-API_KEYS = "orders:orders-secret:send+read,auth:auth-secret:send,viewer:viewer-secret:read"
+API_KEYS = (
+    "orders:orders-secret:send+read,auth:auth-secret:send,viewer:viewer-secret:read,"
+    "profiles:profiles-secret:recipients,ops:ops-secret:admin"
+)
 ORDERS = {"Authorization": "Bearer orders-secret"}
 AUTH = {"Authorization": "Bearer auth-secret"}
 VIEWER = {"Authorization": "Bearer viewer-secret"}
+# A user-profile service: may read and change recipients' settings, nothing else.
+PROFILES = {"Authorization": "Bearer profiles-secret"}
+# An operator: every producer's dead letters.
+OPS = {"Authorization": "Bearer ops-secret"}
+DIGEST_SECRET = b"test-digest-secret"
+DIGEST = AddressDigest(DIGEST_SECRET)
 # A marketing notification to a recipient with an email address and a push token.
 REQUEST = NotificationRequest(
     recipient=Recipient(id="user-5", email="x@example.com", push_tokens=["t"]),
@@ -147,7 +157,9 @@ def clock() -> Clock:
 
 @pytest.fixture
 def settings(key_prefix: str) -> Settings:
-    return Settings(key_prefix=key_prefix, api_keys=parse_api_keys(API_KEYS))
+    return Settings(
+        key_prefix=key_prefix, api_keys=parse_api_keys(API_KEYS), digest_secret=DIGEST_SECRET
+    )
 
 
 @pytest.fixture

@@ -15,7 +15,8 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 import asyncpg
 import pytest
 
-from projections.database import DatabaseNotReady, ensure_database, quote_identifier, redact
+from projections.database import DatabaseNotReady, ensure_database, quote_identifier
+from streams.connection import redact
 
 TEST_SERVER_URL = os.environ.get(
     "CLARION_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"

@@ -12,6 +12,7 @@ from litestar import Litestar, Request, Router
 from litestar.datastructures import State
 from litestar.middleware import DefineMiddleware
 from litestar.openapi import OpenAPIConfig
+from litestar.openapi.plugins import JsonRenderPlugin, YamlRenderPlugin
 from litestar.types import ControllerRouterHandler
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -23,12 +24,13 @@ from app.api.errors import internal_error, redis_unavailable
 from app.api.http_metrics import HttpMetrics
 from app.api.notification_status import get_notification_status, list_deliveries
 from app.api.notifications import create_notification, create_notifications_batch
-from app.api.ops import health, lag, metrics
+from app.api.ops import lag, live, metrics, ready
 from app.api.read_model import ReadModel
 from app.api.recipients import QuietHours, get_recipient_settings, put_preferences
 from app.catalog import Catalog
 from app.ingest.fanout import Planner, utc_now
 from app.ingest.ingestor import Ingestor
+from app.ingest.quotas import IngestQuotas
 from app.settings import Settings
 from streams.keys import KeySpace
 from streams.metrics_recorder import MetricsRecorder
@@ -57,11 +59,23 @@ ROUTES: list[ControllerRouterHandler] = [
     list_deliveries,
     get_dlq,
     replay_dlq,
-    health,
+    live,
+    ready,
     lag,
     metrics,
     *DASHBOARD_ROUTES,
 ]
+
+
+def openapi_config() -> OpenAPIConfig:
+    """The API's description at ``/schema``: public, as JSON and YAML only (Litestar's HTML
+    viewers would load scripts from a CDN onto the dashboard's origin)."""
+    return OpenAPIConfig(
+        title="Clarion",
+        version="1",
+        path="/schema",
+        render_plugins=[JsonRenderPlugin(path=["/", "/openapi.json"]), YamlRenderPlugin()],
+    )
 
 
 def create_app(
@@ -81,7 +95,12 @@ def create_app(
     keys = KeySpace(settings.key_prefix, settings.shards)
     recorder = MetricsRecorder(redis, keys)
     ingestor = Ingestor(
-        redis, keys, Planner(catalog), settings.idempotency_ttl_seconds, clock, metrics=recorder
+        redis,
+        keys,
+        Planner(catalog, settings.address_digest()),
+        settings.idempotency_ttl_seconds,
+        clock,
+        metrics=recorder,
     )
     batch = Router(
         "/",
@@ -97,6 +116,9 @@ def create_app(
         "recipient_settings": RecipientSettingsStore(redis, keys),
         "key_space": keys,
         "read_model": ReadModel(db),
+        "ingest_quotas": IngestQuotas(redis, keys, catalog.quotas),
+        # A batch item may be as large as a single POST's body.
+        "max_item_bytes": settings.max_body_bytes,
     }
     return Litestar(
         route_handlers=[create_notification, batch, *ROUTES],
@@ -104,7 +126,7 @@ def create_app(
         before_request=bind_request_context,
         middleware=[DefineMiddleware(HttpMetrics, recorder=recorder)],
         lifespan=[recorder.flushing()],
-        openapi_config=OpenAPIConfig(title="Clarion", version="1", path="/schema"),
+        openapi_config=openapi_config(),
         state=State(state),
         # Logging is configured by app.logging (structlog), not by Litestar.
         logging_config=None,

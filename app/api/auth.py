@@ -69,10 +69,11 @@ def _authorization(connection: ASGIConnection) -> bytes | None:  # type: ignore[
 def authorize(
     connection: ASGIConnection,  # type: ignore[type-arg]
     scope: Scope,
-    *,
+    *other_scopes: Scope,
     challenge: AuthScheme = "Bearer",
 ) -> ApiKey:
-    """The caller's key; 401 without a valid one, 403 when it lacks ``scope``.
+    """The caller's key; 401 without a valid one, 403 when it has none of the scopes
+    (``scope`` or any of ``other_scopes``).
 
     A 401 challenges with ``challenge``: ``Basic`` makes a browser ask for the credentials.
 
@@ -87,6 +88,7 @@ def authorize(
             detail=_DETAIL[challenge],
             headers={"WWW-Authenticate": f'{challenge} realm="clarion"'},
         )
-    if scope not in key.scopes:
-        raise PermissionDeniedException(detail=f"this API key lacks the {scope!r} scope")
+    if scope not in key.scopes and key.scopes.isdisjoint(other_scopes):
+        wanted = " or ".join(repr(s) for s in (scope, *other_scopes))
+        raise PermissionDeniedException(detail=f"this API key lacks the {wanted} scope")
     return key

@@ -1,8 +1,10 @@
-"""``GET /v1/dlq`` and ``POST /v1/dlq/replay``: the dead-letter queue for operators.
+"""``GET /v1/dlq`` and ``POST /v1/dlq/replay``: the dead-letter queue.
 
-The DLQ is shared by every producer, and so are these endpoints: viewing needs the ``read``
-scope, replaying the ``admin`` scope, and neither is limited to the caller's producer (an
-admin key is an operator's). Views never show a recipient address or template data values.
+A producer sees and replays only its own dead letters: viewing needs the ``read`` scope,
+replaying the ``send`` scope (a replay sends again). An ``admin`` key is an operator's: it
+sees and replays every producer's entries, and only it may ``force`` the replay of POISON
+and BUG entries, which point at a fault in Clarion or a provider rather than at one
+notification. Views never show a recipient address or template data values.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Annotated, Any
 import structlog
 from litestar import Request, get, post
 from litestar.datastructures import State
-from litestar.exceptions import ClientException
+from litestar.exceptions import ClientException, PermissionDeniedException
 from litestar.openapi.spec import OpenAPIFormat, OpenAPIType
 from litestar.params import QueryParameter
 from redis.asyncio import Redis
@@ -36,6 +38,7 @@ from app.operations.dlq import (
     selection,
     summary_view,
 )
+from app.settings import ApiKey
 from streams.dlq.replay import replay
 from streams.dlq.scan import summarize
 from streams.keys import KeySpace
@@ -88,8 +91,9 @@ async def get_dlq(
     samples: Samples = None,
 ) -> DlqSummaryView:
     """The open dead letters counted by error class, channel and type, with samples in the
-    order a replay takes them (oldest first). ``resolved`` counts entries a replay settled."""
-    authorize(request, "read")
+    order a replay takes them (oldest first). ``resolved`` counts entries a replay settled.
+    Without an ``admin`` key, only the caller's own entries count."""
+    caller = authorize(request, "read", "admin")
     catalog: Catalog = request.app.state.catalog
     try:
         chosen = selection(
@@ -99,6 +103,7 @@ async def get_dlq(
             error_class=error_class,
             since=since,
             until=until,
+            producer=_own(caller),
         )
         count = samples_count(samples)
     except DlqRequestError as error:
@@ -120,14 +125,19 @@ async def replay_dlq(request: Req) -> ReplayView:
     A replayed delivery keeps its id, starts a fresh attempt series and is queued again,
     with a ``DeliveryReplayed`` event naming ``operator`` and ``reason``; its entry stays,
     marked resolved. Never replayed: a delivery sent since, one past its TTL, one whose state
-    has expired; POISON and BUG entries only with ``force``. ``dry_run`` answers the same
-    and writes nothing.
+    has expired; POISON and BUG entries only with ``force`` (admin keys only). ``dry_run``
+    answers the same and writes nothing. Without an ``admin`` key, only the caller's own
+    entries are replayed.
     """
-    caller = authorize(request, "admin")
+    caller = authorize(request, "send", "admin")
     body = decode_body(await request.body(), ReplayBody)
+    if body.force and "admin" not in caller.scopes:
+        raise PermissionDeniedException(
+            detail="force: only an admin key may replay POISON and BUG entries"
+        )
     catalog: Catalog = request.app.state.catalog
     try:
-        order = replay_order(catalog, body)
+        order = replay_order(catalog, body, producer=_own(caller))
     except DlqRequestError as error:
         raise ClientException(status_code=422, detail=str(error)) from None
     redis: Redis = request.app.state.redis
@@ -151,3 +161,8 @@ async def replay_dlq(request: Req) -> ReplayView:
         skipped=len(report.skipped),
     )
     return replay_view(order, report)
+
+
+def _own(caller: ApiKey) -> str | None:
+    """Whose entries the caller may see and replay: its own, or everyone's (None) for admin."""
+    return None if "admin" in caller.scopes else caller.producer

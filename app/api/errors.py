@@ -47,6 +47,11 @@ class BodyTooLarge(ClientException):
     detail = "The body is larger than the limit"
 
 
+class OverQuota(ClientException):
+    status_code = 429
+    detail = "The producer is over its ingest quota; retry after Retry-After"
+
+
 class InvalidField(ClientException):
     status_code = 422
     detail = "A field or parameter is invalid; the detail names it"

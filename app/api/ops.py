@@ -1,4 +1,5 @@
-"""Operational endpoints: health, ``GET /v1/ops/lag`` and ``GET /metrics`` (Prometheus).
+"""Operational endpoints: liveness and readiness, ``GET /v1/ops/lag`` and ``GET /metrics``
+(Prometheus).
 
 Lag and metrics read everything from Redis at request time: the counters every process adds
 there and the live backlog. So each API process answers the same, whichever one a scrape
@@ -14,6 +15,7 @@ from typing import Any
 import structlog
 from litestar import Request, Response, get
 from litestar.datastructures import State
+from litestar.openapi.datastructures import ResponseSpec
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
@@ -21,25 +23,32 @@ from prometheus_client.metrics_core import (
     HistogramMetricFamily,
     Metric,
 )
-from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
 from app.api.auth import authorize
+from app.api.read_model import ReadModel
 from app.metrics import COUNTERS, HISTOGRAMS, Snapshot, lag_report, read_snapshot
+from app.operations.readiness import readiness
 
 log = structlog.get_logger(__name__)
 
 
-@get("/v1/ops/health")
-async def health(request: Request[Any, Any, State]) -> dict[str, Any]:
-    """Liveness and Redis reachability; no key needed, nothing sensitive in it."""
-    redis: Redis = request.app.state.redis
-    try:
-        await redis.ping()
-        redis_state = "ok"
-    except (RedisError, OSError):
-        redis_state = "unreachable"
-    return {"status": "ok" if redis_state == "ok" else "degraded", "redis": redis_state}
+@get("/v1/ops/health/live")
+async def live() -> dict[str, str]:
+    """Liveness: the process answers. No key needed."""
+    return {"status": "ok"}
+
+
+@get(
+    ["/v1/ops/health/ready", "/v1/ops/health"],
+    responses={503: ResponseSpec(dict[str, Any], description="Not ready: each check says why")},
+)
+async def ready(request: Request[Any, Any, State]) -> Response[dict[str, Any]]:
+    """Readiness: Redis takes writes, every consumer group exists, PostgreSQL answers; 503
+    naming what is wrong otherwise. No key needed, nothing sensitive in it."""
+    read_model: ReadModel = request.app.state.read_model
+    result = await readiness(request.app.state.redis, request.app.state.key_space, read_model.pool)
+    body = {"status": "ready" if result.ready else "not ready", "checks": result.checks}
+    return Response(body, status_code=200 if result.ready else 503)
 
 
 @get("/metrics", media_type=CONTENT_TYPE_PLAIN_0_0_4)

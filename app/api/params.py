@@ -61,14 +61,37 @@ def time_filter(name: str, value: str | None) -> datetime | None:
     text = value.strip()
     before, space, after = text.rpartition(" ")
     for candidate in (text, f"{before}+{after}" if space else text):
-        try:
-            parsed = datetime.fromisoformat(candidate)
-        except ValueError:
-            continue
-        return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+        parsed = _iso_time(candidate)
+        if parsed is not None:
+            return _in_utc_range(name, parsed)
     raise ClientException(
         status_code=422, detail=f"{name}: must be an ISO 8601 time, e.g. 2026-11-29T12:00:00Z"
     )
+
+
+def _iso_time(text: str) -> datetime | None:
+    # Only printable text: fromisoformat passes over a NUL (12:00\x00+05:00 is 12:00+05:00).
+    if not text.isprintable():
+        return None
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+
+
+def _in_utc_range(name: str, moment: datetime) -> datetime:
+    # 0001-01-01T00:00:00+14:00 is valid ISO 8601 but falls before year 1 in UTC (and
+    # 9999-12-31T23:59:59-14:00 after year 9999), where no datetime goes: the database
+    # driver, converting it to UTC, would fail with a 500.
+    try:
+        moment.astimezone(UTC)
+    except OverflowError:
+        raise ClientException(
+            status_code=422,
+            detail=f"{name}: must be from 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z",
+        ) from None
+    return moment
 
 
 def page_size(value: str | None, default: int, most: int) -> int:

@@ -1,4 +1,10 @@
-"""``PUT /v1/recipients/{id}/preferences`` and ``…/quiet-hours``."""
+"""A recipient's settings: ``GET /v1/recipients/{id}/settings``, ``PUT …/preferences``,
+``PUT`` and ``DELETE …/quiet-hours``.
+
+Recipients belong to the deployment (one organisation's users), not to a producer, so every
+one of these needs the ``recipients`` scope: a key that may only send or read notifications
+can neither see nor change what a recipient switched off.
+"""
 
 from __future__ import annotations
 
@@ -50,7 +56,7 @@ async def get_recipient_settings(
     request: Req, recipient_id: FromPath[str]
 ) -> RecipientSettingsView:
     """The recipient's switched-off (type, channel) pairs and quiet hours."""
-    authorize(request, "read")
+    authorize(request, "recipients")
     store: RecipientSettingsStore = request.app.state.recipient_settings
     recipient_id = _recipient_id(recipient_id)
     return _view(recipient_id, await store.get(recipient_id))
@@ -63,7 +69,7 @@ async def get_recipient_settings(
 )
 async def put_preferences(request: Req, recipient_id: FromPath[str]) -> RecipientSettingsView:
     """Replace the recipient's preferences; pairs not listed are switched on."""
-    authorize(request, "send")
+    authorize(request, "recipients")
     recipient_id = _recipient_id(recipient_id)
     body = decode_body(await request.body(), PreferencesBody)
     catalog: Catalog = request.app.state.catalog
@@ -108,7 +114,7 @@ class QuietHours(Controller):
         self, request: Req, recipient_id: FromPath[str]
     ) -> RecipientSettingsView:
         """Set the recipient's quiet hours (start, end, IANA time zone)."""
-        authorize(request, "send")
+        authorize(request, "recipients")
         recipient_id = _recipient_id(recipient_id)
         body = decode_body(await request.body(), QuietHoursBody)
         setting = QuietHoursSetting(start=body.start, end=body.end, timezone=body.timezone)
@@ -124,7 +130,7 @@ class QuietHours(Controller):
         self, request: Req, recipient_id: FromPath[str]
     ) -> RecipientSettingsView:
         """Remove the recipient's quiet hours."""
-        authorize(request, "send")
+        authorize(request, "recipients")
         recipient_id = _recipient_id(recipient_id)
         store: RecipientSettingsStore = request.app.state.recipient_settings
         return _view(recipient_id, await store.remove_quiet_hours(recipient_id))

@@ -33,6 +33,7 @@ from app.operations.dlq import (
 )
 from app.processes.clients import redis_client
 from app.settings import Settings, SettingsError
+from streams.connection import redact
 from streams.dlq.replay import MAX_REPLAY, ReplayOrder
 from streams.dlq.replay import replay as replay_dead_letters
 from streams.dlq.scan import Selection, summarize
@@ -160,7 +161,9 @@ async def _summarize(settings: Settings, chosen: Selection, samples: int) -> Dlq
     try:
         return summary_view(await summarize(redis, keys, chosen, samples=samples))
     except (RedisError, OSError) as error:
-        raise click.ClickException(f"cannot read Redis at {settings.redis_url}: {error}") from None
+        raise click.ClickException(
+            f"cannot read Redis at {redact(settings.redis_url)}: {error}"
+        ) from None
     finally:
         await redis.aclose()
 
@@ -171,7 +174,9 @@ async def _replay(settings: Settings, order: ReplayOrder) -> ReplayView:
     try:
         report = await replay_dead_letters(redis, keys, order, quiet_hours.window_end)
     except (RedisError, OSError) as error:
-        raise click.ClickException(f"cannot use Redis at {settings.redis_url}: {error}") from None
+        raise click.ClickException(
+            f"cannot use Redis at {redact(settings.redis_url)}: {error}"
+        ) from None
     finally:
         await redis.aclose()
     return replay_view(order, report)
@@ -186,7 +191,10 @@ def _summary_lines(view: DlqSummaryView) -> list[str]:
         f"oldest open: {_time(view.oldest_open_at)}",
     ]
     if view.truncated:
-        lines.append("(counted the first entries only: narrow the filter or the time range)")
+        lines.append(
+            f"(counted the newest entries only, complete since {_time(view.complete_since)}: "
+            "narrow the filter or the time range)"
+        )
     for title, counts in (
         ("by error class", view.by_error_class),
         ("by channel", view.by_channel),

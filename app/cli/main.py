@@ -35,6 +35,16 @@ def _settings() -> Settings:
         raise click.ClickException(str(error)) from None
 
 
+def _service_settings() -> Settings:
+    """The settings of a service process (API, worker): with everything those need."""
+    settings = _settings()
+    try:
+        settings.address_digest()
+    except SettingsError as error:
+        raise click.ClickException(str(error)) from None
+    return settings
+
+
 async def _preflight(settings: Settings) -> None:
     redis = redis_client(settings)
     try:
@@ -53,7 +63,7 @@ def main() -> None:
 @click.option("--delivery-workers", default=1, show_default=True, help="delivery worker processes")
 def run(workers: int, delivery_workers: int) -> None:
     """Run the service: the HTTP API and the delivery workers."""
-    settings = _settings()
+    settings = _service_settings()
     configure_logging(settings.log_format, settings.log_level)
     try:
         catalog = load_catalog(settings.config_path)
@@ -79,7 +89,7 @@ def run(workers: int, delivery_workers: int) -> None:
 @click.option("--workers", default=2, show_default=True, help="uvicorn worker processes")
 def api(workers: int) -> None:
     """Run the HTTP API only."""
-    settings = _settings()
+    settings = _service_settings()
     configure_logging(settings.log_format, settings.log_level)
     import uvicorn  # noqa: PLC0415 - only the server needs it
 
@@ -101,7 +111,7 @@ def api(workers: int) -> None:
 @click.option("--slot", default=None, type=int, help="run one worker with this consumer slot")
 def worker(processes: int, slot: int | None) -> None:
     """Run delivery workers only (consumer group "delivery" on every work stream)."""
-    settings = _settings()
+    settings = _service_settings()
     configure_logging(settings.log_format, settings.log_level)
     try:
         load_catalog(settings.config_path)

@@ -20,7 +20,7 @@ from app.delivery.retry_policy import may_retry, retry_delay
 from app.logging import mask
 from app.providers.base import Message, Provider, ProviderError
 from streams import delivery_outcomes
-from streams.delivery_outcomes import LeasedDelivery
+from streams.delivery_outcomes import MAX_ERROR_TEXT, LeasedDelivery
 from streams.delivery_store import Outcome
 from streams.vocabulary import ErrorClass
 from streams.work_items import WorkItem
@@ -52,7 +52,7 @@ class Attempts:
         provider_name = self.catalog.channels[item.channel].provider
         policy = self.catalog.channels[item.channel].retry
         try:
-            title, body = render(self.catalog, item)
+            title, body = render(self.catalog, item, leased.data)
         except RenderError as error:
             log.warning("delivery.render_failed", error=str(error))
             return self._failed_attempt(leased, ErrorClass.PERMANENT, str(error), policy)
@@ -64,7 +64,7 @@ class Attempts:
             title=title,
             body=body,
             attempt=leased.lease.attempts + 1,
-            data=item.data,
+            data=leased.data or {},
         )
         timeout = self.catalog.providers[provider_name].timeout_seconds
         try:
@@ -72,12 +72,11 @@ class Attempts:
                 timeout, self.providers[provider_name].send(message)
             )
         except ProviderError as error:
-            log.info("delivery.attempt_failed", error_class=error.error_class, error=error.message)
+            text = error_text(error.message)
+            log.info("delivery.attempt_failed", error_class=error.error_class, error=text)
             if error.invalid_address:
                 await self.forget_address(item)
-            return self._failed_attempt(
-                leased, error.error_class, error.message, policy, error.retry_after
-            )
+            return self._failed_attempt(leased, error.error_class, text, policy, error.retry_after)
         except TimeoutError:
             text = f"{provider_name}: no answer within {timeout:g} s"
             return self._failed_attempt(leased, ErrorClass.TRANSIENT, text, policy)
@@ -130,5 +129,8 @@ def failed_attempt(
 
 
 def error_text(error: str) -> str:
-    """An error text as it is stored: provider texts may quote the address, so masked."""
-    return mask(error)
+    """An error text as it is stored: cut to length first (a provider's text may be of any
+    size, and nothing should scan more of it than is kept), then masked, as it may quote the
+    address. The cut keeps twice what is stored, so an address crossing the stored length is
+    still whole when it is masked."""
+    return mask(error[: 2 * MAX_ERROR_TEXT])[:MAX_ERROR_TEXT]

@@ -2,10 +2,14 @@
 dead-lettered, so it never blocks a consumer group or loops forever.
 
 Every few seconds (``reclaim_interval_s``, jittered) each work stream is swept with
-XAUTOCLAIM for entries idle longer than the lease. An entry handed out more than
-``max_deliveries`` times is POISON: its delivery ends FAILED and goes to the dead-letter
-queue. An entry that cannot be read at all goes there raw. Entries trimmed from the stream
-meanwhile are acknowledged.
+XAUTOCLAIM for entries idle longer than the lease, and the worker handles what it claims
+like anything it reads. A delivery leased more than ``max_deliveries`` times without an
+outcome is POISON (the lease says so, ``streams.delivery_store``): its delivery ends FAILED
+and goes to the dead-letter queue. The stream's own delivery counter is not used for this:
+it also counts hand-outs whose lease Redis refused (out of memory, say), which must never
+make a delivery POISON. An entry that cannot be read at all goes to the dead-letter queue
+raw. Entries trimmed from the stream meanwhile are acknowledged. A work stream whose group
+is gone (Redis restarted empty) gets it again.
 """
 
 from __future__ import annotations
@@ -15,14 +19,18 @@ import random
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-import msgspec
 import structlog
 from redis.asyncio import Redis
+from redis.exceptions import ResponseError
 
 from app.metrics import DELIVERY_FAILURES, UNKNOWN_CHANNEL
-from streams import codec, delivery_outcomes
-from streams.consumer_groups import DELIVERY_GROUP, Entry, autoclaim, delivery_counts
-from streams.delivery_outcomes import LeasedDelivery
+from streams.consumer_groups import (
+    DELIVERY_GROUP,
+    Entry,
+    autoclaim,
+    ensure_group,
+    is_missing_group,
+)
 from streams.delivery_store import DeliveryStore
 from streams.dlq.entries import Worker, poison_entry
 from streams.keys import KeySpace, ShardKeys
@@ -41,7 +49,6 @@ HandleEntries = Callable[[ShardKeys, Priority, Sequence[Entry]], Awaitable[None]
 @dataclass(frozen=True, slots=True)
 class RecoveryOptions:
     lease_ms: int  # entries idle this long are taken over
-    max_deliveries: int  # handed out more often than this: POISON
     interval_s: float  # a sweep every interval (0.5 to 1.5 times it)
 
 
@@ -81,74 +88,29 @@ class Recovery:
                         log.exception("reclaim.failed", stream=shard.work(priority))
 
     async def reclaim(self, shard: ShardKeys, priority: Priority) -> None:
-        """Take over what other consumers left idle in one work stream; what was handed out
-        too often goes to the dead-letter queue instead (``_sift``)."""
+        """Take over what other consumers left idle in one work stream and hand it to the
+        worker, whose lease turns a delivery leased too often without an outcome POISON."""
         stream = shard.work(priority)
         cursor = "0-0"
         while True:
-            cursor, claimed, deleted = await autoclaim(
-                self.redis, stream, DELIVERY_GROUP, self.worker.name,
-                min_idle_ms=self.options.lease_ms, start=cursor, count=RECLAIM_BATCH,
-            )  # fmt: skip
+            try:
+                cursor, claimed, deleted = await autoclaim(
+                    self.redis, stream, DELIVERY_GROUP, self.worker.name,
+                    min_idle_ms=self.options.lease_ms, start=cursor, count=RECLAIM_BATCH,
+                )  # fmt: skip
+            except ResponseError as error:
+                if not is_missing_group(error):
+                    raise
+                log.warning("reclaim.group_missing", stream=stream)
+                await ensure_group(self.redis, stream, DELIVERY_GROUP)
+                return
             if deleted:  # trimmed away: nothing left to deliver
                 await self.redis.xack(stream, DELIVERY_GROUP, *deleted)
             if claimed:
                 log.info("reclaim.claimed", stream=stream, count=len(claimed))
-                await self.handle(shard, priority, await self._sift(shard, priority, claimed))
+                await self.handle(shard, priority, claimed)
             if cursor == "0-0":
                 return
-
-    async def _sift(
-        self, shard: ShardKeys, priority: Priority, claimed: list[Entry]
-    ) -> list[Entry]:
-        """The claimed entries to deliver; those handed out too often are dead-lettered.
-
-        The counters are read after the claim, so no entry can pass its lease between the
-        check and the claim. The claim itself counted as a delivery: the count before it
-        is compared with the limit.
-        """
-        ids = [entry_id for entry_id, _ in claimed]
-        counts = await delivery_counts(self.redis, shard.work(priority), DELIVERY_GROUP, ids)
-        keep: list[Entry] = []
-        for entry_id, fields in claimed:
-            before = counts.get(entry_id, 1) - 1
-            if before > self.options.max_deliveries:
-                reason = f"delivered {before} times without finishing"
-                await self._give_up(shard, priority, entry_id, fields, reason)
-            else:
-                keep.append((entry_id, fields))
-        return keep
-
-    async def _give_up(
-        self,
-        shard: ShardKeys,
-        priority: Priority,
-        entry_id: str,
-        fields: dict[bytes, bytes],
-        reason: str,
-    ) -> None:
-        """Dead-letter an entry handed out too often. Its delivery ends FAILED (POISON):
-        acknowledging the entry alone would leave it QUEUED or SENDING for ever."""
-        try:
-            item = codec.decode_work_item(fields[codec.WORK_FIELD.encode()])
-        except (KeyError, msgspec.DecodeError, msgspec.ValidationError):
-            await self.poison(shard, priority, entry_id, fields, reason)
-            return
-        [lease] = await self.store.begin(shard, [item], self.worker.name, self.options.lease_ms)
-        leased = LeasedDelivery(shard, item, entry_id, lease, self.worker)
-        if lease.verdict == "LEASED":
-            return  # a live worker is on it now: it finishes it, or the entry comes back
-        if lease.verdict == "TERMINAL":
-            await self.store.finish([delivery_outcomes.acknowledge_only(leased)])
-            return
-        log.warning(
-            "delivery.poison", stream=shard.work(priority), entry_id=entry_id, reason=reason
-        )
-        outcome = delivery_outcomes.failed(
-            leased, ErrorClass.POISON, reason, lease.now_ms, attempts=lease.attempts
-        )
-        await self.store.finish([outcome])
-        self.metrics.inc(DELIVERY_FAILURES, (item.channel, ErrorClass.POISON))
 
     async def poison(
         self,

@@ -28,10 +28,10 @@ from app.delivery.attempt import Attempts
 from app.delivery.provider_timeouts import ProviderTimeouts
 from app.delivery.recovery import Recovery, RecoveryOptions
 from app.delivery.scheduler import Scheduler
-from app.metrics import record_outcome
+from app.metrics import DELIVERY_FAILURES, record_outcome
 from app.providers.base import Provider
 from streams import codec, delivery_outcomes
-from streams.consumer_groups import DELIVERY_GROUP, Entry, ensure_group
+from streams.consumer_groups import DELIVERY_GROUP, Entry, ensure_group, is_missing_group
 from streams.delivery_outcomes import LeasedDelivery
 from streams.delivery_store import (
     FAILED_STATE_RETENTION_MS,
@@ -43,8 +43,8 @@ from streams.dlq.entries import Worker
 from streams.keys import KeySpace, ShardKeys
 from streams.metrics_recorder import MetricsRecorder
 from streams.rate_limiter import Rate, RateLimiter
-from streams.recipient_settings import RecipientSettingsStore
-from streams.vocabulary import Priority
+from streams.recipient_settings import AddressDigest, RecipientSettingsStore
+from streams.vocabulary import ErrorClass, Priority
 from streams.work_items import WorkItem
 
 log = structlog.get_logger(__name__)
@@ -60,6 +60,7 @@ class WorkerOptions:
     )
     # How long a worker may hold a delivery; XAUTOCLAIM takes entries idle this long.
     lease_ms: int = 15_000
+    # Leases of one delivery without an outcome before it is POISON (CLARION_MAX_DELIVERIES).
     max_deliveries: int = 5
     # How long an ended delivery's state stays in Redis; a FAILED one's, for DLQ replays.
     state_retention_ms: int = STATE_RETENTION_MS
@@ -79,10 +80,12 @@ class DeliveryWorker:
         providers: Mapping[str, Provider],
         *,
         consumer: str,
+        address_digest: AddressDigest,
         options: WorkerOptions | None = None,
         now_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
         self.redis = redis
+        self.address_digest = address_digest
         self.keys = keys
         self.catalog = catalog
         self.consumer = consumer
@@ -105,9 +108,7 @@ class DeliveryWorker:
             keys,
             self.store,
             worker=self.worker,
-            options=RecoveryOptions(
-                options.lease_ms, options.max_deliveries, options.reclaim_interval_s
-            ),
+            options=RecoveryOptions(options.lease_ms, options.reclaim_interval_s),
             metrics=self.metrics,
             handle=self.handle_entries,
         )
@@ -197,9 +198,15 @@ class DeliveryWorker:
                 await self.handle_entries(shard, priority, entries)
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                # Whatever was read stays pending: recovery hands it out again, and the
-                # delivery counter dead-letters an entry that keeps failing.
+            except Exception as error:
+                # Whatever was read stays pending and is read again first (a refused write,
+                # an out-of-memory Redis say, leased nothing: it costs the entries nothing).
+                # A group or stream that vanished (Redis restarted empty) is made again.
+                cursor = "0"
+                if is_missing_group(error):
+                    log.warning("worker.group_missing", stream=stream)
+                    await self._ensure_groups([shard])
+                    continue
                 log.exception("worker.read_failed", stream=stream)
                 await asyncio.sleep(1)
 
@@ -222,18 +229,40 @@ class DeliveryWorker:
                 await self._recovery.poison(shard, priority, entry_id, fields, reason)
         if not items:
             return
+        options = self.options
         leases = await self.store.begin(
-            shard, [item for _, item in items], self.consumer, self.options.lease_ms
+            shard,
+            [item for _, item in items],
+            self.consumer,
+            options.lease_ms,
+            max_leases=options.max_deliveries,
         )
         held = [
-            LeasedDelivery(shard, item, entry_id, lease, self.worker)
+            LeasedDelivery.taken(shard, item, entry_id, lease, self.worker)
             for (entry_id, item), lease in zip(items, leases, strict=True)
         ]
-        ended = [leased for leased in held if leased.lease.verdict == "TERMINAL"]
-        if ended:  # a duplicate of a delivery that already ended: drop it
-            await self.store.finish([delivery_outcomes.acknowledge_only(e) for e in ended])
-        # LEASED items stay pending: their holder finishes them or recovery returns them.
+        # A duplicate of a delivery that already ended is dropped; one that workers keep
+        # dying on fails into the dead-letter queue. LEASED items stay pending: their holder
+        # finishes them or recovery returns them.
+        dropped = [
+            self._poisoned(leased) if leased.lease.verdict == "POISON" else
+            delivery_outcomes.acknowledge_only(leased)
+            for leased in held
+            if leased.lease.verdict in ("TERMINAL", "POISON")
+        ]  # fmt: skip
+        if dropped:
+            await self.store.finish(dropped)
         await self._start([leased for leased in held if leased.lease.verdict == "GO"])
+
+    def _poisoned(self, leased: LeasedDelivery) -> Outcome:
+        """The outcome of a delivery leased too often without one: FAILED, as POISON."""
+        limit = self.options.max_deliveries
+        log.warning("delivery.poison", delivery_id=leased.item.delivery_id, leases=limit + 1)
+        self.metrics.inc(DELIVERY_FAILURES, (leased.item.channel, ErrorClass.POISON))
+        reason = f"leased {limit + 1} times without an outcome: workers keep failing on it"
+        return delivery_outcomes.failed(
+            leased, ErrorClass.POISON, reason, leased.lease.now_ms, attempts=leased.lease.attempts
+        )
 
     async def _start(self, held: list[LeasedDelivery]) -> None:
         """Expire what is past its TTL, defer what has no quota, send the rest."""
@@ -308,7 +337,7 @@ class DeliveryWorker:
         """Remember for the recipient that a provider called ``item``'s address dead."""
         try:
             await self.recipient_settings.mark_address_invalid(
-                item.recipient_id, item.channel, item.address
+                item.recipient_id, item.channel, self.address_digest(item.address)
             )
         except Exception:
             log.exception("delivery.mark_invalid_failed", delivery_id=item.delivery_id)

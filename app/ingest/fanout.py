@@ -1,8 +1,9 @@
 """Fan-out: from one accepted request to one planned delivery per channel and address.
 
 Pure computation, no I/O: given the catalog, the request, the recipient's settings and the
-clock, it decides each delivery's fate (queued, deferred by quiet hours, suppressed, expired)
-and prepares everything the ingest script writes.
+clock, it checks the request against the catalog (its type, who may send it, its channels and
+their templates' fields), fixes its ids, and prepares everything the ingest script writes;
+each delivery's fate is decided by ``app.ingest.delivery_plan``.
 """
 
 from __future__ import annotations
@@ -13,37 +14,23 @@ from datetime import UTC, datetime, timedelta
 import msgspec
 
 from app.catalog import Catalog
+from app.ingest.delivery_plan import Identity, NotificationPlan, epoch_ms
 from app.ingest.quiet_hours import window_end
 from app.ingest.requests import Accepted, NotificationRequest
 from streams import codec
-from streams.delivery_state import DeliveryStatus
-from streams.events import (
-    DeliveryDeferred,
-    DeliveryExpired,
-    DeliveryQueued,
-    DeliverySuppressed,
-    Event,
-    NotificationAccepted,
-)
+from streams.events import Event
 from streams.ids import new_ids
-from streams.ingest import IngestItem, PlannedWork
+from streams.ingest import IngestItem
 from streams.keys import ShardKeys
-from streams.recipient_settings import QUIET_HOURS_EXEMPT, RecipientSettings, address_digest
+from streams.recipient_settings import AddressDigest, RecipientSettings
 from streams.records import (
-    DeliveryAtAcceptance,
     NotificationRecord,
     decode_record,
     encode_record,
 )
-from streams.scheduler import delayed_member
 from streams.vocabulary import Channel, Priority
-from streams.work_items import WorkItem
 
-# Enum members looked up through their class cost about 150 ns each on Python 3.11; fan-out
-# decides every delivery's fate by them, so they are bound once.
-_QUEUED, _SCHEDULED = DeliveryStatus.QUEUED, DeliveryStatus.SCHEDULED
-_SUPPRESSED, _EXPIRED = DeliveryStatus.SUPPRESSED, DeliveryStatus.EXPIRED
-_HIGH = Priority.HIGH
+_HIGH = Priority.HIGH  # bound once: looked up per notification
 
 _canonical = msgspec.json.Encoder(order="sorted")
 _response_encoder = msgspec.json.Encoder()
@@ -60,6 +47,10 @@ class FanoutError(ValueError):
     """The request cannot be fanned out; the message names the field (answered with 422)."""
 
 
+class NotAllowed(FanoutError):
+    """The producer may not send this type (answered with 403)."""
+
+
 _FINGERPRINTED = len(NotificationRequest.__struct_fields__)
 
 
@@ -71,15 +62,6 @@ def fingerprint(request: NotificationRequest) -> str:
     """
     canonical = _canonical.encode(msgspec.structs.astuple(request)[:_FINGERPRINTED])
     return hashlib.sha256(canonical).hexdigest()[:32]
-
-
-class Identity(msgspec.Struct, frozen=True):
-    """Ids fixed once per request, so a STALE round re-plans with the same ones."""
-
-    notification_id: str
-    # (channel, address) pairs in fan-out order, and one delivery id for each.
-    pairs: tuple[tuple[Channel, str], ...]
-    delivery_ids: tuple[str, ...]
 
 
 def addresses_by_channel(
@@ -121,7 +103,7 @@ class _Moment:
 
     def __init__(self, now: datetime) -> None:
         self.now = now
-        self.ms = _ms(now)
+        self.ms = epoch_ms(now)
         # TTL in seconds -> (expiry, expiry in ms). A moment lasts one request or batch, so
         # this holds at most one entry per notification of it.
         self.expiries: dict[int, tuple[datetime, int]] = {}
@@ -137,8 +119,10 @@ class _Moment:
 class Planner:
     """Turns validated requests into ingest items according to the catalog."""
 
-    def __init__(self, catalog: Catalog) -> None:
+    def __init__(self, catalog: Catalog, address_digest: AddressDigest) -> None:
         self.catalog = catalog
+        # Names the addresses a provider reported dead (``RecipientSettings.invalid``).
+        self.address_digest = address_digest
         # (type, requested channels, locale) -> what the catalog says about that choice.
         # Locales come from requests, so the cache is emptied when it grows past its cap.
         self._routes: dict[tuple[str, tuple[Channel, ...], str], _Route] = {}
@@ -183,6 +167,16 @@ class Planner:
         required = frozenset().union(*(fields for _, _, fields in templates))
         return _Route(channels, tuple(templates), required)
 
+    def check_sender(self, producer: str, type_name: str) -> None:
+        """Raise ``NotAllowed`` unless ``producer`` may send notifications of ``type_name``
+        (an unknown type is left to ``identity`` to name)."""
+        type_config = self.catalog.types.get(type_name)
+        allowed = type_config.producers if type_config is not None else None
+        if allowed is not None and producer not in allowed:
+            raise NotAllowed(
+                f"type: producer {producer!r} may not send {type_name!r} notifications"
+            )
+
     def identity(self, shard: ShardKeys, request: NotificationRequest) -> Identity:
         """Check the request against the catalog and fix its ids; raises ``FanoutError``."""
         pairs = addresses_by_channel(request, self.channels(request))
@@ -207,9 +201,9 @@ class Planner:
         request_fingerprint: str | None = None,
     ) -> IngestItem:
         """Everything the ingest script writes for this request."""
-        notification = self._notification(request, identity, settings, now)
+        notification = self._notification(producer, request, identity, settings, now)
         events: list[Event] = [notification.accepted(producer, idempotency_key, identity)]
-        at_acceptance, work = notification.deliveries(identity, events)
+        at_acceptance, work, shared_data = notification.deliveries(identity, events)
         record = NotificationRecord(
             id=notification.id,
             type=request.type,
@@ -235,15 +229,18 @@ class Planner:
             record=encode_record(record),
             events=codec.encode_events(events),
             work=work,
+            shared_data=shared_data,
+            expires_ms=notification.expires_ms,
         )
 
     def _notification(
         self,
+        producer: str,
         request: NotificationRequest,
         identity: Identity,
         settings: RecipientSettings,
         now: datetime,
-    ) -> _Notification:
+    ) -> NotificationPlan:
         type_config = self.catalog.types[request.type]
         priority = request.priority or type_config.priority
         if type(priority) is not Priority:  # a request built in code, not decoded
@@ -255,8 +252,9 @@ class Planner:
             if settings.quiet_hours is not None and priority != _HIGH
             else None
         )
-        return _Notification(
+        return NotificationPlan(
             id=identity.notification_id,
+            producer=producer,
             request=request,
             priority=priority,
             locale=request.locale or self.catalog.default_locale,
@@ -267,119 +265,8 @@ class Planner:
             quiet_until=quiet_until,
             disabled=settings.disabled if type_config.opt_out else frozenset(),
             invalid=settings.invalid,
+            address_digest=self.address_digest,
         )
-
-
-class _Notification(msgspec.Struct, frozen=True, kw_only=True):
-    """One notification being planned: what its deliveries' fates and events depend on."""
-
-    id: str
-    request: NotificationRequest
-    priority: Priority
-    locale: str
-    now: datetime
-    now_ms: int
-    expires: datetime
-    expires_ms: int
-    # When the recipient's quiet window ends, if this notification falls into one.
-    quiet_until: datetime | None
-    disabled: frozenset[tuple[str, str]]  # (type, channel) pairs the recipient switched off
-    invalid: frozenset[tuple[str, str]]  # (channel, address digest) of dead addresses
-
-    def accepted(
-        self, producer: str, idempotency_key: str, identity: Identity
-    ) -> NotificationAccepted:
-        """The notification's first event."""
-        return NotificationAccepted(
-            at=self.now,
-            notification_id=self.id,
-            producer=producer,
-            idempotency_key=idempotency_key,
-            notification_type=self.request.type,
-            priority=self.priority,
-            recipient_id=self.request.recipient.id,
-            locale=self.locale,
-            expires_at=self.expires,
-            delivery_ids=list(identity.delivery_ids),
-        )
-
-    def deliveries(
-        self, identity: Identity, events: list[Event]
-    ) -> tuple[list[DeliveryAtAcceptance], list[PlannedWork]]:
-        """Each delivery's state at ingest (suppressed, expired, deferred by quiet hours or
-        queued) and its work item unless it ended already; its first event (version 1) is
-        added to ``events``.
-
-        One loop in one method: it runs for every delivery of every notification, and a
-        method call per delivery cost fan-out an eighth more instructions.
-        """
-        nid, now, priority, quiet_until = self.id, self.now, self.priority, self.quiet_until
-        type_name, disabled, invalid = self.request.type, self.disabled, self.invalid
-        at_acceptance: list[DeliveryAtAcceptance] = []
-        work: list[PlannedWork] = []
-        for (channel, address), did in zip(identity.pairs, identity.delivery_ids, strict=True):
-            status, reason = _QUEUED, ""
-            if (type_name, channel) in disabled:
-                status, reason = _SUPPRESSED, "opted_out"
-            elif not address:
-                status, reason = _SUPPRESSED, "no_address"
-            elif invalid and (channel, address_digest(address)) in invalid:
-                status, reason = _SUPPRESSED, "invalid_address"
-            elif quiet_until is not None and channel not in QUIET_HOURS_EXEMPT:
-                status = _SCHEDULED if quiet_until < self.expires else _EXPIRED
-                reason = "" if status is _SCHEDULED else "quiet_hours_past_ttl"
-            at_acceptance.append(
-                DeliveryAtAcceptance(id=did, channel=channel, status=status, reason=reason)
-            )
-            if status is _SUPPRESSED:
-                events.append(DeliverySuppressed(
-                    at=now, notification_id=nid, delivery_id=did, version=1,
-                    channel=channel, reason=reason,  # type: ignore[arg-type]
-                ))  # fmt: skip
-                continue
-            if status is _EXPIRED:
-                events.append(DeliveryExpired(
-                    at=now, notification_id=nid, delivery_id=did, version=1,
-                    channel=channel, reason=reason,
-                ))  # fmt: skip
-                continue
-            item = self._work_item(did, channel, address)
-            if status is _SCHEDULED:
-                assert quiet_until is not None
-                events.append(DeliveryDeferred(
-                    at=now, notification_id=nid, delivery_id=did, version=1,
-                    channel=channel, reason="quiet_hours", until=quiet_until,
-                ))  # fmt: skip
-                work.append(PlannedWork(priority, delayed_member(priority, item), _ms(quiet_until)))
-            else:
-                events.append(DeliveryQueued(
-                    at=now, notification_id=nid, delivery_id=did, version=1,
-                    channel=channel, priority=priority,
-                ))  # fmt: skip
-                work.append(PlannedWork(priority, item))
-        return at_acceptance, work
-
-    def _work_item(self, did: str, channel: Channel, address: str) -> bytes:
-        """The encoded work item of one delivery."""
-        return codec.encode(
-            WorkItem(
-                delivery_id=did,
-                notification_id=self.id,
-                notification_type=self.request.type,
-                channel=channel,
-                priority=self.priority,
-                recipient_id=self.request.recipient.id,
-                address=address,
-                locale=self.locale,
-                data=self.request.data,
-                created_ms=self.now_ms,
-                expires_ms=self.expires_ms,
-            )
-        )
-
-
-def _ms(moment: datetime) -> int:
-    return int(moment.timestamp() * 1000)
 
 
 def utc_now() -> datetime:

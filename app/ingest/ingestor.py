@@ -18,7 +18,15 @@ import structlog
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from app.ingest.fanout import FanoutError, Identity, Planner, accepted_body, fingerprint, utc_now
+from app.ingest.delivery_plan import Identity
+from app.ingest.fanout import (
+    FanoutError,
+    NotAllowed,
+    Planner,
+    accepted_body,
+    fingerprint,
+    utc_now,
+)
 from app.ingest.requests import NotificationRequest
 from app.metrics import OPT_OUTS
 from streams.ingest import IngestItem, IngestReply, IngestWriter
@@ -126,10 +134,14 @@ class Ingestor:
         self, index: int, producer: str, key: str, request: NotificationRequest, now: datetime
     ) -> _Pending | IngestAnswer:
         """Check the request against the catalog, fix its ids and plan it for a recipient
-        without settings (the common case); 422 if it cannot be."""
+        without settings (the common case); 422 if it cannot be, 403 if the producer may
+        not send its type."""
         shard = self.keys.for_ingest(producer, key)
         try:
+            self.planner.check_sender(producer, request.type)
             identity = self.planner.identity(shard, request)
+        except NotAllowed as error:
+            return IngestAnswer(403, detail=str(error))
         except FanoutError as error:
             return IngestAnswer(422, detail=str(error))
         checked = _Request(producer, shard, key, request, identity, fingerprint(request))
@@ -188,8 +200,11 @@ def _answer_of(item: IngestItem, reply: IngestReply) -> IngestAnswer:
             )
         return IngestAnswer(202, response=accepted_body(reply.record), replayed=True)
     if reply.kind == "BROKEN":
-        # A key holding the wrong type: damage in Redis that an operator must look at.
-        log.error("ingest.key_broken", error=reply.error)
+        if reply.error.startswith("WRONGTYPE"):
+            # A key holding the wrong type: damage in Redis that an operator must look at.
+            log.error("ingest.key_broken", error=reply.error)
+        # Otherwise Redis refused the write (out of memory, read-only, loading), which every
+        # request meets alike: readiness says so once, not a log line per notification.
         return IngestAnswer(
             503, detail="the event log (Redis) refused this notification; retry later"
         )

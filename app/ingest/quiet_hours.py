@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from datetime import UTC, datetime, time, timedelta
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from streams.events import QuietHoursSetting
 
+# Anchored and bounded: reads at most six characters of any string.
 _CLOCK = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)$")
+# A name longer than this is not echoed back in full in the error.
+_SHOWN_NAME = 64
 
 
 class QuietHoursError(ValueError):
@@ -22,16 +26,32 @@ def check(setting: QuietHoursSetting) -> None:
             raise QuietHoursError(f"{name}: expected a time like 22:00 (HH:MM, 24-hour clock)")
     if setting.start == setting.end:
         raise QuietHoursError("end: must differ from start (an empty window makes no sense)")
+    if setting.timezone not in _iana_zones():
+        raise _not_a_zone(setting.timezone)
     _zone(setting.timezone)
 
 
+@functools.cache
+def _iana_zones() -> frozenset[str]:
+    # A name is looked up in the list of zones instead of handed to ZoneInfo: ZoneInfo opens
+    # it as a path under the tz database, so "Europe" (a directory), a 300-character name or
+    # one with a NUL byte fails with whatever the file system says. "localtime" is a link
+    # some systems put there to the host's own zone, which is no zone a recipient lives in.
+    return frozenset(available_timezones() - {"localtime"})
+
+
 def _zone(name: str) -> ZoneInfo:
+    # Also for settings stored earlier: a zone a later tz database dropped fails here with a
+    # QuietHoursError like a misspelt one, never with the file system's error.
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise QuietHoursError(
-            f"timezone: {name!r} is not an IANA time zone like Europe/Berlin"
-        ) from None
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        raise _not_a_zone(name) from None
+
+
+def _not_a_zone(name: str) -> QuietHoursError:
+    shown = repr(name) if len(name) <= _SHOWN_NAME else f"{name[:_SHOWN_NAME]!r}…"
+    return QuietHoursError(f"timezone: {shown} is not an IANA time zone like Europe/Berlin")
 
 
 def _clock(text: str) -> time:

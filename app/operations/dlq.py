@@ -63,8 +63,10 @@ def selection(
     since: str | None = None,
     until: str | None = None,
     delivery_ids: list[str] | tuple[str, ...] = (),
+    producer: str | None = None,
 ) -> Selection:
-    """The entries these filters mean; ``DlqRequestError`` naming the first invalid one."""
+    """The entries these filters mean (only ``producer``'s, when given); ``DlqRequestError``
+    naming the first invalid one."""
     if notification_type is not None and notification_type not in catalog.types:
         raise DlqRequestError(
             f"type: unknown notification type {notification_type!r}; "
@@ -85,11 +87,13 @@ def selection(
         since_ms=since_ms,
         until_ms=until_ms,
         delivery_ids=frozenset(d.lower() for d in delivery_ids),
+        producer=producer,
     )
 
 
-def replay_order(catalog: Catalog, body: ReplayBody) -> ReplayOrder:
-    """The replay a valid body asks for; ``DlqRequestError`` naming the first invalid field."""
+def replay_order(catalog: Catalog, body: ReplayBody, producer: str | None = None) -> ReplayOrder:
+    """The replay a valid body asks for, of ``producer``'s entries only when given;
+    ``DlqRequestError`` naming the first invalid field."""
     for name, value in (("operator", body.operator), ("reason", body.reason)):
         if not value.strip() or not value.isprintable():
             raise DlqRequestError(f"{name}: printable text is required, not only blanks")
@@ -102,6 +106,7 @@ def replay_order(catalog: Catalog, body: ReplayBody) -> ReplayOrder:
             since=body.since,
             until=body.until,
             delivery_ids=body.delivery_ids,
+            producer=producer,
         ),
         limit=body.limit,
         operator=body.operator.strip(),
@@ -130,14 +135,26 @@ def _time_ms(name: str, value: str | None) -> int | None:
     """An ISO 8601 time in ms since the epoch; UTC when it has no offset."""
     if value is None:
         return None
+    text = value.strip()
     try:
-        parsed = datetime.fromisoformat(value.strip())
+        # Only printable text: fromisoformat passes over a NUL (12:00\x00+05:00 is 12:00+05:00).
+        if not text.isprintable():
+            raise ValueError(text)
+        parsed = datetime.fromisoformat(text)
     except ValueError:
         raise DlqRequestError(
             f"{name}: must be an ISO 8601 time, e.g. 2026-11-29T12:00:00Z"
         ) from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
+    try:
+        # 0001-01-01T00:00:00+14:00 is valid ISO 8601 but falls before year 1 in UTC (and
+        # 9999-12-31T23:59:59-14:00 after year 9999): refused like in every time parameter.
+        parsed.astimezone(UTC)
+    except OverflowError:
+        raise DlqRequestError(
+            f"{name}: must be from 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z"
+        ) from None
     ms = int(parsed.timestamp() * 1000)
     if ms <= 0:  # stream entry ids start at the epoch; nothing was dead-lettered before it
         raise DlqRequestError(f"{name}: must be later than 1970-01-01T00:00:00Z")
@@ -165,6 +182,7 @@ class DeadLetterView(msgspec.Struct, frozen=True, kw_only=True):
     type: str | None
     channel: str | None
     priority: str | None
+    producer: str | None
     error_class: str
     last_error: str
     attempts: int
@@ -192,7 +210,10 @@ class DlqSummaryView(msgspec.Struct, frozen=True, kw_only=True):
     by_channel: dict[str, int]
     by_type: dict[str, int]
     oldest_open_at: datetime | None
+    # The queue held more than one view looks at (its newest entries): the counts are
+    # complete only for entries dead-lettered since ``complete_since``; narrow with since/until.
     truncated: bool
+    complete_since: datetime | None
     samples: list[DeadLetterView]
 
 
@@ -231,6 +252,7 @@ def letter_view(letter: DeadLetter) -> DeadLetterView:
         type=letter.notification_type or None,
         channel=letter.channel or None,
         priority=letter.priority or None,
+        producer=letter.producer or None,
         error_class=letter.error_class,
         last_error=mask(letter.last_error),
         attempts=letter.attempts,
@@ -259,6 +281,7 @@ def summary_view(summary: Summary) -> DlqSummaryView:
         by_type=dict(summary.by_type.most_common()),
         oldest_open_at=_at_or_none(summary.oldest_open_ms or 0),
         truncated=summary.truncated,
+        complete_since=_at_or_none(summary.complete_since_ms or 0) if summary.truncated else None,
         samples=[letter_view(letter) for letter in summary.samples],
     )
 

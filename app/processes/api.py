@@ -6,6 +6,8 @@ from functools import partial
 
 import structlog
 from litestar import Litestar
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from app.api.app import create_app
 from app.api.read_model import ReadModel
@@ -16,6 +18,8 @@ from app.processes.gc_tuning import tune_gc
 from app.processes.redis_checks import check_redis
 from app.settings import Settings
 from projections.database import connect as connect_database
+from streams.consumer_groups import ensure_all_groups
+from streams.keys import KeySpace
 
 log = structlog.get_logger(__name__)
 
@@ -34,6 +38,7 @@ def build() -> Litestar:
 
     async def on_startup() -> None:
         await check_redis(redis, settings.redis_url)
+        await _make_groups(redis, app.state.key_space)
         await read_model.start()
         tune_gc()
 
@@ -44,3 +49,13 @@ def build() -> Litestar:
     app.on_startup.append(on_startup)
     app.on_shutdown.append(on_shutdown)
     return app
+
+
+async def _make_groups(redis: Redis, keys: KeySpace) -> None:
+    """Make the streams the API writes readable from the start: every consumer group exists
+    before the first notification, so readiness holds before any worker ran. A Redis that
+    refuses the writes now is reported by readiness; the readers make the groups later."""
+    try:
+        await ensure_all_groups(redis, keys.all_shards())
+    except (RedisError, OSError) as error:
+        log.warning("api.groups_not_made", error=str(error) or type(error).__name__)

@@ -6,6 +6,8 @@ import structlog
 from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 
+from streams.connection import redact
+
 log = structlog.get_logger(__name__)
 MIN_VERSION = (7, 0)
 
@@ -14,12 +16,13 @@ class RedisNotReady(Exception):
     """Redis cannot be used as Clarion's event log; the message says how to fix it."""
 
 
-async def check_redis(redis: Redis, url_for_messages: str) -> str:
-    """Check the server and return the durability guarantee in plain words."""
+async def check_redis(redis: Redis, url: str) -> str:
+    """Check the server and return the durability guarantee in plain words (a message
+    names ``url`` without its password)."""
     try:
         info = await redis.info("server")
     except (RedisError, OSError) as error:
-        raise RedisNotReady(f"Redis at {url_for_messages} is not reachable: {error}") from None
+        raise RedisNotReady(f"Redis at {redact(url)} is not reachable: {error}") from None
     version = str(info.get("redis_version", "0"))
     if tuple(int(part) for part in version.split(".")[:2]) < MIN_VERSION:
         raise RedisNotReady(f"Redis {version} is too old: Clarion needs Redis 7.0 or newer")

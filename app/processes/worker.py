@@ -64,6 +64,7 @@ async def serve(settings: Settings, slot: int) -> None:
                 catalog, redis, keys, remember_ms=settings.stream_retention_seconds * 1000
             ),
             consumer=consumer_name(slot),
+            address_digest=settings.address_digest(),
             options=worker_options(settings),
         )
         running = asyncio.create_task(worker.run())

@@ -27,8 +27,7 @@ from typing import Any, Final, Literal
 
 import msgspec
 from redis.asyncio import Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import RedisError
 
 from app.providers.base import Message, ProviderError
 from streams.batching import BatchedScript
@@ -224,8 +223,10 @@ class SandboxProvider:
         )
         try:
             [message_id] = await self._record_call.run([call])
-        except (RedisConnectionError, RedisTimeoutError) as error:
+        except RedisError as error:
             # Like an unreachable provider: it may or may not have sent, so try again later.
+            # Also when Redis answers but refuses the write (out of memory, read-only,
+            # loading): that says nothing about the message, so it is no BUG of the send.
             raise ProviderError(
                 ErrorClass.TRANSIENT, f"sandbox: cannot record the call: {type(error).__name__}"
             ) from error

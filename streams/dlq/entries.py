@@ -3,8 +3,8 @@
 Each shard's ``dlq`` stream holds three kinds of entries:
 
 - a FAILED delivery (``failed_delivery_entry``, recorded by ``lua/delivery_finish.lua``):
-  ids, type, channel, priority, error class, last error, attempts and their times, worker,
-  the delivery's version and its work item;
+  ids, type, channel, priority, producer, error class, last error, attempts and their times,
+  worker, the delivery's version and its work item (with its template data inside);
 - a POISON work entry nobody can handle (``poison_entry``, ``lua/dead_letter_raw.lua``): the
   reason and the entry's raw fields, each named ``raw_<field>`` (``raw_w`` is the work item,
   when it can be read at all);
@@ -55,6 +55,7 @@ class DeadLetter:
     notification_type: str = ""
     channel: str = ""
     priority: str = ""
+    producer: str = ""  # "" when the entry does not say (an unreadable work entry)
     attempts: int = 0
     first_attempt_ms: int = 0
     last_attempt_ms: int = 0
@@ -98,6 +99,7 @@ def failed_delivery_entry(
         "type": item.notification_type,
         "channel": item.channel,
         "priority": item.priority,
+        "producer": item.producer,
         "error_class": error_class,
         "last_error": error,
         "attempts": attempts,
@@ -134,6 +136,7 @@ _KNOWN = frozenset(
         "type",
         "channel",
         "priority",
+        "producer",
         "error_class",
         "last_error",
         "reason",
@@ -174,6 +177,7 @@ def parse_entry(shard: int, entry_id: str, raw: dict[bytes, bytes]) -> DeadLette
         notification_type=text("type") or (work.notification_type if work else ""),
         channel=text("channel") or (work.channel if work else ""),
         priority=text("priority") or (work.priority if work else ""),
+        producer=text("producer") or (work.producer if work else ""),
         attempts=number("attempts"),
         first_attempt_ms=number("first_attempt_ms"),
         last_attempt_ms=number("last_attempt_ms"),

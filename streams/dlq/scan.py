@@ -1,8 +1,11 @@
 """Finding dead letters: the entries a selection matches, page by page, and their summary.
 
-Entries are read oldest first, shard by shard, each with how a replay settled it (its mark
-in ``dlq:resolved``); entries without a mark are the open dead letters. Every scan is
-bounded: it looks at no more than a given number of entries, matching or not.
+Entries are read shard by shard, each with how a replay settled it (its mark in
+``dlq:resolved``); entries without a mark are the open dead letters. Every scan is bounded:
+it looks at no more than a given number of entries, matching or not, so what a view costs
+does not grow with the queue. A replay reads oldest first (the order it replays in); a
+summary reads newest first, so a large queue's summary shows what failed most recently, and
+says that it is partial.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from redis.asyncio import Redis
 from streams.dlq.entries import DeadLetter, parse_entry, parse_resolution
 from streams.keys import KeySpace
 
-SUMMARY_SCAN = 100_000  # entries one summary may look at
+SUMMARY_SCAN = 10_000  # entries one summary may look at (about 0.3 s of API time)
 _PAGE = 500
 
 
@@ -32,11 +35,14 @@ class Selection:
     since_ms: int | None = None  # dead-lettered at or after
     until_ms: int | None = None  # dead-lettered before
     delivery_ids: frozenset[str] = frozenset()
+    # Only this producer's entries (a producer's own view); None: every producer's (admin).
+    producer: str | None = None
 
     def matches(self, letter: DeadLetter) -> bool:
         """True when ``letter`` passes every filter (the time range is applied by XRANGE)."""
         return (
-            self.notification_type in (None, letter.notification_type)
+            self.producer in (None, letter.producer)
+            and self.notification_type in (None, letter.notification_type)
             and self.channel in (None, letter.channel)
             and self.error_class in (None, letter.error_class)
             and (not self.delivery_ids or letter.delivery_id in self.delivery_ids)
@@ -51,19 +57,30 @@ class Selection:
 
 
 async def scan(
-    redis: Redis, keys: KeySpace, selection: Selection, *, open_only: bool, max_entries: int
+    redis: Redis,
+    keys: KeySpace,
+    selection: Selection,
+    *,
+    open_only: bool,
+    max_entries: int,
+    newest_first: bool = False,
 ) -> AsyncIterator[list[DeadLetter]]:
-    """Pages of matching entries, oldest first, shard by shard, each with its resolution.
+    """Pages of matching entries, oldest (or newest) first, shard by shard, each with its
+    resolution.
 
     Looks at no more than ``max_entries`` entries in all, matching or not.
     """
     low, high = selection.id_range
     looked = 0
     for shard in keys.all_shards():
-        start = low
+        start = high if newest_first else low
         while looked < max_entries:
             count = min(_PAGE, max_entries - looked)
-            entries: Any = await redis.xrange(shard.dlq, start, high, count=count)
+            entries: Any = await (
+                redis.xrevrange(shard.dlq, start, low, count=count)
+                if newest_first
+                else redis.xrange(shard.dlq, start, high, count=count)
+            )
             if not entries:
                 break
             looked += len(entries)
@@ -97,10 +114,14 @@ class Summary:
     by_type: Counter[str] = field(default_factory=Counter)
     oldest_open_ms: int | None = None
     samples: list[DeadLetter] = field(default_factory=list)
-    truncated: bool = False  # more entries than one summary looks at: counts are partial
+    # More entries than one summary looks at: the counts are complete only for the entries
+    # dead-lettered since ``complete_since_ms`` (the oldest one counted).
+    truncated: bool = False
+    complete_since_ms: int | None = None
 
     def count(self, letter: DeadLetter, samples: int) -> None:
-        """Count one entry; keep it as a sample while fewer than ``samples`` are kept."""
+        """Count one entry (read newest first); keep the oldest ``samples`` open ones."""
+        self.complete_since_ms = letter.dead_lettered_ms
         if letter.resolution is not None:
             self.resolved += 1
             return
@@ -110,8 +131,10 @@ class Summary:
         self.by_type[letter.notification_type or "unknown"] += 1
         if self.oldest_open_ms is None or letter.dead_lettered_ms < self.oldest_open_ms:
             self.oldest_open_ms = letter.dead_lettered_ms
-        if len(self.samples) < samples:
+        if samples:
             self.samples.append(letter)
+            if len(self.samples) > samples:
+                self.samples.pop(0)
 
 
 async def summarize(
@@ -122,12 +145,17 @@ async def summarize(
     samples: int,
     max_entries: int = SUMMARY_SCAN,
 ) -> Summary:
-    """Count the matching entries (open ones by class, channel and type) and take samples:
-    the first ``samples`` open ones, in the order a replay would take them."""
+    """Count the matching entries among the newest ``max_entries`` (open ones by class,
+    channel and type) and take samples: the oldest ``samples`` open ones of those, in the
+    order a replay would take them."""
     summary = Summary()
-    async for page in scan(redis, keys, selection, open_only=False, max_entries=max_entries):
+    pages = scan(
+        redis, keys, selection, open_only=False, max_entries=max_entries, newest_first=True
+    )
+    async for page in pages:
         for letter in page:
             summary.count(letter, samples)
+    summary.samples.reverse()  # read newest first, shown oldest first
     summary.truncated = await more_than(redis, keys, selection, max_entries)
     return summary
 

@@ -1,5 +1,5 @@
--- Move a work entry that cannot be handled (undecodable, or delivered too often) to the
--- dead-letter queue with its raw fields, and acknowledge it so it never blocks its group.
+-- Move a work entry that cannot be handled (it cannot be read) to the dead-letter queue with
+-- its raw fields, and acknowledge and delete it so it never blocks its group.
 --
 -- Keys and arguments: ``streams.delivery_store.dead_letter_raw_call`` lays them out.
 -- KEYS: work stream, dlq
@@ -11,4 +11,6 @@ for i = 3, #ARGV do
   fields[#fields + 1] = ARGV[i]
 end
 redis.call("XADD", dlq, "*", unpack(fields))
-return redis.call("XACK", work, group, entry_id)
+local acked = redis.call("XACK", work, group, entry_id)
+redis.call("XDEL", work, entry_id)
+return acked

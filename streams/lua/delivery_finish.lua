@@ -2,21 +2,24 @@
 -- one atomic step, so a crash never leaves one without the others.
 --
 -- Keys and arguments: ``streams.delivery_store.delivery_finish_call`` lays them out.
--- KEYS: work stream, events, delayed, dlq, then per item: the delivery's state hash.
+-- KEYS: work stream, events, delayed, dlq, then per item: the delivery's state hash; then
+--       the ``data:<id>`` hash of each item that ends a delivery with shared template data.
 -- ARGV: consumer group, retention (ms) of an ended delivery's state, of a FAILED one's,
 --       every item's events joined into one JSON array (``codec.join_events``), each item's
 --       first and last byte in that array as one string of numbers (``codec.span_text``;
---       "1 0" for an item without events), then per item:
+--       "1 0" for an item without events), the number of items, then per item:
 --   work entry id ("" for none), expected version, delayed member ("" for none), due ms,
---   state field count, field/value pairs, dead-letter field count, field/value pairs (0 for
---   none)
+--   the position in KEYS of the data hash it releases (0: none), state field count,
+--   field/value pairs, dead-letter field count, field/value pairs (0 for none)
 --
 -- The events of the recorded items go into one ``events`` entry (one atomic write, one
 -- entry, as at ingest): the joined array as it came when every item is recorded, else each
 -- recorded item's events cut out into an entry of their own (``append_events``,
 -- ``wrong_type``, ``arguments`` and ``TERMINAL`` come from ``shared.lua``). All work
--- entries are acknowledged with one XACK: a busy worker finishes dozens of deliveries per
--- call, and each command saved is Redis time saved.
+-- entries are acknowledged with one XACK and deleted with one XDEL: a work entry carries
+-- the recipient's address, which has no business in Redis once its delivery moved on, and a
+-- busy worker finishes dozens of deliveries per call, so each command saved is Redis time
+-- saved.
 --
 -- Reply per item: "OK"; "ENDED" when the delivery had already ended, or "MOVED" when another
 -- worker recorded something for it since this one read its version: then only the work
@@ -26,13 +29,15 @@
 -- A state hash that reaches a terminal status expires after its retention; until then a
 -- redelivered work item still finds it ended. A FAILED delivery's state lives as long as its
 -- dead letter may be replayed (a replay re-checks it). A non-terminal state never expires.
+-- A recorded item that releases a data hash counts one delivery of its notification done;
+-- the last one deletes the hash.
 
 local work, events, delayed, dlq = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local group, joined, spans = ARGV[1], ARGV[4], ARGV[5]
 -- A terminal state expires after the ended one's retention, a FAILED one's after its own.
 local ended_retention_ms, failed_retention_ms = ARGV[2], ARGV[3]
 
-local next_arg = arguments(6)
+local next_arg = arguments(7)
 local function take(count)
   local values = {}
   for j = 1, count do
@@ -47,10 +52,11 @@ if broken then
 end
 
 local replies, recorded, acked, all_recorded = {}, {}, {}, true
-for i = 5, #KEYS do
+for i = 5, 4 + tonumber(ARGV[6]) do
   local key = KEYS[i]
   local entry_id, expected = next_arg(), next_arg()
   local member, due_ms = next_arg(), next_arg()
+  local release = tonumber(next_arg())
   local fields = take(tonumber(next_arg()))
   local dead_letter = take(tonumber(next_arg()))
 
@@ -81,6 +87,9 @@ for i = 5, #KEYS do
     if #dead_letter > 0 then
       redis.call("XADD", dlq, "*", unpack(dead_letter))
     end
+    if release > 0 and redis.call("HINCRBY", KEYS[release], "n", -1) <= 0 then
+      redis.call("DEL", KEYS[release])
+    end
   end
   if reply ~= "OK" then
     all_recorded = false
@@ -93,5 +102,6 @@ end
 append_events(events, joined, spans, all_recorded, recorded)
 if #acked > 0 then
   redis.call("XACK", work, group, unpack(acked))
+  redis.call("XDEL", work, unpack(acked))
 end
 return replies

@@ -2,14 +2,16 @@
 --
 -- Keys and arguments: ``streams.ingest.ingest_call`` lays them out.
 -- KEYS: events, work:high, work:normal, work:low, delayed,
---       then per item: idempotency record, notification record, recipient settings.
+--       then per item: idempotency record, notification record, recipient settings, and
+--       its data hash when its work items share their template data.
 -- ARGV: idempotency ttl (ms), in-flight marker ttl (ms), every item's events joined into one
 --       JSON array (``codec.join_events``), each item's first and last byte in that array as
 --       one string of numbers ("1 420 422 845 ..."), then per item: its idempotency record
 --       when done ("done <fingerprint> <notification id>"), expected settings version,
---       notification record, work item count, then per work item: where it goes (high,
---       normal or low for a work stream; the due time in ms for ``delayed``) and the
---       encoded item.
+--       notification record, shared template data ("" for none) followed, only when there
+--       is some, by the time it expires (ms since the epoch), work item count, then per work
+--       item: where it goes (high, normal or low for a work stream; the due time in ms for
+--       ``delayed``) and the encoded item.
 --
 -- The events of the accepted items go into one ``events`` entry: one atomic write, one
 -- entry. When every item is accepted, that is the joined array as it came; otherwise each
@@ -19,7 +21,10 @@
 -- Only the notification record, the events and the work items are written: a delivery's
 -- state hash is created by the first worker that touches it (absent means "as accepted"),
 -- which keeps this script to a handful of commands per notification. The record lives as
--- long as the idempotency record that points to it.
+-- long as the idempotency record that points to it. Shared template data goes into the
+-- notification's data hash with the number of its work items (``n``): each delivery that
+-- ends counts itself off (``delivery_finish.lua``), and the hash expires with the
+-- notification in any case.
 --
 -- This script runs for every accepted notification, so its common path is kept short: one
 -- SET ... NX GET claims a fresh key and reads an existing one in a single command, and the
@@ -94,10 +99,16 @@ local replies, accepted, all_accepted = {}, {}, true
 local argi, keyi, last = 5, 6, #ARGV
 while argi <= last do
   local done, settings_version, record = ARGV[argi], ARGV[argi + 1], ARGV[argi + 2]
-  local first_work = argi + 4
-  argi = first_work + 2 * tonumber(ARGV[argi + 3])
+  local shared_data, data_expires_at, data_key = ARGV[argi + 3], nil, nil
   local idem, ntf, rcpt = KEYS[keyi], KEYS[keyi + 1], KEYS[keyi + 2]
   keyi = keyi + 3
+  if shared_data ~= "" then
+    data_expires_at, data_key = ARGV[argi + 4], KEYS[keyi]
+    argi, keyi = argi + 1, keyi + 1
+  end
+  local work_count = tonumber(ARGV[argi + 4])
+  local first_work = argi + 5
+  argi = first_work + 2 * work_count
 
   -- Read the recipient's settings version, then claim the key as done or read what an
   -- earlier request left there. A key of the wrong type fails this item alone, before
@@ -125,6 +136,10 @@ while argi <= last do
         redis.call("SET", idem, done, "PX", idem_ttl)
       end
       redis.call("SET", ntf, record, "PX", idem_ttl)
+      if data_key then
+        redis.call("HSET", data_key, "d", shared_data, "n", work_count)
+        redis.call("PEXPIREAT", data_key, data_expires_at)
+      end
       accepted[#accepted + 1] = #replies + 1
       for w = first_work, argi - 1, 2 do
         enqueue(work, delayed, ARGV[w], ARGV[w + 1])

@@ -13,7 +13,7 @@ from typing import IO
 
 import httpx
 
-from tests.conftest import REDIS_URL, REPO
+from tests.conftest import DIGEST_SECRET, REDIS_URL, REPO
 
 CLARION = [sys.executable, "-m", "app.cli"]
 
@@ -25,6 +25,7 @@ def service_env(prefix: str, port: int, **extra: str) -> dict[str, str]:
         "CLARION_KEY_PREFIX": prefix,
         "CLARION_PORT": str(port),
         "CLARION_API_KEYS": "shop:shop-secret-key:send+read",
+        "CLARION_DIGEST_SECRET": DIGEST_SECRET.decode(),
         "CLARION_CONFIG": str(REPO / "clarion.toml"),
         **extra,
     }

@@ -7,16 +7,12 @@ invalid requests for every operation the schema documents and checks each answer
 
 from __future__ import annotations
 
-import asyncio
-import subprocess
-import uuid
 from collections.abc import Iterator
 
 import msgspec
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
-from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 from schemathesis.config import ChecksConfig
 from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
@@ -24,62 +20,26 @@ from schemathesis.specs.openapi.checks import negative_data_rejection, positive_
 from app.api.app import create_app
 from app.catalog import load_catalog
 from app.settings import Settings, parse_api_keys
-from projections.database import connect, ensure_database, migrate
-from tests.conftest import REDIS_URL, REPO
-from tests.e2e.service_support import CLARION, service_env, wait_healthy
-from tests.pg import TEST_SERVER_URL, drop_database, throwaway_name, with_database
-from tests.servers import free_port, wait_for_port
+from tests.conftest import DIGEST_SECRET, REDIS_URL, REPO
+from tests.e2e.api_service import API_KEY, API_KEYS, running_api
 
-API_KEY = "fuzz-secret-key"
 BATCH_PATH = "/v1/notifications/batch"
 EXAMPLES_PER_OPERATION = 40
-
-
-async def _prepare_database(url: str) -> None:
-    """Create and migrate the read model, as the projector would, so the status API has one."""
-    await ensure_database(url)
-    pool = await connect(url, max_size=1)
-    try:
-        await migrate(pool)
-    finally:
-        await pool.close()
 
 
 @pytest.fixture(scope="module")
 def api_url() -> Iterator[str]:
     """A running API with its own key prefix and database, all scopes for one producer."""
-    prefix = f"fuzz-{uuid.uuid4().hex[:8]}"
-    database = throwaway_name()
-    database_url = with_database(TEST_SERVER_URL, database)
-    asyncio.run(_prepare_database(database_url))
-    port = free_port()
-    env = service_env(
-        prefix,
-        port,
-        CLARION_DATABASE_URL=database_url,
-        CLARION_API_KEYS=f"fuzz:{API_KEY}:send+read+admin",
-    )
-    process = subprocess.Popen(
-        [*CLARION, "api", "--workers", "1"], env=env, cwd=REPO, stderr=subprocess.PIPE
-    )
-    try:
-        wait_for_port(port, timeout=20)
-        wait_healthy(f"http://127.0.0.1:{port}")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        _, stderr = process.communicate(timeout=30)
-        redis = Redis.from_url(REDIS_URL)
-        for key in redis.scan_iter(match=f"{prefix}:*"):
-            redis.unlink(key)
-        redis.close()
-        asyncio.run(drop_database(database))
-        assert b"Traceback" not in stderr, stderr.decode()[-3000:]
+    with running_api() as url:
+        yield url
 
 
 def _documented_schema() -> dict[str, object]:
     """The OpenAPI document the service serves at /schema, built without a server."""
-    settings = Settings(api_keys=parse_api_keys(f"fuzz:{API_KEY}:send+read+admin"))
+    settings = Settings(
+        api_keys=parse_api_keys(API_KEYS),
+        digest_secret=DIGEST_SECRET,
+    )
     redis = AsyncRedis.from_url(REDIS_URL)  # not connected: building the app needs no I/O
     app = create_app(settings, redis=redis, catalog=load_catalog(REPO / "clarion.toml"))
     # Through JSON, as /schema serves it: generated examples hold Python objects until then.

@@ -19,7 +19,7 @@ from app.catalog import load_catalog
 from app.ingest.fanout import Planner
 from app.ingest.ingestor import Ingestor
 from streams.keys import KeySpace
-from tests.conftest import REDIS_URL, REPO, REQUEST
+from tests.conftest import DIGEST, REDIS_URL, REPO, REQUEST
 from tests.e2e.service_support import CLARION, Lines, service_env
 from tests.pg import TEST_SERVER_URL, drop_database, throwaway_name, with_database
 from tests.servers import free_port
@@ -53,7 +53,7 @@ async def accept(keys: KeySpace, *idempotency_keys: str) -> list[str]:
     """Accept ``REQUEST`` under each key; the notification ids."""
     redis = AsyncRedis.from_url(REDIS_URL)
     try:
-        ingestor = Ingestor(redis, keys, Planner(load_catalog(REPO / "clarion.toml")), 3600)
+        ingestor = Ingestor(redis, keys, Planner(load_catalog(REPO / "clarion.toml"), DIGEST), 3600)
         outcomes = [await ingestor.ingest("orders", key, REQUEST) for key in idempotency_keys]
     finally:
         await redis.aclose()

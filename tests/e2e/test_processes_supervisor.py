@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from redis import Redis
 
-from tests.conftest import REDIS_URL, REPO
+from tests.conftest import DIGEST_SECRET, REDIS_URL, REPO
 from tests.e2e.service_support import Lines
 
 pytestmark = pytest.mark.timeout(120)
@@ -36,7 +36,8 @@ def supervisor(key_prefix: str) -> Iterator[type[subprocess.Popen[bytes]]]:
     class Supervisor(subprocess.Popen[bytes]):
         def __init__(self, *children: str) -> None:
             env = {**os.environ, "CLARION_REDIS_URL": REDIS_URL, "CLARION_KEY_PREFIX": key_prefix,
-                   "CLARION_CONFIG": str(REPO / "clarion.toml")}  # fmt: skip
+                   "CLARION_CONFIG": str(REPO / "clarion.toml"),
+                   "CLARION_DIGEST_SECRET": DIGEST_SECRET.decode()}  # fmt: skip
             super().__init__(
                 [sys.executable, "-c", SUPERVISE, *children],
                 env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,

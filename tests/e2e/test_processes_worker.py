@@ -23,7 +23,7 @@ from app.ingest.ingestor import Ingestor
 from app.ingest.requests import NotificationRequest
 from streams.keys import KeySpace
 from streams.vocabulary import Priority
-from tests.conftest import REDIS_URL, REPO
+from tests.conftest import DIGEST, DIGEST_SECRET, REDIS_URL, REPO
 from tests.integration.delivery_support import catalog_text, fast_catalog, sandbox_calls, wait_until
 
 pytestmark = pytest.mark.timeout(120)
@@ -35,6 +35,7 @@ def worker_env(prefix: str, catalog_path: Path, **extra: str) -> dict[str, str]:
         "CLARION_REDIS_URL": REDIS_URL,
         "CLARION_KEY_PREFIX": prefix,
         "CLARION_CONFIG": str(catalog_path),
+        "CLARION_DIGEST_SECRET": DIGEST_SECRET.decode(),
         "CLARION_LOG_LEVEL": "WARNING",
         **extra,
     }
@@ -67,7 +68,7 @@ async def accept_many(
     """Accept ``bodies``; the delivery ids."""
     from app.catalog import load_catalog  # noqa: PLC0415
 
-    ingestor = Ingestor(redis, keys, Planner(load_catalog(catalog_path)), 3600)
+    ingestor = Ingestor(redis, keys, Planner(load_catalog(catalog_path), DIGEST), 3600)
     ids: list[str] = []
     for start in range(0, len(bodies), 1000):
         entries = [
@@ -185,7 +186,7 @@ async def test_high_stays_fast_while_a_low_backlog_drains(
         for n in range(100_000)
     ]  # fmt: skip
     await accept_many(real_redis, keys, catalog_path, flood, "flood")
-    ingestor = Ingestor(real_redis, keys, Planner(fast_catalog()), 3600)
+    ingestor = Ingestor(real_redis, keys, Planner(fast_catalog(), DIGEST), 3600)
     env = worker_env(key_prefix, catalog_path)
     high_ids: dict[str, float] = {}
     with workers(env, [0, 1]):

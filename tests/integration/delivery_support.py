@@ -17,7 +17,7 @@ from app.ingest.ingestor import Ingestor
 from app.ingest.requests import NotificationRequest
 from app.providers.registry import build_providers
 from streams.keys import KeySpace
-from tests.conftest import REPO
+from tests.conftest import DIGEST, REPO
 
 FAST = WorkerOptions(lease_ms=1500, reclaim_interval_s=0.3, shutdown_grace_s=5.0)
 
@@ -56,7 +56,7 @@ async def accept(
     """Accept one notification as producer "orders"; its 202 answer."""
     import msgspec  # noqa: PLC0415
 
-    ingestor = Ingestor(redis, keys, Planner(catalog), 3600)
+    ingestor = Ingestor(redis, keys, Planner(catalog, DIGEST), 3600)
     outcome = await ingestor.ingest("orders", key, msgspec.convert(body, NotificationRequest))
     assert outcome.status_code == 202, outcome
     answer: dict[str, Any] = msgspec.json.decode(outcome.response)
@@ -79,6 +79,7 @@ async def running_worker(
         catalog,
         build_providers(catalog, redis, keys),
         consumer=consumer,
+        address_digest=DIGEST,
         options=options,
     )
     task = asyncio.create_task(worker.run())

@@ -23,6 +23,7 @@ from streams.dlq.replay import ReplayOrder, ReplayReport
 from streams.dlq.scan import Selection
 from streams.keys import KeySpace
 from streams.vocabulary import ErrorClass
+from tests.conftest import DIGEST
 from tests.integration.delivery_support import FAST, accept, fast_catalog, wait_until
 
 
@@ -41,7 +42,9 @@ async def worker_during_outage(
     redis: Redis, keys: KeySpace, catalog: Catalog
 ) -> AsyncIterator[DeliveryWorker]:
     providers: dict[str, Provider] = {name: Outage(name) for name in catalog.providers}
-    worker = DeliveryWorker(redis, keys, catalog, providers, consumer="outage-0", options=FAST)
+    worker = DeliveryWorker(
+        redis, keys, catalog, providers, consumer="outage-0", address_digest=DIGEST, options=FAST
+    )
     task = asyncio.create_task(worker.run())
     try:
         yield worker

@@ -13,7 +13,7 @@ from app.api.app import create_app
 from app.catalog import Catalog
 from app.settings import Settings, parse_api_keys
 from streams.keys import KeySpace
-from tests.conftest import API_KEYS, ORDERS, http_client
+from tests.conftest import API_KEYS, AUTH, DIGEST_SECRET, ORDERS, VIEWER, http_client
 from tests.integration.delivery_support import running_worker, sandbox_calls, wait_until
 from tests.integration.dlq_support import EMAIL_BODY, dead_lettered, otp
 
@@ -29,9 +29,8 @@ async def api(
     real_redis: Redis, key_prefix: str, catalog: Catalog
 ) -> AsyncIterator[httpx.AsyncClient]:
     keys = parse_api_keys(f"{API_KEYS},ops:ops-admin-secret:admin")
-    app = create_app(
-        Settings(key_prefix=key_prefix, api_keys=keys), redis=real_redis, catalog=catalog
-    )
+    settings = Settings(key_prefix=key_prefix, api_keys=keys, digest_secret=DIGEST_SECRET)
+    app = create_app(settings, redis=real_redis, catalog=catalog)
     async with http_client(app) as client:
         yield client
 
@@ -143,11 +142,35 @@ async def test_broken_json_is_400(api: httpx.AsyncClient) -> None:
     assert answer.status_code == 400
 
 
-async def test_replay_needs_the_admin_scope_and_the_view_the_read_scope(
+async def test_replay_needs_send_or_admin_and_the_view_read_or_admin(
     api: httpx.AsyncClient,
 ) -> None:
     assert (await api.post("/v1/dlq/replay", json=REPLAY)).status_code == 401
-    assert (await api.post("/v1/dlq/replay", json=REPLAY, headers=ORDERS)).status_code == 403
+    assert (await api.post("/v1/dlq/replay", json=REPLAY, headers=VIEWER)).status_code == 403
     assert (await api.get("/v1/dlq")).status_code == 401
     assert (await api.get("/v1/dlq", headers=SEND_ONLY)).status_code == 403
-    assert (await api.get("/v1/dlq", headers=ADMIN)).status_code == 403  # admin is not read
+    assert (await api.get("/v1/dlq", headers=ADMIN)).status_code == 200
+
+
+async def test_a_producer_sees_and_replays_only_its_own_dead_letters(
+    api: httpx.AsyncClient, real_redis: Redis, key_prefix: str
+) -> None:
+    """Every ``read`` key once listed every producer's dead letters, recipient ids included."""
+    await dead_lettered(real_redis, KeySpace(key_prefix), [otp(0), EMAIL_BODY])  # orders'
+    others = (await api.get("/v1/dlq", params={"samples": "5"}, headers=VIEWER)).json()
+    assert (others["open"], others["samples"]) == (0, [])
+    own = (await api.get("/v1/dlq", headers=ORDERS)).json()
+    assert own["open"] == 2
+    assert {s["producer"] for s in own["samples"]} == {"orders"}
+    assert (await api.get("/v1/dlq", headers=ADMIN)).json()["open"] == 2
+
+    body = {**REPLAY, "dry_run": True}
+    foreign = (await api.post("/v1/dlq/replay", json=body, headers=AUTH)).json()
+    assert foreign["replayed"] == []
+    mine = (await api.post("/v1/dlq/replay", json=body, headers=ORDERS)).json()
+    assert len(mine["replayed"]) == 2
+    forced = await api.post("/v1/dlq/replay", json={**body, "force": True}, headers=ORDERS)
+    assert forced.status_code == 403
+    assert "force" in forced.json()["detail"]
+    everyone = await api.post("/v1/dlq/replay", json={**body, "force": True}, headers=ADMIN)
+    assert len(everyone.json()["replayed"]) == 2

@@ -8,7 +8,7 @@ import json
 from redis.asyncio import Redis
 
 from app.settings import Settings
-from tests.conftest import ORDERS
+from tests.conftest import PROFILES
 from tests.integration.api_support import api, lag_report, post, sample, scrape
 from tests.integration.delivery_support import fast_catalog, wait_until
 
@@ -24,7 +24,7 @@ async def test_opt_outs_and_http_requests_are_counted(
     off = {"preferences": [{"type": "marketing", "channel": "EMAIL", "enabled": False}]}
     async with api(real_redis, settings, fast_catalog()) as client:
         response = await client.put(
-            "/v1/recipients/user-9/preferences", content=json.dumps(off), headers=ORDERS
+            "/v1/recipients/user-9/preferences", content=json.dumps(off), headers=PROFILES
         )
         assert response.status_code == 200, response.text
         assert (await post(client, marketing, key="m1")).status_code == 202

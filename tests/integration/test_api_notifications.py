@@ -8,14 +8,21 @@ import json
 from typing import Any
 
 import httpx
+import msgspec
 import pytest
+from litestar import Litestar
 from redis.asyncio import Redis
 
+from app.api.app import create_app
+from app.api.notifications import _entry_of_raw
+from app.catalog import parse_catalog
+from app.ingest.ingestor import IngestAnswer
+from app.settings import Settings
 from streams import codec
 from streams.events import DeliveryQueued, NotificationAccepted
 from streams.keys import KeySpace
 from streams.vocabulary import Priority
-from tests.conftest import AUTH, ORDERS, VIEWER, http_client, stream_events
+from tests.conftest import AUTH, ORDERS, REPO, VIEWER, http_client, stream_events
 from tests.integration.api_support import OTP, post
 
 Client = httpx.AsyncClient
@@ -250,3 +257,138 @@ async def test_batch_body_errors(client: Client) -> None:
     assert (await post_batch(client, {"notifications": []})).status_code == 422
     assert (await post_batch(client, {"items": []})).status_code == 422
     assert (await post_batch(client, {"notifications": [item("x")]}, VIEWER)).status_code == 403
+
+
+def restricted_app(redis: Redis, settings: Settings, extra_catalog: str) -> Litestar:
+    """The API with the shipped catalog plus ``extra_catalog`` (TOML appended to it)."""
+    catalog = parse_catalog((REPO / "clarion.toml").read_text() + extra_catalog)
+    return create_app(settings, redis=redis, catalog=catalog)
+
+
+async def test_a_type_names_the_producers_that_may_send_it(
+    redis: Redis, settings: Settings, key_prefix: str
+) -> None:
+    only_auth = (
+        (REPO / "clarion.toml")
+        .read_text()
+        .replace("[types.otp]\n", '[types.otp]\nproducers = ["auth"]\n')
+    )
+    app = create_app(settings, redis=redis, catalog=parse_catalog(only_auth))
+    async with http_client(app) as client:
+        refused = await post(client, OTP, key="o-1")
+        batch = await post_batch(client, {"notifications": [item("o-2"), item("o-3", **ORDER)]})
+        allowed = await post(client, OTP, key="a-1", headers=AUTH)
+    assert refused.status_code == 403
+    assert refused.json()["detail"] == "type: producer 'orders' may not send 'otp' notifications"
+    assert [r["status_code"] for r in batch.json()["results"]] == [403, 202]
+    assert allowed.status_code == 202
+    assert await accepted_count(redis, key_prefix) == 2  # the order and auth's OTP
+
+
+async def test_a_producer_over_its_quota_gets_429_and_nothing_is_written(
+    redis: Redis, settings: Settings, key_prefix: str
+) -> None:
+    quota = "\n[quotas.default]\nrequests = { per_second = 0.5, burst = 2 }\n"
+    async with http_client(restricted_app(redis, settings, quota)) as client:
+        answers = [await post(client, OTP, key=f"q-{n}") for n in range(3)]
+        batch = await post_batch(client, {"notifications": [item("q-9")]})
+    assert [a.status_code for a in answers] == [202, 202, 429]
+    assert answers[2].headers["retry-after"] == "2"
+    assert "over its ingest quota" in answers[2].json()["detail"]
+    assert batch.status_code == 429
+    assert await accepted_count(redis, key_prefix) == 2
+
+
+async def test_a_batch_larger_than_the_notifications_burst_is_413(
+    redis: Redis, settings: Settings, key_prefix: str
+) -> None:
+    quota = "\n[quotas.default]\nnotifications = { per_second = 100, burst = 10 }\n"
+    async with http_client(restricted_app(redis, settings, quota)) as client:
+        response = await post_batch(client, {"notifications": [item(f"b-{n}") for n in range(11)]})
+    assert response.status_code == 413
+    assert "at most 10 at once" in response.json()["detail"]
+    assert await accepted_count(redis, key_prefix) == 0
+
+
+async def test_a_batch_item_over_the_single_post_limit_fails_alone(
+    make_app: Any, redis: Redis, key_prefix: str
+) -> None:
+    big = item("big", data={"code": "1", "padding": "x" * 5000})
+    async with http_client(make_app(max_body_bytes=4096)) as client:
+        response = await post_batch(client, {"notifications": [item("small"), big]})
+    small, large = response.json()["results"]
+    assert (small["status_code"], large["status_code"]) == (202, 413)
+    assert large["idempotency_key"] == "big"
+    assert "notifications[1]: " in large["detail"]
+    assert "at most 4096" in large["detail"]
+    assert await accepted_count(redis, key_prefix) == 1
+
+
+# Nested far deeper than the decoder follows (its recursion limit, about 1000 levels).
+DEEP = b"[" * 5000 + b"]" * 5000
+
+
+def deep_otp(key: str | None = None) -> bytes:
+    """An OTP whose ``data`` holds ``DEEP``; a batch item when it has a ``key``."""
+    head = b'"idempotency_key": "%s", ' % key.encode() if key else b""
+    recipient = b'{"id": "user-1", "phone": "+4915112345678"}'
+    return b'{%s"recipient": %s, "type": "otp", "data": {"code": "1", "x": %s}}' % (
+        head, recipient, DEEP,
+    )  # fmt: skip
+
+
+async def test_a_single_post_nested_past_the_decoders_limit_is_422_naming_data(
+    client: Client,
+) -> None:
+    refused = await post(client, deep_otp())
+    assert refused.status_code == 422
+    assert refused.json()["detail"] == "data: objects and arrays nest at most 32 levels deep"
+
+
+async def test_a_batch_item_nested_past_the_decoders_limit_fails_alone(
+    client: Client, redis: Redis, key_prefix: str
+) -> None:
+    body = b'{"notifications": [%s, %s, %s]}' % (
+        json.dumps(item("d-1")).encode(), deep_otp("d-2"), json.dumps(item("d-3")).encode(),
+    )  # fmt: skip
+    response = await post_batch(client, body)
+    assert response.status_code == 200
+    first, deep, last = response.json()["results"]
+    assert (first["status_code"], deep["status_code"], last["status_code"]) == (202, 422, 202)
+    assert deep["idempotency_key"] == "d-2"
+    assert deep["detail"] == (
+        "notifications[1]: data: objects and arrays nest at most 32 levels deep"
+    )
+    assert await accepted_count(redis, key_prefix) == 2
+
+
+async def test_a_batch_item_with_a_string_that_is_not_utf8_fails_alone(
+    client: Client, redis: Redis, key_prefix: str
+) -> None:
+    broken = json.dumps(item("u-2", data={"code": "CODE"})).encode().replace(b"CODE", b"\xff\xfe")
+    body = b'{"notifications": [%s, %s]}' % (json.dumps(item("u-1")).encode(), broken)
+    response = await post_batch(client, body)
+    assert response.status_code == 200
+    good, bad = response.json()["results"]
+    assert (good["status_code"], bad["status_code"]) == (202, 400)
+    assert bad["detail"] == "notifications[1]: a string is not valid UTF-8 (invalid start byte)"
+    assert await accepted_count(redis, key_prefix) == 1
+
+
+async def test_a_refused_batch_item_with_a_string_that_is_not_utf8_fails_alone(
+    client: Client,
+) -> None:
+    broken = b'{"idempotency_key": "u-3", "fax": 1, "data": {"x": "\xff"}}'
+    response = await post_batch(client, b'{"notifications": [%s]}' % broken)
+    assert response.status_code == 200
+    assert response.json()["results"][0]["status_code"] == 422
+
+
+def test_an_item_its_own_decoding_cannot_follow_is_answered_alone() -> None:
+    # The batch's decoding may follow an item a little deeper than the item's own decoding
+    # can (more frames are on the stack by then): then the item alone fails.
+    key, answer = _entry_of_raw(3, msgspec.Raw(deep_otp("k")), 1 << 20)
+    assert (key, answer) == (
+        "",
+        IngestAnswer(400, detail="notifications[3]: nested too deeply to read"),
+    )

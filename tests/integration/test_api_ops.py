@@ -1,17 +1,18 @@
-"""``GET /v1/ops/health``, ``GET /v1/ops/lag`` and ``GET /metrics`` against real Redis and the
+"""Liveness and readiness, ``GET /v1/ops/lag`` and ``GET /metrics`` against real Redis and the
 real worker: a backlog as it builds and drains, and who may read it."""
 
 from __future__ import annotations
 
 import asyncio
 
+import asyncpg
 import httpx
 from redis.asyncio import Redis
 
 from app.api.app import create_app
 from app.catalog import Catalog
 from app.settings import Settings
-from streams.consumer_groups import DELIVERY_GROUP, ensure_group
+from streams.consumer_groups import DELIVERY_GROUP, ensure_all_groups, ensure_group
 from streams.keys import KeySpace
 from streams.vocabulary import Priority
 from tests.conftest import AUTH, http_client
@@ -78,7 +79,29 @@ async def test_metrics_and_lag_need_a_read_key(
         assert (await client.get("/v1/ops/lag", headers=AUTH)).status_code == 403
 
 
-async def test_health_needs_no_key(client: httpx.AsyncClient) -> None:
-    response = await client.get("/v1/ops/health")
-    assert response.status_code == 200
-    assert response.json()["redis"] == "ok"
+async def test_liveness_and_readiness_need_no_key(
+    real_redis: Redis, settings: Settings, catalog: Catalog, pool: asyncpg.Pool
+) -> None:
+    app = create_app(settings, redis=real_redis, catalog=catalog, db=pool)
+    await ensure_all_groups(real_redis, KeySpace(settings.key_prefix).all_shards())
+    async with http_client(app) as client:
+        live = await client.get("/v1/ops/health/live")
+        ready = await client.get("/v1/ops/health/ready")
+        health = await client.get("/v1/ops/health")
+    assert (live.status_code, live.json()) == (200, {"status": "ok"})
+    assert ready.status_code == 200
+    assert ready.json() == {
+        "status": "ready",
+        "checks": {"redis": "ok", "consumer_groups": "ok", "postgresql": "ok"},
+    }
+    assert health.json() == ready.json()  # health is readiness
+
+
+async def test_readiness_is_503_naming_what_is_wrong(client: httpx.AsyncClient) -> None:
+    """Health once answered 200 while the service could deliver nothing."""
+    response = await client.get("/v1/ops/health")  # no read model here, and no groups yet
+    assert response.status_code == 503
+    body = response.json()
+    assert body["status"] == "not ready"
+    assert body["checks"]["postgresql"] == "unreachable: the read model cannot be queried"
+    assert body["checks"]["consumer_groups"].startswith("missing, made again now: ")

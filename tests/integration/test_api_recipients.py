@@ -1,4 +1,5 @@
-"""Preferences and quiet hours: stored per recipient, applied at fan-out, recorded as events."""
+"""Preferences and quiet hours: stored per recipient, applied at fan-out, recorded as events;
+only a key with the ``recipients`` scope reads or changes them."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from streams import codec
 from streams.events import PreferenceChanged
 from streams.keys import KeySpace
 from streams.scheduler import work_item_of_member
-from tests.conftest import ORDERS, VIEWER, Clock, http_client, stream_events
+from tests.conftest import AUTH, ORDERS, PROFILES, VIEWER, Clock, http_client, stream_events
 from tests.integration.api_support import post
 
 Client = httpx.AsyncClient
@@ -36,7 +37,7 @@ OTP = {
 BERLIN_NIGHT = {"start": "22:00", "end": "08:00", "timezone": "Europe/Berlin"}
 
 
-async def put(client: Client, path: str, body: Any, headers: dict[str, str] = ORDERS) -> Any:
+async def put(client: Client, path: str, body: Any, headers: dict[str, str] = PROFILES) -> Any:
     return await client.put(path, content=json.dumps(body).encode(), headers=headers)
 
 
@@ -148,7 +149,7 @@ async def test_quiet_hours_outside_the_window_change_nothing(client: Client, clo
 async def test_removing_quiet_hours(client: Client, clock: Clock) -> None:
     clock.now = datetime(2026, 6, 1, 21, 30, tzinfo=UTC)
     await put(client, "/v1/recipients/user-9/quiet-hours", BERLIN_NIGHT)
-    response = await client.delete("/v1/recipients/user-9/quiet-hours", headers=ORDERS)
+    response = await client.delete("/v1/recipients/user-9/quiet-hours", headers=PROFILES)
     assert response.status_code == 200
     assert response.json()["quiet_hours"] is None
     assert set(statuses(await post(client, ORDER)).values()) == {"QUEUED"}
@@ -175,9 +176,30 @@ async def test_settings_need_keys_and_scopes(client: Client) -> None:
     assert (
         await put(client, "/v1/recipients/u/quiet-hours", BERLIN_NIGHT, VIEWER)
     ).status_code == 403
-    response = await client.get("/v1/recipients/u/settings", headers=VIEWER)
+    response = await client.get("/v1/recipients/u/settings", headers=PROFILES)
     assert response.status_code == 200
     assert response.json()["version"] == 0
+
+
+async def test_a_producer_can_neither_change_nor_read_a_recipient(client: Client) -> None:
+    """A ``send`` key of another producer once switched off every channel of orders' user
+    and set 24-hour quiet hours; a ``read`` key read anyone's settings."""
+    off = {"preferences": [{"type": "order_confirmed", "channel": "EMAIL", "enabled": False}]}
+    day_long = {"start": "00:00", "end": "23:59", "timezone": "UTC"}
+    changes = [
+        await put(client, "/v1/recipients/user-9/preferences", off, AUTH),
+        await put(client, "/v1/recipients/user-9/quiet-hours", day_long, AUTH),
+        await client.delete("/v1/recipients/user-9/quiet-hours", headers=ORDERS),
+    ]
+    assert [r.status_code for r in changes] == [403, 403, 403]
+    assert "'recipients' scope" in changes[0].json()["detail"]
+    for headers in (VIEWER, ORDERS):
+        assert (
+            await client.get("/v1/recipients/user-9/settings", headers=headers)
+        ).status_code == 403
+    assert statuses(await post(client, ORDER, key="o-1")) == {
+        "EMAIL": "QUEUED", "PUSH": "QUEUED", "IN_APP": "QUEUED",
+    }  # fmt: skip
 
 
 async def test_settings_reach_every_shard(make_app: Any, redis: Redis, key_prefix: str) -> None:
@@ -209,6 +231,6 @@ async def test_settings_bodies_over_the_limit_are_413(make_app: Any) -> None:
             "preferences": [entry] * 100
         })  # fmt: skip
         quiet_hours = await put(client, "/v1/recipients/user-9/quiet-hours", quiet)
-        settings = await client.get("/v1/recipients/user-9/settings", headers=ORDERS)
+        settings = await client.get("/v1/recipients/user-9/settings", headers=PROFILES)
     assert (preferences.status_code, quiet_hours.status_code) == (413, 413)
     assert settings.json()["preferences"] == []  # nothing of either body was applied

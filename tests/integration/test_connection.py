@@ -1,14 +1,19 @@
-"""Clarion's Redis client on real Redis: commands packed by hiredis arrive intact."""
+"""Clarion's Redis client on real Redis: commands packed by hiredis arrive intact, and pooled
+connections outlive a Redis restart."""
 
 from __future__ import annotations
 
+import asyncio
+import subprocess
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from redis.asyncio import Redis
 
 from streams.connection import HiredisPackingConnection, connect
 from tests.conftest import REDIS_URL, delete_prefix
+from tests.servers import free_port, wait_for_port
 
 AWKWARD = [b"", b"\r\n", b"\x00\xff binary", "Grüße, 你好 ✉".encode(), b"$3\r\nSET", b"x" * 100_000]
 
@@ -64,3 +69,31 @@ async def test_a_pipeline_is_packed_and_answered_in_order(client: Redis, key_pre
             pipe.get(f"{key_prefix}:p:{n}")
         replies = await pipe.execute()
     assert replies == [True] * len(AWKWARD) + AWKWARD
+
+
+async def test_pooled_connections_survive_a_redis_restart(tmp_path: Path) -> None:
+    """After a restart every pooled connection failed its next command, however much later."""
+    port = free_port()
+
+    def start() -> subprocess.Popen[bytes]:
+        command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                   "--dir", str(tmp_path), "--save", "", "--appendonly", "no"]  # fmt: skip
+        server = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+        wait_for_port(port)
+        return server
+
+    server = start()
+    redis = connect(f"redis://127.0.0.1:{port}/0", max_connections=64, health_check_interval=30)
+    try:
+        await asyncio.gather(*(redis.ping() for _ in range(8)))  # eight pooled connections
+        server.kill()
+        server.wait()
+        server = start()
+        replies = await asyncio.gather(
+            *(redis.set(f"k{n}", "v") for n in range(8)), return_exceptions=True
+        )
+        assert replies == [True] * 8
+    finally:
+        await redis.aclose()
+        server.kill()
+        server.wait()

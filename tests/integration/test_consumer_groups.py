@@ -1,5 +1,5 @@
 """The calls every stream reader shares, on real Redis and on fakeredis: creating a group,
-taking over idle entries, and how often each was handed out."""
+taking over idle entries, and telling and making groups that are gone."""
 
 from __future__ import annotations
 
@@ -7,7 +7,13 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from streams.consumer_groups import autoclaim, delivery_counts, ensure_group
+from streams.consumer_groups import (
+    autoclaim,
+    ensure_all_groups,
+    ensure_group,
+    is_missing_group,
+    missing_groups,
+)
 from streams.keys import KeySpace
 from streams.vocabulary import Priority
 
@@ -70,16 +76,31 @@ async def test_autoclaim_leaves_entries_that_are_not_idle_long_enough(
     assert (claimed, deleted) == ([], [])
 
 
-async def test_delivery_counts_say_how_often_each_entry_was_handed_out(
-    redis: Redis, stream: str
+async def test_a_missing_group_is_told_apart_from_other_errors(
+    real_redis: Redis, stream: str
 ) -> None:
-    await ensure_group(redis, stream, "g")
-    ids = [(await redis.xadd(stream, {"w": b"x"})).decode() for _ in range(3)]
-    await redis.xreadgroup("g", "a", {stream: ">"}, count=2)  # the first two, once each
-    await autoclaim(redis, stream, "g", "b", min_idle_ms=0, start="0-0", count=1)  # the first
-    await redis.xack(stream, "g", ids[1])
+    # Redis's own words (fakeredis words them otherwise).
+    with pytest.raises(ResponseError) as missing:
+        await real_redis.xreadgroup("g", "c", {stream: ">"})
+    assert is_missing_group(missing.value)
+    await real_redis.set(stream, "not a stream")
+    with pytest.raises(ResponseError) as wrong_type:
+        await real_redis.xadd(stream, {"w": b"x"})
+    assert not is_missing_group(wrong_type.value)
 
-    counts = await delivery_counts(redis, stream, "g", ids)
 
-    assert counts == {ids[0]: 2}  # the second was acknowledged, the third never read
-    assert await delivery_counts(redis, stream, "g", []) == {}
+async def test_every_group_of_every_shard_is_found_missing_and_made(
+    redis: Redis, key_prefix: str
+) -> None:
+    keys = KeySpace(key_prefix, shards=2)
+    shards = keys.all_shards()
+    expected = [(s, "delivery") for s in shards[0].work_streams] + [(shards[0].events, "projector")]
+    expected += [(s, "delivery") for s in shards[1].work_streams] + [
+        (shards[1].events, "projector")
+    ]
+    assert await missing_groups(redis, shards) == expected
+    await ensure_all_groups(redis, shards)
+    await ensure_all_groups(redis, shards)  # twice is fine
+    assert await missing_groups(redis, shards) == []
+    await redis.xgroup_destroy(shards[1].events, "projector")
+    assert await missing_groups(redis, shards) == [(shards[1].events, "projector")]

@@ -1,14 +1,21 @@
-"""Recovery with a real worker and real Redis: entries nobody can read, and entries handed out
-too often, go to the dead-letter queue while the rest flows."""
+"""Recovery with a real worker and real Redis: entries nobody can read, and deliveries leased
+too often without an outcome, go to the dead-letter queue while the rest flows; refused
+leases (an out-of-memory Redis) count for nothing."""
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+
 from redis.asyncio import Redis
 
+from streams import codec
 from streams.consumer_groups import DELIVERY_GROUP, ensure_group
+from streams.delivery_store import DeliveryStore
 from streams.keys import KeySpace
 from streams.vocabulary import Priority
 from tests.integration.delivery_support import (
+    FAST,
     accept,
     dead_letters,
     fast_catalog,
@@ -19,6 +26,7 @@ from tests.integration.delivery_support import (
     state,
     wait_until,
 )
+from tests.servers import redis_server
 
 
 async def test_a_poison_entry_goes_to_the_dlq_while_the_rest_flows(
@@ -43,29 +51,74 @@ async def _dlq_size(redis: Redis, keys: KeySpace, size: int) -> bool:
     return int(await redis.xlen(keys.shard(0).dlq)) >= size
 
 
-async def test_an_entry_delivered_too_often_is_dead_lettered(
+async def test_a_delivery_leased_too_often_without_an_outcome_is_dead_lettered(
     real_redis: Redis, key_prefix: str
 ) -> None:
     keys, catalog = KeySpace(key_prefix), fast_catalog()
     delivery_id = (await accept(real_redis, keys, catalog, otp(), "k"))["deliveries"][0]["id"]
-    stream = keys.shard(0).work(Priority.HIGH)
+    shard, stream = keys.shard(0), keys.shard(0).work(Priority.HIGH)
     await ensure_group(real_redis, stream, DELIVERY_GROUP)
-    # Six consumers read it and vanish, as crashing workers would.
-    for n in range(6):
-        await real_redis.xreadgroup(
-            DELIVERY_GROUP, f"ghost-{n}", {stream: ">" if n == 0 else "0"}, count=1
-        )
-        await real_redis.xclaim(stream, DELIVERY_GROUP, f"ghost-{n + 1}", 0, [
-            (await real_redis.xpending_range(stream, DELIVERY_GROUP, "-", "+", 1))[0]["message_id"]
-        ])  # fmt: skip
+    [[_, [(_, fields)]]] = await real_redis.xreadgroup(
+        DELIVERY_GROUP, "ghost", {stream: ">"}, count=1
+    )
+    item = codec.decode_work_item(fields[b"w"])
+    # Five workers lease it and die before recording anything, as crashing workers would.
+    store = DeliveryStore(real_redis)
+    for _ in range(FAST.max_deliveries):
+        [lease] = await store.begin(shard, [item], "ghost", lease_ms=1, max_leases=5)
+        assert lease.verdict == "GO"
+        await asyncio.sleep(0.005)
     async with running_worker(real_redis, keys, catalog):
         await wait_until(lambda: _dlq_size(real_redis, keys, 1), within=10)
     [letter] = await dead_letters(real_redis, keys)
     assert letter["error_class"] == "POISON"
-    assert "delivered" in letter["last_error"]
+    assert "leased 6 times without an outcome" in letter["last_error"]
     assert letter["delivery_id"] == delivery_id
     assert (await real_redis.xpending(stream, DELIVERY_GROUP))["pending"] == 0
     assert await sandbox_calls(real_redis, keys) == []
     # The delivery ended: left QUEUED, it would be "in progress" for ever.
     ended = await state(real_redis, keys, delivery_id)
     assert (ended["status"], ended["error_class"]) == ("FAILED", "POISON")
+
+
+async def test_hand_outs_without_a_lease_never_make_a_delivery_poison(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    """The stream counts every hand-out, also those whose lease Redis refused: that count
+    must not decide, only leases really taken do."""
+    keys, catalog = KeySpace(key_prefix), fast_catalog()
+    delivery_id = (await accept(real_redis, keys, catalog, otp(), "k"))["deliveries"][0]["id"]
+    stream = keys.shard(0).work(Priority.HIGH)
+    await ensure_group(real_redis, stream, DELIVERY_GROUP)
+    await real_redis.xreadgroup(DELIVERY_GROUP, "ghost-0", {stream: ">"}, count=1)
+    [pending] = await real_redis.xpending_range(stream, DELIVERY_GROUP, "-", "+", 1)
+    for n in range(1, 20):  # handed out 20 times, never leased
+        await real_redis.xclaim(stream, DELIVERY_GROUP, f"ghost-{n}", 0, [pending["message_id"]])
+    async with running_worker(real_redis, keys, catalog):
+        assert (await final_state(real_redis, keys, delivery_id))["status"] == "SENT"
+    assert await dead_letters(real_redis, keys) == []
+
+
+async def test_an_out_of_memory_redis_delays_deliveries_but_fails_none(tmp_path: Path) -> None:
+    """While Redis refuses writes, leases fail and nothing is sent; once it takes writes
+    again, every accepted notification is delivered, none POISON."""
+    with redis_server(tmp_path) as url:
+        redis = Redis.from_url(url)
+        try:
+            keys, catalog = KeySpace("oom"), fast_catalog()
+            ids = [
+                (await accept(redis, keys, catalog, otp(), f"k-{n}"))["deliveries"][0]["id"]
+                for n in range(5)
+            ]
+            used = int((await redis.info("memory"))["used_memory"])
+            await redis.config_set("maxmemory", str(used // 2))  # every write refused
+            async with running_worker(redis, keys, catalog):
+                # Many lease lengths of refused leases and reclaims (FAST: 1.5 s).
+                await asyncio.sleep(5)
+                assert [await state(redis, keys, i) for i in ids] == [{}] * 5  # never leased
+                await redis.config_set("maxmemory", "0")
+                for delivery_id in ids:
+                    assert (await final_state(redis, keys, delivery_id))["status"] == "SENT"
+            assert await dead_letters(redis, keys) == []
+        finally:
+            await redis.aclose()

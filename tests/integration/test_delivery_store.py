@@ -38,10 +38,10 @@ async def leased_steps(redis: Redis, keys: KeySpace, count: int) -> list[LeasedD
     [(_, entries)] = await redis.xreadgroup(DELIVERY_GROUP, "w", {stream: ">"}, count=count)
     items = [(entry.decode(), codec.decode_work_item(fields[b"w"])) for entry, fields in entries]
     store = DeliveryStore(redis)
-    leases = await store.begin(shard, [item for _, item in items], "w", 60_000)
+    leases = await store.begin(shard, [item for _, item in items], "w", 60_000, max_leases=5)
     assert [lease.verdict for lease in leases] == ["GO"] * count
     return [
-        LeasedDelivery(shard, item, entry_id, lease, Worker("w", "test"))
+        LeasedDelivery.taken(shard, item, entry_id, lease, Worker("w", "test"))
         for (entry_id, item), lease in zip(items, leases, strict=True)
     ]
 

@@ -155,3 +155,18 @@ async def test_a_worker_started_while_redis_is_away_waits_for_it(key_prefix: str
         # would raise its connection error here.
     finally:
         await unreachable.aclose()
+
+
+async def test_a_worker_makes_its_groups_again_when_redis_lost_them(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    """After Redis restarted empty, workers logged NOGROUP for ever and a new OTP accepted
+    with 202 was never delivered."""
+    keys, catalog = KeySpace(key_prefix), fast_catalog()
+    first = (await accept(real_redis, keys, catalog, otp(), "k1"))["deliveries"][0]["id"]
+    async with running_worker(real_redis, keys, catalog):
+        assert (await final_state(real_redis, keys, first))["status"] == "SENT"
+        for key in [k async for k in real_redis.scan_iter(match=f"{key_prefix}:*")]:
+            await real_redis.delete(key)  # an empty Redis, as after a restart without AOF
+        second = (await accept(real_redis, keys, catalog, otp(), "k2"))["deliveries"][0]["id"]
+        assert (await final_state(real_redis, keys, second))["status"] == "SENT"

@@ -78,3 +78,24 @@ async def test_the_summary_counts_open_entries_and_never_shows_an_address(
     assert "anna@example.com" not in text
     assert "A-1" not in text  # template data stays out too
     assert '"order_id"' in text  # only the names of the template variables
+
+
+async def test_a_summary_of_a_large_queue_looks_at_its_newest_entries_and_says_so(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    """Each view once scanned up to 100,000 entries: 10-18 s of API time on a full queue."""
+    keys = KeySpace(key_prefix)
+    dlq = keys.shard(0).dlq
+    for n in range(1, 31):  # entries 1-30 ms after the epoch, of two producers
+        fields = {"error_class": "PERMANENT", "channel": "SMS", "type": "otp",
+                  "producer": "orders" if n % 2 else "billing"}  # fmt: skip
+        await real_redis.xadd(dlq, fields, id=f"{n}-0")
+    partial = await summarize(real_redis, keys, Selection(), samples=3, max_entries=10)
+    assert (partial.open, partial.truncated, partial.complete_since_ms) == (10, True, 21)
+    assert [s.entry_id for s in partial.samples] == ["21-0", "22-0", "23-0"]  # replay order
+    whole = await summarize(real_redis, keys, Selection(), samples=3, max_entries=30)
+    assert (whole.open, whole.truncated) == (30, False)
+    assert [s.entry_id for s in whole.samples] == ["1-0", "2-0", "3-0"]
+    own = await summarize(real_redis, keys, Selection(producer="orders"), samples=1)
+    assert own.open == 15
+    assert own.samples[0].producer == "orders"

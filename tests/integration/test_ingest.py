@@ -15,7 +15,7 @@ from streams.ingest import IngestWriter
 from streams.keys import KeySpace
 from streams.recipient_settings import RecipientSettings, RecipientSettingsStore
 from streams.vocabulary import Priority
-from tests.conftest import REQUEST, Clock
+from tests.conftest import DIGEST, REQUEST, Clock
 
 
 def planned(planner: Planner, keys: KeySpace, clock: Clock, key: str) -> object:
@@ -38,7 +38,7 @@ async def test_a_twin_of_a_request_in_its_second_round_gets_409(
     store = RecipientSettingsStore(redis, keys)
     off = [PreferenceEntry(type="marketing", channel="EMAIL", enabled=False)]
     await store.set_preferences("user-5", off)
-    planner = Planner(catalog)
+    planner = Planner(catalog, DIGEST)
     first = planned(planner, keys, clock, "k")
     # The first round finds settings it did not assume: STALE, and the key is now in flight.
     [reply] = await IngestWriter(redis, 60_000, IN_FLIGHT_TTL_MS).write([first])  # type: ignore[list-item]
@@ -57,7 +57,7 @@ async def test_one_call_appends_one_events_entry_for_all_accepted_items(
     redis: Redis, key_prefix: str, catalog: Catalog, clock: Clock
 ) -> None:
     keys = KeySpace(key_prefix)
-    ingestor = Ingestor(redis, keys, Planner(catalog), 3600, clock)
+    ingestor = Ingestor(redis, keys, Planner(catalog, DIGEST), 3600, clock)
     entries = [(f"k{n}", REQUEST) for n in range(5)]
     outcomes = await ingestor.ingest_many("orders", entries)
     assert [o.status_code for o in outcomes] == [202] * 5
@@ -73,7 +73,7 @@ async def test_items_accepted_around_a_repeat_get_their_own_events_entries(
     redis: Redis, key_prefix: str, catalog: Catalog, clock: Clock
 ) -> None:
     keys = KeySpace(key_prefix)
-    ingestor = Ingestor(redis, keys, Planner(catalog), 3600, clock)
+    ingestor = Ingestor(redis, keys, Planner(catalog, DIGEST), 3600, clock)
     await ingestor.ingest("orders", "k2", REQUEST)
     entries = [(f"k{n}", REQUEST) for n in range(5)]
     outcomes = await ingestor.ingest_many("orders", entries)
@@ -93,7 +93,7 @@ async def test_an_item_whose_key_has_the_wrong_type_fails_alone(
 ) -> None:
     keys = KeySpace(key_prefix)
     await redis.hset(keys.shard(0).idempotency("orders", "k1"), "not", "a string")
-    ingestor = Ingestor(redis, keys, Planner(catalog), 3600, clock)
+    ingestor = Ingestor(redis, keys, Planner(catalog, DIGEST), 3600, clock)
     outcomes = await ingestor.ingest_many("orders", [("k0", REQUEST), ("k1", REQUEST)])
     assert [o.status_code for o in outcomes] == [202, 503]
     [(_, fields)] = await redis.xrange(keys.shard(0).events)
@@ -106,7 +106,7 @@ async def test_a_shared_key_of_the_wrong_type_fails_the_call_before_any_write(
 ) -> None:
     keys = KeySpace(key_prefix)
     await real_redis.set(keys.shard(0).work(Priority.LOW), "not a stream")
-    ingestor = Ingestor(real_redis, keys, Planner(catalog), 3600, clock)
+    ingestor = Ingestor(real_redis, keys, Planner(catalog, DIGEST), 3600, clock)
     outcomes = await ingestor.ingest_many("orders", [("k0", REQUEST), ("k1", REQUEST)])
     assert [o.status_code for o in outcomes] == [503, 503]
     assert await real_redis.exists(keys.shard(0).events) == 0
@@ -116,7 +116,7 @@ async def test_a_shared_key_of_the_wrong_type_fails_the_call_before_any_write(
 async def test_scripts_are_reloaded_after_a_flush(
     real_redis: Redis, key_prefix: str, catalog: Catalog, clock: Clock
 ) -> None:
-    ingestor = Ingestor(real_redis, KeySpace(key_prefix), Planner(catalog), 3600, clock)
+    ingestor = Ingestor(real_redis, KeySpace(key_prefix), Planner(catalog, DIGEST), 3600, clock)
     assert (await ingestor.ingest("orders", "a", REQUEST)).status_code == 202
     await real_redis.script_flush()  # what a Redis restart does to loaded scripts
     assert not (await real_redis.script_exists(scripts.INGEST.sha))[0]

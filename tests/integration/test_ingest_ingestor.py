@@ -1,10 +1,12 @@
-"""The ingestor against real Redis and fakeredis: settings that appear while it ingests, and
-concurrent accepts of one key."""
+"""The ingestor against real Redis and fakeredis: settings that appear while it ingests,
+concurrent accepts of one key, and a Redis that refuses the write."""
 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
+import structlog
 from redis.asyncio import Redis
 
 from app.catalog import Catalog
@@ -14,7 +16,8 @@ from streams.events import PreferenceEntry
 from streams.keys import KeySpace
 from streams.recipient_settings import RecipientSettingsStore
 from streams.vocabulary import Priority
-from tests.conftest import REQUEST, Clock
+from tests.conftest import DIGEST, REQUEST, Clock
+from tests.servers import redis_server
 
 
 async def test_ingest_applies_settings_that_appear_during_ingest(
@@ -25,7 +28,7 @@ async def test_ingest_applies_settings_that_appear_during_ingest(
     await store.set_preferences(
         "user-5", [PreferenceEntry(type="marketing", channel="PUSH", enabled=False)]
     )
-    ingestor = Ingestor(redis, keys, Planner(catalog), 3600, clock)
+    ingestor = Ingestor(redis, keys, Planner(catalog, DIGEST), 3600, clock)
     outcome = await ingestor.ingest("orders", "k", REQUEST)
     assert outcome.status_code == 202
     assert b'"PUSH","status":"SUPPRESSED"' in outcome.response
@@ -42,8 +45,42 @@ async def test_concurrent_accepts_with_settings_create_one_notification(
     await RecipientSettingsStore(redis, keys).set_preferences(
         "user-5", [PreferenceEntry(type="marketing", channel="PUSH", enabled=False)]
     )
-    ingestor = Ingestor(redis, keys, Planner(catalog), 3600, clock)
+    ingestor = Ingestor(redis, keys, Planner(catalog, DIGEST), 3600, clock)
     outcomes = await asyncio.gather(*(ingestor.ingest("orders", "k", REQUEST) for _ in range(30)))
     assert {o.status_code for o in outcomes} <= {202, 409}
     assert len({o.response for o in outcomes if o.status_code == 202}) == 1
     assert await redis.xlen(keys.shard(0).work(Priority.LOW)) == 1
+
+
+async def test_a_redis_out_of_memory_is_503_without_a_log_line_per_notification(
+    tmp_path: Path, catalog: Catalog, clock: Clock
+) -> None:
+    """Each refused notification was logged as a broken key: 3,800 error lines in 30 s."""
+    with redis_server(tmp_path) as url:
+        redis = Redis.from_url(url)
+        try:
+            await redis.set("ballast", "x" * 100_000)
+            await redis.config_set("maxmemory", "1")
+            ingestor = Ingestor(redis, KeySpace("oom"), Planner(catalog, DIGEST), 3600, clock)
+            with structlog.testing.capture_logs() as logs:
+                outcome = await ingestor.ingest("orders", "k", REQUEST)
+            await redis.config_set("maxmemory", "0")
+            assert await redis.xlen(KeySpace("oom").shard(0).events) == 0  # nothing written
+        finally:
+            await redis.aclose()
+    assert outcome.status_code == 503
+    assert "refused" in outcome.detail
+    assert [line for line in logs if line["event"] == "ingest.key_broken"] == []
+
+
+async def test_a_key_of_the_wrong_type_is_503_and_logged_for_an_operator(
+    real_redis: Redis, key_prefix: str, catalog: Catalog, clock: Clock
+) -> None:
+    keys = KeySpace(key_prefix)
+    await real_redis.hset(keys.shard(0).idempotency("orders", "k"), "not", "a string")
+    ingestor = Ingestor(real_redis, keys, Planner(catalog, DIGEST), 3600, clock)
+    with structlog.testing.capture_logs() as logs:
+        outcome = await ingestor.ingest("orders", "k", REQUEST)
+    assert outcome.status_code == 503
+    [broken] = [line for line in logs if line["event"] == "ingest.key_broken"]
+    assert broken["error"].startswith("WRONGTYPE")

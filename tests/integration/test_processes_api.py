@@ -7,7 +7,7 @@ from litestar.testing import AsyncTestClient
 from redis.asyncio import Redis
 
 from app.processes import api as main
-from tests.conftest import API_KEYS, REDIS_URL, REPO
+from tests.conftest import API_KEYS, DIGEST_SECRET, REDIS_URL, REPO
 from tests.integration.api_support import OTP, accept, deliveries, status_of
 
 
@@ -20,6 +20,7 @@ async def test_the_api_starts_and_serves_while_postgres_is_unreachable(
         "CLARION_KEY_PREFIX": key_prefix,
         "CLARION_CONFIG": str(REPO / "clarion.toml"),
         "CLARION_API_KEYS": API_KEYS,
+        "CLARION_DIGEST_SECRET": DIGEST_SECRET.decode(),
     }.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setattr(main, "configure_logging", lambda *_: None)  # keep the tests' logging
@@ -29,3 +30,7 @@ async def test_the_api_starts_and_serves_while_postgres_is_unreachable(
         assert response.status_code == 200
         assert response.json()["deliveries"][0]["status"] == "QUEUED"
         assert (await deliveries(client)).status_code == 503
+        # It made the groups at start-up; only the read model is missing.
+        ready = (await client.get("/v1/ops/health/ready")).json()
+        assert ready["checks"]["consumer_groups"] == "ok"
+        assert ready["checks"]["postgresql"] != "ok"

@@ -48,3 +48,12 @@ async def test_unreachable_redis_is_a_clear_error() -> None:
     url = f"redis://127.0.0.1:{free_port()}/0"
     with pytest.raises(RedisNotReady, match="not reachable"):
         await check(url)
+
+
+async def test_a_start_up_error_never_shows_the_redis_password() -> None:
+    """The URL with its password was once printed when Redis could not be reached."""
+    url = f"redis://clarion:hunter2-secret@127.0.0.1:{free_port()}/0"
+    with pytest.raises(RedisNotReady) as refused:
+        await check(url)
+    assert "hunter2-secret" not in str(refused.value)
+    assert "clarion@127.0.0.1" in str(refused.value)

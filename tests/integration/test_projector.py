@@ -87,6 +87,29 @@ async def test_the_projector_goes_on_after_redis_was_unreachable(
     assert failed
 
 
+async def test_the_projector_makes_its_group_again_when_redis_lost_it(
+    real_redis: Redis, key_prefix: str, pool: asyncpg.Pool
+) -> None:
+    """After Redis restarted empty the projector once logged NOGROUP every second for ever."""
+    keys = KeySpace(key_prefix)
+    stream = keys.shard(0).events
+    projector = Projector(real_redis, pool, keys, consumer="p")
+    task = asyncio.create_task(projector.run())
+    first, *rest = story()
+    await real_redis.xadd(stream, {"e": codec.encode_events(first)})
+    await wait_until(lambda: _version_is(pool, 1))
+    await real_redis.delete(stream)  # the stream and its group are gone, as after a restart
+    for batch in rest:
+        await real_redis.xadd(stream, {"e": codec.encode_events(batch)})
+    await wait_until(lambda: _version_is(pool, 3))
+    projector.stop()
+    await task
+
+
+async def _version_is(pool: asyncpg.Pool, version: int) -> bool:
+    return await _projected_version(pool, DID) == version
+
+
 async def test_the_read_model_agrees_with_the_write_model(
     real_redis: Redis, key_prefix: str, pool: asyncpg.Pool
 ) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from app.providers.sandbox import SandboxProvider
 from streams import scripts
 from streams.keys import KeySpace
 from streams.vocabulary import ErrorClass
+from tests.servers import redis_server
 
 
 def message(key: str = "idem-1", attempt: int = 1, data: dict[str, Any] | None = None) -> Message:
@@ -159,3 +161,19 @@ async def test_the_script_is_loaded_again_after_a_flush(real_redis: Redis, key_p
     await asyncio.gather(sandbox.send(message("b")), sandbox.send(message("c")))
     assert await real_redis.script_exists(scripts.SANDBOX_SEND.sha) == [True]
     assert len(await recorded(real_redis, keys)) == 3
+
+
+async def test_a_redis_that_refuses_writes_is_a_transient_failure(tmp_path: Path) -> None:
+    """Out of memory, the sandbox's record was refused and the send counted as a BUG."""
+    with redis_server(tmp_path) as url:
+        redis = Redis.from_url(url)
+        try:
+            await redis.set("ballast", "x" * 100_000)
+            await redis.config_set("maxmemory", "1")
+            with pytest.raises(ProviderError) as refused:
+                await SandboxProvider(redis, KeySpace("oom")).send(message())
+        finally:
+            await redis.config_set("maxmemory", "0")
+            await redis.aclose()
+    assert refused.value.error_class is ErrorClass.TRANSIENT
+    assert "OutOfMemoryError" in refused.value.message

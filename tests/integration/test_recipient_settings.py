@@ -15,11 +15,11 @@ from streams.events import (
 )
 from streams.keys import KeySpace
 from streams.recipient_settings import (
+    AddressDigest,
     RecipientSettings,
     RecipientSettingsStore,
-    address_digest,
 )
-from tests.conftest import stream_events
+from tests.conftest import DIGEST, stream_events
 
 NIGHT = QuietHoursSetting(start="22:00", end="08:00", timezone="Europe/Berlin")
 
@@ -86,8 +86,8 @@ async def test_a_dead_address_is_remembered_by_its_digest_only(
 ) -> None:
     keys = KeySpace(key_prefix)
     store = RecipientSettingsStore(redis, keys)
-    settings = await store.mark_address_invalid("user-1", "PUSH", "secret-push-token")
-    digest = address_digest("secret-push-token")
+    digest = DIGEST("secret-push-token")
+    settings = await store.mark_address_invalid("user-1", "PUSH", digest)
     assert settings.invalid == {("PUSH", digest)}
     assert settings.version == 1
     [event] = await stream_events(redis, keys.shard(0).events)
@@ -109,7 +109,7 @@ async def test_every_shard_holds_the_home_shards_copy(redis: Redis, key_prefix: 
     off = [PreferenceEntry(type="marketing", channel="EMAIL", enabled=False)]
     await store.set_preferences("user-9", off)
     await store.set_quiet_hours("user-9", NIGHT)
-    latest = await store.mark_address_invalid("user-9", "EMAIL", "eva@example.com")
+    latest = await store.mark_address_invalid("user-9", "EMAIL", DIGEST("eva@example.com"))
 
     assert await copies(redis, keys, "user-9") == [latest] * 4
     home = keys.home_of_recipient("user-9")
@@ -122,7 +122,7 @@ async def test_concurrent_changes_each_get_their_own_version(redis: Redis, key_p
     keys = KeySpace(key_prefix, shards=2)
     store = RecipientSettingsStore(redis, keys)
     await asyncio.gather(
-        *(store.mark_address_invalid("user-1", "PUSH", f"token-{n}") for n in range(10))
+        *(store.mark_address_invalid("user-1", "PUSH", DIGEST(f"token-{n}")) for n in range(10))
     )
     final = await store.get("user-1")
     assert final.version == 10
@@ -130,3 +130,13 @@ async def test_concurrent_changes_each_get_their_own_version(redis: Redis, key_p
     changes = await stream_events(redis, keys.home_of_recipient("user-1").events)
     assert sorted(c.settings_version for c in changes) == list(range(1, 11))  # type: ignore[union-attr]
     assert await copies(redis, keys, "user-1") == [final, final]
+
+
+def test_an_address_digest_is_keyed_and_128_bits() -> None:
+    """An unkeyed 64-bit digest of a phone number is found by trying every number."""
+    digest = DIGEST("+4915112345678")
+    assert len(digest) == 32
+    assert int(digest, 16) >= 0
+    assert digest == DIGEST("+4915112345678")
+    assert AddressDigest(b"another-deployment")("+4915112345678") != digest
+    assert "test-digest-secret" not in repr(DIGEST)

@@ -38,6 +38,7 @@ from streams.dlq.replay import Candidate, ReplayOrder, dlq_replay_call
 from streams.dlq.scan import Selection
 from streams.events import PreferenceChanged, PreferenceEntry
 from streams.ingest import IngestItem, ingest_call
+from streams.ingest_quota import QuotaRates, ingest_quota_call
 from streams.keys import KeySpace
 from streams.rate_limiter import Rate, rate_limit_call
 from streams.recipient_settings import RecipientSettings, recipient_settings_call
@@ -45,7 +46,7 @@ from streams.retention import StreamRetention, trim_stream_call
 from streams.scheduler import delayed_member, schedule_due_call
 from streams.scripts import Call, LuaScript
 from streams.vocabulary import Channel, ErrorClass, Priority
-from tests.conftest import REDIS_URL, Clock
+from tests.conftest import DIGEST, REDIS_URL, Clock
 
 WORKER = Worker("contract-worker", "test")
 ORDER = {
@@ -53,6 +54,8 @@ ORDER = {
     "type": "order_confirmed",
     "data": {"order_id": "A-1"},
 }
+# Its two work items (EMAIL, IN_APP) share data this large (``streams.work_items``).
+LARGE_ORDER = {**ORDER, "data": {"order_id": "A-1", "note": "n" * 400}}
 
 
 @asynccontextmanager
@@ -84,7 +87,7 @@ def _glob_escape(key: Any) -> str:
 
 def plan(catalog: Catalog, keys: KeySpace, key: str, body: dict[str, Any]) -> IngestItem:
     """What ingest would write for ``body`` under idempotency key ``key``."""
-    planner, shard = Planner(catalog), keys.shard(0)
+    planner, shard = Planner(catalog, DIGEST), keys.shard(0)
     request = msgspec.convert(body, NotificationRequest)
     return planner.plan(
         shard=shard,
@@ -97,17 +100,19 @@ def plan(catalog: Catalog, keys: KeySpace, key: str, body: dict[str, Any]) -> In
     )
 
 
-async def leased(redis: Redis, keys: KeySpace, catalog: Catalog) -> list[LeasedDelivery]:
+async def leased(
+    redis: Redis, keys: KeySpace, catalog: Catalog, body: dict[str, Any] = ORDER
+) -> list[LeasedDelivery]:
     """Ingest an order (EMAIL and IN_APP), read its NORMAL work entries and lease them."""
-    item = plan(catalog, keys, "lease", ORDER)
+    item = plan(catalog, keys, "lease", body)
     await scripts.INGEST(redis, *ingest_call(keys.shard(0), [item], 60_000, 10_000))
     shard, stream = keys.shard(0), keys.shard(0).work(Priority.NORMAL)
     await ensure_group(redis, stream, DELIVERY_GROUP)
     [(_, entries)] = await redis.xreadgroup(DELIVERY_GROUP, "w", {stream: ">"})
     items = [(e.decode(), codec.decode_work_item(f[b"w"])) for e, f in entries]
-    leases = await DeliveryStore(redis).begin(shard, [i for _, i in items], "w", 60_000)
+    leases = await DeliveryStore(redis).begin(shard, [i for _, i in items], "w", 60_000, 5)
     return [
-        LeasedDelivery(shard, item, entry_id, lease, WORKER)
+        LeasedDelivery.taken(shard, item, entry_id, lease, WORKER)
         for (entry_id, item), lease in zip(items, leases, strict=True)
     ]
 
@@ -130,14 +135,18 @@ def test_every_script_starts_with_the_shared_functions() -> None:
 
 async def test_ingest(real_redis: Redis, key_prefix: str, catalog: Catalog) -> None:
     keys = KeySpace(key_prefix)
-    items = [plan(catalog, keys, f"k{n}", ORDER) for n in range(2)]
+    items = [plan(catalog, keys, "k0", ORDER), plan(catalog, keys, "k1", LARGE_ORDER)]
+    assert (items[0].shared_data, bool(items[1].shared_data)) == (b"", True)
     call = ingest_call(keys.shard(0), items, 60_000, 10_000)
 
     assert await run(real_redis, scripts.INGEST, call) == [b"OK", b"OK"]
     assert await real_redis.xlen(keys.shard(0).work(Priority.NORMAL)) == 4  # EMAIL, IN_APP
+    data = keys.shard(0).data(items[1].notification_id)
+    assert await real_redis.hgetall(data) == {b"d": items[1].shared_data, b"n": b"2"}
+    assert await real_redis.pttl(data) > 0
     # A retry is planned afresh, with new ids; it is answered with the first notification's
     # id, whose record is not among the keys the retry declares.
-    retries = [plan(catalog, keys, f"k{n}", ORDER) for n in range(2)]
+    retries = [plan(catalog, keys, "k0", ORDER), plan(catalog, keys, "k1", LARGE_ORDER)]
     again = await run(
         real_redis, scripts.INGEST, ingest_call(keys.shard(0), retries, 60_000, 10_000)
     )
@@ -146,23 +155,26 @@ async def test_ingest(real_redis: Redis, key_prefix: str, catalog: Catalog) -> N
 
 async def test_delivery_begin(real_redis: Redis, key_prefix: str, catalog: Catalog) -> None:
     keys = KeySpace(key_prefix)
-    item = plan(catalog, keys, "b", ORDER)
-    await scripts.INGEST(real_redis, *ingest_call(keys.shard(0), [item], 60_000, 10_000))
-    work = [codec.decode_work_item(w.item) for w in item.work]
-    call = delivery_begin_call(keys.shard(0), work, "w", 60_000)
+    items = [plan(catalog, keys, "b0", ORDER), plan(catalog, keys, "b1", LARGE_ORDER)]
+    await scripts.INGEST(real_redis, *ingest_call(keys.shard(0), items, 60_000, 10_000))
+    work = [codec.decode_work_item(w.item) for item in items for w in item.work]
+    call = delivery_begin_call(keys.shard(0), work, "w", 60_000, 5)
 
     reply = await run(real_redis, scripts.DELIVERY_BEGIN, call)
 
-    assert len(reply) == 5 * len(work)  # five values per delivery
-    assert reply[0::5] == [b"GO"] * len(work)
+    assert len(reply) == 6 * len(work)  # six values per delivery
+    assert reply[0::6] == [b"GO"] * len(work)
+    assert reply[5::6] == [b"", b"", items[1].shared_data, items[1].shared_data]
     state = await DeliveryStore(real_redis).state(keys.shard(0), work[0].delivery_id)
     assert state is not None
     assert (state.status, state.lease_owner, state.channel) == ("SENDING", "w", work[0].channel)
+    assert state.leases == 1
 
 
 async def test_delivery_finish(real_redis: Redis, key_prefix: str, catalog: Catalog) -> None:
     keys = KeySpace(key_prefix)
-    held = await leased(real_redis, keys, catalog)
+    held = await leased(real_redis, keys, catalog, LARGE_ORDER)
+    data = keys.shard(0).data(held[0].item.notification_id)
     outcomes = [
         delivery_outcomes.sent(held[0], "sandbox", "m-1", 1_000),
         delivery_outcomes.failed(held[1], ErrorClass.PERMANENT, "no", 1_000, attempts=1),
@@ -175,6 +187,8 @@ async def test_delivery_finish(real_redis: Redis, key_prefix: str, catalog: Cata
     assert await real_redis.pttl(keys.shard(0).delivery(held[1].item.delivery_id)) > 60_000
     pending = await real_redis.xpending(keys.shard(0).work(Priority.NORMAL), DELIVERY_GROUP)
     assert pending["pending"] == 0
+    assert await real_redis.xlen(keys.shard(0).work(Priority.NORMAL)) == 0  # deleted too
+    assert await real_redis.exists(data) == 0  # both deliveries ended: the data went
 
 
 async def test_dead_letter_raw(real_redis: Redis, key_prefix: str) -> None:
@@ -187,6 +201,7 @@ async def test_dead_letter_raw(real_redis: Redis, key_prefix: str) -> None:
     call = dead_letter_raw_call(shard, Priority.LOW, entry_id.decode(), entry)
 
     assert await run(real_redis, scripts.DEAD_LETTER_RAW, call) == 1  # acknowledged
+    assert await real_redis.xlen(stream) == 0
     [(_, raw)] = await real_redis.xrange(shard.dlq)
     assert raw[b"raw_w"] == b"not a work item"
     assert raw[b"error_class"] == b"POISON"
@@ -263,6 +278,17 @@ async def test_rate_limit(real_redis: Redis, key_prefix: str) -> None:
     reply = await run(real_redis, scripts.RATE_LIMIT, rate_limit_call(keys, "smtp", rate, requests))
     assert reply[:2] == [0, 0]  # the burst of two
     assert reply[2] > 0  # the third waits
+
+
+async def test_ingest_quota(real_redis: Redis, key_prefix: str) -> None:
+    keys = KeySpace(key_prefix)
+    rates = QuotaRates(
+        requests_per_second=1, requests_burst=1, notifications_per_second=10, notifications_burst=5
+    )
+    call = ingest_quota_call(keys, "orders", rates, 5)
+    assert await run(real_redis, scripts.INGEST_QUOTA, call) == 0
+    assert await run(real_redis, scripts.INGEST_QUOTA, call) > 0  # both buckets are full
+    assert await real_redis.exists(*call[0]) == 2
 
 
 async def test_trim_stream(real_redis: Redis, key_prefix: str) -> None:

@@ -39,4 +39,4 @@ def leased(
     item = msgspec.structs.replace(ITEM, **item_changes)
     lease = Lease("GO", version=version, attempts=attempts, now_ms=5_000,
                   first_attempt_ms=first_attempt_ms)  # fmt: skip
-    return LeasedDelivery(KeySpace("t").shard(0), item, "1-0", lease, Worker("w", "1"))
+    return LeasedDelivery.taken(KeySpace("t").shard(0), item, "1-0", lease, Worker("w", "1"))

@@ -60,3 +60,28 @@ async def test_the_batch_endpoint_takes_bodies_larger_than_the_single_one(
     assert {r["status_code"] for r in accepted.json()["results"]} == {202}
     assert refused.status_code == 413
     assert single.status_code == 413
+
+
+async def test_the_schema_is_public_json_and_yaml_without_third_party_scripts(
+    fake: Redis, catalog: Catalog, settings: Settings
+) -> None:
+    """Its HTML viewers once loaded scripts from a CDN, without integrity hashes, onto the
+    dashboard's origin."""
+    app = create_app(settings, redis=fake, catalog=catalog)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://clarion") as client:
+        answers = {
+            path: await client.get(path)
+            for path in ("/schema", "/schema/openapi.json", "/schema/openapi.yaml")
+        }
+        viewers = [
+            (await client.get(f"/schema/{name}")).status_code
+            for name in ("swagger", "redoc", "elements", "rapidoc", "scalar")
+        ]
+    assert {path: a.status_code for path, a in answers.items()} == dict.fromkeys(answers, 200)
+    assert answers["/schema"].json()["info"]["title"] == "Clarion"
+    assert answers["/schema/openapi.yaml"].text.startswith("info:") or "openapi:" in (
+        answers["/schema/openapi.yaml"].text
+    )
+    assert set(viewers) == {404}
+    assert all("<script" not in a.text for a in answers.values())

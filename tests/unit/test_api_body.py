@@ -11,7 +11,8 @@ import pytest
 from litestar import Litestar, Request, post
 from litestar.exceptions import ClientException
 
-from app.api.body import decode_body, documented_body
+from app.api.body import CUT_DEPTH, decode_body, documented_body
+from app.api.schemas import BatchRequest
 from app.ingest.requests import NotificationRequest
 
 
@@ -70,3 +71,85 @@ async def test_a_documented_body_is_in_the_schema_yet_decoded_by_the_handler() -
     assert body["content"]["application/json"]["schema"]["$ref"].endswith("Greeting")
     assert answered.json() == {"hello": "Ada"}
     assert (wrong.status_code, wrong.json()["detail"]) == (422, "name: Expected `str`, got `int`")
+
+
+def nested(depth: int, inner: bytes = b"1") -> bytes:
+    """``inner`` inside ``depth`` arrays."""
+    return b"[" * depth + inner + b"]" * depth
+
+
+# Far deeper than msgspec follows (its recursion limit, about 1000 levels) in any context.
+TOO_DEEP = 5000
+
+
+def test_data_nested_past_the_decoders_limit_is_422_naming_data() -> None:
+    error = refused(
+        b'{"recipient": {"id": "u"}, "type": "otp", "data": {"x": %s}}' % nested(TOO_DEEP)
+    )
+    assert error.status_code == 422
+    assert str(error.detail) == "data: objects and arrays nest at most 32 levels deep"
+
+
+@pytest.mark.parametrize(
+    ("raw", "detail"),
+    [
+        (b'{"recipient": %s, "type": "otp"}' % nested(TOO_DEEP), "recipient: Expected `object`"),
+        (nested(TOO_DEEP), "Expected `object`, got `array`"),
+        (
+            b'{"recipient": {"id": "u"}, "type": "otp", "x": %s}' % nested(TOO_DEEP),
+            "Object contains",
+        ),
+    ],
+)
+def test_nesting_past_the_decoders_limit_anywhere_is_refused_naming_the_field(
+    raw: bytes, detail: str
+) -> None:
+    error = refused(raw)
+    assert error.status_code == 422
+    assert str(error.detail).startswith(detail)
+
+
+def test_deep_broken_json_is_still_400() -> None:
+    error = refused(b'{"recipient": {"id": "u"}, "type": "otp", "data": {"x": ' + b"[" * TOO_DEEP)
+    assert error.status_code == 400
+    assert str(error.detail) == "body: Input data was truncated"
+
+
+def test_a_deep_body_too_large_to_look_into_is_400_naming_the_body() -> None:
+    padding = b'"' + b"p" * (2 << 20) + b'"'
+    raw = b'{"recipient": {"id": "u"}, "type": "otp", "data": {"p": %s, "x": %s}}' % (
+        padding, nested(TOO_DEEP),
+    )  # fmt: skip
+    error = refused(raw)
+    assert error.status_code == 400
+    assert str(error.detail) == f"body: objects and arrays nested deeper than {CUT_DEPTH} levels"
+
+
+def test_a_deep_batch_item_is_cut_and_the_others_stay_exactly_as_sent() -> None:
+    # Brackets inside strings are text, escaped quotes and backslashes too: none of them may
+    # throw the cut off.
+    strings = b'"s": "]]]}}}[[[{{{\\"]", "b": "\\\\", "c": "]]"'
+    good = b'{"idempotency_key": "a", "data": {%s, "n": [[1], {"k": []}]}}' % strings
+    deep = b'{"idempotency_key": "b", "data": {"x": %s}, "after": "kept"}' % nested(TOO_DEEP)
+    batch = decode_body(b'{"notifications": [%s, %s, %s]}' % (good, deep, good), BatchRequest)
+    first, cut, last = (bytes(raw) for raw in batch.notifications)
+    assert first == last == good
+    assert cut.startswith(b'{"idempotency_key": "b", "data": {"x": [[[')
+    assert cut.endswith(b']]]}, "after": "kept"}')
+    # The envelope, the list, the item and data are four levels: the arrays below them are
+    # kept down to CUT_DEPTH, and what lies deeper is one empty array.
+    assert cut.count(b"[") == cut.count(b"]") == CUT_DEPTH - 4 + 1
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"recipient": {"id": "u\xff"}, "type": "otp"}',
+        b'{"recipient": {"id": "u"}, "type": "otp", "data": {"\xc3\x28": 1}}',
+        b'{"recipient": {"id": "u"}, "type": "otp", "data": {"x": "\xed\xa0\x80"}}',  # surrogate
+    ],
+)
+def test_a_string_that_is_not_utf8_is_400_naming_the_body(raw: bytes) -> None:
+    error = refused(raw)
+    assert error.status_code == 400
+    assert str(error.detail).startswith("body: a string is not valid UTF-8 (")

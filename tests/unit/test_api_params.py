@@ -76,6 +76,26 @@ def test_a_time_that_is_not_one_names_the_parameter(text: str) -> None:
     assert time_filter("until", None) is None
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "0001-01-01T00:00:00+14:00",  # valid ISO 8601, but before year 1 in UTC
+        "0001-01-01T00:00:00 14:00",  # the same with its '+' unencoded
+        "9999-12-31T23:59:59-14:00",  # after year 9999 in UTC
+        "9999-12-31T23:59:59.999999-00:01",
+    ],
+)
+def test_a_time_outside_the_years_1_to_9999_in_utc_names_the_parameter(text: str) -> None:
+    assert refused(time_filter, "since", text) == (
+        "since: must be from 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z"
+    )
+
+
+def test_the_first_and_last_times_in_utc_are_fine() -> None:
+    assert time_filter("since", "0001-01-01T00:00:00-14:00") == datetime(1, 1, 1, 14, tzinfo=UTC)
+    assert time_filter("until", "9999-12-31T23:59:59.999999Z") == datetime.max.replace(tzinfo=UTC)
+
+
 def test_a_page_size_is_a_whole_number_within_bounds() -> None:
     assert page_size(None, 50, 500) == 50
     assert page_size("1", 50, 500) == 1

@@ -249,3 +249,33 @@ def test_a_missing_catalog_file_names_the_file(tmp_path: Path) -> None:
     with pytest.raises(CatalogError) as caught:
         load_catalog(path)
     assert str(path) in str(caught.value)
+
+
+def test_a_type_may_name_the_producers_that_send_it() -> None:
+    catalog = parse_catalog(broken("opt_out = false\n", 'opt_out = false\nproducers = ["auth"]\n'))
+    assert catalog.types["otp"].producers == {"auth"}
+    assert parse_catalog(VALID).types["otp"].producers is None  # any producer
+    error = catalog_error(broken("opt_out = false\n", 'opt_out = false\nproducers = ["a b"]\n'))
+    assert "types.otp" in error
+    assert "producers" in error
+
+
+def test_quotas_are_read_per_producer_with_a_default() -> None:
+    text = VALID + (
+        "\n[quotas.default]\nrequests = { per_second = 10, burst = 20 }\n"
+        "\n[quotas.producers.marketing]\nnotifications = { per_second = 5, burst = 50 }\n"
+    )
+    quotas = parse_catalog(text).quotas
+    default, marketing = quotas.of("orders"), quotas.of("marketing")
+    assert default is not None
+    assert default.requests is not None
+    assert (default.requests.per_second, default.requests.burst) == (10, 20)
+    assert marketing is not None
+    assert marketing.requests is None
+    assert parse_catalog(VALID).quotas.of("orders") is None
+
+
+def test_a_bad_quota_names_its_key() -> None:
+    error = catalog_error(VALID + "\n[quotas.default]\nrequests = { per_second = 0, burst = 1 }\n")
+    assert "quotas" in error
+    assert "per_second" in error

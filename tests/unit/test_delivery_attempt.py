@@ -5,17 +5,18 @@ FAILED once the attempts are used up), every stored error text masked."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from app.catalog import Catalog, RetryPolicy, parse_catalog
-from app.delivery.attempt import Attempts, failed_attempt
+from app.delivery.attempt import Attempts, error_text, failed_attempt
 from app.delivery.provider_timeouts import ProviderTimeouts
 from app.providers.base import Message, ProviderError
 from streams import codec
-from streams.delivery_outcomes import LeasedDelivery
+from streams.delivery_outcomes import MAX_ERROR_TEXT, LeasedDelivery
 from streams.delivery_store import Outcome
 from streams.events import DeliveryAttemptFailed
 from streams.scheduler import work_item_of_member
@@ -205,3 +206,15 @@ async def test_an_exception_no_adapter_should_raise_is_a_bug_that_fails_the_deli
     assert (outcome.status, outcome.fields["error_class"]) == ("FAILED", "BUG")
     assert outcome.fields["last_error"] == "KeyError: '<email>'"
     assert outcome.fields["attempts"] == 2  # a BUG is never retried, whatever the policy
+
+
+def test_a_huge_provider_error_is_cut_before_it_is_masked() -> None:
+    """A 20,000-character error text once froze a worker's event loop for seconds in masking;
+    only what is kept is looked at now, an address across the cut still masked."""
+    text = "word " * 98 + " jane@example.com " + "y " * 2_500_000
+    started = time.perf_counter()
+    kept = error_text(text)
+    assert time.perf_counter() - started < 0.02
+    assert len(kept) == MAX_ERROR_TEXT
+    assert "jane@" not in kept
+    assert kept == "word " * 98 + " <email> y"  # the address crossed the cut at 500

@@ -3,6 +3,7 @@ version the lease found, and its ``delayed`` member or dead letter."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 
 from streams import codec, delivery_outcomes
@@ -23,7 +24,7 @@ from tests.unit.delivery_examples import ITEM, leased
 
 NOW = 6_000
 LATER = 9_000
-ENDS_THE_LEASE = {"lease_owner": "", "lease_until": 0, "updated_ms": NOW}
+ENDS_THE_LEASE = {"lease_owner": "", "lease_until": 0, "leases": 0, "updated_ms": NOW}
 
 
 def events(outcome: Outcome) -> list[AnyEvent]:
@@ -114,7 +115,8 @@ def test_a_failure_ends_the_delivery_and_dead_letters_it_with_its_context() -> N
     }  # fmt: skip
     assert outcome.dead_letter == {
         "delivery_id": "d", "notification_id": "n", "type": "otp", "channel": "SMS",
-        "priority": "HIGH", "error_class": "PERMANENT", "last_error": "no such number",
+        "priority": "HIGH", "producer": "", "error_class": "PERMANENT",
+        "last_error": "no such number",
         "attempts": 3, "first_attempt_ms": 4_000, "last_attempt_ms": NOW, "worker": "w",
         "worker_version": "1", "version": 4, "work_entry_id": "1-0",
         "work": codec.encode(ITEM),
@@ -123,9 +125,9 @@ def test_a_failure_ends_the_delivery_and_dead_letters_it_with_its_context() -> N
 
 
 def test_a_failure_without_an_attempt_now_keeps_the_attempt_times_as_they_were() -> None:
-    # Recovery gives up on an entry handed out too often: no provider was called now.
+    # A delivery leased too often without an outcome: no provider was called now.
     held = leased(attempts=2, first_attempt_ms=4_000)
-    outcome = delivery_outcomes.failed(held, ErrorClass.POISON, "delivered 6 times", NOW,
+    outcome = delivery_outcomes.failed(held, ErrorClass.POISON, "leased 6 times", NOW,
                                        attempts=2)  # fmt: skip
     assert "last_attempt_ms" not in outcome.fields
     assert "first_attempt_ms" not in outcome.fields
@@ -157,3 +159,16 @@ def test_acknowledging_only_records_nothing() -> None:
     outcome = delivery_outcomes.acknowledge_only(leased(version=7))
     assert (outcome.events, outcome.fields, outcome.dead_letter) == (b"", {}, {})
     assert (outcome.entry_id, outcome.expected_version, outcome.status) == ("1-0", 7, None)
+
+
+def test_an_ending_outcome_releases_the_shared_data_and_a_dead_letter_keeps_a_copy() -> None:
+    held = leased(shared_data=True, data={})
+    held = dataclasses.replace(held, data={"code": "9"})
+    sent = delivery_outcomes.sent(held, "sandbox", "m-1", NOW)
+    assert sent.releases_data == held.shard.data("n")
+    retry = delivery_outcomes.retry_later(held, ErrorClass.TRANSIENT, "busy", NOW + 1, NOW)
+    assert retry.releases_data == ""  # it is not over: the retry still needs the data
+    assert codec.decode_work_item(work_item_of_member(retry.delayed_member)).shared_data
+    failed = delivery_outcomes.failed(held, ErrorClass.PERMANENT, "no", NOW, attempts=2)
+    kept = codec.decode_work_item(failed.dead_letter["work"])  # type: ignore[arg-type]
+    assert (kept.shared_data, kept.data) == (False, {"code": "9"})

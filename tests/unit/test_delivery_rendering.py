@@ -15,7 +15,8 @@ from tests.unit.delivery_examples import ITEM
 
 
 def rendered(catalog: Catalog, **changes: Any) -> tuple[str, str]:
-    return render(catalog, msgspec.structs.replace(ITEM, **changes))
+    item = msgspec.structs.replace(ITEM, **changes)
+    return render(catalog, item, item.data)
 
 
 def test_a_message_is_its_template_filled_with_the_data(catalog: Catalog) -> None:
@@ -76,3 +77,18 @@ def _with_body(catalog: Catalog, body: str) -> Any:
     template = msgspec.structs.replace(otp.templates["en"][Channel.SMS], body=body)
     templates = {**otp.templates, "en": {**otp.templates["en"], Channel.SMS: template}}
     return msgspec.structs.replace(otp, templates=templates)
+
+
+def test_a_title_stays_one_line_whatever_the_data_holds(catalog: Catalog) -> None:
+    """A line break in a value once reached an email subject: a header of its own."""
+    title, body = rendered(
+        catalog, notification_type="order_confirmed", channel=Channel.EMAIL,
+        data={"order_id": "A-7\r\nBcc: everyone@example.com\x00"},
+    )  # fmt: skip
+    assert title == "Order A-7  Bcc: everyone@example.com  confirmed"
+    assert "\r\n" in body  # the body is not a header: it keeps its lines
+
+
+def test_shared_data_that_is_gone_fails_the_delivery(catalog: Catalog) -> None:
+    with pytest.raises(RenderError, match="no longer in Redis"):
+        render(catalog, ITEM, None)

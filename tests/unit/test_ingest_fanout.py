@@ -32,7 +32,7 @@ from streams.records import DeliveryAtAcceptance, NotificationRecord, decode_rec
 from streams.scheduler import work_item_of_member
 from streams.vocabulary import Priority
 from streams.work_items import WorkItem
-from tests.conftest import REQUEST
+from tests.conftest import DIGEST, REQUEST
 
 REPO = Path(__file__).resolve().parents[2]
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -49,7 +49,7 @@ QUIET_END = datetime(2026, 6, 2, 6, 0, tzinfo=UTC)
 
 @pytest.fixture(scope="module")
 def planner() -> Planner:
-    return Planner(load_catalog(REPO / "clarion.toml"))
+    return Planner(load_catalog(REPO / "clarion.toml"), DIGEST)
 
 
 def request(

@@ -7,6 +7,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from app.ingest import quiet_hours
 from app.ingest.quiet_hours import QuietHoursError, check, window_end
 from streams.events import QuietHoursSetting
 
@@ -42,6 +43,62 @@ def test_a_bad_setting_names_the_field(start: str, end: str, timezone: str, fiel
     with pytest.raises(QuietHoursError) as caught:
         check(setting(start, end, timezone))
     assert str(caught.value).startswith(f"{field}: ")
+
+
+@pytest.mark.parametrize(
+    "timezone",
+    [
+        "Europe",  # a directory of the tz database
+        "America/Argentina",
+        "x" * 300,  # longer than a file name may be
+        "Europe/" + "a" * 5000,
+        "Europe/../Europe/Berlin",
+        "Europe/Berlin/",
+        "Europe//Berlin",
+        "./UTC",
+        "/etc/localtime",
+        "/usr/share/zoneinfo/UTC",
+        "Europe/Berlin\x00",
+        "UTC\n",
+        " UTC",
+        "utc",
+        "localtime",  # the host's own zone, on some systems
+        "zone.tab",  # a file of the tz database that is no zone
+        "tzdata.zi",
+        "posixrules",
+        "\udc80",
+        "Europe/Berlin\u0301",
+    ],
+)
+def test_every_name_that_is_no_iana_zone_names_the_timezone(timezone: str) -> None:
+    with pytest.raises(QuietHoursError) as caught:
+        check(setting("22:00", "08:00", timezone))
+    message = str(caught.value)
+    assert message.startswith("timezone: ")
+    assert message.endswith(" is not an IANA time zone like Europe/Berlin")
+    assert len(message) < 200  # a long name is not echoed in full
+
+
+@pytest.mark.parametrize(
+    "timezone", ["Europe/Berlin", "America/Argentina/Buenos_Aires", "UTC", "Etc/GMT+5"]
+)
+def test_iana_zones_pass(timezone: str) -> None:
+    check(setting("22:00", "08:00", timezone))
+
+
+def test_a_stored_setting_is_used_even_if_its_zone_is_no_longer_listed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(quiet_hours, "_iana_zones", frozenset)  # as if no zone were listed
+    with pytest.raises(QuietHoursError):
+        check(NIGHT)
+    assert window_end(NIGHT, datetime(2026, 6, 1, 23, 0, tzinfo=BERLIN)) is not None
+
+
+@pytest.mark.parametrize("timezone", ["Europe", "x" * 300, "a\x00b", "/etc/localtime"])
+def test_a_stored_setting_with_an_unusable_zone_fails_as_a_quiet_hours_error(timezone: str) -> None:
+    with pytest.raises(QuietHoursError):
+        window_end(setting("22:00", "08:00", timezone), datetime(2026, 6, 1, 23, 0, tzinfo=UTC))
 
 
 def test_outside_the_window_there_is_no_end() -> None:

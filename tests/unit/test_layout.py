@@ -146,12 +146,10 @@ def test_every_package_says_what_it_owns() -> None:
 DECLARATIONS_ONLY = {
     "app.api.schemas",  # the API's request and answer types
     "app.cli.__main__",  # ``python -m app.cli`` calls the command group
-    "app.ingest.requests",  # the request a producer sends
     "app.processes.clients",  # the arguments of one Redis client
     "app.providers.base",  # the provider contract: a message, an error, a protocol
     "streams.records",  # the notification record kept in Redis
     "streams.vocabulary",  # channels, priorities and error classes
-    "streams.work_items",  # the work item a worker receives
 }
 TIERS = ("unit", "integration", "e2e")
 

@@ -49,6 +49,9 @@ def refusal(call: object, *args: object, **kwargs: object) -> str:
     return str(caught.value)
 
 
+FIRST, LAST = "0001-01-01T00:00:00Z", "9999-12-31T23:59:59Z"
+
+
 @pytest.mark.parametrize(
     ("filters", "message"),
     [
@@ -58,6 +61,9 @@ def refusal(call: object, *args: object, **kwargs: object) -> str:
         ({"error_class": "OOPS"}, "error_class: must be one of TRANSIENT, PERMANENT, POISON, BUG"),
         ({"since": "yesterday"}, "since: must be an ISO 8601 time, e.g. 2026-11-29T12:00:00Z"),
         ({"until": "1970-01-01T00:00:00Z"}, "until: must be later than 1970-01-01T00:00:00Z"),
+        # Valid ISO 8601, but before year 1 or after year 9999 in UTC.
+        ({"since": "0001-01-01T00:00:00+14:00"}, f"since: must be from {FIRST} to {LAST}"),
+        ({"until": "9999-12-31T23:59:59-14:00"}, f"until: must be from {FIRST} to {LAST}"),
         ({"since": "2026-02-01", "until": "2026-02-01"}, "until: must be later than since"),
         ({"delivery_ids": [ID, "not-an-id"]}, "delivery_ids[1]: 'not-an-id' is not a delivery id"),
     ],
@@ -92,6 +98,11 @@ def test_valid_filters_make_the_selection(catalog: Catalog) -> None:
         delivery_ids=frozenset({ID}),
     )  # fmt: skip
     assert selection(catalog) == Selection()
+
+
+def test_the_last_time_in_utc_is_a_valid_bound(catalog: Catalog) -> None:
+    latest = selection(catalog, until="9999-12-31T23:59:59+14:00")
+    assert latest.until_ms == int(datetime(9999, 12, 31, 9, 59, 59, tzinfo=UTC).timestamp() * 1000)
 
 
 def test_a_replay_needs_a_printable_operator_and_reason(catalog: Catalog) -> None:

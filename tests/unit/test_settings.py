@@ -138,3 +138,27 @@ def test_the_repr_of_settings_shows_no_api_key() -> None:
     assert SECRET not in repr(settings)
     assert settings.api_keys[0].secret_sha256.hex() not in repr(settings)
     assert isinstance(settings.api_keys[0], ApiKey)
+
+
+def test_the_recipients_scope_is_known() -> None:
+    (key,) = parse_api_keys(f"profiles:{SECRET}:recipients")
+    assert key.scopes == {"recipients"}
+    with pytest.raises(SettingsError, match="send, read, recipients, admin"):
+        parse_api_keys(f"profiles:{SECRET}:profiles")
+
+
+def test_the_digest_secret_is_needed_by_services_and_never_shown() -> None:
+    with pytest.raises(SettingsError, match="CLARION_DIGEST_SECRET is not set"):
+        Settings.from_env({}).address_digest()
+    with pytest.raises(SettingsError, match="at least 16 characters") as short:
+        Settings.from_env({"CLARION_DIGEST_SECRET": "short-secret"})
+    assert "short-secret" not in str(short.value)
+    settings = Settings.from_env({"CLARION_DIGEST_SECRET": "a-long-enough-secret"})
+    assert "a-long-enough-secret" not in repr(settings)
+    assert "a-long-enough-secret" not in repr(settings.address_digest())
+
+
+def test_a_bad_redis_url_is_named_without_its_password() -> None:
+    with pytest.raises(SettingsError) as bad:
+        Settings.from_env({"CLARION_REDIS_URL": "http://user:hunter2@host:6379"})
+    assert "hunter2" not in str(bad.value)

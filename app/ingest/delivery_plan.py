@@ -1,0 +1,174 @@
+"""One notification's deliveries at ingest: each delivery's fate, its first event and its
+work item.
+
+``app.ingest.fanout`` checks a request against the catalog and fixes its ids; what it then
+knows about one notification (its priority, expiry, the recipient's settings and quiet
+window) is a ``NotificationPlan``, which decides, delivery by delivery, whether it is
+suppressed (opted out, no address, a dead address), expired (quiet hours past its TTL),
+deferred until quiet hours end, or queued.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import msgspec
+
+from app.ingest.requests import NotificationRequest
+from streams import codec
+from streams.delivery_state import DeliveryStatus
+from streams.events import (
+    DeliveryDeferred,
+    DeliveryExpired,
+    DeliveryQueued,
+    DeliverySuppressed,
+    Event,
+    NotificationAccepted,
+)
+from streams.ingest import PlannedWork
+from streams.recipient_settings import QUIET_HOURS_EXEMPT, AddressDigest
+from streams.records import DeliveryAtAcceptance
+from streams.scheduler import delayed_member
+from streams.vocabulary import Channel, Priority
+from streams.work_items import WorkItem, share_data
+
+# Enum members looked up through their class cost about 150 ns each on Python 3.11; fan-out
+# decides every delivery's fate by them, so they are bound once.
+_QUEUED, _SCHEDULED = DeliveryStatus.QUEUED, DeliveryStatus.SCHEDULED
+_SUPPRESSED, _EXPIRED = DeliveryStatus.SUPPRESSED, DeliveryStatus.EXPIRED
+
+_data_encoder = msgspec.json.Encoder()
+
+
+class Identity(msgspec.Struct, frozen=True):
+    """Ids fixed once per request, so a STALE round re-plans with the same ones."""
+
+    notification_id: str
+    # (channel, address) pairs in fan-out order, and one delivery id for each.
+    pairs: tuple[tuple[Channel, str], ...]
+    delivery_ids: tuple[str, ...]
+
+
+class NotificationPlan(msgspec.Struct, frozen=True, kw_only=True):
+    """One notification being planned: what its deliveries' fates and events depend on."""
+
+    id: str
+    producer: str
+    request: NotificationRequest
+    priority: Priority
+    locale: str
+    now: datetime
+    now_ms: int
+    expires: datetime
+    expires_ms: int
+    # When the recipient's quiet window ends, if this notification falls into one.
+    quiet_until: datetime | None
+    disabled: frozenset[tuple[str, str]]  # (type, channel) pairs the recipient switched off
+    invalid: frozenset[tuple[str, str]]  # (channel, address digest) of dead addresses
+    address_digest: AddressDigest
+
+    def accepted(
+        self, producer: str, idempotency_key: str, identity: Identity
+    ) -> NotificationAccepted:
+        """The notification's first event."""
+        return NotificationAccepted(
+            at=self.now,
+            notification_id=self.id,
+            producer=producer,
+            idempotency_key=idempotency_key,
+            notification_type=self.request.type,
+            priority=self.priority,
+            recipient_id=self.request.recipient.id,
+            locale=self.locale,
+            expires_at=self.expires,
+            delivery_ids=list(identity.delivery_ids),
+        )
+
+    def deliveries(
+        self, identity: Identity, events: list[Event]
+    ) -> tuple[list[DeliveryAtAcceptance], list[PlannedWork], bytes]:
+        """Each delivery's state at ingest (suppressed, expired, deferred by quiet hours or
+        queued) and its work item unless it ended already; its first event (version 1) is
+        added to ``events``. Third, the encoded template data when the work items share it
+        (``streams.work_items``), else b"".
+
+        One loop in one method: it runs for every delivery of every notification, and a
+        method call per delivery cost fan-out an eighth more instructions.
+        """
+        nid, now, priority, quiet_until = self.id, self.now, self.priority, self.quiet_until
+        type_name, disabled, invalid = self.request.type, self.disabled, self.invalid
+        # Decided for every delivery getting a work item, which is at most one per pair.
+        shared = self._shared_data(len(identity.pairs))
+        at_acceptance: list[DeliveryAtAcceptance] = []
+        work: list[PlannedWork] = []
+        for (channel, address), did in zip(identity.pairs, identity.delivery_ids, strict=True):
+            status, reason = _QUEUED, ""
+            if (type_name, channel) in disabled:
+                status, reason = _SUPPRESSED, "opted_out"
+            elif not address:
+                status, reason = _SUPPRESSED, "no_address"
+            elif invalid and (channel, self.address_digest(address)) in invalid:
+                status, reason = _SUPPRESSED, "invalid_address"
+            elif quiet_until is not None and channel not in QUIET_HOURS_EXEMPT:
+                status = _SCHEDULED if quiet_until < self.expires else _EXPIRED
+                reason = "" if status is _SCHEDULED else "quiet_hours_past_ttl"
+            at_acceptance.append(
+                DeliveryAtAcceptance(id=did, channel=channel, status=status, reason=reason)
+            )
+            if status is _SUPPRESSED:
+                events.append(DeliverySuppressed(
+                    at=now, notification_id=nid, delivery_id=did, version=1,
+                    channel=channel, reason=reason,  # type: ignore[arg-type]
+                ))  # fmt: skip
+            elif status is _EXPIRED:
+                events.append(DeliveryExpired(
+                    at=now, notification_id=nid, delivery_id=did, version=1,
+                    channel=channel, reason=reason,
+                ))  # fmt: skip
+            elif status is _SCHEDULED:
+                assert quiet_until is not None
+                events.append(DeliveryDeferred(
+                    at=now, notification_id=nid, delivery_id=did, version=1,
+                    channel=channel, reason="quiet_hours", until=quiet_until,
+                ))  # fmt: skip
+                member = delayed_member(priority, self._work_item(did, channel, address, shared))
+                work.append(PlannedWork(priority, member, epoch_ms(quiet_until)))
+            else:
+                events.append(DeliveryQueued(
+                    at=now, notification_id=nid, delivery_id=did, version=1,
+                    channel=channel, priority=priority,
+                ))  # fmt: skip
+                work.append(PlannedWork(priority, self._work_item(did, channel, address, shared)))
+        return at_acceptance, work, shared if work else b""
+
+    def _shared_data(self, work_items: int) -> bytes:
+        """The encoded data when ``work_items`` items share it, else b"" (each carries it)."""
+        if work_items < 2 or not self.request.data:
+            return b""
+        encoded = _data_encoder.encode(self.request.data)
+        return encoded if share_data(len(encoded), work_items) else b""
+
+    def _work_item(self, did: str, channel: Channel, address: str, shared: bytes) -> bytes:
+        """The encoded work item of one delivery."""
+        return codec.encode(
+            WorkItem(
+                delivery_id=did,
+                notification_id=self.id,
+                notification_type=self.request.type,
+                channel=channel,
+                priority=self.priority,
+                recipient_id=self.request.recipient.id,
+                address=address,
+                locale=self.locale,
+                data={} if shared else self.request.data,
+                created_ms=self.now_ms,
+                expires_ms=self.expires_ms,
+                producer=self.producer,
+                shared_data=bool(shared),
+            )
+        )
+
+
+def epoch_ms(moment: datetime) -> int:
+    """Milliseconds since the epoch."""
+    return int(moment.timestamp() * 1000)
