@@ -8,7 +8,7 @@ its entry in the notification's ``ntf:<id>`` record — as ``app.api.notificatio
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import asyncpg
@@ -57,6 +57,40 @@ class Evidence:
     pg_states: dict[str, DeliveryState] = field(default_factory=dict)
     # The provider's side.
     sandbox: dict[str, list[SandboxCall]] = field(default_factory=dict)
+
+
+def minted_at(uuid7: str) -> float:
+    """When a notification or delivery id was made (seconds since the epoch): a UUIDv7 holds
+    its millisecond in its first 48 bits."""
+    return int(uuid7.replace("-", "")[:12], 16) / 1000
+
+
+def made_since(evidence: Evidence, since: float, keys_before: set[str]) -> Evidence:
+    """The evidence without what was made before ``since``: notifications and deliveries
+    whose ids are older, and the idempotency records of ``keys_before``."""
+
+    def new(ids: dict[str, Any]) -> dict[str, Any]:
+        return {i: value for i, value in ids.items() if minted_at(i) >= since}
+
+    return replace(
+        evidence,
+        records=new(evidence.records),
+        idempotency={
+            key: nid
+            for key, nid in evidence.idempotency.items()
+            if key not in keys_before and (not nid or minted_at(nid) >= since)
+        },
+        redis_states=new(evidence.redis_states),
+        state_hashes={i for i in evidence.state_hashes if minted_at(i) >= since},
+        dead_letters=[
+            (delivery_id, error_class)
+            for delivery_id, error_class in evidence.dead_letters
+            if not delivery_id or minted_at(delivery_id) >= since
+        ],
+        pg_notifications=new(evidence.pg_notifications),
+        pg_states=new(evidence.pg_states),
+        sandbox=new(evidence.sandbox),
+    )
 
 
 def _text(value: Any) -> str:
@@ -111,7 +145,8 @@ async def read_write_model(redis: Redis, keys: KeySpace) -> Evidence:
                 _text(message_id) if message_id else None,
             )
         evidence.redis_states[delivery_id] = state
-    for _, entry in await redis.xrange(shard.dlq):
+    dead_letters: Any = await redis.xrange(shard.dlq)  # redis-py types it as optional
+    for _, entry in dead_letters:
         evidence.dead_letters.append(
             (_text(entry[b"delivery_id"]), _text(entry[b"error_class"]))
             if b"delivery_id" in entry
@@ -131,7 +166,7 @@ async def read_sandbox(redis: Redis, keys: KeySpace, evidence: Evidence) -> None
     calls: dict[str, list[SandboxCall]] = defaultdict(list)
     start = "-"
     while True:
-        entries = await redis.xrange(keys.sandbox_sent, min=start, count=10_000)
+        entries: Any = await redis.xrange(keys.sandbox_sent, min=start, count=10_000)
         for entry_id, entry in entries:
             calls[_text(entry[b"delivery_id"])].append(
                 SandboxCall(

@@ -13,8 +13,9 @@ import contextlib
 import functools
 import itertools
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 from tests.chaos.processes import DurableRedis, ServiceProcess
 from tests.servers import PostgresServer
@@ -82,7 +83,7 @@ class FaultInjector:
         self._redis_up = True
         self._paused: ServiceProcess | None = None
 
-    def milestones(self) -> list[tuple[float, Callable[[], Awaitable[None]]]]:
+    def milestones(self) -> list[tuple[float, Callable[[], Coroutine[Any, Any, None]]]]:
         """The one-off faults, each at a share of the notifications sent."""
         return [
             (0.20, functools.partial(self._kill, self.projector)),

@@ -5,7 +5,11 @@ channels is expected to end as: the sandbox directives say it (``fail_permanent`
 PERMANENT; ``raise_bug`` → FAILED, BUG; ``fail_transient`` below the retry bound → SENT).
 The producer paces the requests over the send period and re-sends every request that got no
 answer, a 503 or a 409 with the same Idempotency-Key and the same body, as a well-behaved
-client would, until it gets a 202.
+client would, until it gets a 202. Only a 202 is an acknowledgement: a 503 (Redis down,
+out of memory, restarting) is retried after its Retry-After for as long as it lasts, up to
+``GIVE_UP_AFTER_S``. The same key makes a retry safe while Redis keeps its data (what was
+written is answered again, nothing is doubled); after Redis lost its dataset the key is
+forgotten and a retry is accepted anew, with a new id, which is what a 202 then says.
 """
 
 from __future__ import annotations
@@ -101,6 +105,17 @@ class Acknowledged:
     planned: Planned
     notification_id: str
     deliveries: tuple[tuple[str, str, str], ...]
+    answered: float  # when the 202 came (seconds since the epoch)
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """One HTTP answer with its times (seconds since the epoch), to set beside the faults'."""
+
+    sent: float
+    answered: float
+    status: int
+    replayed: bool
 
 
 @dataclass(slots=True)
@@ -113,6 +128,7 @@ class ProducerStats:
     # Answers a well-behaved service never gives here: 4xx other than 409 (a bad plan,
     # never retried), 5xx other than 503, a 503 without Retry-After.
     unexpected: list[str] = field(default_factory=list)
+    timeline: list[Answer] = field(default_factory=list)
 
 
 class Producer:
@@ -157,6 +173,7 @@ class Producer:
             if attempt:
                 await asyncio.sleep(pause)
             self.stats.requests += 1
+            sent = time.time()
             try:
                 answer = await client.post("/v1/notifications", json=planned.body, headers=headers)
             except httpx.TransportError:  # no answer: it may or may not have been written
@@ -164,6 +181,8 @@ class Producer:
                 pause = 0.5
                 continue
             self.stats.answers[answer.status_code] += 1
+            replayed = answer.headers.get("Idempotent-Replayed") == "true"
+            self.stats.timeline.append(Answer(sent, time.time(), answer.status_code, replayed))
             if answer.status_code == 202:
                 self._remember(planned, answer)
                 return
@@ -185,4 +204,4 @@ class Producer:
             self.stats.replayed += 1
         body = answer.json()
         deliveries = tuple((d["id"], d["channel"], d["status"]) for d in body["deliveries"])
-        self.acknowledged[planned.key] = Acknowledged(planned, body["id"], deliveries)
+        self.acknowledged[planned.key] = Acknowledged(planned, body["id"], deliveries, time.time())

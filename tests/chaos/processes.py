@@ -1,4 +1,5 @@
-"""The service as real processes, and a Redis that can be killed and brought back from its AOF.
+"""The service as real processes, and a Redis that can be killed and brought back from its AOF
+(or without it, empty).
 
 Every process writes its output to a log file of its own, so a failed run can show what each
 one said last. Processes run in sessions of their own: stopping one (the API is a uvicorn
@@ -38,7 +39,8 @@ class DurableRedis:
     """A private ``redis-server`` with AOF and ``appendfsync always``: a 202 survives a crash.
 
     ``kill`` is SIGKILL; ``start`` again uses the same port and directory, so Redis replays
-    its AOF and clients reconnect to the address they know.
+    its AOF and clients reconnect to the address they know; after ``forget_data`` it starts
+    empty instead.
     """
 
     def __init__(self, workdir: Path) -> None:
@@ -81,6 +83,14 @@ class DurableRedis:
         assert self._process is not None
         self._process.kill()
         self._process.wait()
+
+    def forget_data(self) -> None:
+        """Delete the AOF and any snapshot (only while stopped): the next ``start`` is a
+        Redis that lost its dataset, on the same port."""
+        assert self._process is None or self._process.poll() is not None, "Redis is running"
+        shutil.rmtree(self.workdir / "appendonlydir", ignore_errors=True)
+        for name in ("appendonly.aof", "dump.rdb"):
+            (self.workdir / name).unlink(missing_ok=True)
 
     def stop(self) -> None:
         if self._process is not None and self._process.poll() is None:
@@ -164,16 +174,37 @@ class ServiceProcess:
     def tail(self, lines: int = 30) -> str:
         return tail(self.log_path, lines)
 
+    def session_pids(self) -> frozenset[int]:
+        """The live processes of this one's session: itself and its children (the API's
+        uvicorn workers, which uvicorn restarts on its own when one dies)."""
+        pids = set()
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            with contextlib.suppress(OSError):
+                # After the command name: state, parent, process group, session, ...
+                state, _, _, session = stat.read_text().rsplit(")", 1)[1].split()[:4]
+                if int(session) == self.pid and state != "Z":
+                    pids.add(int(stat.parent.name))
+        return frozenset(pids)
+
 
 def wait_for_api(base_url: str, api: ServiceProcess, timeout: float = 60.0) -> None:
-    """Wait until the API answers its health check with Redis reachable."""
+    """Wait until the API is ready (``/v1/ops/health/ready`` answers 200): Redis takes
+    writes, every consumer group exists (the API makes them at start-up) and PostgreSQL
+    answers."""
     deadline = time.monotonic() + timeout
+    last = "no answer"
     while time.monotonic() < deadline:
         if api.exited():
             raise RuntimeError(f"the API exited at start-up:\n{api.tail()}")
-        with contextlib.suppress(httpx.HTTPError):
-            answer = httpx.get(f"{base_url}/v1/ops/health", timeout=1)
-            if answer.status_code == 200 and answer.json().get("redis") == "ok":
+        try:
+            answer = httpx.get(f"{base_url}/v1/ops/health/ready", timeout=1)
+        except httpx.HTTPError as error:
+            last = type(error).__name__
+        else:
+            if answer.status_code == 200:
                 return
+            last = f"{answer.status_code} {answer.text}"
         time.sleep(0.1)
-    raise RuntimeError(f"the API did not become healthy within {timeout} s:\n{api.tail()}")
+    raise RuntimeError(
+        f"the API was not ready within {timeout} s (last answer: {last}):\n{api.tail()}"
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 
 from tests.chaos.faults import Crash, Fault
 from tests.chaos.load import ProducerStats
@@ -18,8 +19,10 @@ def render(
     stats: ProducerStats,
     verdict: Verdict,
     timings: dict[str, float],
+    notes: Sequence[str] = (),
 ) -> str:
-    """The table; times are seconds after the first request was sent."""
+    """The table; times are seconds after the first request was sent. ``notes``: lines a
+    run adds about what it checked beyond the table's rows."""
     lines = [f"== {title}", "", f"{'fault':<40} {'count':>5}  when (s)"]
     by_kind: dict[tuple[str, str], list[Fault]] = defaultdict(list)
     for fault in faults:
@@ -40,7 +43,7 @@ def render(
         f"{'outcome':<48} {'expected':>9} {'found':>9}",
     ]
     explained = sum(1 for r in verdict.repeats if r.explained_by is not None)
-    causes = defaultdict(int)
+    causes: defaultdict[str, int] = defaultdict(int)
     for repeat in verdict.repeats:
         if repeat.explained_by is not None:
             fault = repeat.explained_by
@@ -71,6 +74,8 @@ def render(
         for repeat in verdict.repeats
         if repeat.explained_by is None
     ][:SHOWN]
+    if notes:
+        lines += ["", *notes]
     lines.append("")
     lines += [f"{name}: {seconds:.1f} s" for name, seconds in timings.items()]
     failures = verdict.failures()

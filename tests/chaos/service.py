@@ -1,0 +1,180 @@
+"""The service under test as real processes, and what every chaos run does once its faults
+are over: wait for the service to settle, then report and judge.
+
+The API (two uvicorn workers), two delivery workers and the projector run as real processes
+against a private Redis (AOF, ``appendfsync always``) and a private PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from redis.asyncio import Redis
+
+from streams.keys import KeySpace
+from tests.chaos.evidence import (
+    FINAL,
+    Evidence,
+    read_read_model,
+    read_sandbox,
+    read_write_model,
+)
+from tests.chaos.faults import Crash
+from tests.chaos.load import Acknowledged
+from tests.chaos.processes import DurableRedis, ServiceProcess, wait_for_api
+from tests.chaos.verdict import Verdict, expectations
+from tests.integration.delivery_support import catalog_text
+from tests.servers import PostgresServer, free_port, postgres_server
+
+LEASE_MS = 5000
+# A worker is killed every few seconds, so a healthy work entry may be handed out many times
+# (each restart and takeover counts) before one worker gets to finish it; the default of 5
+# would dead-letter such entries as poison.
+MAX_DELIVERIES = 50
+DRAIN_TIMEOUT_S = 300.0
+PREFIX = "chaos"
+API_SECRET = "chaos-secret-key"
+SHIPPED_RATE_LIMIT = "rate_limit = { per_second = 5000, burst = 500 }"
+# What the producer's addresses look like: none may appear in any process's log.
+CONTACT = re.compile(r"user\d+@example\.com|\+49151\d{8}")
+
+
+@dataclass(slots=True)
+class Service:
+    redis: DurableRedis
+    postgres: PostgresServer
+    database_url: str
+    base_url: str
+    api: ServiceProcess
+    workers: list[ServiceProcess]
+    projector: ServiceProcess
+
+    @property
+    def processes(self) -> list[ServiceProcess]:
+        return [self.api, *self.workers, self.projector]
+
+
+@contextmanager
+def running_service(
+    workdir: Path, *, idempotent: bool, max_deliveries: int = MAX_DELIVERIES
+) -> Iterator[Service]:
+    """Redis, PostgreSQL and the service's processes, stopped afterwards whatever happened."""
+    catalog = workdir / "clarion.toml"
+    # Quick retries keep the drain short; the shipped rate limit stays in the path.
+    catalog.write_text(
+        catalog_text(
+            base=0.2, max_delay=1.0, attempts=6, rate_limit=SHIPPED_RATE_LIMIT,
+            idempotent=idempotent,
+        )
+    )  # fmt: skip
+    (workdir / "redis").mkdir()
+    redis = DurableRedis(workdir / "redis")
+    redis.start()
+    try:
+        with postgres_server() as postgres:
+            port = free_port()
+            database_url = postgres.url.rsplit("/", 1)[0] + "/clarion"
+            env = {k: v for k, v in os.environ.items() if not k.startswith("CLARION_")}
+            env |= {
+                "CLARION_REDIS_URL": redis.url,
+                "CLARION_DATABASE_URL": database_url,
+                "CLARION_KEY_PREFIX": PREFIX,
+                "CLARION_CONFIG": str(catalog),
+                "CLARION_API_KEYS": f"chaos:{API_SECRET}:send+read",
+                "CLARION_DIGEST_SECRET": "chaos-digest-secret",
+                "CLARION_PORT": str(port),
+                "CLARION_LEASE_MS": str(LEASE_MS),
+                "CLARION_MAX_DELIVERIES": str(max_deliveries),
+            }
+            service = Service(
+                redis,
+                postgres,
+                database_url,
+                f"http://127.0.0.1:{port}",
+                ServiceProcess("api", ("api", "--workers", "2"), env, workdir),
+                [
+                    ServiceProcess(f"worker-{slot}", ("worker", "--slot", str(slot)), env, workdir)
+                    for slot in (0, 1)
+                ],
+                ServiceProcess("projector", ("projector",), env, workdir),
+            )
+            try:
+                for process in service.processes:
+                    process.start()
+                wait_for_api(service.base_url, service.api)
+                yield service
+            finally:
+                for process in service.processes:
+                    process.stop()
+    finally:
+        redis.stop()
+
+
+def settled(evidence: Evidence, expected_ids: set[str]) -> bool:
+    """Every delivery final in Redis and the same in PostgreSQL; nothing pending anywhere."""
+    for delivery_id in expected_ids:
+        state = evidence.redis_states.get(delivery_id)
+        if state is None or state.status not in FINAL:
+            return False
+        if evidence.pg_states.get(delivery_id) != state:
+            return False
+    return not any(evidence.pending.values()) and not evidence.delayed
+
+
+async def drain(
+    redis: Redis, keys: KeySpace, database_url: str, acknowledged: dict[str, Acknowledged]
+) -> Evidence:
+    """Wait for the service to settle (or the deadline); what it left behind."""
+    expected_ids = set(expectations(acknowledged))
+    deadline = time.monotonic() + DRAIN_TIMEOUT_S
+    while True:
+        evidence = await read_write_model(redis, keys)
+        await read_read_model(database_url, evidence)
+        if settled(evidence, expected_ids) or time.monotonic() > deadline:
+            await read_sandbox(redis, keys, evidence)
+            return evidence
+        await asyncio.sleep(3)
+
+
+async def drained(service: Service, acknowledged: dict[str, Acknowledged]) -> Evidence:
+    """``drain`` with a client of its own on the service's Redis."""
+    redis = Redis.from_url(service.redis.url)
+    try:
+        return await drain(redis, KeySpace(PREFIX), service.database_url, acknowledged)
+    finally:
+        await redis.aclose()
+
+
+def conclude(
+    service: Service,
+    verdict: Verdict,
+    table: str,
+    crashes: list[Crash],
+    workdir: Path,
+    chaos_report: Callable[[str], None],
+) -> None:
+    """Keep the summary table for the session's end and in ``workdir``; fail the test with
+    the table and every process's last words when the verdict found problems.
+
+    Called before the service stops, so the tails show the processes as they were."""
+    chaos_report(table)
+    (workdir / "chaos-report.txt").write_text(table)
+    if verdict.failures():
+        tails = "\n".join(f"--- {p.name}\n{p.tail(15)}" for p in service.processes)
+        died = "\n".join(f"--- crash {c.name}\n{c.log_tail}" for c in crashes)
+        pytest.fail(f"{table}\n{died}\n{tails}", pytrace=False)
+
+
+def check_logs(service: Service, verdict: Verdict) -> None:
+    """No process may have logged a contact address."""
+    for process in service.processes:
+        if CONTACT.search(process.log_path.read_text(errors="replace")):
+            verdict.problem("contact address in a log", process.name)
