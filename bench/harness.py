@@ -53,7 +53,11 @@ import redis.asyncio as aredis
 
 # Clarion's own code. All of the harness's imports of it are here: when a product module
 # moves, this block is the harness's one place to follow it.
-from app.catalog import parse_catalog
+from app.catalog import Catalog, parse_catalog
+from app.delivery.worker import DeliveryWorker
+from app.ingest.fanout import Planner
+from app.ingest.ingestor import Ingestor
+from app.providers.registry import build_providers
 from projections.database import ensure_database, quote_identifier
 from streams import codec
 from streams.keys import KeySpace
@@ -363,6 +367,19 @@ def log_findings(path: Path) -> dict[str, Any]:
 
 
 # --- the catalog ----------------------------------------------------------------------------
+
+
+def in_process(
+    client: aredis.Redis, keys: KeySpace, catalog: Catalog, idempotency_ttl_s: int = 3600
+) -> tuple[Ingestor, DeliveryWorker]:
+    """An ingestor and a delivery worker in this process, built as the API and a worker
+    process build theirs (with the sandbox providers of ``catalog``)."""
+    ingestor = Ingestor(client, keys, Planner(catalog, BENCH_DIGEST), idempotency_ttl_s)
+    providers = build_providers(catalog, client, keys)
+    worker = DeliveryWorker(
+        client, keys, catalog, providers, consumer="bench-0", address_digest=BENCH_DIGEST
+    )
+    return ingestor, worker
 
 
 def unlimited_catalog(source: Path, target: Path) -> list[str]:

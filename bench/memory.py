@@ -47,18 +47,14 @@ if __package__ in {None, ""}:  # run as a script: make the ``bench`` package imp
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.catalog import load_catalog
-from app.delivery.worker import DeliveryWorker
-from app.ingest.fanout import Planner
-from app.ingest.ingestor import Ingestor
 from app.ingest.requests import NotificationRequest
 from app.logging import configure_logging
-from app.providers.registry import build_providers
 from app.settings import Settings
 from bench.harness import (
-    BENCH_DIGEST,
     REPO,
     delete_prefix,
     format_table,
+    in_process,
     machine_info,
     print_problems,
     unlimited_catalog,
@@ -157,17 +153,7 @@ async def run(count: int, prefix: str) -> dict[str, Any]:
         catalog_path = Path(directory) / "clarion.toml"
         unlimited_catalog(REPO / "clarion.toml", catalog_path)
         catalog = load_catalog(catalog_path)
-    ingestor = Ingestor(
-        client, keys, Planner(catalog, BENCH_DIGEST), settings.idempotency_ttl_seconds
-    )
-    worker = DeliveryWorker(
-        client,
-        keys,
-        catalog,
-        build_providers(catalog, client, keys),
-        consumer="bench-0",
-        address_digest=BENCH_DIGEST,
-    )
+    ingestor, worker = in_process(client, keys, catalog, settings.idempotency_ttl_seconds)
     done_accepting = asyncio.Event()
     used_before = (await client.info("memory"))["used_memory"]
     projector = asyncio.create_task(acknowledge_events(client, keys, done_accepting))

@@ -61,15 +61,10 @@ if __package__ in {None, ""}:  # run as a script: make the ``bench`` package imp
 
 import projections.rows as rows_module
 from app.catalog import load_catalog
-from app.delivery.worker import DeliveryWorker
-from app.ingest.fanout import Planner
-from app.ingest.ingestor import Ingestor
 from app.ingest.requests import NotificationRequest, Recipient
 from app.logging import configure_logging
-from app.providers.registry import build_providers
 from bench.harness import (
     BATCH_SIZE,
-    BENCH_DIGEST,
     HEALTH_PATH,
     REPO,
     BenchError,
@@ -88,6 +83,7 @@ from bench.harness import (
     expected_e2e_deliveries,
     format_table,
     free_port,
+    in_process,
     last_entry_id,
     latency_summary,
     log_findings,
@@ -218,15 +214,7 @@ async def fill_stream(
     """Accept ``notifications`` through Ingestor while a delivery worker sends them all."""
     configure_logging("console", "WARNING")  # the in-process worker's info lines are noise
     catalog = load_catalog(catalog_path)
-    ingestor = Ingestor(client, keys, Planner(catalog, BENCH_DIGEST), 3600)
-    worker = DeliveryWorker(
-        client,
-        keys,
-        catalog,
-        build_providers(catalog, client, keys),
-        consumer="bench-0",
-        address_digest=BENCH_DIGEST,
-    )
+    ingestor, worker = in_process(client, keys, catalog)
     worker_task = asyncio.create_task(worker.run())
     decoder = msgspec.json.Decoder(_Answer)
     accepted = refused = queued = 0
