@@ -112,14 +112,14 @@ class PeerJob:
             expires_ms=0,
             attempts=attempt - 1,
         )
-        title, body = render(self.catalog, item, item.data)
+        rendered = render(self.catalog, item, item.data)
         message = Message(
             delivery_id=item.delivery_id,
             idempotency_key=item.delivery_id,
             channel=CHANNEL,
             address=item.address,
-            title=title,
-            body=body,
+            title=rendered.title,
+            body=rendered.body,
             attempt=attempt,
             data=item.data,
         )

@@ -33,9 +33,10 @@ from streams.vocabulary import Channel
 
 _quiet_hours_decoder = msgspec.json.Decoder(QuietHoursSetting)
 
-# Channels quiet hours never hold back: IN_APP lands silently in an inbox, while quiet hours
-# guard against buzzing phones and inboxes. HIGH deliveries are never held back either.
-QUIET_HOURS_EXEMPT: frozenset[Channel] = frozenset({Channel.IN_APP})
+# Channels quiet hours never hold back: IN_APP lands silently in an inbox and WEBHOOK calls a
+# machine, while quiet hours guard against buzzing phones and inboxes. HIGH deliveries are
+# never held back either.
+QUIET_HOURS_EXEMPT: frozenset[Channel] = frozenset({Channel.IN_APP, Channel.WEBHOOK})
 
 
 @dataclass(frozen=True, slots=True)

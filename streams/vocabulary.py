@@ -17,6 +17,7 @@ class Channel(StrEnum):
     EMAIL = "EMAIL"
     SMS = "SMS"
     IN_APP = "IN_APP"
+    WEBHOOK = "WEBHOOK"  # a signed POST to a URL (a chat tool, a customer's endpoint)
 
 
 class Priority(StrEnum):

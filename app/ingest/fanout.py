@@ -60,14 +60,27 @@ def fingerprint(request: NotificationRequest) -> str:
     Only the fields of a single POST count, so a batch item (which adds its idempotency
     key after them) fingerprints like the same notification posted alone.
     """
-    canonical = _canonical.encode(msgspec.structs.astuple(request)[:_FINGERPRINTED])
+    fields = msgspec.structs.astuple(request)[:_FINGERPRINTED]
+    recipient = request.recipient
+    if recipient.webhook_url is None:
+        # As the recipient was encoded before it had a webhook URL: a retry of a request
+        # accepted by an earlier version still matches its record.
+        before = {
+            "id": recipient.id,
+            "email": recipient.email,
+            "phone": recipient.phone,
+            "push_tokens": recipient.push_tokens,
+        }
+        fields = (before, *fields[1:])
+    canonical = _canonical.encode(fields)
     return hashlib.sha256(canonical).hexdigest()[:32]
 
 
 def addresses_by_channel(
-    request: NotificationRequest, channels: list[Channel]
+    request: NotificationRequest, channels: list[Channel], type_webhook_url: str | None = None
 ) -> list[tuple[Channel, str]]:
-    """Each channel with each of its addresses; "" where the recipient has none."""
+    """Each channel with each of its addresses; "" where the recipient has none (WEBHOOK:
+    the recipient's URL, else the type's)."""
     recipient = request.recipient
     pairs: list[tuple[Channel, str]] = []
     for channel in channels:
@@ -80,6 +93,8 @@ def addresses_by_channel(
             pairs.append((channel, recipient.email or ""))
         elif channel == "SMS":
             pairs.append((channel, recipient.phone or ""))
+        elif channel == "WEBHOOK":
+            pairs.append((channel, recipient.webhook_url or type_webhook_url or ""))
         else:
             pairs.append((channel, recipient.id))
     return pairs
@@ -179,7 +194,9 @@ class Planner:
 
     def identity(self, shard: ShardKeys, request: NotificationRequest) -> Identity:
         """Check the request against the catalog and fix its ids; raises ``FanoutError``."""
-        pairs = addresses_by_channel(request, self.channels(request))
+        channels = self.channels(request)  # checks that the type exists
+        webhook_url = self.catalog.types[request.type].webhook_url
+        pairs = addresses_by_channel(request, channels, webhook_url)
         notification_id, *delivery_ids = new_ids(shard.shard, 1 + len(pairs))
         return Identity(notification_id, tuple(pairs), tuple(delivery_ids))
 

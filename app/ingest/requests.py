@@ -39,6 +39,11 @@ Phone = Annotated[str, msgspec.Meta(pattern=r"^\+[1-9][0-9]{6,14}(?!\n)$")]
 PushToken = Annotated[
     str, msgspec.Meta(min_length=1, max_length=4096, pattern=r"^[^\x00-\x20\x7f]+(?!\n)$")
 ]
+# An absolute http(s) URL without spaces or control characters; whether it may be called
+# (https, no private address) is checked when it is called, against what it resolves to.
+WebhookUrl = Annotated[
+    str, msgspec.Meta(max_length=2048, pattern=r"^[Hh][Tt][Tt][Pp][Ss]?://[^\x00-\x20\x7f]+(?!\n)$")
+]
 Locale = Annotated[str, msgspec.Meta(pattern=r"^[a-z]{2,3}(-[A-Za-z0-9]{2,8}){0,2}(?!\n)$")]
 TtlSeconds = Annotated[int, msgspec.Meta(ge=1, le=30 * 86400)]
 
@@ -48,6 +53,7 @@ class Recipient(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     email: Email | None = None
     phone: Phone | None = None
     push_tokens: Annotated[list[PushToken], msgspec.Meta(max_length=20)] = []
+    webhook_url: WebhookUrl | None = None
 
 
 class NotificationRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -56,7 +62,7 @@ class NotificationRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unkn
     recipient: Recipient
     type: Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
     priority: Priority | None = None
-    channels: Annotated[list[Channel], msgspec.Meta(min_length=1, max_length=4)] | None = None
+    channels: Annotated[list[Channel], msgspec.Meta(min_length=1, max_length=5)] | None = None
     locale: Locale | None = None
     ttl_seconds: TtlSeconds | None = None
     data: dict[str, Any] = {}

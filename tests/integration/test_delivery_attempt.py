@@ -1,19 +1,25 @@
 """One attempt at a delivery with a real worker and real Redis: retries with jitter, permanent
-failures, time limits, the TTL, bugs in an adapter, and dead addresses."""
+failures, time limits, the TTL, bugs in an adapter, dead addresses, and templates (escaped
+HTML, a template failure of one delivery)."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
 import time
+from typing import Any
 
+import pytest
 from redis.asyncio import Redis
 
 from app import __version__
-from app.catalog import parse_catalog
+from app.catalog import Catalog, parse_catalog
+from app.providers.base import Message, Provider
+from app.providers.registry import build_providers
 from streams import codec
 from streams.keys import KeySpace
 from tests.conftest import stream_events
+from tests.integration import delivery_support
 from tests.integration.delivery_support import (
     accept,
     catalog_text,
@@ -160,3 +166,94 @@ async def test_an_invalid_push_token_is_remembered(real_redis: Redis, key_prefix
     assert {(d["status"], d.get("reason")) for d in second["deliveries"]} == {
         ("SUPPRESSED", "invalid_address")
     }
+
+
+class Recorded:
+    """A provider that keeps every message it is given before passing it on."""
+
+    def __init__(self, inner: Provider, messages: list[Message]) -> None:
+        self.inner, self.messages, self.name = inner, messages, inner.name
+
+    async def send(self, message: Message) -> str:
+        self.messages.append(message)
+        return await self.inner.send(message)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+@pytest.fixture
+def messages(monkeypatch: pytest.MonkeyPatch) -> list[Message]:
+    """What the workers of this test hand their providers, in order."""
+    given: list[Message] = []
+
+    def recorded(*args: Any, **kwargs: Any) -> dict[str, Provider]:
+        built = build_providers(*args, **kwargs)
+        return {name: Recorded(provider, given) for name, provider in built.items()}
+
+    monkeypatch.setattr(delivery_support, "build_providers", recorded)
+    return given
+
+
+def with_template(old: str, new: str) -> Catalog:
+    """The fast-retry catalog with one template line changed."""
+    text = catalog_text()
+    assert old in text, "clarion.toml changed: update this test"
+    return parse_catalog(text.replace(old, new, 1), "test-catalog.toml")
+
+
+ORDER_EMAIL = (
+    'EMAIL = { title = "Order {{ order_id }} confirmed", '
+    'body = "Thank you! Your order {{ order_id }} is confirmed." }'
+)
+
+
+async def test_an_email_html_escapes_what_the_data_holds(
+    real_redis: Redis, key_prefix: str, messages: list[Message]
+) -> None:
+    html = ORDER_EMAIL[:-2] + ', html = "<p>Order <b>{{ order_id }}</b> is confirmed.</p>" }'
+    keys, catalog = KeySpace(key_prefix), with_template(ORDER_EMAIL, html)
+    body = {
+        "recipient": {"id": "u-1", "email": "u@example.com"},
+        "type": "order_confirmed",
+        "channels": ["EMAIL"],
+        "data": {"order_id": "<script>alert('A-7')</script>"},
+    }
+    [delivery] = (await accept(real_redis, keys, catalog, body, "k"))["deliveries"]
+    async with running_worker(real_redis, keys, catalog):
+        assert (await final_state(real_redis, keys, delivery["id"]))["status"] == "SENT"
+    [message] = messages
+    assert message.html == (
+        "<p>Order <b>&lt;script&gt;alert(&#39;A-7&#39;)&lt;/script&gt;</b> is confirmed.</p>"
+    )
+    # The text parts are not HTML: they keep the value as it is.
+    assert message.title == "Order <script>alert('A-7')</script> confirmed"
+    assert message.body == "Thank you! Your order <script>alert('A-7')</script> is confirmed."
+
+
+async def test_a_template_error_fails_that_delivery_while_the_other_channel_is_sent(
+    real_redis: Redis, key_prefix: str, messages: list[Message]
+) -> None:
+    push = 'PUSH = { title = "Security alert", body = "{{ message }}" }'
+    # Data a template cannot use: the message is text, which has no attribute "text".
+    keys = KeySpace(key_prefix)
+    catalog = with_template(push, push.replace("{{ message }}", "{{ message.text }}"))
+    body = {
+        "recipient": {"id": "u-1", "email": "u@example.com", "push_tokens": ["token-1"]},
+        "type": "security_alert",
+        "data": {"message": "new login"},
+    }
+    answer = await accept(real_redis, keys, catalog, body, "k")
+    ids = {d["channel"]: d["id"] for d in answer["deliveries"]}
+    async with running_worker(real_redis, keys, catalog):
+        email = await final_state(real_redis, keys, ids["EMAIL"])
+        failed = await final_state(real_redis, keys, ids["PUSH"])
+    assert email["status"] == "SENT"
+    assert (failed["status"], failed["error_class"], failed["attempts"]) == (
+        "FAILED", "PERMANENT", "1",
+    )  # fmt: skip
+    assert "the template cannot be filled: " in failed["last_error"]
+    assert "text" in failed["last_error"]
+    assert [m.channel for m in messages] == ["EMAIL"]  # the PUSH never reached a provider
+    [letter] = await dead_letters(real_redis, keys)
+    assert (letter["delivery_id"], letter["channel"]) == (ids["PUSH"], "PUSH")

@@ -57,7 +57,7 @@ FIRST, LAST = "0001-01-01T00:00:00Z", "9999-12-31T23:59:59Z"
     [
         ({"notification_type": "invoice"}, "type: unknown notification type 'invoice'; known: "
                                            "marketing, order_confirmed, otp, security_alert"),
-        ({"channel": "FAX"}, "channel: must be one of PUSH, EMAIL, SMS, IN_APP"),
+        ({"channel": "FAX"}, "channel: must be one of PUSH, EMAIL, SMS, IN_APP, WEBHOOK"),
         ({"error_class": "OOPS"}, "error_class: must be one of TRANSIENT, PERMANENT, POISON, BUG"),
         ({"since": "yesterday"}, "since: must be an ISO 8601 time, e.g. 2026-11-29T12:00:00Z"),
         ({"until": "1970-01-01T00:00:00Z"}, "until: must be later than 1970-01-01T00:00:00Z"),

@@ -1,33 +1,38 @@
 """The type catalog (``clarion.toml``): notification types, channels and providers.
 
-A broken catalog stops start-up with a ``CatalogError`` naming the file, the type and the key.
+A broken catalog stops start-up with a ``CatalogError`` naming the file, the type and the key
+(for a template also its part and line: ``templates`` compiles them here, once).
 """
 
 from __future__ import annotations
 
-import string
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import msgspec
 
+from app.catalog.providers import ProviderConfig, SecretMissing
+from app.catalog.templates import CompiledTemplate, Template, TemplateProblem, compile_template
 from app.validation import describe
-from streams.vocabulary import Channel, Priority
+from streams.vocabulary import CHANNELS, Channel, Priority
 
 Name = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
 # As in CLARION_API_KEYS (``app.settings``).
 ProducerName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
 
 
+# The channels each provider kind can send; the sandbox stands in for any.
+KIND_CHANNELS: dict[str, frozenset[Channel]] = {
+    "smtp": frozenset({Channel.EMAIL}),
+    "sendgrid": frozenset({Channel.EMAIL}),
+    "twilio": frozenset({Channel.SMS}),
+    "webhook": frozenset({Channel.WEBHOOK}),
+}
+
+
 class CatalogError(Exception):
     """The catalog file cannot be used; the message names the file and the key."""
-
-
-class Template(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    body: str
-    # EMAIL subject, PUSH or IN_APP title; SMS has none.
-    title: str = ""
 
 
 class RetryPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -36,25 +41,21 @@ class RetryPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     max_attempts: Annotated[int, msgspec.Meta(ge=1, le=100)] = 6
 
 
-class RateLimit(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    per_second: Annotated[float, msgspec.Meta(gt=0)]
-    burst: Annotated[int, msgspec.Meta(ge=1)] = 1
-    # Share of the rate each priority may use; HIGH always has all of it.
-    normal_share: Annotated[float, msgspec.Meta(gt=0, le=1)] = 0.8
-    low_share: Annotated[float, msgspec.Meta(gt=0, le=1)] = 0.6
-
-
-class ProviderConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    kind: Literal["sandbox"]
-    # sandbox: a second call with an already-sent idempotency key sends nothing new.
-    idempotent: bool = True
-    timeout_seconds: Annotated[float, msgspec.Meta(gt=0)] = 10.0
-    rate_limit: RateLimit | None = None
-
-
 class ChannelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    provider: Name
+    """``[channels.<CHANNEL>]``: its provider, or providers in failover order, and retries."""
+
+    provider: Name | None = None
+    # Failover order: an attempt goes to the first provider whose circuit is not open, and
+    # the next attempt to the next provider after one that certainly did not take the message.
+    providers: list[Name] = []
     retry: RetryPolicy = RetryPolicy()
+    # SMS: a body longer than this many segments fails (PERMANENT, reason template).
+    max_segments: Annotated[int, msgspec.Meta(ge=1, le=20)] = 10
+
+    @property
+    def provider_order(self) -> tuple[str, ...]:
+        """The channel's providers, first choice first."""
+        return (self.provider,) if self.provider else tuple(self.providers)
 
 
 class TypeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -67,6 +68,8 @@ class TypeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # The producers that may send this type; None: any producer with a ``send`` key. An OTP
     # or a security alert is HIGH and cannot be switched off: name who may send it.
     producers: frozenset[ProducerName] | None = None
+    # WEBHOOK: where a recipient without a ``webhook_url`` of its own is called.
+    webhook_url: str | None = None
 
 
 class Quota(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -107,6 +110,8 @@ class Catalog(msgspec.Struct, frozen=True):
     # (type, locale, channel) -> names the template needs from ``data``.
     template_fields: dict[tuple[str, str, Channel], frozenset[str]]
     quotas: Quotas = Quotas()
+    # (type, locale, channel) -> its template, compiled.
+    compiled: dict[tuple[str, str, Channel], CompiledTemplate] = {}
 
     def template_locale(self, type_name: str, channel: Channel, locale: str) -> str | None:
         """The locale whose template is used: exact, then language, then the default."""
@@ -115,6 +120,32 @@ class Catalog(msgspec.Struct, frozen=True):
             if channel in templates.get(candidate, {}):
                 return candidate
         return None
+
+
+def check_for_workers(
+    catalog: Catalog, environ: Mapping[str, str], lease_ms: int
+) -> dict[str, dict[str, str]]:
+    """What a delivery worker needs beyond the file: every provider's secrets from
+    ``environ`` (returned per provider) and time limits inside the lease (a call that may
+    outlast its lease would be taken over and made twice). Raises ``CatalogError``."""
+    secrets: dict[str, dict[str, str]] = {}
+    for name, config in catalog.providers.items():
+        key = f"{catalog.source}: providers.{name}"
+        try:
+            secrets[name] = config.secrets(environ)
+        except SecretMissing as error:
+            raise CatalogError(f"{key}.{error}") from None
+        if config.timeout_seconds * 1000 >= lease_ms:
+            raise CatalogError(
+                f"{key}.timeout_seconds: {config.timeout_seconds:g} s is not shorter than the "
+                f"lease (CLARION_LEASE_MS={lease_ms}): a call could outlast its lease"
+            )
+    return secrets
+
+
+def guarded_providers(catalog: Catalog) -> list[str]:
+    """The providers with a circuit breaker, in the catalog's order."""
+    return [name for name, config in catalog.providers.items() if config.circuit.enabled]
 
 
 def load_catalog(path: str | Path) -> Catalog:
@@ -163,15 +194,16 @@ def parse_catalog(raw: bytes | str, source: str = "clarion.toml") -> Catalog:
         convert(name, Name, f"types.{name}")
         _check_templates(name, value, convert)
         types[name] = convert(value, TypeConfig, f"types.{name}")
-    fields = _cross_check(providers, channels, types, default_locale, fail)
+    compiled = _cross_check(providers, channels, types, default_locale, fail)
     return Catalog(
         source=source,
         default_locale=default_locale,
         providers=providers,
         channels=channels,
         types=types,
-        template_fields=fields,
+        template_fields={key: template.fields for key, template in compiled.items()},
         quotas=convert(document.get("quotas", {}), Quotas, "quotas"),
+        compiled=compiled,
     )
 
 
@@ -189,18 +221,38 @@ def _check_templates(type_name: str, value: Any, convert: Callable[[Any, Any, st
             convert(template, Template, path)
 
 
+def _check_channels(
+    providers: dict[str, ProviderConfig],
+    channels: dict[Channel, ChannelConfig],
+    fail: Callable[[str, str], CatalogError],
+) -> None:
+    """Each channel names providers that exist and can send it."""
+    for channel, config in channels.items():
+        if config.provider and config.providers:
+            raise fail(f"channels.{channel}", "give provider or providers, not both")
+        key = f"channels.{channel}.provider" if config.provider else f"channels.{channel}.providers"
+        if not config.provider_order:
+            raise fail(key, "missing: name the channel's provider")
+        if len(set(config.provider_order)) < len(config.provider_order):
+            raise fail(key, "a provider is named twice")
+        for name in config.provider_order:
+            if name not in providers:
+                raise fail(key, f"no provider named {name!r}")
+            kind = providers[name].kind
+            if channel not in KIND_CHANNELS.get(kind, CHANNELS):
+                raise fail(key, f"provider {name!r} is of kind {kind}, which cannot send {channel}")
+
+
 def _cross_check(
     providers: dict[str, ProviderConfig],
     channels: dict[Channel, ChannelConfig],
     types: dict[str, TypeConfig],
     default_locale: str,
     fail: Callable[[str, str], CatalogError],
-) -> dict[tuple[str, str, Channel], frozenset[str]]:
-    """Check references between sections; return the fields each template needs."""
-    for channel, config in channels.items():
-        if config.provider not in providers:
-            raise fail(f"channels.{channel}.provider", f"no provider named {config.provider!r}")
-    fields: dict[tuple[str, str, Channel], frozenset[str]] = {}
+) -> dict[tuple[str, str, Channel], CompiledTemplate]:
+    """Check references between sections; return every template compiled."""
+    _check_channels(providers, channels, fail)
+    compiled: dict[tuple[str, str, Channel], CompiledTemplate] = {}
     for type_name, type_config in types.items():
         for channel in type_config.channels:
             if channel not in channels:
@@ -216,31 +268,7 @@ def _cross_check(
                 if channel not in channels:
                     raise fail(key, f"channel {channel} is not configured")
                 try:
-                    fields[(type_name, locale, channel)] = _template_fields(template)
-                except ValueError as error:
-                    raise fail(key, str(error)) from None
-    return fields
-
-
-def _template_fields(template: Template) -> frozenset[str]:
-    """Names a template reads from ``data``; only plain ``{name}`` placeholders are allowed."""
-    names: set[str] = set()
-    for text in (template.title, template.body):
-        _collect_fields(text, names)
-    return frozenset(names)
-
-
-def _collect_fields(text: str, names: set[str]) -> None:
-    try:
-        parsed = list(string.Formatter().parse(text))
-    except ValueError as error:
-        raise ValueError(f"not a valid template: {error}") from None
-    for _, field, spec, _ in parsed:
-        if field is None:
-            continue
-        if not field.isidentifier():
-            # Attribute and index lookups would let data reach into Python objects.
-            raise ValueError(f"placeholder {{{field}}} must be a plain name like {{code}}")
-        names.add(field)
-        if spec:  # a spec may hold placeholders of its own: {amount:>{width}}
-            _collect_fields(spec, names)
+                    compiled[(type_name, locale, channel)] = compile_template(template, channel)
+                except TemplateProblem as problem:
+                    raise fail(f"{key}.{problem.part}", str(problem)) from None
+    return compiled

@@ -1,0 +1,345 @@
+"""The catalog's templates: sandboxed Jinja2, compiled once when the catalog is loaded.
+
+A template is the strings of one type, locale and channel in ``clarion.toml`` (there is no
+template file to load, include or extend). Title and body are text; an EMAIL may add ``html``,
+the only part with autoescape on. Every part runs in Jinja's immutable sandbox with
+``StrictUndefined``, so a template reaches no Python internals and a missing value is an error,
+never an empty string.
+
+What ingest requires of ``data`` (``fields``) comes from each part's syntax tree: the names
+``jinja2.meta.find_undeclared_variables`` reports, less those every use of which is guarded.
+A use is guarded inside ``{% if name is defined %}`` (or the ``else`` of ``is not defined``,
+also combined with ``and``/``or``/``not``, and in ``x if name is defined else y``), as the
+operand of that test itself, and as ``name | default(...)``: there a missing value cannot fail
+the render. Anything else needs the name, so when in doubt a name is required: a request is
+refused with 422 rather than accepted to fail at delivery.
+
+Most templates are literal text and plain ``{{ name }}`` outputs; those render without
+Jinja, with its semantics (``str`` of the value, ``markupsafe.escape`` in HTML): a text part
+through a ``str.format`` string of ``{name!s}`` fields, an html part by joining its pieces.
+That costs ~0.3 µs where Jinja takes ~10 µs. Anything else (filters, attributes, control
+flow, a name that is also a Jinja global) is rendered by Jinja.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+import jinja2
+import msgspec
+from jinja2 import meta, nodes
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from markupsafe import escape
+
+from streams.vocabulary import Channel
+
+
+class Template(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """``[types.<type>.templates.<locale>]``: one channel's template, as written."""
+
+    # EMAIL: the text body; SMS, PUSH, IN_APP: the text; WEBHOOK: the JSON body.
+    body: str
+    # EMAIL subject, PUSH or IN_APP title; SMS and WEBHOOK have none.
+    title: str = ""
+    # EMAIL only: the HTML body, autoescaped.
+    html: str = ""
+
+
+class TemplateProblem(ValueError):
+    """A template cannot be used; ``part`` is title, body or html."""
+
+    def __init__(self, part: str, problem: str) -> None:
+        super().__init__(problem)
+        self.part = part
+
+
+class FillError(Exception):
+    """A template cannot be filled from one delivery's data."""
+
+
+_TEXT = ImmutableSandboxedEnvironment(undefined=jinja2.StrictUndefined, autoescape=False)
+_HTML = ImmutableSandboxedEnvironment(undefined=jinja2.StrictUndefined, autoescape=True)
+_UNTITLED = frozenset({Channel.SMS, Channel.WEBHOOK})
+_WEBHOOK = Channel.WEBHOOK  # bound once: compared on every fill
+# A title is one line (an email's Subject header, a push title): a line break from the data
+# would start a header of its own, so every control character becomes a space.
+_ONE_LINE = dict.fromkeys((*range(32), 127), " ")
+# A placeholder of the str.format templates before Jinja, in literal text, with its
+# conversion and format spec. The html part is new (so it has none) and may hold CSS
+# (``p {color:red}``): only a plain name counts there. Linear: a run after a "{" ends at the
+# next brace, so runs never overlap and each character is read a bounded number of times.
+_OLD_STYLE = re.compile(r"\{([A-Za-z_]\w*)(?:![rsa])?(?::[^{}]*)?\}")
+_OLD_STYLE_HTML = re.compile(r"\{([A-Za-z_]\w*)\}")
+_DEFINED_TESTS = frozenset({"defined", "undefined"})
+_DEFAULT_FILTERS = frozenset({"default", "d"})
+_NO_FILES = (nodes.Extends, nodes.Include, nodes.Import, nodes.FromImport)
+
+# A fast-path piece: literal text (name None) or the data name whose value goes there.
+Piece = tuple[str, str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """One compiled title, body or html."""
+
+    jinja: jinja2.Template
+    # The literal text and plain names the part is made of; None: Jinja renders it.
+    pieces: tuple[Piece, ...] | None
+    escaped: bool
+    # A text part's pieces as a str.format string, each name as ``{name!s}``: str() of the
+    # value, as Jinja, at the cost of one C call (joining the pieces costs twice as much).
+    formatted: str | None = None
+
+    @classmethod
+    def of(cls, jinja: jinja2.Template, pieces: tuple[Piece, ...] | None, escaped: bool) -> Part:
+        """The part, with its format string where it can have one."""
+        if pieces is None or escaped or not all(n.isidentifier() for _, n in pieces if n):
+            return cls(jinja, pieces, escaped)
+        formatted = "".join(
+            text.replace("{", "{{").replace("}", "}}") if name is None else f"{{{name}!s}}"
+            for text, name in pieces
+        )
+        return cls(jinja, pieces, escaped, formatted)
+
+    def render(self, data: Mapping[str, Any]) -> str:
+        """The part filled from ``data`` (which has every name it needs)."""
+        if self.formatted is not None:
+            return self.formatted.format_map(data)
+        pieces = self.pieces
+        if pieces is None:
+            return self.jinja.render(data)
+        return "".join([text if name is None else escape(data[name]) for text, name in pieces])
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledTemplate:
+    """The template of one type, locale and channel, ready to fill."""
+
+    channel: Channel
+    title: Part | None
+    body: Part
+    html: Part | None
+    # The names the template needs from ``data``.
+    fields: frozenset[str]
+
+    def fill(self, data: Mapping[str, Any]) -> tuple[str, str, str]:
+        """(title, body, html) filled from ``data``; ``FillError`` says why not."""
+        if not data.keys() >= self.fields:
+            missing = sorted(self.fields - data.keys())[0]
+            raise FillError(f"the template needs data.{missing}")
+        try:
+            title = self.title.render(data) if self.title is not None else ""
+            body = self.body.render(data)
+            html = self.html.render(data) if self.html is not None else ""
+        except Exception as error:  # whatever the data does to the template fails it alone
+            raise FillError(f"the template cannot be filled: {error}") from None
+        if self.channel == _WEBHOOK:
+            try:
+                msgspec.json.decode(body)
+            except msgspec.DecodeError as error:
+                raise FillError(f"the WEBHOOK body is not JSON: {error}") from None
+        return (title if title.isprintable() else title.translate(_ONE_LINE)), body, html
+
+
+def compile_template(template: Template, channel: Channel) -> CompiledTemplate:
+    """Compile every part of ``template``; ``TemplateProblem`` names the part and line."""
+    if template.html and channel != Channel.EMAIL:
+        raise TemplateProblem("html", f"only EMAIL templates have html, not {channel}")
+    if template.title and channel in _UNTITLED:
+        raise TemplateProblem("title", f"{channel} templates have no title")
+    fields: set[str] = set()
+    title = _compile_part("title", template.title, _TEXT, fields) if template.title else None
+    body = _compile_part("body", template.body, _TEXT, fields)
+    html = _compile_part("html", template.html, _HTML, fields) if template.html else None
+    return CompiledTemplate(channel, title, body, html, frozenset(fields))
+
+
+def _compile_part(part: str, source: str, env: jinja2.Environment, fields: set[str]) -> Part:
+    """Compile one part and add the names it needs to ``fields``."""
+    try:
+        tree = env.parse(source)
+        compiled = env.from_string(tree)
+    except jinja2.TemplateSyntaxError as error:  # unknown filters and tests too
+        raise TemplateProblem(part, f"line {error.lineno}: {error.message}") from None
+    # Jinja leaves an unknown filter or test inside an ``if`` test to fail at render time.
+    for used in tree.find_all((nodes.Filter, nodes.Test)):
+        kind, known = (
+            ("filter", env.filters) if isinstance(used, nodes.Filter) else ("test", env.tests)
+        )
+        if used.name not in known:
+            raise TemplateProblem(part, f"line {used.lineno}: No {kind} named {used.name!r}.")
+    for statement in tree.find_all(_NO_FILES):
+        raise TemplateProblem(
+            part, f"line {statement.lineno}: a template cannot extend, include or import another"
+        )
+    _refuse_old_style(part, tree, _OLD_STYLE_HTML if env.autoescape else _OLD_STYLE)
+    fields |= meta.find_undeclared_variables(tree) & _unguarded(tree, frozenset())
+    return Part.of(compiled, _pieces(tree, env), escaped=bool(env.autoescape))
+
+
+def _refuse_old_style(part: str, tree: nodes.Template, pattern: re.Pattern[str]) -> None:
+    """An upgraded catalog's ``{code}`` would be sent as it is: refuse it, saying what to
+    write instead (a literal ``{code}`` can be written ``{{ "{code}" }}``)."""
+    for data in tree.find_all(nodes.TemplateData):
+        found = pattern.search(data.data)
+        if found:
+            line = data.lineno + data.data.count("\n", 0, found.start())
+            raise TemplateProblem(
+                part,
+                f"line {line}: {found.group()} is a placeholder of the old str.format "
+                f"templates: write {{{{ {found.group(1)} }}}}",
+            )
+
+
+def _pieces(tree: nodes.Template, env: jinja2.Environment) -> tuple[Piece, ...] | None:
+    """The literal texts and plain names ``tree`` consists of, or None if it has more.
+
+    A name that is also a global of the environment (``range``) is left to Jinja, which
+    falls back to the global when the data lacks it."""
+    pieces: list[Piece] = []
+    for statement in tree.body:
+        if not isinstance(statement, nodes.Output):
+            return None
+        for node in statement.nodes:
+            if isinstance(node, nodes.TemplateData):
+                pieces.append((node.data, None))
+            elif (
+                isinstance(node, nodes.Name) and node.ctx == "load" and node.name not in env.globals
+            ):
+                pieces.append(("", node.name))
+            else:
+                return None
+    return tuple(pieces)
+
+
+def _unguarded(node: nodes.Node, known: frozenset[str]) -> set[str]:
+    """The names ``node`` loads where a missing value fails the render (``known``: those
+    a guard around ``node`` has shown to be defined)."""
+    if isinstance(node, nodes.Name):
+        return {node.name} if node.ctx == "load" and node.name not in known else set()
+    if isinstance(node, nodes.If):
+        return _if_unguarded(node, known)
+    if isinstance(node, nodes.And | nodes.Or | nodes.CondExpr):
+        return _short_circuit_unguarded(node, known)
+    children = list(node.iter_child_nodes())
+    if _asks_for_its_name(node):  # ``name is defined``, ``name | default(...)``
+        children = [child for child in children if child is not node.node]  # type: ignore[attr-defined]
+    return _each_unguarded(children, known)
+
+
+def _asks_for_its_name(node: nodes.Node) -> bool:
+    """Is ``node`` a test or filter whose operand, a name, may be missing?"""
+    if isinstance(node, nodes.Test):
+        names = _DEFINED_TESTS
+    elif isinstance(node, nodes.Filter):
+        names = _DEFAULT_FILTERS
+    else:
+        return False
+    return node.name in names and isinstance(node.node, nodes.Name)
+
+
+def _short_circuit_unguarded(
+    node: nodes.And | nodes.Or | nodes.CondExpr, known: frozenset[str]
+) -> set[str]:
+    """What is evaluated only when a test came out one way knows what that test showed."""
+    if isinstance(node, nodes.CondExpr):
+        names = _unguarded(node.test, known)
+        names |= _unguarded(node.expr1, known | _defined_when(node.test, True))
+        if node.expr2 is not None:
+            names |= _unguarded(node.expr2, known | _defined_when(node.test, False))
+        return names
+    # The right side of an "and" runs when the left was true; of an "or", when it was false.
+    after = _defined_when(node.left, isinstance(node, nodes.And))
+    return _unguarded(node.left, known) | _unguarded(node.right, known | after)
+
+
+def _each_unguarded(children: Any, known: frozenset[str]) -> set[str]:
+    names: set[str] = set()
+    for child in children:
+        names |= _unguarded(child, known)
+    return names
+
+
+def _if_unguarded(node: nodes.If, known: frozenset[str]) -> set[str]:
+    """An ``if`` with its ``elif`` branches and ``else``: each branch runs only when the
+    tests before it were false."""
+    names: set[str] = set()
+    for branch in (node, *node.elif_):
+        names |= _unguarded(branch.test, known)
+        names |= _each_unguarded(branch.body, known | _defined_when(branch.test, True))
+        known = known | _defined_when(branch.test, False)
+    return names | _each_unguarded(node.else_, known)
+
+
+def _defined_when(test: nodes.Node, outcome: bool) -> frozenset[str]:
+    """The names certainly defined when ``test`` comes out as ``outcome``."""
+    if (
+        isinstance(test, nodes.Test)
+        and test.name in _DEFINED_TESTS
+        and isinstance(test.node, nodes.Name)
+    ):
+        defined = outcome == (test.name == "defined")
+        return frozenset({test.node.name}) if defined else frozenset()
+    if isinstance(test, nodes.Not):
+        return _defined_when(test.node, not outcome)
+    if isinstance(test, nodes.And | nodes.Or):
+        left, right = _defined_when(test.left, outcome), _defined_when(test.right, outcome)
+        # Both sides have the outcome when an "and" is true or an "or" false; else only one.
+        both = outcome == isinstance(test, nodes.And)
+        return left | right if both else left & right
+    return frozenset()
+
+
+# --- SMS: the encoding a text needs and how many segments it takes ----------------------
+
+GSM_7: Final = "GSM-7"
+UCS_2: Final = "UCS-2"
+# GSM 03.38: the basic character set (0x1B, the escape to the extension table, is no
+# character), and the extension table, whose characters take two septets each.
+_GSM_BASIC = frozenset(
+    "@£$¥èéùìòÇ\nØø\rÅåΔ_ΦΓΛΩΠΨΣΘΞÆæßÉ !\"#¤%&'()*+,-./0123456789:;<=>?"
+    "¡ABCDEFGHIJKLMNOPQRSTUVWXYZÄÖÑÜ§¿abcdefghijklmnopqrstuvwxyzäöñüà"
+)
+_GSM_EXTENSION = frozenset("\f^{}\\[~]|€")
+_GSM = _GSM_BASIC | _GSM_EXTENSION
+# (one segment, each segment of a concatenated message), in septets or UTF-16 code units;
+# concatenation takes the rest for its header.
+_GSM_SEGMENT = (160, 153)
+_UCS_SEGMENT = (70, 67)
+
+
+def measure_sms(text: str) -> tuple[str, int]:
+    """The encoding ``text`` is sent in (GSM-7 if every character has one, else UCS-2)
+    and the number of segments it takes."""
+    # issuperset reads the text's characters as they come (no set of them is built), and
+    # stops at the first one outside the table.
+    if _GSM_BASIC.issuperset(text):
+        return GSM_7, _segments(len(text), None, _GSM_SEGMENT)
+    if _GSM.issuperset(text):
+        sizes = [2 if character in _GSM_EXTENSION else 1 for character in text]
+        return GSM_7, _segments(sum(sizes), sizes, _GSM_SEGMENT)
+    units = len(text.encode("utf-16-le")) // 2
+    if units == len(text):  # no surrogate pairs
+        return UCS_2, _segments(units, None, _UCS_SEGMENT)
+    sizes = [2 if ord(character) > 0xFFFF else 1 for character in text]
+    return UCS_2, _segments(units, sizes, _UCS_SEGMENT)
+
+
+def _segments(total: int, sizes: list[int] | None, limits: tuple[int, int]) -> int:
+    """Segments for ``total`` units; ``sizes``, each character's units where some take two,
+    which a phone must not see split over two segments (an escape and its character, the
+    halves of a surrogate pair), so such a character moves whole to the next segment."""
+    single, each = limits
+    if total <= single:
+        return 1
+    if sizes is None:
+        return -(-total // each)
+    segments, room = 1, each
+    for size in sizes:
+        if size > room:
+            segments, room = segments + 1, each
+        room -= size
+    return segments
