@@ -2,13 +2,19 @@
 
 ``send`` returns the provider's message id or raises ``ProviderError`` with a class that
 decides what the worker does: TRANSIENT is retried with backoff, PERMANENT fails the
-delivery at once. Any other exception is a BUG: the worker survives it and dead-letters the
-delivery.
+delivery at once (its ``reason`` says why). Any other exception is a BUG: the worker survives
+it and dead-letters the delivery.
+
+An adapter that knows its message never reached the provider (the connection was refused,
+the name did not resolve, the provider refused before taking the body) says so with
+``not_accepted``: only then may the next attempt go to another provider of the channel
+(failover) without the risk of a second copy.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Protocol
 
 from streams.vocabulary import Channel, ErrorClass
@@ -24,11 +30,31 @@ class Message:
     idempotency_key: str
     channel: Channel
     address: str
+    # EMAIL: the subject; PUSH and IN_APP: the title; SMS and WEBHOOK: empty.
     title: str
+    # EMAIL: the plain-text body; WEBHOOK: the JSON body, as text.
     body: str
     attempt: int
     # The notification's template data (adapters such as the sandbox read directives here).
     data: dict[str, Any] = field(default_factory=dict)
+    # EMAIL: the HTML body ("" for a text-only message).
+    html: str = ""
+    notification_id: str = ""
+    notification_type: str = ""
+
+
+class Reason(StrEnum):
+    """Why a delivery failed for good (the ``reason`` of a PERMANENT failure)."""
+
+    # The address does not exist or is dead (bounced mailbox, invalid number or token):
+    # the recipient's address is marked invalid and not used again.
+    INVALID_ADDRESS = "invalid_address"
+    # The recipient told the provider to stop (an SMS STOP, a list unsubscribe).
+    UNSUBSCRIBED = "unsubscribed"
+    # The provider refused this message (content, sender, account).
+    REJECTED = "rejected"
+    # The template could not be rendered for this delivery's data.
+    TEMPLATE = "template"
 
 
 class ProviderError(Exception):
@@ -40,15 +66,22 @@ class ProviderError(Exception):
         message: str,
         *,
         retry_after: float | None = None,
-        invalid_address: bool = False,
+        reason: Reason | None = None,
+        not_accepted: bool = False,
     ) -> None:
         super().__init__(message)
         self.error_class = error_class
         self.message = message
         # Seconds the provider asked us to wait (HTTP 429 Retry-After).
         self.retry_after = retry_after
-        # The address is dead (e.g. an invalid push token): stop using it for the recipient.
-        self.invalid_address = invalid_address
+        self.reason = reason
+        # The provider certainly did not take the message: another provider may send it.
+        self.not_accepted = not_accepted
+
+    @property
+    def invalid_address(self) -> bool:
+        """The address is dead (e.g. an invalid push token): stop using it for the recipient."""
+        return self.reason is Reason.INVALID_ADDRESS
 
 
 class Provider(Protocol):
@@ -58,4 +91,8 @@ class Provider(Protocol):
 
     async def send(self, message: Message) -> str:
         """Send ``message``; return the provider's message id or raise ``ProviderError``."""
+        ...
+
+    async def close(self) -> None:
+        """Close pooled connections (the worker is stopping)."""
         ...

@@ -29,7 +29,7 @@ import msgspec
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from app.providers.base import Message, ProviderError
+from app.providers.base import Message, ProviderError, Reason
 from streams.batching import BatchedScript
 from streams.keys import KeySpace
 from streams.scripts import SANDBOX_SEND, Call, KeyOrArg
@@ -188,7 +188,9 @@ class SandboxProvider:
         if directives.invalid_token:
             await self._record(message, "permanent")
             raise ProviderError(
-                ErrorClass.PERMANENT, "sandbox: push token is invalid", invalid_address=True
+                ErrorClass.PERMANENT,
+                "sandbox: push token is invalid",
+                reason=Reason.INVALID_ADDRESS,
             )
         if attempt <= directives.rate_limited:
             await self._record(message, "rate_limited")
@@ -204,6 +206,9 @@ class SandboxProvider:
                 f"sandbox: transient failure (attempt {attempt} of {directives.fail_transient})",
             )
         return await self._record(message, "sent")
+
+    async def close(self) -> None:
+        """Nothing to close: the sandbox's calls share the worker's Redis client."""
 
     async def _record(self, message: Message, outcome: CallOutcome) -> str:
         """Record the call (and remember a send); the message id of a send, else ""."""

@@ -15,7 +15,7 @@ from app.delivery.worker import DeliveryWorker, WorkerOptions
 from app.ingest.fanout import Planner
 from app.ingest.ingestor import Ingestor
 from app.ingest.requests import NotificationRequest
-from app.providers.registry import build_providers
+from app.providers.registry import build_providers, close_providers
 from streams.keys import KeySpace
 from tests.conftest import DIGEST, REPO
 
@@ -73,11 +73,12 @@ async def running_worker(
     options: WorkerOptions = FAST,
 ) -> AsyncIterator[DeliveryWorker]:
     """A delivery worker running in this event loop until the block ends."""
+    providers = build_providers(catalog, redis, keys)
     worker = DeliveryWorker(
         redis,
         keys,
         catalog,
-        build_providers(catalog, redis, keys),
+        providers,
         consumer=consumer,
         address_digest=DIGEST,
         options=options,
@@ -88,6 +89,7 @@ async def running_worker(
     finally:
         worker.stop()
         await asyncio.wait_for(task, 20)
+        await close_providers(providers)
 
 
 async def wait_until(check: Callable[[], Awaitable[bool]], within: float = 10.0) -> None:
