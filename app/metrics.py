@@ -10,11 +10,13 @@ Redis when asked. ``read_snapshot`` gathers both; ``/metrics``, ``GET /v1/ops/la
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from redis.asyncio import Redis
 
 from streams.backlog import Backlog, read_backlog
+from streams.circuit_breaker import Circuit, read_circuits
 from streams.consumer_groups import PROJECTOR_GROUP
 from streams.delivery_store import Outcome
 from streams.keys import KeySpace
@@ -94,6 +96,8 @@ class Snapshot:
     backlog: Backlog
     counters: dict[str, dict[Labels, float]]
     histograms: dict[str, dict[Labels, HistogramTotals]]
+    # Each provider's circuit breaker (providers with the breaker on), by name.
+    circuits: dict[str, Circuit] = field(default_factory=dict)
 
     @property
     def projection_lag_ms(self) -> int:
@@ -125,14 +129,16 @@ class Snapshot:
         return sums
 
 
-async def read_snapshot(redis: Redis, keys: KeySpace) -> Snapshot:
-    """Read every figure from Redis: works in any process, also while the API is down."""
-    backlog, counters, histograms = await asyncio.gather(
+async def read_snapshot(redis: Redis, keys: KeySpace, providers: Sequence[str] = ()) -> Snapshot:
+    """Read every figure from Redis: works in any process, also while the API is down.
+    ``providers``: those whose circuit breakers to read."""
+    backlog, counters, histograms, circuits = await asyncio.gather(
         read_backlog(redis, keys),
         read_counters(redis, keys, COUNTERS),
         read_histograms(redis, keys, HISTOGRAMS),
+        read_circuits(redis, keys, providers),
     )
-    return Snapshot(backlog, counters, histograms)
+    return Snapshot(backlog, counters, histograms, circuits)
 
 
 def lag_report(snapshot: Snapshot) -> dict[str, object]:
@@ -166,6 +172,14 @@ def lag_report(snapshot: Snapshot) -> dict[str, object]:
             ],
         },
         "projection_lag_ms": snapshot.projection_lag_ms,
+        "circuits": {
+            provider: {
+                "state": circuit.state,
+                "until_ms": circuit.until_ms,
+                "opened": circuit.opened,
+            }
+            for provider, circuit in sorted(snapshot.circuits.items())
+        },
         "deliveries": {
             "sent": int(snapshot.ended("SENT")),
             "failed": int(snapshot.ended("FAILED")),

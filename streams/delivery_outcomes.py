@@ -19,6 +19,7 @@ from streams.delivery_state import TERMINAL, DeliveryStatus
 from streams.delivery_store import Lease, Outcome
 from streams.dlq.entries import Worker, failed_delivery_entry
 from streams.events import (
+    DeferReason,
     DeliveryAttemptFailed,
     DeliveryDeadLettered,
     DeliveryDeferred,
@@ -100,12 +101,15 @@ def expired(leased: LeasedDelivery, now_ms: int, reason: str = "ttl") -> Outcome
     return _outcome(leased, [event], fields, now_ms=now_ms)
 
 
-def rate_limited(leased: LeasedDelivery, until_ms: int, now_ms: int) -> Outcome:
-    """No provider quota now: wait until ``until_ms``, without counting an attempt."""
+def deferred(
+    leased: LeasedDelivery, until_ms: int, now_ms: int, reason: DeferReason = "rate_limited"
+) -> Outcome:
+    """No provider can take it now (no quota, circuits open, bulkhead full): wait until
+    ``until_ms``, without counting an attempt."""
     event = DeliveryDeferred(
         **_ids(leased, 1, now_ms),
         channel=leased.item.channel,
-        reason="rate_limited",
+        reason=reason,
         until=_at(until_ms),
     )
     member = delayed_member(leased.priority, codec.encode(leased.item))
@@ -114,9 +118,17 @@ def rate_limited(leased: LeasedDelivery, until_ms: int, now_ms: int) -> Outcome:
 
 
 def retry_later(
-    leased: LeasedDelivery, error_class: ErrorClass, error: str, due_ms: int, now_ms: int
+    leased: LeasedDelivery,
+    error_class: ErrorClass,
+    error: str,
+    due_ms: int,
+    now_ms: int,
+    *,
+    provider: str = "",
+    fail_over: bool = False,
 ) -> Outcome:
-    """An attempt failed and is tried again at ``due_ms``."""
+    """An attempt (at ``provider``) failed and is tried again at ``due_ms``; ``fail_over``:
+    by the channel's next provider."""
     attempt = leased.lease.attempts + 1
     error = error[:MAX_ERROR_TEXT]
     event = DeliveryAttemptFailed(
@@ -125,8 +137,10 @@ def retry_later(
         error_class=error_class,
         error=error,
         retry_at=_at(due_ms),
+        provider=provider,
     )
-    item = msgspec.structs.replace(leased.item, attempts=attempt)
+    failover = leased.item.failover + fail_over
+    item = msgspec.structs.replace(leased.item, attempts=attempt, failover=failover)
     member = delayed_member(item.priority, codec.encode(item))
     fields: dict[str, KeyOrArg] = {
         "status": DeliveryStatus.SCHEDULED,
@@ -140,7 +154,13 @@ def retry_later(
 
 
 def failed(
-    leased: LeasedDelivery, error_class: ErrorClass, error: str, now_ms: int, *, attempts: int
+    leased: LeasedDelivery,
+    error_class: ErrorClass,
+    error: str,
+    now_ms: int,
+    *,
+    attempts: int,
+    provider: str = "",
 ) -> Outcome:
     """The delivery ends FAILED and goes to the dead-letter queue with its context.
 
@@ -153,6 +173,7 @@ def failed(
             attempts=attempts,
             error_class=error_class,
             error=error,
+            provider=provider,
         ),
         DeliveryDeadLettered(**_ids(leased, 2, now_ms), error_class=error_class),
     ]

@@ -21,7 +21,7 @@ import msgspec
 from streams.vocabulary import Channel, ErrorClass, Priority
 
 SuppressReason = Literal["no_address", "opted_out", "invalid_address"]
-DeferReason = Literal["quiet_hours", "rate_limited"]
+DeferReason = Literal["quiet_hours", "rate_limited", "circuit_open", "bulkhead_full"]
 
 
 class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
@@ -72,6 +72,8 @@ class DeliveryAttemptFailed(DeliveryEvent, frozen=True, kw_only=True):
     error_class: ErrorClass
     error: str
     retry_at: datetime | None = None
+    # The provider the attempt went to ("" for one that failed before any call).
+    provider: str = ""
 
 
 class DeliverySent(DeliveryEvent, frozen=True, kw_only=True):
@@ -84,6 +86,8 @@ class DeliveryFailed(DeliveryEvent, frozen=True, kw_only=True):
     attempts: int
     error_class: ErrorClass
     error: str
+    # The provider of the last attempt ("" when none was called).
+    provider: str = ""
 
 
 class DeliveryExpired(DeliveryEvent, frozen=True, kw_only=True):

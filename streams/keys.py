@@ -135,6 +135,11 @@ class KeySpace:
         """
         return f"{self.prefix}:{{quota:{producer}}}:{kind}"
 
+    def circuit(self, provider: str) -> str:
+        """A provider's circuit breaker (a hash, ``streams.circuit_breaker``): global, not
+        per shard, so every worker agrees on it."""
+        return f"{self.prefix}:{{circuit:{provider}}}"
+
     def rate_bucket(self, provider: str, lane: str = "total") -> str:
         """A GCRA bucket of a provider credential: the total, or a priority class's share.
 

@@ -106,6 +106,7 @@ RATE_LIMIT = LuaScript("rate_limit")  # streams.rate_limiter.rate_limit_call
 INGEST_QUOTA = LuaScript("ingest_quota")  # streams.ingest_quota.ingest_quota_call
 TRIM_STREAM = LuaScript("trim_stream")  # streams.retention.trim_stream_call
 DLQ_REPLAY = LuaScript("dlq_replay")  # streams.dlq.replay.dlq_replay_call
+CIRCUIT = LuaScript("circuit")  # streams.circuit_breaker.circuit_call
 ALL: tuple[LuaScript, ...] = (
     INGEST,
     DELIVERY_BEGIN,
@@ -118,4 +119,5 @@ ALL: tuple[LuaScript, ...] = (
     INGEST_QUOTA,
     TRIM_STREAM,
     DLQ_REPLAY,
+    CIRCUIT,
 )

@@ -44,6 +44,9 @@ class WorkItem(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     producer: str = ""
     # The template data is in the notification's ``data:<id>`` hash, not in ``data``.
     shared_data: bool = False
+    # How many times an attempt failed over: the channel's provider list is tried from
+    # this position on (``app.delivery.routing``).
+    failover: int = 0
 
 
 def share_data(encoded_data_size: int, work_items: int) -> bool:

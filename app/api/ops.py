@@ -26,8 +26,10 @@ from prometheus_client.metrics_core import (
 
 from app.api.auth import authorize
 from app.api.read_model import ReadModel
+from app.catalog import guarded_providers
 from app.metrics import COUNTERS, HISTOGRAMS, Snapshot, lag_report, read_snapshot
 from app.operations.readiness import readiness
+from streams.circuit_breaker import CircuitState
 
 log = structlog.get_logger(__name__)
 
@@ -55,7 +57,7 @@ async def ready(request: Request[Any, Any, State]) -> Response[dict[str, Any]]:
 async def metrics(request: Request[Any, Any, State]) -> Response[bytes]:
     """Every Clarion metric in the Prometheus text format."""
     authorize(request, "read")
-    snapshot = await read_snapshot(request.app.state.redis, request.app.state.key_space)
+    snapshot = await _snapshot(request)
     return Response(
         generate_latest(_Families(families(snapshot))), media_type=CONTENT_TYPE_PLAIN_0_0_4
     )
@@ -65,7 +67,12 @@ async def metrics(request: Request[Any, Any, State]) -> Response[bytes]:
 async def lag(request: Request[Any, Any, State]) -> dict[str, Any]:
     """Per stream and group: length, pending, lag and ages; DLQ, delayed, projection lag."""
     authorize(request, "read")
-    return lag_report(await read_snapshot(request.app.state.redis, request.app.state.key_space))
+    return lag_report(await _snapshot(request))
+
+
+async def _snapshot(request: Request[Any, Any, State]) -> Snapshot:
+    state = request.app.state
+    return await read_snapshot(state.redis, state.key_space, guarded_providers(state.catalog))
 
 
 class _Families:
@@ -93,7 +100,22 @@ def families(snapshot: Snapshot) -> list[Metric]:
             buckets = [(_le(bound), count) for bound, count in totals.buckets]
             family.add_metric(labels, buckets, totals.sum)
         out.append(family)
-    return out + _backlog_families(snapshot)
+    return out + _backlog_families(snapshot) + [_circuit_family(snapshot)]
+
+
+# A circuit's state as a number: 0 closed, 1 half-open, 2 open.
+_CIRCUIT_LEVEL = {CircuitState.CLOSED: 0, CircuitState.HALF_OPEN: 1, CircuitState.OPEN: 2}
+
+
+def _circuit_family(snapshot: Snapshot) -> Metric:
+    family = _gauge(
+        "clarion_provider_circuit_state",
+        "A provider's circuit breaker: 0 closed, 1 half-open (probing), 2 open",
+        ("provider",),
+    )
+    for provider, circuit in sorted(snapshot.circuits.items()):
+        family.add_metric((provider,), _CIRCUIT_LEVEL[circuit.state])
+    return family
 
 
 def _le(bound: float) -> str:

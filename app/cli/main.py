@@ -12,7 +12,7 @@ import click
 import httpx
 import structlog
 
-from app.catalog import CatalogError, load_catalog
+from app.catalog import CatalogError, check_for_workers, load_catalog
 from app.cli.dlq import dlq
 from app.cli.projection import projection
 from app.cli.status import status
@@ -67,6 +67,7 @@ def run(workers: int, delivery_workers: int) -> None:
     configure_logging(settings.log_format, settings.log_level)
     try:
         catalog = load_catalog(settings.config_path)
+        check_for_workers(catalog, os.environ, settings.lease_ms)
         asyncio.run(_preflight(settings))
     except (CatalogError, RedisNotReady) as error:
         raise click.ClickException(str(error)) from None
@@ -114,7 +115,7 @@ def worker(processes: int, slot: int | None) -> None:
     settings = _service_settings()
     configure_logging(settings.log_format, settings.log_level)
     try:
-        load_catalog(settings.config_path)
+        check_for_workers(load_catalog(settings.config_path), os.environ, settings.lease_ms)
     except CatalogError as error:
         raise click.ClickException(str(error)) from None
     if slot is not None or processes == 1:

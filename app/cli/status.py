@@ -13,6 +13,7 @@ import contextlib
 import click
 from redis.exceptions import RedisError
 
+from app.catalog import CatalogError, guarded_providers, load_catalog
 from app.metrics import read_snapshot
 from app.operations.status_hints import render
 from app.processes.clients import redis_client
@@ -20,14 +21,14 @@ from app.settings import Settings, SettingsError
 from streams.keys import KeySpace
 
 
-async def _show(settings: Settings, interval: float, watch: bool) -> None:
+async def _show(settings: Settings, interval: float, watch: bool, providers: list[str]) -> None:
     redis = redis_client(settings)
     keys = KeySpace(settings.key_prefix, settings.shards)
     try:
-        before = await read_snapshot(redis, keys)
+        before = await read_snapshot(redis, keys, providers)
         while True:
             await asyncio.sleep(interval)
-            after = await read_snapshot(redis, keys)
+            after = await read_snapshot(redis, keys, providers)
             click.echo(render(after, before))
             if not watch:
                 return
@@ -50,11 +51,12 @@ def status(interval: float, watch: bool) -> None:
     """Show queues, lag, dead letters and delivery rates, with a runbook hint (from Redis)."""
     try:
         settings = Settings.from_env()
-    except SettingsError as error:
+        providers = guarded_providers(load_catalog(settings.config_path))
+    except (SettingsError, CatalogError) as error:
         raise click.ClickException(str(error)) from None
     try:
         with contextlib.suppress(KeyboardInterrupt):  # how --watch ends
-            asyncio.run(_show(settings, interval, watch))
+            asyncio.run(_show(settings, interval, watch, providers))
     except (RedisError, OSError) as error:
         raise click.ClickException(
             f"cannot read Redis at CLARION_REDIS_URL: {type(error).__name__}: {error}"

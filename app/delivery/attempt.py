@@ -10,6 +10,7 @@ exception no adapter should raise is a BUG: the worker survives it and the deliv
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
+from typing import NamedTuple
 
 import structlog
 
@@ -26,6 +27,15 @@ from streams.vocabulary import ErrorClass
 from streams.work_items import WorkItem
 
 log = structlog.get_logger(__name__)
+
+
+class Attempted(NamedTuple):
+    """An attempt's outcome, and what it says about the provider for its circuit breaker:
+    True when it failed TRANSIENT, False when it answered, None when it was not called (or
+    failed in a way that says nothing about it, a BUG)."""
+
+    outcome: Outcome
+    provider_failed: bool | None
 
 
 class Attempts:
@@ -46,25 +56,29 @@ class Attempts:
         # Called when a provider says an address is dead (e.g. an invalid push token).
         self.forget_address = forget_address
 
-    async def attempt(self, leased: LeasedDelivery) -> Outcome:
-        """Make one attempt; its outcome, ready to record."""
+    async def attempt(self, leased: LeasedDelivery, provider_name: str = "") -> Attempted:
+        """Make one attempt through ``provider_name`` (default: the channel's first)."""
         item = leased.item
-        provider_name = self.catalog.channels[item.channel].provider
-        policy = self.catalog.channels[item.channel].retry
+        channel = self.catalog.channels[item.channel]
+        provider_name = provider_name or channel.provider_order[0]
         try:
-            title, body = render(self.catalog, item, leased.data)
+            rendered = render(self.catalog, item, leased.data)
         except RenderError as error:
             log.warning("delivery.render_failed", error=str(error))
-            return self._failed_attempt(leased, ErrorClass.PERMANENT, str(error), policy)
+            text = f"template: {error}"
+            return Attempted(self._failed(leased, ErrorClass.PERMANENT, text, ""), None)
         message = Message(
             delivery_id=item.delivery_id,
             idempotency_key=item.delivery_id,
             channel=item.channel,
             address=item.address,
-            title=title,
-            body=body,
+            title=rendered.title,
+            body=rendered.body,
             attempt=leased.lease.attempts + 1,
             data=leased.data or {},
+            html=rendered.html,
+            notification_id=item.notification_id,
+            notification_type=item.notification_type,
         )
         timeout = self.catalog.providers[provider_name].timeout_seconds
         try:
@@ -72,38 +86,61 @@ class Attempts:
                 timeout, self.providers[provider_name].send(message)
             )
         except ProviderError as error:
-            text = error_text(error.message)
-            log.info("delivery.attempt_failed", error_class=error.error_class, error=text)
-            if error.invalid_address:
-                await self.forget_address(item)
-            return self._failed_attempt(leased, error.error_class, text, policy, error.retry_after)
+            return await self._refused(leased, provider_name, error)
         except TimeoutError:
             text = f"{provider_name}: no answer within {timeout:g} s"
-            return self._failed_attempt(leased, ErrorClass.TRANSIENT, text, policy)
+            return Attempted(self._failed(leased, ErrorClass.TRANSIENT, text, provider_name), True)
         except Exception as error:  # a bug, here or in the adapter: survive it
             log.exception("delivery.bug")
             text = error_text(f"{type(error).__name__}: {error}")
             attempts = leased.lease.attempts + 1
-            return delivery_outcomes.failed(
-                leased, ErrorClass.BUG, text, self.now_ms(), attempts=attempts
-            )
-        return delivery_outcomes.sent(leased, provider_name, message_id, self.now_ms())
+            outcome = delivery_outcomes.failed(
+                leased, ErrorClass.BUG, text, self.now_ms(), attempts=attempts,
+                provider=provider_name,
+            )  # fmt: skip
+            return Attempted(outcome, None)
+        outcome = delivery_outcomes.sent(leased, provider_name, message_id, self.now_ms())
+        return Attempted(outcome, False)
 
-    def _failed_attempt(
+    async def _refused(
+        self, leased: LeasedDelivery, provider_name: str, error: ProviderError
+    ) -> Attempted:
+        """The provider refused or failed: classify, and fail over when that is safe."""
+        text = error_text(error.message)
+        if error.reason is not None:
+            text = f"{error.reason}: {text}"[:MAX_ERROR_TEXT]
+        log.info("delivery.attempt_failed", error_class=error.error_class, error=text)
+        if error.invalid_address:
+            await self.forget_address(leased.item)
+        transient = error.error_class is ErrorClass.TRANSIENT
+        # Only a message that certainly never reached its provider may go to another one:
+        # anything else might have been sent, and a second provider would send it again.
+        fail_over = transient and error.not_accepted
+        fail_over = fail_over and len(self.catalog.channels[leased.item.channel].provider_order) > 1
+        outcome = self._failed(
+            leased, error.error_class, text, provider_name, error.retry_after, fail_over=fail_over
+        )
+        return Attempted(outcome, transient)
+
+    def _failed(
         self,
         leased: LeasedDelivery,
         error_class: ErrorClass,
         error: str,
-        policy: RetryPolicy,
+        provider: str,
         retry_after: float | None = None,
+        *,
+        fail_over: bool = False,
     ) -> Outcome:
         return failed_attempt(
             leased,
             error_class=error_class,
             error=error,
-            policy=policy,
+            policy=self.catalog.channels[leased.item.channel].retry,
             now_ms=self.now_ms(),
             retry_after=retry_after,
+            provider=provider,
+            fail_over=fail_over,
         )
 
 
@@ -115,17 +152,24 @@ def failed_attempt(
     policy: RetryPolicy,
     now_ms: int,
     retry_after: float | None = None,
+    provider: str = "",
+    fail_over: bool = False,
 ) -> Outcome:
-    """An attempt failed: retry a transient failure while attempts and the TTL allow,
-    otherwise fail the delivery and dead-letter it."""
+    """An attempt (at ``provider``) failed: retry a transient failure while attempts and
+    the TTL allow (``fail_over``: through the channel's next provider), otherwise fail the
+    delivery and dead-letter it."""
     attempt = leased.lease.attempts + 1
     text = error_text(error)
     if error_class is ErrorClass.TRANSIENT and may_retry(policy, attempt):
         due_ms = now_ms + round(retry_delay(policy, attempt, retry_after) * 1000)
         if due_ms >= leased.item.expires_ms:
             return delivery_outcomes.expired(leased, now_ms)  # never retry past the TTL
-        return delivery_outcomes.retry_later(leased, error_class, text, due_ms, now_ms)
-    return delivery_outcomes.failed(leased, error_class, text, now_ms, attempts=attempt)
+        return delivery_outcomes.retry_later(
+            leased, error_class, text, due_ms, now_ms, provider=provider, fail_over=fail_over
+        )
+    return delivery_outcomes.failed(
+        leased, error_class, text, now_ms, attempts=attempt, provider=provider
+    )
 
 
 def error_text(error: str) -> str:

@@ -27,10 +27,12 @@ from app.catalog import Catalog
 from app.delivery.attempt import Attempts
 from app.delivery.provider_timeouts import ProviderTimeouts
 from app.delivery.recovery import Recovery, RecoveryOptions
+from app.delivery.routing import Bulkheads, Route, Router, circuit_policies
 from app.delivery.scheduler import Scheduler
 from app.metrics import DELIVERY_FAILURES, record_outcome
 from app.providers.base import Provider
 from streams import codec, delivery_outcomes
+from streams.circuit_breaker import CircuitBreakers
 from streams.consumer_groups import DELIVERY_GROUP, Entry, ensure_group, is_missing_group
 from streams.delivery_outcomes import LeasedDelivery
 from streams.delivery_store import (
@@ -112,7 +114,10 @@ class DeliveryWorker:
             metrics=self.metrics,
             handle=self.handle_entries,
         )
-        self._rates = _rates_by_channel(catalog)
+        self.breakers = CircuitBreakers(redis, keys, circuit_policies(catalog))
+        bounds = {name: config.max_in_flight for name, config in catalog.providers.items()}
+        self._router = Router(catalog, self.breakers, Bulkheads(bounds))
+        self._rates = _rates_by_provider(catalog)
         self._lanes = {p: asyncio.Semaphore(n) for p, n in options.lanes.items()}
         self._in_flight: set[asyncio.Task[None]] = set()
         self._stopping = asyncio.Event()
@@ -134,6 +139,7 @@ class DeliveryWorker:
         loops.append(asyncio.create_task(self._recovery.run(self._stopping)))
         flusher = asyncio.create_task(self.metrics.run())
         watchdog = asyncio.create_task(self._timeouts.run())
+        breakers = asyncio.create_task(self.breakers.run())
         log.info("worker.started", consumer=self.consumer, shards=len(shards))
         await self._stopping.wait()
         for task in loops:
@@ -144,9 +150,9 @@ class DeliveryWorker:
             # name: the next start drains it first, or another worker reclaims it.
             await asyncio.wait(self._in_flight, timeout=self.options.shutdown_grace_s)
         # After the in-flight sends: their time limits hold and their outcomes are counted.
-        watchdog.cancel()
-        flusher.cancel()
-        await asyncio.gather(watchdog, flusher, return_exceptions=True)
+        for task in (watchdog, flusher, breakers):
+            task.cancel()
+        await asyncio.gather(watchdog, flusher, breakers, return_exceptions=True)
         log.info("worker.stopped", consumer=self.consumer, unfinished=len(self._in_flight))
 
     async def _ensure_groups(self, shards: Sequence[ShardKeys]) -> None:
@@ -265,39 +271,51 @@ class DeliveryWorker:
         )
 
     async def _start(self, held: list[LeasedDelivery]) -> None:
-        """Expire what is past its TTL, defer what has no quota, send the rest."""
+        """Expire what is past its TTL, route the rest to providers, defer what has no
+        provider or quota now, send the rest."""
         now = self.now_ms()
-        ready: list[LeasedDelivery] = []
+        ready: list[tuple[LeasedDelivery, Route]] = []
         outcomes: list[Outcome] = []
         for leased in held:
             if now >= leased.item.expires_ms:
                 outcomes.append(delivery_outcomes.expired(leased, now))
+                continue
+            route = self._router.route_now(leased.item, now) or await self._router.route(
+                leased.item, now
+            )
+            if route.provider:
+                ready.append((leased, route))
             else:
-                ready.append(leased)
+                outcomes.append(self._deferred(leased, route.until_ms, now, route.reason))
         waits = await self._quota(ready)
-        for leased, wait in zip(ready, waits, strict=True):
+        for (leased, route), wait in zip(ready, waits, strict=True):
             if wait > 0:
+                # A probe not made here is made by another delivery once its lease ends.
+                self._router.done(route.provider)
                 until = now + max(1, round(wait * 1000))
-                outcomes.append(delivery_outcomes.rate_limited(leased, until, now))
-                self._scheduler.wake(leased.shard)
+                outcomes.append(self._deferred(leased, until, now, "rate_limited"))
             else:
                 lane = self._lanes[leased.priority]
                 await lane.acquire()
-                task = asyncio.create_task(self._send(leased, lane))
+                task = asyncio.create_task(self._send(leased, route, lane))
                 self._in_flight.add(task)
                 task.add_done_callback(self._in_flight.discard)
         if outcomes:
             await self.store.finish(outcomes)
 
-    async def _quota(self, held: list[LeasedDelivery]) -> list[float]:
+    def _deferred(self, leased: LeasedDelivery, until: int, now: int, reason: Any) -> Outcome:
+        self._scheduler.wake(leased.shard)
+        return delivery_outcomes.deferred(leased, until, now, reason)
+
+    async def _quota(self, ready: list[tuple[LeasedDelivery, Route]]) -> list[float]:
         """Seconds each delivery must wait for its provider's quota (0: go now)."""
-        waits = [0.0] * len(held)
+        waits = [0.0] * len(ready)
         requests: list[tuple[str, Rate, Priority]] = []
         limited: list[int] = []
-        for index, leased in enumerate(held):
-            rate = self._rates.get(leased.item.channel)
+        for index, (leased, route) in enumerate(ready):
+            rate = self._rates.get(route.provider)
             if rate is not None:
-                requests.append((*rate, leased.priority))
+                requests.append((route.provider, rate, leased.priority))
                 limited.append(index)
         if requests:
             granted = await self.rate_limiter.acquire_many(requests)
@@ -307,7 +325,7 @@ class DeliveryWorker:
 
     # --- one delivery ----------------------------------------------------------------------
 
-    async def _send(self, leased: LeasedDelivery, lane: asyncio.Semaphore) -> None:
+    async def _send(self, leased: LeasedDelivery, route: Route, lane: asyncio.Semaphore) -> None:
         item = leased.item
         # Each send is a task of its own, so these ids reach every line logged about it.
         structlog.contextvars.bind_contextvars(
@@ -315,8 +333,12 @@ class DeliveryWorker:
             delivery_id=item.delivery_id,
             channel=item.channel,
         )
+        provider_failed: bool | None = None
         try:
-            outcome = await self._attempts.attempt(leased)
+            attempted = await self._attempts.attempt(leased, route.provider)
+            outcome, provider_failed = attempted.outcome, attempted.provider_failed
+            if provider_failed is not None:
+                self.breakers.record(route.provider, failed=provider_failed)
             [recorded] = await self.store.finish([outcome])
             if recorded == "OK":
                 record_outcome(self.metrics, item, outcome)
@@ -332,6 +354,9 @@ class DeliveryWorker:
             log.exception("worker.step_failed", delivery_id=item.delivery_id)
         finally:
             lane.release()
+            self._router.done(route.provider)
+            if route.probe:
+                await self.breakers.probe_done(route.provider, ok=provider_failed is not True)
 
     async def _forget(self, item: WorkItem) -> None:
         """Remember for the recipient that a provider called ``item``'s address dead."""
@@ -343,15 +368,13 @@ class DeliveryWorker:
             log.exception("delivery.mark_invalid_failed", delivery_id=item.delivery_id)
 
 
-def _rates_by_channel(catalog: Catalog) -> dict[str, tuple[str, Rate]]:
-    """Each rate-limited channel's provider and its rate, made once."""
-    rates: dict[str, tuple[str, Rate]] = {}
-    for channel, config in catalog.channels.items():
-        limit = catalog.providers[config.provider].rate_limit
-        if limit is not None:
-            rate = Rate(limit.per_second, limit.burst, limit.normal_share, limit.low_share)
-            rates[channel] = (config.provider, rate)
-    return rates
+def _rates_by_provider(catalog: Catalog) -> dict[str, Rate]:
+    """Each rate-limited provider's rate, made once."""
+    return {
+        name: Rate(limit.per_second, limit.burst, limit.normal_share, limit.low_share)
+        for name, config in catalog.providers.items()
+        if (limit := config.rate_limit) is not None
+    }
 
 
 def _text(value: bytes | str) -> str:

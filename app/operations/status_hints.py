@@ -11,6 +11,7 @@ the most urgent problems, checked against these limits:
 - DLQ growing: any new dead letter during the interval;
 - retry storm: at least ``RETRY_STORM_FAILURES_PER_S`` failing attempts per second, and at
   least ``RETRY_STORM_FAILED_SHARE`` of all attempts failing;
+- circuit open: a provider's circuit breaker is open or probing;
 - otherwise all calm.
 """
 
@@ -21,6 +22,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 
 from app.metrics import ATTEMPT_FAILURES, OPT_OUTS, Snapshot
+from streams.circuit_breaker import CircuitState
 
 QUEUE_AGE_LIMIT_MS = {"work:high": 5_000, "work:normal": 60_000, "work:low": 600_000}
 DELAYED_OVERDUE_LIMIT_MS = 10_000
@@ -33,6 +35,7 @@ class Problem(StrEnum):
     LAG_HIGH = "lag high"
     DLQ_GROWING = "DLQ growing"
     RETRY_STORM = "retry storm"
+    CIRCUIT_OPEN = "circuit open"
     ALL_CALM = "all calm"
 
 
@@ -90,9 +93,38 @@ def hints(snapshot: Snapshot, rates: Rates) -> list[Hint]:
                 "in clarion_delivery_attempt_failures_total; retries back off on their own.",
             )
         )
+    found += _circuit_hints(snapshot)
     return found or [
         Hint(Problem.ALL_CALM, "no queue over its age limit, no new dead letters, few failures.")
     ]
+
+
+def _circuit_hints(snapshot: Snapshot) -> list[Hint]:
+    found = []
+    for provider, circuit in sorted(snapshot.circuits.items()):
+        if circuit.state is CircuitState.CLOSED:
+            continue
+        when = (
+            f"probes again at {_clock(circuit.until_ms)}"
+            if circuit.state is CircuitState.OPEN
+            else "the next delivery probes it"
+        )
+        found.append(
+            Hint(
+                Problem.CIRCUIT_OPEN,
+                f"provider {provider}'s circuit is {circuit.state.replace('_', '-')} "
+                f"(opened {circuit.opened} times), {when}: its deliveries wait in delayed "
+                "without using attempts, or go to the channel's next provider. Check the "
+                "provider's status page, that the workers reach it (DNS, firewall, TLS), its "
+                "credentials and quota, and the last errors (`clarion dlq list`, "
+                "clarion_delivery_attempt_failures_total).",
+            )
+        )
+    return found
+
+
+def _clock(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%H:%M:%S UTC")
 
 
 def _lag_hints(snapshot: Snapshot) -> list[Hint]:
@@ -165,6 +197,16 @@ def render(snapshot: Snapshot, before: Snapshot) -> str:
         f"failed {snapshot.ended('FAILED'):,.0f}, "
         f"failing attempts {rates.attempt_failures:,.1f}/s",
         f"opted out       {snapshot.total(OPT_OUTS):,.0f}",
+    ]
+    if snapshot.circuits:
+        lines.append(
+            "circuits        "
+            + ", ".join(
+                f"{provider} {circuit.state.replace('_', '-')}"
+                for provider, circuit in sorted(snapshot.circuits.items())
+            )
+        )
+    lines += [
         "",
     ]
     lines += [f"hint: {hint.problem}: {hint.text}" for hint in hints(snapshot, rates)]

@@ -14,7 +14,7 @@ from app.delivery.worker import DeliveryWorker, WorkerOptions
 from app.logging import configure_logging
 from app.processes.gc_tuning import tune_gc
 from app.processes.redis_checks import check_redis
-from app.providers.registry import build_providers
+from app.providers.registry import build_providers, close_providers
 from app.settings import Settings
 from streams.connection import connect
 from streams.keys import KeySpace
@@ -56,13 +56,14 @@ async def serve(settings: Settings, slot: int) -> None:
     try:
         await check_redis(redis, settings.redis_url)
         keys = KeySpace(settings.key_prefix, settings.shards)
+        providers = build_providers(
+            catalog, redis, keys, remember_ms=settings.stream_retention_seconds * 1000
+        )
         worker = DeliveryWorker(
             redis,
             keys,
             catalog,
-            build_providers(
-                catalog, redis, keys, remember_ms=settings.stream_retention_seconds * 1000
-            ),
+            providers,
             consumer=consumer_name(slot),
             address_digest=settings.address_digest(),
             options=worker_options(settings),
@@ -72,7 +73,10 @@ async def serve(settings: Settings, slot: int) -> None:
         await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
         worker.stop()
         stopping.cancel()
-        await running  # raises what made the worker end on its own, if anything
+        try:
+            await running  # raises what made the worker end on its own, if anything
+        finally:
+            await close_providers(providers)
     finally:
         await redis.aclose()
 

@@ -101,7 +101,8 @@ async def test_sigkill_with_200_in_flight_loses_and_duplicates_nothing(
 ) -> None:
     keys = KeySpace(key_prefix)
     catalog_path = tmp_path / "catalog.toml"
-    catalog_path.write_text(catalog_text())
+    # A provider's time limit must end inside the (short) lease, or the worker refuses to start.
+    catalog_path.write_text(catalog_text().replace("timeout_seconds = 10", "timeout_seconds = 2"))
     bodies = [otp(n, {"latency_ms": 1500}) for n in range(200)]
     ids = await accept_many(real_redis, keys, catalog_path, bodies, "kill")
     env = worker_env(key_prefix, catalog_path, CLARION_LANE_HIGH="256", CLARION_LEASE_MS="2500")

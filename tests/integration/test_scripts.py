@@ -25,6 +25,7 @@ from app.ingest.fanout import Planner
 from app.ingest.requests import NotificationRequest
 from app.providers.sandbox import _Call, sandbox_send_call
 from streams import codec, delivery_outcomes, scripts
+from streams.circuit_breaker import CircuitPolicy, circuit_call
 from streams.consumer_groups import DELIVERY_GROUP, PROJECTOR_GROUP, ensure_group
 from streams.delivery_outcomes import LeasedDelivery
 from streams.delivery_store import (
@@ -289,6 +290,15 @@ async def test_ingest_quota(real_redis: Redis, key_prefix: str) -> None:
     assert await run(real_redis, scripts.INGEST_QUOTA, call) == 0
     assert await run(real_redis, scripts.INGEST_QUOTA, call) > 0  # both buckets are full
     assert await real_redis.exists(*call[0]) == 2
+
+
+async def test_circuit(real_redis: Redis, key_prefix: str) -> None:
+    keys = KeySpace(key_prefix)
+    policy = CircuitPolicy(failure_share=0.5, min_calls=2, window_seconds=10, open_seconds=5)
+    call = circuit_call(keys, "smtp", policy, "report", 2, 2)
+    reply = await run(real_redis, scripts.CIRCUIT, call)
+    assert reply[0] == b"open"
+    assert await real_redis.exists(*call[0]) == 1
 
 
 async def test_trim_stream(real_redis: Redis, key_prefix: str) -> None:

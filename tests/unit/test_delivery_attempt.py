@@ -14,7 +14,7 @@ import pytest
 from app.catalog import Catalog, RetryPolicy, parse_catalog
 from app.delivery.attempt import Attempts, error_text, failed_attempt
 from app.delivery.provider_timeouts import ProviderTimeouts
-from app.providers.base import Message, ProviderError
+from app.providers.base import Message, ProviderError, Reason
 from streams import codec
 from streams.delivery_outcomes import MAX_ERROR_TEXT, LeasedDelivery
 from streams.delivery_store import Outcome
@@ -143,7 +143,7 @@ async def attempt(
 
     attempts = Attempts(catalog, {"sandbox": provider}, timeouts, lambda: NOW, forget)
     held = leased(attempts=1, data={"code": "4242"}, **item)
-    return await attempts.attempt(held), forgotten
+    return (await attempts.attempt(held)).outcome, forgotten
 
 
 async def test_a_send_is_recorded_with_the_providers_message_id(
@@ -167,7 +167,7 @@ async def test_a_message_that_cannot_be_rendered_fails_without_a_call(
     provider = Provider("ok")
     outcome, _ = await attempt(quick_catalog, timeouts, provider, notification_type="invoice")
     assert (outcome.status, outcome.fields["error_class"]) == ("FAILED", "PERMANENT")
-    assert outcome.fields["last_error"] == "type 'invoice' is no longer in the catalog"
+    assert outcome.fields["last_error"] == "template: type 'invoice' is no longer in the catalog"
     assert provider.messages == []
 
 
@@ -193,7 +193,7 @@ async def test_a_providers_failure_keeps_its_class_and_retry_after(
 async def test_a_dead_address_is_forgotten_and_the_delivery_fails(
     quick_catalog: Catalog, timeouts: ProviderTimeouts
 ) -> None:
-    dead = ProviderError(ErrorClass.PERMANENT, "token invalid", invalid_address=True)
+    dead = ProviderError(ErrorClass.PERMANENT, "token invalid", reason=Reason.INVALID_ADDRESS)
     outcome, forgotten = await attempt(quick_catalog, timeouts, Provider(dead))
     assert (outcome.status, outcome.fields["error_class"]) == ("FAILED", "PERMANENT")
     assert [work.delivery_id for work in forgotten] == ["d"]

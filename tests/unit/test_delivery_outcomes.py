@@ -67,7 +67,7 @@ def test_an_expiry_records_why_and_counts_no_attempt() -> None:
 
 
 def test_a_rate_limited_delivery_waits_in_delayed_without_counting_an_attempt() -> None:
-    outcome = delivery_outcomes.rate_limited(leased(version=2, attempts=1), LATER, NOW)
+    outcome = delivery_outcomes.deferred(leased(version=2, attempts=1), LATER, NOW)
     assert events(outcome) == [
         DeliveryDeferred(at=at(NOW), notification_id="n", delivery_id="d", version=3,
                          channel="SMS", reason="rate_limited", until=at(LATER)),

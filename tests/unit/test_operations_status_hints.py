@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from app.metrics import ATTEMPT_FAILURES, COUNTERS, DELIVERY_ATTEMPTS, HISTOGRAMS, Snapshot
 from app.operations.status_hints import (
     DELAYED_OVERDUE_LIMIT_MS,
@@ -10,8 +12,10 @@ from app.operations.status_hints import (
     Problem,
     Rates,
     hints,
+    render,
 )
 from streams.backlog import Backlog, GroupBacklog, ShardBacklog
+from streams.circuit_breaker import Circuit, CircuitState
 from streams.metrics_recorder import HistogramTotals
 
 NOW_MS = 1_800_000_000_000
@@ -96,3 +100,28 @@ def test_the_most_urgent_problem_comes_first() -> None:
     before = snapshot(dlq=1, attempt_failures=0)
     after = snapshot(at_ms=NOW_MS + 1000, high_age_ms=60_000, dlq=5, attempt_failures=50, sent=0)
     assert problems(before, after) == [Problem.LAG_HIGH, Problem.DLQ_GROWING, Problem.RETRY_STORM]
+
+
+def test_an_open_or_probing_circuit_names_its_provider_and_what_to_check() -> None:
+    before = snapshot()
+    after = with_circuits(
+        snapshot(at_ms=NOW_MS + 2000),
+        {
+            "sms": Circuit(CircuitState.OPEN, until_ms=NOW_MS + 30_000, opened=3),
+            "mail": Circuit(CircuitState.HALF_OPEN),
+            "push": Circuit(),
+        },
+    )
+    found = hints(after, Rates.between(before, after))
+    assert [hint.problem for hint in found] == [Problem.CIRCUIT_OPEN, Problem.CIRCUIT_OPEN]
+    mail, sms = found
+    assert "provider mail's circuit is half-open" in mail.text
+    assert "provider sms's circuit is open (opened 3 times), probes again at" in sms.text
+    assert "status page" in sms.text
+    assert "credentials" in sms.text
+    table = render(after, before)
+    assert "circuits        mail half-open, push closed, sms open" in table
+
+
+def with_circuits(taken: Snapshot, circuits: dict[str, Circuit]) -> Snapshot:
+    return dataclasses.replace(taken, circuits=circuits)
