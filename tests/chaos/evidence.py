@@ -1,4 +1,5 @@
-"""What the run left behind, read from Redis (the write model) and PostgreSQL (the read model).
+"""What the run left behind, read from Redis (the write model) and PostgreSQL (the read model),
+with the providers' side: the sandbox's record and what the SMTP relay took (``relay``).
 
 Nothing here judges; ``verdict`` compares. A delivery's state in the write model is its
 ``dlv:<id>`` hash, or, when no worker ever touched it (SUPPRESSED or EXPIRED at acceptance),
@@ -18,6 +19,7 @@ from streams.consumer_groups import DELIVERY_GROUP, PROJECTOR_GROUP
 from streams.keys import KeySpace
 from streams.records import decode_record
 from streams.vocabulary import Priority
+from tests.chaos.relay import Relayed
 
 FINAL = frozenset({"SENT", "FAILED", "EXPIRED", "SUPPRESSED"})
 PIPELINE_CHUNK = 5000
@@ -55,8 +57,10 @@ class Evidence:
     # Read model.
     pg_notifications: dict[str, str] = field(default_factory=dict)  # id -> idempotency key
     pg_states: dict[str, DeliveryState] = field(default_factory=dict)
-    # The provider's side.
+    # The providers' side.
     sandbox: dict[str, list[SandboxCall]] = field(default_factory=dict)
+    # X-Clarion-Delivery-Id -> every copy the relay took, in order.
+    relay: dict[str, list[Relayed]] = field(default_factory=dict)
 
 
 def minted_at(uuid7: str) -> float:
@@ -90,7 +94,17 @@ def made_since(evidence: Evidence, since: float, keys_before: set[str]) -> Evide
         pg_notifications=new(evidence.pg_notifications),
         pg_states=new(evidence.pg_states),
         sandbox=new(evidence.sandbox),
+        # A header that is no delivery id stays, for the verdict to name.
+        relay={
+            delivery_id: copies
+            for delivery_id, copies in evidence.relay.items()
+            if not _is_id(delivery_id) or minted_at(delivery_id) >= since
+        },
     )
+
+
+def _is_id(text: str) -> bool:
+    return len(text) == 36 and all(c in "0123456789abcdef-" for c in text)
 
 
 def _text(value: Any) -> str:

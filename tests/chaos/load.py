@@ -3,6 +3,11 @@
 Every notification is planned up front from a seeded generator, with what each of its
 channels is expected to end as: the sandbox directives say it (``fail_permanent`` → FAILED,
 PERMANENT; ``raise_bug`` → FAILED, BUG; ``fail_transient`` below the retry bound → SENT).
+EMAIL goes through the SMTP relay (``relay``), so the same draws become the recipient
+address's ``Mailbox`` there: an unknown mailbox (550 5.1.1 at RCPT) → FAILED, PERMANENT
+(invalid_address); a message refused at the end of data (554 5.7.1) → FAILED, PERMANENT
+(rejected), in place of a bug no relay can provoke; greylisting below the retry bound →
+SENT; a late answer for a latency.
 The producer paces the requests over the send period and re-sends every request that got no
 answer, a 503 or a 409 with the same Idempotency-Key and the same body, as a well-behaved
 client would, until it gets a 202. Only a 202 is an acknowledgement: a 503 (Redis down,
@@ -23,6 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+
+from tests.chaos.relay import RELAY_CHANNEL, Mailbox
 
 # (type, share, its channels): priorities come from the catalog (HIGH, HIGH, NORMAL, LOW).
 TYPES: tuple[tuple[str, float, tuple[str, ...]], ...] = (
@@ -49,6 +56,13 @@ class Planned:
     body: dict[str, Any]
     # Channel -> "SENT", or the error class of the failure its directive asks for.
     expected: dict[str, str]
+    # How the relay treats the recipient's email address (None: as any other).
+    mailbox: Mailbox | None = None
+
+    @property
+    def email(self) -> str:
+        """The recipient's email address ("" without one: EMAIL is SUPPRESSED)."""
+        return str(self.body["recipient"].get("email", ""))
 
 
 def plan(count: int, seed: int) -> list[Planned]:
@@ -68,22 +82,14 @@ def plan(count: int, seed: int) -> list[Planned]:
             recipient["push_tokens"] = [f"{n:032x}{t:032x}" for t in range(tokens)]
         directives: dict[str, dict[str, Any]] = {}
         expected: dict[str, str] = {}
+        mailbox = None
         for channel in channels:
-            directive: dict[str, Any] = {}
-            roll = rng.random()
-            if roll < FAIL_PERMANENT:
-                directive["fail_permanent"] = "mailbox does not exist"
-                expected[channel] = "PERMANENT"
-            elif roll < FAIL_PERMANENT + RAISE_BUG:
-                directive["raise_bug"] = True
-                expected[channel] = "BUG"
-            else:
-                if roll < FAIL_PERMANENT + RAISE_BUG + FAIL_TRANSIENT:
-                    directive["fail_transient"] = rng.choice((1, 2))
-                expected[channel] = "SENT"
-            if rng.random() < LATENCY:
-                directive["latency_ms"] = rng.randrange(100, 600)
-            if directive:
+            directive, expected[channel] = _directive(rng)
+            if channel == RELAY_CHANNEL:
+                mailbox = _mailbox(directive, recipient.get("email", ""))
+                if expected[channel] == "BUG":  # the relay refuses it instead: no bug
+                    expected[channel] = "PERMANENT"
+            elif directive:
                 directives[channel] = directive
         data: dict[str, Any] = {
             "otp": {"code": f"{n % 1_000_000:06d}"},
@@ -94,8 +100,44 @@ def plan(count: int, seed: int) -> list[Planned]:
         if directives:
             data["sandbox"] = directives
         body = {"recipient": recipient, "type": type_name, "data": data}
-        plans.append(Planned(f"chaos-{seed}-{n}", body, expected))
+        plans.append(Planned(f"chaos-{seed}-{n}", body, expected, mailbox))
     return plans
+
+
+def _directive(rng: random.Random) -> tuple[dict[str, Any], str]:
+    """One channel's sandbox directive, and what it makes of the delivery: "SENT" or the
+    error class of its failure."""
+    directive: dict[str, Any] = {}
+    roll = rng.random()
+    if roll < FAIL_PERMANENT:
+        directive["fail_permanent"] = "mailbox does not exist"
+        outcome = "PERMANENT"
+    elif roll < FAIL_PERMANENT + RAISE_BUG:
+        directive["raise_bug"] = True
+        outcome = "BUG"
+    else:
+        if roll < FAIL_PERMANENT + RAISE_BUG + FAIL_TRANSIENT:
+            directive["fail_transient"] = rng.choice((1, 2))
+        outcome = "SENT"
+    if rng.random() < LATENCY:
+        directive["latency_ms"] = rng.randrange(100, 600)
+    return directive, outcome
+
+
+def _mailbox(directive: dict[str, Any], address: str) -> Mailbox | None:
+    """The relay's counterpart of a sandbox directive for ``address`` (None: a plain 250)."""
+    if not directive or not address:
+        return None
+    return Mailbox(
+        greylist=directive.get("fail_transient", 0),
+        refuse_rcpt=(
+            f"550 5.1.1 <{address}>: Recipient address rejected: User unknown"
+            if "fail_permanent" in directive
+            else ""
+        ),
+        refuse_data="554 5.7.1 Message rejected: content" if "raise_bug" in directive else "",
+        answer_delay_s=directive.get("latency_ms", 0) / 1000,
+    )
 
 
 @dataclass(frozen=True, slots=True)

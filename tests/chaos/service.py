@@ -2,7 +2,9 @@
 are over: wait for the service to settle, then report and judge.
 
 The API (two uvicorn workers), two delivery workers and the projector run as real processes
-against a private Redis (AOF, ``appendfsync always``) and a private PostgreSQL.
+against a private Redis (AOF, ``appendfsync always``) and a private PostgreSQL. The catalog
+is the shipped one with quick retries and time limits inside the lease, its EMAIL channel
+sent through the SMTP relay (``relay``) this suite runs, the other channels on the sandbox.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import secrets
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -28,8 +31,9 @@ from tests.chaos.evidence import (
     read_write_model,
 )
 from tests.chaos.faults import Crash
-from tests.chaos.load import Acknowledged
+from tests.chaos.load import Acknowledged, Planned
 from tests.chaos.processes import DurableRedis, ServiceProcess, wait_for_api
+from tests.chaos.relay import PASSWORD_ENV, RELAY, RELAY_CHANNEL, ChaosRelay
 from tests.chaos.verdict import Verdict, expectations
 from tests.integration.delivery_support import catalog_text
 from tests.servers import PostgresServer, free_port, postgres_server
@@ -43,6 +47,11 @@ DRAIN_TIMEOUT_S = 300.0
 PREFIX = "chaos"
 API_SECRET = "chaos-secret-key"
 SHIPPED_RATE_LIMIT = "rate_limit = { per_second = 5000, burst = 500 }"
+SHIPPED_TIMEOUT = "timeout_seconds = 10"
+SHIPPED_EMAIL = f'[channels.{RELAY_CHANNEL}]\nprovider = "sandbox"'
+# Every provider's time limit must end inside the lease (the worker refuses to start
+# otherwise); what is left of it is for recording the outcome.
+PROVIDER_TIMEOUT_S = 4.0
 # What the producer's addresses look like: none may appear in any process's log.
 CONTACT = re.compile(r"user\d+@example\.com|\+49151\d{8}")
 
@@ -51,6 +60,7 @@ CONTACT = re.compile(r"user\d+@example\.com|\+49151\d{8}")
 class Service:
     redis: DurableRedis
     postgres: PostgresServer
+    relay: ChaosRelay
     database_url: str
     base_url: str
     api: ServiceProcess
@@ -62,60 +72,92 @@ class Service:
         return [self.api, *self.workers, self.projector]
 
 
+def chaos_catalog(relay: ChaosRelay, *, idempotent: bool) -> str:
+    """The shipped catalog with quick retries (the drain stays short), the shipped rate
+    limit, time limits inside the lease, and EMAIL through ``relay``."""
+    text = catalog_text(
+        base=0.2, max_delay=1.0, attempts=6, rate_limit=SHIPPED_RATE_LIMIT,
+        idempotent=idempotent,
+    )  # fmt: skip
+    for shipped in (SHIPPED_TIMEOUT, SHIPPED_EMAIL):
+        assert text.count(shipped) == 1, f"clarion.toml changed: update {shipped!r} here"
+    text = text.replace(SHIPPED_TIMEOUT, f"timeout_seconds = {PROVIDER_TIMEOUT_S:g}")
+    text = text.replace(SHIPPED_EMAIL, f'[channels.{RELAY_CHANNEL}]\nprovider = "{RELAY}"')
+    return text + relay.catalog_entry(PROVIDER_TIMEOUT_S)
+
+
 @contextmanager
 def running_service(
-    workdir: Path, *, idempotent: bool, max_deliveries: int = MAX_DELIVERIES
+    workdir: Path,
+    plans: list[Planned],
+    *,
+    idempotent: bool,
+    max_deliveries: int = MAX_DELIVERIES,
 ) -> Iterator[Service]:
-    """Redis, PostgreSQL and the service's processes, stopped afterwards whatever happened."""
-    catalog = workdir / "clarion.toml"
-    # Quick retries keep the drain short; the shipped rate limit stays in the path.
-    catalog.write_text(
-        catalog_text(
-            base=0.2, max_delay=1.0, attempts=6, rate_limit=SHIPPED_RATE_LIMIT,
-            idempotent=idempotent,
-        )
-    )  # fmt: skip
-    (workdir / "redis").mkdir()
-    redis = DurableRedis(workdir / "redis")
-    redis.start()
+    """Redis, PostgreSQL, the relay (set up for ``plans``) and the service's processes,
+    stopped afterwards whatever happened."""
+    mailboxes = {p.email: p.mailbox for p in plans if p.mailbox is not None}
+    # Made per run, known only to the relay and (through the environment) the workers.
+    password = secrets.token_urlsafe(18)
+    relay = ChaosRelay(password=password, mailboxes=mailboxes)
+    with relay:
+        catalog = workdir / "clarion.toml"
+        catalog.write_text(chaos_catalog(relay, idempotent=idempotent))
+        (workdir / "redis").mkdir()
+        redis = DurableRedis(workdir / "redis")
+        redis.start()
+        try:
+            with postgres_server() as postgres:
+                port = free_port()
+                database_url = postgres.url.rsplit("/", 1)[0] + "/clarion"
+                env = {k: v for k, v in os.environ.items() if not k.startswith("CLARION_")}
+                env |= {
+                    "CLARION_REDIS_URL": redis.url,
+                    "CLARION_DATABASE_URL": database_url,
+                    "CLARION_KEY_PREFIX": PREFIX,
+                    "CLARION_CONFIG": str(catalog),
+                    "CLARION_API_KEYS": f"chaos:{API_SECRET}:send+read",
+                    "CLARION_DIGEST_SECRET": "chaos-digest-secret",
+                    "CLARION_PORT": str(port),
+                    "CLARION_LEASE_MS": str(LEASE_MS),
+                    "CLARION_MAX_DELIVERIES": str(max_deliveries),
+                    PASSWORD_ENV: password,
+                }
+                service = Service(
+                    redis, postgres, relay, database_url, f"http://127.0.0.1:{port}",
+                    *_processes(env, workdir),
+                )  # fmt: skip
+                with _started(service):
+                    yield service
+        finally:
+            redis.stop()
+
+
+def _processes(
+    env: dict[str, str], workdir: Path
+) -> tuple[ServiceProcess, list[ServiceProcess], ServiceProcess]:
+    """The API (two uvicorn workers), two delivery workers and the projector, not started."""
+    return (
+        ServiceProcess("api", ("api", "--workers", "2"), env, workdir),
+        [
+            ServiceProcess(f"worker-{slot}", ("worker", "--slot", str(slot)), env, workdir)
+            for slot in (0, 1)
+        ],
+        ServiceProcess("projector", ("projector",), env, workdir),
+    )
+
+
+@contextmanager
+def _started(service: Service) -> Iterator[None]:
+    """Every process started and the API ready; every process stopped afterwards."""
     try:
-        with postgres_server() as postgres:
-            port = free_port()
-            database_url = postgres.url.rsplit("/", 1)[0] + "/clarion"
-            env = {k: v for k, v in os.environ.items() if not k.startswith("CLARION_")}
-            env |= {
-                "CLARION_REDIS_URL": redis.url,
-                "CLARION_DATABASE_URL": database_url,
-                "CLARION_KEY_PREFIX": PREFIX,
-                "CLARION_CONFIG": str(catalog),
-                "CLARION_API_KEYS": f"chaos:{API_SECRET}:send+read",
-                "CLARION_DIGEST_SECRET": "chaos-digest-secret",
-                "CLARION_PORT": str(port),
-                "CLARION_LEASE_MS": str(LEASE_MS),
-                "CLARION_MAX_DELIVERIES": str(max_deliveries),
-            }
-            service = Service(
-                redis,
-                postgres,
-                database_url,
-                f"http://127.0.0.1:{port}",
-                ServiceProcess("api", ("api", "--workers", "2"), env, workdir),
-                [
-                    ServiceProcess(f"worker-{slot}", ("worker", "--slot", str(slot)), env, workdir)
-                    for slot in (0, 1)
-                ],
-                ServiceProcess("projector", ("projector",), env, workdir),
-            )
-            try:
-                for process in service.processes:
-                    process.start()
-                wait_for_api(service.base_url, service.api)
-                yield service
-            finally:
-                for process in service.processes:
-                    process.stop()
+        for process in service.processes:
+            process.start()
+        wait_for_api(service.base_url, service.api)
+        yield
     finally:
-        redis.stop()
+        for process in service.processes:
+            process.stop()
 
 
 def settled(evidence: Evidence, expected_ids: set[str]) -> bool:
@@ -148,9 +190,11 @@ async def drained(service: Service, acknowledged: dict[str, Acknowledged]) -> Ev
     """``drain`` with a client of its own on the service's Redis."""
     redis = Redis.from_url(service.redis.url)
     try:
-        return await drain(redis, KeySpace(PREFIX), service.database_url, acknowledged)
+        evidence = await drain(redis, KeySpace(PREFIX), service.database_url, acknowledged)
     finally:
         await redis.aclose()
+    evidence.relay = service.relay.record()
+    return evidence
 
 
 def conclude(
@@ -174,7 +218,10 @@ def conclude(
 
 
 def check_logs(service: Service, verdict: Verdict) -> None:
-    """No process may have logged a contact address."""
+    """No process may have logged a contact address or the relay's password."""
     for process in service.processes:
-        if CONTACT.search(process.log_path.read_text(errors="replace")):
+        text = process.log_path.read_text(errors="replace")
+        if CONTACT.search(text):
             verdict.problem("contact address in a log", process.name)
+        if service.relay.password in text:
+            verdict.problem("the relay's password in a log", process.name)

@@ -4,9 +4,12 @@ The API (two uvicorn workers), two delivery workers and the projector run as rea
 against a private Redis (AOF, ``appendfsync always``) and a private PostgreSQL (``service``).
 While the producer sends, workers are SIGKILLed and one is SIGSTOPped past its lease, Redis is
 SIGKILLed and restarted from its AOF, PostgreSQL crashes and restarts, the projector is
-SIGKILLed. Once the faults stop and the service drains, ``verdict`` judges what is left; the
-summary table is printed at the end of the session. Redis faults the service must heal from
-without any restart are in ``test_redis_faults``.
+SIGKILLed. EMAIL goes through a real SMTP relay (``relay``: STARTTLS, AUTH), which keeps taking
+messages throughout, so a delivery cut off between the relay's 250 and its recorded outcome
+leaves a duplicate there (at least once: SMTP has no idempotency key). Once the faults stop
+and the service drains, ``verdict`` judges what is left, against the sandbox's record and the
+relay's; the summary table is printed at the end of the session. Redis faults the service
+must heal from without any restart are in ``test_redis_faults``.
 
 ``CLARION_CHAOS_NOTIFICATIONS`` (default 20000) and ``CLARION_CHAOS_SECONDS`` (the send
 period, default 60) size a run.
@@ -46,7 +49,7 @@ async def test_faults_lose_and_double_nothing(
     idempotent: bool, tmp_path: Path, chaos_report: Callable[[str], None]
 ) -> None:
     plans = plan(NOTIFICATIONS, seed=7 if idempotent else 8)
-    with running_service(tmp_path, idempotent=idempotent) as service:
+    with running_service(tmp_path, plans, idempotent=idempotent) as service:
         injector = FaultInjector(
             service.redis, service.postgres, service.workers, service.projector, service.api,
             lease_s=LEASE_MS / 1000,
@@ -74,7 +77,7 @@ async def test_faults_lose_and_double_nothing(
         check_logs(service, verdict)
         sandbox = "idempotent" if idempotent else "not idempotent"
         table = render(
-            f"{len(plans)} notifications, {sandbox} sandbox",
+            f"{len(plans)} notifications, {sandbox} sandbox, EMAIL over SMTP",
             started,
             injector.faults,
             injector.crashes,

@@ -8,7 +8,9 @@ be leased again), and no respawner: a process that exits stays down, and the ver
   memory (``maxmemory`` below its use, ``noeviction``) for ``CLARION_CHAOS_OOM_SECONDS``
   (at least 30), then its limit is restored. Ingest must answer 503 meanwhile (the producer
   retries with the same key), readiness 503 and 200 again soon after; afterwards every
-  acknowledged notification is judged as in ``test_chaos``, and none may be POISON.
+  acknowledged notification is judged as in ``test_chaos``, and none may be POISON. The
+  SMTP relay takes EMAIL meanwhile: a message it took whose outcome Redis then refused is
+  sent again after the episode, a duplicate the verdict counts and lays at the episode.
 - Empty restart: Redis is SIGKILLed and started again without its data on the same port.
   Every notification made after that must be delivered, in Redis and in PostgreSQL, by the
   processes that were running all along; those made before were lost with the dataset by
@@ -35,16 +37,10 @@ from tests.chaos.evidence import made_since
 from tests.chaos.faults import Fault
 from tests.chaos.load import Planned, Producer, plan
 from tests.chaos.redis_faults import ReadinessProbe, RedisFaults, when_sent
+from tests.chaos.redis_verdict import judge_out_of_memory, made_after, no_poison, no_restarts
 from tests.chaos.report import render
 from tests.chaos.service import API_SECRET, Service, check_logs, conclude, drained, running_service
-from tests.chaos.verdict import (
-    Verdict,
-    judge,
-    judge_out_of_memory,
-    made_after,
-    no_poison,
-    no_restarts,
-)
+from tests.chaos.verdict import Verdict, judge
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(900)]
 
@@ -137,7 +133,9 @@ async def test_out_of_memory_poisons_and_loses_nothing(
     tmp_path: Path, chaos_report: Callable[[str], None]
 ) -> None:
     plans = plan(NOTIFICATIONS, seed=9)
-    with running_service(tmp_path, idempotent=True, max_deliveries=MAX_DELIVERIES) as service:
+    with running_service(
+        tmp_path, plans, idempotent=True, max_deliveries=MAX_DELIVERIES
+    ) as service:
         async with observed(service, readiness=True) as run:
             episode = await send_with(
                 run, plans, OOM_AT, lambda faults: faults.out_of_memory(OOM_SECONDS)
@@ -162,7 +160,9 @@ async def test_empty_restart_heals_without_restarting_anything(
     tmp_path: Path, chaos_report: Callable[[str], None]
 ) -> None:
     plans = plan(NOTIFICATIONS, seed=10)
-    with running_service(tmp_path, idempotent=True, max_deliveries=MAX_DELIVERIES) as service:
+    with running_service(
+        tmp_path, plans, idempotent=True, max_deliveries=MAX_DELIVERIES
+    ) as service:
         async with observed(service, readiness=False) as run:
             restart = await send_with(run, plans, EMPTY_RESTART_AT, RedisFaults.restart_empty)
             judged, before = made_after(run.producer.acknowledged, restart.start)

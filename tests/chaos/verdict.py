@@ -6,6 +6,13 @@ nothing exists that was not acknowledged, each SENT delivery was sent exactly on
 idempotent provider: one call that was not a repeat), every repeated send is explained by a
 fault, and the dead-letter queue holds exactly the deliveries told to fail.
 
+The EMAIL channel goes through the SMTP relay instead (``relay``), which is judged by what
+it took: every EMAIL delivery that ended SENT was received, under the Message-ID the state
+records (``<delivery id@domain>``) and for its recipient; none that ended otherwise was.
+SMTP has no idempotency key, so a copy taken again is a duplicate the recipient's mail
+system sees: at least once. Each is counted, must carry its original's Message-ID (which
+lets a mail system drop it) and must be explained by a fault, as a repeated send is.
+
 A repeated send is *explained* when the delivery was in flight at a fault that can cut a
 delivery off (a worker SIGKILL or SIGSTOP, a Redis crash): its previous send was recorded by
 the provider at most ``OUTCOME_DELAY_S`` before the fault began, while it lasted, or — for a
@@ -19,23 +26,20 @@ such a fault right after it means the outcome was lost or ignored: a bug.
 every few seconds, a window of a whole lease before every fault would cover almost the
 whole run and explain anything.
 
-The Redis faults the service must heal from by itself add checks of their own: no POISON
-anywhere, no process exited or restarted, readiness and ingest answering 503 while Redis is
-out of memory (and readiness 200 soon after), and, after an empty restart, a verdict on the
-notifications made after it only (``made_after``, ``evidence.made_since``).
+The Redis faults the service must heal from by itself add checks of their own
+(``redis_verdict``).
 """
 
 from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from tests.chaos.evidence import FINAL, DeliveryState, Evidence, SandboxCall, minted_at
+from tests.chaos.evidence import FINAL, DeliveryState, Evidence
 from tests.chaos.faults import Crash, Fault
-from tests.chaos.load import Acknowledged, Answer, ProducerStats
-from tests.chaos.redis_faults import Reading
+from tests.chaos.load import Acknowledged, ProducerStats
+from tests.chaos.relay import RELAY_CHANNEL
 
 # Clock slack between the suite's timestamps and Redis's stream ids (same host).
 SLACK_S = 0.2
@@ -43,14 +47,13 @@ SLACK_S = 0.2
 # recorded outcome; a send recorded earlier than this before a fault was no longer in flight.
 OUTCOME_DELAY_S = 2.0
 SHOWN = 5  # examples listed per problem
-# How soon readiness must answer 200 again once Redis takes writes again.
-READY_AGAIN_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
 class Expected:
     channel: str
     state: DeliveryState  # only status and error_class are predicted
+    address: str = ""  # EMAIL: the recipient's address
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +76,13 @@ class Verdict:
     sent_once: int = 0
     sent_more: int = 0
     repeats: list[Repeat] = field(default_factory=list)
+    # The relay: its channel's SENT deliveries, those it received (at least once), the
+    # copies it took beyond the first, SENT ones it never received, others it received.
+    relay_sent: int = 0
+    relay_received: int = 0
+    relay_repeats: list[Repeat] = field(default_factory=list)
+    relay_lost: list[str] = field(default_factory=list)
+    relay_not_sent: int = 0
     dlq_expected: int = 0
     dlq_found: int = 0
     lost: list[str] = field(default_factory=list)
@@ -101,7 +111,8 @@ def expectations(acknowledged: dict[str, Acknowledged]) -> dict[str, Expected]:
                 state = DeliveryState("SENT", 0, None, None)
             else:
                 state = DeliveryState("FAILED", 0, ack.planned.expected[channel], None)
-            expected[delivery_id] = Expected(channel, state)
+            address = ack.planned.email if channel == RELAY_CHANNEL else ""
+            expected[delivery_id] = Expected(channel, state, address)
     return expected
 
 
@@ -120,6 +131,7 @@ def judge(
     _notifications(verdict, acknowledged, evidence)
     _states(verdict, expected, evidence)
     _sends(verdict, expected, evidence, faults)
+    _relayed(verdict, expected, evidence, faults)
     _dead_letters(verdict, expected, evidence)
     for stream, count in evidence.pending.items():
         if count:
@@ -200,6 +212,10 @@ def _sends(
     for delivery_id, want in expected.items():
         sends = [c for c in evidence.sandbox.get(delivery_id, []) if c.outcome == "sent"]
         state = evidence.redis_states.get(delivery_id)
+        if want.channel == RELAY_CHANNEL:
+            if delivery_id in evidence.sandbox:
+                verdict.problem("sandbox called for a delivery of the relay", delivery_id)
+            continue
         if want.state.status != "SENT" or state is None:
             if sends:
                 verdict.problem("sent but did not end SENT", delivery_id)
@@ -216,21 +232,64 @@ def _sends(
         if state.provider_message_id not in {c.message_id for c in sends}:
             verdict.problem("recorded message id is no send's", delivery_id)
         for previous, repeat in itertools.pairwise(sends):
-            cause = _explanation(previous, repeat, interrupting)
+            cause = _explanation(previous.at, repeat.at, interrupting)
             verdict.repeats.append(Repeat(delivery_id, repeat.at, cause, previous.at))
             if cause is None:
                 verdict.problem("repeated send without a fault to explain it", delivery_id)
 
 
-def _explanation(previous: SandboxCall, repeat: SandboxCall, faults: list[Fault]) -> Fault | None:
+def _explanation(previous_at: float, repeat_at: float, faults: list[Fault]) -> Fault | None:
+    """The fault a send at ``previous_at`` was in flight at, if one was, and that came
+    before the same delivery was sent again at ``repeat_at``."""
     for fault in faults:
         # A kill ends when it happens; a pause or a Redis crash lasts, and has an aftermath.
         aftermath = OUTCOME_DELAY_S if fault.end - fault.start > SLACK_S else 0.0
         earliest = fault.start - OUTCOME_DELAY_S - SLACK_S
-        in_flight = earliest <= previous.at <= fault.end + aftermath + SLACK_S
-        if in_flight and repeat.at >= fault.start - SLACK_S:
+        in_flight = earliest <= previous_at <= fault.end + aftermath + SLACK_S
+        if in_flight and repeat_at >= fault.start - SLACK_S:
             return fault
     return None
+
+
+def _relayed(
+    verdict: Verdict, expected: dict[str, Expected], evidence: Evidence, faults: list[Fault]
+) -> None:
+    """The relay took every SENT delivery of its channel, as recorded and for its recipient,
+    and nothing else; every further copy has the same Message-ID and a fault to explain it."""
+    interrupting = [fault for fault in faults if fault.interrupts_delivery]
+    for delivery_id in sorted(set(evidence.relay) - set(expected)):
+        verdict.problem("relay received an unknown delivery", delivery_id or "(no header)")
+    for delivery_id, want in expected.items():
+        if want.channel != RELAY_CHANNEL:
+            continue
+        copies = evidence.relay.get(delivery_id, [])
+        state = evidence.redis_states.get(delivery_id)
+        if state is None or state.status != "SENT":
+            verdict.relay_not_sent += bool(copies)
+            if copies:
+                status = state.status if state else None
+                verdict.problem("relay received what did not end SENT", f"{delivery_id}: {status}")
+            continue
+        verdict.relay_sent += 1
+        if not copies:
+            verdict.relay_lost.append(delivery_id)
+            verdict.problem("SENT but never received by the relay", delivery_id)
+            continue
+        verdict.relay_received += 1
+        first = copies[0]
+        if first.message_id != state.provider_message_id:
+            verdict.problem("recorded message id is not the relay's Message-ID", delivery_id)
+        if not first.message_id.startswith(f"<{delivery_id}@"):
+            verdict.problem("Message-ID not made of the delivery id", first.message_id)
+        if any(copy.rcpt_tos != (want.address,) for copy in copies):
+            verdict.problem("relay received it for another address", delivery_id)
+        for previous, copy in itertools.pairwise(copies):
+            if copy.message_id != first.message_id:
+                verdict.problem("duplicate under another Message-ID", delivery_id)
+            cause = _explanation(previous.at, copy.at, interrupting)
+            verdict.relay_repeats.append(Repeat(delivery_id, copy.at, cause, previous.at))
+            if cause is None:
+                verdict.problem("duplicate at the relay without a fault to explain it", delivery_id)
 
 
 def _dead_letters(verdict: Verdict, expected: dict[str, Expected], evidence: Evidence) -> None:
@@ -248,88 +307,3 @@ def _dead_letters(verdict: Verdict, expected: dict[str, Expected], evidence: Evi
     for delivery_id, count in found.items():
         if count > 1:
             verdict.problem("dead-lettered more than once", f"{delivery_id} x{count}")
-
-
-def no_poison(verdict: Verdict, evidence: Evidence) -> None:
-    """No delivery ended POISON, in either model, and no dead letter is POISON."""
-    states = (*evidence.redis_states.items(), *evidence.pg_states.items())
-    for delivery_id in sorted({d for d, state in states if state.error_class == "POISON"}):
-        verdict.problem("POISON delivery", delivery_id)
-    for delivery_id, error_class in evidence.dead_letters:
-        if error_class == "POISON":
-            verdict.problem("POISON dead letter", delivery_id or "?")
-
-
-def no_restarts(verdict: Verdict, replaced: list[str]) -> None:
-    """Every process the run began with still runs, and none was added."""
-    for change in replaced:
-        verdict.problem("process exited or restarted", change)
-
-
-def judge_out_of_memory(
-    verdict: Verdict,
-    episode: Fault,
-    readings: list[Reading],
-    timeline: list[Answer],
-    lapses: int,
-) -> list[str]:
-    """Readiness 503 throughout the episode and 200 soon after it, ingest refused meanwhile;
-    the problems go into the verdict, the lines returned say what was seen."""
-    if lapses:
-        verdict.problem("the OOM lapsed (Redis took a probe write)", f"{lapses} times")
-    return [*_readiness_around(verdict, episode, readings), _ingest_in(verdict, episode, timeline)]
-
-
-def _readiness_around(verdict: Verdict, episode: Fault, readings: list[Reading]) -> list[str]:
-    during = [r for r in readings if r.sent >= episode.start and r.answered <= episode.end]
-    answered = [r for r in during if r.status is not None]
-    for r in answered:
-        if r.status != 503 or not r.redis.startswith("refuses writes"):
-            when = f"{r.sent - episode.start:.1f} s in"
-            verdict.problem("readiness not 503 during the OOM", f"{when}: {r.status} {r.redis}")
-    if not answered:
-        verdict.problem("readiness never answered during the OOM", f"{len(during)} tries")
-    after = [r for r in readings if r.sent >= episode.end]
-    again = next((r for r in after if r.status == 200), None)
-    delay = None if again is None else again.answered - episode.end
-    if delay is None or delay > READY_AGAIN_S:
-        verdict.problem("readiness not 200 soon after the OOM", f"after {delay} s")
-    last = after[-1].status if after else None
-    if last != 200:
-        verdict.problem("readiness not 200 at the end", str(last))
-    statuses = Counter(r.status for r in answered)
-    said = ", ".join(Counter(r.redis for r in answered)) or "-"
-    again_text = "never" if delay is None else f"{delay:.1f} s after the limit was restored"
-    return [
-        f"readiness during the OOM: {len(during)} polls ({_counts(statuses)}; no answer: "
-        f"{len(during) - len(answered)}); redis check: {said}",
-        f"readiness after it: 200 again {again_text}; at the end: {last}",
-    ]
-
-
-def _ingest_in(verdict: Verdict, episode: Fault, timeline: list[Answer]) -> str:
-    ingest = [a for a in timeline if a.sent >= episode.start and a.answered <= episode.end]
-    answers = Counter(a.status for a in ingest)
-    accepted = sum(1 for a in ingest if a.status == 202 and not a.replayed)
-    if not answers[503]:
-        verdict.problem("ingest never answered 503 during the OOM", _counts(answers))
-    if accepted:
-        verdict.problem("a new notification accepted during the OOM", str(accepted))
-    return f"ingest during the OOM: {_counts(answers)}; new notifications accepted: {accepted}"
-
-
-def _counts(counter: Mapping[int, int] | Mapping[int | None, int]) -> str:
-    return ", ".join(f"{key}: {n}" for key, n in sorted(counter.items(), key=str)) or "-"
-
-
-def made_after(
-    acknowledged: dict[str, Acknowledged], since: float
-) -> tuple[dict[str, Acknowledged], dict[str, Acknowledged]]:
-    """The acknowledged notifications made at ``since`` or later, and those made before.
-
-    After Redis lost its dataset at ``since``, a notification whose id is younger can only
-    have been written into the new, empty one; an older one may have been written into the
-    lost one, even when its 202 came later (in flight across the restart)."""
-    after = {k: a for k, a in acknowledged.items() if minted_at(a.notification_id) >= since}
-    before = {k: a for k, a in acknowledged.items() if k not in after}
-    return after, before
