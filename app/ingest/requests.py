@@ -39,10 +39,11 @@ Phone = Annotated[str, msgspec.Meta(pattern=r"^\+[1-9][0-9]{6,14}(?!\n)$")]
 PushToken = Annotated[
     str, msgspec.Meta(min_length=1, max_length=4096, pattern=r"^[^\x00-\x20\x7f]+(?!\n)$")
 ]
-# An absolute http(s) URL without spaces or control characters; whether it may be called
-# (https, no private address) is checked when it is called, against what it resolves to.
+# An absolute http(s) URL of printable ASCII (an international host name is written in its
+# xn-- form, as the webhook adapter requires); whether it may be called (https, no private
+# address) is checked when it is called, against what it resolves to.
 WebhookUrl = Annotated[
-    str, msgspec.Meta(max_length=2048, pattern=r"^[Hh][Tt][Tt][Pp][Ss]?://[^\x00-\x20\x7f]+(?!\n)$")
+    str, msgspec.Meta(max_length=2048, pattern=r"^[Hh][Tt][Tt][Pp][Ss]?://[!-~]+(?!\n)$")
 ]
 Locale = Annotated[str, msgspec.Meta(pattern=r"^[a-z]{2,3}(-[A-Za-z0-9]{2,8}){0,2}(?!\n)$")]
 TtlSeconds = Annotated[int, msgspec.Meta(ge=1, le=30 * 86400)]

@@ -1,5 +1,5 @@
-"""The notification request's own checks: how deep ``data`` may nest, and what an email
-address is."""
+"""The notification request's own checks: how deep ``data`` may nest, what an email
+address is, and which webhook URLs are taken."""
 
 from __future__ import annotations
 
@@ -64,3 +64,30 @@ def test_the_email_pattern_accepts_exactly_what_the_obvious_one_does() -> None:
         for chars in itertools.product("a.@ ", repeat=length):
             text = "".join(chars)
             assert bool(linear.search(text)) == bool(_OBVIOUS_EMAIL.search(text)), text
+
+
+def webhook_request(url: str) -> bytes:
+    return msgspec.json.encode({"recipient": {"id": "u", "webhook_url": url}, "type": "hook"})
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://hooks.example.com/clarion?token=abc",
+        "HTTP://10.0.0.1:8080/x",
+        "https://xn--bcher-kva.example/",
+    ],
+)
+def test_a_webhook_url_is_an_http_url_of_printable_ascii(url: str) -> None:
+    decoded = msgspec.json.decode(webhook_request(url), type=NotificationRequest)
+    assert decoded.recipient.webhook_url == url
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["ftp://hooks.example.com/", "https://bücher.example/", "https://a b.example/", "https://",
+     "https://hooks.example.com/\n", "//hooks.example.com/", "https://" + "a" * 2048],
+)  # fmt: skip
+def test_anything_else_is_refused_at_ingest_naming_the_field(url: str) -> None:
+    with pytest.raises(msgspec.ValidationError, match=r"recipient\.webhook_url"):
+        msgspec.json.decode(webhook_request(url), type=NotificationRequest)
