@@ -75,14 +75,17 @@ class LeasedDelivery:
         return msgspec.structs.replace(self.item, data=self.data or {}, shared_data=False)
 
 
-def sent(leased: LeasedDelivery, provider: str, message_id: str, now_ms: int) -> Outcome:
-    """The provider accepted the message."""
+def sent(
+    leased: LeasedDelivery, provider: str, message_id: str, now_ms: int, sms_segments: int = 0
+) -> Outcome:
+    """The provider accepted the message (an SMS of ``sms_segments`` segments)."""
     attempt = leased.lease.attempts + 1
     event = DeliverySent(
         **_ids(leased, 1, now_ms),
         attempt=attempt,
         provider=provider,
         provider_message_id=message_id,
+        sms_segments=sms_segments,
     )
     fields: dict[str, KeyOrArg] = {
         "status": DeliveryStatus.SENT,

@@ -80,6 +80,8 @@ class DeliverySent(DeliveryEvent, frozen=True, kw_only=True):
     attempt: int
     provider: str
     provider_message_id: str
+    # SMS: the segments the text took, as the carrier bills them (0 for other channels).
+    sms_segments: int = 0
 
 
 class DeliveryFailed(DeliveryEvent, frozen=True, kw_only=True):

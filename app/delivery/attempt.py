@@ -79,6 +79,8 @@ class Attempts:
             html=rendered.html,
             notification_id=item.notification_id,
             notification_type=item.notification_type,
+            sms_encoding=rendered.sms_encoding,
+            sms_segments=rendered.sms_segments,
         )
         timeout = self.catalog.providers[provider_name].timeout_seconds
         try:
@@ -99,7 +101,9 @@ class Attempts:
                 provider=provider_name,
             )  # fmt: skip
             return Attempted(outcome, None)
-        outcome = delivery_outcomes.sent(leased, provider_name, message_id, self.now_ms())
+        outcome = delivery_outcomes.sent(
+            leased, provider_name, message_id, self.now_ms(), rendered.sms_segments
+        )
         return Attempted(outcome, False)
 
     async def _refused(

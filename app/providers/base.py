@@ -41,6 +41,9 @@ class Message:
     html: str = ""
     notification_id: str = ""
     notification_type: str = ""
+    # SMS: the encoding the text needs (GSM-7 or UCS-2) and the segments it takes.
+    sms_encoding: str = ""
+    sms_segments: int = 0
 
 
 class Reason(StrEnum):

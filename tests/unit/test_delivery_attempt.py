@@ -18,7 +18,7 @@ from app.providers.base import Message, ProviderError, Reason
 from streams import codec
 from streams.delivery_outcomes import MAX_ERROR_TEXT, LeasedDelivery
 from streams.delivery_store import Outcome
-from streams.events import DeliveryAttemptFailed
+from streams.events import DeliveryAttemptFailed, DeliverySent
 from streams.scheduler import work_item_of_member
 from streams.vocabulary import ErrorClass
 from streams.work_items import WorkItem
@@ -159,6 +159,18 @@ async def test_a_send_is_recorded_with_the_providers_message_id(
     # The delivery id is the idempotency key on every attempt; this is the second.
     assert (message.idempotency_key, message.attempt, message.address) == ("d", 2, "+4915112345678")
     assert message.body == "Your code is 4242. It expires in 5 minutes."
+
+
+async def test_an_sms_reports_its_encoding_and_segments(
+    quick_catalog: Catalog, timeouts: ProviderTimeouts
+) -> None:
+    provider = Provider("ok")
+    outcome, _ = await attempt(quick_catalog, timeouts, provider)
+    [message] = provider.messages
+    assert (message.sms_encoding, message.sms_segments) == ("GSM-7", 1)
+    [event] = codec.decode_events(outcome.events)
+    assert isinstance(event, DeliverySent)
+    assert event.sms_segments == 1
 
 
 async def test_a_message_that_cannot_be_rendered_fails_without_a_call(
