@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -276,30 +277,39 @@ class DeliveryWorker:
         now = self.now_ms()
         ready: list[tuple[LeasedDelivery, Route]] = []
         outcomes: list[Outcome] = []
-        for leased in held:
-            if now >= leased.item.expires_ms:
-                outcomes.append(delivery_outcomes.expired(leased, now))
-                continue
-            route = self._router.route_now(leased.item, now) or await self._router.route(
-                leased.item, now
-            )
-            if route.provider:
-                ready.append((leased, route))
-            else:
-                outcomes.append(self._deferred(leased, route.until_ms, now, route.reason))
-        waits = await self._quota(ready)
-        for (leased, route), wait in zip(ready, waits, strict=True):
-            if wait > 0:
-                # A probe not made here is made by another delivery once its lease ends.
-                self._router.done(route.provider)
-                until = now + max(1, round(wait * 1000))
-                outcomes.append(self._deferred(leased, until, now, "rate_limited"))
-            else:
+        # Bulkhead places routing took and no send has taken over yet: whatever ends this
+        # call early (Redis refusing the quota call, a stop) must not keep them for ever.
+        owed: Counter[str] = Counter()
+        try:
+            for leased in held:
+                if now >= leased.item.expires_ms:
+                    outcomes.append(delivery_outcomes.expired(leased, now))
+                    continue
+                route = self._router.route_now(leased.item, now) or await self._router.route(
+                    leased.item, now
+                )
+                if route.provider:
+                    ready.append((leased, route))
+                    owed[route.provider] += 1
+                else:
+                    outcomes.append(self._deferred(leased, route.until_ms, now, route.reason))
+            waits = await self._quota(ready)
+            for (leased, route), wait in zip(ready, waits, strict=True):
+                if wait > 0:
+                    # A probe not made here is made by another delivery once its lease ends.
+                    until = now + max(1, round(wait * 1000))
+                    outcomes.append(self._deferred(leased, until, now, "rate_limited"))
+                    continue
                 lane = self._lanes[leased.priority]
                 await lane.acquire()
                 task = asyncio.create_task(self._send(leased, route, lane))
+                owed[route.provider] -= 1  # the send gives its place back when it ends
                 self._in_flight.add(task)
                 task.add_done_callback(self._in_flight.discard)
+        finally:
+            for provider, places in owed.items():
+                for _ in range(places):
+                    self._router.done(provider)
         if outcomes:
             await self.store.finish(outcomes)
 

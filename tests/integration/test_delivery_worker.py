@@ -1,5 +1,6 @@
 """Delivery workers against real Redis: reading the lanes, pending entries after a restart,
-duplicates, expiry before a send, rate limits, and a Redis that is away at start."""
+duplicates, expiry before a send, rate limits, a Redis that is away at start, and bulkhead
+places a failed read gives back."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import asyncio
 import time
 
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from streams.consumer_groups import DELIVERY_GROUP, ensure_group
 from streams.keys import KeySpace
@@ -170,3 +172,37 @@ async def test_a_worker_makes_its_groups_again_when_redis_lost_them(
             await real_redis.delete(key)  # an empty Redis, as after a restart without AOF
         second = (await accept(real_redis, keys, catalog, otp(), "k2"))["deliveries"][0]["id"]
         assert (await final_state(real_redis, keys, second))["status"] == "SENT"
+
+
+async def test_bulkhead_places_come_back_when_the_quota_call_fails(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    # The sandbox with a rate limit (a quota call per read) and a bulkhead of two places.
+    keys = KeySpace(key_prefix)
+    catalog = fast_catalog(rate_limit="rate_limit = { per_second = 1000, burst = 100 }\n"
+                           "max_in_flight = 2")  # fmt: skip
+    for n in range(3):
+        await accept(real_redis, keys, catalog, otp(str(n)), f"q{n}")
+    async with running_worker(real_redis, keys, catalog) as worker:
+        refused = 0
+
+        async def no_quota(requests: object) -> list[float]:
+            nonlocal refused
+            refused += 1
+            raise RedisError("OOM command not allowed")
+
+        real_quota = worker.rate_limiter.acquire_many
+        worker.rate_limiter.acquire_many = no_quota  # type: ignore[method-assign]
+
+        async def tried() -> bool:
+            return refused >= 2
+
+        await wait_until(tried)
+        worker.rate_limiter.acquire_many = real_quota  # type: ignore[method-assign]
+
+        async def all_sent() -> bool:
+            calls = await sandbox_calls(real_redis, keys)
+            return len({c["delivery_id"] for c in calls if c["outcome"] == "sent"}) == 3
+
+        # Had the refused reads kept their places, the bulkhead would be full for good.
+        await wait_until(all_sent, within=15)
