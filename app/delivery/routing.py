@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from app.catalog import Catalog
+from app.catalog import Catalog, guarded_providers
 from streams.circuit_breaker import CircuitBreakers, CircuitPolicy, CircuitState
 from streams.work_items import WorkItem
 
@@ -62,15 +62,12 @@ class Bulkheads:
 
 def circuit_policies(catalog: Catalog) -> dict[str, CircuitPolicy]:
     """The circuit policy of every provider that has its breaker on."""
+    circuits = {name: catalog.providers[name].circuit for name in guarded_providers(catalog)}
     return {
         name: CircuitPolicy(
-            config.circuit.failure_share,
-            config.circuit.min_calls,
-            config.circuit.window_seconds,
-            config.circuit.open_seconds,
+            circuit.failure_share, circuit.min_calls, circuit.window_seconds, circuit.open_seconds
         )
-        for name, config in catalog.providers.items()
-        if config.circuit.enabled
+        for name, circuit in circuits.items()
     }
 
 

@@ -15,9 +15,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from streams.vocabulary import Channel, ErrorClass
+
+# The header an email carries its delivery id in, whichever provider sends it: a bounce or a
+# second copy can be traced to its delivery by it.
+DELIVERY_HEADER: Final = "X-Clarion-Delivery-Id"
 
 
 @dataclass(frozen=True, slots=True)

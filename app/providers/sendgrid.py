@@ -37,11 +37,10 @@ from yarl import URL
 
 from app.catalog.providers import SendgridConfig
 from app.providers import http
-from app.providers.base import Message, ProviderError, Reason
+from app.providers.base import DELIVERY_HEADER, Message, ProviderError, Reason
 from streams.vocabulary import ErrorClass
 
 PATH: Final = "/v3/mail/send"
-DELIVERY_HEADER: Final = "X-Clarion-Delivery-Id"
 
 _log = structlog.get_logger(__name__)
 _encode = msgspec.json.Encoder().encode

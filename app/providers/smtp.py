@@ -59,10 +59,9 @@ import structlog
 
 from app.catalog.providers import SmtpConfig
 from app.logging import mask
-from app.providers.base import Message, ProviderError, Reason
+from app.providers.base import DELIVERY_HEADER, Message, ProviderError, Reason
 from streams.vocabulary import ErrorClass
 
-DELIVERY_HEADER: Final = "X-Clarion-Delivery-Id"
 MAX_IDLE_SECONDS: Final = 30.0
 MAX_QUOTED_CHARS: Final = 200
 # How long close() waits for each relay's answer to QUIT.

@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
-from app.providers.smtp import DELIVERY_HEADER
+from app.providers.base import DELIVERY_HEADER
 from tests.peers.smtp import Script, SmtpPeer
 
 RELAY = "relay"  # the provider's name in the chaos catalog

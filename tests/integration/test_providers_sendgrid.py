@@ -14,8 +14,8 @@ import pytest
 import structlog
 
 from app.catalog.providers import SendgridConfig
-from app.providers.base import Message, ProviderError, Reason
-from app.providers.sendgrid import DELIVERY_HEADER, SendgridProvider
+from app.providers.base import DELIVERY_HEADER, Message, ProviderError, Reason
+from app.providers.sendgrid import SendgridProvider
 from streams.vocabulary import ErrorClass
 from tests.peers.sendgrid import INVALID_ADDRESS, PEER_KEY, REJECTED_ADDRESS, SendgridPeer
 from tests.peers.serving import Answer, Fault, Served, serve
