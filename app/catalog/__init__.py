@@ -12,7 +12,8 @@ from typing import Annotated, Any
 
 import msgspec
 
-from app.catalog.providers import ProviderConfig, SecretMissing
+from app.catalog.kinds import KIND_CHANNELS, ProviderConfig
+from app.catalog.providers import SecretMissing
 from app.catalog.templates import CompiledTemplate, Template, TemplateProblem, compile_template
 from app.validation import describe
 from streams.vocabulary import CHANNELS, Channel, Priority
@@ -20,15 +21,6 @@ from streams.vocabulary import CHANNELS, Channel, Priority
 Name = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
 # As in CLARION_API_KEYS (``app.settings``).
 ProducerName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
-
-
-# The channels each provider kind can send; the sandbox stands in for any.
-KIND_CHANNELS: dict[str, frozenset[Channel]] = {
-    "smtp": frozenset({Channel.EMAIL}),
-    "sendgrid": frozenset({Channel.EMAIL}),
-    "twilio": frozenset({Channel.SMS}),
-    "webhook": frozenset({Channel.WEBHOOK}),
-}
 
 
 class CatalogError(Exception):

@@ -146,11 +146,10 @@ class TwilioConfig(ProviderLimits, frozen=True, tag_field="kind", tag="twilio"):
         return {"auth_token_env": self.auth_token_env}
 
 
-class WebhookConfig(ProviderLimits, frozen=True, tag_field="kind", tag="webhook"):
-    """Signed POSTs to the recipient's or the type's URL (Standard Webhooks)."""
+class GuardedConfig(ProviderLimits, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """A kind whose URLs come from recipients (webhooks, Web Push subscriptions): where it may
+    connect is checked against server-side request forgery (``app.providers.ssrf``)."""
 
-    # The signing secret, ``whsec_`` and base64, as Standard Webhooks libraries make it.
-    secret_env: EnvName
     # Hosts that may be reached over plain http (https is required otherwise).
     allow_http_hosts: list[Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9._:-]{1,253}$")]] = []
     # Networks (CIDR) that may be reached although they are loopback, link-local or private.
@@ -174,6 +173,13 @@ class WebhookConfig(ProviderLimits, frozen=True, tag_field="kind", tag="webhook"
     def networks(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
         """``allow_networks``, parsed."""
         return tuple(ipaddress.ip_network(value) for value in self.allow_networks)
+
+
+class WebhookConfig(GuardedConfig, frozen=True, tag_field="kind", tag="webhook"):
+    """Signed POSTs to the recipient's or the type's URL (Standard Webhooks)."""
+
+    # The signing secret, ``whsec_`` and base64, as Standard Webhooks libraries make it.
+    secret_env: EnvName
 
     def secret_names(self) -> dict[str, str]:
         return {"secret_env": self.secret_env}
@@ -208,6 +214,3 @@ def signing_key(secret: str) -> bytes:
     if len(key) < MIN_SIGNING_KEY_BYTES:
         raise ValueError(f"holds {len(key)} bytes: a signing secret needs at least 24")
     return key
-
-
-ProviderConfig = SandboxConfig | SmtpConfig | SendgridConfig | TwilioConfig | WebhookConfig

@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 import jinja2
 import msgspec
@@ -46,6 +46,23 @@ class Template(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     title: str = ""
     # EMAIL only: the HTML body, autoescaped.
     html: str = ""
+    # PUSH only, each optional and a template like the others: key-value pairs for the app,
+    # the badge count (it must render to a whole number), the sound, where a tap leads,
+    # and the key under which notifications replace each other on the device.
+    data: dict[str, str] = {}
+    badge: str = ""
+    sound: str = ""
+    link: str = ""
+    collapse_key: str = ""
+
+    def push_parts(self) -> dict[str, str]:
+        """The push parts given, by name (``data.<key>`` for each data entry)."""
+        parts = {f"data.{key}": value for key, value in self.data.items()}
+        named = {"badge": self.badge, "sound": self.sound, "link": self.link}
+        parts |= {name: value for name, value in named.items() if value}
+        if self.collapse_key:
+            parts["collapse_key"] = self.collapse_key
+        return parts
 
 
 class TemplateProblem(ValueError):
@@ -115,6 +132,18 @@ class Part:
 
 
 @dataclass(frozen=True, slots=True)
+class FilledPush:
+    """A PUSH template's push parts, filled (``app.providers.base.PushContent`` is made of
+    them)."""
+
+    data: dict[str, str]
+    badge: int | None
+    sound: str
+    link: str
+    collapse_key: str
+
+
+@dataclass(frozen=True, slots=True)
 class CompiledTemplate:
     """The template of one type, locale and channel, ready to fill."""
 
@@ -124,6 +153,26 @@ class CompiledTemplate:
     html: Part | None
     # The names the template needs from ``data``.
     fields: frozenset[str]
+    # PUSH: the push parts by name (``Template.push_parts``), compiled.
+    push: tuple[tuple[str, Part], ...] = ()
+
+    def fill_push(self, data: Mapping[str, Any]) -> FilledPush:
+        """The push parts filled from ``data`` (which ``fill`` has checked); ``FillError``
+        says why not (a badge that is no whole number)."""
+        try:
+            filled = {name: part.render(data) for name, part in self.push}
+        except Exception as error:  # as in ``fill``
+            raise FillError(f"the template cannot be filled: {error}") from None
+        badge_text = filled.pop("badge", "").strip()
+        if badge_text and not (badge_text.isascii() and badge_text.isdigit()):
+            raise FillError(f"the badge is not a whole number: {badge_text[:20]!r}")
+        return FilledPush(
+            data={name[5:]: value for name, value in filled.items() if name[:5] == "data."},
+            badge=int(badge_text) if badge_text else None,
+            sound=filled.get("sound", ""),
+            link=filled.get("link", ""),
+            collapse_key=filled.get("collapse_key", ""),
+        )
 
     def fill(self, data: Mapping[str, Any]) -> tuple[str, str, str]:
         """(title, body, html) filled from ``data``; ``FillError`` says why not."""
@@ -150,11 +199,18 @@ def compile_template(template: Template, channel: Channel) -> CompiledTemplate:
         raise TemplateProblem("html", f"only EMAIL templates have html, not {channel}")
     if template.title and channel in _UNTITLED:
         raise TemplateProblem("title", f"{channel} templates have no title")
+    push_parts = template.push_parts()
+    if push_parts and channel != Channel.PUSH:
+        first = next(iter(push_parts))
+        raise TemplateProblem(first, f"only PUSH templates have {first}, not {channel}")
     fields: set[str] = set()
     title = _compile_part("title", template.title, _TEXT, fields) if template.title else None
     body = _compile_part("body", template.body, _TEXT, fields)
     html = _compile_part("html", template.html, _HTML, fields) if template.html else None
-    return CompiledTemplate(channel, title, body, html, frozenset(fields))
+    push = tuple(
+        (name, _compile_part(name, source, _TEXT, fields)) for name, source in push_parts.items()
+    )
+    return CompiledTemplate(channel, title, body, html, frozenset(fields), push)
 
 
 def _compile_part(part: str, source: str, env: jinja2.Environment, fields: set[str]) -> Part:
@@ -291,55 +347,3 @@ def _defined_when(test: nodes.Node, outcome: bool) -> frozenset[str]:
         both = outcome == isinstance(test, nodes.And)
         return left | right if both else left & right
     return frozenset()
-
-
-# --- SMS: the encoding a text needs and how many segments it takes ----------------------
-
-GSM_7: Final = "GSM-7"
-UCS_2: Final = "UCS-2"
-# GSM 03.38: the basic character set (0x1B, the escape to the extension table, is no
-# character), and the extension table, whose characters take two septets each.
-_GSM_BASIC = frozenset(
-    "@£$¥èéùìòÇ\nØø\rÅåΔ_ΦΓΛΩΠΨΣΘΞÆæßÉ !\"#¤%&'()*+,-./0123456789:;<=>?"
-    "¡ABCDEFGHIJKLMNOPQRSTUVWXYZÄÖÑÜ§¿abcdefghijklmnopqrstuvwxyzäöñüà"
-)
-_GSM_EXTENSION = frozenset("\f^{}\\[~]|€")
-_GSM = _GSM_BASIC | _GSM_EXTENSION
-# (one segment, each segment of a concatenated message), in septets or UTF-16 code units;
-# concatenation takes the rest for its header.
-_GSM_SEGMENT = (160, 153)
-_UCS_SEGMENT = (70, 67)
-
-
-def measure_sms(text: str) -> tuple[str, int]:
-    """The encoding ``text`` is sent in (GSM-7 if every character has one, else UCS-2)
-    and the number of segments it takes."""
-    # issuperset reads the text's characters as they come (no set of them is built), and
-    # stops at the first one outside the table.
-    if _GSM_BASIC.issuperset(text):
-        return GSM_7, _segments(len(text), None, _GSM_SEGMENT)
-    if _GSM.issuperset(text):
-        sizes = [2 if character in _GSM_EXTENSION else 1 for character in text]
-        return GSM_7, _segments(sum(sizes), sizes, _GSM_SEGMENT)
-    units = len(text.encode("utf-16-le")) // 2
-    if units == len(text):  # no surrogate pairs
-        return UCS_2, _segments(units, None, _UCS_SEGMENT)
-    sizes = [2 if ord(character) > 0xFFFF else 1 for character in text]
-    return UCS_2, _segments(units, sizes, _UCS_SEGMENT)
-
-
-def _segments(total: int, sizes: list[int] | None, limits: tuple[int, int]) -> int:
-    """Segments for ``total`` units; ``sizes``, each character's units where some take two,
-    which a phone must not see split over two segments (an escape and its character, the
-    halves of a surrogate pair), so such a character moves whole to the next segment."""
-    single, each = limits
-    if total <= single:
-        return 1
-    if sizes is None:
-        return -(-total // each)
-    segments, room = 1, each
-    for size in sizes:
-        if size > room:
-            segments, room = segments + 1, each
-        room -= size
-    return segments

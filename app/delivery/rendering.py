@@ -12,7 +12,8 @@ from typing import Any
 import msgspec
 
 from app.catalog import Catalog
-from app.catalog.templates import FillError, measure_sms
+from app.catalog.sms import measure_sms
+from app.catalog.templates import FillError
 from streams.vocabulary import Channel
 from streams.work_items import WorkItem
 

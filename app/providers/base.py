@@ -17,11 +17,30 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final, Protocol
 
-from streams.vocabulary import Channel, ErrorClass
+from streams.vocabulary import Channel, ErrorClass, Priority
 
 # The header an email carries its delivery id in, whichever provider sends it: a bounce or a
 # second copy can be traced to its delivery by it.
 DELIVERY_HEADER: Final = "X-Clarion-Delivery-Id"
+
+
+@dataclass(frozen=True, slots=True)
+class PushContent:
+    """What a PUSH template made beyond the title and body; each push adapter builds its
+    platform's payload from it (``app.catalog.templates``: the template's push parts)."""
+
+    # Custom key-value pairs the app receives with the notification (FCM's ``data`` takes
+    # strings only, so every value is one).
+    data: dict[str, str] = field(default_factory=dict)
+    # The app icon's badge count; None leaves it as it is.
+    badge: int | None = None
+    # A sound's name ("default": the platform's); "" plays none.
+    sound: str = ""
+    # Where tapping the notification leads (a deep link or an https URL); "" opens the app.
+    link: str = ""
+    # Notifications with the same key replace each other on the device (APNs collapse id,
+    # FCM collapse key, Web Push Topic); "" for none.
+    collapse_key: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +67,12 @@ class Message:
     # SMS: the encoding the text needs (GSM-7 or UCS-2) and the segments it takes.
     sms_encoding: str = ""
     sms_segments: int = 0
+    priority: Priority = Priority.NORMAL
+    # When the notification's TTL ends (Unix ms; 0: unknown). A push provider is told the
+    # time left at each attempt, never the original TTL.
+    expires_ms: int = 0
+    # PUSH: the template's push parts.
+    push: PushContent = field(default_factory=PushContent)
 
 
 class Reason(StrEnum):
@@ -62,6 +87,8 @@ class Reason(StrEnum):
     REJECTED = "rejected"
     # The template could not be rendered for this delivery's data.
     TEMPLATE = "template"
+    # The message is bigger than the channel or platform takes (a push payload over 4 KB).
+    PAYLOAD_TOO_LARGE = "payload_too_large"
 
 
 class ProviderError(Exception):

@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 
 from aiohttp.abc import AbstractResolver, ResolveResult
 
-from app.catalog.providers import WebhookConfig
+from app.catalog.providers import GuardedConfig
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -141,7 +141,7 @@ def why_not_public(address: IPAddress) -> str | None:
 class Policy:
     """What one webhook provider may call, as its configuration says."""
 
-    def __init__(self, config: WebhookConfig, resolver: Resolver = system_resolver) -> None:
+    def __init__(self, config: GuardedConfig, resolver: Resolver = system_resolver) -> None:
         self.allow_http_hosts = frozenset(host.lower() for host in config.allow_http_hosts)
         self.allow_networks: tuple[IPNetwork, ...] = config.networks
         self.resolver = resolver
