@@ -12,8 +12,9 @@ from typing import Annotated, Any
 
 import msgspec
 
-from app.catalog.kinds import KIND_CHANNELS, ProviderConfig
+from app.catalog.kinds import KIND_CHANNELS, KIND_PLATFORM, ProviderConfig
 from app.catalog.providers import SecretMissing
+from app.catalog.push import Platform, platform_of
 from app.catalog.templates import CompiledTemplate, Template, TemplateProblem, compile_template
 from app.validation import describe
 from streams.vocabulary import CHANNELS, Channel, Priority
@@ -43,6 +44,11 @@ class ChannelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     retry: RetryPolicy = RetryPolicy()
     # SMS: a body longer than this many segments fails (PERMANENT, reason template).
     max_segments: Annotated[int, msgspec.Meta(ge=1, le=20)] = 10
+    # PUSH: each platform's providers in failover order; a platform not named here goes to
+    # the channel's provider(s), those of them that can send to it.
+    platforms: dict[Platform, list[Name]] = {}
+    # PUSH: the platform of a plain ``push_tokens`` string.
+    default_platform: Platform = Platform.FCM
 
     @property
     def provider_order(self) -> tuple[str, ...]:
@@ -104,6 +110,15 @@ class Catalog(msgspec.Struct, frozen=True):
     quotas: Quotas = Quotas()
     # (type, locale, channel) -> its template, compiled.
     compiled: dict[tuple[str, str, Channel], CompiledTemplate] = {}
+    # PUSH: the providers of each platform's targets, first choice first (none: its targets
+    # cannot be sent and are suppressed at ingest with ``no_provider``).
+    push_orders: dict[Platform, tuple[str, ...]] = {}
+
+    def provider_order(self, channel: Channel, address: str) -> tuple[str, ...]:
+        """The providers a delivery to ``address`` on ``channel`` goes to, first choice first."""
+        if channel != Channel.PUSH:
+            return self.channels[channel].provider_order
+        return self.push_orders[platform_of(address, self.channels[channel].default_platform)]
 
     def template_locale(self, type_name: str, channel: Channel, locale: str) -> str | None:
         """The locale whose template is used: exact, then language, then the default."""
@@ -196,6 +211,7 @@ def parse_catalog(raw: bytes | str, source: str = "clarion.toml") -> Catalog:
         template_fields={key: template.fields for key, template in compiled.items()},
         quotas=convert(document.get("quotas", {}), Quotas, "quotas"),
         compiled=compiled,
+        push_orders=_push_orders(providers, channels.get(Channel.PUSH)),
     )
 
 
@@ -218,21 +234,65 @@ def _check_channels(
     channels: dict[Channel, ChannelConfig],
     fail: Callable[[str, str], CatalogError],
 ) -> None:
-    """Each channel names providers that exist and can send it."""
+    """Each channel names providers that exist and can send it (PUSH: each platform's
+    providers can send to that platform)."""
     for channel, config in channels.items():
         if config.provider and config.providers:
             raise fail(f"channels.{channel}", "give provider or providers, not both")
         key = f"channels.{channel}.provider" if config.provider else f"channels.{channel}.providers"
-        if not config.provider_order:
+        if config.platforms and channel != Channel.PUSH:
+            raise fail(f"channels.{channel}.platforms", "only the PUSH channel has platforms")
+        if not config.provider_order and not config.platforms:
             raise fail(key, "missing: name the channel's provider")
-        if len(set(config.provider_order)) < len(config.provider_order):
-            raise fail(key, "a provider is named twice")
-        for name in config.provider_order:
-            if name not in providers:
-                raise fail(key, f"no provider named {name!r}")
-            kind = providers[name].kind
-            if channel not in KIND_CHANNELS.get(kind, CHANNELS):
-                raise fail(key, f"provider {name!r} is of kind {kind}, which cannot send {channel}")
+        _check_order(key, config.provider_order, channel, providers, fail)
+        for platform, order in config.platforms.items():
+            path = f"channels.{channel}.platforms.{platform}"
+            if not order:
+                raise fail(path, "missing: name the platform's provider")
+            _check_order(path, tuple(order), channel, providers, fail)
+            for name in order:
+                kind = providers[name].kind
+                if KIND_PLATFORM.get(kind, platform) != platform:
+                    raise fail(path, f"provider {name!r} is of kind {kind}, not {platform}")
+
+
+def _check_order(
+    key: str,
+    order: tuple[str, ...],
+    channel: Channel,
+    providers: dict[str, ProviderConfig],
+    fail: Callable[[str, str], CatalogError],
+) -> None:
+    if len(set(order)) < len(order):
+        raise fail(key, "a provider is named twice")
+    for name in order:
+        if name not in providers:
+            raise fail(key, f"no provider named {name!r}")
+        kind = providers[name].kind
+        if channel not in KIND_CHANNELS.get(kind, CHANNELS):
+            raise fail(key, f"provider {name!r} is of kind {kind}, which cannot send {channel}")
+
+
+def _push_orders(
+    providers: dict[str, ProviderConfig], push: ChannelConfig | None
+) -> dict[Platform, tuple[str, ...]]:
+    """Each platform's providers: its own list, else those of the channel's that can send
+    to it (a sandbox stands in for any platform)."""
+    if push is None:
+        return {}
+    orders: dict[Platform, tuple[str, ...]] = {}
+    for platform in Platform:
+        own = push.platforms.get(platform)
+        orders[platform] = (
+            tuple(own)
+            if own
+            else tuple(
+                name
+                for name in push.provider_order
+                if KIND_PLATFORM.get(providers[name].kind, platform) == platform
+            )
+        )
+    return orders
 
 
 def _cross_check(

@@ -94,7 +94,7 @@ def b64url_decode(text: str) -> bytes:
     """Base64url with or without padding, as Web Push and VAPID keys are written;
     ``ValueError`` when it is not."""
     try:
-        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        return base64.b64decode(text + "=" * (-len(text) % 4), altchars=b"-_", validate=True)
     except (binascii.Error, ValueError):
         raise ValueError("is not base64url") from None
 

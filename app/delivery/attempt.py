@@ -59,8 +59,7 @@ class Attempts:
     async def attempt(self, leased: LeasedDelivery, provider_name: str = "") -> Attempted:
         """Make one attempt through ``provider_name`` (default: the channel's first)."""
         item = leased.item
-        channel = self.catalog.channels[item.channel]
-        provider_name = provider_name or channel.provider_order[0]
+        provider_name = provider_name or self.catalog.provider_order(item.channel, item.address)[0]
         try:
             rendered = render(self.catalog, item, leased.data)
         except RenderError as error:
@@ -81,6 +80,9 @@ class Attempts:
             notification_type=item.notification_type,
             sms_encoding=rendered.sms_encoding,
             sms_segments=rendered.sms_segments,
+            priority=item.priority,
+            expires_ms=item.expires_ms,
+            push=rendered.push,
         )
         timeout = self.catalog.providers[provider_name].timeout_seconds
         try:
@@ -120,7 +122,8 @@ class Attempts:
         # Only a message that certainly never reached its provider may go to another one:
         # anything else might have been sent, and a second provider would send it again.
         fail_over = transient and error.not_accepted
-        fail_over = fail_over and len(self.catalog.channels[leased.item.channel].provider_order) > 1
+        item = leased.item
+        fail_over = fail_over and len(self.catalog.provider_order(item.channel, item.address)) > 1
         outcome = self._failed(
             leased, error.error_class, text, provider_name, error.retry_after, fail_over=fail_over
         )

@@ -14,10 +14,12 @@ import msgspec
 from app.catalog import Catalog
 from app.catalog.sms import measure_sms
 from app.catalog.templates import FillError
+from app.providers.base import PushContent
 from streams.vocabulary import Channel
 from streams.work_items import WorkItem
 
-_SMS = Channel.SMS  # bound once: compared on every delivery
+_SMS, _PUSH = Channel.SMS, Channel.PUSH  # bound once: compared on every delivery
+_NO_PUSH = PushContent()
 
 
 class RenderError(Exception):
@@ -37,6 +39,8 @@ class Rendered(msgspec.Struct, frozen=True):
     # SMS: the encoding the text needs (GSM-7 or UCS-2) and its segments; "" and 0 elsewhere.
     sms_encoding: str = ""
     sms_segments: int = 0
+    # PUSH: the template's push parts (data, badge, sound, link, collapse key).
+    push: PushContent = _NO_PUSH
 
 
 def render(catalog: Catalog, item: WorkItem, data: dict[str, Any] | None) -> Rendered:
@@ -50,10 +54,17 @@ def render(catalog: Catalog, item: WorkItem, data: dict[str, Any] | None) -> Ren
     locale = catalog.template_locale(type_name, channel, item.locale)
     if locale is None:
         raise RenderError(f"type {type_name!r} has no {channel} template")
+    template = catalog.compiled[(type_name, locale, channel)]
     try:
-        title, body, html = catalog.compiled[(type_name, locale, channel)].fill(data)
+        title, body, html = template.fill(data)
+        filled = template.fill_push(data) if template.push else None
     except FillError as error:
         raise RenderError(str(error)) from None
+    if filled is not None:
+        push = PushContent(
+            filled.data, filled.badge, filled.sound, filled.link, filled.collapse_key
+        )
+        return Rendered(title, body, html, push=push)
     if channel != _SMS:
         return Rendered(title, body, html)
     encoding, segments = measure_sms(body)

@@ -20,12 +20,20 @@ import random
 from dataclasses import dataclass
 
 from app.catalog import Catalog, guarded_providers
+from app.catalog.push import Platform, platform_of
 from streams.circuit_breaker import CircuitBreakers, CircuitPolicy, CircuitState
+from streams.events import DeferReason
+from streams.vocabulary import Channel
 from streams.work_items import WorkItem
+
+_PUSH = Channel.PUSH
 
 # How long a delivery waits when its provider's bulkhead is full: long enough for a slot to
 # free up, short against any TTL.
 BULKHEAD_WAIT_MS = 1000
+# How long a delivery waits whose push platform has no provider (the catalog lost it while
+# the delivery waited): until its TTL ends, unless the catalog gets one back meanwhile.
+NO_PROVIDER_WAIT_MS = 60_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +44,7 @@ class Route:
     provider: str = ""
     probe: bool = False
     until_ms: int = 0
-    reason: str = ""
+    reason: DeferReason = "circuit_open"
 
 
 class Bulkheads:
@@ -77,9 +85,14 @@ class Router:
     def __init__(self, catalog: Catalog, breakers: CircuitBreakers, bulkheads: Bulkheads) -> None:
         self.breakers = breakers
         self.bulkheads = bulkheads
-        self._orders = {
+        # Each channel's providers, and for PUSH each platform's ("PUSH apns").
+        self._orders: dict[str, tuple[str, ...]] = {
             channel: config.provider_order for channel, config in catalog.channels.items()
         }
+        push = catalog.channels.get(Channel.PUSH)
+        self._default_platform = push.default_platform if push else Platform.FCM
+        for platform, order in catalog.push_orders.items():
+            self._orders[f"PUSH {platform}"] = order
         # Each provider's probe lease: a probe may take the whole call's time limit.
         self._probe_lease_ms = {
             name: round(config.timeout_seconds * 1000) + 1000
@@ -88,23 +101,30 @@ class Router:
         # Channels with one provider and no breaker skip every check but the bulkhead.
         # (Their routes are made once: routing is on every delivery's path.)
         self._plain = {
-            channel: Route(order[0])
-            for channel, order in self._orders.items()
+            lane: Route(order[0])
+            for lane, order in self._orders.items()
             if len(order) == 1 and not breakers.guarded(order[0])
         }
         self._unbounded = {
-            channel: route
-            for channel, route in self._plain.items()
+            lane: route
+            for lane, route in self._plain.items()
             if route.provider not in bulkheads.bounds
         }
+
+    def _lane(self, item: WorkItem) -> str:
+        """The key of ``item``'s provider list: its channel, for PUSH with its platform."""
+        if item.channel != _PUSH:
+            return item.channel
+        return f"PUSH {platform_of(item.address, self._default_platform)}"
 
     def route_now(self, item: WorkItem, now_ms: int) -> Route | None:
         """``route`` without waiting, where that is possible (a channel with one provider and
         no breaker); None: await ``route``."""
-        route = self._unbounded.get(item.channel)
+        lane = self._lane(item)
+        route = self._unbounded.get(lane)
         if route is not None:
             return route
-        plain = self._plain.get(item.channel)
+        plain = self._plain.get(lane)
         if plain is None:
             return None
         return plain if self.bulkheads.try_enter(plain.provider) else _full(now_ms)
@@ -115,7 +135,9 @@ class Router:
         route = self.route_now(item, now_ms)
         if route is not None:
             return route
-        order = self._orders[item.channel]
+        order = self._orders[self._lane(item)]
+        if not order:  # a push platform without providers since the catalog changed
+            return Route(until_ms=now_ms + NO_PROVIDER_WAIT_MS, reason="no_provider")
         first = item.failover % len(order)
         waits: list[int] = []
         for step in range(len(order)):

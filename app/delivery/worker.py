@@ -43,6 +43,7 @@ from streams.delivery_store import (
     Outcome,
 )
 from streams.dlq.entries import Worker
+from streams.events import DeferReason
 from streams.keys import KeySpace, ShardKeys
 from streams.metrics_recorder import MetricsRecorder
 from streams.rate_limiter import Rate, RateLimiter
@@ -313,7 +314,9 @@ class DeliveryWorker:
         if outcomes:
             await self.store.finish(outcomes)
 
-    def _deferred(self, leased: LeasedDelivery, until: int, now: int, reason: Any) -> Outcome:
+    def _deferred(
+        self, leased: LeasedDelivery, until: int, now: int, reason: DeferReason
+    ) -> Outcome:
         self._scheduler.wake(leased.shard)
         return delivery_outcomes.deferred(leased, until, now, reason)
 

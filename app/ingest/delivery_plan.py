@@ -4,7 +4,8 @@ work item.
 ``app.ingest.fanout`` checks a request against the catalog and fixes its ids; what it then
 knows about one notification (its priority, expiry, the recipient's settings and quiet
 window) is a ``NotificationPlan``, which decides, delivery by delivery, whether it is
-suppressed (opted out, no address, a dead address), expired (quiet hours past its TTL),
+suppressed (opted out, no address, a dead address, a push platform no provider sends
+to), expired (quiet hours past its TTL),
 deferred until quiet hours end, or queued.
 """
 
@@ -66,6 +67,8 @@ class NotificationPlan(msgspec.Struct, frozen=True, kw_only=True):
     disabled: frozenset[tuple[str, str]]  # (type, channel) pairs the recipient switched off
     invalid: frozenset[tuple[str, str]]  # (channel, address digest) of dead addresses
     address_digest: AddressDigest
+    # Push addresses of a platform no provider sends to.
+    unroutable: frozenset[str] = frozenset()
 
     def accepted(
         self, producer: str, idempotency_key: str, identity: Identity
@@ -97,6 +100,7 @@ class NotificationPlan(msgspec.Struct, frozen=True, kw_only=True):
         """
         nid, now, priority, quiet_until = self.id, self.now, self.priority, self.quiet_until
         type_name, disabled, invalid = self.request.type, self.disabled, self.invalid
+        unroutable = self.unroutable
         # Decided for every delivery getting a work item, which is at most one per pair.
         shared = self._shared_data(len(identity.pairs))
         at_acceptance: list[DeliveryAtAcceptance] = []
@@ -109,6 +113,8 @@ class NotificationPlan(msgspec.Struct, frozen=True, kw_only=True):
                 status, reason = _SUPPRESSED, "no_address"
             elif invalid and (channel, self.address_digest(address)) in invalid:
                 status, reason = _SUPPRESSED, "invalid_address"
+            elif unroutable and address in unroutable:
+                status, reason = _SUPPRESSED, "no_provider"
             elif quiet_until is not None and channel not in QUIET_HOURS_EXEMPT:
                 status = _SCHEDULED if quiet_until < self.expires else _EXPIRED
                 reason = "" if status is _SCHEDULED else "quiet_hours_past_ttl"

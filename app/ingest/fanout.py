@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import hashlib
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import msgspec
 
 from app.catalog import Catalog
 from app.ingest.delivery_plan import Identity, NotificationPlan, epoch_ms
 from app.ingest.quiet_hours import window_end
-from app.ingest.requests import Accepted, NotificationRequest
+from app.ingest.requests import Accepted, NotificationRequest, target_address
 from streams import codec
 from streams.events import Event
 from streams.ids import new_ids
@@ -62,15 +63,19 @@ def fingerprint(request: NotificationRequest) -> str:
     """
     fields = msgspec.structs.astuple(request)[:_FINGERPRINTED]
     recipient = request.recipient
-    if recipient.webhook_url is None:
-        # As the recipient was encoded before it had a webhook URL: a retry of a request
-        # accepted by an earlier version still matches its record.
-        before = {
+    if recipient.webhook_url is None or not recipient.push_targets:
+        # The fields a recipient gained later count only when given, so a retry of a
+        # request accepted by an earlier version still matches its record.
+        before: dict[str, Any] = {
             "id": recipient.id,
             "email": recipient.email,
             "phone": recipient.phone,
             "push_tokens": recipient.push_tokens,
         }
+        if recipient.webhook_url is not None:
+            before["webhook_url"] = recipient.webhook_url
+        if recipient.push_targets:
+            before["push_targets"] = recipient.push_targets
         fields = (before, *fields[1:])
     canonical = _canonical.encode(fields)
     return hashlib.sha256(canonical).hexdigest()[:32]
@@ -85,8 +90,9 @@ def addresses_by_channel(
     pairs: list[tuple[Channel, str]] = []
     for channel in channels:
         if channel == "PUSH":
-            if recipient.push_tokens:  # each token once, in the order given
-                pairs += [(channel, token) for token in dict.fromkeys(recipient.push_tokens)]
+            if recipient.push_tokens or recipient.push_targets:  # each once, in order given
+                addresses = [*recipient.push_tokens, *map(target_address, recipient.push_targets)]
+                pairs += [(channel, address) for address in dict.fromkeys(addresses)]
             else:
                 pairs.append((channel, ""))
         elif channel == "EMAIL":
@@ -142,6 +148,8 @@ class Planner:
         # Locales come from requests, so the cache is emptied when it grows past its cap.
         self._routes: dict[tuple[str, tuple[Channel, ...], str], _Route] = {}
         self._moment = _Moment(utc_now())
+        # Whether some push platform has no provider: its targets are suppressed.
+        self._push_gaps = not all(catalog.push_orders.values())
 
     def channels(self, request: NotificationRequest) -> list[Channel]:
         """The request's channels, or the type's defaults; raises ``FanoutError``."""
@@ -283,6 +291,15 @@ class Planner:
             disabled=settings.disabled if type_config.opt_out else frozenset(),
             invalid=settings.invalid,
             address_digest=self.address_digest,
+            unroutable=self._unroutable(identity) if self._push_gaps else frozenset(),
+        )
+
+    def _unroutable(self, identity: Identity) -> frozenset[str]:
+        """The notification's push addresses whose platform has no provider."""
+        return frozenset(
+            address
+            for channel, address in identity.pairs
+            if channel == "PUSH" and address and not self.catalog.provider_order(channel, address)
         )
 
 

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import msgspec
 
+from app.catalog.push import Platform, subscription_address, token_address
 from streams.records import DeliveryAtAcceptance
 from streams.vocabulary import Channel, Priority
 
@@ -46,15 +47,87 @@ WebhookUrl = Annotated[
     str, msgspec.Meta(max_length=2048, pattern=r"^[Hh][Tt][Tt][Pp][Ss]?://[!-~]+(?!\n)$")
 ]
 Locale = Annotated[str, msgspec.Meta(pattern=r"^[a-z]{2,3}(-[A-Za-z0-9]{2,8}){0,2}(?!\n)$")]
+# A Web Push subscription's endpoint: an https URL of printable ASCII without spaces (whether
+# it may be called is checked when it is, as for webhook URLs).
+PushEndpoint = Annotated[
+    str, msgspec.Meta(max_length=2048, pattern=r"^[Hh][Tt][Tt][Pp][Ss]?://[!-~]+(?!\n)$")
+]
+# A subscription key, base64url as ``PushSubscription.toJSON()`` writes it (p256dh: 65
+# bytes, 87 characters; auth: 16 bytes, 22 characters; padding allowed).
+PushKey = Annotated[
+    str, msgspec.Meta(min_length=16, max_length=128, pattern=r"^[A-Za-z0-9_-]+={0,2}(?!\n)$")
+]
 TtlSeconds = Annotated[int, msgspec.Meta(ge=1, le=30 * 86400)]
+MAX_PUSH_TARGETS = 20
+# An APNs device token: 64 hex digits today; Apple says they may grow, so up to 200.
+ApnsToken = Annotated[
+    str, msgspec.Meta(min_length=64, max_length=200, pattern=r"^[0-9A-Fa-f]+(?!\n)$")
+]
+
+
+class FcmTarget(
+    msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="platform", tag="fcm"
+):
+    """An FCM registration token."""
+
+    token: PushToken
+
+
+class ApnsTarget(
+    msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="platform", tag="apns"
+):
+    """An APNs device token."""
+
+    token: ApnsToken
+
+
+class SubscriptionKeys(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    p256dh: PushKey
+    auth: PushKey
+
+
+class WebPushTarget(
+    msgspec.Struct,
+    frozen=True,
+    forbid_unknown_fields=True,
+    tag_field="platform",
+    tag="webpush",
+    rename={"expiration_time": "expirationTime"},
+):
+    """A browser's ``PushSubscription.toJSON()``, with ``"platform": "webpush"``."""
+
+    endpoint: PushEndpoint
+    keys: SubscriptionKeys
+    # Milliseconds since the epoch when the subscription ends, or null (most browsers).
+    expiration_time: int | None = None
+
+
+PushTarget = FcmTarget | ApnsTarget | WebPushTarget
+
+
+def target_address(target: PushTarget) -> str:
+    """The delivery address of a push target (``app.catalog.push``)."""
+    if isinstance(target, WebPushTarget):
+        return subscription_address(target.endpoint, target.keys.p256dh, target.keys.auth)
+    platform = Platform.FCM if isinstance(target, FcmTarget) else Platform.APNS
+    return token_address(platform, target.token)
 
 
 class Recipient(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     id: RecipientId
     email: Email | None = None
     phone: Phone | None = None
+    # Tokens of the PUSH channel's default platform (``default_platform``).
     push_tokens: Annotated[list[PushToken], msgspec.Meta(max_length=20)] = []
     webhook_url: WebhookUrl | None = None
+    # Devices with their platform; with ``push_tokens`` at most 20 in all.
+    push_targets: Annotated[list[PushTarget], msgspec.Meta(max_length=20)] = []
+
+    def __post_init__(self) -> None:
+        if len(self.push_tokens) + len(self.push_targets) > MAX_PUSH_TARGETS:
+            raise ValueError(
+                f"push_tokens and push_targets: at most {MAX_PUSH_TARGETS} devices in all"
+            )
 
 
 class NotificationRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -296,3 +296,65 @@ def test_an_sms_over_max_segments_fails_naming_count_and_limit() -> None:
         filled(catalog, "SMS", {"text": "🙂" * 68})
     with pytest.raises(RenderError, match=r"max_segments of 2$"):
         filled(catalog, "SMS", {"text": "a" * 307})
+
+
+# --- PUSH parts ---------------------------------------------------------------------------
+
+PUSH_TEMPLATE = """\
+[providers.sandbox]
+kind = "sandbox"
+[channels.PUSH]
+provider = "sandbox"
+[types.t]
+channels = ["PUSH"]
+priority = "NORMAL"
+ttl_seconds = 60
+opt_out = true
+[types.t.templates.en.PUSH]
+title = "Order {{ order_id }}"
+body = "It ships {{ when }}"
+badge = "{{ unread }}"
+sound = "default"
+link = "shop://orders/{{ order_id }}"
+collapse_key = "order-{{ order_id }}"
+data = { order_id = "{{ order_id }}", kind = "shipping" }
+"""
+
+
+def test_a_push_template_fills_its_push_parts() -> None:
+    catalog = parse_catalog(PUSH_TEMPLATE, source="x.toml")
+    template = catalog.compiled[("t", "en", Channel.PUSH)]
+    assert template.fields == {"order_id", "when", "unread"}
+    sent = filled(catalog, "PUSH", {"order_id": "A-7", "when": "today", "unread": 3})
+    assert (sent.title, sent.body) == ("Order A-7", "It ships today")
+    push = sent.push
+    assert push.data == {"order_id": "A-7", "kind": "shipping"}
+    assert (push.badge, push.sound, push.link, push.collapse_key) == (
+        3, "default", "shop://orders/A-7", "order-A-7",
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("unread", ["three", "-1", "2.5", "٣"])
+def test_a_badge_that_is_no_whole_number_fails_the_delivery(unread: str) -> None:
+    catalog = parse_catalog(PUSH_TEMPLATE, source="x.toml")
+    with pytest.raises(RenderError, match="the badge is not a whole number"):
+        filled(catalog, "PUSH", {"order_id": "A-7", "when": "today", "unread": unread})
+
+
+def test_a_push_template_without_push_parts_sends_none() -> None:
+    push = filled(catalog_of("PUSH", title="Hi", body="there"), "PUSH", {}).push
+    assert (push.data, push.badge, push.sound, push.link, push.collapse_key) == (
+        {}, None, "", "", "",
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("part", ["badge", "sound", "link", "collapse_key"])
+def test_only_push_templates_have_push_parts(part: str) -> None:
+    message = refusal("EMAIL", title="t", body="b", **{part: "x"})
+    assert f"templates.en.EMAIL.{part}: only PUSH templates have {part}, not EMAIL" in message
+
+
+def test_a_push_part_that_does_not_compile_names_itself() -> None:
+    text = PUSH_TEMPLATE.replace('kind = "shipping"', 'kind = "{{ oops }"')
+    with pytest.raises(CatalogError, match=r"templates\.en\.PUSH\.data\.kind: line 1"):
+        parse_catalog(text, source="x.toml")

@@ -15,6 +15,7 @@ from app.delivery.routing import Bulkheads, Router, circuit_policies
 from streams.circuit_breaker import CircuitBreakers
 from streams.keys import KeySpace
 from streams.vocabulary import Channel
+from streams.work_items import WorkItem
 from tests.unit.delivery_examples import ITEM
 
 CATALOG = """
@@ -128,3 +129,54 @@ def test_providers_without_a_bound_have_no_bulkhead() -> None:
     assert not bulkheads.try_enter("bounded")
     bulkheads.leave("bounded")
     assert bulkheads.try_enter("bounded")
+
+
+PUSH_CATALOG = """
+[providers.fcm]
+kind = "fcm"
+project_id = "clarion-test"
+service_account_env = "FCM_ACCOUNT"
+
+[providers.apns]
+kind = "apns"
+team_id = "TEAM123456"
+key_id = "KEY1234567"
+key_env = "APNS_KEY"
+topic = "com.example.app"
+circuit = { enabled = true, min_calls = 4, failure_share = 0.5, open_seconds = 60 }
+
+[providers.apns_backup]
+kind = "sandbox"
+
+[channels.PUSH]
+platforms = { fcm = ["fcm"], apns = ["apns", "apns_backup"] }
+
+[types.news]
+channels = ["PUSH"]
+priority = "LOW"
+ttl_seconds = 3600
+opt_out = true
+
+[types.news.templates.en]
+PUSH = { title = "News", body = "Hello" }
+"""
+
+
+async def test_each_push_target_goes_to_its_platforms_providers(
+    fake: Redis, key_prefix: str
+) -> None:
+    routes, breakers = router(fake, parse_catalog(PUSH_CATALOG), key_prefix)
+
+    def push(address: str) -> WorkItem:
+        return msgspec.structs.replace(ITEM, channel=Channel.PUSH, address=address)
+
+    assert (await routes.route(push("plain-token"), now_ms())).provider == "fcm"
+    assert (await routes.route(push("fcm t"), now_ms())).provider == "fcm"
+    apns = push("apns " + "a1" * 32)
+    assert (await routes.route(apns, now_ms())).provider == "apns"
+    await fail(breakers, "apns")
+    assert (await routes.route(apns, now_ms())).provider == "apns_backup"
+    # Web Push has no provider here (ingest suppresses such targets; one queued before the
+    # catalog changed waits for a provider to come back).
+    route = await routes.route(push("webpush https://p.example/x k a"), now_ms())
+    assert (route.provider, route.reason) == ("", "no_provider")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -12,7 +13,7 @@ import msgspec
 import pytest
 
 from app.api.schemas import BatchItem
-from app.catalog import load_catalog
+from app.catalog import load_catalog, parse_catalog
 from app.ingest.fanout import FanoutError, Planner, fingerprint
 from app.ingest.requests import NotificationRequest, Recipient
 from streams import codec
@@ -413,3 +414,60 @@ def test_a_batch_item_fingerprints_like_the_same_notification_posted_alone() -> 
     fields = msgspec.structs.asdict(REQUEST)
     assert fingerprint(BatchItem(**fields, idempotency_key="k")) == fingerprint(REQUEST)
     assert fingerprint(BatchItem(**fields, idempotency_key="other")) == fingerprint(REQUEST)
+
+
+APNS_TOKEN = "a1" * 32
+PUSH_ONLY_FCM = """\
+[providers.fcm]
+kind = "fcm"
+project_id = "clarion-test"
+service_account_env = "FCM_ACCOUNT"
+
+[channels.PUSH]
+platforms = { fcm = ["fcm"] }
+
+[types.news]
+channels = ["PUSH"]
+priority = "LOW"
+ttl_seconds = 3600
+opt_out = true
+
+[types.news.templates.en]
+PUSH = { title = "News", body = "Hello" }
+"""
+
+
+def push_targets_request(*targets: Any, tokens: tuple[str, ...] = ()) -> NotificationRequest:
+    recipient = {"id": "u", "push_targets": list(targets), "push_tokens": list(tokens)}
+    return msgspec.convert({"recipient": recipient, "type": "news"}, NotificationRequest)
+
+
+def test_each_push_target_gets_a_delivery_to_its_platform_address() -> None:
+    planner = Planner(parse_catalog(PUSH_ONLY_FCM), DIGEST)
+    req = push_targets_request(
+        {"platform": "fcm", "token": "f1"},
+        {"platform": "apns", "token": APNS_TOKEN},
+        {"platform": "fcm", "token": "f1"},  # the same device twice: once
+        tokens=("plain",),
+    )
+    item = plan(planner, req)
+    found = [(d.status, d.reason, w.address if w else None) for d, _, w in deliveries(item)]
+    assert found == [
+        ("QUEUED", "", "plain"),  # a plain token is of the default platform, FCM here
+        ("QUEUED", "", "fcm f1"),
+        # No provider sends to APNs: suppressed at once, nothing queued for it.
+        ("SUPPRESSED", "no_provider", None),
+    ]
+
+
+def test_a_recipient_without_push_targets_fingerprints_as_before() -> None:
+    # As the recipient was encoded before it had push targets (and webhook URLs).
+    before = {"id": "u", "email": None, "phone": None, "push_tokens": ["t"],
+              "webhook_url": "https://hooks.example/x"}  # fmt: skip
+    req = NotificationRequest(recipient=Recipient(**before), type="news")
+    expected = msgspec.json.Encoder(order="sorted").encode(
+        (before, *msgspec.structs.astuple(req)[1:7])
+    )
+    assert fingerprint(req) == hashlib.sha256(expected).hexdigest()[:32]
+    with_target = push_targets_request({"platform": "fcm", "token": "t"})
+    assert fingerprint(with_target) != fingerprint(push_targets_request(tokens=("t",)))

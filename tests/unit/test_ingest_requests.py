@@ -10,7 +10,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from app.ingest.requests import MAX_DATA_DEPTH, Email, NotificationRequest
+from app.ingest.requests import MAX_DATA_DEPTH, Email, NotificationRequest, target_address
+from app.validation import describe
 
 
 def request_with(data: Any) -> bytes:
@@ -91,3 +92,60 @@ def test_a_webhook_url_is_an_http_url_of_printable_ascii(url: str) -> None:
 def test_anything_else_is_refused_at_ingest_naming_the_field(url: str) -> None:
     with pytest.raises(msgspec.ValidationError, match=r"recipient\.webhook_url"):
         msgspec.json.decode(webhook_request(url), type=NotificationRequest)
+
+
+APNS_TOKEN = "a1" * 32
+P256DH = "BNcRdreALRFXTkOOUHK1EtK2wtaz5Ry4YfYCA_0QTpQtUbVlUls0VJXg7A8u-Ts1XbjhazAkj7I99e8QcYP7DkM"
+AUTH = "tBHItJI5svbpez7KI4CCXg"
+SUBSCRIPTION = {
+    "platform": "webpush",
+    "endpoint": "https://updates.push.example/wpush/v2/gAAAAABk",
+    "expirationTime": None,
+    "keys": {"p256dh": P256DH, "auth": AUTH},
+}
+
+
+def push_request(*targets: Any, tokens: tuple[str, ...] = ()) -> bytes:
+    recipient = {"id": "u", "push_targets": list(targets), "push_tokens": list(tokens)}
+    return msgspec.json.encode({"recipient": recipient, "type": "news"})
+
+
+def test_push_targets_name_their_platform_and_become_addresses() -> None:
+    raw = push_request(
+        {"platform": "fcm", "token": "fcm-token:APA91b"},
+        {"platform": "apns", "token": APNS_TOKEN},
+        SUBSCRIPTION,  # PushSubscription.toJSON() as the browser gives it, plus the platform
+    )
+    recipient = msgspec.json.decode(raw, type=NotificationRequest).recipient
+    assert [target_address(target) for target in recipient.push_targets] == [
+        "fcm fcm-token:APA91b",
+        f"apns {APNS_TOKEN}",
+        f"webpush https://updates.push.example/wpush/v2/gAAAAABk {P256DH} {AUTH}",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("target", "field"),
+    [
+        ({"platform": "android", "token": "t"}, "recipient.push_targets[0]"),
+        ({"platform": "apns", "token": "not hex"}, "recipient.push_targets[0].token"),
+        ({"platform": "apns", "token": "ab" * 10}, "recipient.push_targets[0].token"),
+        ({"platform": "fcm", "token": "has space"}, "recipient.push_targets[0].token"),
+        ({**SUBSCRIPTION, "endpoint": "ftp://push.example/"}, "push_targets[0].endpoint"),
+        ({**SUBSCRIPTION, "endpoint": "https://a b.example/"}, "push_targets[0].endpoint"),
+        ({**SUBSCRIPTION, "keys": {"p256dh": P256DH}}, "push_targets[0].keys"),
+        ({**SUBSCRIPTION, "keys": {"p256dh": "a b", "auth": AUTH}}, "keys.p256dh"),
+        ({**SUBSCRIPTION, "extra": 1}, "push_targets[0]"),
+    ],
+)
+def test_a_broken_push_target_is_refused_naming_it(target: dict[str, Any], field: str) -> None:
+    with pytest.raises(msgspec.ValidationError) as caught:
+        msgspec.json.decode(push_request(target), type=NotificationRequest)
+    assert field in describe(caught.value)
+
+
+def test_at_most_twenty_devices_in_all() -> None:
+    fcm = [{"platform": "fcm", "token": f"t{i}"} for i in range(12)]
+    msgspec.json.decode(push_request(*fcm, tokens=("a",) * 8), type=NotificationRequest)
+    with pytest.raises(msgspec.ValidationError, match="at most 20 devices in all"):
+        msgspec.json.decode(push_request(*fcm, tokens=("a",) * 9), type=NotificationRequest)

@@ -146,6 +146,7 @@ def test_every_package_says_what_it_owns() -> None:
 # need none, and neither do these modules, which only declare things:
 DECLARATIONS_ONLY = {
     "app.api.schemas",  # the API's request and answer types
+    "app.catalog.kinds",  # each provider kind: its catalog entry and its channels
     "app.cli.__main__",  # ``python -m app.cli`` calls the command group
     "app.processes.clients",  # the arguments of one Redis client
     "app.providers.base",  # the provider contract: a message, an error, a protocol

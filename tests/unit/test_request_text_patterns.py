@@ -28,7 +28,10 @@ from tests.conftest import REPO
 from tests.unit.adversarial_text import BOUND_S, SHAPES, best_of_three
 
 # The constrained strings of a notification request, checked by msgspec (max_length first).
-REQUEST_STRINGS = ("RecipientId", "Email", "Phone", "PushToken", "WebhookUrl", "Locale")
+REQUEST_STRINGS = (
+    "RecipientId", "Email", "Phone", "PushToken", "WebhookUrl", "Locale", "ApnsToken",
+    "PushEndpoint", "PushKey",
+)  # fmt: skip
 
 
 def refused_or_decoded(decoder: msgspec.json.Decoder[Any], raw: bytes) -> None:
@@ -104,6 +107,11 @@ NOT_REQUEST_TEXT = {
     "app.catalog.templates._OLD_STYLE_HTML",
     "app.catalog.providers.EnvName",
     "app.catalog.providers.BaseUrl",
+    "app.catalog.push.ProjectId",
+    "app.catalog.push.EnvName",
+    "app.catalog.push.BaseUrl",
+    "app.catalog.push.AppleId",
+    "app.catalog.push.HttpsUrl",
     "app.settings._PRODUCER",
     "app.settings._PREFIX",
     "projections.database._MIGRATION_FILE",
