@@ -3,7 +3,11 @@ kind in it: the example users copy from cannot drift from what the code checks."
 
 from __future__ import annotations
 
+import json
 import re
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from app.catalog import KIND_CHANNELS, check_for_workers, parse_catalog
 from tests.conftest import REPO
@@ -16,15 +20,31 @@ def readme_catalog() -> str:
     return re.search(r"```toml\n(.*?)```", providers, re.DOTALL).group(1)  # type: ignore[union-attr]
 
 
+def pem(key: rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey) -> str:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+
+
 def test_the_readme_catalog_loads_with_every_provider_kind() -> None:
     catalog = parse_catalog(readme_catalog(), "README.md")
     kinds = {config.kind for config in catalog.providers.values()}
     assert kinds == set(KIND_CHANNELS)
+    account = {
+        "type": "service_account",
+        "client_email": "clarion@example-shop.iam.gserviceaccount.com",
+        "private_key": pem(rsa.generate_private_key(public_exponent=65537, key_size=2048)),
+        "token_uri": "https://oauth2.googleapis.com/token",
+    }
     environ = {
         "SMTP_PASSWORD": "p",
         "SENDGRID_API_KEY": "SG.k",
         "TWILIO_AUTH_TOKEN": "t",
         "WEBHOOK_SECRET": "whsec_" + "c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0",
+        "FCM_SERVICE_ACCOUNT": json.dumps(account),
+        "APNS_KEY": pem(ec.generate_private_key(ec.SECP256R1())),
+        "VAPID_PRIVATE_KEY": pem(ec.generate_private_key(ec.SECP256R1())),
     }
     assert set(check_for_workers(catalog, environ, lease_ms=15_000)) == set(catalog.providers)
     assert catalog.channels["EMAIL"].provider_order == ("sendgrid", "relay")
+    assert catalog.push_orders == {"fcm": ("fcm",), "apns": ("apns",), "webpush": ("webpush",)}
