@@ -31,6 +31,7 @@ provider's error codes first.
 from __future__ import annotations
 
 import email.utils
+import os
 import ssl
 import time
 from collections.abc import Callable, Mapping
@@ -55,6 +56,7 @@ MAX_RETRY_AFTER = 3600.0
 # poses as one) must not make a worker hold megabytes per call.
 MAX_ANSWER_BYTES = 64 * 1024
 # An error text quoted from a provider is cut to this many characters (after masking).
+MAX_ERROR_DETAIL: Final = 200
 MAX_QUOTED_CHARS = 300
 # Idle connections are closed after this long: inside the idle limit of most servers and
 # load balancers (nginx 75 s, AWS load balancers 60 s), so they rarely close one under a
@@ -282,3 +284,39 @@ def status_error(provider: str, answer: Answer, detail: str = "") -> ProviderErr
         return ProviderError(ErrorClass.TRANSIENT, text, retry_after=wait, not_accepted=True)
     # 400, 413, 422... : this message, sent again, would be refused again.
     return ProviderError(ErrorClass.PERMANENT, text, reason=Reason.REJECTED)
+
+
+def unreachable(error: BaseException, host: str) -> ProviderError:
+    """The ``ProviderError`` for a call to a recipient's URL (a webhook, a Web Push endpoint)
+    that got no answer, naming ``host`` and the system's reason: ``not_accepted`` when it
+    failed before the request could leave (no connection, TLS refused)."""
+    if isinstance(error, aiohttp.ConnectionTimeoutError):
+        # No connection (a pooled one free, or a new one) in time: nothing was sent.
+        return ProviderError(
+            ErrorClass.TRANSIENT, f"no connection to {host} in time", not_accepted=True
+        )
+    if isinstance(error, TimeoutError):
+        return ProviderError(ErrorClass.TRANSIENT, f"{host} did not answer in time")
+    if isinstance(error, aiohttp.ClientConnectorCertificateError):
+        verify = error.certificate_error
+        reason = getattr(verify, "verify_message", "") or _detail(verify)
+        text = f"TLS with {host} refused: {reason}"
+    elif isinstance(error, aiohttp.ClientSSLError):
+        cause = error.os_error
+        reason = getattr(cause, "reason", "") or _detail(cause)
+        text = f"TLS with {host} failed: {reason}"
+    elif sent_nothing(error):
+        text = f"cannot connect to {host}: {_detail(error)}"
+    else:
+        # The receiver may have had the request: it is retried, never sent elsewhere.
+        return ProviderError(ErrorClass.TRANSIENT, f"connection to {host} broke ({kind(error)})")
+    return ProviderError(ErrorClass.TRANSIENT, text, not_accepted=True)
+
+
+def _detail(error: BaseException) -> str:
+    """What went wrong, from the system's error number: aiohttp's texts name the address and
+    port connected to, and may name the URL."""
+    cause = error.os_error if isinstance(error, aiohttp.ClientConnectorError) else error
+    if isinstance(cause, OSError) and cause.errno:
+        return os.strerror(cause.errno)[:MAX_ERROR_DETAIL]
+    return kind(error)

@@ -15,12 +15,14 @@ from app.catalog.providers import (
     TwilioConfig,
     WebhookConfig,
 )
+from app.catalog.push import WebPushConfig
 from app.providers.base import Provider
 from app.providers.sandbox import REMEMBER_MS, SandboxProvider
 from app.providers.sendgrid import SendgridProvider
 from app.providers.smtp import SmtpProvider
 from app.providers.twilio import TwilioProvider
 from app.providers.webhook import WebhookProvider
+from app.providers.webpush import WebPushProvider
 from streams.keys import KeySpace
 
 # Longer than any provider's time limit may be (``ProviderLimits.timeout_seconds``): only
@@ -57,6 +59,8 @@ def build_providers(
                 providers[name] = TwilioProvider(name, config, own)
             case WebhookConfig():
                 providers[name] = WebhookProvider(name, config, own)
+            case WebPushConfig():
+                providers[name] = WebPushProvider(name, config, own)
     return providers
 
 

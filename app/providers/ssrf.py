@@ -1,5 +1,5 @@
-"""Whether a webhook URL may be called, and where to connect for it (no server-side request
-forgery).
+"""Whether a URL from a request (a webhook URL, a Web Push endpoint) may be called, and where
+to connect for it (no server-side request forgery).
 
 A webhook URL comes from whoever sends a notification, so Clarion must not become their way
 into its own network: ``Policy.target`` refuses what is not a plain http(s) URL (user
@@ -35,6 +35,7 @@ from typing import Final
 from urllib.parse import urlsplit
 
 from aiohttp.abc import AbstractResolver, ResolveResult
+from yarl import URL
 
 from app.catalog.providers import GuardedConfig
 
@@ -94,6 +95,12 @@ class Target:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return host if self.port == DEFAULT_PORTS[self.scheme] else f"{host}:{self.port}"
 
+    @property
+    def url(self) -> URL:
+        """The checked URL, taken as it is written (``encoded``: not quoted again, so the
+        request line sends the path and query that were checked)."""
+        return URL(f"{self.scheme}://{self.host_header}{self.path}", encoded=True)
+
 
 async def system_resolver(host: str, port: int) -> list[str]:
     """The host's addresses from the system resolver (``getaddrinfo``, off the loop)."""
@@ -149,17 +156,17 @@ class Policy:
     def target(self, url: str) -> Target:
         """The checked target of ``url``; ``Refused`` saying why not."""
         if len(url) > MAX_URL_LENGTH or not _URL_CHARACTERS.fullmatch(url):
-            raise Refused("the webhook URL is not an ASCII URL of at most 2048 characters")
+            raise Refused("the URL is not an ASCII URL of at most 2048 characters")
         try:
             parts = urlsplit(url)
             port = parts.port
         except ValueError:
-            raise Refused("the webhook URL does not parse (host or port)") from None
+            raise Refused("the URL does not parse (host or port)") from None
         scheme = parts.scheme.lower()
         if scheme not in DEFAULT_PORTS:
-            raise Refused("the webhook URL must be http or https")
+            raise Refused("the URL must be http or https")
         if "@" in parts.netloc:
-            raise Refused("the webhook URL may not hold user information (user:password@)")
+            raise Refused("the URL may not hold user information (user:password@)")
         host = _checked_host(parts.hostname or "", bracketed="[" in parts.netloc)
         port = DEFAULT_PORTS[scheme] if port is None else port
         if port in BAD_PORTS:
@@ -219,18 +226,18 @@ class Policy:
 def _checked_host(host: str, *, bracketed: bool) -> str:
     """``host`` (lower case, from ``urlsplit``) if it is a name or a canonical IP address."""
     if not host:
-        raise Refused("the webhook URL has no host")
+        raise Refused("the URL has no host")
     # urlsplit also takes "[v1.x]" (an "IPvFuture"), which would then be looked up as a name.
     if bracketed:
         try:
             address = ipaddress.IPv6Address(host)
         except ValueError:
-            raise Refused("the webhook URL's host is not an IPv6 address") from None
+            raise Refused("the URL's host is not an IPv6 address") from None
         if address.scope_id:
-            raise Refused("the webhook URL's host may not name a network interface")
+            raise Refused("the URL's host may not name a network interface")
         return str(address)
     if len(host) > 253 or not _HOST_NAME.fullmatch(host):
-        raise Refused("the webhook URL's host is not a valid host name")
+        raise Refused("the URL's host is not a valid host name")
     if _NUMERIC_LABEL.fullmatch(host.rstrip(".").rpartition(".")[2]):
         # What getaddrinfo would make of "0x7f.1" is not what a reader sees: only the
         # dotted-decimal form is accepted, and then it is checked as the address it is.

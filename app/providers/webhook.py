@@ -29,13 +29,8 @@ from __future__ import annotations
 
 import base64
 import hmac
-import os
 import time
 from collections.abc import Mapping
-from typing import Final
-
-import aiohttp
-from yarl import URL
 
 from app import __version__
 from app.catalog.providers import WebhookConfig, signing_key
@@ -51,8 +46,6 @@ from app.providers.ssrf import (
     system_resolver,
 )
 from streams.vocabulary import ErrorClass
-
-MAX_ERROR_DETAIL: Final = 200
 
 
 def signature(key: bytes, webhook_id: str, timestamp: int, body: bytes) -> bytes:
@@ -83,7 +76,7 @@ class WebhookProvider:
             config,
             ca_file=config.ca_file,
             resolver=GuardedResolver(self.policy, config.connect_timeout_seconds),
-            failure=_unreachable,
+            failure=http.unreachable,
         )
         self._user_agent = f"Clarion-Webhooks/{__version__}"
 
@@ -98,7 +91,7 @@ class WebhookProvider:
         body = message.body.encode()
         headers = self._headers(target, message, body)
         try:
-            answer = await self._client.post(_url(target), data=body, headers=headers)
+            answer = await self._client.post(target.url, data=body, headers=headers)
         except Refused as refusal:
             raise _refused(refusal) from None
         except Unresolvable as error:
@@ -124,12 +117,6 @@ class WebhookProvider:
         await self._client.close()
 
 
-def _url(target: Target) -> URL:
-    """The checked target as a URL, taken as it is written (``encoded``: not quoted again,
-    so the request line sends the path and query that were checked)."""
-    return URL(f"{target.scheme}://{target.host_header}{target.path}", encoded=True)
-
-
 def _refused(refusal: Refused) -> ProviderError:
     # Nothing was sent, but another attempt would be refused the same way.
     return ProviderError(
@@ -138,43 +125,6 @@ def _refused(refusal: Refused) -> ProviderError:
         reason=Reason.REJECTED,
         not_accepted=True,
     )
-
-
-def _unreachable(error: BaseException, host: str) -> ProviderError:
-    """The ``ProviderError`` for a call that got no answer: ``not_accepted`` when it failed
-    before the request could leave (no connection, TLS refused)."""
-    if isinstance(error, aiohttp.ConnectionTimeoutError):
-        # No connection (a pooled one free, or a new one) in time: nothing was sent.
-        return ProviderError(
-            ErrorClass.TRANSIENT, f"no connection to {host} in time", not_accepted=True
-        )
-    if isinstance(error, TimeoutError):
-        return ProviderError(ErrorClass.TRANSIENT, f"{host} did not answer in time")
-    if isinstance(error, aiohttp.ClientConnectorCertificateError):
-        verify = error.certificate_error
-        reason = getattr(verify, "verify_message", "") or _detail(verify)
-        text = f"TLS with {host} refused: {reason}"
-    elif isinstance(error, aiohttp.ClientSSLError):
-        cause = error.os_error
-        reason = getattr(cause, "reason", "") or _detail(cause)
-        text = f"TLS with {host} failed: {reason}"
-    elif http.sent_nothing(error):
-        text = f"cannot connect to {host}: {_detail(error)}"
-    else:
-        # The receiver may have had the request: it is retried, never sent elsewhere.
-        return ProviderError(
-            ErrorClass.TRANSIENT, f"connection to {host} broke ({http.kind(error)})"
-        )
-    return ProviderError(ErrorClass.TRANSIENT, text, not_accepted=True)
-
-
-def _detail(error: BaseException) -> str:
-    """What went wrong, from the system's error number: aiohttp's texts name the address and
-    port connected to, and may name the URL."""
-    cause = error.os_error if isinstance(error, aiohttp.ClientConnectorError) else error
-    if isinstance(cause, OSError) and cause.errno:
-        return os.strerror(cause.errno)[:MAX_ERROR_DETAIL]
-    return http.kind(error)
 
 
 def _judge(answer: http.Answer, host: str) -> None:

@@ -21,7 +21,7 @@ import pytest
 from app.api import body
 from app.ingest import quiet_hours, requests
 from app.ingest.quiet_hours import QuietHoursError
-from app.providers import smtp, ssrf
+from app.providers import smtp, ssrf, webpush
 from app.validation import describe
 from streams.events import QuietHoursSetting
 from tests.conftest import REPO
@@ -71,6 +71,11 @@ def applications(text: str) -> Iterator[tuple[str, Callable[[], object]]]:
     yield "ssrf._URL_CHARACTERS", lambda: ssrf._URL_CHARACTERS.fullmatch(text)
     yield "ssrf._HOST_NAME", lambda: ssrf._HOST_NAME.fullmatch(text)
     yield "ssrf._NUMERIC_LABEL", lambda: ssrf._NUMERIC_LABEL.fullmatch(text)
+    # A push template's collapse key and link (filled from request data); a push service's
+    # reason code.
+    yield "webpush._TOPIC", lambda: webpush._TOPIC.fullmatch(text)
+    yield "webpush._ABSOLUTE_LINK", lambda: webpush._ABSOLUTE_LINK.match(text)
+    yield "webpush._REASON_CODE", lambda: webpush._REASON_CODE.fullmatch(text)
     # A body the cut reads starts with a bracket.
     encoded = text.encode()
     yield "body._RUNS", lambda: runs_of(b"[" + encoded)
@@ -131,6 +136,7 @@ TESTED = {
         "_LOCAL_PART", "_DOMAIN", "_NOT_ATEXT", "_LINE_BREAKS", "_LEADING_DOT", "_ENHANCED",
     )),
     *(f"app.providers.ssrf.{name}" for name in ("_URL_CHARACTERS", "_HOST_NAME", "_NUMERIC_LABEL")),
+    *(f"app.providers.webpush.{name}" for name in ("_TOPIC", "_ABSOLUTE_LINK", "_REASON_CODE")),
 }  # fmt: skip
 
 
