@@ -1,0 +1,219 @@
+"""PUSH end to end, through the delivery worker against real Redis and the local push peers:
+each of a recipient's targets reaches its own platform, a target the platform reports gone is
+suppressed for the next notification while the others still get theirs, the TTL a push
+service is told is the time left at each attempt, and a TTL that runs out during retries is
+never sent."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from redis.asyncio import Redis
+
+from app.catalog import Catalog, parse_catalog
+from streams.keys import KeySpace
+from tests.integration.delivery_support import accept, running_worker, state, wait_until
+from tests.peers.serving import Fault, Served, serve
+from tests.peers.webpush import Subscription, WebPushPeer
+
+VAPID_KEY = (
+    ec.generate_private_key(ec.SECP256R1())
+    .private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    .decode()
+)
+
+CATALOG = """
+[providers.webpush]
+kind = "webpush"
+vapid_private_key_env = "TEST_VAPID_KEY"
+subject = "mailto:ops@clarion.test"
+allow_http_hosts = ["127.0.0.1"]
+allow_networks = ["127.0.0.0/8"]
+
+[channels.PUSH]
+platforms = {{ webpush = ["webpush"] }}
+retry = {{ base_seconds = 0.05, max_seconds = 0.1, max_attempts = 6 }}
+
+[types.order_shipped]
+channels = ["PUSH"]
+priority = "HIGH"
+ttl_seconds = {ttl}
+opt_out = true
+
+[types.order_shipped.templates.en.PUSH]
+title = "Order {{{{ order }}}} shipped"
+body = "It is on its way."
+link = "https://shop.example/orders/{{{{ order }}}}"
+data = {{ order = "{{{{ order }}}}" }}
+"""
+
+
+class RecordingPeer(WebPushPeer):
+    """The push service, also noting the TTL header of every request, refused ones too."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ttls: list[int] = []
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"].startswith("/push/"):
+            headers = dict(scope["headers"])
+            self.ttls.append(int(headers[b"ttl"]))
+        await super().__call__(scope, receive, send)
+
+
+@pytest.fixture(autouse=True)
+def _vapid_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TEST_VAPID_KEY", VAPID_KEY)
+
+
+@pytest.fixture
+def push_service() -> Iterator[tuple[RecordingPeer, Served]]:
+    peer = RecordingPeer()
+    with serve(peer) as served:
+        peer.origin = served.base_url
+        yield peer, served
+
+
+def catalog(ttl: int = 300) -> Catalog:
+    return parse_catalog(CATALOG.format(ttl=ttl))
+
+
+def target(subscription: Subscription) -> dict[str, Any]:
+    """The subscription as a browser's ``PushSubscription.toJSON()`` gives it."""
+    return {
+        "platform": "webpush",
+        "endpoint": subscription.endpoint,
+        "expirationTime": None,
+        "keys": {"p256dh": subscription.p256dh, "auth": subscription.auth},
+    }
+
+
+def shipped(*subscriptions: Subscription, order: str = "A-17") -> dict[str, Any]:
+    return {
+        "recipient": {"id": "u-1", "push_targets": [target(s) for s in subscriptions]},
+        "type": "order_shipped",
+        "data": {"order": order},
+    }
+
+
+async def status_of(redis: Redis, keys: KeySpace, delivery_id: str) -> str:
+    return (await state(redis, keys, delivery_id)).get("status", "")
+
+
+async def test_a_web_push_arrives_as_the_browser_would_decrypt_it(
+    real_redis: Redis, key_prefix: str, push_service: tuple[RecordingPeer, Served]
+) -> None:
+    peer, _ = push_service
+    keys, push = KeySpace(key_prefix), catalog()
+    browser = peer.subscribe()
+    async with running_worker(real_redis, keys, push):
+        answer = await accept(real_redis, keys, push, shipped(browser), "p1")
+        [delivery] = answer["deliveries"]
+
+        async def sent() -> bool:
+            return await status_of(real_redis, keys, delivery["id"]) == "SENT"
+
+        await wait_until(sent)
+    [message] = peer.accepted
+    assert json.loads(message.plaintext) == {
+        "web_push": 8030,
+        "notification": {
+            "title": "Order A-17 shipped",
+            "body": "It is on its way.",
+            "navigate": "https://shop.example/orders/A-17",
+            "data": {"order": "A-17"},
+        },
+    }
+    assert message.headers["urgency"] == "high"
+    recorded = await state(real_redis, keys, delivery["id"])
+    assert (recorded["provider"], recorded["provider_message_id"]) == ("webpush", message.location)
+
+
+async def test_a_gone_subscription_is_suppressed_next_time_and_the_others_still_get_theirs(
+    real_redis: Redis, key_prefix: str, push_service: tuple[RecordingPeer, Served]
+) -> None:
+    peer, _ = push_service
+    keys, push = KeySpace(key_prefix), catalog()
+    laptop, phone = peer.subscribe(), peer.subscribe()
+    peer.gone(laptop, 410)
+    async with running_worker(real_redis, keys, push):
+        first = await accept(real_redis, keys, push, shipped(laptop, phone), "p2")
+        gone, kept = (delivery["id"] for delivery in first["deliveries"])
+
+        async def ended() -> bool:
+            return (
+                await status_of(real_redis, keys, gone),
+                await status_of(real_redis, keys, kept),
+            ) == ("FAILED", "SENT")
+
+        await wait_until(ended)
+        later = await accept(real_redis, keys, push, shipped(laptop, phone, order="A-18"), "p3")
+        skipped, again = later["deliveries"]
+
+        async def sent_again() -> bool:
+            return await status_of(real_redis, keys, again["id"]) == "SENT"
+
+        await wait_until(sent_again)
+    failed = await state(real_redis, keys, gone)
+    assert (failed["error_class"], failed["attempts"]) == ("PERMANENT", "1")
+    assert failed["last_error"].startswith("invalid_address: ")
+    assert (skipped["status"], skipped["reason"]) == ("SUPPRESSED", "invalid_address")
+    assert [push.number for push in peer.accepted] == [phone.number, phone.number]
+    # The gone subscription was tried once, the first time only.
+    assert [status for status, _ in peer.refusals] == [410]
+
+
+async def test_each_attempt_is_told_the_time_left_not_the_original_ttl(
+    real_redis: Redis, key_prefix: str, push_service: tuple[RecordingPeer, Served]
+) -> None:
+    peer, _ = push_service
+    keys, push = KeySpace(key_prefix), catalog(ttl=30)
+    browser = peer.subscribe()
+    # The push service is busy once and asks for two seconds.
+    peer.fail(Fault.UNAVAILABLE, times=1, retry_after="2")
+    async with running_worker(real_redis, keys, push):
+        answer = await accept(real_redis, keys, push, shipped(browser), "p4")
+        [delivery] = answer["deliveries"]
+
+        async def sent() -> bool:
+            return await status_of(real_redis, keys, delivery["id"]) == "SENT"
+
+        await wait_until(sent)
+    first, second = peer.ttls
+    assert 28 <= first <= 30
+    assert second <= first - 2
+    assert peer.accepted[0].headers["ttl"] == str(second)
+
+
+async def test_a_ttl_that_runs_out_during_retries_is_never_sent(
+    real_redis: Redis, key_prefix: str, push_service: tuple[RecordingPeer, Served]
+) -> None:
+    peer, _ = push_service
+    keys, push = KeySpace(key_prefix), catalog(ttl=3)
+    browser = peer.subscribe()
+    peer.fail(Fault.UNAVAILABLE, retry_after="1")  # busy for good
+    async with running_worker(real_redis, keys, push):
+        answer = await accept(real_redis, keys, push, shipped(browser), "p5")
+        [delivery] = answer["deliveries"]
+
+        async def expired() -> bool:
+            return await status_of(real_redis, keys, delivery["id"]) == "EXPIRED"
+
+        await wait_until(expired)
+        peer.heal()
+    assert peer.accepted == []
+    assert len(peer.ttls) >= 2
+    # Each attempt was told less time than the one before, and none more than the TTL.
+    assert peer.ttls == sorted(peer.ttls, reverse=True)
+    assert peer.ttls[0] <= 3
+    assert peer.ttls[-1] < peer.ttls[0]
