@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import secrets
 import socket
@@ -37,6 +38,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -86,7 +88,10 @@ CONCURRENCY = 2  # batch requests in flight
 DELIVERIES = 20_000
 QUICK_DELIVERIES = 4_000
 IN_FLIGHT = 128  # each provider's bulkhead per worker process
-TARGETS = {"smtp": 800, "sendgrid": 3000, "twilio": 3000, "webhook": 3000}
+TARGETS = {
+    "smtp": 800, "sendgrid": 3000, "twilio": 3000, "webhook": 3000,
+    "fcm": 3000, "apns": 3000, "webpush": 1500,
+}  # fmt: skip
 PEER_START_S = 15.0
 
 # The secrets of the peers (what the peers expect; nothing real).
@@ -95,6 +100,8 @@ SENDGRID_KEY = "SG.peer-test-key.0123456789abcdef"
 TWILIO_SID = "AC" + "5ee1" * 8
 TWILIO_TOKEN = "peer-auth-token-0123456789abcdef"
 WEBHOOK_SECRET = "whsec_" + "YmVuY2gtd2ViaG9vay1zZWNyZXQtMzItYnl0ZXMh"
+# A VAPID private key (32 bytes, base64url): the bench's own, made for it, nothing real.
+VAPID_KEY = "Y2xhcmlvbi1iZW5jaC12YXBpZC1rZXktMzItYnl0ZXM"
 
 TYPE = """
 [types.bench]
@@ -111,6 +118,8 @@ TEMPLATES = {
     'way.", html = "<p>Your order <b>{{ order }}</b> is on its way.</p>" }',
     "SMS": '{ body = "Your order {{ order }} is on its way." }',
     "WEBHOOK": '{ body = "{\\"event\\": \\"shipped\\", \\"order\\": {{ order|tojson }}}" }',
+    "PUSH": '{ title = "Order {{ order }} shipped", body = "It is on its way.", '
+    'link = "https://shop.example/orders/{{ order }}", data = { order = "{{ order }}" } }',
 }
 
 
@@ -124,6 +133,9 @@ class Adapter:
     peer: tuple[str, ...] = ()  # the peer's module (run with --port), if any
     stats: bool = False  # the peer answers GET /_peer/stats on its port
     env: dict[str, str] = field(default_factory=dict)
+    # The recipient's JSON fields for item i and the peer's port, where a format string of
+    # ``recipient`` cannot make them (Web Push subscriptions).
+    recipient_of: Callable[[int, int], str] | None = None
 
     def provider(self, port: int) -> str:
         common = f"max_in_flight = {IN_FLIGHT}\ntimeout_seconds = 10\n"
@@ -146,6 +158,12 @@ class Adapter:
                 f'account_sid = "{TWILIO_SID}"\nauth_token_env = "BENCH_TWILIO_TOKEN"\n'
                 f'from = "+15005550006"\n{common}'
             )
+        if self.name == "webpush":
+            return (
+                f'kind = "webpush"\nvapid_private_key_env = "BENCH_VAPID_KEY"\n'
+                'subject = "mailto:bench@clarion.test"\n'
+                f'allow_http_hosts = ["127.0.0.1"]\nallow_networks = ["127.0.0.0/8"]\n{common}'
+            )
         return (
             f'kind = "webhook"\nsecret_env = "BENCH_WEBHOOK_SECRET"\n'
             f'allow_http_hosts = ["127.0.0.1"]\nallow_networks = ["127.0.0.0/8"]\n{common}'
@@ -158,6 +176,17 @@ class Adapter:
             "retry = { base_seconds = 1, max_seconds = 5, max_attempts = 6 }\n"
             + TYPE.format(channel=self.channel, template=TEMPLATES[self.channel])
         )
+
+
+@functools.cache
+def web_push_recipient(number: int, port: int) -> str:
+    """Subscription ``number`` of the local push service, as a recipient's push target."""
+    from tests.peers.webpush import subscription  # noqa: PLC0415 (needs the repository)
+
+    sub = subscription(number + 1, f"http://127.0.0.1:{port}")
+    target = {"platform": "webpush", "endpoint": sub.endpoint, "expirationTime": None,
+              "keys": {"p256dh": sub.p256dh, "auth": sub.auth}}  # fmt: skip
+    return '"push_targets": ' + msgspec.json.encode([target]).decode()
 
 
 ADAPTERS = {
@@ -193,12 +222,24 @@ ADAPTERS = {
         stats=True,
         env={"BENCH_WEBHOOK_SECRET": WEBHOOK_SECRET},
     ),
+    "webpush": Adapter(
+        "webpush",
+        "PUSH",
+        "",
+        ("tests.peers.webpush",),
+        stats=True,
+        env={"BENCH_VAPID_KEY": VAPID_KEY},
+        recipient_of=web_push_recipient,
+    ),
 }
 
 
 def item_of(adapter: Adapter, port: int) -> Any:
     def item(i: int) -> bytes:
-        recipient = adapter.recipient.format(i=i % 10_000, port=port)
+        if adapter.recipient_of is not None:
+            recipient = adapter.recipient_of(i % 10_000, port)
+        else:
+            recipient = adapter.recipient.format(i=i % 10_000, port=port)
         return (
             f'-{i}", "recipient": {{"id": "u-{i}", {recipient}}}, "type": "bench", '
             f'"data": {{"order": "A-{i}"}}}}'

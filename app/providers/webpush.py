@@ -360,7 +360,7 @@ class WebPushProvider:
         return self._permanent(f"subscription endpoint refused: {refusal}", Reason.REJECTED)
 
     def _unreachable(self, error: BaseException, host: str) -> ProviderError:
-        """The webhook adapter's reading of a call without an answer, naming this provider."""
+        """``http.unreachable``'s reading of a call without an answer, naming this provider."""
         failure = http.unreachable(error, host)
         return ProviderError(
             failure.error_class,
