@@ -21,9 +21,7 @@ import msgspec
 from streams.vocabulary import Channel, ErrorClass, Priority
 
 SuppressReason = Literal["no_address", "opted_out", "invalid_address", "no_provider"]
-DeferReason = Literal[
-    "quiet_hours", "rate_limited", "circuit_open", "bulkhead_full", "no_provider"
-]
+DeferReason = Literal["quiet_hours", "rate_limited", "circuit_open", "bulkhead_full", "no_provider"]
 
 
 class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
