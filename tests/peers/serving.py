@@ -237,7 +237,7 @@ def main(peer: HttpPeer, description: str) -> None:
     """Serve ``peer`` in this process until interrupted (for benchmarks)."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--port", type=int, default=0)
-    port = parser.parse_args().port
+    port = parser.parse_known_args()[0].port  # a peer reads its own options itself
     config = _config(peer)
     config.host, config.port = "127.0.0.1", port
     uvicorn.Server(config).run()
