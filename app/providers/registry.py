@@ -15,8 +15,10 @@ from app.catalog.providers import (
     TwilioConfig,
     WebhookConfig,
 )
-from app.catalog.push import WebPushConfig
+from app.catalog.push import ApnsConfig, FcmConfig, WebPushConfig
+from app.providers.apns import ApnsProvider
 from app.providers.base import Provider
+from app.providers.fcm import FcmProvider
 from app.providers.sandbox import REMEMBER_MS, SandboxProvider
 from app.providers.sendgrid import SendgridProvider
 from app.providers.smtp import SmtpProvider
@@ -61,6 +63,10 @@ def build_providers(
                 providers[name] = WebhookProvider(name, config, own)
             case WebPushConfig():
                 providers[name] = WebPushProvider(name, config, own)
+            case FcmConfig():
+                providers[name] = FcmProvider(name, config, own)
+            case ApnsConfig():
+                providers[name] = ApnsProvider(name, config, own)
     return providers
 
 

@@ -18,6 +18,9 @@ from redis.asyncio import Redis
 from app.catalog import Catalog, parse_catalog
 from streams.keys import KeySpace
 from tests.integration.delivery_support import accept, running_worker, state, wait_until
+from tests.peers.apns import PEER_KEY_ID, PEER_TEAM_ID, PEER_TOPIC, ApnsPeer
+from tests.peers.apns import serve as serve_apns
+from tests.peers.fcm import FcmPeer
 from tests.peers.serving import Fault, Served, serve
 from tests.peers.webpush import Subscription, WebPushPeer
 
@@ -217,3 +220,115 @@ async def test_a_ttl_that_runs_out_during_retries_is_never_sent(
     assert peer.ttls == sorted(peer.ttls, reverse=True)
     assert peer.ttls[0] <= 3
     assert peer.ttls[-1] < peer.ttls[0]
+
+
+ALL_PLATFORMS = """
+[providers.fcm]
+kind = "fcm"
+project_id = "clarion-peer"
+service_account_env = "TEST_FCM_ACCOUNT"
+base_url = "{fcm_url}"
+
+[providers.apns]
+kind = "apns"
+team_id = "{team_id}"
+key_id = "{key_id}"
+key_env = "TEST_APNS_KEY"
+topic = "{topic}"
+base_url = "{apns_url}"
+ca_file = "{ca_file}"
+"""
+APNS_TOKEN = "ab" * 32
+
+
+@pytest.fixture
+def platforms(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Any,
+    push_service: tuple[RecordingPeer, Served],
+) -> Iterator[tuple[Catalog, FcmPeer, ApnsPeer, RecordingPeer]]:
+    web, _ = push_service
+    fcm, apns = FcmPeer(), ApnsPeer()
+    ca_file = tmp_path / "apns-ca.pem"
+    apns.ca.cert_pem.write_to_path(str(ca_file))
+    with serve(fcm) as fcm_served, serve_apns(apns) as apns_served:
+        fcm.origin = fcm_served.base_url
+        monkeypatch.setenv("TEST_FCM_ACCOUNT", fcm.service_account_json())
+        monkeypatch.setenv("TEST_APNS_KEY", apns.key_pem)
+        providers = ALL_PLATFORMS.format(
+            fcm_url=fcm_served.base_url, apns_url=apns_served.base_url, ca_file=ca_file,
+            team_id=PEER_TEAM_ID, key_id=PEER_KEY_ID, topic=PEER_TOPIC,
+        )  # fmt: skip
+        text = providers + CATALOG.format(ttl=300).replace(
+            '{ webpush = ["webpush"] }',
+            '{ fcm = ["fcm"], apns = ["apns"], webpush = ["webpush"] }',
+        )
+        yield parse_catalog(text), fcm, apns, web
+
+
+def devices(web: Subscription) -> dict[str, Any]:
+    body = shipped(web)
+    body["recipient"]["push_targets"] = [
+        {"platform": "fcm", "token": "fcm-device:APA91b"},
+        {"platform": "apns", "token": APNS_TOKEN},
+        target(web),
+    ]
+    return body
+
+
+async def test_each_target_reaches_its_own_platform(
+    real_redis: Redis,
+    key_prefix: str,
+    platforms: tuple[Catalog, FcmPeer, ApnsPeer, RecordingPeer],
+) -> None:
+    push, fcm, apns, web = platforms
+    keys = KeySpace(key_prefix)
+    browser = web.subscribe()
+    async with running_worker(real_redis, keys, push):
+        answer = await accept(real_redis, keys, push, devices(browser), "p6")
+        ids = [delivery["id"] for delivery in answer["deliveries"]]
+
+        async def all_sent() -> bool:
+            return [await status_of(real_redis, keys, i) for i in ids] == ["SENT"] * 3
+
+        await wait_until(all_sent)
+    [to_fcm], [to_apns], [to_web] = fcm.accepted, apns.accepted, web.accepted
+    assert to_fcm.message["token"] == "fcm-device:APA91b"
+    assert to_fcm.message["notification"]["title"] == "Order A-17 shipped"
+    assert to_apns.token == APNS_TOKEN
+    assert to_apns.headers["apns-id"] == ids[1]
+    assert to_apns.headers["apns-priority"] == "10"
+    assert to_apns.payload["aps"]["alert"] == {
+        "title": "Order A-17 shipped", "body": "It is on its way."
+    }  # fmt: skip
+    assert json.loads(to_web.plaintext)["notification"]["title"] == "Order A-17 shipped"
+    providers = [(await state(real_redis, keys, i))["provider"] for i in ids]
+    assert providers == ["fcm", "apns", "webpush"]
+
+
+async def test_after_a_410_from_apns_that_device_is_suppressed_and_the_others_are_not(
+    real_redis: Redis,
+    key_prefix: str,
+    platforms: tuple[Catalog, FcmPeer, ApnsPeer, RecordingPeer],
+) -> None:
+    push, fcm, apns, web = platforms
+    keys = KeySpace(key_prefix)
+    browser = web.subscribe()
+    apns.unregister(APNS_TOKEN)
+    async with running_worker(real_redis, keys, push):
+        first = await accept(real_redis, keys, push, devices(browser), "p7")
+        ids = [delivery["id"] for delivery in first["deliveries"]]
+        apns_delivery = ids[1]
+
+        async def ended() -> bool:
+            fates = [await status_of(real_redis, keys, i) for i in ids]
+            return fates == ["SENT", "FAILED", "SENT"]
+
+        await wait_until(ended)
+        later = await accept(real_redis, keys, push, devices(browser), "p8")
+    fates = [(d["status"], d.get("reason", "")) for d in later["deliveries"]]
+    assert fates == [("QUEUED", ""), ("SUPPRESSED", "invalid_address"), ("QUEUED", "")]
+    recorded = await state(real_redis, keys, apns_delivery)
+    assert recorded["last_error"].startswith("invalid_address: apns: HTTP 410")
+    assert apns.accepted == []
+    assert fcm.accepted[0].message["token"] == "fcm-device:APA91b"
