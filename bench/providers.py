@@ -9,17 +9,20 @@ Run from anywhere with the project's virtualenv::
 
 For each adapter it starts the adapter's local peer as a process of its own (the SMTP relay
 of ``tests/peers/smtp.py``, the SendGrid and Twilio APIs of ``tests/peers/``, the webhook
-receiver that verifies every signature), then the API (``clarion api``) and two delivery
-workers (``clarion worker --slot N``) under a fresh key prefix, with a catalog of one
-provider of that kind reached at the peer's port and one NORMAL type with one delivery on
-its channel (EMAIL, SMS or WEBHOOK). The sandbox runs the same type on EMAIL.
+receiver that verifies every signature, the FCM API with its OAuth token endpoint, the APNs
+HTTP/2 TLS server, the Web Push service that decrypts every message), then the API
+(``clarion api``) and two delivery workers (``clarion worker --slot N``) under a fresh key
+prefix, with a catalog of one provider of that kind reached at the peer's port and one
+NORMAL type with one delivery on its channel (EMAIL, SMS, WEBHOOK, or PUSH with one target of
+the adapter's platform). The sandbox runs the same type on EMAIL.
 
 Notifications are batch-ingested (1000 per request) while the workers deliver, as in
 ``bench/pipeline.py``. Deliveries/s run from the first accepted notification (the ms in its
 id) to the last ``DeliverySent`` event (the ms of its events entry). Every queued delivery
 must be SENT exactly once in the events; where the peer counts what it took
 (``/_peer/stats``), that count must be the number of deliveries. Targets on two cores: the
-HTTP adapters at least 3,000 deliveries/s, SMTP at least 800 messages/s.
+HTTP adapters at least 3,000 deliveries/s, SMTP at least 800 messages/s, FCM and APNs (one
+multiplexed HTTP/2 connection per worker) 3,000, Web Push (encryption included) 1,500.
 
 The result is printed and written to ``bench/results/providers-<UTC timestamp>.json``.
 The exit status is 1 when a delivery was lost or duplicated or a service logged an error;
@@ -136,6 +139,8 @@ class Adapter:
     # The recipient's JSON fields for item i and the peer's port, where a format string of
     # ``recipient`` cannot make them (Web Push subscriptions).
     recipient_of: Callable[[int, int], str] | None = None
+    # Secrets the peer makes when it starts, read from its directory ("{dir}" in ``peer``).
+    env_from_peer: Callable[[Path], dict[str, str]] | None = None
 
     def provider(self, port: int) -> str:
         common = f"max_in_flight = {IN_FLIGHT}\ntimeout_seconds = 10\n"
@@ -158,6 +163,18 @@ class Adapter:
                 f'account_sid = "{TWILIO_SID}"\nauth_token_env = "BENCH_TWILIO_TOKEN"\n'
                 f'from = "+15005550006"\n{common}'
             )
+        if self.name == "fcm":
+            return (
+                f'kind = "fcm"\nproject_id = "clarion-peer"\n'
+                f'service_account_env = "BENCH_FCM_ACCOUNT"\n'
+                f'base_url = "http://127.0.0.1:{port}"\n{common}'
+            )
+        if self.name == "apns":
+            return (
+                f'kind = "apns"\nteam_id = "PEERTEAM01"\nkey_id = "PEERKEY001"\n'
+                f'key_env = "BENCH_APNS_KEY"\ntopic = "com.example.clarion"\n'
+                f'base_url = "https://127.0.0.1:{port}"\nca_file = "{{dir}}/ca.pem"\n{common}'
+            )
         if self.name == "webpush":
             return (
                 f'kind = "webpush"\nvapid_private_key_env = "BENCH_VAPID_KEY"\n'
@@ -169,7 +186,10 @@ class Adapter:
             f'allow_http_hosts = ["127.0.0.1"]\nallow_networks = ["127.0.0.0/8"]\n{common}'
         )
 
-    def catalog(self, port: int) -> str:
+    def catalog(self, port: int, peer_dir: Path) -> str:
+        return self._catalog(port).replace("{dir}", str(peer_dir))
+
+    def _catalog(self, port: int) -> str:
         return (
             f"[providers.{self.name}]\n{self.provider(port)}\n"
             f'[channels.{self.channel}]\nprovider = "{self.name}"\n'
@@ -221,6 +241,22 @@ ADAPTERS = {
         ("tests.peers.webhook", "--secret", WEBHOOK_SECRET),
         stats=True,
         env={"BENCH_WEBHOOK_SECRET": WEBHOOK_SECRET},
+    ),
+    "fcm": Adapter(
+        "fcm",
+        "PUSH",
+        '"push_targets": [{{"platform": "fcm", "token": "bench-{i}:APA91b"}}]',
+        ("tests.peers.fcm", "--account-file", "{dir}/account.json"),
+        stats=True,
+        env_from_peer=lambda d: {"BENCH_FCM_ACCOUNT": (d / "account.json").read_text()},
+    ),
+    "apns": Adapter(
+        "apns",
+        "PUSH",
+        '"push_targets": [{{"platform": "apns", "token": "{i:064x}"}}]',
+        ("tests.peers.apns", "--cert-dir", "{dir}"),
+        stats=True,
+        env_from_peer=lambda d: {"BENCH_APNS_KEY": (d / "key.p8").read_text()},
     ),
     "webpush": Adapter(
         "webpush",
@@ -321,10 +357,16 @@ async def post_all(
     return await post_batches(api, pieces, count // BATCH_SIZE, tag, CONCURRENCY)
 
 
-def peer_stats(adapter: Adapter, port: int) -> dict[str, Any] | None:
+def peer_stats(adapter: Adapter, port: int, peer_dir: Path) -> dict[str, Any] | None:
     if not adapter.stats:
         return None
-    stats: dict[str, Any] = httpx.get(f"http://127.0.0.1:{port}/_peer/stats", timeout=5).json()
+    if adapter.name == "apns":  # HTTP/2 over TLS, the peer's own certificate
+        ca = str(peer_dir / "ca.pem")
+        with httpx.Client(http2=True, verify=ca, timeout=5) as h2:
+            answer = h2.get(f"https://127.0.0.1:{port}/_peer/stats")
+    else:
+        answer = httpx.get(f"http://127.0.0.1:{port}/_peer/stats", timeout=5)
+    stats: dict[str, Any] = answer.json()
     return stats
 
 
@@ -348,7 +390,9 @@ def run_adapter(
     keys = KeySpace(prefix)
     port, peer_port = free_port(), free_port()
     catalog = logs / f"{adapter.name}.toml"
-    catalog.write_text(adapter.catalog(peer_port))
+    peer_dir = logs / f"peer-{adapter.name}"
+    peer_dir.mkdir(exist_ok=True)
+    catalog.write_text(adapter.catalog(peer_port, peer_dir))
     env = service_env(prefix, args.redis_url, port, catalog) | adapter.env
     clarion = str(clarion_executable())
     peer_log, api_log = logs / f"peer-{adapter.name}.log", logs / f"api-{adapter.name}.log"
@@ -361,8 +405,11 @@ def run_adapter(
         with ExitStack() as stack:
             if adapter.peer:
                 argv = [sys.executable, "-m", adapter.peer[0], "--port", str(peer_port)]
-                peer = stack.enter_context(running(argv + list(adapter.peer[1:]), env, peer_log))
+                options = [option.replace("{dir}", str(peer_dir)) for option in adapter.peer[1:]]
+                peer = stack.enter_context(running(argv + options, env, peer_log))
                 wait_listening(peer, peer_port, peer_log)
+                if adapter.env_from_peer is not None:
+                    env |= adapter.env_from_peer(peer_dir)
             api = stack.enter_context(
                 running([clarion, "api", "--workers", str(API_WORKERS)], env, api_log)
             )
@@ -379,7 +426,7 @@ def run_adapter(
                 measure(adapter, base_url, args.redis_url, keys, args.deliveries, peer_port)
             )
             result |= figures
-            stats = peer_stats(adapter, peer_port)
+            stats = peer_stats(adapter, peer_port, peer_dir)
             if stats is not None:
                 result["peer"] = stats
                 if stats.get("accepted") != figures["deliveries_queued"]:
