@@ -1,29 +1,29 @@
 """An HTTP/2 client over TLS for APNs, on ``h2`` (the protocol's state machine) and asyncio.
 
 A ``Client`` keeps ``connections`` connections to one server (ALPN ``h2``; certificate and
-host name verified against ``ca_file`` or certifi), each carrying requests as concurrent
-streams up to the server's SETTINGS_MAX_CONCURRENT_STREAMS; beyond it a request waits for a
-free stream, first come first served. A request takes the least-loaded connection; when none
-is idle the next one of the pool opens meanwhile. A request costs no task and no write of its
-own: its frames go into the connection's ``h2`` buffer, written once per loop turn for all
-the requests of that turn, and it awaits a future the protocol callback resolves. Received
-data is acknowledged at once (``h2`` sends WINDOW_UPDATE); a body beyond the send window
-waits for the server's WINDOW_UPDATE. A connection silent ``keepalive_seconds`` gets a PING
-and is closed if silent as long again. After a GOAWAY a connection takes no new stream: the
-streams above its last_stream_id fail, the others finish, later requests open a new one.
-HPACK goes without Huffman coding (20 µs a request in pure Python, to save 30 bytes), and
-fields that change per request (``unique``) stay out of its table.
+host name verified against ``ca_file`` or certifi), taken in turn, each carrying requests as
+concurrent streams up to the server's SETTINGS_MAX_CONCURRENT_STREAMS; beyond it requests
+wait for a free stream, first come first served. A request costs no task and no write of its
+own: its frames go into the ``h2`` buffer, written once per loop turn for all the requests
+of that turn, and it awaits a future the protocol callback resolves. Received data is
+acknowledged at once (``h2`` sends WINDOW_UPDATE); a body, one DATA frame (16 KB at most, the
+least frame size a server may set), waits for the send window to hold it. A connection
+silent for ``keepalive_seconds`` gets a PING, and is closed if silent as long again. After a
+GOAWAY a connection takes no new stream: those above its last_stream_id fail, the others
+finish, later requests open a new connection. HPACK goes without Huffman coding (20 µs a
+request in Python, to save 30 bytes); fields that change per request (``unique``) stay out
+of its table, so the fixed ones are one byte each.
 
 Failures are classed as in ``app.providers.http``. Certainly not sent (``not_accepted``): no
-connection, TLS refused or no ``h2``, no connection or free stream within
+connection, TLS refused, no ``h2``, no connection or free stream within
 ``connect_timeout_seconds``, the stream refused (REFUSED_STREAM) or above a GOAWAY's
 last_stream_id, the connection lost before the request's frames were written. May have
 sent: no answer within ``timeout_seconds``, another reset, the connection lost after.
 
 Why not httpx with h2: against the local APNs peer (``tests.peers.apns``, own process, 64
-requests in flight, uvloop, two cores) httpx 0.28 with ``http2=True`` made 900 to 950
-requests/s at 1,050 to 1,100 µs of CPU each (httpcore's pool, a task, locks and awaits around
-the same ``h2`` calls); this client makes 2,800 to 3,800/s at 110 to 155 µs, mostly ``h2``'s.
+requests in flight, uvloop, two cores) httpx 0.28 with ``http2=True`` made 670 to 980
+requests/s at 1,020 to 1,450 µs of CPU each (httpcore's pool, a task, locks and awaits around
+the same ``h2`` calls); this client makes 3,800 to 4,270/s at 180 to 195 µs, mostly ``h2``'s.
 """
 
 from __future__ import annotations
@@ -47,18 +47,14 @@ from app.providers.base import ProviderError
 from streams.vocabulary import ErrorClass
 
 MAX_STREAMS: Final = 1000
+LAST_STREAM_ID: Final = 2**31 - 3  # then a connection is used up
 KEEPALIVE_SECONDS: Final = 60.0
-CLOSE_SECONDS: Final = 1.0  # how long ``close`` waits for a TLS shutdown
 
 Fields = Sequence[tuple[bytes, bytes]]
 _CODES = errors.ErrorCodes
-_SETTINGS: Final = {
-    settings.SettingCodes.ENABLE_PUSH: 0,
-    settings.SettingCodes.MAX_CONCURRENT_STREAMS: 0,
-    settings.SettingCodes.MAX_HEADER_LIST_SIZE: http.MAX_ANSWER_BYTES,
-}
-# Our requests' fields are lowercase and well formed (adapters build them); h2's checks of
-# them cost more than the rest of a request's frames. Answers are checked.
+_SETTINGS: Final = {settings.SettingCodes.ENABLE_PUSH: 0}  # h2 bounds header lists to 64 KB
+# Our requests' fields are well formed (adapters build them): h2's checks of them cost more
+# than the rest of a request's frames. Answers are checked.
 _CONFIG = H2Configuration(
     header_encoding=None, validate_outbound_headers=False, normalize_outbound_headers=False
 )
@@ -79,25 +75,21 @@ class _StateMachine(H2ConnectionStateMachine):
     server still finishes (RFC 9113 6.8): here it stays open, and takes no new stream."""
 
     def process_input(self, input_: ConnectionInputs) -> list[events.Event]:
-        if input_ is ConnectionInputs.RECV_GOAWAY:
-            return []
-        return super().process_input(input_)
+        return [] if input_ is ConnectionInputs.RECV_GOAWAY else super().process_input(input_)
 
 
-class _Failed(Exception):
-    """No answer: ``sent`` when the request may have reached the server."""
-
+class _Failed(Exception):  # no answer; ``sent``: the request may have reached the server
     def __init__(self, kind: str, *, sent: bool, detail: str = "") -> None:
         super().__init__(kind)
         self.kind, self.sent, self.detail = kind, sent, detail
 
 
-class _Retry(Exception):  # the connection takes no new stream: the request goes elsewhere
-    pass
+class _Retry(Exception):
+    """The connection takes no new stream: the request goes to another."""
 
 
 class Response:
-    """An answer (``status``, ``headers`` with lowercase names, ``body``) as it arrives."""
+    """An answer: ``status``, ``headers`` (lowercase names) and ``body``."""
 
     __slots__ = ("batch", "body", "chunks", "future", "headers", "size", "status")
 
@@ -113,6 +105,9 @@ class Response:
 class _Connection(asyncio.Protocol):
     """One HTTP/2 connection: its streams, the requests waiting for one, its keepalive."""
 
+    transport: asyncio.Transport  # from ``connection_made`` on
+    _timer: asyncio.TimerHandle
+
     def __init__(self, loop: asyncio.AbstractEventLoop, max_body: int, keepalive: float) -> None:
         self._loop, self._max_body, self._keepalive = loop, max_body, keepalive
         self._h2 = H2Connection(_CONFIG)
@@ -120,38 +115,27 @@ class _Connection(asyncio.Protocol):
         self._h2.local_settings = settings.Settings(client=True, initial_values=_SETTINGS)
         self._streams: dict[int, Response] = {}
         self._free = asyncio.Semaphore(0)  # streams the server allows beyond those open
-        self._limit = self._owed = self._queued = 0  # owed: streams taken back (a lower limit)
-        self._blocked: dict[int, memoryview] = {}  # bodies waiting for the send window
+        self._limit = self._owed = 0  # owed: streams to take back (the limit was lowered)
+        self._blocked: dict[int, bytes] = {}  # bodies waiting for the send window
         self._writes = self._received = self._seen = 0
         self._flushing = self._pinged = self.usable = self._draining = False
-        self._timer: asyncio.TimerHandle | None = None
-        self.transport: asyncio.Transport | None = None
         self.lost: asyncio.Future[None] = loop.create_future()
 
     async def exchange(self, fields: Fields, body: bytes, until: float, end: float) -> Response:
         """Send one request on a stream of this connection and await its answer."""
         if self._free.locked():
-            self._queued += 1
-            try:
-                async with asyncio.timeout_at(until):
-                    await self._free.acquire()
-            except TimeoutError:
-                raise _Failed("NoFreeStream", sent=False) from None
-            finally:
-                self._queued -= 1
+            async with asyncio.timeout_at(until):  # TimeoutError: no free stream in time
+                await self._free.acquire()
         else:
             await self._free.acquire()
-        try:
-            if not self.usable:
-                raise _Retry
-            stream_id = self._h2.get_next_available_stream_id()
-        except (_Retry, exceptions.NoAvailableStreamIDError):
+        if not self.usable or self._h2.highest_outbound_stream_id >= LAST_STREAM_ID:
             self._drain()  # and the next waiter learns it too
-            raise _Retry from None
+            raise _Retry
+        stream_id = self._h2.get_next_available_stream_id()
         self._h2.send_headers(stream_id, fields, end_stream=not body)
         stream = self._streams[stream_id] = Response(self._loop.create_future(), self._writes)
         if body:
-            self._blocked[stream_id] = memoryview(body)
+            self._blocked[stream_id] = body
             self._send_blocked()
         self._schedule_flush()
         timer = self._loop.call_at(end, self._reset, stream_id, "ReadTimeout")
@@ -162,23 +146,12 @@ class _Connection(asyncio.Protocol):
             if stream_id in self._streams:  # the caller gave up
                 self._reset(stream_id, "Cancelled")
 
-    def _send_blocked(self) -> None:
-        """Send what the windows allow of the bodies waiting, in the order they came."""
-        h2c = self._h2
-        for stream_id, waiting in list(self._blocked.items()):
-            rest = waiting
-            while rest:
-                room = min(h2c.local_flow_control_window(stream_id), h2c.max_outbound_frame_size)
-                if room <= 0:
-                    break
-                h2c.send_data(stream_id, rest[:room].tobytes(), end_stream=len(rest) <= room)
-                rest = rest[room:]
-            if not rest:
-                del self._blocked[stream_id]
-                continue
-            self._blocked[stream_id] = rest
-            if h2c.outbound_flow_control_window <= 0:
+    def _send_blocked(self) -> None:  # in the order they came, while the window holds them
+        for stream_id, body in list(self._blocked.items()):
+            if self._h2.local_flow_control_window(stream_id) < len(body):
                 return
+            self._h2.send_data(stream_id, body, end_stream=True)
+            del self._blocked[stream_id]
 
     def _schedule_flush(self) -> None:
         if not self._flushing:
@@ -187,28 +160,27 @@ class _Connection(asyncio.Protocol):
 
     def _flush(self) -> None:
         self._flushing = False
-        data, transport = self._h2.data_to_send(), self.transport
-        if data and transport is not None and not transport.is_closing():
-            transport.write(data)
+        data = self._h2.data_to_send()
+        if data and not self.transport.is_closing():
+            self.transport.write(data)
             self._writes += 1
 
     def _finish(self, stream_id: int, error: BaseException | None) -> None:
-        """The stream ended (``answer``) or failed (``error``): its slot is free again."""
+        """The stream ended (``error`` None) or failed: its place is free again."""
         stream = self._streams.pop(stream_id, None)
         if stream is None:
             return
-        if not stream.future.done():
-            if error is None:
-                stream.body = b"".join(stream.chunks)
-                stream.future.set_result(stream)
-            else:
-                stream.future.set_exception(error)
+        if not stream.future.done() and error is not None:
+            stream.future.set_exception(error)
+        elif not stream.future.done():
+            stream.body = b"".join(stream.chunks)
+            stream.future.set_result(stream)
         self._blocked.pop(stream_id, None)
         if self._owed:
             self._owed -= 1
         else:
             self._free.release()
-        if self._draining and not self._streams and self.transport is not None:
+        if self._draining and not self._streams:
             self.transport.close()
 
     def _reset(self, stream_id: int, kind: str) -> None:
@@ -217,17 +189,15 @@ class _Connection(asyncio.Protocol):
             self._h2.reset_stream(stream_id, _CODES.CANCEL)
         self._schedule_flush()
 
-    def _drain(self) -> None:
-        """Take no new stream (waiters go elsewhere); close once the open ones end."""
+    def _drain(self) -> None:  # take no new stream; close once the open ones end
         self.usable, self._draining = False, True
         self._free.release()  # each woken waiter finds it unusable and wakes the next
-        if not self._streams and self.transport is not None:
+        if not self._streams:
             self.transport.close()
 
-    def close(self) -> None:
-        """Say GOAWAY and close (open streams fail as the connection goes)."""
+    def close(self) -> None:  # open streams fail as the connection goes
         self.usable = False
-        if self.transport is not None and not self.transport.is_closing():
+        if not self.transport.is_closing():
             with contextlib.suppress(exceptions.ProtocolError):
                 self._h2.close_connection()
             self._flush()
@@ -246,8 +216,7 @@ class _Connection(asyncio.Protocol):
             happened = self._h2.receive_data(data)
         except exceptions.ProtocolError:
             self._flush()  # h2's GOAWAY
-            if self.transport is not None:
-                self.transport.abort()
+            self.transport.abort()
             return
         for event in happened:
             cls = type(event)
@@ -270,27 +239,21 @@ class _Connection(asyncio.Protocol):
         self._flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
+        self._timer.cancel()
         for stream in self._streams.values():
             if not stream.future.done():
                 left = self._writes > stream.batch
                 stream.future.set_exception(_Failed("ConnectionLost", sent=left))
-        self._streams.clear()
-        self._blocked.clear()
+        self._streams, self._blocked = {}, {}
         self._drain()
         if not self.lost.done():
             self.lost.set_result(None)
 
     def _on_response(self, event: Any) -> None:
         stream = self._streams.get(event.stream_id)
-        if stream is None:
-            return
-        for name, value in event.headers:
-            if name == b":status":
-                stream.status = int(value)
-            else:
-                stream.headers[name.decode("latin-1")] = value.decode("latin-1")
+        if stream is not None:
+            stream.headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in event.headers}
+            stream.status = int(stream.headers.pop(":status", 0))
 
     def _on_data(self, event: Any) -> None:
         self._h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
@@ -303,13 +266,10 @@ class _Connection(asyncio.Protocol):
 
     def _on_settings(self) -> None:
         limit = min(self._h2.remote_settings.max_concurrent_streams, MAX_STREAMS)
-        for _ in range(limit - self._limit):
-            if self._owed:
-                self._owed -= 1
-            else:
-                self._free.release()
-        self._owed += max(0, self._limit - limit)
-        self._limit = limit
+        self._owed, self._limit = self._owed - (limit - self._limit), limit
+        for _ in range(-self._owed):
+            self._free.release()
+        self._owed = max(self._owed, 0)
         if self._blocked:
             self._send_blocked()
 
@@ -317,23 +277,22 @@ class _Connection(asyncio.Protocol):
         for stream_id in list(self._streams):
             if stream_id > event.last_stream_id:
                 self._finish(stream_id, _Failed("GoAway", sent=False))
-        if event.error_code != _CODES.NO_ERROR and self.transport is not None:
+        if event.error_code != _CODES.NO_ERROR:
             self.transport.close()
         self._drain()
 
     def _tick(self) -> None:
         """Keepalive: PING after a silent interval; close after a second one."""
-        if self.transport is None or self.transport.is_closing():
+        if self.transport.is_closing():
             return
-        if self._received != self._seen:
-            self._seen, self._pinged = self._received, False
-        elif self._pinged:
+        if self._received == self._seen and self._pinged:
             self.transport.abort()
             return
-        else:
+        self._pinged = self._received == self._seen
+        if self._pinged:
             self._h2.ping(b"clarion!")
-            self._pinged = True
             self._flush()
+        self._seen = self._received
         self._timer = self._loop.call_later(self._keepalive, self._tick)
 
 
@@ -341,7 +300,7 @@ class Client:
     """HTTP/2 connections to one server for one adapter (see the module documentation)."""
 
     keepalive_seconds = KEEPALIVE_SECONDS
-    max_body_bytes = http.MAX_ANSWER_BYTES
+    max_body_bytes = http.MAX_ANSWER_BYTES  # of an answer
 
     def __init__(
         self, name: str, limits: ProviderLimits, url: str, ca_file: str = "", connections: int = 1
@@ -354,6 +313,7 @@ class Client:
         self._tls: ssl.SSLContext | None = None
         # Each connection of the pool, as the task that opens it.
         self._slots: list[asyncio.Task[_Connection] | None] = [None] * connections
+        self._turn = 0
         self._all: set[_Connection] = set()
 
     async def request(self, method: bytes, path: str, fields: Fields, body: bytes) -> Response:
@@ -366,39 +326,33 @@ class Client:
         request = [(b":method", method), *self._scheme, unique(b":path", path.encode()), *fields]
         try:
             while True:
-                connection = self._pick() or await self._connected(until)
                 try:
+                    connection = await self._connection(until)
                     return await connection.exchange(request, body, until, end)
                 except _Retry:
                     if loop.time() >= until:
-                        raise _Failed("NoFreeStream", sent=False) from None
-        except _Failed as failure:
-            if failure.sent:
-                text = f"{self.name}: no answer ({failure.kind}): it may have sent"
-                raise ProviderError(ErrorClass.TRANSIENT, text) from None
-            detail = f": {failure.detail}" if failure.detail else ""
-            text = f"{self.name}: not sent ({failure.kind}{detail})"
-            raise ProviderError(ErrorClass.TRANSIENT, text, not_accepted=True) from None
+                        raise TimeoutError from None
+        except TimeoutError:
+            failure = _Failed("NoFreeStream", sent=False)
+        except _Failed as failed:
+            failure = failed
+        detail = f": {failure.detail}" if failure.detail else ""
+        text = f"no answer ({failure.kind}): it may have sent" if failure.sent else ""
+        text = text or f"not sent ({failure.kind}{detail})"
+        raise ProviderError(
+            ErrorClass.TRANSIENT, f"{self.name}: {text}", not_accepted=not failure.sent
+        )
 
-    def _pick(self) -> _Connection | None:
-        """The least-loaded open connection; unless it is idle, the pool's next connection
-        starts opening meanwhile (for later requests)."""
-        best: _Connection | None = None
-        empty = -1
-        for index, task in enumerate(self._slots):
-            connection = _opened(task)
-            if connection is not None:
-                if best is None or _load(connection) < _load(best):
-                    best = connection
-            elif empty < 0 and (task is None or task.done()):
-                empty = index
-        if empty >= 0 and (best is None or _load(best) > 0):
-            self._slots[empty] = asyncio.get_running_loop().create_task(self._connect())
-        return best
-
-    async def _connected(self, until: float) -> _Connection:
-        """The first connection of the pool to open, waited for until ``until``."""
-        task = next(task for task in self._slots if task is not None and not task.done())
+    async def _connection(self, until: float) -> _Connection:
+        """The pool's next connection, opened (or being opened) within ``until``."""
+        index = self._turn = (self._turn + 1) % len(self._slots)
+        task = self._slots[index]
+        if task is not None and task.done() and not task.cancelled() and not task.exception():
+            connection = task.result()
+            if connection.usable:
+                return connection
+        if task is None or task.done():
+            task = self._slots[index] = asyncio.get_running_loop().create_task(self._connect())
         try:
             async with asyncio.timeout_at(until):
                 return await asyncio.shield(task)
@@ -419,8 +373,7 @@ class Client:
             if transport.get_extra_info("ssl_object").selected_alpn_protocol() != "h2":
                 transport.close()
                 raise _Failed("NoHttp2", sent=False, detail="the server does not speak HTTP/2")
-        except TimeoutError:
-            connection.close()
+        except TimeoutError:  # connecting or TLS: the socket is closed already
             raise _Failed("ConnectTimeout", sent=False) from None
         except ssl.SSLError as error:
             detail = getattr(error, "verify_message", "") or error.reason or ""
@@ -441,21 +394,7 @@ class Client:
         for connection in connections:
             connection.close()
         if connections:
-            await asyncio.wait(
-                [connection.lost for connection in connections], timeout=CLOSE_SECONDS
-            )
+            await asyncio.wait([each.lost for each in connections], timeout=1.0)  # TLS shutdowns
         for connection in connections:
-            if connection.transport is not None and not connection.lost.done():
+            if not connection.lost.done():
                 connection.transport.abort()
-
-
-def _opened(task: asyncio.Task[_Connection] | None) -> _Connection | None:
-    """The usable connection ``task`` opened, if any."""
-    if task is None or not task.done() or task.cancelled() or task.exception() is not None:
-        return None
-    connection = task.result()
-    return connection if connection.usable else None
-
-
-def _load(connection: _Connection) -> int:
-    return len(connection._streams) + connection._queued

@@ -237,17 +237,15 @@ async def test_an_answer_over_the_size_bound_is_cut(served: Served, ca_file: str
     assert error.message == "apns: no answer (AnswerTooLarge): it may have sent"
 
 
-async def test_the_pool_opens_its_other_connections_only_under_load(
+async def test_the_pool_takes_its_connections_in_turn(
     served: Served, ca_file: str, peer: ApnsPeer
 ) -> None:
     client = make_client(served, ca_file, connections=3)
-    for number in range(5):
+    for number in range(6):
         await post(client, peer, number)
-    assert peer.connections == 1
-    for _ in range(2):  # the second burst finds all three open
-        answers = await asyncio.gather(*(post(client, peer, n) for n in range(300)))
-        assert {answer.status for answer in answers} == {200}
-        await asyncio.sleep(0.2)
+    assert peer.connections == 3
+    answers = await asyncio.gather(*(post(client, peer, n) for n in range(300)))
+    assert {answer.status for answer in answers} == {200}
     assert peer.connections == 3
     await client.close()
 
@@ -268,3 +266,18 @@ async def test_the_peer_answers_its_stats(client: Client, peer: ApnsPeer) -> Non
     await post(client, peer)
     answer = await client.request(b"GET", "/_peer/stats", [], b"")
     assert json.loads(answer.body) == {"accepted": 1, "requests": 2, "connections": 1}
+
+
+async def test_a_connection_that_stops_answering_is_closed_and_replaced(
+    served: Served, ca_file: str, peer: ApnsPeer
+) -> None:
+    client = Client("apns", ProviderLimits(), served.base_url, ca_file)
+    client.keepalive_seconds = 0.05
+    await post(client, peer)
+    peer.mute = True  # PINGs go unanswered
+    await asyncio.sleep(0.3)
+    assert client._all == set()
+    peer.mute = False
+    assert (await post(client, peer, 1)).status == 200
+    assert peer.connections == 2
+    await client.close()

@@ -1,46 +1,37 @@
-"""A local APNs provider API: ``POST /3/device/<token>`` over HTTP/2 and TLS, as strict as
-Apple's (developer.apple.com, "Sending notification requests to APNs", "Establishing a
-token-based connection to APNs", "Handling notification responses from APNs").
+"""A local APNs provider API, ``POST /3/device/<token>`` over HTTP/2 and TLS, as strict as
+Apple's ("Sending notification requests to APNs", "Establishing a token-based connection to
+APNs", "Handling notification responses from APNs").
 
-It speaks HTTP/2 itself (``h2``, server side, on asyncio) over TLS with ALPN ``h2`` and a
-certificate for 127.0.0.1 and localhost issued by a ``trustme`` CA (one per process): a
-client trusts the peer by ``peer.ca.cert_pem``, as a file. Each request is checked in this
-order, and the first failure answered as APNs does, ``{"reason": ...}``:
+It speaks HTTP/2 itself (``h2``, server side, on asyncio) over TLS with ALPN ``h2``, with a
+certificate for 127.0.0.1 from a ``trustme`` CA (one per process; clients trust
+``peer.ca.cert_pem``). The first check a request fails is answered ``{"reason": ...}``:
+405 MethodNotAllowed but for POST; 404 BadPath; 400 BadDeviceToken unless 64 hex digits;
+403 MissingProviderToken, InvalidProviderToken (the JWT's header is not {alg ES256, kid} of
+a key it knows, ``iss`` not that key's team, or the ES256 signature fails: verified once per
+token, as APNs keeps a connection's token), ExpiredProviderToken (``iat`` over an hour old,
+or expired by the fault); 400 DuplicateHeaders, MissingTopic, TopicDisallowed, InvalidPushType
+(``apns-push-type`` alert with an alert, badge or sound, or background with only
+``content-available: 1``), BadPriority (5 or 10; 5 for background), BadExpirationDate (not
+digits), BadMessageId (``apns-id`` not a canonical UUID; one is made when absent),
+BadCollapseId (over 64 bytes); 413 PayloadTooLarge over 4096 bytes; 400 PayloadEmpty for a
+body that is no JSON object with an ``aps`` dictionary (APNs names no reason for that); then
+``unregister(token)`` (410 Unregistered, with a timestamp) and ``script(token, status,
+reason)``. An accepted request is kept in ``accepted`` as a ``Push`` (token, header fields,
+decoded payload) and answered 200 with its ``apns-id``.
 
-- 405 MethodNotAllowed unless POST; 404 BadPath unless ``/3/device/<token>``; 400
-  BadDeviceToken unless the token is 64 hex digits;
-- the provider token: 403 MissingProviderToken without ``authorization: bearer <JWT>``, 403
-  InvalidProviderToken unless the JWT's header is {alg ES256, kid} of a key the peer knows,
-  its ``iss`` is that key's team and its ES256 signature verifies; 403 ExpiredProviderToken
-  when its ``iat`` is over an hour old (or the token was expired by the fault below). A
-  signature is verified once per token, as a server keeping the token of a connection would;
-- 400 DuplicateHeaders for a field given twice; MissingTopic, TopicDisallowed (a topic it
-  was not given); InvalidPushType unless ``apns-push-type`` is alert or background and fits
-  the payload (background: only ``content-available: 1`` in ``aps``; alert: an alert, badge
-  or sound); BadPriority unless ``apns-priority`` is 5 or 10, and 5 for background;
-  BadExpirationDate unless ``apns-expiration`` is digits; BadMessageId unless ``apns-id`` is
-  a canonical UUID (one is made when there is none); BadCollapseId over 64 bytes;
-- 413 PayloadTooLarge over 4096 bytes; 400 PayloadEmpty when the body is empty, not a JSON
-  object or has no ``aps`` dictionary (APNs names no reason for a malformed payload);
-- then the scripted tokens: ``unregister(token)`` answers 410 Unregistered with a timestamp,
-  ``script(token, status, reason)`` anything.
-
-An accepted request is kept in ``accepted`` (a ``Push``: token, header fields, the decoded
-payload) and answered 200 with its ``apns-id``. ``fail(Fault.X, times=n)`` answers 429
-TooManyRequests, 500 InternalServerError, 503 ServiceUnavailable, 403 ExpiredProviderToken
-(and the token presented stays expired, so only a new one passes), holds the request
-(HANG, until ``release``) or drops the connection on it (DROP). ``max_streams`` is the
-SETTINGS_MAX_CONCURRENT_STREAMS it announces (a client exceeding it breaks the connection),
-``delay`` holds every answer that long, ``goaway_after = n`` sends GOAWAY (last_stream_id
-the n-th stream of the connection) when a connection's n-th stream arrives, answers the
-streams up to it and closes. ``requests``, ``connections`` and ``max_open`` (most streams
-open at once on one connection) count what it saw.
+``fail(Fault.X, times=n)`` answers 429 TooManyRequests, 500 InternalServerError, 503
+ServiceUnavailable or 403 ExpiredProviderToken (the token stays expired: only a new one
+passes), holds requests until ``released`` (HANG) or drops the connection (DROP);
+``mute`` stops reading (a dead server). ``max_streams`` is the SETTINGS_MAX_CONCURRENT_STREAMS
+it announces (more breaks the connection), ``delay`` holds every answer, ``goaway_after = n``
+sends GOAWAY at a connection's n-th stream, answers the streams up to it and closes.
+``requests``, ``connections`` and ``max_open`` (most streams open at once) count.
 
     python -m tests.peers.apns --port 8443 --cert-dir DIR
 
-serves it alone, writing into DIR ``ca.pem`` (the CA to trust), ``key.p8`` (the signing key
-it accepts) and ``peer.json`` ({"team_id", "key_id", "topic"}); ``GET /_peer/stats`` over
-the same listener answers {"accepted", "requests", "connections"}.
+serves it alone, writing ``ca.pem``, ``key.p8`` (the signing key it accepts) and
+``peer.json`` ({"team_id", "key_id", "topic"}) into DIR; ``GET /_peer/stats`` answers
+{"accepted", "requests", "connections"}.
 """
 
 from __future__ import annotations
@@ -65,6 +56,7 @@ import h2.connection
 import h2.events
 import h2.exceptions
 import h2.settings
+import hpack
 import jwt
 import trustme
 import uvloop
@@ -84,25 +76,25 @@ _TOKEN = re.compile(r"[0-9a-fA-F]{64}")
 _UUID = re.compile(r"[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}")
 
 Reply = tuple[int, dict[str, str], bytes]
+_CONFIG: Final = h2.config.H2Configuration(client_side=False, header_encoding=None)
+
+
+class _Encoder(hpack.Encoder):  # Huffman coding would cost the peer 20 µs an answer
+    def encode(self, headers: Any, huffman: bool = False) -> bytes:
+        return super().encode(headers, huffman=False)
+
+
 # Every peer of a process has its certificate from this one authority.
 _AUTHORITY: Final = trustme.CA()
 
 
 class Fault(StrEnum):
-    TOO_MANY_REQUESTS = "429"
-    ERROR = "500"
-    UNAVAILABLE = "503"
-    EXPIRED_TOKEN = "403"
+    TOO_MANY_REQUESTS = "429 TooManyRequests"
+    ERROR = "500 InternalServerError"
+    UNAVAILABLE = "503 ServiceUnavailable"
+    EXPIRED_TOKEN = "403 ExpiredProviderToken"
     HANG = "hang"
     DROP = "drop"
-
-
-FAULT_REASONS: Final = {
-    Fault.TOO_MANY_REQUESTS: (429, "TooManyRequests"),
-    Fault.ERROR: (500, "InternalServerError"),
-    Fault.UNAVAILABLE: (503, "ServiceUnavailable"),
-    Fault.EXPIRED_TOKEN: (403, "ExpiredProviderToken"),
-}
 
 
 @dataclass(frozen=True)
@@ -156,6 +148,7 @@ class ApnsPeer:
         self._fault: Fault | None = None
         self._fault_times: int | None = None
         self.released = threading.Event()
+        self.mute = False
         self.live: set[_Server] = set()
 
     @property
@@ -207,12 +200,12 @@ class ApnsPeer:
         headers = dict(fields)
         if headers.get(":path") == "/_peer/stats" and headers.get(":method") == "GET":
             return 200, {"content-type": "application/json"}, json.dumps(self.stats()).encode()
-        if fault in FAULT_REASONS:
+        if fault is not None:
             if fault is Fault.EXPIRED_TOKEN:
                 self.expired.add(headers.get("authorization", "").partition(" ")[2])
-            status, reason = FAULT_REASONS[fault]
-            reply = refusal(status, reason)
-            if self.retry_after is not None and status in {429, 503}:
+            status, reason = fault.split()
+            reply = refusal(int(status), reason)
+            if self.retry_after is not None and status in {"429", "503"}:
                 reply[1]["retry-after"] = self.retry_after
             return reply
         if headers.get(":method") != "POST":
@@ -324,28 +317,29 @@ def _payload(body: bytes) -> tuple[dict[str, Any], str]:
 class _Server(asyncio.Protocol):
     """One client connection to the peer."""
 
+    transport: asyncio.Transport
+
     def __init__(self, peer: ApnsPeer) -> None:
         self.peer = peer
-        config = h2.config.H2Configuration(client_side=False, header_encoding="utf-8")
-        self.h2 = h2.connection.H2Connection(config)
-        self.h2.local_settings = h2.settings.Settings(
-            client=False,
-            initial_values={h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: peer.max_streams},
-        )
-        self.transport: asyncio.Transport | None = None
+        self.h2 = h2.connection.H2Connection(_CONFIG)
+        self.h2.encoder = _Encoder()
+        limit = {h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: peer.max_streams}
+        self.h2.local_settings = h2.settings.Settings(client=False, initial_values=limit)
         self.streams: dict[int, tuple[list[tuple[str, str]], bytearray]] = {}
         self.pending: set[int] = set()  # taken, not answered yet
-        self.received = 0
+        self.received = self.answered = 0
         self.last_stream: int | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport = cast(asyncio.Transport, transport)
+        self.transport = cast(asyncio.Transport, transport)
         self.peer.connections += 1
         self.peer.live.add(self)
         self.h2.initiate_connection()
-        transport.write(self.h2.data_to_send())
+        self._write()
 
     def data_received(self, data: bytes) -> None:
+        if self.peer.mute:
+            return
         try:
             events = self.h2.receive_data(data)
         except h2.exceptions.ProtocolError:
@@ -356,12 +350,10 @@ class _Server(asyncio.Protocol):
             if isinstance(event, h2.events.RequestReceived):
                 self._opened(event.stream_id or 0, event.headers or [])
             elif isinstance(event, h2.events.DataReceived):
-                self.h2.acknowledge_received_data(
-                    event.flow_controlled_length or 0, event.stream_id or 0
-                )
-                if (stream := self.streams.get(event.stream_id or 0)) and len(
-                    stream[1]
-                ) <= MAX_PAYLOAD:
+                stream_id = event.stream_id or 0
+                self.h2.acknowledge_received_data(event.flow_controlled_length or 0, stream_id)
+                stream = self.streams.get(stream_id)
+                if stream is not None and len(stream[1]) <= MAX_PAYLOAD:
                     stream[1].extend(event.data or b"")
             elif isinstance(event, h2.events.StreamEnded):
                 self._request(event.stream_id or 0)
@@ -373,7 +365,8 @@ class _Server(asyncio.Protocol):
     def _opened(self, stream_id: int, headers: Any) -> None:
         if self.last_stream is not None and stream_id > self.last_stream:
             return  # after GOAWAY: not processed
-        self.streams[stream_id] = ([(str(k), str(v)) for k, v in headers], bytearray())
+        fields = [(bytes(k).decode(), bytes(v).decode()) for k, v in headers]
+        self.streams[stream_id] = (fields, bytearray())
         self.pending.add(stream_id)
         self.peer.max_open = max(self.peer.max_open, len(self.pending))
         self.received += 1
@@ -382,7 +375,6 @@ class _Server(asyncio.Protocol):
             self._write()
             frame = GoAwayFrame(0)
             frame.last_stream_id = stream_id
-            assert self.transport is not None
             self.transport.write(frame.serialize())
 
     def _request(self, stream_id: int) -> None:
@@ -393,7 +385,6 @@ class _Server(asyncio.Protocol):
         fault = self.peer.take_fault() if dict(stream[0]).get(":path") != "/_peer/stats" else None
         loop = asyncio.get_running_loop()
         if fault is Fault.DROP:
-            assert self.transport is not None
             self.transport.abort()
         elif fault is Fault.HANG:
             loop.run_in_executor(None, self.peer.released.wait, HANG_SECONDS).add_done_callback(
@@ -407,7 +398,7 @@ class _Server(asyncio.Protocol):
                 self._answer(stream_id, reply, flush=False)
 
     def _answer(self, stream_id: int, reply: Reply, *, flush: bool = True) -> None:
-        if stream_id not in self.pending or self.transport is None or self.transport.is_closing():
+        if stream_id not in self.pending or self.transport.is_closing():
             return
         self.pending.discard(stream_id)
         status, headers, body = reply
@@ -416,7 +407,8 @@ class _Server(asyncio.Protocol):
             self.h2.send_headers(stream_id, fields, end_stream=not body)
             if body:
                 self.h2.send_data(stream_id, body, end_stream=True)
-        if flush:
+        self.answered += 1
+        if flush or self.answered % 8 == 0:  # a batch goes out in parts, as APNs answers
             self._write()
         if self.last_stream is not None and not self.pending:
             self._write()
@@ -424,12 +416,11 @@ class _Server(asyncio.Protocol):
 
     def _write(self) -> None:
         data = self.h2.data_to_send()
-        if data and self.transport is not None and not self.transport.is_closing():
+        if data and not self.transport.is_closing():
             self.transport.write(data)
 
     def close(self) -> None:
-        if self.transport is not None:
-            self.transport.close()
+        self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.peer.live.discard(self)
@@ -470,8 +461,7 @@ async def _stop(peer: ApnsPeer, server: asyncio.Server) -> None:
         connection.close()
     await asyncio.sleep(0.05)
     for connection in list(peer.live):
-        if connection.transport is not None:
-            connection.transport.abort()
+        connection.transport.abort()
     await server.wait_closed()
     await asyncio.get_running_loop().shutdown_default_executor()
 
