@@ -21,7 +21,7 @@ import pytest
 from app.api import body
 from app.ingest import quiet_hours, requests
 from app.ingest.quiet_hours import QuietHoursError
-from app.providers import smtp, ssrf, webpush
+from app.providers import apns, smtp, ssrf, webpush
 from app.validation import describe
 from streams.events import QuietHoursSetting
 from tests.conftest import REPO
@@ -74,6 +74,10 @@ def applications(text: str) -> Iterator[tuple[str, Callable[[], object]]]:
     # A push template's collapse key and link (filled from request data); a push service's
     # reason code.
     yield "webpush._TOPIC", lambda: webpush._TOPIC.fullmatch(text)
+    # An APNs device token (from the address), a delivery id, APNs's reason code.
+    yield "apns._DEVICE_TOKEN", lambda: apns._DEVICE_TOKEN.fullmatch(text)
+    yield "apns._UUID", lambda: apns._UUID.fullmatch(text)
+    yield "apns._REASON", lambda: apns._REASON.fullmatch(text)
     yield "webpush._ABSOLUTE_LINK", lambda: webpush._ABSOLUTE_LINK.match(text)
     yield "webpush._REASON_CODE", lambda: webpush._REASON_CODE.fullmatch(text)
     # A body the cut reads starts with a bracket.
@@ -137,6 +141,7 @@ TESTED = {
     )),
     *(f"app.providers.ssrf.{name}" for name in ("_URL_CHARACTERS", "_HOST_NAME", "_NUMERIC_LABEL")),
     *(f"app.providers.webpush.{name}" for name in ("_TOPIC", "_ABSOLUTE_LINK", "_REASON_CODE")),
+    *(f"app.providers.apns.{name}" for name in ("_DEVICE_TOKEN", "_UUID", "_REASON")),
 }  # fmt: skip
 
 
