@@ -18,7 +18,7 @@ from app.providers.base import PushContent
 from streams.vocabulary import Channel
 from streams.work_items import WorkItem
 
-_SMS, _PUSH = Channel.SMS, Channel.PUSH  # bound once: compared on every delivery
+_SMS = Channel.SMS  # bound once: compared on every delivery
 _NO_PUSH = PushContent()
 
 
