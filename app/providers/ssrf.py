@@ -32,7 +32,7 @@ import socket
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from aiohttp.abc import AbstractResolver, ResolveResult
 from yarl import URL
@@ -46,6 +46,7 @@ Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
 
 DEFAULT_PORTS: Final = {"http": 80, "https": 443}
 MAX_URL_LENGTH: Final = 2048
+MAX_KEPT_AUTHORITIES: Final = 4096
 # RFC 3986 characters only: anything else (spaces, backslashes, non-ASCII) is where URL
 # parsers disagree, and a URL one parser reads differently from another is how checks are
 # bypassed.
@@ -152,6 +153,8 @@ class Policy:
         self.allow_http_hosts = frozenset(host.lower() for host in config.allow_http_hosts)
         self.allow_networks: tuple[IPNetwork, ...] = config.networks
         self.resolver = resolver
+        # (scheme, authority) -> (host, port), or why it is refused
+        self._authorities: dict[tuple[str, str], tuple[str, int] | str] = {}
 
     def target(self, url: str) -> Target:
         """The checked target of ``url``; ``Refused`` saying why not."""
@@ -159,12 +162,34 @@ class Policy:
             raise Refused("the URL is not an ASCII URL of at most 2048 characters")
         try:
             parts = urlsplit(url)
-            port = parts.port
         except ValueError:
             raise Refused("the URL does not parse (host or port)") from None
         scheme = parts.scheme.lower()
         if scheme not in DEFAULT_PORTS:
             raise Refused("the URL must be http or https")
+        # Many URLs name the same few hosts (a push service's endpoints): each scheme and
+        # authority is judged once, the verdict kept.
+        authority = (scheme, parts.netloc)
+        verdict = self._authorities.get(authority)
+        if verdict is None:
+            try:
+                verdict = self._authority(parts, scheme)
+            except Refused as refused:
+                verdict = str(refused)
+            if len(self._authorities) >= MAX_KEPT_AUTHORITIES:
+                self._authorities.clear()
+            self._authorities[authority] = verdict
+        if isinstance(verdict, str):
+            raise Refused(verdict)
+        path = parts.path or "/"
+        return Target(scheme, *verdict, f"{path}?{parts.query}" if parts.query else path)
+
+    def _authority(self, parts: SplitResult, scheme: str) -> tuple[str, int]:
+        """The host and port of a URL's authority, if it may be called."""
+        try:
+            port = parts.port
+        except ValueError:
+            raise Refused("the URL does not parse (host or port)") from None
         if "@" in parts.netloc:
             raise Refused("the URL may not hold user information (user:password@)")
         host = _checked_host(parts.hostname or "", bracketed="[" in parts.netloc)
@@ -174,8 +199,7 @@ class Policy:
         if scheme == "http" and host not in self.allow_http_hosts:
             raise Refused(f"plain http to {host}: use https or list it in allow_http_hosts")
         self._check_literal(host)
-        path = parts.path or "/"
-        return Target(scheme, host, port, f"{path}?{parts.query}" if parts.query else path)
+        return host, port
 
     def _check_literal(self, host: str) -> None:
         """``Refused`` if ``host`` is an IP address that may not be called (no resolver is

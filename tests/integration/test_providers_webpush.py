@@ -17,6 +17,7 @@ import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
+import http_ece
 import httpx
 import jwt
 import msgspec
@@ -168,6 +169,19 @@ def test_the_peer_decrypts_rfc_8291_s_example_and_the_adapter_encrypts_it_byte_f
     tampered = body[:-1] + bytes([body[-1] ^ 1])
     with pytest.raises(ValueError, match="does not authenticate"):
         decrypt(tampered, ua, auth)
+
+
+def test_http_ece_decrypts_what_the_adapter_encrypts_with_a_fresh_key_and_salt() -> None:
+    # A third reading of RFC 8188/8291 beside the peer's and the adapter's own.
+    ua = ec.generate_private_key(ec.SECP256R1())
+    auth = b"0123456789abcdef"
+    plaintext = json.dumps({"notification": {"title": "Hi", "body": "x" * 3000}}).encode()
+    first = encrypt(plaintext, ua.public_key(), auth)
+    second = encrypt(plaintext, ua.public_key(), auth)
+    assert first[:16] != second[:16]  # the salt
+    assert first[21:86] != second[21:86]  # the sender's key
+    for body in (first, second):
+        assert http_ece.decrypt(body, private_key=ua, auth_secret=auth) == plaintext
 
 
 async def test_a_push_arrives_decrypted_as_the_payload_builder_made_it(

@@ -7,7 +7,8 @@ plays the browser: it decrypts every message it takes.
 - a body of at most ``max_body_bytes`` (4096, as RFC 8030 requires push services to take;
   413 beyond);
 - VAPID (RFC 8292): ``Authorization: vapid t=<JWT>, k=<key>``; the JWT's header is
-  ``{"typ": "JWT", "alg": "ES256"}``, its ES256 signature verifies against ``k``, ``aud`` is
+  ``{"typ": "JWT", "alg": "ES256"}``, its ES256 signature verifies against ``k`` (verified
+  once per distinct value, as an application server reuses a JWT for hours), ``aud`` is
   this service's ``origin``, ``exp`` is in the future and at most 24 hours ahead, ``sub`` is a
   mailto: or https: URL (401 otherwise). With ``application_server_key`` set, subscriptions
   are restricted to that key, and a valid token made with another key is answered 403;
@@ -46,7 +47,7 @@ import secrets
 import struct
 import time
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from cryptography.exceptions import InvalidSignature, InvalidTag
 from cryptography.hazmat.primitives import hashes
@@ -62,6 +63,7 @@ from tests.peers.serving import Answer, Fault, HttpPeer, Request, main
 SEED: Final = b"clarion-webpush-peer-v1"
 MAX_BODY_BYTES: Final = 4096
 MAX_EXP_AHEAD_SECONDS: Final = 24 * 3600
+MAX_KEPT_TOKENS: Final = 10_000
 URGENCIES: Final = frozenset({"very-low", "low", "normal", "high"})
 # The order of P-256's group: a derived private key must lie in [1, order - 1].
 P256_ORDER: Final = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
@@ -89,6 +91,14 @@ def derived_keys(number: int) -> tuple[ec.EllipticCurvePrivateKey, bytes]:
     scalar = int.from_bytes(hashlib.sha256(SEED + b"key" + tag).digest(), "big")
     key = ec.derive_private_key(scalar % (P256_ORDER - 1) + 1, ec.SECP256R1())
     return key, hashlib.sha256(SEED + b"auth" + tag).digest()[:16]
+
+
+_Browser = tuple[ec.EllipticCurvePrivateKey, bytes, bytes]
+
+
+def _browser(number: int) -> _Browser:
+    key, auth = derived_keys(number)
+    return key, auth, raw_public(key)
 
 
 @dataclass(frozen=True)
@@ -120,8 +130,11 @@ def _hkdf(salt: bytes, ikm: bytes, info: bytes, length: int) -> bytes:
     return HKDF(algorithm=hashes.SHA256(), length=length, salt=salt, info=info).derive(ikm)
 
 
-def decrypt(body: bytes, ua_private: ec.EllipticCurvePrivateKey, auth: bytes) -> bytes:
-    """The plaintext of an aes128gcm (RFC 8188) body encrypted for this browser (RFC 8291)."""
+def decrypt(
+    body: bytes, ua_private: ec.EllipticCurvePrivateKey, auth: bytes, ua_public: bytes = b""
+) -> bytes:
+    """The plaintext of an aes128gcm (RFC 8188) body encrypted for this browser (RFC 8291);
+    ``ua_public``: the browser's public key, when the caller has it encoded already."""
     if len(body) < 21:
         raise Undecryptable("shorter than the aes128gcm header")
     salt, (rs,), idlen = body[:16], struct.unpack("!I", body[16:20]), body[20]
@@ -133,7 +146,7 @@ def decrypt(body: bytes, ua_private: ec.EllipticCurvePrivateKey, auth: bytes) ->
     except ValueError:
         raise Undecryptable("the key id is not a point of P-256") from None
     ecdh_secret = ua_private.exchange(ec.ECDH(), as_public)
-    key_info = b"WebPush: info\x00" + raw_public(ua_private) + sender
+    key_info = b"WebPush: info\x00" + (ua_public or raw_public(ua_private)) + sender
     ikm = _hkdf(auth, ecdh_secret, key_info, 32)
     cek = _hkdf(salt, ikm, b"Content-Encoding: aes128gcm\x00", 16)
     nonce = _hkdf(salt, ikm, b"Content-Encoding: nonce\x00", 12)
@@ -159,8 +172,18 @@ class Unauthorized(Exception):
         self.status = status
 
 
-def verify_vapid(authorization: str, origin: str, now: float) -> tuple[str, bytes]:
-    """The JWT and the key of a valid VAPID Authorization value, else ``Unauthorized``."""
+@dataclass(frozen=True)
+class Vapid:
+    """A VAPID Authorization value whose signature verified: the JWT, its claims, ``k``."""
+
+    token: str
+    claims: dict[str, Any]
+    key: bytes
+
+
+def signed_vapid(authorization: str) -> Vapid:
+    """The JWT, claims and key of an Authorization value whose ES256 signature verifies with
+    its own ``k``, else ``Unauthorized``. The claims are not checked here."""
     scheme, _, rest = authorization.partition(" ")
     params = dict(part.strip().partition("=")[::2] for part in rest.split(","))
     token, k = params.get("t", ""), params.get("k", "")
@@ -181,14 +204,28 @@ def verify_vapid(authorization: str, origin: str, now: float) -> tuple[str, byte
         key.verify(der, f"{head}.{body}".encode(), ec.ECDSA(hashes.SHA256()))
     except InvalidSignature:
         raise Unauthorized(401, "the JWT's signature does not verify with k") from None
-    if not isinstance(claims, dict) or claims.get("aud") != origin:
+    if not isinstance(claims, dict):
+        raise Unauthorized(401, "the JWT's claims are not an object")
+    return Vapid(token, claims, unb64url(k))
+
+
+def check_claims(vapid: Vapid, origin: str, now: float) -> None:
+    """``Unauthorized`` unless the claims are for ``origin``, unexpired and signed by who."""
+    claims = vapid.claims
+    if claims.get("aud") != origin:
         raise Unauthorized(401, "aud is not this push service's origin")
     exp = claims.get("exp")
     if not isinstance(exp, int) or not now < exp <= now + MAX_EXP_AHEAD_SECONDS:
         raise Unauthorized(401, "exp is not in the next 24 hours")
     if not str(claims.get("sub", "")).startswith(("mailto:", "https:")):
         raise Unauthorized(401, "sub is not a mailto: or https: URL")
-    return token, unb64url(k)
+
+
+def verify_vapid(authorization: str, origin: str, now: float) -> tuple[str, bytes]:
+    """The JWT and the key of a valid VAPID Authorization value, else ``Unauthorized``."""
+    vapid = signed_vapid(authorization)
+    check_claims(vapid, origin, now)
+    return vapid.token, vapid.key
 
 
 @dataclass(frozen=True)
@@ -216,14 +253,16 @@ class WebPushPeer(HttpPeer):
         self.decrypted = 0
         # Why each refused request was refused, in order (status, reason).
         self.refusals: list[tuple[int, str]] = []
-        self._keys: dict[int, tuple[ec.EllipticCurvePrivateKey, bytes]] = {}
+        # subscription number -> the browser's private key, auth secret and public key
+        self._keys: dict[int, _Browser] = {}
         self._gone: dict[int, int] = {}
+        self._vapid: dict[str, Vapid] = {}
         self._next = 1
 
     def subscribe(self) -> Subscription:
         """A new subscription of this service (its private key stays here)."""
         number, self._next = self._next, self._next + 1
-        self._keys[number] = derived_keys(number)
+        self._keys[number] = _browser(number)
         return subscription(number, self.origin)
 
     def gone(self, sub: Subscription, status: int = 410) -> None:
@@ -242,18 +281,29 @@ class WebPushPeer(HttpPeer):
         self.refusals.append((status, why))
         return Answer.json(status, {"code": status, "errno": errno, "message": why})
 
-    def _subscription(self, path: str) -> tuple[int, tuple[ec.EllipticCurvePrivateKey, bytes]]:
+    def _signed(self, authorization: str) -> Vapid:
+        """``signed_vapid``, its signature verified once per distinct value: an application
+        server sends the same JWT for hours (the claims are checked on every request)."""
+        vapid = self._vapid.get(authorization)
+        if vapid is None:
+            vapid = signed_vapid(authorization)
+            if len(self._vapid) >= MAX_KEPT_TOKENS:
+                self._vapid.clear()
+            self._vapid[authorization] = vapid
+        return vapid
+
+    def _subscription(self, path: str) -> tuple[int, _Browser]:
         found = _PATH.fullmatch(path)
         number = int(found.group(1)) if found else 0
         if number and number not in self._keys and self.any_number:
-            self._keys[number] = derived_keys(number)
+            self._keys[number] = _browser(number)
         return number, self._keys[number]
 
     async def handle(self, request: Request) -> Answer:
         if request.method != "POST":
             return self._refuse(405, "push messages are POSTed", 101)
         try:
-            number, (key, auth) = self._subscription(request.path)
+            number, (key, auth, public) = self._subscription(request.path)
         except KeyError:
             return self._refuse(404, "no such subscription", 102)
         if number in self._gone:
@@ -262,16 +312,18 @@ class WebPushPeer(HttpPeer):
             return self._refuse(413, "the body is too large", 104)
         headers = request.headers
         try:
-            token, k = verify_vapid(headers.get("authorization", ""), self.origin, time.time())
+            vapid = self._signed(headers.get("authorization", ""))
+            check_claims(vapid, self.origin, time.time())
         except Unauthorized as refused:
             return self._refuse(refused.status, str(refused), 109)
+        token, k = vapid.token, vapid.key
         if self.application_server_key is not None and k != self.application_server_key:
             return self._refuse(403, "the key is not the subscription's", 109)
         problem = _header_problem(headers)
         if problem:
             return self._refuse(400, problem, 111)
         try:
-            plaintext = decrypt(request.body, key, auth)
+            plaintext = decrypt(request.body, key, auth, public)
         except Undecryptable as error:
             return self._refuse(400, f"cannot decrypt: {error}", 110)
         self.decrypted += 1
