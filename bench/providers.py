@@ -254,7 +254,7 @@ ADAPTERS = {
         "apns",
         "PUSH",
         '"push_targets": [{{"platform": "apns", "token": "{i:064x}"}}]',
-        ("tests.peers.apns", "--cert-dir", "{dir}"),
+        ("tests.peers.apns_standalone", "--cert-dir", "{dir}"),
         stats=True,
         env_from_peer=lambda d: {"BENCH_APNS_KEY": (d / "key.p8").read_text()},
     ),

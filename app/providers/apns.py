@@ -249,13 +249,13 @@ class ApnsProvider:
         fields = [
             *self._fixed,
             (b"apns-priority", self._priority[message.priority]),
-            http2.unique(b"apns-expiration", b"%d" % when),
+            (b"apns-expiration", b"%d" % when),
         ]
         if _UUID.fullmatch(message.delivery_id):
-            fields.append(http2.unique(b"apns-id", message.delivery_id.encode()))
+            fields.append((b"apns-id", message.delivery_id.encode()))
         if message.push.collapse_key:
             collapse = collapse_id(message.push.collapse_key).encode()
-            fields.append(http2.unique(b"apns-collapse-id", collapse))
+            fields.append((b"apns-collapse-id", collapse))
         return fields
 
     def _error(self, response: http2.Response) -> ProviderError:

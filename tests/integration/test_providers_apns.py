@@ -12,6 +12,8 @@ import asyncio
 import base64
 import hashlib
 import json
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -21,6 +23,7 @@ import jwt
 import msgspec
 import pytest
 import structlog
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
@@ -31,6 +34,7 @@ from app.providers.base import Message, ProviderError, PushContent, Reason
 from app.providers.http2 import Client
 from streams.vocabulary import Channel, ErrorClass, Priority
 from tests.peers.apns import PEER_KEY_ID, PEER_TEAM_ID, PEER_TOPIC, ApnsPeer, Fault, Served, serve
+from tests.servers import free_port, wait_for_port
 
 DEVICE = "a1b2c3d4e5f60718" * 4
 DELIVERY = "01936f4e-8a2b-7c3d-9e4f-a0b1c2d3e4f5"
@@ -402,8 +406,48 @@ async def test_the_peer_refuses_what_apns_refuses(
     served: Served, ca_file: str, peer: ApnsPeer
 ) -> None:
     client = Client("peer", ProviderLimits(), served.base_url, ca_file=ca_file)
+    await refuses_what_apns_refuses(client, peer.key)
+    await client.close()
+    assert len(peer.accepted) == 1
+
+
+@pytest.fixture
+def standalone(tmp_path: Path) -> Iterator[tuple[str, str, str]]:
+    """``tests.peers.apns_standalone`` in its own process: base URL, CA file, signing key."""
+    port = free_port()
+    command = [sys.executable, "-m", "tests.peers.apns_standalone", "--port", str(port),
+               "--cert-dir", str(tmp_path)]  # fmt: skip
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_port(port)
+        key = (tmp_path / "key.p8").read_text()
+        yield f"https://127.0.0.1:{port}", str(tmp_path / "ca.pem"), key
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+async def test_the_standalone_peer_checks_the_same_over_another_http2_server(
+    standalone: tuple[str, str, str],
+) -> None:
+    base_url, ca_file, key_pem = standalone
+    client = Client("peer", ProviderLimits(), base_url, ca_file=ca_file)
+    key = serialization.load_pem_private_key(key_pem.encode(), None)
+    assert isinstance(key, ec.EllipticCurvePrivateKey)
+    await refuses_what_apns_refuses(client, key)
+    adapter = make_provider(Served(int(base_url.rpartition(":")[2])), ca_file, key_pem)
+    sent = await asyncio.gather(*(adapter.send(push(f"apns {n:064x}")) for n in range(300)))
+    assert len(sent) == 300
+    stats = json.loads((await client.request(b"GET", "/_peer/stats", [], b"")).body)
+    assert (stats["accepted"], stats["requests"]) == (1 + 300, 17 + 300 + 1)
+    await adapter.close()
+    await client.close()
+
+
+async def refuses_what_apns_refuses(client: Client, key: ec.EllipticCurvePrivateKey) -> None:
+    """Sends one acceptable request and one of each kind APNs refuses, through ``client``."""
     token = jwt.encode(
-        {"iss": PEER_TEAM_ID, "iat": int(time.time())}, peer.key, "ES256", {"kid": PEER_KEY_ID}
+        {"iss": PEER_TEAM_ID, "iat": int(time.time())}, key, "ES256", {"kid": PEER_KEY_ID}
     )
     good = {
         "authorization": f"bearer {token}", "apns-topic": PEER_TOPIC,
@@ -444,5 +488,3 @@ async def test_the_peer_refuses_what_apns_refuses(
     twice = [(k.encode(), v.encode()) for k, v in good.items()] + [(b"apns-topic", b"x")]
     answer = await client.request(b"POST", device, twice, alert)
     assert json.loads(answer.body) == {"reason": "DuplicateHeaders"}
-    await client.close()
-    assert len(peer.accepted) == 1

@@ -18,7 +18,7 @@ import pytest
 
 from app.catalog.providers import ProviderLimits
 from app.providers.base import ProviderError
-from app.providers.http2 import Client, Response, unique
+from app.providers.http2 import Client, Response
 from streams.vocabulary import ErrorClass
 from tests.peers.apns import PEER_KEY_ID, PEER_TEAM_ID, PEER_TOPIC, ApnsPeer, Fault, Served, serve
 from tests.servers import free_port
@@ -74,8 +74,8 @@ def fields(peer: ApnsPeer, number: int = 0) -> list[tuple[bytes, bytes]]:
         (b"apns-topic", PEER_TOPIC.encode()),
         (b"apns-push-type", b"alert"),
         (b"apns-priority", b"10"),
-        unique(b"apns-expiration", b"%d" % (time.time() + 3600)),
-        unique(b"apns-collapse-id", b"n%d" % number),
+        (b"apns-expiration", b"%d" % (time.time() + 3600)),
+        (b"apns-collapse-id", b"n%d" % number),
     ]
 
 

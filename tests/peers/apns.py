@@ -27,16 +27,13 @@ it announces (more breaks the connection), ``delay`` holds every answer, ``goawa
 sends GOAWAY at a connection's n-th stream, answers the streams up to it and closes.
 ``requests``, ``connections`` and ``max_open`` (most streams open at once) count.
 
-    python -m tests.peers.apns --port 8443 --cert-dir DIR
-
-serves it alone, writing ``ca.pem``, ``key.p8`` (the signing key it accepts) and
-``peer.json`` ({"team_id", "key_id", "topic"}) into DIR; ``GET /_peer/stats`` answers
-{"accepted", "requests", "connections"}.
+``serve(peer)`` puts it on the network for tests, on ``h2`` (so every frame a client writes
+is read by the protocol library, strictly). ``tests.peers.apns_standalone`` serves the same
+checks on another HTTP/2 implementation, in a process of its own, for benchmarks.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import json
@@ -48,7 +45,6 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
-from pathlib import Path
 from typing import Any, Final, cast
 
 import h2.config
@@ -59,7 +55,6 @@ import h2.settings
 import hpack
 import jwt
 import trustme
-import uvloop
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 from hyperframe.frame import GoAwayFrame
@@ -464,32 +459,3 @@ async def _stop(peer: ApnsPeer, server: asyncio.Server) -> None:
         connection.transport.abort()
     await server.wait_closed()
     await asyncio.get_running_loop().shutdown_default_executor()
-
-
-def main() -> None:
-    """Serve a peer in this process until interrupted (for benchmarks)."""
-    parser = argparse.ArgumentParser(description="A local APNs provider API (HTTP/2, TLS)")
-    parser.add_argument("--port", type=int, default=8443)
-    parser.add_argument("--cert-dir", type=Path, required=True)
-    arguments = parser.parse_args()
-    peer = ApnsPeer()
-    directory: Path = arguments.cert_dir
-    directory.mkdir(parents=True, exist_ok=True)
-    peer.ca.cert_pem.write_to_path(str(directory / "ca.pem"))
-    (directory / "key.p8").write_text(peer.key_pem)
-    ids = {"team_id": PEER_TEAM_ID, "key_id": PEER_KEY_ID, "topic": PEER_TOPIC}
-    (directory / "peer.json").write_text(json.dumps(ids))
-
-    async def run() -> None:
-        loop = asyncio.get_running_loop()
-        server = await loop.create_server(
-            lambda: _Server(peer), "127.0.0.1", arguments.port, ssl=peer.tls()
-        )
-        async with server:
-            await server.serve_forever()
-
-    uvloop.run(run())
-
-
-if __name__ == "__main__":
-    main()
