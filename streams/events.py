@@ -20,7 +20,16 @@ import msgspec
 
 from streams.vocabulary import Channel, ErrorClass, Priority
 
-SuppressReason = Literal["no_address", "opted_out", "invalid_address", "no_provider"]
+# Why a delivery is never sent. The first four are decided by fan-out; the next five are the
+# reasons an address is on the suppression list (``AddressSuppressed``; "stop": the recipient
+# texted STOP); "erased": the recipient was erased while the delivery waited.
+SuppressReason = Literal[
+    "no_address", "opted_out", "invalid_address", "no_provider",
+    "hard_bounce", "complaint", "unsubscribed", "invalid_token", "stop",
+    "erased",
+]  # fmt: skip
+# Why an address is on the suppression list.
+SuppressionReason = Literal["hard_bounce", "complaint", "unsubscribed", "invalid_token", "stop"]
 DeferReason = Literal["quiet_hours", "rate_limited", "circuit_open", "bulkhead_full", "no_provider"]
 
 
@@ -109,9 +118,19 @@ class DeliveryReplayed(DeliveryEvent, frozen=True, kw_only=True):
 
 
 class ProviderFeedbackReceived(DeliveryEvent, frozen=True, kw_only=True):
-    feedback: Literal["delivered", "bounced", "complained", "token_invalid"]
+    """A provider told what became of a delivery it took (a callback matched to it by the
+    provider's message id)."""
+
+    feedback: Literal[
+        "delivered", "bounced", "undelivered", "complained", "unsubscribed", "token_invalid"
+    ]
     provider: str
     detail: str = ""
+    # The delivery's status after it: DELIVERED, FAILED, or SENT/DELIVERED as it was (a
+    # complaint does not move it); "" in events written before this field.
+    status: str = ""
+    # The provider's own id of the callback's event, by which a replay is recognised.
+    feedback_id: str = ""
 
 
 class PreferenceEntry(msgspec.Struct, frozen=True, kw_only=True):
@@ -134,6 +153,10 @@ class PreferenceChanged(Event, frozen=True, kw_only=True):
     preferences: list[PreferenceEntry] | None = None
     quiet_hours: QuietHoursSetting | None = None
     quiet_hours_removed: bool = False
+    # Who changed it: "api" (a producer's backend, also for events written before this
+    # field, ""), "unsubscribe_link" (the recipient, RFC 8058), "feedback" (a provider's
+    # complaint or unsubscribe).
+    source: str = ""
 
 
 class RecipientAddressInvalidated(Event, frozen=True, kw_only=True):
@@ -144,6 +167,43 @@ class RecipientAddressInvalidated(Event, frozen=True, kw_only=True):
     channel: Channel
     # A digest, not the address: events never carry contact addresses.
     address_digest: str
+
+
+class RecipientProfileChanged(Event, frozen=True, kw_only=True):
+    """A recipient's profile was created or changed. It names the parts that changed, never
+    their values: addresses and attributes stay in the profile, which erasure removes."""
+
+    recipient_id: str
+    settings_version: int
+    # Of email, phone, push_targets, webhook_url, locale, timezone, attributes.
+    changed: list[str]
+
+
+class RecipientErased(Event, frozen=True, kw_only=True):
+    """A recipient's profile, settings and addresses were removed (no personal data here)."""
+
+    recipient_id: str
+    # Deliveries that were still waiting and end SUPPRESSED ("erased").
+    deliveries_ended: int = 0
+
+
+class AddressSuppressed(Event, frozen=True, kw_only=True):
+    """An address went on the suppression list (named by its digest, never itself)."""
+
+    channel: Channel
+    address_digest: str
+    reason: SuppressionReason
+    # Who put it there: "admin:<producer>", "feedback:<provider>", "provider:<provider>".
+    source: str
+    until: datetime | None = None
+
+
+class AddressUnsuppressed(Event, frozen=True, kw_only=True):
+    """An address came off the suppression list."""
+
+    channel: Channel
+    address_digest: str
+    source: str
 
 
 AnyEvent = (
@@ -160,4 +220,8 @@ AnyEvent = (
     | ProviderFeedbackReceived
     | PreferenceChanged
     | RecipientAddressInvalidated
+    | RecipientProfileChanged
+    | RecipientErased
+    | AddressSuppressed
+    | AddressUnsuppressed
 )

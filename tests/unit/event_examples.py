@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from streams.events import (
+    AddressSuppressed,
+    AddressUnsuppressed,
     DeliveryAttemptFailed,
     DeliveryDeadLettered,
     DeliveryDeferred,
@@ -21,6 +23,8 @@ from streams.events import (
     ProviderFeedbackReceived,
     QuietHoursSetting,
     RecipientAddressInvalidated,
+    RecipientErased,
+    RecipientProfileChanged,
 )
 
 AT = datetime(2026, 1, 15, 9, 30, 0, 125000, tzinfo=UTC)
@@ -70,5 +74,28 @@ EXAMPLES: list[Event] = [
         settings_version=5,
         channel="PUSH",
         address_digest="3f79bb7b435b0532",
+    ),
+    ProviderFeedbackReceived(
+        at=AT,
+        **DELIVERY,
+        feedback="delivered",
+        provider="twilio",
+        status="DELIVERED",
+        feedback_id="SM1-delivered",
+    ),
+    RecipientProfileChanged(
+        at=AT, recipient_id="user-42", settings_version=6, changed=["email", "attributes"]
+    ),
+    RecipientErased(at=AT, recipient_id="user-42", deliveries_ended=2),
+    AddressSuppressed(
+        at=AT,
+        channel="EMAIL",
+        address_digest="3f79bb7b435b0532",
+        reason="complaint",
+        source="feedback:sendgrid",
+        until=AT + timedelta(days=30),
+    ),
+    AddressUnsuppressed(
+        at=AT, channel="EMAIL", address_digest="3f79bb7b435b0532", source="admin:ops"
     ),
 ]
