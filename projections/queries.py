@@ -237,3 +237,13 @@ def _entry_ms(entry_id: bytes | str) -> int:
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+async def recipient_deliveries(pool: asyncpg.Pool, recipient_id: str) -> list[str]:
+    """The ids of every delivery of the recipient's notifications in the read model."""
+    rows = await pool.fetch(
+        "SELECT d.id::text FROM delivery d JOIN notification n ON n.id = d.notification_id"
+        " WHERE n.recipient_id = $1",
+        recipient_id,
+    )
+    return [row[0] for row in rows]

@@ -1,10 +1,11 @@
-"""A recipient's preferences and quiet hours in Redis.
+"""A recipient's preferences, quiet hours and profile in Redis.
 
 Each shard holds a copy in the hash ``rcpt:<id>`` so the ingest script, which touches one
-slot, can check it atomically. The home shard decides the version and records the
-PreferenceChanged event; the other copies follow the home shard's version. Fields:
-``v`` (version), ``p:<type>:<channel>`` = "0" for each switched-off pair, ``qh`` (quiet hours
-as JSON).
+slot, can check it atomically. The home shard decides the version and records the event of
+each change (PreferenceChanged, RecipientProfileChanged, ...); the other copies follow the
+home shard's version. Fields: ``v`` (version), ``p:<type>:<channel>`` = "0" for each
+switched-off pair, ``qh`` (quiet hours as JSON), ``x:<channel>:<digest>`` for each address a
+provider called dead, ``pf`` (the profile as JSON: its shape is ``app.recipients``').
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from streams.events import (
     PreferenceEntry,
     QuietHoursSetting,
     RecipientAddressInvalidated,
+    RecipientProfileChanged,
 )
 from streams.keys import KeySpace, ShardKeys
 from streams.scripts import Call
@@ -47,16 +49,20 @@ class RecipientSettings:
     quiet_hours: QuietHoursSetting | None = None
     # (channel, address digest) of addresses a provider reported dead.
     invalid: frozenset[tuple[str, str]] = field(default_factory=frozenset)
+    # The recipient's profile as stored (JSON), b"" when it has none.
+    profile: bytes = b""
 
     @classmethod
     def from_hash(cls, flat: list[Any] | dict[Any, Any]) -> RecipientSettings:
         """Build from HGETALL's reply (a flat list inside Lua, a dict from redis-py)."""
         pairs = flat.items() if isinstance(flat, dict) else zip(flat[::2], flat[1::2], strict=True)
-        version, disabled, invalid, quiet_hours = 0, set(), set(), None
+        version, disabled, invalid, quiet_hours, profile = 0, set(), set(), None, b""
         for raw_name, raw_value in pairs:
             name = raw_name.decode()
             if name == "v":
                 version = int(raw_value)
+            elif name == "pf":
+                profile = raw_value
             elif name == "qh":
                 quiet_hours = _quiet_hours_decoder.decode(raw_value)
             elif name.startswith("p:"):
@@ -65,7 +71,7 @@ class RecipientSettings:
             elif name.startswith("x:"):
                 channel, _, digest = name[2:].partition(":")
                 invalid.add((channel, digest))
-        return cls(version, frozenset(disabled), quiet_hours, frozenset(invalid))
+        return cls(version, frozenset(disabled), quiet_hours, frozenset(invalid), profile)
 
     def preference_entries(self) -> list[PreferenceEntry]:
         return [
@@ -148,6 +154,28 @@ class RecipientSettingsStore:
             ),
         )
 
+    async def forget(self, recipient_id: str) -> None:
+        """Delete every copy of the recipient's settings (an erasure records its own event)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for shard in self.keys.all_shards():
+                pipe.delete(shard.recipient(recipient_id))
+            await pipe.execute()
+
+    async def update_profile(
+        self, recipient_id: str, update: Callable[[bytes], tuple[bytes, list[str]]]
+    ) -> RecipientSettings:
+        """Change the recipient's profile: ``update`` gets the stored one (b"": none) and
+        gives the new one (b"" removes it) and the names of what changed; it is asked again
+        when a concurrent change came first, and may raise to give up."""
+
+        def plan(current: RecipientSettings) -> tuple[str, Callable[[int], Event]]:
+            profile, changed = update(current.profile)
+            return profile.decode(), lambda version: RecipientProfileChanged(
+                at=_now(), recipient_id=recipient_id, settings_version=version, changed=changed
+            )
+
+        return await self._change_with(recipient_id, "profile", plan)
+
     async def _change(
         self,
         recipient_id: str,
@@ -155,9 +183,19 @@ class RecipientSettingsStore:
         payload: str,
         event_of: Callable[[int], Event],
     ) -> RecipientSettings:
+        return await self._change_with(recipient_id, change, lambda _: (payload, event_of))
+
+    async def _change_with(
+        self,
+        recipient_id: str,
+        change: str,
+        plan: Callable[[RecipientSettings], tuple[str, Callable[[int], Event]]],
+    ) -> RecipientSettings:
+        """Apply a change planned from the current settings (the payload and its event)."""
         home = self.keys.home_of_recipient(recipient_id)
         while True:  # optimistic: retry when a concurrent change moved the version
             current = await self.get(recipient_id)
+            payload, event_of = plan(current)
             new_version = current.version + 1
             event = event_of(new_version)
             call = recipient_settings_call(
@@ -211,7 +249,8 @@ def recipient_settings_call(
     KEYS: the recipient's settings on ``shard``, that shard's events. ARGV: the version the
     home shard's copy must have (0 for a copy), the new version, the change
     (preferences, quiet_hours, quiet_hours_off, invalid_address or copy), its payload, and
-    the encoded event the home shard records ("" for a copy).
+    the encoded event the home shard records ("" for a copy). A ``profile`` change's payload
+    is the profile's JSON ("" removes it).
     """
     encoded = codec.encode_events([event]) if event is not None else ""
     return (

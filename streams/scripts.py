@@ -108,6 +108,7 @@ TRIM_STREAM = LuaScript("trim_stream")  # streams.retention.trim_stream_call
 DLQ_REPLAY = LuaScript("dlq_replay")  # streams.dlq.replay.dlq_replay_call
 CIRCUIT = LuaScript("circuit")  # streams.circuit_breaker.circuit_call
 SUPPRESSION = LuaScript("suppression")  # streams.suppressions.suppression_call
+ERASE = LuaScript("erase")  # streams.erasure.erase_call
 ALL: tuple[LuaScript, ...] = (
     INGEST,
     DELIVERY_BEGIN,
@@ -122,4 +123,5 @@ ALL: tuple[LuaScript, ...] = (
     DLQ_REPLAY,
     CIRCUIT,
     SUPPRESSION,
+    ERASE,
 )

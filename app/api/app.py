@@ -25,7 +25,8 @@ from app.api.http_metrics import HttpMetrics
 from app.api.notification_status import get_notification_status, list_deliveries
 from app.api.notifications import create_notification, create_notifications_batch
 from app.api.ops import lag, live, metrics, ready
-from app.api.read_model import ReadModel
+from app.api.read_model import ReadModel, read_model_unavailable
+from app.api.recipient_profiles import RecipientProfile, patch_push_targets
 from app.api.recipients import QuietHours, get_recipient_settings, put_preferences
 from app.api.suppressions import (
     add_suppression,
@@ -37,7 +38,9 @@ from app.catalog import Catalog
 from app.ingest.fanout import Planner, utc_now
 from app.ingest.ingestor import Ingestor
 from app.ingest.quotas import IngestQuotas
+from app.recipients.erasure import Eraser
 from app.settings import Settings
+from projections.queries import recipient_deliveries
 from streams.keys import KeySpace
 from streams.metrics_recorder import MetricsRecorder
 from streams.recipient_settings import RecipientSettingsStore
@@ -59,6 +62,8 @@ async def bind_request_context(request: Request[Any, Any, Any]) -> None:
 
 # The routes after the two that ingest (the batch endpoint has a body limit of its own).
 ROUTES: list[ControllerRouterHandler] = [
+    RecipientProfile,
+    patch_push_targets,
     put_preferences,
     QuietHours,
     get_recipient_settings,
@@ -86,6 +91,24 @@ def openapi_config() -> OpenAPIConfig:
         version="1",
         path="/schema",
         render_plugins=[JsonRenderPlugin(path=["/", "/openapi.json"]), YamlRenderPlugin()],
+    )
+
+
+def _eraser(settings: Settings, redis: Redis, keys: KeySpace, read_model: ReadModel) -> Eraser:
+    """Erasure, naming a recipient's deliveries from the read model (503 without it)."""
+
+    async def deliveries_of(recipient_id: str) -> list[str]:
+        pool = await read_model.pool()
+        if pool is None:
+            raise read_model_unavailable()
+        return await recipient_deliveries(pool, recipient_id)
+
+    return Eraser(
+        redis,
+        keys,
+        state_retention_ms=settings.delivery_state_retention_seconds * 1000,
+        lease_ms=settings.lease_ms,
+        recipient_deliveries=deliveries_of,
     )
 
 
@@ -119,6 +142,7 @@ def create_app(
         route_handlers=[create_notifications_batch],
         request_max_body_size=settings.max_batch_body_bytes,
     )
+    read_model = ReadModel(db)
     # What handlers find in ``request.app.state``.
     state = {
         "redis": redis,
@@ -129,7 +153,8 @@ def create_app(
         "suppressions": SuppressionStore(redis, keys),
         "key_space": keys,
         "address_digest": address_digest,
-        "read_model": ReadModel(db),
+        "read_model": read_model,
+        "eraser": _eraser(settings, redis, keys, read_model),
         "ingest_quotas": IngestQuotas(redis, keys, catalog.quotas),
         # A batch item may be as large as a single POST's body.
         "max_item_bytes": settings.max_body_bytes,

@@ -33,7 +33,8 @@ _MAX_ID = 255
 Req = Request[Any, Any, State]
 
 
-def _recipient_id(recipient_id: str) -> str:
+def recipient_id_of(recipient_id: str) -> str:
+    """The path's recipient id; 422 unless it is 1-255 printable characters."""
     if not recipient_id or len(recipient_id) > _MAX_ID or not recipient_id.isprintable():
         raise ClientException(
             status_code=422, detail="recipient_id: 1-255 printable characters are required"
@@ -58,7 +59,7 @@ async def get_recipient_settings(
     """The recipient's switched-off (type, channel) pairs and quiet hours."""
     authorize(request, "recipients")
     store: RecipientSettingsStore = request.app.state.recipient_settings
-    recipient_id = _recipient_id(recipient_id)
+    recipient_id = recipient_id_of(recipient_id)
     return _view(recipient_id, await store.get(recipient_id))
 
 
@@ -70,7 +71,7 @@ async def get_recipient_settings(
 async def put_preferences(request: Req, recipient_id: FromPath[str]) -> RecipientSettingsView:
     """Replace the recipient's preferences; pairs not listed are switched on."""
     authorize(request, "recipients")
-    recipient_id = _recipient_id(recipient_id)
+    recipient_id = recipient_id_of(recipient_id)
     body = decode_body(await request.body(), PreferencesBody)
     catalog: Catalog = request.app.state.catalog
     for position, entry in enumerate(body.preferences):
@@ -115,7 +116,7 @@ class QuietHours(Controller):
     ) -> RecipientSettingsView:
         """Set the recipient's quiet hours (start, end, IANA time zone)."""
         authorize(request, "recipients")
-        recipient_id = _recipient_id(recipient_id)
+        recipient_id = recipient_id_of(recipient_id)
         body = decode_body(await request.body(), QuietHoursBody)
         setting = QuietHoursSetting(start=body.start, end=body.end, timezone=body.timezone)
         try:
@@ -131,6 +132,6 @@ class QuietHours(Controller):
     ) -> RecipientSettingsView:
         """Remove the recipient's quiet hours."""
         authorize(request, "recipients")
-        recipient_id = _recipient_id(recipient_id)
+        recipient_id = recipient_id_of(recipient_id)
         store: RecipientSettingsStore = request.app.state.recipient_settings
         return _view(recipient_id, await store.remove_quiet_hours(recipient_id))

@@ -202,13 +202,16 @@ class Planner:
                 f"type: producer {producer!r} may not send {type_name!r} notifications"
             )
 
-    def identity(self, shard: ShardKeys, request: NotificationRequest) -> Identity:
-        """Check the request against the catalog and fix its ids; raises ``FanoutError``."""
+    def identity(
+        self, shard: ShardKeys, request: NotificationRequest, notification_id: str = ""
+    ) -> Identity:
+        """Check the request against the catalog and fix its ids (the notification's may be
+        given: a later round keeps it); raises ``FanoutError``."""
         channels = self.channels(request)  # checks that the type exists
         webhook_url = self.catalog.types[request.type].webhook_url
         pairs = addresses_by_channel(request, channels, webhook_url)
-        notification_id, *delivery_ids = new_ids(shard.shard, 1 + len(pairs))
-        return Identity(notification_id, tuple(pairs), tuple(delivery_ids))
+        new_id, *delivery_ids = new_ids(shard.shard, 1 + len(pairs))
+        return Identity(notification_id or new_id, tuple(pairs), tuple(delivery_ids))
 
     def _moment_of(self, now: datetime) -> _Moment:
         if self._moment.now is not now:  # a new request or batch

@@ -27,6 +27,8 @@ from app.ingest.fanout import (
     fingerprint,
     utc_now,
 )
+from app.ingest.profiles import decode as decode_profile
+from app.ingest.profiles import merged
 from app.ingest.requests import Accepted, NotificationRequest
 from app.metrics import OPT_OUTS, SUPPRESSED
 from streams.ingest import IngestItem, IngestReply, IngestWriter
@@ -62,7 +64,10 @@ UNAVAILABLE = IngestAnswer(503, detail="the event log (Redis) is unavailable; re
 
 
 class _Request(msgspec.Struct, frozen=True):
-    """A request checked against the catalog, with the ids fixed for all its rounds."""
+    """A request checked against the catalog, with its notification id fixed for all its
+    rounds. ``body`` is the request as planned: the one given (``given``), with the
+    recipient's profile filled in once a round found one (and with it new delivery ids:
+    nothing of a round that does not accept is written)."""
 
     producer: str
     shard: ShardKeys
@@ -70,6 +75,7 @@ class _Request(msgspec.Struct, frozen=True):
     body: NotificationRequest
     identity: Identity
     fingerprint: str
+    given: NotificationRequest
 
 
 class _Pending(msgspec.Struct):
@@ -155,7 +161,9 @@ class Ingestor:
             return IngestAnswer(403, detail=str(error))
         except FanoutError as error:
             return IngestAnswer(422, detail=str(error))
-        checked = _Request(producer, shard, key, request, identity, fingerprint(request))
+        checked = _Request(
+            producer, shard, key, request, identity, fingerprint(request), given=request
+        )
         version = self._list_versions.get(shard.shard, 0)
         view = ListView(version) if version else EMPTY_LIST
         return _Pending(
@@ -176,6 +184,7 @@ class Ingestor:
                 raise reply
             elif reply.kind == "STALE" and reply.settings is not None:
                 entry.settings = reply.settings
+                entry.request = self._with_profile(entry.request, entry.settings)
                 entry.item = self._plan(entry.request, entry.settings, entry.suppressions, now)
                 again.append(entry)
             elif reply.kind == "SUPPRESSIONS":
@@ -189,6 +198,18 @@ class Ingestor:
             else:
                 answers[entry.index] = self._answer(entry, reply)
         return again
+
+    def _with_profile(self, request: _Request, settings: RecipientSettings) -> _Request:
+        """The request as planned for a recipient with these settings: with its profile's
+        addresses and locale where the request gives none, and the deliveries that makes."""
+        profile = decode_profile(settings.profile)
+        body = request.given if profile is None else merged(request.given, profile)
+        if body == request.body:
+            return request
+        identity = self.planner.identity(
+            request.shard, body, notification_id=request.identity.notification_id
+        )
+        return msgspec.structs.replace(request, body=body, identity=identity)
 
     def _plan(
         self,

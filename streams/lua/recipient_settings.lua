@@ -5,11 +5,13 @@
 --
 -- Keys and arguments: ``streams.recipient_settings.recipient_settings_call`` lays them out.
 -- KEYS: recipient settings, events
--- ARGV: expected version, new version, change (preferences|quiet_hours|quiet_hours_off|copy),
+-- ARGV: expected version, new version, change (preferences|quiet_hours|quiet_hours_off|
+--       invalid_address|profile|copy),
 --       payload, encoded PreferenceChanged event ("" on a copy)
 --   preferences: payload is "type:channel" names of disabled pairs joined by ","
 --   quiet_hours: payload is the JSON setting
 --   invalid_address: payload is the field "x:<channel>:<address digest>" to set
+--   profile: payload is the profile's JSON ("" removes it)
 --   copy: payload is the home shard's whole hash as a JSON array of field, value, ...
 --         (a copy that missed a change catches up with the next one)
 --
@@ -42,6 +44,12 @@ elseif change == "quiet_hours_off" then
   redis.call("HDEL", rcpt, "qh")
 elseif change == "invalid_address" then
   redis.call("HSET", rcpt, payload, "1")
+elseif change == "profile" then
+  if payload == "" then
+    redis.call("HDEL", rcpt, "pf")
+  else
+    redis.call("HSET", rcpt, "pf", payload)
+  end
 elseif change == "copy" then
   redis.call("DEL", rcpt)
   redis.call("HSET", rcpt, unpack(cjson.decode(payload)))

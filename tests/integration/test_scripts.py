@@ -37,6 +37,7 @@ from streams.delivery_store import (
 from streams.dlq.entries import Worker, parse_entry, poison_entry
 from streams.dlq.replay import Candidate, ReplayOrder, dlq_replay_call
 from streams.dlq.scan import Selection
+from streams.erasure import erase_call, find_waiting
 from streams.events import AddressSuppressed, PreferenceChanged, PreferenceEntry
 from streams.ingest import IngestItem, ingest_call
 from streams.ingest_quota import QuotaRates, ingest_quota_call
@@ -280,6 +281,22 @@ async def test_suppression(real_redis: Redis, key_prefix: str) -> None:
     assert await run(real_redis, scripts.SUPPRESSION, call) == 1
     assert await run(real_redis, scripts.SUPPRESSION, call) == 0  # already off: no new version
     assert await real_redis.hget(copy.suppressions, "#v") == b"2"
+
+
+async def test_erase(real_redis: Redis, key_prefix: str, catalog: Catalog) -> None:
+    keys = KeySpace(key_prefix)
+    shard = keys.shard(0)
+    item = plan(catalog, keys, "erase", ORDER)
+    await scripts.INGEST(real_redis, *ingest_call(shard, [item], 60_000, 10_000))
+    waiting = await find_waiting(real_redis, shard, ORDER["recipient"]["id"])
+    assert len(waiting) == 2  # EMAIL and IN_APP, queued (no push token: PUSH is suppressed)
+    call = erase_call(shard, waiting, [1] * len(waiting), 1_700_000_000_000, 60_000)
+    assert await run(real_redis, scripts.ERASE, call) == [b"ERASED"] * 2
+    for stream in shard.work_streams:
+        assert await real_redis.xlen(stream) == 0
+    state = await DeliveryStore(real_redis).state(shard, waiting[0].item.delivery_id)
+    assert state is not None
+    assert (state.status, state.reason, state.version) == ("SUPPRESSED", "erased", 2)
 
 
 async def test_sandbox_send(real_redis: Redis, key_prefix: str) -> None:

@@ -19,7 +19,7 @@ import msgspec
 import pytest
 
 from app.api import body
-from app.ingest import quiet_hours, requests
+from app.ingest import profiles, quiet_hours, requests
 from app.ingest.quiet_hours import QuietHoursError
 from app.providers import apns, smtp, ssrf, webpush
 from app.validation import describe
@@ -54,6 +54,9 @@ def applications(text: str) -> Iterator[tuple[str, Callable[[], object]]]:
     for name in REQUEST_STRINGS:
         decoder = msgspec.json.Decoder(getattr(requests, name))
         yield f"requests.{name}", functools.partial(refused_or_decoded, decoder, raw)
+    # A recipient profile's attribute names.
+    decoder = msgspec.json.Decoder(profiles.AttributeName)
+    yield "profiles.AttributeName", functools.partial(refused_or_decoded, decoder, raw)
     yield "quiet_hours._CLOCK (start)", lambda: quiet_hours_check(start=text)
     yield "quiet_hours._CLOCK (end)", lambda: quiet_hours_check(end=text)
     yield "quiet_hours timezone", lambda: quiet_hours_check(timezone=text)
@@ -128,6 +131,7 @@ NOT_REQUEST_TEXT = {
 }
 TESTED = {
     *(f"app.ingest.requests.{name}" for name in REQUEST_STRINGS),
+    "app.ingest.profiles.AttributeName",
     "app.ingest.quiet_hours._CLOCK",
     "app.validation._PATH",
     "app.api.body._RUNS",
