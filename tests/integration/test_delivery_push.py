@@ -19,8 +19,8 @@ from app.catalog import Catalog, parse_catalog
 from streams.keys import KeySpace
 from tests.integration.delivery_support import accept, running_worker, state, wait_until
 from tests.peers.apns import PEER_KEY_ID, PEER_TEAM_ID, PEER_TOPIC, ApnsPeer
-from tests.peers.apns import serve as serve_apns
 from tests.peers.fcm import FcmPeer
+from tests.peers.http2_serving import serve as serve_apns
 from tests.peers.serving import Fault, Served, serve
 from tests.peers.webpush import Subscription, WebPushPeer
 
