@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import ssl
 import threading
@@ -83,7 +84,6 @@ class Http2Peer:
         self._fault_times: int | None = None
         self.released = threading.Event()
         self.mute = False
-        self.live: set[_Server] = set()
 
     def tls(self) -> ssl.SSLContext:
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -138,8 +138,8 @@ class _Server(asyncio.Protocol):
 
     transport: asyncio.Transport
 
-    def __init__(self, peer: Http2Peer) -> None:
-        self.peer = peer
+    def __init__(self, peer: Http2Peer, live: set[_Server]) -> None:
+        self.peer, self.live = peer, live
         self.h2 = h2.connection.H2Connection(_CONFIG)
         self.h2.encoder = _Encoder()
         limit = {h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: peer.max_streams}
@@ -152,7 +152,7 @@ class _Server(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
         self.peer.connections += 1
-        self.peer.live.add(self)
+        self.live.add(self)
         self.h2.initiate_connection()
         self._write()
 
@@ -241,7 +241,7 @@ class _Server(asyncio.Protocol):
         self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.peer.live.discard(self)
+        self.live.discard(self)
 
 
 @dataclass(frozen=True)
@@ -257,28 +257,31 @@ class Served:
 
 @contextlib.contextmanager
 def serve(peer: Http2Peer) -> Iterator[Served]:
-    """Serve ``peer`` on a free port of 127.0.0.1 in a thread of its own; stop it after."""
+    """Serve ``peer`` on a free port of 127.0.0.1 in a thread of its own; stop it after. One
+    peer may be served on several ports at once (one state behind two hosts)."""
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
-    listening = loop.create_server(lambda: _Server(peer), "127.0.0.1", 0, ssl=peer.tls())
+    live: set[_Server] = set()
+    factory = functools.partial(_Server, peer, live)
+    listening = loop.create_server(factory, "127.0.0.1", 0, ssl=peer.tls())
     server = asyncio.run_coroutine_threadsafe(listening, loop).result(10)
     try:
         yield Served(server.sockets[0].getsockname()[1])
     finally:
         peer.released.set()
-        asyncio.run_coroutine_threadsafe(_stop(peer, server), loop).result(10)
+        asyncio.run_coroutine_threadsafe(_stop(server, live), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
         loop.close()
 
 
-async def _stop(peer: Http2Peer, server: asyncio.Server) -> None:
+async def _stop(server: asyncio.Server, live: set[_Server]) -> None:
     server.close()
-    for connection in list(peer.live):
+    for connection in list(live):
         connection.close()
     await asyncio.sleep(0.05)
-    for connection in list(peer.live):
+    for connection in list(live):
         connection.transport.abort()
     await server.wait_closed()
     await asyncio.get_running_loop().shutdown_default_executor()
