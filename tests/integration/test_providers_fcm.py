@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -22,13 +24,15 @@ import msgspec
 import pytest
 import structlog
 
+from app.catalog.providers import ProviderLimits
 from app.catalog.push import FcmConfig
 from app.providers.base import Message, ProviderError, PushContent, Reason
 from app.providers.fcm import FcmProvider
+from app.providers.http2 import Client
 from streams.vocabulary import ErrorClass, Priority
 from tests.peers.fcm import PROJECT, Fault, FcmPeer
 from tests.peers.http2_serving import Served, serve
-from tests.servers import free_port
+from tests.servers import free_port, wait_for_port
 
 TOKEN = "dQw4w9WgXcQ:APA91bH" + "x" * 140
 
@@ -384,3 +388,41 @@ async def test_a_server_without_trusted_certificate_is_refused_before_sending(
     assert (error.error_class, error.not_accepted) == (ErrorClass.TRANSIENT, True)
     assert "TLSError" in error.message
     assert fcm.requests == 0
+
+
+@pytest.fixture
+def standalone(tmp_path: Path) -> Iterator[tuple[Served, str, str]]:
+    """``tests.peers.fcm_standalone`` in its own process: address, CA file, account."""
+    port = free_port()
+    command = [sys.executable, "-m", "tests.peers.fcm_standalone", "--port", str(port),
+               "--cert-dir", str(tmp_path)]  # fmt: skip
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_port(port)
+        yield Served(port), str(tmp_path / "ca.pem"), (tmp_path / "account.json").read_text()
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+async def test_the_standalone_peer_checks_the_same_over_another_http2_server(
+    standalone: tuple[Served, str, str],
+) -> None:
+    served, ca_file, account = standalone
+    adapter = make_provider(served, account, ca_file)
+    wrong_project = make_provider(served, account, ca_file, project_id="another-project")
+    stats = Client("peer", ProviderLimits(), served.base_url, ca_file=ca_file)
+    try:
+        sent = await asyncio.gather(*(adapter.send(push()) for _ in range(300)))
+        error = await refusal(adapter, push(data={"blob": "x" * 4000}))
+        refused = await refusal(wrong_project, push())
+        answer = json.loads((await stats.request(b"GET", "/_peer/stats", [], b"")).body)
+    finally:
+        for closing in (adapter, wrong_project, stats):
+            await closing.close()
+    assert len(set(sent)) == 300
+    assert error.reason is Reason.PAYLOAD_TOO_LARGE
+    assert refused.message == "fcm: HTTP 403: PERMISSION_DENIED Permission denied on the project"
+    assert answer == {
+        "accepted": 300, "requests": 2 + 300 + 1 + 1, "connections": 3, "token_requests": 2
+    }  # fmt: skip
