@@ -1,4 +1,4 @@
-"""One HTTP/2 connection of the APNs client (``app.providers.http2``): its streams, the
+"""One HTTP/2 connection of the APNs and FCM client (``app.providers.http2``): its streams, the
 requests waiting for one, flow control, the frames it reads, its keepalive."""
 
 from __future__ import annotations
