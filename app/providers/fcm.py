@@ -35,9 +35,10 @@ the frames of all the sends of a loop turn written together; the token request g
 the same connection when ``token_uri`` is on the same host and port, else over one
 connection of its own (``oauth2.googleapis.com`` beside ``fcm.googleapis.com``). Both trust
 ``ca_file`` when it is set, else certifi's authorities. So ``base_url`` (and the service
-account's ``token_uri``) must be https. Against the local peers the HTTP/1.1 client
-(aiohttp, one request per connection at a time and a syscall each way per request) cost
-about 200 µs of CPU a send; this one costs less, measured in ``docs/performance.md``.
+account's ``token_uri``) must be https. Against the local peer the HTTP/1.1 client this
+adapter had before (aiohttp, one request per connection at a time, a syscall each way per
+request) cost 220 to 280 µs of CPU a send; this one costs 120 to 140 µs with 8 sends in
+flight and under 80 µs with 128 (``bench/fcm_client.py``, ``docs/performance.md``).
 
 A failure of the transport is classified as ``http2.Client`` does: not accepted when the
 request certainly never left (no connection, TLS refused, the stream refused), else it may
