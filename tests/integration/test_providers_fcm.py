@@ -426,3 +426,18 @@ async def test_the_standalone_peer_checks_the_same_over_another_http2_server(
     assert answer == {
         "accepted": 300, "requests": 2 + 300 + 1 + 1, "connections": 3, "token_requests": 2
     }  # fmt: skip
+
+
+async def test_a_busy_token_endpoint_is_waited_for_as_it_asks(
+    peer: tuple[FcmPeer, Served], provider: FcmProvider
+) -> None:
+    fcm, _ = peer
+    fcm.fail(Fault.UNAVAILABLE, times=1, retry_after="5")  # the token request
+    error = await refusal(provider, push())
+    assert (error.error_class, error.not_accepted, error.retry_after) == (
+        ErrorClass.TRANSIENT, True, 5.0,
+    )  # fmt: skip
+    assert error.message.startswith(
+        "fcm: the token endpoint refused the service account (HTTP 503)"
+    )
+    assert await provider.send(push())
