@@ -9,8 +9,9 @@ Run from anywhere with the project's virtualenv::
 
 For each adapter it starts the adapter's local peer as a process of its own (the SMTP relay
 of ``tests/peers/smtp.py``, the SendGrid and Twilio APIs of ``tests/peers/``, the webhook
-receiver that verifies every signature, the FCM API with its OAuth token endpoint, the APNs
-HTTP/2 TLS server, the Web Push service that decrypts every message), then the API
+receiver that verifies every signature, the FCM API with its OAuth token endpoint and the APNs
+provider API, both served over HTTP/2 and TLS by granian (``tests/peers/http2_standalone.py``),
+the Web Push service that decrypts every message), then the API
 (``clarion api``) and two delivery workers (``clarion worker --slot N``) under a fresh key
 prefix, with a catalog of one provider of that kind reached at the peer's port and one
 NORMAL type with one delivery on its channel (EMAIL, SMS, WEBHOOK, or PUSH with one target of
@@ -24,7 +25,10 @@ must be SENT exactly once in the events; where the peer counts what it took
 HTTP adapters at least 3,000 deliveries/s, SMTP at least 800 messages/s, FCM and APNs (one
 multiplexed HTTP/2 connection per worker) 3,000, Web Push (encryption included) 1,500.
 
-The result is printed and written to ``bench/results/providers-<UTC timestamp>.json``.
+The result is printed and written to ``bench/results/providers-<UTC timestamp>.json``; a run
+of some adapters (``--only``) to ``providers-<adapters>-<UTC timestamp>.json`` (such as
+``providers-fcm-…``), so it replaces the last run of the same adapters, never the last full
+run.
 The exit status is 1 when a delivery was lost or duplicated or a service logged an error;
 missing a target alone is not.
 """
@@ -167,7 +171,7 @@ class Adapter:
             return (
                 f'kind = "fcm"\nproject_id = "clarion-peer"\n'
                 f'service_account_env = "BENCH_FCM_ACCOUNT"\n'
-                f'base_url = "http://127.0.0.1:{port}"\n{common}'
+                f'base_url = "https://127.0.0.1:{port}"\nca_file = "{{dir}}/ca.pem"\n{common}'
             )
         if self.name == "apns":
             return (
@@ -246,7 +250,7 @@ ADAPTERS = {
         "fcm",
         "PUSH",
         '"push_targets": [{{"platform": "fcm", "token": "bench-{i}:APA91b"}}]',
-        ("tests.peers.fcm", "--account-file", "{dir}/account.json"),
+        ("tests.peers.fcm_standalone", "--cert-dir", "{dir}"),
         stats=True,
         env_from_peer=lambda d: {"BENCH_FCM_ACCOUNT": (d / "account.json").read_text()},
     ),
@@ -360,7 +364,7 @@ async def post_all(
 def peer_stats(adapter: Adapter, port: int, peer_dir: Path) -> dict[str, Any] | None:
     if not adapter.stats:
         return None
-    if adapter.name == "apns":  # HTTP/2 over TLS, the peer's own certificate
+    if adapter.name in {"fcm", "apns"}:  # HTTP/2 over TLS, the peer's own certificate
         ca = str(peer_dir / "ca.pem")
         with httpx.Client(http2=True, verify=ca, timeout=5) as h2:
             answer = h2.get(f"https://127.0.0.1:{port}/_peer/stats")
@@ -525,7 +529,7 @@ def main() -> int:
             result["runs"].append(run)
             result["problems"] += run["problems"]
     print_report(result)
-    write_result("providers", result, started)
+    write_result("-".join(["providers", *sorted(set(args.only or []))]), result, started)
     if result["problems"]:
         print_problems(result["problems"])
         return 1

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -28,7 +29,6 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from app.catalog.providers import (
-    BaseUrl,
     EnvName,
     GuardedConfig,
     ProviderLimits,
@@ -105,6 +105,8 @@ ProjectId = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$
 # An Apple developer team id or key id: ten characters.
 AppleId = Annotated[str, msgspec.Meta(pattern=r"^[A-Z0-9]{10}$")]
 HttpsUrl = Annotated[str, msgspec.Meta(pattern=r"^https://[^/?#\s]+(/[^?#\s]*[^/?#\s])?$")]
+# A service account's token_uri: https, a host, any path (Google's is oauth2.googleapis.com/token).
+_TOKEN_URI = re.compile(r"https://[^/?#\s]+(/[^#\s]*)?")
 
 
 class ServiceAccount(msgspec.Struct, frozen=True):
@@ -128,8 +130,9 @@ def service_account(text: str) -> tuple[ServiceAccount, rsa.RSAPrivateKey]:
         ) from None
     if account.type != "service_account":
         raise ValueError("is not a service-account key (its type is not service_account)")
-    if not account.token_uri.startswith(("https://", "http://")):
-        raise ValueError("has a token_uri that is not an http(s) URL")
+    if not _TOKEN_URI.fullmatch(account.token_uri):
+        # The token request goes over HTTP/2 and TLS, as every request of the fcm kind.
+        raise ValueError("has a token_uri that is not an https URL")
     key = _private_key(account.private_key, "its private_key")
     if not isinstance(key, rsa.RSAPrivateKey):
         raise ValueError("has a private_key that is not an RSA key")
@@ -176,9 +179,13 @@ class FcmConfig(ProviderLimits, frozen=True, tag_field="kind", tag="fcm"):
     project_id: ProjectId
     # The service-account key file's JSON text (Firebase console, Service accounts).
     service_account_env: EnvName
-    base_url: BaseUrl = "https://fcm.googleapis.com"
-    # A PEM file of CA certificates to trust instead of the system's (a private gateway).
+    # https only: the adapter speaks HTTP/2 over TLS (ALPN h2), as FCM does.
+    base_url: HttpsUrl = "https://fcm.googleapis.com"
+    # A PEM file of CA certificates to trust instead of certifi's (a private gateway), for
+    # base_url and the service account's token_uri alike.
     ca_file: str = ""
+    # HTTP/2 connections per worker process; each carries up to the server's stream limit.
+    connections: Annotated[int, msgspec.Meta(ge=1, le=16)] = 1
 
     def secret_names(self) -> dict[str, str]:
         return {"service_account_env": self.service_account_env}

@@ -28,10 +28,23 @@ are PERMANENT ``invalid_address``; ``INVALID_ARGUMENT`` PERMANENT ``rejected``;
 each after ``Retry-After``; ``THIRD_PARTY_AUTH_ERROR`` (the APNs or Web Push credentials
 behind FCM) TRANSIENT and not accepted.
 
-The transport is the shared ``app.providers.http.Client`` (aiohttp), not httpx: the HTTP
-adapters measured 600 to 1,000 µs of client CPU per request on httpx against 120 to 200 µs
-(``app/providers/http.py``). FCM has no idempotency key: a retry after an ambiguous failure
-(a time-out, a 500) may show the notification twice.
+The transport is Clarion's HTTP/2 client (``app.providers.http2``), as for APNs: FCM's
+endpoint speaks HTTP/2, and so does Google's token endpoint. A worker keeps ``connections``
+TLS connections (default 1) to ``base_url``, each carrying many sends at once as streams,
+the frames of all the sends of a loop turn written together; the token request goes over
+the same connection when ``token_uri`` is on the same host and port, else over one
+connection of its own (``oauth2.googleapis.com`` beside ``fcm.googleapis.com``). Both trust
+``ca_file`` when it is set, else certifi's authorities. So ``base_url`` (and the service
+account's ``token_uri``) must be https. Against the local peer the HTTP/1.1 client this
+adapter had before (aiohttp, one request per connection at a time, a syscall each way per
+request) cost 220 to 280 µs of CPU a send; this one costs 120 to 140 µs with 8 sends in
+flight and under 80 µs with 128 (``bench/fcm_client.py``, ``docs/performance.md``).
+
+A failure of the transport is classified as ``http2.Client`` does: not accepted when the
+request certainly never left (no connection, TLS refused, the stream refused), else it may
+have sent, and FCM has no idempotency key: a retry after an ambiguous failure (a time-out, a
+500) may show the notification twice. A failed token request never sent the message: it is
+always TRANSIENT and not accepted, whatever became of the token request itself.
 """
 
 from __future__ import annotations
@@ -45,10 +58,11 @@ from urllib.parse import urlencode
 
 import jwt
 import msgspec
+from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from app.catalog.push import FcmConfig, parse_address, service_account
-from app.providers import http
+from app.providers import http, http2
 from app.providers.base import Message, ProviderError, Reason
 from streams.vocabulary import ErrorClass, Priority
 
@@ -63,6 +77,8 @@ MAX_COLLAPSE_ID_BYTES: Final = 64
 INVALID_ADDRESS_CODES: Final = frozenset({"UNREGISTERED", "SENDER_ID_MISMATCH"})
 NOT_ACCEPTED_CODES: Final = frozenset({"QUOTA_EXCEEDED", "UNAVAILABLE", "THIRD_PARTY_AUTH_ERROR"})
 URGENCY: Final = {Priority.HIGH: "high", Priority.NORMAL: "normal", Priority.LOW: "low"}
+_JSON: Final = (b"content-type", b"application/json")
+_FORM: Final = ((b"content-type", b"application/x-www-form-urlencoded"),)
 
 _encode = msgspec.json.Encoder().encode
 
@@ -142,7 +158,7 @@ def payload(message: Message, token: str, now: float) -> dict[str, Any]:
 
 
 class FcmProvider:
-    """Sends push notifications through FCM, with cached OAuth access tokens."""
+    """Sends push notifications through FCM over HTTP/2, with cached OAuth access tokens."""
 
     def __init__(
         self,
@@ -158,13 +174,22 @@ class FcmProvider:
         except ValueError as error:
             variable = config.service_account_env
             raise ValueError(f"{name}: service_account_env ({variable}) {error}") from None
-        self._url = URL(f"{config.base_url}/v1/projects/{config.project_id}/messages:send")
-        self._token_url = URL(self._account.token_uri)
+        base, token_url = URL(config.base_url), URL(self._account.token_uri)
+        self._path = f"{base.raw_path.rstrip('/')}/v1/projects/{config.project_id}/messages:send"
+        self._token_path = token_url.raw_path_qs
         self._clock = clock
-        self._client = http.Client(name, config, ca_file=config.ca_file)
-        self._token = ""
+        self._client = http2.Client(
+            name, config, config.base_url, config.ca_file, config.connections
+        )
+        same_server = (token_url.raw_host, token_url.port) == (base.raw_host, base.port)
+        self._token_client = (
+            self._client
+            if same_server
+            else http2.Client(name, config, self._account.token_uri, config.ca_file)
+        )
+        self._authorization = b""  # "Bearer <access token>", while it is kept
         self._renew_at = 0.0
-        self._making: asyncio.Future[str] | None = None
+        self._making: asyncio.Future[bytes] | None = None
         # Token requests made (a test and the benchmark read it).
         self.token_requests = 0
 
@@ -181,41 +206,43 @@ class FcmProvider:
                 reason=Reason.PAYLOAD_TOO_LARGE,
                 not_accepted=True,
             )
-        answer = await self._post(body)
-        if answer.status == 401:  # the access token was revoked or ran out early
-            self._token = ""
-            answer = await self._post(body)
-        parsed = _parsed(answer.body)
-        if 200 <= answer.status < 300:
+        authorization = await self._access_token()
+        response = await self._post(authorization, body)
+        if response.status == 401:  # the access token was revoked or ran out early
+            if self._authorization == authorization:  # no other send has replaced it yet
+                self._authorization = b""
+            response = await self._post(await self._access_token(), body)
+        parsed = _parsed(response.body)
+        if 200 <= response.status < 300:
             return parsed.name or message.delivery_id
-        raise self._error(answer, parsed, token)
+        raise self._error(_answer(response), parsed, token)
 
     async def close(self) -> None:
-        """Close the pooled connections."""
+        """Close the connections."""
         await self._client.close()
+        if self._token_client is not self._client:
+            await self._token_client.close()
 
-    async def _post(self, body: bytes) -> http.Answer:
-        headers = {
-            "Authorization": f"Bearer {await self._access_token()}",
-            "Content-Type": "application/json",
-        }
-        return await self._client.post(self._url, data=body, headers=headers)
+    async def _post(self, authorization: bytes, body: bytes) -> http2.Response:
+        fields = ((b"authorization", authorization), _JSON)
+        return await self._client.request(b"POST", self._path, fields, body)
 
-    async def _access_token(self) -> str:
-        """The kept access token, or a new one (one request, whoever else waits for it)."""
-        if self._token and self._clock() < self._renew_at:
-            return self._token
+    async def _access_token(self) -> bytes:
+        """The kept access token as an authorization value, or a new one (one request,
+        whoever else waits for it)."""
+        if self._authorization and self._clock() < self._renew_at:
+            return self._authorization
         if self._making is None:
             self._making = asyncio.ensure_future(self._new_token())
             self._making.add_done_callback(self._made)
         return await asyncio.shield(self._making)
 
-    def _made(self, making: asyncio.Future[str]) -> None:
+    def _made(self, making: asyncio.Future[bytes]) -> None:
         self._making = None
         if not making.cancelled():
             making.exception()  # retrieved: waiters each raise it themselves
 
-    async def _new_token(self) -> str:
+    async def _new_token(self) -> bytes:
         self.token_requests += 1
         now = self._clock()
         claims = {
@@ -228,27 +255,31 @@ class FcmProvider:
         kid = {"kid": self._account.private_key_id} if self._account.private_key_id else None
         assertion = jwt.encode(claims, self._key, algorithm="RS256", headers=kid)
         form = urlencode({"grant_type": GRANT_TYPE, "assertion": assertion}).encode()
-        answer = await self._client.post(
-            self._token_url,
-            data=form,
-            headers={"Content-Type": "application/x-www-form-urlencoded"},
-        )
         try:
-            token = _decode_token(answer.body) if answer.status == 200 else _Token()
+            response = await self._token_client.request(b"POST", self._token_path, _FORM, form)
+        except ProviderError as error:  # the message itself was not sent either way
+            what = error.message.removeprefix(f"{self.name}: ").removesuffix(": it may have sent")
+            raise ProviderError(
+                ErrorClass.TRANSIENT,
+                f"{self.name}: no access token (token endpoint: {what}); nothing was sent",
+                not_accepted=True,
+            ) from None
+        try:
+            token = _decode_token(response.body) if response.status == 200 else _Token()
         except (msgspec.DecodeError, msgspec.ValidationError):
             token = _Token()
         if not token.access_token or token.expires_in <= 0:
             raise ProviderError(
                 ErrorClass.TRANSIENT,
                 f"{self.name}: the token endpoint refused the service account (HTTP "
-                f"{answer.status}): check the key in {self.name}'s service_account_env",
-                retry_after=http.retry_after(answer),
+                f"{response.status}): check the key in {self.name}'s service_account_env",
+                retry_after=http.retry_after(_answer(response)),
                 not_accepted=True,
             )
         lifetime = token.expires_in
         self._renew_at = now + lifetime - min(REFRESH_BEFORE_SECONDS, lifetime / 10)
-        self._token = token.access_token
-        return self._token
+        self._authorization = b"Bearer " + token.access_token.encode()
+        return self._authorization
 
     def _error(self, answer: http.Answer, parsed: _Answer, token: str) -> ProviderError:
         """The ``ProviderError`` for an answer other than 2xx, by FCM's error code first."""
@@ -266,6 +297,13 @@ class FcmProvider:
         if code == "INTERNAL":
             return ProviderError(ErrorClass.TRANSIENT, text, retry_after=wait)
         return http.status_error(self.name, answer, words)
+
+
+def _answer(response: http2.Response) -> http.Answer:
+    """An HTTP/2 answer as the shared HTTP classification reads one."""
+    return http.Answer(
+        response.status, CIMultiDictProxy(CIMultiDict(response.headers)), response.body
+    )
 
 
 def _parsed(body: bytes) -> _Answer:

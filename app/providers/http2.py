@@ -1,6 +1,7 @@
-"""An HTTP/2 client over TLS for APNs: the protocol's client side written for this one use
-(requests with small bodies, small answers), on asyncio, with ``app.providers.http2_wire``
-for frames and header blocks and ``hpack`` to decode answers.
+"""An HTTP/2 client over TLS for APNs and FCM: the protocol's client side written for this one
+use (requests with small bodies, small answers), on asyncio, with ``app.providers.http2_wire``
+for frames and header blocks and ``hpack`` to decode answers (a header block seen before is
+taken from memory while the server's table stays as it is).
 
 A ``Client`` keeps ``connections`` connections to one server (ALPN ``h2``; certificate and
 host name verified against ``ca_file`` or certifi), taken in turn, each carrying requests as

@@ -1,4 +1,4 @@
-"""One HTTP/2 connection of the APNs client (``app.providers.http2``): its streams, the
+"""One HTTP/2 connection of the APNs and FCM client (``app.providers.http2``): its streams, the
 requests waiting for one, flow control, the frames it reads, its keepalive."""
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ LAST_STREAM_ID: Final = 2**31 - 3  # then a connection is used up
 KEEPALIVE_SECONDS: Final = 60.0
 STREAM_WINDOW: Final = 1 << 20  # what one answer may send us
 MAX_HEADER_LIST: Final = 64 * 1024
+MAX_DECODED_BLOCKS: Final = 64
 
 Fields = Sequence[tuple[bytes, bytes]]
 # What the client tells the server first: no server push, the stream window above.
@@ -95,6 +96,7 @@ class Connection(asyncio.Protocol):
         self._bodies = SendQueue()
         self._received_data = ReceiveWindow()
         self._decoder = hpack.Decoder(max_header_list_size=MAX_HEADER_LIST)
+        self._decoded: dict[bytes, tuple[str, dict[str, str]]] = {}  # see ``_decode``
         self._input = bytearray()
         self._output: list[bytes] = []
         self._continued: tuple[int, int, bytearray] | None = None  # a header block's start
@@ -281,24 +283,39 @@ class Connection(asyncio.Protocol):
             return
         if self._continued is not None:
             part, self._continued = bytes(self._continued[2] + part), None
-        try:  # decoded even for a stream that is over: the table must follow the server
-            fields = self._decoder.decode(part, raw=True)
-        except hpack.HPACKError:
-            raise ProtocolError(ErrorCode.COMPRESSION_ERROR, "a header block") from None
+        # Decoded even for a stream that is over: the table must follow the server.
+        status, headers = self._decoded.get(part) or self._decode(part)
         stream = self._streams.get(stream_id)
         if stream is None:
             return
         if not stream.status:  # not trailers
-            headers = {bytes(k).decode("latin-1"): bytes(v).decode("latin-1") for k, v in fields}
-            status = headers.pop(":status", "")
             if len(status) != 3 or not status.isdigit():
                 self._reset(stream_id, "BadAnswer")
                 return
             if status[0] == "1":
                 return  # informational: the answer follows
-            stream.status, stream.headers = int(status), headers
+            stream.status, stream.headers = int(status), dict(headers)
         if flags & END_STREAM:
             self._finish(stream_id, None)
+
+    def _decode(self, block: bytes) -> tuple[str, dict[str, str]]:
+        """A header block's ``:status`` and other fields, remembered while the decoding table
+        stays as it is: a server answers alike again and again (the same block while it
+        indexes nothing new), and decoding one cost 20 µs, a fifth of a request."""
+        table = self._decoder.header_table.dynamic_entries
+        before = (len(table), table[0] if table else None)
+        try:
+            fields = self._decoder.decode(block, raw=True)
+        except hpack.HPACKError:
+            raise ProtocolError(ErrorCode.COMPRESSION_ERROR, "a header block") from None
+        headers = {bytes(k).decode("latin-1"): bytes(v).decode("latin-1") for k, v in fields}
+        answer = headers.pop(":status", ""), headers
+        # An entry added (a new newest) or evicted changes what later blocks' indices mean.
+        if len(table) != before[0] or (table[0] if table else None) is not before[1]:
+            self._decoded.clear()
+        elif len(self._decoded) < MAX_DECODED_BLOCKS:
+            self._decoded[block] = answer
+        return answer
 
     def _on_settings(self, payload: bytes) -> None:
         for identifier, value in read_settings(payload):

@@ -1,5 +1,5 @@
-"""HTTP/2 flow control for the APNs client (RFC 9113 section 5.2): the request bodies waiting
-for the server's send windows, and the connection's receive window."""
+"""HTTP/2 flow control for the APNs and FCM client (RFC 9113 section 5.2): the request bodies
+waiting for the server's send windows, and the connection's receive window."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""HTTP/2's wire format as the APNs client uses it: frames (RFC 9113 section 4) and request
+"""HTTP/2's wire format as the APNs and FCM client uses it: frames (RFC 9113 section 4) and request
 header blocks (HPACK, RFC 7541).
 
 A request's header block is written as literals that the server's decoder adds to no table

@@ -19,8 +19,8 @@ from app.catalog import Catalog, parse_catalog
 from streams.keys import KeySpace
 from tests.integration.delivery_support import accept, running_worker, state, wait_until
 from tests.peers.apns import PEER_KEY_ID, PEER_TEAM_ID, PEER_TOPIC, ApnsPeer
-from tests.peers.apns import serve as serve_apns
 from tests.peers.fcm import FcmPeer
+from tests.peers.http2_serving import serve as serve_http2
 from tests.peers.serving import Fault, Served, serve
 from tests.peers.webpush import Subscription, WebPushPeer
 
@@ -228,6 +228,7 @@ kind = "fcm"
 project_id = "clarion-peer"
 service_account_env = "TEST_FCM_ACCOUNT"
 base_url = "{fcm_url}"
+ca_file = "{ca_file}"
 
 [providers.apns]
 kind = "apns"
@@ -249,9 +250,9 @@ def platforms(
 ) -> Iterator[tuple[Catalog, FcmPeer, ApnsPeer, RecordingPeer]]:
     web, _ = push_service
     fcm, apns = FcmPeer(), ApnsPeer()
-    ca_file = tmp_path / "apns-ca.pem"
+    ca_file = tmp_path / "peers-ca.pem"  # the authority of both HTTP/2 peers
     apns.ca.cert_pem.write_to_path(str(ca_file))
-    with serve(fcm) as fcm_served, serve_apns(apns) as apns_served:
+    with serve_http2(fcm) as fcm_served, serve_http2(apns) as apns_served:
         fcm.origin = fcm_served.base_url
         monkeypatch.setenv("TEST_FCM_ACCOUNT", fcm.service_account_json())
         monkeypatch.setenv("TEST_APNS_KEY", apns.key_pem)

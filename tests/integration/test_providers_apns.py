@@ -33,7 +33,8 @@ from app.providers.apns import DEFAULT_STORE_SECONDS, TOKEN_REUSE_SECONDS, ApnsP
 from app.providers.base import Message, ProviderError, PushContent, Reason
 from app.providers.http2 import Client
 from streams.vocabulary import Channel, ErrorClass, Priority
-from tests.peers.apns import PEER_KEY_ID, PEER_TEAM_ID, PEER_TOPIC, ApnsPeer, Fault, Served, serve
+from tests.peers.apns import PEER_KEY_ID, PEER_TEAM_ID, PEER_TOPIC, ApnsPeer, Fault
+from tests.peers.http2_serving import Served, serve
 from tests.servers import free_port, wait_for_port
 
 DEVICE = "a1b2c3d4e5f60718" * 4

@@ -1,28 +1,38 @@
-"""The FCM adapter against the local FCM peer, which checks the OAuth grant's JWT signature
-and every access token: the message arrives with its notification, data and each platform's
-options (the TTL the time left at that attempt), one token serves many sends and is made
+"""The FCM adapter against the local FCM peer (HTTP/2 over TLS on ``h2``, which reads every
+frame the adapter writes), which checks the OAuth grant's JWT signature and every access
+token: the message arrives with its notification, data and each platform's options (the TTL
+the time left at that attempt), sends share one multiplexed connection per worker (or
+``connections``), the token request included when the token endpoint is on the same server
+and over a connection of its own when it is not, one token serves many sends and is made
 anew before it ends (one request however many sends wait), a 401 refreshes it once, each FCM
-error code maps to its class and reason, and no token appears in an error or a log line."""
+error code maps to its class and reason, a failed token request never counts as sent, and no
+token appears in an error or a log line."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import json
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
 import structlog
 
+from app.catalog.providers import ProviderLimits
 from app.catalog.push import FcmConfig
 from app.providers.base import Message, ProviderError, PushContent, Reason
 from app.providers.fcm import FcmProvider
+from app.providers.http2 import Client
 from streams.vocabulary import ErrorClass, Priority
-from tests.peers.fcm import PROJECT, FcmPeer
-from tests.peers.serving import Served, serve
+from tests.peers.fcm import PROJECT, Fault, FcmPeer
+from tests.peers.http2_serving import Served, serve
+from tests.servers import free_port, wait_for_port
 
 TOKEN = "dQw4w9WgXcQ:APA91bH" + "x" * 140
 
@@ -36,6 +46,13 @@ class Clock:
 
 
 @pytest.fixture
+def ca_file(tmp_path: Path) -> str:
+    path = tmp_path / "ca.pem"
+    FcmPeer().ca.cert_pem.write_to_path(str(path))  # every peer of the process has this CA
+    return str(path)
+
+
+@pytest.fixture
 def peer() -> Iterator[tuple[FcmPeer, Served]]:
     fcm = FcmPeer()
     with serve(fcm) as served:
@@ -43,10 +60,12 @@ def peer() -> Iterator[tuple[FcmPeer, Served]]:
         yield fcm, served
 
 
-def make_provider(served: Served, account: str, clock: Any = None, **settings: Any) -> FcmProvider:
+def make_provider(
+    served: Served, account: str, ca_file: str, clock: Any = None, **settings: Any
+) -> FcmProvider:
     config = msgspec.convert(
         {"kind": "fcm", "project_id": PROJECT, "service_account_env": "FCM_ACCOUNT",
-         "base_url": served.base_url, **settings},
+         "base_url": served.base_url, "ca_file": ca_file, **settings},
         FcmConfig,
     )  # fmt: skip
     extra = {} if clock is None else {"clock": clock}
@@ -54,9 +73,9 @@ def make_provider(served: Served, account: str, clock: Any = None, **settings: A
 
 
 @pytest.fixture
-async def provider(peer: tuple[FcmPeer, Served]) -> AsyncIterator[FcmProvider]:
+async def provider(peer: tuple[FcmPeer, Served], ca_file: str) -> AsyncIterator[FcmProvider]:
     fcm, served = peer
-    adapter = make_provider(served, fcm.service_account_json())
+    adapter = make_provider(served, fcm.service_account_json(), ca_file)
     yield adapter
     await adapter.close()
 
@@ -124,10 +143,12 @@ async def test_a_plain_token_and_a_normal_priority(
     assert "data" not in sent
 
 
-async def test_the_ttl_is_the_time_left_at_each_attempt(peer: tuple[FcmPeer, Served]) -> None:
+async def test_the_ttl_is_the_time_left_at_each_attempt(
+    peer: tuple[FcmPeer, Served], ca_file: str
+) -> None:
     fcm, served = peer
     clock = Clock()
-    adapter = make_provider(served, fcm.service_account_json(), clock)
+    adapter = make_provider(served, fcm.service_account_json(), ca_file, clock)
     message = dataclasses.replace(push(), expires_ms=int(clock.now * 1000) + 600_000)
     try:
         await adapter.send(message)
@@ -146,15 +167,45 @@ async def test_one_access_token_serves_many_concurrent_sends(
     await asyncio.gather(*(provider.send(push()) for _ in range(200)))
     assert len(fcm.accepted) == 200
     assert fcm.token_requests == 1 == provider.token_requests
-    assert len(fcm.connections) <= 100  # kept alive, not one per send
+    # One connection carried the token request and every send, many of them at once.
+    assert fcm.connections == 1
+    assert fcm.max_open >= 50
 
 
-async def test_the_token_is_made_anew_before_it_ends(peer: tuple[FcmPeer, Served]) -> None:
+async def test_connections_spreads_sends_over_that_many_connections(
+    peer: tuple[FcmPeer, Served], ca_file: str
+) -> None:
+    fcm, served = peer
+    adapter = make_provider(served, fcm.service_account_json(), ca_file, connections=3)
+    try:
+        await asyncio.gather(*(adapter.send(push()) for _ in range(60)))
+    finally:
+        await adapter.close()
+    assert (len(fcm.accepted), fcm.connections) == (60, 3)
+
+
+async def test_a_token_endpoint_on_another_server_gets_a_connection_of_its_own(
+    ca_file: str,
+) -> None:
+    fcm = FcmPeer()  # one peer behind two servers: the tokens one issues, the other accepts
+    with serve(fcm) as messages, serve(fcm) as tokens:
+        fcm.origin = tokens.base_url
+        adapter = make_provider(messages, fcm.service_account_json(), ca_file)
+        try:
+            await asyncio.gather(*(adapter.send(push()) for _ in range(20)))
+        finally:
+            await adapter.close()
+    assert (len(fcm.accepted), fcm.token_requests, fcm.connections) == (20, 1, 2)
+
+
+async def test_the_token_is_made_anew_before_it_ends(
+    peer: tuple[FcmPeer, Served], ca_file: str
+) -> None:
     fcm, served = peer
     fcm.token_lifetime = 600
     fcm.leeway = 600  # the adapter's clock moves ahead of the peer's below
     clock = Clock()
-    adapter = make_provider(served, fcm.service_account_json(), clock)
+    adapter = make_provider(served, fcm.service_account_json(), ca_file, clock)
     try:
         await adapter.send(push())
         clock.now += 500  # 100 s left: more than a tenth of 600, so still used
@@ -176,6 +227,16 @@ async def test_a_401_makes_a_new_token_once_and_sends(
     await provider.send(push())
     assert (fcm.token_requests, len(fcm.accepted)) == (2, 2)
     assert fcm.refusals == [(401, "UNAUTHENTICATED")]
+
+
+async def test_sends_refused_together_by_a_401_share_one_new_token(
+    peer: tuple[FcmPeer, Served], provider: FcmProvider
+) -> None:
+    fcm, _ = peer
+    await provider.send(push())
+    fcm.revoke_tokens()
+    await asyncio.gather(*(provider.send(push()) for _ in range(30)))
+    assert (fcm.token_requests, len(fcm.accepted)) == (2, 31)
 
 
 async def test_a_second_401_is_transient_and_not_accepted(
@@ -240,11 +301,11 @@ async def test_a_message_over_4096_bytes_is_refused_before_any_request(
 
 
 async def test_a_service_account_the_endpoint_refuses_is_transient_and_not_accepted(
-    peer: tuple[FcmPeer, Served],
+    peer: tuple[FcmPeer, Served], ca_file: str
 ) -> None:
     fcm, served = peer
     other = FcmPeer(fcm.origin)  # same token URL, another key: the signature does not verify
-    adapter = make_provider(served, other.service_account_json())
+    adapter = make_provider(served, other.service_account_json(), ca_file)
     try:
         error = await refusal(adapter, push())
     finally:
@@ -264,3 +325,119 @@ async def test_no_token_reaches_a_log_line(
     text = json.dumps(logs)
     assert TOKEN not in text
     assert "ya29." not in text
+
+
+async def test_a_token_request_without_an_answer_is_not_accepted(
+    peer: tuple[FcmPeer, Served], ca_file: str
+) -> None:
+    fcm, served = peer
+    fcm.fail(Fault.HANG, times=1)  # the first request, the token's, gets no answer
+    adapter = make_provider(served, fcm.service_account_json(), ca_file, timeout_seconds=0.3)
+    try:
+        error = await refusal(adapter, push())
+        fcm.released.set()
+        assert await adapter.send(push())  # the next send makes a token and goes out
+    finally:
+        await adapter.close()
+    # The token request may have reached the endpoint; the message certainly was not sent.
+    assert (error.error_class, error.not_accepted) == (ErrorClass.TRANSIENT, True)
+    assert error.message == (
+        "fcm: no access token (token endpoint: no answer (ReadTimeout)); nothing was sent"
+    )
+    # Two token requests made, the first held unanswered: the peer granted one.
+    assert (adapter.token_requests, fcm.token_requests, len(fcm.accepted)) == (2, 1, 1)
+
+
+async def test_an_unreachable_token_endpoint_is_not_accepted(
+    peer: tuple[FcmPeer, Served], ca_file: str
+) -> None:
+    fcm, served = peer
+    fcm.origin = f"https://127.0.0.1:{free_port()}"  # nobody listens there
+    adapter = make_provider(served, fcm.service_account_json(), ca_file)
+    try:
+        error = await refusal(adapter, push())
+    finally:
+        await adapter.close()
+    assert (error.error_class, error.not_accepted) == (ErrorClass.TRANSIENT, True)
+    assert error.message.startswith("fcm: no access token (token endpoint: not sent (ConnectError")
+    assert fcm.requests == 0
+
+
+async def test_a_connection_lost_after_the_send_left_may_have_sent(
+    peer: tuple[FcmPeer, Served], provider: FcmProvider
+) -> None:
+    fcm, _ = peer
+    await provider.send(push())  # a token is kept: the next request is the send itself
+    fcm.fail(Fault.DROP, times=1)
+    error = await refusal(provider, push())
+    assert (error.error_class, error.not_accepted) == (ErrorClass.TRANSIENT, False)
+    assert "it may have sent" in error.message
+    assert await provider.send(push())  # a new connection
+    assert fcm.connections == 2
+
+
+async def test_a_server_without_trusted_certificate_is_refused_before_sending(
+    peer: tuple[FcmPeer, Served],
+) -> None:
+    fcm, served = peer
+    adapter = make_provider(served, fcm.service_account_json(), "")  # certifi's CAs only
+    try:
+        error = await refusal(adapter, push())
+    finally:
+        await adapter.close()
+    assert (error.error_class, error.not_accepted) == (ErrorClass.TRANSIENT, True)
+    assert "TLSError" in error.message
+    assert fcm.requests == 0
+
+
+@pytest.fixture
+def standalone(tmp_path: Path) -> Iterator[tuple[Served, str, str]]:
+    """``tests.peers.fcm_standalone`` in its own process: address, CA file, account."""
+    port = free_port()
+    command = [sys.executable, "-m", "tests.peers.fcm_standalone", "--port", str(port),
+               "--cert-dir", str(tmp_path)]  # fmt: skip
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_port(port)
+        yield Served(port), str(tmp_path / "ca.pem"), (tmp_path / "account.json").read_text()
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+async def test_the_standalone_peer_checks_the_same_over_another_http2_server(
+    standalone: tuple[Served, str, str],
+) -> None:
+    served, ca_file, account = standalone
+    adapter = make_provider(served, account, ca_file)
+    wrong_project = make_provider(served, account, ca_file, project_id="another-project")
+    stats = Client("peer", ProviderLimits(), served.base_url, ca_file=ca_file)
+    try:
+        sent = await asyncio.gather(*(adapter.send(push()) for _ in range(300)))
+        error = await refusal(adapter, push(data={"blob": "x" * 4000}))
+        refused = await refusal(wrong_project, push())
+        answer = json.loads((await stats.request(b"GET", "/_peer/stats", [], b"")).body)
+    finally:
+        for closing in (adapter, wrong_project, stats):
+            await closing.close()
+    assert len(set(sent)) == 300
+    assert error.reason is Reason.PAYLOAD_TOO_LARGE
+    assert refused.message == "fcm: HTTP 403: PERMISSION_DENIED Permission denied on the project"
+    assert answer == {
+        "accepted": 300, "requests": 2 + 300 + 1 + 1, "connections": 3, "token_requests": 2
+    }  # fmt: skip
+
+
+async def test_a_busy_token_endpoint_is_waited_for_as_it_asks(
+    peer: tuple[FcmPeer, Served], provider: FcmProvider
+) -> None:
+    fcm, _ = peer
+    fcm.fail(Fault.UNAVAILABLE, times=1, retry_after="5")  # the token request
+    error = await refusal(provider, push())
+    assert (error.error_class, error.not_accepted, error.retry_after) == (
+        ErrorClass.TRANSIENT, True, 5.0,
+    )  # fmt: skip
+    assert error.message.startswith(
+        "fcm: the token endpoint refused the service account (HTTP 503)"
+    )
+    assert await provider.send(push())

@@ -20,7 +20,8 @@ from app.catalog.providers import ProviderLimits
 from app.providers.base import ProviderError
 from app.providers.http2 import Client, Response
 from streams.vocabulary import ErrorClass
-from tests.peers.apns import PEER_KEY_ID, PEER_TEAM_ID, PEER_TOPIC, ApnsPeer, Fault, Served, serve
+from tests.peers.apns import PEER_KEY_ID, PEER_TEAM_ID, PEER_TOPIC, ApnsPeer, Fault
+from tests.peers.http2_serving import Served, serve
 from tests.servers import free_port
 
 DEVICE = "/3/device/" + "0123456789abcdef" * 4

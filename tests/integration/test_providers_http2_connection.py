@@ -1,6 +1,7 @@
 """One HTTP/2 connection of the APNs client against scripted servers on ``h2`` (TLS, ALPN
 h2): answers the way servers may shape them (an informational answer first, padding, a
-header block in CONTINUATION frames, trailers) are read whole; a body larger than the
+header block in CONTINUATION frames, trailers) are read whole; a header block read before is
+not taken for what it meant then once the server's table changed; a body larger than the
 server's stream window waits for its WINDOW_UPDATEs; a refused stream was not sent; a server
 that breaks the protocol gets a GOAWAY naming the error and the request fails as a lost
 connection."""
@@ -106,6 +107,24 @@ async def test_an_answer_in_every_shape_a_server_may_give_is_read_whole(server: 
     assert (answer.status, answer.body) == (200, b"got ping")
     assert answer.headers == {"x-long": "v" * 20_000}
     assert log == [b"ping"]
+
+
+def tagged(server: Scripted, stream_id: int, body: bytes) -> None:
+    """Answers ``x-tag: <body>``: h2 indexes a new value and refers to a known one by its
+    index, so two answers can be the same bytes meaning different values."""
+    server.h2.send_headers(stream_id, [(":status", "200"), ("x-tag", body.decode())])
+    server.h2.send_data(stream_id, body, end_stream=True)
+
+
+async def test_the_same_header_bytes_are_read_anew_once_the_table_changed(server: Any) -> None:
+    client, _ = await server(tagged)
+    tags = [b"a", b"a", b"b", b"b", b"a", b"a"]
+    answers = [await client.request(b"POST", "/", [], tag) for tag in tags]
+    # The second and fourth answers are both ":status 200, the newest entry": a client that
+    # took the second's reading for the fourth would read "a".
+    assert [answer.headers["x-tag"] for answer in answers] == ["a", "a", "b", "b", "a", "a"]
+    answers[0].headers["x-tag"] = "changed"
+    assert answers[1].headers["x-tag"] == "a"  # each answer has its own fields
 
 
 def echo(server: Scripted, stream_id: int, body: bytes) -> None:

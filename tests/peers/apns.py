@@ -2,9 +2,9 @@
 Apple's ("Sending notification requests to APNs", "Establishing a token-based connection to
 APNs", "Handling notification responses from APNs").
 
-It speaks HTTP/2 itself (``h2``, server side, on asyncio) over TLS with ALPN ``h2``, with a
-certificate for 127.0.0.1 from a ``trustme`` CA (one per process; clients trust
-``peer.ca.cert_pem``). The first check a request fails is answered ``{"reason": ...}``:
+Served over TLS (ALPN ``h2``, a certificate for 127.0.0.1 that clients trust through
+``peer.ca.cert_pem``) by ``tests.peers.http2_serving``. The first check a request fails is
+answered ``{"reason": ...}``:
 405 MethodNotAllowed but for POST; 404 BadPath; 400 BadDeviceToken unless 64 hex digits;
 403 MissingProviderToken, InvalidProviderToken (the JWT's header is not {alg ES256, kid} of
 a key it knows, ``iss`` not that key's team, or the ES256 signature fails: verified once per
@@ -21,43 +21,30 @@ decoded payload) and answered 200 with its ``apns-id``.
 
 ``fail(Fault.X, times=n)`` answers 429 TooManyRequests, 500 InternalServerError, 503
 ServiceUnavailable or 403 ExpiredProviderToken (the token stays expired: only a new one
-passes), holds requests until ``released`` (HANG) or drops the connection (DROP);
-``mute`` stops reading (a dead server). ``max_streams`` is the SETTINGS_MAX_CONCURRENT_STREAMS
-it announces (more breaks the connection), ``delay`` holds every answer, ``goaway_after = n``
-sends GOAWAY at a connection's n-th stream, answers the streams up to it and closes.
-``requests``, ``connections`` and ``max_open`` (most streams open at once) count.
-
-``serve(peer)`` puts it on the network for tests, on ``h2`` (so every frame a client writes
-is read by the protocol library, strictly). ``tests.peers.apns_standalone`` serves the same
-checks on another HTTP/2 implementation, in a process of its own, for benchmarks.
+passes), holds requests until ``released`` (HANG) or drops the connection (DROP). The
+protocol-level settings and faults (``max_streams``, ``delay``, ``goaway_after``, ``mute``)
+and the counters are ``tests.peers.http2_serving``'s, as is ``serve(peer)``, which puts it on
+the network for tests on ``h2`` (so every frame a client writes is read by the protocol
+library, strictly). ``tests.peers.apns_standalone`` serves the same checks on another HTTP/2
+implementation, in a process of its own, for benchmarks.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import re
-import ssl
-import threading
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Final, cast
+from typing import Any, Final
 
-import h2.config
-import h2.connection
-import h2.events
-import h2.exceptions
-import h2.settings
-import hpack
 import jwt
-import trustme
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
-from hyperframe.frame import GoAwayFrame
+
+from tests.peers import http2_serving
+from tests.peers.http2_serving import Fields, Http2Peer, Reply
 
 PEER_TEAM_ID: Final = "PEERTEAM01"
 PEER_KEY_ID: Final = "PEERKEY001"
@@ -65,22 +52,9 @@ PEER_TOPIC: Final = "com.example.clarion"
 TOKEN_MAX_AGE: Final = 3600
 MAX_PAYLOAD: Final = 4096
 MAX_COLLAPSE_ID: Final = 64
-HANG_SECONDS: Final = 30.0
 _DEVICE = re.compile(r"/3/device/([^/]*)")
 _TOKEN = re.compile(r"[0-9a-fA-F]{64}")
 _UUID = re.compile(r"[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}")
-
-Reply = tuple[int, dict[str, str], bytes]
-_CONFIG: Final = h2.config.H2Configuration(client_side=False, header_encoding=None)
-
-
-class _Encoder(hpack.Encoder):  # Huffman coding would cost the peer 20 µs an answer
-    def encode(self, headers: Any, huffman: bool = False) -> bytes:
-        return super().encode(headers, huffman=False)
-
-
-# Every peer of a process has its certificate from this one authority.
-_AUTHORITY: Final = trustme.CA()
 
 
 class Fault(StrEnum):
@@ -88,8 +62,8 @@ class Fault(StrEnum):
     ERROR = "500 InternalServerError"
     UNAVAILABLE = "503 ServiceUnavailable"
     EXPIRED_TOKEN = "403 ExpiredProviderToken"
-    HANG = "hang"
-    DROP = "drop"
+    HANG = http2_serving.HANG
+    DROP = http2_serving.DROP
 
 
 @dataclass(frozen=True)
@@ -109,8 +83,9 @@ def refusal(status: int, reason: str, timestamp: int | None = None) -> Reply:
     return status, {"content-type": "application/json"}, json.dumps(body).encode()
 
 
-class ApnsPeer:
-    """The peer's state and its checks; ``serve`` or ``main`` put it on the network."""
+class ApnsPeer(Http2Peer):
+    """The peer's state and its checks; ``http2_serving.serve`` or
+    ``apns_standalone`` put it on the network."""
 
     def __init__(
         self,
@@ -121,42 +96,22 @@ class ApnsPeer:
         delay: float = 0.0,
         goaway_after: int = 0,
     ) -> None:
+        super().__init__(max_streams=max_streams, delay=delay, goaway_after=goaway_after)
         self.key = key or ec.generate_private_key(ec.SECP256R1())
         # kid -> (team id, public key)
         self.keys = {PEER_KEY_ID: (PEER_TEAM_ID, self.key.public_key())}
         self.topics = set(topics)
-        self.max_streams = max_streams
-        self.delay = delay
-        self.goaway_after = goaway_after
-        self.ca = _AUTHORITY
-        self.certificate = self.ca.issue_cert("127.0.0.1", "localhost")
-        self.accepted: list[Push] = []
-        self.requests = 0
-        self.connections = 0
-        self.max_open = 0
-        self.retry_after: str | None = None
         # Every distinct provider token that verified, in the order first seen.
         self.provider_tokens: list[str] = []
         self.scripted: dict[str, Reply] = {}
         self.expired: set[str] = set()
         self._verified: dict[str, int] = {}
-        self._fault: Fault | None = None
-        self._fault_times: int | None = None
-        self.released = threading.Event()
-        self.mute = False
-        self.live: set[_Server] = set()
 
     @property
     def key_pem(self) -> str:
         """The signing key as Apple hands it out (a ``.p8`` file: PKCS#8 PEM)."""
         raw = self.key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
         return raw.decode()
-
-    def tls(self) -> ssl.SSLContext:
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        self.certificate.configure_cert(context)
-        context.set_alpn_protocols(["h2"])
-        return context
 
     def unregister(self, token: str, timestamp_ms: int | None = None) -> None:
         """Answer ``token`` 410 Unregistered from now on."""
@@ -166,35 +121,12 @@ class ApnsPeer:
     def script(self, token: str, status: int, reason: str) -> None:
         self.scripted[token.lower()] = refusal(status, reason)
 
-    def fail(
-        self, fault: Fault, *, times: int | None = None, retry_after: str | None = None
-    ) -> None:
-        """Answer the next ``times`` requests (all, if None) with ``fault``."""
-        self._fault, self._fault_times, self.retry_after = fault, times, retry_after
+    def hung_reply(self) -> Reply:
+        return refusal(500, "InternalServerError")
 
-    def heal(self) -> None:
-        self._fault = None
-
-    def take_fault(self) -> Fault | None:
-        fault = self._fault
-        if fault is not None and self._fault_times is not None:
-            self._fault_times -= 1
-            if self._fault_times <= 0:
-                self._fault = None
-        return fault
-
-    def stats(self) -> dict[str, int]:
-        return {
-            "accepted": len(self.accepted),
-            "requests": self.requests,
-            "connections": self.connections,
-        }
-
-    def handle(self, fields: list[tuple[str, str]], body: bytes, fault: Fault | None) -> Reply:
+    def handle(self, fields: Fields, body: bytes, fault: str | None) -> Reply:
         """The answer to one request (``fault``: the switched-on fault it met, if any)."""
         headers = dict(fields)
-        if headers.get(":path") == "/_peer/stats" and headers.get(":method") == "GET":
-            return 200, {"content-type": "application/json"}, json.dumps(self.stats()).encode()
         if fault is not None:
             if fault is Fault.EXPIRED_TOKEN:
                 self.expired.add(headers.get("authorization", "").partition(" ")[2])
@@ -307,155 +239,3 @@ def _payload(body: bytes) -> tuple[dict[str, Any], str]:
     if not isinstance(payload, dict) or not isinstance(payload.get("aps"), dict):
         return {}, "PayloadEmpty"
     return payload, ""
-
-
-class _Server(asyncio.Protocol):
-    """One client connection to the peer."""
-
-    transport: asyncio.Transport
-
-    def __init__(self, peer: ApnsPeer) -> None:
-        self.peer = peer
-        self.h2 = h2.connection.H2Connection(_CONFIG)
-        self.h2.encoder = _Encoder()
-        limit = {h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: peer.max_streams}
-        self.h2.local_settings = h2.settings.Settings(client=False, initial_values=limit)
-        self.streams: dict[int, tuple[list[tuple[str, str]], bytearray]] = {}
-        self.pending: set[int] = set()  # taken, not answered yet
-        self.received = self.answered = 0
-        self.last_stream: int | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)
-        self.peer.connections += 1
-        self.peer.live.add(self)
-        self.h2.initiate_connection()
-        self._write()
-
-    def data_received(self, data: bytes) -> None:
-        if self.peer.mute:
-            return
-        try:
-            events = self.h2.receive_data(data)
-        except h2.exceptions.ProtocolError:
-            self._write()
-            self.close()
-            return
-        for event in events:
-            if isinstance(event, h2.events.RequestReceived):
-                self._opened(event.stream_id or 0, event.headers or [])
-            elif isinstance(event, h2.events.DataReceived):
-                stream_id = event.stream_id or 0
-                self.h2.acknowledge_received_data(event.flow_controlled_length or 0, stream_id)
-                stream = self.streams.get(stream_id)
-                if stream is not None and len(stream[1]) <= MAX_PAYLOAD:
-                    stream[1].extend(event.data or b"")
-            elif isinstance(event, h2.events.StreamEnded):
-                self._request(event.stream_id or 0)
-            elif isinstance(event, h2.events.StreamReset):
-                self.streams.pop(event.stream_id or 0, None)
-                self.pending.discard(event.stream_id or 0)
-        self._write()
-
-    def _opened(self, stream_id: int, headers: Any) -> None:
-        if self.last_stream is not None and stream_id > self.last_stream:
-            return  # after GOAWAY: not processed
-        fields = [(bytes(k).decode(), bytes(v).decode()) for k, v in headers]
-        self.streams[stream_id] = (fields, bytearray())
-        self.pending.add(stream_id)
-        self.peer.max_open = max(self.peer.max_open, len(self.pending))
-        self.received += 1
-        if self.received == self.peer.goaway_after:
-            self.last_stream = stream_id
-            self._write()
-            frame = GoAwayFrame(0)
-            frame.last_stream_id = stream_id
-            self.transport.write(frame.serialize())
-
-    def _request(self, stream_id: int) -> None:
-        stream = self.streams.pop(stream_id, None)
-        if stream is None:
-            return
-        self.peer.requests += 1
-        fault = self.peer.take_fault() if dict(stream[0]).get(":path") != "/_peer/stats" else None
-        loop = asyncio.get_running_loop()
-        if fault is Fault.DROP:
-            self.transport.abort()
-        elif fault is Fault.HANG:
-            loop.run_in_executor(None, self.peer.released.wait, HANG_SECONDS).add_done_callback(
-                lambda _: self._answer(stream_id, refusal(500, "InternalServerError"))
-            )
-        else:
-            reply = self.peer.handle(stream[0], bytes(stream[1]), fault)
-            if self.peer.delay:
-                loop.call_later(self.peer.delay, self._answer, stream_id, reply)
-            else:
-                self._answer(stream_id, reply, flush=False)
-
-    def _answer(self, stream_id: int, reply: Reply, *, flush: bool = True) -> None:
-        if stream_id not in self.pending or self.transport.is_closing():
-            return
-        self.pending.discard(stream_id)
-        status, headers, body = reply
-        fields = [(":status", str(status)), *headers.items()]
-        with contextlib.suppress(h2.exceptions.ProtocolError):  # the client reset it
-            self.h2.send_headers(stream_id, fields, end_stream=not body)
-            if body:
-                self.h2.send_data(stream_id, body, end_stream=True)
-        self.answered += 1
-        if flush or self.answered % 8 == 0:  # a batch goes out in parts, as APNs answers
-            self._write()
-        if self.last_stream is not None and not self.pending:
-            self._write()
-            self.close()
-
-    def _write(self) -> None:
-        data = self.h2.data_to_send()
-        if data and not self.transport.is_closing():
-            self.transport.write(data)
-
-    def close(self) -> None:
-        self.transport.close()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.peer.live.discard(self)
-
-
-@dataclass(frozen=True)
-class Served:
-    """A running peer's address."""
-
-    port: int
-
-    @property
-    def base_url(self) -> str:
-        return f"https://127.0.0.1:{self.port}"
-
-
-@contextlib.contextmanager
-def serve(peer: ApnsPeer) -> Iterator[Served]:
-    """Serve ``peer`` on a free port of 127.0.0.1 in a thread of its own; stop it after."""
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    listening = loop.create_server(lambda: _Server(peer), "127.0.0.1", 0, ssl=peer.tls())
-    server = asyncio.run_coroutine_threadsafe(listening, loop).result(10)
-    try:
-        yield Served(server.sockets[0].getsockname()[1])
-    finally:
-        peer.released.set()
-        asyncio.run_coroutine_threadsafe(_stop(peer, server), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
-
-
-async def _stop(peer: ApnsPeer, server: asyncio.Server) -> None:
-    server.close()
-    for connection in list(peer.live):
-        connection.close()
-    await asyncio.sleep(0.05)
-    for connection in list(peer.live):
-        connection.transport.abort()
-    await server.wait_closed()
-    await asyncio.get_running_loop().shutdown_default_executor()

@@ -1,4 +1,6 @@
-"""A local FCM HTTP v1 API with its own OAuth 2 token endpoint, as strict as Google's.
+"""A local FCM HTTP v1 API with its own OAuth 2 token endpoint, as strict as Google's, over
+HTTP/2 and TLS as Google serves both (``tests.peers.http2_serving``: ALPN ``h2``, a
+certificate clients trust through ``peer.ca.cert_pem``, every frame read by ``h2``).
 
 ``POST /token`` takes the JWT-bearer grant (RFC 7523): ``grant_type`` must be
 ``urn:ietf:params:oauth:grant-type:jwt-bearer`` and the ``assertion`` an RS256 JWT signed by
@@ -13,21 +15,23 @@ and a message: a ``token``, ``data`` of strings only, ``android.priority`` NORMA
 ``android.ttl`` in seconds (``"3600s"``), and at most 4096 bytes without its token (400
 ``INVALID_ARGUMENT`` otherwise). Errors come in Google's shape, with FCM's ``errorCode`` in
 ``details``. Scripted: ``unregister(token)`` (404 ``UNREGISTERED``), ``fail_with(status,
-code, times=...)`` and ``revoke_tokens()`` (the next send is 401).
+code, times=...)``, ``revoke_tokens()`` (the next send is 401), and ``fail(Fault.X,
+times=...)`` for any request, token requests included: 429, 500 or 503 in Google's shape, a
+request held until ``released`` (HANG) or a dropped connection (DROP).
 
-    python -m tests.peers.fcm --port 8029 --account-file /tmp/fcm-account.json
-
-``GET /_peer/stats`` answers ``{"accepted", "requests", "connections", "token_requests"}``.
+``tests.peers.fcm_standalone`` serves the same checks on another HTTP/2 implementation, in a
+process of its own, for benchmarks. ``GET /_peer/stats`` answers ``{"accepted", "requests",
+"connections", "token_requests"}``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import secrets
 import time
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, Final
 from urllib.parse import parse_qs
 
@@ -35,7 +39,8 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from tests.peers.serving import Answer, Fault, HttpPeer, Request, main
+from tests.peers import http2_serving
+from tests.peers.http2_serving import Fields, Http2Peer, Reply, json_reply
 
 PROJECT: Final = "clarion-peer"
 CLIENT_EMAIL: Final = "clarion@clarion-peer.iam.gserviceaccount.com"
@@ -48,6 +53,14 @@ STATUS_NAMES: Final = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PE
                        503: "UNAVAILABLE"}  # fmt: skip
 
 
+class Fault(StrEnum):
+    RATE_LIMITED = "429"
+    ERROR = "500"
+    UNAVAILABLE = "503"
+    HANG = http2_serving.HANG
+    DROP = http2_serving.DROP
+
+
 @dataclass(frozen=True)
 class Sent:
     """One message taken: the request's ``message`` object and its name."""
@@ -56,21 +69,21 @@ class Sent:
     name: str
 
 
-def google_error(status: int, message: str, code: str = "", **headers: str) -> Answer:
+def google_error(status: int, message: str, code: str = "", **headers: str) -> Reply:
     error: dict[str, Any] = {"code": status, "message": message,
                              "status": STATUS_NAMES.get(status, "UNKNOWN")}  # fmt: skip
     if code:
         error["details"] = [
             {"@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": code}
         ]
-    return Answer.json(status, {"error": error}, **headers)
+    return json_reply(status, {"error": error}, **headers)
 
 
-class FcmPeer(HttpPeer):
+class FcmPeer(Http2Peer):
     """The token endpoint and messages:send; ``accepted`` holds a ``Sent`` per message."""
 
-    def __init__(self, origin: str = "") -> None:
-        super().__init__()
+    def __init__(self, origin: str = "", **options: Any) -> None:
+        super().__init__(**options)
         self.origin = origin  # set once served: the token URL is part of the key file
         self.token_lifetime = 3600
         self.token_requests = 0
@@ -110,30 +123,30 @@ class FcmPeer(HttpPeer):
     def stats(self) -> dict[str, int]:
         return {**super().stats(), "token_requests": self.token_requests}
 
-    def fault_answer(self, fault: Fault) -> Answer:
-        status = {Fault.RATE_LIMITED: 429, Fault.UNAVAILABLE: 503}.get(fault, 500)
-        headers = {} if self.retry_after is None else {"Retry-After": self.retry_after}
-        return google_error(status, "scripted", **headers)
-
-    async def handle(self, request: Request) -> Answer:
-        if request.method == "POST" and request.path == "/token":
-            return self._grant(request)
-        found = _SEND.fullmatch(request.path)
-        if request.method != "POST" or found is None:
+    def handle(self, fields: Fields, body: bytes, fault: str | None) -> Reply:
+        if fault is not None:
+            headers = {} if self.retry_after is None else {"retry-after": self.retry_after}
+            return google_error(int(fault), "scripted", **headers)
+        request = dict(fields)
+        method, path = request.get(":method"), request.get(":path", "")
+        if method == "POST" and path == "/token":
+            return self._grant(body)
+        found = _SEND.fullmatch(path)
+        if method != "POST" or found is None:
             return google_error(404, "no such method")
-        bearer = request.headers.get("authorization", "").removeprefix("Bearer ")
+        bearer = request.get("authorization", "").removeprefix("Bearer ")
         if self._tokens.get(bearer, 0.0) <= time.time():
             return self._refuse(
                 google_error(401, "Request had invalid authentication credentials.")
             )
         if found.group(1) != PROJECT:
             return self._refuse(google_error(403, "Permission denied on the project"))
-        problem, message = _message_problem(request.body)
+        problem, message = _message_problem(body)
         if problem:
             return self._refuse(google_error(400, problem, "INVALID_ARGUMENT"))
         if self._scripted:
             status, code, wait = self._scripted.pop(0)
-            headers = {} if wait is None else {"Retry-After": wait}
+            headers = {} if wait is None else {"retry-after": wait}
             return self._refuse(google_error(status, f"scripted {code}", code, **headers))
         if message["token"] in self._unregistered:
             return self._refuse(
@@ -141,15 +154,15 @@ class FcmPeer(HttpPeer):
             )
         name = f"projects/{PROJECT}/messages/0:{secrets.token_hex(8)}"
         self.accepted.append(Sent(message, name))
-        return Answer.json(200, {"name": name})
+        return json_reply(200, {"name": name})
 
-    def _refuse(self, answer: Answer) -> Answer:
-        self.refusals.append((answer.status, json.loads(answer.body)["error"]["status"]))
+    def _refuse(self, answer: Reply) -> Reply:
+        self.refusals.append((answer[0], json.loads(answer[2])["error"]["status"]))
         return answer
 
-    def _grant(self, request: Request) -> Answer:
+    def _grant(self, body: bytes) -> Reply:
         self.token_requests += 1
-        form = {k: v[0] for k, v in parse_qs(request.body.decode(errors="replace")).items()}
+        form = {k: v[0] for k, v in parse_qs(body.decode(errors="replace")).items()}
         try:
             if form.get("grant_type") != GRANT_TYPE:
                 raise jwt.InvalidTokenError("unsupported grant_type")
@@ -161,12 +174,12 @@ class FcmPeer(HttpPeer):
             if claims["scope"] != SCOPE or claims["exp"] - claims["iat"] > 3600:
                 raise jwt.InvalidTokenError("wrong scope or lifetime")
         except jwt.PyJWTError as error:
-            body = {"error": "invalid_grant", "error_description": str(error)}
-            return Answer.json(400, body)
+            refused = {"error": "invalid_grant", "error_description": str(error)}
+            return json_reply(400, refused)
         token = "ya29." + secrets.token_urlsafe(32)
         self._tokens[token] = time.time() + self.token_lifetime
-        body = {"access_token": token, "expires_in": self.token_lifetime, "token_type": "Bearer"}
-        return Answer.json(200, body)
+        granted = {"access_token": token, "expires_in": self.token_lifetime, "token_type": "Bearer"}
+        return json_reply(200, granted)
 
 
 def _message_problem(raw: bytes) -> tuple[str, dict[str, Any]]:
@@ -188,19 +201,3 @@ def _message_problem(raw: bytes) -> tuple[str, dict[str, Any]]:
     if len(raw) - len(message["token"]) > 4096:
         return "Message is too big", message
     return "", message
-
-
-def _standalone() -> FcmPeer:
-    parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--account-file", default="")
-    known = parser.parse_known_args()[0]
-    peer = FcmPeer(f"http://127.0.0.1:{known.port}")
-    if known.account_file:
-        with open(known.account_file, "w") as file:
-            file.write(peer.service_account_json())
-    return peer
-
-
-if __name__ == "__main__":
-    main(_standalone(), "A local FCM HTTP v1 API with its OAuth token endpoint")

@@ -305,6 +305,16 @@ PUSH = {{ title = "News", body = "{{{{ headline }}}}" }}
 """
 
 
+def test_an_fcm_base_url_without_tls_is_refused_naming_the_field() -> None:
+    plain = PUSH_CATALOG.format(channel='provider = "sandbox"').replace(
+        'service_account_env = "FCM_ACCOUNT"\n',
+        'service_account_env = "FCM_ACCOUNT"\nbase_url = "http://fcm.internal:8080"\n',
+    )
+    error = catalog_error(plain)
+    assert error.startswith("x.toml: providers.fcm.base_url: Expected `str` matching regex")
+    assert "'^https://" in error
+
+
 def push_catalog(channel: str) -> Catalog:
     return parse_catalog(PUSH_CATALOG.format(channel=channel), source="x.toml")
 

@@ -100,7 +100,9 @@ def test_a_service_account_key_gives_its_account_and_rsa_key() -> None:
         ("{not json", "is not a service-account key"),
         (json.dumps({"type": "service_account"}), "is not a service-account key"),
         (account_json(type="authorized_user"), "its type is not service_account"),
-        (account_json(token_uri="file:///etc/passwd"), "token_uri that is not an http"),
+        (account_json(token_uri="file:///etc/passwd"), "token_uri that is not an https URL"),
+        # The token request goes over HTTP/2 and TLS like every FCM request.
+        (account_json(token_uri="http://127.0.0.1:8029/token"), "token_uri that is not an https"),
         (account_json(private_key="garbage"), "not an unencrypted PEM private key"),
         (
             account_json(private_key=pem(ec.generate_private_key(ec.SECP256R1()))),
@@ -154,6 +156,20 @@ def test_each_push_kind_checks_its_secret_naming_the_variable_only() -> None:
     key = pem(ec.generate_private_key(ec.SECP256R1()))
     assert isinstance(apns, ApnsConfig)
     assert apns.secrets({"APNS_KEY": key}) == {"key_env": key}
+
+
+def test_fcm_talks_https_only_over_a_bounded_number_of_connections() -> None:
+    fcm = {"kind": "fcm", "project_id": "clarion-test", "service_account_env": "FCM_ACCOUNT"}
+    with pytest.raises(msgspec.ValidationError, match=r"https://.*- at `\$.base_url`"):
+        config_of(FcmConfig, **fcm, base_url="http://127.0.0.1:8029")
+    with pytest.raises(msgspec.ValidationError, match=r"- at `\$.connections`"):
+        config_of(FcmConfig, **fcm, connections=0)
+    config = config_of(FcmConfig, **fcm, base_url="https://fcm.example.com:8443", connections=4)
+    assert isinstance(config, FcmConfig)
+    assert (config.base_url, config.connections) == ("https://fcm.example.com:8443", 4)
+    assert config_of(FcmConfig, **fcm) == FcmConfig(
+        project_id="clarion-test", service_account_env="FCM_ACCOUNT", connections=1
+    )
 
 
 def test_apns_talks_https_only() -> None:

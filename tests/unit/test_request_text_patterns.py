@@ -121,9 +121,10 @@ NOT_REQUEST_TEXT = {
     "app.catalog.providers.BaseUrl",
     "app.catalog.push.ProjectId",
     "app.catalog.push.EnvName",
-    "app.catalog.push.BaseUrl",
     "app.catalog.push.AppleId",
     "app.catalog.push.HttpsUrl",
+    # The service account's token_uri, read from a secret at start-up.
+    "app.catalog.push._TOKEN_URI",
     "app.settings._PRODUCER",
     "app.settings._PREFIX",
     "projections.database._MIGRATION_FILE",
