@@ -129,6 +129,24 @@ class Catalog(msgspec.Struct, frozen=True):
         return None
 
 
+def feedback_secrets(catalog: Catalog, environ: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    """What the API needs to verify providers' feedback callbacks: each Twilio provider's
+    auth token and each ``feedback_secret_env``, per provider. Raises ``CatalogError``."""
+    secrets: dict[str, dict[str, str]] = {}
+    for name, config in catalog.providers.items():
+        if config.kind != "twilio" and not config.feedback_secret_env:
+            continue
+        try:
+            values = config.secrets(environ) if config.kind == "twilio" else {}
+            secret = config.feedback_secret(environ)
+        except SecretMissing as error:
+            raise CatalogError(f"{catalog.source}: providers.{name}.{error}") from None
+        secrets[name] = {key: value for key, value in values.items() if key == "auth_token_env"}
+        if secret:
+            secrets[name]["feedback_secret_env"] = secret
+    return secrets
+
+
 def check_for_workers(
     catalog: Catalog, environ: Mapping[str, str], lease_ms: int
 ) -> dict[str, dict[str, str]]:

@@ -28,13 +28,14 @@ ALLOWED: dict[str, set[str]] = {
     "app.delivery": {*SHARED_APP, "app.delivery", "app.providers", "app.recipients", "streams"},
     "app.operations": {*SHARED_APP, "app.operations", "app.ingest", "projections", "streams"},
     "app.recipients": {*SHARED_APP, "app.recipients", "app.ingest", "projections", "streams"},
+    "app.feedback": {*SHARED_APP, "app.feedback", "app.recipients", "projections", "streams"},
     "app.api": {
         *SHARED_APP, "app.api", "app.ingest", "app.operations", "app.recipients",
-        "projections", "streams",
+        "app.feedback", "projections", "streams",
     },
     "app.processes": {
         *SHARED_APP, "app.processes", "app.api", "app.delivery", "app.providers",
-        "projections", "streams",
+        "app.feedback", "projections", "streams",
     },
     "app.cli": {
         *SHARED_APP, "app.cli", "app.api", "app.ingest", "app.delivery", "app.providers",
