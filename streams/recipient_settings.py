@@ -5,6 +5,9 @@ slot, can check it atomically. The home shard decides the version and records th
 PreferenceChanged event; the other copies follow the home shard's version. Fields:
 ``v`` (version), ``p:<type>:<channel>`` = "0" for each switched-off pair, ``qh`` (quiet hours
 as JSON).
+
+Every PreferenceChanged names who made the change (``source``): "api" for a producer's
+backend, "unsubscribe_link" for the recipient's own one-click unsubscribe.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 from redis.asyncio import Redis
@@ -37,6 +40,9 @@ _quiet_hours_decoder = msgspec.json.Decoder(QuietHoursSetting)
 # machine, while quiet hours guard against buzzing phones and inboxes. HIGH deliveries are
 # never held back either.
 QUIET_HOURS_EXEMPT: frozenset[Channel] = frozenset({Channel.IN_APP, Channel.WEBHOOK})
+
+# Who changed a recipient's settings (``PreferenceChanged.source``).
+Source = Literal["api", "unsubscribe_link"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +95,7 @@ class RecipientSettingsStore:
         return RecipientSettings.from_hash(raw)
 
     async def set_preferences(
-        self, recipient_id: str, entries: list[PreferenceEntry]
+        self, recipient_id: str, entries: list[PreferenceEntry], source: Source = "api"
     ) -> RecipientSettings:
         """Replace the recipient's preferences: exactly the disabled pairs given stay off."""
         disabled = sorted({(e.type, e.channel) for e in entries if not e.enabled})
@@ -99,36 +105,60 @@ class RecipientSettingsStore:
             recipient_id,
             "preferences",
             payload,
-            lambda version: PreferenceChanged(
-                at=_now(), recipient_id=recipient_id, settings_version=version, preferences=kept
+            lambda version, _: PreferenceChanged(
+                at=_now(), recipient_id=recipient_id, settings_version=version,
+                preferences=kept, source=source,
             ),
-        )
+        )  # fmt: skip
+
+    async def switch_off(
+        self, recipient_id: str, notification_type: str, channel: Channel, source: Source
+    ) -> RecipientSettings:
+        """Switch one (type, channel) pair off and keep the others as they are. A pair that is
+        off already changes nothing and records nothing, so repeating it is harmless."""
+        pair = (notification_type, str(channel))
+
+        def event_of(version: int, current: RecipientSettings) -> Event | None:
+            if pair in current.disabled:
+                return None
+            # The event carries every pair now off, as a replacement of the preferences does:
+            # whoever reads it learns the whole state, not only the change.
+            off = RecipientSettings(disabled=current.disabled | {pair}).preference_entries()
+            return PreferenceChanged(
+                at=_now(), recipient_id=recipient_id, settings_version=version,
+                preferences=off, source=source,
+            )  # fmt: skip
+
+        return await self._change(recipient_id, "preference_off", ":".join(pair), event_of)
 
     async def set_quiet_hours(
-        self, recipient_id: str, setting: QuietHoursSetting
+        self, recipient_id: str, setting: QuietHoursSetting, source: Source = "api"
     ) -> RecipientSettings:
+        """Set the recipient's quiet hours."""
         payload = codec.encode(setting).decode()
         return await self._change(
             recipient_id,
             "quiet_hours",
             payload,
-            lambda version: PreferenceChanged(
-                at=_now(), recipient_id=recipient_id, settings_version=version, quiet_hours=setting
+            lambda version, _: PreferenceChanged(
+                at=_now(), recipient_id=recipient_id, settings_version=version,
+                quiet_hours=setting, source=source,
             ),
-        )
+        )  # fmt: skip
 
-    async def remove_quiet_hours(self, recipient_id: str) -> RecipientSettings:
+    async def remove_quiet_hours(
+        self, recipient_id: str, source: Source = "api"
+    ) -> RecipientSettings:
+        """Remove the recipient's quiet hours."""
         return await self._change(
             recipient_id,
             "quiet_hours_off",
             "",
-            lambda version: PreferenceChanged(
-                at=_now(),
-                recipient_id=recipient_id,
-                settings_version=version,
-                quiet_hours_removed=True,
+            lambda version, _: PreferenceChanged(
+                at=_now(), recipient_id=recipient_id, settings_version=version,
+                quiet_hours_removed=True, source=source,
             ),
-        )
+        )  # fmt: skip
 
     async def mark_address_invalid(
         self, recipient_id: str, channel: str, digest: str
@@ -139,7 +169,7 @@ class RecipientSettingsStore:
             recipient_id,
             "invalid_address",
             f"x:{channel}:{digest}",
-            lambda version: RecipientAddressInvalidated(
+            lambda version, _: RecipientAddressInvalidated(
                 at=_now(),
                 recipient_id=recipient_id,
                 settings_version=version,
@@ -153,13 +183,18 @@ class RecipientSettingsStore:
         recipient_id: str,
         change: str,
         payload: str,
-        event_of: Callable[[int], Event],
+        event_of: Callable[[int, RecipientSettings], Event | None],
     ) -> RecipientSettings:
+        """Apply ``change`` on the home shard, then copy the result to every other shard.
+        ``event_of`` makes the event of the new version from the current settings, or None
+        when they already are as asked: then nothing is written."""
         home = self.keys.home_of_recipient(recipient_id)
         while True:  # optimistic: retry when a concurrent change moved the version
             current = await self.get(recipient_id)
             new_version = current.version + 1
-            event = event_of(new_version)
+            event = event_of(new_version, current)
+            if event is None:
+                return current
             call = recipient_settings_call(
                 home,
                 recipient_id,
@@ -209,8 +244,8 @@ def recipient_settings_call(
     """The keys and arguments of one ``lua/recipient_settings.lua`` call.
 
     KEYS: the recipient's settings on ``shard``, that shard's events. ARGV: the version the
-    home shard's copy must have (0 for a copy), the new version, the change
-    (preferences, quiet_hours, quiet_hours_off, invalid_address or copy), its payload, and
+    home shard's copy must have (0 for a copy), the new version, the change (preferences,
+    preference_off, quiet_hours, quiet_hours_off, invalid_address or copy), its payload, and
     the encoded event the home shard records ("" for a copy).
     """
     encoded = codec.encode_events([event]) if event is not None else ""
