@@ -153,9 +153,10 @@ def _digest_secret(raw: str) -> bytes:
     return secret.encode()
 
 
-# What a public URL may hold: RFC 3986's characters, nothing that would end the
-# List-Unsubscribe header's angle brackets or need encoding in a header.
-_URL_CHARACTERS = re.compile(r"[A-Za-z0-9._~!$&'()*+,;=:@%/\[\]-]+")
+# What a public URL may hold: RFC 3986's characters, but nothing that would end the
+# List-Unsubscribe header's angle brackets or need encoding in a header, and neither "," nor
+# ";", where a long header line may be folded.
+_URL_CHARACTERS = re.compile(r"[A-Za-z0-9._~!$&'()*+=:@%/\[\]-]+")
 # Plain http is for a test on this machine: a recipient's link must be https.
 _LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 

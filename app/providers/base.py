@@ -82,6 +82,13 @@ class Message:
     # none (another type, or no CLARION_PUBLIC_URL).
     unsubscribe_url: str = ""
 
+    @property
+    def unsubscribe_headers(self) -> dict[str, str]:
+        """The header fields of RFC 8058 one-click unsubscribe (none without a link)."""
+        if not self.unsubscribe_url:
+            return {}
+        return {UNSUBSCRIBE_HEADER: f"<{self.unsubscribe_url}>", UNSUBSCRIBE_POST_HEADER: ONE_CLICK}
+
 
 class Reason(StrEnum):
     """Why a delivery failed for good (the ``reason`` of a PERMANENT failure)."""

@@ -195,6 +195,7 @@ def test_the_public_url_is_an_https_base_url(value: str, public_url: str) -> Non
         ("https://bücher.example", "xn-- form"),
         ("https://notify.example.com/a b", "URL characters"),
         ("https://notify.example.com/<x>", "URL characters"),
+        ("https://notify.example.com/a,b;c", "URL characters"),
     ],
 )
 def test_a_bad_public_url_says_what_is_wrong(value: str, says: str) -> None:
