@@ -27,11 +27,13 @@ from app.api.notifications import create_notification, create_notifications_batc
 from app.api.ops import lag, live, metrics, ready
 from app.api.read_model import ReadModel
 from app.api.recipients import QuietHours, get_recipient_settings, put_preferences
+from app.api.unsubscribe import UNSUBSCRIBE_ROUTES
 from app.catalog import Catalog
 from app.ingest.fanout import Planner, utc_now
 from app.ingest.ingestor import Ingestor
 from app.ingest.quotas import IngestQuotas
 from app.settings import Settings
+from app.unsubscribe import UnsubscribeTokens
 from streams.keys import KeySpace
 from streams.metrics_recorder import MetricsRecorder
 from streams.recipient_settings import RecipientSettingsStore
@@ -64,6 +66,7 @@ ROUTES: list[ControllerRouterHandler] = [
     lag,
     metrics,
     *DASHBOARD_ROUTES,
+    *UNSUBSCRIBE_ROUTES,
 ]
 
 
@@ -119,6 +122,9 @@ def create_app(
         "ingest_quotas": IngestQuotas(redis, keys, catalog.quotas),
         # A batch item may be as large as a single POST's body.
         "max_item_bytes": settings.max_body_bytes,
+        # Reads the tokens of unsubscribe links (keyed like the address digests, checked above).
+        "unsubscribe_tokens": UnsubscribeTokens(settings.digest_secret),
+        "clock": clock,
     }
     return Litestar(
         route_handlers=[create_notification, batch, *ROUTES],
