@@ -59,13 +59,19 @@ OPT_OUTS = CounterSpec(
     "Deliveries suppressed at ingest because the recipient switched the type off",
     ("type",),
 )
+SUPPRESSED = CounterSpec(
+    "clarion_suppressed_deliveries_total",
+    "Deliveries suppressed at ingest (opted out, no or a dead address, the suppression "
+    "list's reasons, no provider), by channel and reason",
+    ("channel", "reason"),
+)
 HTTP_REQUESTS = HistogramSpec(
     "clarion_http_request_duration_seconds",
     "HTTP requests and how long they took, by method, route template and status class",
     ("method", "route", "status"),
     (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
-COUNTERS = (DELIVERY_FAILURES, ATTEMPT_FAILURES, OPT_OUTS)
+COUNTERS = (DELIVERY_FAILURES, ATTEMPT_FAILURES, OPT_OUTS, SUPPRESSED)
 HISTOGRAMS = (DELIVERY_LATENCY, DELIVERY_ATTEMPTS, HTTP_REQUESTS)
 # Work entries dead-lettered as POISON cannot always be decoded: their channel is unknown.
 UNKNOWN_CHANNEL = "UNKNOWN"
@@ -186,6 +192,7 @@ def lag_report(snapshot: Snapshot) -> dict[str, object]:
             "failed_by_error_class": _ints(snapshot.by_label(DELIVERY_FAILURES, "error_class")),
             "attempt_failures": int(snapshot.total(ATTEMPT_FAILURES)),
             "opted_out_by_type": _ints(snapshot.by_label(OPT_OUTS, "type")),
+            "suppressed_by_reason": _ints(snapshot.by_label(SUPPRESSED, "reason")),
         },
     }
 

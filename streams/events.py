@@ -20,7 +20,7 @@ import msgspec
 
 from streams.vocabulary import Channel, ErrorClass, Priority
 
-# Why a delivery is never sent. The first four are decided by fan-out; the next five are the
+# Why a delivery is never sent. The first four are decided by fan-out; the next ones are the
 # reasons an address is on the suppression list (``AddressSuppressed``; "stop": the recipient
 # texted STOP); "erased": the recipient was erased while the delivery waited.
 SuppressReason = Literal[
@@ -28,8 +28,11 @@ SuppressReason = Literal[
     "hard_bounce", "complaint", "unsubscribed", "invalid_token", "stop",
     "erased",
 ]  # fmt: skip
-# Why an address is on the suppression list.
-SuppressionReason = Literal["hard_bounce", "complaint", "unsubscribed", "invalid_token", "stop"]
+# Why an address is on the suppression list ("invalid_address": a provider said a phone number
+# or URL is dead; "invalid_token": the same of a push target).
+SuppressionReason = Literal[
+    "hard_bounce", "complaint", "unsubscribed", "invalid_token", "invalid_address", "stop"
+]
 DeferReason = Literal["quiet_hours", "rate_limited", "circuit_open", "bulkhead_full", "no_provider"]
 
 

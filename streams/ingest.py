@@ -52,6 +52,12 @@ class IngestItem(msgspec.Struct, frozen=True, kw_only=True):
     recipient_id: str
     fingerprint: str
     settings_version: int
+    # The suppression list as the item was planned with it (``streams.suppressions``): its
+    # version (0: empty, nothing to check), the list fields of the item's addresses, and
+    # those of them that were active, each space-separated.
+    suppression_version: int = 0
+    suppression_checks: str = ""
+    suppressions_known: str = ""
     # The caller's answer when this item is accepted (not written: a retry's answer is
     # rebuilt from the record).
     response: bytes
@@ -67,13 +73,16 @@ class IngestItem(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class IngestReply(msgspec.Struct, frozen=True):
-    kind: Literal["OK", "DUP", "CONFLICT", "BUSY", "STALE", "BROKEN"]
+    kind: Literal["OK", "DUP", "CONFLICT", "BUSY", "STALE", "SUPPRESSIONS", "BROKEN"]
     # DUP: the encoded record of the notification accepted first under this key (b"" if it
     # expired, with the key, in the moment between the script and reading it).
     record: bytes = b""
     # DUP, as the script answers: that notification's id (the record is read after).
     notification_id: str = ""
     settings: RecipientSettings | None = None
+    # SUPPRESSIONS: the list's version now, and its active entries among the item's fields.
+    suppression_version: int = 0
+    suppressions: dict[str, bytes] = {}
     # BROKEN: Redis's error about the item's key of the wrong type (nothing was written).
     error: str = ""
 
@@ -151,17 +160,19 @@ def ingest_call(
 ) -> Call:
     """The keys and arguments of one ``lua/ingest.lua`` call, as the script reads them.
 
-    KEYS: events, the three work streams, delayed, then per item its idempotency record,
-    notification record and recipient settings, and its data hash when its work items share
-    their data. ARGV: the idempotency record's and the in-flight marker's lifetimes (ms),
-    every item's events joined into one array and each item's byte span in it
-    (``codec.join_events``, ``codec.span_text``), then per item: its idempotency record once
-    accepted, the settings version it was planned with, its notification record, its shared
+    KEYS: events, the three work streams, delayed, the suppression list, then per item its
+    idempotency record, notification record and recipient settings, and its data hash when
+    its work items share their data. ARGV: the idempotency record's and the in-flight
+    marker's lifetimes (ms), every item's events joined into one array and each item's byte
+    span in it (``codec.join_events``, ``codec.span_text``), then per item: its idempotency
+    record once accepted, the settings version it was planned with, the suppression list as
+    it was planned with it (version, fields checked, fields found), its notification record,
+    its shared
     data ("" for none) and, only when there is some, when that data expires (ms), its number
     of work items, and per work item where it goes (``PlannedWork.destination``) and the
     item.
     """
-    keys: list[KeyOrArg] = [shard.events, *shard.work_streams, shard.delayed]
+    keys: list[KeyOrArg] = [shard.events, *shard.work_streams, shard.delayed, shard.suppressions]
     joined, spans = codec.join_events([item.events for item in items])
     args: list[KeyOrArg] = [idempotency_ttl_ms, pending_ttl_ms, joined, codec.span_text(spans)]
     for item in items:
@@ -172,7 +183,15 @@ def ingest_call(
         ]
         # The idempotency record once accepted, as the script stores it.
         done = f"done {item.fingerprint} {item.notification_id}"
-        args += [done, item.settings_version, item.record, item.shared_data]
+        args += [
+            done,
+            item.settings_version,
+            item.suppression_version,
+            item.suppression_checks,
+            item.suppressions_known,
+            item.record,
+            item.shared_data,
+        ]
         if item.shared_data:
             keys.append(shard.data(item.notification_id))
             args.append(item.expires_ms + SHARED_DATA_SLACK_MS)
@@ -198,4 +217,12 @@ def _reply(raw: bytes | list[bytes | list[bytes]]) -> IngestReply:
         return IngestReply("BROKEN", error=raw[1].decode())  # type: ignore[union-attr]
     if kind == b"STALE":
         return IngestReply("STALE", settings=RecipientSettings.from_hash(raw[1]))  # type: ignore[arg-type]
+    if kind == b"SUPPRESSIONS":
+        pairs: list[bytes] = raw[2:]  # type: ignore[assignment]
+        found = {pairs[i].decode(): pairs[i + 1] for i in range(0, len(pairs), 2)}
+        return IngestReply(
+            "SUPPRESSIONS",
+            suppression_version=int(raw[1]),  # type: ignore[arg-type]
+            suppressions=found,
+        )
     raise ValueError(f"unknown ingest reply {raw!r}")

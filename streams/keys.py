@@ -78,6 +78,12 @@ class ShardKeys:
         """A recipient's preferences and quiet hours; every shard holds a copy."""
         return f"{self.tag}:rcpt:{recipient_id}"
 
+    @property
+    def suppressions(self) -> str:
+        """The suppression list (``streams.suppressions``): a hash keyed by channel and
+        address digest; every shard holds a copy, so ingest checks it in its own script."""
+        return f"{self.tag}:suppressed"
+
 
 @dataclass(frozen=True, slots=True)
 class KeySpace:
@@ -100,6 +106,10 @@ class KeySpace:
     def home_of_recipient(self, recipient_id: str) -> ShardKeys:
         """The shard whose event stream records a recipient's PreferenceChanged events."""
         return self.shard(shard_of(recipient_id, self.shards))
+
+    def home_of_address(self, address_digest: str) -> ShardKeys:
+        """The shard whose event stream records an address's suppression events."""
+        return self.shard(shard_of(address_digest, self.shards))
 
     def notification_shard(self, notification_id: str) -> ShardKeys:
         """The shard a notification id was issued on (encoded in the id itself)."""

@@ -107,6 +107,7 @@ INGEST_QUOTA = LuaScript("ingest_quota")  # streams.ingest_quota.ingest_quota_ca
 TRIM_STREAM = LuaScript("trim_stream")  # streams.retention.trim_stream_call
 DLQ_REPLAY = LuaScript("dlq_replay")  # streams.dlq.replay.dlq_replay_call
 CIRCUIT = LuaScript("circuit")  # streams.circuit_breaker.circuit_call
+SUPPRESSION = LuaScript("suppression")  # streams.suppressions.suppression_call
 ALL: tuple[LuaScript, ...] = (
     INGEST,
     DELIVERY_BEGIN,
@@ -120,4 +121,5 @@ ALL: tuple[LuaScript, ...] = (
     TRIM_STREAM,
     DLQ_REPLAY,
     CIRCUIT,
+    SUPPRESSION,
 )

@@ -27,6 +27,12 @@ from app.api.notifications import create_notification, create_notifications_batc
 from app.api.ops import lag, live, metrics, ready
 from app.api.read_model import ReadModel
 from app.api.recipients import QuietHours, get_recipient_settings, put_preferences
+from app.api.suppressions import (
+    add_suppression,
+    list_suppressions,
+    look_up_suppression,
+    remove_suppression,
+)
 from app.api.unsubscribe import UNSUBSCRIBE_ROUTES
 from app.catalog import Catalog
 from app.ingest.fanout import Planner, utc_now
@@ -37,6 +43,7 @@ from app.unsubscribe import UnsubscribeTokens
 from streams.keys import KeySpace
 from streams.metrics_recorder import MetricsRecorder
 from streams.recipient_settings import RecipientSettingsStore
+from streams.suppressions import SuppressionStore
 
 
 async def bind_request_context(request: Request[Any, Any, Any]) -> None:
@@ -57,6 +64,10 @@ ROUTES: list[ControllerRouterHandler] = [
     put_preferences,
     QuietHours,
     get_recipient_settings,
+    list_suppressions,
+    add_suppression,
+    look_up_suppression,
+    remove_suppression,
     get_notification_status,
     list_deliveries,
     get_dlq,
@@ -97,10 +108,11 @@ def create_app(
     """
     keys = KeySpace(settings.key_prefix, settings.shards)
     recorder = MetricsRecorder(redis, keys)
+    address_digest = settings.address_digest()
     ingestor = Ingestor(
         redis,
         keys,
-        Planner(catalog, settings.address_digest()),
+        Planner(catalog, address_digest),
         settings.idempotency_ttl_seconds,
         clock,
         metrics=recorder,
@@ -117,12 +129,13 @@ def create_app(
         "ingestor": ingestor,
         "key_ring": KeyRing(settings.api_keys),
         "recipient_settings": RecipientSettingsStore(redis, keys),
+        "suppressions": SuppressionStore(redis, keys),
         "key_space": keys,
+        "address_digest": address_digest,
         "read_model": ReadModel(db),
         "ingest_quotas": IngestQuotas(redis, keys, catalog.quotas),
         # A batch item may be as large as a single POST's body.
         "max_item_bytes": settings.max_body_bytes,
-        # Reads the tokens of unsubscribe links (keyed like the address digests, checked above).
         "unsubscribe_tokens": UnsubscribeTokens(settings.digest_secret),
         "clock": clock,
     }

@@ -42,6 +42,7 @@ from app.settings import ApiKey
 from streams.dlq.replay import replay
 from streams.dlq.scan import summarize
 from streams.keys import KeySpace
+from streams.recipient_settings import AddressDigest
 
 log = structlog.get_logger(__name__)
 
@@ -142,7 +143,8 @@ async def replay_dlq(request: Req) -> ReplayView:
         raise ClientException(status_code=422, detail=str(error)) from None
     redis: Redis = request.app.state.redis
     keys: KeySpace = request.app.state.key_space
-    report = await replay(redis, keys, order, quiet_hours.window_end)
+    digest: AddressDigest = request.app.state.address_digest
+    report = await replay(redis, keys, order, quiet_hours.window_end, address_digest=digest)
     if not order.dry_run:
         for result in report.replayed:
             log.info(

@@ -169,10 +169,17 @@ async def _summarize(settings: Settings, chosen: Selection, samples: int) -> Dlq
 
 
 async def _replay(settings: Settings, order: ReplayOrder) -> ReplayView:
+    try:
+        # The suppression list names addresses by their digest: a replay checks it.
+        digest = settings.address_digest()
+    except SettingsError as error:
+        raise click.ClickException(str(error)) from None
     redis = redis_client(settings)
     keys = KeySpace(settings.key_prefix, settings.shards)
     try:
-        report = await replay_dead_letters(redis, keys, order, quiet_hours.window_end)
+        report = await replay_dead_letters(
+            redis, keys, order, quiet_hours.window_end, address_digest=digest
+        )
     except (RedisError, OSError) as error:
         raise click.ClickException(
             f"cannot use Redis at {redact(settings.redis_url)}: {error}"

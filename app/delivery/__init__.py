@@ -3,8 +3,9 @@
 Owns the worker's lanes and lifecycle (``worker``), one attempt from rendering to the recorded
 outcome (``attempt``), taking over and dead-lettering what others left (``recovery``), moving
 due ``delayed`` members back (``scheduler``), the retry policy, rendering and provider time
-limits.
+limits, and what a provider's word that an address is dead changes (``dead_addresses``).
 
-May import: the shared ``app`` modules, ``app.providers``, ``streams``.
+May import: the shared ``app`` modules, ``app.providers``, ``app.recipients`` (how the
+suppression list shows an address), ``streams``.
 Never ``app.api``, ``app.ingest`` or Litestar.
 """

@@ -48,7 +48,7 @@ class Attempts:
         providers: Mapping[str, Provider],
         timeouts: ProviderTimeouts,
         now_ms: Callable[[], int],
-        forget_address: Callable[[WorkItem], Awaitable[None]],
+        forget_address: Callable[[WorkItem, str], Awaitable[None]],
         *,
         links: UnsubscribeLinks | None = None,
     ) -> None:
@@ -141,7 +141,7 @@ class Attempts:
             text = f"{error.reason}: {text}"[:MAX_ERROR_TEXT]
         log.info("delivery.attempt_failed", error_class=error.error_class, error=text)
         if error.invalid_address:
-            await self.forget_address(leased.item)
+            await self.forget_address(leased.item, provider_name)
         transient = error.error_class is ErrorClass.TRANSIENT
         # Only a message that certainly never reached its provider may go to another one:
         # anything else might have been sent, and a second provider would send it again.

@@ -26,6 +26,7 @@ from redis.exceptions import RedisError
 from app import __version__
 from app.catalog import Catalog
 from app.delivery.attempt import Attempts
+from app.delivery.dead_addresses import DeadAddresses
 from app.delivery.provider_timeouts import ProviderTimeouts
 from app.delivery.recovery import Recovery, RecoveryOptions
 from app.delivery.routing import Bulkheads, Route, Router, circuit_policies
@@ -49,6 +50,7 @@ from streams.keys import KeySpace, ShardKeys
 from streams.metrics_recorder import MetricsRecorder
 from streams.rate_limiter import Rate, RateLimiter
 from streams.recipient_settings import AddressDigest, RecipientSettingsStore
+from streams.suppressions import SuppressionStore
 from streams.vocabulary import ErrorClass, Priority
 from streams.work_items import WorkItem
 
@@ -108,8 +110,11 @@ class DeliveryWorker:
         self.metrics = MetricsRecorder(redis, keys)
         self.worker = Worker(consumer, __version__)
         self._timeouts = ProviderTimeouts()
+        dead = DeadAddresses(
+            self.recipient_settings, SuppressionStore(redis, keys), address_digest, now_ms
+        )
         self._attempts = Attempts(
-            catalog, providers, self._timeouts, now_ms, self._forget, links=options.unsubscribe
+            catalog, providers, self._timeouts, now_ms, dead.forget, links=options.unsubscribe
         )
         self._scheduler = Scheduler(redis, keys.all_shards())
         self._recovery = Recovery(
@@ -375,15 +380,6 @@ class DeliveryWorker:
             self._router.done(route.provider)
             if route.probe:
                 await self.breakers.probe_done(route.provider, ok=provider_failed is not True)
-
-    async def _forget(self, item: WorkItem) -> None:
-        """Remember for the recipient that a provider called ``item``'s address dead."""
-        try:
-            await self.recipient_settings.mark_address_invalid(
-                item.recipient_id, item.channel, self.address_digest(item.address)
-            )
-        except Exception:
-            log.exception("delivery.mark_invalid_failed", delivery_id=item.delivery_id)
 
 
 def _rates_by_provider(catalog: Catalog) -> dict[str, Rate]:

@@ -4,8 +4,8 @@ work item.
 ``app.ingest.fanout`` checks a request against the catalog and fixes its ids; what it then
 knows about one notification (its priority, expiry, the recipient's settings and quiet
 window) is a ``NotificationPlan``, which decides, delivery by delivery, whether it is
-suppressed (opted out, no address, a dead address, a push platform no provider sends
-to), expired (quiet hours past its TTL),
+suppressed (opted out, no address, a dead address, an address on the suppression list, a
+push platform no provider sends to), expired (quiet hours past its TTL),
 deferred until quiet hours end, or queued.
 """
 
@@ -66,6 +66,8 @@ class NotificationPlan(msgspec.Struct, frozen=True, kw_only=True):
     quiet_until: datetime | None
     disabled: frozenset[tuple[str, str]]  # (type, channel) pairs the recipient switched off
     invalid: frozenset[tuple[str, str]]  # (channel, address digest) of dead addresses
+    # (channel, address) the suppression list stops for this type, and the entry's reason.
+    suppressed: dict[tuple[Channel, str], str]
     address_digest: AddressDigest
     # Push addresses of a platform no provider sends to.
     unroutable: frozenset[str] = frozenset()
@@ -91,16 +93,15 @@ class NotificationPlan(msgspec.Struct, frozen=True, kw_only=True):
         self, identity: Identity, events: list[Event]
     ) -> tuple[list[DeliveryAtAcceptance], list[PlannedWork], bytes]:
         """Each delivery's state at ingest (suppressed, expired, deferred by quiet hours or
-        queued) and its work item unless it ended already; its first event (version 1) is
-        added to ``events``. Third, the encoded template data when the work items share it
-        (``streams.work_items``), else b"".
+        queued), its work item unless it ended, and the encoded template data when the work
+        items share it (else b""); its first event (version 1) is added to ``events``.
 
         One loop in one method: it runs for every delivery of every notification, and a
         method call per delivery cost fan-out an eighth more instructions.
         """
         nid, now, priority, quiet_until = self.id, self.now, self.priority, self.quiet_until
         type_name, disabled, invalid = self.request.type, self.disabled, self.invalid
-        unroutable = self.unroutable
+        unroutable, suppressed = self.unroutable, self.suppressed
         # Decided for every delivery getting a work item, which is at most one per pair.
         shared = self._shared_data(len(identity.pairs))
         at_acceptance: list[DeliveryAtAcceptance] = []
@@ -113,6 +114,8 @@ class NotificationPlan(msgspec.Struct, frozen=True, kw_only=True):
                 status, reason = _SUPPRESSED, "no_address"
             elif invalid and (channel, self.address_digest(address)) in invalid:
                 status, reason = _SUPPRESSED, "invalid_address"
+            elif suppressed and (channel, address) in suppressed:
+                status, reason = _SUPPRESSED, suppressed[(channel, address)]
             elif unroutable and address in unroutable:
                 status, reason = _SUPPRESSED, "no_provider"
             elif quiet_until is not None and channel not in QUIET_HOURS_EXEMPT:

@@ -29,6 +29,8 @@ from streams.records import (
     decode_record,
     encode_record,
 )
+from streams.suppressions import EMPTY as EMPTY_LIST
+from streams.suppressions import ListView, address_field
 from streams.vocabulary import Channel, Priority
 
 _HIGH = Priority.HIGH  # bound once: looked up per notification
@@ -224,9 +226,15 @@ class Planner:
         settings: RecipientSettings,
         now: datetime,
         request_fingerprint: str | None = None,
+        suppressions: ListView = EMPTY_LIST,
     ) -> IngestItem:
-        """Everything the ingest script writes for this request."""
-        notification = self._notification(producer, request, identity, settings, now)
+        """Everything the ingest script writes for this request (``suppressions``: the list
+        as the last round found it)."""
+        opt_out = self.catalog.types[request.type].opt_out
+        checks, known, suppressed = self._suppressed(identity, suppressions, opt_out)
+        notification = self._notification(
+            producer, request, identity, settings, now, suppressed=suppressed
+        )
         events: list[Event] = [notification.accepted(producer, idempotency_key, identity)]
         at_acceptance, work, shared_data = notification.deliveries(identity, events)
         record = NotificationRecord(
@@ -248,6 +256,9 @@ class Planner:
             recipient_id=request.recipient.id,
             fingerprint=request_fingerprint or fingerprint(request),
             settings_version=settings.version,
+            suppression_version=suppressions.version,
+            suppression_checks=checks,
+            suppressions_known=known,
             response=_response_encoder.encode(
                 Accepted(id=notification.id, deliveries=at_acceptance)
             ),
@@ -265,6 +276,8 @@ class Planner:
         identity: Identity,
         settings: RecipientSettings,
         now: datetime,
+        *,
+        suppressed: dict[tuple[Channel, str], str],
     ) -> NotificationPlan:
         type_config = self.catalog.types[request.type]
         priority = request.priority or type_config.priority
@@ -290,9 +303,32 @@ class Planner:
             quiet_until=quiet_until,
             disabled=settings.disabled if type_config.opt_out else frozenset(),
             invalid=settings.invalid,
+            suppressed=suppressed,
             address_digest=self.address_digest,
             unroutable=self._unroutable(identity) if self._push_gaps else frozenset(),
         )
+
+    def _suppressed(
+        self, identity: Identity, suppressions: ListView, opt_out: bool
+    ) -> tuple[str, str, dict[tuple[Channel, str], str]]:
+        """The suppression list's fields of the notification's addresses and those of them
+        active (both space-separated, as the ingest script checks them), and the addresses an
+        active entry stops for this type, with the entry's reason. Nothing while the list is
+        empty: no digest is computed then."""
+        if not suppressions.version:
+            return "", "", {}
+        fields: list[str] = []
+        stopped: dict[tuple[Channel, str], str] = {}
+        for channel, address in identity.pairs:
+            if not address:
+                continue
+            field = address_field(channel, self.address_digest(address))
+            fields.append(field)
+            entry = suppressions.active.get(field)
+            if entry is not None and entry.applies(opt_out):
+                stopped[(channel, address)] = entry.reason
+        known = " ".join(field for field in fields if field in suppressions.active)
+        return " ".join(fields), known, stopped
 
     def _unroutable(self, identity: Identity) -> frozenset[str]:
         """The notification's push addresses whose platform has no provider."""

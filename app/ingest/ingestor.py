@@ -27,19 +27,22 @@ from app.ingest.fanout import (
     fingerprint,
     utc_now,
 )
-from app.ingest.requests import NotificationRequest
-from app.metrics import OPT_OUTS
+from app.ingest.requests import Accepted, NotificationRequest
+from app.metrics import OPT_OUTS, SUPPRESSED
 from streams.ingest import IngestItem, IngestReply, IngestWriter
 from streams.keys import KeySpace, ShardKeys
 from streams.metrics_recorder import MetricsRecorder
 from streams.recipient_settings import RecipientSettings
+from streams.suppressions import EMPTY as EMPTY_LIST
+from streams.suppressions import ListView, decode
 
 log = structlog.get_logger(__name__)
 
 # How long a request that needs a second round keeps its key to itself (409 for a twin).
 IN_FLIGHT_TTL_MS = 10_000
-# Rounds before giving up on a recipient whose settings keep changing under us.
-MAX_ROUNDS = 3
+# Rounds before giving up on a recipient whose settings (or the suppression list) keep
+# changing under us: one more than a settings change and a list change need.
+MAX_ROUNDS = 4
 PLAN_CHUNK = 100
 _NO_SETTINGS = RecipientSettings()
 
@@ -52,6 +55,8 @@ class IngestAnswer(msgspec.Struct, frozen=True):
     detail: str = ""
     replayed: bool = False  # an earlier answer for the same key and body
 
+
+_accepted = msgspec.json.Decoder(Accepted)
 
 UNAVAILABLE = IngestAnswer(503, detail="the event log (Redis) is unavailable; retry shortly")
 
@@ -68,11 +73,14 @@ class _Request(msgspec.Struct, frozen=True):
 
 
 class _Pending(msgspec.Struct):
-    """A request being ingested: where its answer goes, and what is written for it."""
+    """A request being ingested: where its answer goes, what is written for it, and what the
+    last round learnt of the recipient's settings and of the suppression list."""
 
     index: int
     request: _Request
     item: IngestItem
+    settings: RecipientSettings = _NO_SETTINGS
+    suppressions: ListView = EMPTY_LIST
 
 
 class Ingestor:
@@ -94,6 +102,9 @@ class Ingestor:
         self.clock = clock
         # Counts opt-outs; without one (an Ingestor built alone, in tests) they are not counted.
         self.metrics = metrics
+        # Each shard's suppression list version as the last reply said: a plan assumes it, and
+        # the script answers SUPPRESSIONS when the list moved since.
+        self._list_versions: dict[int, int] = {}
 
     async def ingest(self, producer: str, key: str, request: NotificationRequest) -> IngestAnswer:
         """Ingest one notification."""
@@ -145,7 +156,11 @@ class Ingestor:
         except FanoutError as error:
             return IngestAnswer(422, detail=str(error))
         checked = _Request(producer, shard, key, request, identity, fingerprint(request))
-        return _Pending(index, checked, self._plan(checked, _NO_SETTINGS, now))
+        version = self._list_versions.get(shard.shard, 0)
+        view = ListView(version) if version else EMPTY_LIST
+        return _Pending(
+            index, checked, self._plan(checked, _NO_SETTINGS, view, now), suppressions=view
+        )
 
     async def _write(
         self, pending: list[_Pending], answers: list[IngestAnswer | None], now: datetime
@@ -160,14 +175,30 @@ class Ingestor:
             elif isinstance(reply, Exception):
                 raise reply
             elif reply.kind == "STALE" and reply.settings is not None:
-                entry.item = self._plan(entry.request, reply.settings, now)
+                entry.settings = reply.settings
+                entry.item = self._plan(entry.request, entry.settings, entry.suppressions, now)
+                again.append(entry)
+            elif reply.kind == "SUPPRESSIONS":
+                self._list_versions[entry.request.shard.shard] = reply.suppression_version
+                active = {
+                    field: decode(field, value) for field, value in reply.suppressions.items()
+                }
+                entry.suppressions = ListView(reply.suppression_version, active)
+                entry.item = self._plan(entry.request, entry.settings, entry.suppressions, now)
                 again.append(entry)
             else:
                 answers[entry.index] = self._answer(entry, reply)
         return again
 
-    def _plan(self, request: _Request, settings: RecipientSettings, now: datetime) -> IngestItem:
-        """What the ingest script writes for ``request`` and the recipient's ``settings``."""
+    def _plan(
+        self,
+        request: _Request,
+        settings: RecipientSettings,
+        suppressions: ListView,
+        now: datetime,
+    ) -> IngestItem:
+        """What the ingest script writes for ``request``, the recipient's ``settings`` and the
+        suppression list as known."""
         return self.planner.plan(
             shard=request.shard,
             producer=request.producer,
@@ -177,17 +208,29 @@ class Ingestor:
             settings=settings,
             now=now,
             request_fingerprint=request.fingerprint,
+            suppressions=suppressions,
         )
 
     def _answer(self, entry: _Pending, reply: IngestReply) -> IngestAnswer:
         if reply.kind == "OK" and self.metrics is not None:
-            # The 202 body names every suppressed delivery's reason: searching its few
-            # hundred bytes costs far less than asking the fan-out again. A replay (DUP)
-            # does not count twice.
-            opted_out = entry.item.response.count(b'"opted_out"')
-            if opted_out:
-                self.metrics.inc(OPT_OUTS, (entry.request.body.type,), opted_out)
+            self._count_suppressed(entry)
         return _answer_of(entry.item, reply)
+
+    def _count_suppressed(self, entry: _Pending) -> None:
+        """Count the deliveries suppressed at acceptance. The 202 body names each one's
+        reason: searching its few hundred bytes costs far less than asking the fan-out
+        again, and decoding it happens only when something was suppressed. A replay (DUP)
+        does not count twice."""
+        response = entry.item.response
+        if b'"SUPPRESSED"' not in response:
+            return
+        assert self.metrics is not None
+        for delivery in _accepted.decode(response).deliveries:
+            if delivery.status == "SUPPRESSED":
+                self.metrics.inc(SUPPRESSED, (delivery.channel, delivery.reason))
+        opted_out = response.count(b'"opted_out"')
+        if opted_out:
+            self.metrics.inc(OPT_OUTS, (entry.request.body.type,), opted_out)
 
 
 def _answer_of(item: IngestItem, reply: IngestReply) -> IngestAnswer:

@@ -113,6 +113,7 @@ def replay_order(catalog: Catalog, body: ReplayBody, producer: str | None = None
         reason=body.reason.strip(),
         force=body.force,
         dry_run=body.dry_run,
+        opt_out_types=frozenset(name for name, kind in catalog.types.items() if kind.opt_out),
     )
 
 

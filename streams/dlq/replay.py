@@ -6,6 +6,10 @@ the entry itself stays. Every entry goes through one call of ``lua/dlq_replay.lu
 re-checks the delivery's state atomically: a delivery sent since, one past its TTL or one
 whose state expired is never replayed; POISON and BUG entries only with ``force``.
 
+A replay checks again what ingest checks and may have changed since: a recipient who
+switched the type off (``opted_out``) or an address that went on the suppression list
+(``suppressed_<reason>``) is not sent to; both leave the entry open.
+
 A replayed NORMAL or LOW delivery to a channel other than IN_APP whose recipient is inside
 quiet hours right now waits in ``delayed`` until the window ends, as at ingest (the caller
 says when a window ends: ``quiet_until``); one whose window ends past the notification's TTL
@@ -26,10 +30,13 @@ from streams.dlq.entries import DeadLetter, resolution_mark
 from streams.dlq.scan import Selection, more_than, scan
 from streams.events import DeliveryDeferred, DeliveryReplayed, QuietHoursSetting
 from streams.keys import KeySpace, ShardKeys
-from streams.recipient_settings import QUIET_HOURS_EXEMPT, RecipientSettings
+from streams.recipient_settings import QUIET_HOURS_EXEMPT, AddressDigest, RecipientSettings
 from streams.scheduler import delayed_member
 from streams.scripts import Call, KeyOrArg
+from streams.suppressions import REASONS as SUPPRESSION_REASONS
+from streams.suppressions import address_field
 from streams.vocabulary import ErrorClass, Priority
+from streams.work_items import WorkItem
 
 MAX_REPLAY = 1000  # entries one replay call may replay
 REPLAY_SCAN = 5 * MAX_REPLAY  # entries one replay call may look at
@@ -49,6 +56,11 @@ SKIP_REASONS: dict[str, str] = {
     "needs_force": "POISON and BUG entries are replayed only with force",
     "moved": "the delivery changed while this call ran: try again",
     "already_replayed": "another replay settled this entry while this call ran",
+    "opted_out": "the recipient switched this type off on this channel since",
+    **{
+        f"suppressed_{reason}": f"the address is on the suppression list ({reason})"
+        for reason in SUPPRESSION_REASONS
+    },
 }
 FORCE_ONLY = frozenset({ErrorClass.POISON, ErrorClass.BUG})
 
@@ -67,6 +79,8 @@ class ReplayOrder:
     reason: str
     force: bool = False
     dry_run: bool = False
+    # The notification types a recipient may opt out of (the catalog says which).
+    opt_out_types: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +113,12 @@ class Candidate:
 
 
 async def replay(
-    redis: Redis, keys: KeySpace, order: ReplayOrder, quiet_until: QuietUntil
+    redis: Redis,
+    keys: KeySpace,
+    order: ReplayOrder,
+    quiet_until: QuietUntil,
+    *,
+    address_digest: AddressDigest,
 ) -> ReplayReport:
     """Replay the open entries ``order`` selects, oldest first, up to ``order.limit``.
 
@@ -110,7 +129,7 @@ async def replay(
         raise ValueError(f"limit must be from 1 to {MAX_REPLAY}")
     seconds, micros = await redis.time()
     now = datetime.fromtimestamp(int(seconds) + int(micros) / 1_000_000, UTC)
-    run = _ReplayRun(redis, keys, order, now, quiet_until)
+    run = _ReplayRun(redis, keys, order, now, quiet_until, address_digest=address_digest)
     async for page in scan(redis, keys, order.selection, open_only=True, max_entries=REPLAY_SCAN):
         if await run.page(page):
             return run.report
@@ -128,12 +147,15 @@ class _ReplayRun:
         order: ReplayOrder,
         now: datetime,
         quiet_until: QuietUntil,
+        *,
+        address_digest: AddressDigest,
     ) -> None:
         self.redis = redis
         self.keys = keys
         self.order = order
         self.now = now
         self.quiet_until = quiet_until
+        self.address_digest = address_digest
         self.report = ReplayReport(dry_run=order.dry_run)
         self.replayed_ids: set[str] = set()
 
@@ -179,7 +201,9 @@ class _ReplayRun:
             for letter, version, quiet_end in zip(letters, versions, quiet_ends, strict=True)
         ]
         budget = self.order.limit - len(self.report.replayed)
-        call = dlq_replay_call(shard, self.order, budget, self.now, candidates)
+        call = dlq_replay_call(
+            shard, self.order, budget, self.now, candidates, address_digest=self.address_digest
+        )
         replies: list[bytes] = await scripts.DLQ_REPLAY(self.redis, *call)
         for candidate, reply in zip(candidates, replies, strict=True):
             outcome = reply.decode()
@@ -241,54 +265,79 @@ def dlq_replay_call(
     budget: int,
     now: datetime,
     candidates: Sequence[Candidate],
+    *,
+    address_digest: AddressDigest,
 ) -> Call:
     """The keys and arguments of one ``lua/dlq_replay.lua`` call, as the script reads them.
 
-    KEYS: events, work:high, work:normal, work:low, dlq:resolved, delayed, then per entry the
-    delivery's state hash. ARGV: dry run ("1"/"0"), operator, reason, most entries to
-    replay, then per entry: dlq entry id, kind (FAILED or POISON), expected delivery version,
-    superseded ("1"/"0"), the notification's expiry (ms), where the work goes (the stream
-    name, or the end of quiet hours in ms for ``delayed``), its events (one ``events``
-    entry), the fresh work item (a ``delayed`` member when it waits).
+    KEYS: events, work:high, work:normal, work:low, dlq:resolved, delayed, the suppression
+    list, then per entry the delivery's state hash and the recipient's settings. ARGV: dry
+    run ("1"/"0"), operator, reason, most entries to replay, then per entry: dlq entry id,
+    kind (FAILED or POISON), expected delivery version, superseded ("1"/"0"), the
+    notification's expiry (ms), where the work goes (the stream name, or the end of quiet
+    hours in ms for ``delayed``), its events (one ``events`` entry), the fresh work item (a
+    ``delayed`` member when it waits), the settings field that switches the type off on the
+    channel ("" when it cannot be), the address's suppression list field ("" without an
+    address), whether the type may be opted out of ("1"/"0").
     """
-    keys: list[KeyOrArg] = [shard.events, *shard.work_streams, shard.dlq_resolved, shard.delayed]
+    keys: list[KeyOrArg] = [
+        shard.events, *shard.work_streams, shard.dlq_resolved, shard.delayed, shard.suppressions,
+    ]  # fmt: skip
     args: list[KeyOrArg] = ["1" if order.dry_run else "0", order.operator, order.reason, budget]
     for candidate in candidates:
         work = candidate.letter.work
         assert work is not None  # candidates have a readable work item
-        replayed = DeliveryReplayed(
-            at=now,
-            notification_id=work.notification_id,
-            delivery_id=work.delivery_id,
-            version=candidate.version + 1,
-            operator=order.operator,
-            reason=order.reason,
-        )
-        item = codec.encode(msgspec.structs.replace(work, attempts=0))
-        keys.append(shard.delivery(work.delivery_id))
+        keys += [shard.delivery(work.delivery_id), shard.recipient(work.recipient_id)]
         args += [
             candidate.letter.entry_id,
             "FAILED" if candidate.letter.version is not None else "POISON",
             candidate.version,
             "1" if candidate.superseded else "0",
             work.expires_ms,
-        ]
-        if candidate.quiet_end is None:
-            args += [work.priority.stream_name, codec.encode_events([replayed]), item]
-            continue
-        # Replayed, then held back by quiet hours: two changes, two versions.
-        deferred = DeliveryDeferred(
-            at=now,
-            notification_id=work.notification_id,
-            delivery_id=work.delivery_id,
-            version=candidate.version + 2,
-            channel=work.channel,
-            reason="quiet_hours",
-            until=candidate.quiet_end,
-        )
-        args += [
-            int(candidate.quiet_end.timestamp() * 1000),
-            codec.encode_events([replayed, deferred]),
-            delayed_member(work.priority, item),
+            *_replayed_work(order, now, candidate, work),
+            *_checks(order, work, address_digest),
         ]
     return keys, args
+
+
+def _replayed_work(
+    order: ReplayOrder, now: datetime, candidate: Candidate, work: WorkItem
+) -> list[KeyOrArg]:
+    """Where the replayed work goes, its events and the work item (see ``dlq_replay_call``)."""
+    replayed = DeliveryReplayed(
+        at=now,
+        notification_id=work.notification_id,
+        delivery_id=work.delivery_id,
+        version=candidate.version + 1,
+        operator=order.operator,
+        reason=order.reason,
+    )
+    item = codec.encode(msgspec.structs.replace(work, attempts=0))
+    if candidate.quiet_end is None:
+        return [work.priority.stream_name, codec.encode_events([replayed]), item]
+    # Replayed, then held back by quiet hours: two changes, two versions.
+    deferred = DeliveryDeferred(
+        at=now,
+        notification_id=work.notification_id,
+        delivery_id=work.delivery_id,
+        version=candidate.version + 2,
+        channel=work.channel,
+        reason="quiet_hours",
+        until=candidate.quiet_end,
+    )
+    return [
+        int(candidate.quiet_end.timestamp() * 1000),
+        codec.encode_events([replayed, deferred]),
+        delayed_member(work.priority, item),
+    ]
+
+
+def _checks(order: ReplayOrder, work: WorkItem, address_digest: AddressDigest) -> list[KeyOrArg]:
+    """What the script checks that ingest checks too: the recipient's opt-out of the type on
+    the channel, and the address on the suppression list."""
+    opt_out = work.notification_type in order.opt_out_types
+    return [
+        f"p:{work.notification_type}:{work.channel}" if opt_out else "",
+        address_field(work.channel, address_digest(work.address)) if work.address else "",
+        "1" if opt_out else "0",
+    ]

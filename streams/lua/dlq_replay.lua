@@ -1,18 +1,25 @@
 -- Replay dead-lettered deliveries of one shard, or (dry run) only say what a replay would do.
 --
 -- Keys and arguments: ``streams.dlq.replay.dlq_replay_call`` lays them out.
--- KEYS: events, work:high, work:normal, work:low, dlq:resolved, delayed,
---       then per entry: the delivery's state hash.
+-- KEYS: events, work:high, work:normal, work:low, dlq:resolved, delayed, suppression list,
+--       then per entry: the delivery's state hash, the recipient's settings.
 -- ARGV: dry run ("1" or "0"), operator, reason, most entries to replay,
 --       then per entry: dlq entry id, kind (FAILED or POISON), expected delivery version,
 --       whether this call already replayed the delivery through an earlier entry ("1"/"0"),
 --       the notification's expiry (ms), where the work goes (high, normal or low for a work
 --       stream; the end of the recipient's quiet hours in ms for ``delayed``), its events
 --       (one ``events`` entry: DeliveryReplayed, then DeliveryDeferred when it waits), the
---       fresh work item (a ``delayed`` member when it waits).
+--       fresh work item (a ``delayed`` member when it waits), the recipient's settings field
+--       that switches this type off on this channel ("" when the type cannot be opted out
+--       of), the suppression list's field of the address ("" for none), whether the type may
+--       be opted out of ("1"/"0": a complaint or an unsubscribe stops only such types).
 --
 -- Reply per entry: "replayed", a reason it was skipped, or "over_limit" once as many entries
 -- as allowed were replayed (nothing is done for those).
+--
+-- A replay checks what ingest checks and may have changed since the delivery failed: the
+-- recipient switched the type off (opted_out), or the address went on the suppression list
+-- (suppressed_<reason>). Neither is final: an opt-in or a removal lets a later call replay.
 --
 -- A replay keeps the delivery id, bumps the version, starts a fresh attempt series, appends
 -- the events and a work item, and marks the entry resolved; the entry itself stays. One held
@@ -22,7 +29,7 @@
 -- Redis clock's (``now_ms``, with ``work_streams``, ``enqueue`` and the status sets from
 -- ``shared.lua``).
 
-local events, resolved, delayed = KEYS[1], KEYS[5], KEYS[6]
+local events, resolved, delayed, suppressed = KEYS[1], KEYS[5], KEYS[6], KEYS[7]
 local work = work_streams(2)
 local dry_run, operator, reason, budget = ARGV[1] == "1", ARGV[2], ARGV[3], tonumber(ARGV[4])
 local now = now_ms()
@@ -34,7 +41,27 @@ local FINAL = {
 local replayed_here = {}
 local replayed = 0
 
-local function verdict(key, entry_id, kind, expected, earlier, expires_ms, due_ms)
+-- The reason of an active suppression list entry that stops this delivery, or nil.
+local function suppression(field, opt_out_type)
+  if field == "" then
+    return nil
+  end
+  local value = redis.call("HGET", suppressed, field)
+  if not value then
+    return nil
+  end
+  local until_ms, reason = string.match(value, "^(%d+)|([%w_]+)|")
+  until_ms = tonumber(until_ms)
+  if until_ms ~= 0 and until_ms <= now then
+    return nil
+  end
+  if (reason == "complaint" or reason == "unsubscribed") and opt_out_type ~= "1" then
+    return nil
+  end
+  return reason
+end
+
+local function verdict(key, entry_id, kind, expected, earlier, expires_ms, due_ms, checks)
   if redis.call("HEXISTS", resolved, entry_id) == 1 then
     return "already_replayed" -- by a concurrent call since this one selected it
   end
@@ -55,6 +82,12 @@ local function verdict(key, entry_id, kind, expected, earlier, expires_ms, due_m
     return kind == "FAILED" and "superseded" or "moved"
   elseif kind == "FAILED" and status ~= STATUS.FAILED then
     return "superseded"
+  elseif checks.preference ~= "" and redis.call("HEXISTS", checks.rcpt, checks.preference) == 1 then
+    return "opted_out"
+  end
+  local stopped = suppression(checks.field, checks.opt_out)
+  if stopped then
+    return "suppressed_" .. stopped
   elseif tonumber(expires_ms) <= now then
     return "ttl_passed" -- never send a stale notification
   elseif due_ms and due_ms >= tonumber(expires_ms) then
@@ -65,14 +98,16 @@ end
 
 local next_arg = arguments(5)
 local replies = {}
-for i = 7, #KEYS do
+for i = 8, #KEYS, 2 do
   local key = KEYS[i]
   local entry_id, kind, expected, earlier = next_arg(), next_arg(), next_arg(), next_arg()
   local expires_ms, destination, event_entry, item = next_arg(), next_arg(), next_arg(), next_arg()
+  local checks = { rcpt = KEYS[i + 1], preference = next_arg(), field = next_arg(),
+    opt_out = next_arg() }
   local due_ms = tonumber(destination) -- nil for a work stream
   local outcome = "over_limit"
   if replayed < budget then
-    outcome = verdict(key, entry_id, kind, expected, earlier, expires_ms, due_ms)
+    outcome = verdict(key, entry_id, kind, expected, earlier, expires_ms, due_ms, checks)
   end
   if outcome == "replayed" then
     replayed = replayed + 1

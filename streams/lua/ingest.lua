@@ -1,14 +1,17 @@
 -- Ingest a batch of notifications on one shard, each independently, all in one atomic step.
 --
 -- Keys and arguments: ``streams.ingest.ingest_call`` lays them out.
--- KEYS: events, work:high, work:normal, work:low, delayed,
+-- KEYS: events, work:high, work:normal, work:low, delayed, suppression list,
 --       then per item: idempotency record, notification record, recipient settings, and
 --       its data hash when its work items share their template data.
 -- ARGV: idempotency ttl (ms), in-flight marker ttl (ms), every item's events joined into one
 --       JSON array (``codec.join_events``), each item's first and last byte in that array as
 --       one string of numbers ("1 420 422 845 ..."), then per item: its idempotency record
 --       when done ("done <fingerprint> <notification id>"), expected settings version,
---       notification record, shared template data ("" for none) followed, only when there
+--       the suppression list's version it was planned with, the list fields of its
+--       addresses ("<channel>:<digest>", space-separated; "" when it assumed an empty list),
+--       the fields it found suppressed (the same way), notification record, shared template
+--       data ("" for none) followed, only when there
 --       is some, by the time it expires (ms since the epoch), work item count, then per work
 --       item: where it goes (high, normal or low for a work stream; the due time in ms for
 --       ``delayed``) and the encoded item.
@@ -43,13 +46,17 @@
 --   "BUSY"               same key, the first request is still in flight
 --   {"STALE", settings}  the recipient's settings changed since the caller read them; the
 --                        caller plans again and calls again with the same ids
+--   {"SUPPRESSIONS", version, field, value, ...}
+--                        the suppression list is not what the item was planned with: its
+--                        version now, and the active entries among the item's fields; the
+--                        caller plans again with them (as for STALE)
 --   {"BROKEN", error}    the item's idempotency or settings key holds the wrong type;
 --                        nothing written
 --
 -- Idempotency record value: "done <fingerprint> <notification id>" or
 -- "pending <notification id> <fingerprint>": the id of the request that holds the key.
 
-local events, delayed = KEYS[1], KEYS[5]
+local events, delayed, suppressed = KEYS[1], KEYS[5], KEYS[6]
 local work = work_streams(2)
 local idem_ttl, pending_ttl = ARGV[1], ARGV[2]
 local joined, spans = ARGV[3], ARGV[4]
@@ -90,15 +97,71 @@ local function verdict(record, done)
   return nil
 end
 
-local broken = wrong_type({ "stream", "stream", "stream", "stream", "zset" })
+-- The suppression list's version, read once per call (every item is of this shard).
+local list_version, now = nil, nil
+
+-- nil when the item was planned with the list as it is, else the SUPPRESSIONS reply: the
+-- list's version, and the entries active now among the item's fields (an entry with an end
+-- time is active until then).
+local function suppression_verdict(assumed, checks, known)
+  if not list_version then
+    list_version = redis.call("HGET", suppressed, "#v") or "0"
+  end
+  if list_version == "0" and assumed == "0" then
+    return nil
+  end
+  local active = {}
+  if checks ~= "" then
+    local fields = {}
+    for field in string.gmatch(checks, "%S+") do
+      fields[#fields + 1] = field
+    end
+    local values = redis.call("HMGET", suppressed, unpack(fields))
+    now = now or now_ms()
+    for i, field in ipairs(fields) do
+      local value = values[i]
+      if value then
+        local until_ms = tonumber(string.match(value, "^(%d+)|"))
+        if until_ms == 0 or until_ms > now then
+          active[#active + 1] = field
+          active[#active + 1] = value
+        end
+      end
+    end
+  end
+  if list_version == assumed then
+    local planned, count = {}, 0
+    for field in string.gmatch(known, "%S+") do
+      planned[field] = true
+      count = count + 1
+    end
+    local same = #active == 2 * count
+    for i = 1, #active, 2 do
+      same = same and planned[active[i]] == true
+    end
+    if same then
+      return nil
+    end
+  end
+  local reply = { "SUPPRESSIONS", list_version }
+  for _, part in ipairs(active) do
+    reply[#reply + 1] = part
+  end
+  return reply
+end
+
+local broken = wrong_type({ "stream", "stream", "stream", "stream", "zset", "hash" })
 if broken then
   return broken
 end
 
 local replies, accepted, all_accepted = {}, {}, true
-local argi, keyi, last = 5, 6, #ARGV
+local argi, keyi, last = 5, 7, #ARGV
 while argi <= last do
-  local done, settings_version, record = ARGV[argi], ARGV[argi + 1], ARGV[argi + 2]
+  local done, settings_version = ARGV[argi], ARGV[argi + 1]
+  local assumed, checks, known = ARGV[argi + 2], ARGV[argi + 3], ARGV[argi + 4]
+  argi = argi + 3
+  local record = ARGV[argi + 2]
   local shared_data, data_expires_at, data_key = ARGV[argi + 3], nil, nil
   local idem, ntf, rcpt = KEYS[keyi], KEYS[keyi + 1], KEYS[keyi + 2]
   keyi = keyi + 3
@@ -127,10 +190,17 @@ while argi <= last do
     reply = verdict(earlier, done)
   end
   if reply == nil then
+    local again = nil
     if (version or "0") ~= settings_version then
+      again = { "STALE", redis.call("HGETALL", rcpt) }
+    else
+      again = suppression_verdict(assumed, checks, known)
+    end
+    if again then
+      -- Planned again by the caller: the key stays this request's meanwhile.
       local fingerprint, id = fingerprint_and_id(done)
       redis.call("SET", idem, "pending " .. id .. " " .. fingerprint, "PX", pending_ttl)
-      reply = { "STALE", redis.call("HGETALL", rcpt) }
+      reply = again
     else
       if earlier then -- this request's own in-flight marker: now it is done
         redis.call("SET", idem, done, "PX", idem_ttl)

@@ -83,14 +83,17 @@ async def dlq_length_is(redis: Redis, keys: KeySpace, length: int) -> bool:
 
 
 def order(limit: int = 1000, **options: Any) -> ReplayOrder:
+    """A replay as ``app.operations.dlq.replay_order`` makes it from the catalog."""
     selection = options.pop("selection", Selection())
+    opt_out = frozenset(name for name, kind in fast_catalog().types.items() if kind.opt_out)
     return ReplayOrder(
-        selection=selection, limit=limit, operator="anna", reason="provider outage over", **options
-    )
+        selection=selection, limit=limit, operator="anna", reason="provider outage over",
+        opt_out_types=opt_out, **options,
+    )  # fmt: skip
 
 
 async def replay(redis: Redis, keys: KeySpace, replay_order: ReplayOrder) -> ReplayReport:
-    return await dlq_replay.replay(redis, keys, replay_order, window_end)
+    return await dlq_replay.replay(redis, keys, replay_order, window_end, address_digest=DIGEST)
 
 
 def replayed_ids(report: ReplayReport) -> list[str]:
@@ -101,11 +104,12 @@ def skipped(report: ReplayReport) -> dict[str, str]:
     return {result.letter.delivery_id: result.outcome for result in report.skipped}
 
 
-async def delivery_of(redis: Redis, keys: KeySpace, recipient_id: str) -> str:
-    """The dead-lettered delivery of a recipient."""
+async def delivery_of(redis: Redis, keys: KeySpace, recipient_id: str, channel: str = "") -> str:
+    """The dead-lettered delivery of a recipient (on ``channel``, when given)."""
     for entry_id, fields in await redis.xrange(keys.shard(0).dlq):
         letter = parse_entry(0, entry_id.decode(), fields)
-        if letter.work is not None and letter.work.recipient_id == recipient_id:
+        work = letter.work
+        if work is not None and work.recipient_id == recipient_id and channel in ("", work.channel):
             return letter.delivery_id
     raise AssertionError(f"no dead letter for {recipient_id}")
 

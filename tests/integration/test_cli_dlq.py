@@ -13,7 +13,7 @@ import pytest
 from redis.asyncio import Redis
 
 from streams.keys import KeySpace
-from tests.conftest import REDIS_URL, REPO
+from tests.conftest import DIGEST_SECRET, REDIS_URL, REPO
 from tests.integration.delivery_support import state
 from tests.integration.dlq_support import EMAIL_BODY, dead_lettered, delivery_of, otp
 
@@ -27,6 +27,8 @@ async def clarion(prefix: str, *args: str) -> tuple[int, str, str]:
         "CLARION_REDIS_URL": REDIS_URL,
         "CLARION_KEY_PREFIX": prefix,
         "CLARION_CONFIG": str(REPO / "clarion.toml"),
+        # A replay checks the suppression list, which names addresses by their digest.
+        "CLARION_DIGEST_SECRET": DIGEST_SECRET.decode(),
     }
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "app.cli", *args, env=env, cwd=REPO,

@@ -21,11 +21,12 @@ from projections.database import connect
 from projections.projector import Projector
 from streams.dlq.entries import parse_entry
 from streams.dlq.scan import Selection, summarize
-from streams.events import DeliveryDeferred, DeliveryReplayed, QuietHoursSetting
+from streams.events import DeliveryDeferred, DeliveryReplayed, PreferenceEntry, QuietHoursSetting
 from streams.keys import KeySpace
 from streams.recipient_settings import RecipientSettingsStore
-from streams.vocabulary import Priority
-from tests.conftest import stream_events
+from streams.suppressions import Suppression, SuppressionStore
+from streams.vocabulary import Channel, Priority
+from tests.conftest import DIGEST, stream_events
 from tests.integration.delivery_support import (
     accept,
     fast_catalog,
@@ -297,3 +298,47 @@ async def test_quiet_hours_hold_back_a_replayed_normal_delivery_but_not_high_or_
     assert (deferred.reason, deferred.until) == ("quiet_hours", window_end(window, now))
     summary = await summarize(real_redis, keys, Selection(), samples=0)
     assert (summary.open, summary.resolved) == (0, 4)  # the stale one is settled too
+
+
+async def test_a_replay_never_sends_to_an_address_suppressed_or_a_recipient_opted_out_since(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    keys = KeySpace(key_prefix)
+    order_body = {
+        "recipient": {"id": "u-c", "email": "c@example.com"},
+        "type": "order_confirmed",
+        "channels": ["EMAIL", "IN_APP"],
+        "data": {"order_id": "7"},
+    }
+    ids, _ = await dead_lettered(real_redis, keys, [order_body, otp(1)])
+    email = await delivery_of(real_redis, keys, "u-c", "EMAIL")
+    sms = await delivery_of(real_redis, keys, "u-1", "SMS")
+    in_app = next(d for d in ids if d not in {email, sms})
+    suppressions = SuppressionStore(real_redis, keys)
+    now_ms = int(datetime.now(UTC).timestamp() * 1000)
+
+    def on_list(address: str, channel: Channel, reason: str) -> Suppression:
+        return Suppression(channel=channel, digest=DIGEST(address), reason=reason,  # type: ignore[arg-type]
+                           source="feedback:smtp", at_ms=now_ms)  # fmt: skip
+
+    # The email address complained, the recipient switched order_confirmed off in the app,
+    # and the phone number complained too: an OTP may not be opted out of, so it still goes.
+    await suppressions.add(on_list("c@example.com", Channel.EMAIL, "complaint"))
+    await suppressions.add(on_list("+4915112345678", Channel.SMS, "complaint"))
+    settings = RecipientSettingsStore(real_redis, keys)
+    off = PreferenceEntry(type="order_confirmed", channel=Channel.IN_APP, enabled=False)
+    await settings.set_preferences("u-c", [off])
+
+    dry = await replay(real_redis, keys, order(dry_run=True))
+    report = await replay(real_redis, keys, order())
+    assert (replayed_ids(dry), skipped(dry)) == (replayed_ids(report), skipped(report))
+    assert replayed_ids(report) == [sms]
+    assert skipped(report) == {email: "suppressed_complaint", in_app: "opted_out"}
+    shown = {v.delivery_id: v.detail for v in replay_view(order(), report).skipped}
+    assert "suppression list (complaint)" in shown[email]
+
+    # Neither is final: once lifted, a later replay sends them.
+    await suppressions.remove(Channel.EMAIL, DIGEST("c@example.com"), "admin:ops", now_ms)
+    await settings.set_preferences("u-c", [])
+    again = await replay(real_redis, keys, order())
+    assert sorted(replayed_ids(again)) == sorted([email, in_app])

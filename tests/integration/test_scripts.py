@@ -37,7 +37,7 @@ from streams.delivery_store import (
 from streams.dlq.entries import Worker, parse_entry, poison_entry
 from streams.dlq.replay import Candidate, ReplayOrder, dlq_replay_call
 from streams.dlq.scan import Selection
-from streams.events import PreferenceChanged, PreferenceEntry
+from streams.events import AddressSuppressed, PreferenceChanged, PreferenceEntry
 from streams.ingest import IngestItem, ingest_call
 from streams.ingest_quota import QuotaRates, ingest_quota_call
 from streams.keys import KeySpace
@@ -46,6 +46,7 @@ from streams.recipient_settings import RecipientSettings, recipient_settings_cal
 from streams.retention import StreamRetention, trim_stream_call
 from streams.scheduler import delayed_member, schedule_due_call
 from streams.scripts import Call, LuaScript
+from streams.suppressions import Suppression, suppression_call
 from streams.vocabulary import Channel, ErrorClass, Priority
 from tests.conftest import DIGEST, REDIS_URL, Clock
 
@@ -265,6 +266,31 @@ async def test_recipient_settings(real_redis: Redis, key_prefix: str) -> None:
     assert settings.disabled == {("marketing", "EMAIL"), ("order_confirmed", "EMAIL")}
 
 
+async def test_suppression(real_redis: Redis, key_prefix: str) -> None:
+    keys = KeySpace(key_prefix, shards=2)
+    entry = Suppression(
+        channel=Channel.EMAIL, digest="ab" * 16, reason="complaint", source="admin:ops", at_ms=1
+    )
+    home = keys.home_of_address(entry.digest)
+    copy = keys.shard(1 - home.shard)
+    event = AddressSuppressed(
+        at=Clock().now, channel=Channel.EMAIL, address_digest=entry.digest, reason="complaint",
+        source="admin:ops",
+    )  # fmt: skip
+    call = suppression_call(home, "add", entry.field, entry.value(), event)
+    assert await run(real_redis, scripts.SUPPRESSION, call) == 1
+    call = suppression_call(copy, "add", entry.field, entry.value(), None)
+    assert await run(real_redis, scripts.SUPPRESSION, call) == 1
+    for shard in (home, copy):
+        assert await real_redis.hget(shard.suppressions, entry.field) == entry.value().encode()
+        assert await real_redis.hget(shard.suppressions, "#v") == b"1"
+    assert (await real_redis.xlen(home.events), await real_redis.xlen(copy.events)) == (1, 0)
+    call = suppression_call(copy, "remove", entry.field, "", None)
+    assert await run(real_redis, scripts.SUPPRESSION, call) == 1
+    assert await run(real_redis, scripts.SUPPRESSION, call) == 0  # already off: no new version
+    assert await real_redis.hget(copy.suppressions, "#v") == b"2"
+
+
 async def test_sandbox_send(real_redis: Redis, key_prefix: str) -> None:
     keys = KeySpace(key_prefix)
     fields = ("sent", "sandbox-1", "d-1", "d-1", "EMAIL", "anna@example.com", 1)
@@ -336,7 +362,9 @@ async def test_dlq_replay(real_redis: Redis, key_prefix: str, catalog: Catalog) 
     assert letter.version is not None
     order = ReplayOrder(selection=Selection(), limit=10, operator="anna", reason="fixed")
     candidate = Candidate(letter, letter.version, superseded=False, quiet_end=None)
-    call = dlq_replay_call(keys.shard(0), order, 10, Clock().now, [candidate])
+    call = dlq_replay_call(
+        keys.shard(0), order, 10, Clock().now, [candidate], address_digest=DIGEST
+    )
 
     assert await run(real_redis, scripts.DLQ_REPLAY, call) == [b"replayed"]
     state = await DeliveryStore(real_redis).state(keys.shard(0), email.item.delivery_id)

@@ -144,7 +144,8 @@ async def attempt(
     """One attempt of a leased OTP (one attempt made before); the addresses forgotten."""
     forgotten: list[WorkItem] = []
 
-    async def forget(work: WorkItem) -> None:
+    async def forget(work: WorkItem, provider_name: str) -> None:
+        assert provider_name == "sandbox"
         forgotten.append(work)
 
     attempts = Attempts(catalog, {"sandbox": provider}, timeouts, lambda: NOW, forget, links=links)

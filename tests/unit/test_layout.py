@@ -28,10 +28,12 @@ ALLOWED: dict[str, set[str]] = {
     "shared app": {*SHARED_APP, "streams"},
     "app.providers": {*SHARED_APP, "app.providers", "streams"},
     "app.ingest": {*SHARED_APP, "app.ingest", "streams"},
-    "app.delivery": {*SHARED_APP, "app.delivery", "app.providers", "streams"},
+    "app.delivery": {*SHARED_APP, "app.delivery", "app.providers", "app.recipients", "streams"},
     "app.operations": {*SHARED_APP, "app.operations", "app.ingest", "projections", "streams"},
+    "app.recipients": {*SHARED_APP, "app.recipients", "app.ingest", "projections", "streams"},
     "app.api": {
-        *SHARED_APP, "app.api", "app.ingest", "app.operations", "projections", "streams",
+        *SHARED_APP, "app.api", "app.ingest", "app.operations", "app.recipients",
+        "projections", "streams",
     },
     "app.processes": {
         *SHARED_APP, "app.processes", "app.api", "app.delivery", "app.providers",
@@ -39,7 +41,7 @@ ALLOWED: dict[str, set[str]] = {
     },
     "app.cli": {
         *SHARED_APP, "app.cli", "app.api", "app.ingest", "app.delivery", "app.providers",
-        "app.operations", "app.processes", "projections", "streams",
+        "app.operations", "app.processes", "app.recipients", "projections", "streams",
     },
 }  # fmt: skip
 # Only the HTTP layer (and the process that serves it) knows HTTP.

@@ -121,9 +121,11 @@ def test_a_replay_needs_a_printable_operator_and_reason(catalog: Catalog) -> Non
 def test_a_valid_replay_body_is_the_order(catalog: Catalog) -> None:
     body = ReplayBody(limit=5, operator=" anna ", reason=" outage over ", type="otp",
                       dry_run=True, force=True)  # fmt: skip
+    opt_out_types = frozenset(name for name, kind in catalog.types.items() if kind.opt_out)
+    assert "otp" not in opt_out_types
     assert replay_order(catalog, body) == ReplayOrder(
         selection=Selection(notification_type="otp"), limit=5, operator="anna",
-        reason="outage over", force=True, dry_run=True,
+        reason="outage over", force=True, dry_run=True, opt_out_types=opt_out_types,
     )  # fmt: skip
 
 
