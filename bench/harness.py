@@ -1,8 +1,9 @@
 """What the benchmarks of ``bench/`` share: the one module they import from each other.
 
 A benchmark script (``ingest.py``, ``pipeline.py``, ``projector.py``, ``memory.py``,
-``peers.py``, ``instructions.py``, ``report.py``) imports shared code from here and from
-nowhere else in ``bench/``; what only one benchmark uses stays in its script. The sections:
+``peers.py``, ``instructions.py``, ``unsubscribe.py``, ``report.py``) imports shared code from
+here and from nowhere else in ``bench/``; what only one benchmark uses stays in its script. The
+sections:
 
 - results: the repository, ``BenchError``, where results go and the fields they start with;
 - command line and output: ``--redis-url``, text tables, the problems banner;

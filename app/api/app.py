@@ -36,6 +36,7 @@ from app.api.suppressions import (
     look_up_suppression,
     remove_suppression,
 )
+from app.api.unsubscribe import UNSUBSCRIBE_ROUTES
 from app.catalog import Catalog, feedback_secrets
 from app.feedback.callbacks import schemes
 from app.ingest.fanout import Planner, utc_now
@@ -43,6 +44,7 @@ from app.ingest.ingestor import Ingestor
 from app.ingest.quotas import IngestQuotas
 from app.recipients.erasure import Eraser
 from app.settings import Settings
+from app.unsubscribe import UnsubscribeTokens
 from projections.queries import recipient_deliveries
 from streams.keys import KeySpace
 from streams.metrics_recorder import MetricsRecorder
@@ -84,6 +86,7 @@ ROUTES: list[ControllerRouterHandler] = [
     lag,
     metrics,
     *DASHBOARD_ROUTES,
+    *UNSUBSCRIBE_ROUTES,
 ]
 
 
@@ -143,10 +146,12 @@ def _state(
         "address_digest": address_digest,
         "read_model": read_model,
         "eraser": _eraser(settings, redis, keys, read_model),
-        "public_url": "",
+        "public_url": settings.public_url,
         "ingest_quotas": IngestQuotas(redis, keys, catalog.quotas),
         # A batch item may be as large as a single POST's body.
         "max_item_bytes": settings.max_body_bytes,
+        "unsubscribe_tokens": UnsubscribeTokens(settings.digest_secret),
+        "clock": clock,
     }
 
 

@@ -263,6 +263,15 @@ async def test_recipient_settings(real_redis: Redis, key_prefix: str) -> None:
         assert (settings.version, settings.disabled) == (1, {("marketing", "EMAIL")})
     assert await real_redis.xlen(home.events) == 1  # the home shard records the event
 
+    # One pair switched off, the others kept.
+    call = recipient_settings_call(
+        home, "user-1", "preference_off", "order_confirmed:EMAIL", expected_version=1,
+        new_version=2, event=event,
+    )  # fmt: skip
+    assert await run(real_redis, scripts.RECIPIENT_SETTINGS, call) == b"OK"
+    settings = RecipientSettings.from_hash(await real_redis.hgetall(home.recipient("user-1")))
+    assert settings.disabled == {("marketing", "EMAIL"), ("order_confirmed", "EMAIL")}
+
 
 async def test_suppression(real_redis: Redis, key_prefix: str) -> None:
     keys = KeySpace(key_prefix, shards=2)

@@ -2,7 +2,8 @@
 
 It checks the ``Authorization: Bearer <key>`` header (401 otherwise), the JSON content type,
 and the body: personalizations with valid ``to`` addresses, a valid ``from``, a subject, text
-content before HTML, string-valued ``custom_args`` and ``headers`` with no reserved header.
+content before HTML, string-valued ``custom_args`` and ``headers`` with no reserved header
+and well-formed one-click unsubscribe fields (``tests.peers.list_unsubscribe``).
 A refusal is a 400 listing every problem in SendGrid's shape,
 ``{"errors": [{"message", "field", "help"}]}``. An accepted mail is kept in ``accepted`` and
 answered 202 with an empty body and an ``X-Message-Id``.
@@ -22,6 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Final
 
+from tests.peers import list_unsubscribe
 from tests.peers.serving import Answer, Fault, HttpPeer, Request, main
 
 PEER_KEY: Final = "SG.peer-test-key.0123456789abcdef"
@@ -248,7 +250,9 @@ def _string_map_problems(name: str, value: Any) -> list[Problem]:
         reserved = sorted(k for k in value if k.lower() in RESERVED_HEADERS)
         if reserved:
             return [(f"headers.{reserved[0]}", "This header is reserved and cannot be set.")]
-    elif len(json.dumps(value).encode()) > MAX_CUSTOM_ARGS_BYTES:
+        wrong = list_unsubscribe.problems(value.items())
+        return [(f"headers.{field}", f"The {field} header {says}.") for field, says in wrong]
+    if len(json.dumps(value).encode()) > MAX_CUSTOM_ARGS_BYTES:
         return [(name, "The custom_args are too large (10,000 bytes at most).")]
     return []
 
