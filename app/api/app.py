@@ -30,12 +30,7 @@ from app.api.ops import lag, live, metrics, ready
 from app.api.read_model import ReadModel, read_model_unavailable
 from app.api.recipient_profiles import RecipientProfile, patch_push_targets
 from app.api.recipients import QuietHours, get_recipient_settings, put_preferences
-from app.api.suppressions import (
-    add_suppression,
-    list_suppressions,
-    look_up_suppression,
-    remove_suppression,
-)
+from app.api.suppressions import Suppressions, look_up_suppression, remove_suppression
 from app.api.unsubscribe import UNSUBSCRIBE_ROUTES
 from app.catalog import Catalog, feedback_secrets
 from app.feedback.callbacks import schemes
@@ -73,8 +68,7 @@ ROUTES: list[ControllerRouterHandler] = [
     put_preferences,
     QuietHours,
     get_recipient_settings,
-    list_suppressions,
-    add_suppression,
+    Suppressions,
     look_up_suppression,
     remove_suppression,
     get_notification_status,
