@@ -78,7 +78,11 @@ async def serve(settings: Settings, slot: int) -> None:
         options = worker_options(settings)
         say_whether_emails_can_be_unsubscribed(catalog, options)
         providers = build_providers(
-            catalog, redis, keys, remember_ms=settings.stream_retention_seconds * 1000
+            catalog,
+            redis,
+            keys,
+            remember_ms=settings.stream_retention_seconds * 1000,
+            public_url=settings.public_url,
         )
         worker = DeliveryWorker(
             redis,
