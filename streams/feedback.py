@@ -2,8 +2,8 @@
 replayed callback, and applying a callback's feedback to its delivery.
 
 A callback (an HTTP request a provider made) holds one or more ``Feedback`` items. The API
-verifies it and takes it (``take``): its replay guard and its items go into Redis in one
-script, so a replay is refused exactly when the first one's items are in the inbox. The
+verifies it and takes it (``Inbox.take``): its replay guard and its items go into Redis in
+one script, so a replay is refused exactly when the first one's items are in the inbox. The
 feedback processor (``app.feedback``) reads the inbox with the group ``feedback``, matches
 each item to its delivery through the provider's message id, and applies it with
 ``feedback_apply_call``: the delivery's state, a ``ProviderFeedbackReceived`` event and a
@@ -16,12 +16,14 @@ the suppression list) and a masked form, as the list shows addresses.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Final, Literal
 
 import msgspec
 from redis.asyncio import Redis
 
 from streams import codec, scripts
+from streams.batching import BatchedScript
 from streams.events import ProviderFeedbackReceived
 from streams.keys import KeySpace, ShardKeys
 from streams.scripts import Call, KeyOrArg
@@ -65,26 +67,49 @@ def decode(raw: bytes) -> Feedback:
     return _decoder.decode(raw)
 
 
-async def take(
-    redis: Redis, keys: KeySpace, provider: str, callback: str, items: Sequence[Feedback],
-    *, guard_ms: int,
-) -> bool:  # fmt: skip
-    """Put a callback's items into the inbox unless ``callback`` (its replay key) was taken
-    within ``guard_ms``; whether they were."""
-    call = feedback_take_call(keys, provider, callback, items, guard_ms)
-    return bool(await scripts.FEEDBACK_TAKE(redis, *call))
+@dataclass(frozen=True, slots=True)
+class VerifiedCallback:
+    """A verified callback to take: its provider, the key its replay is known by, how long
+    a replay is refused, and its items."""
+
+    provider: str
+    replay_key: str
+    guard_ms: int
+    items: Sequence[Feedback]
 
 
-def feedback_take_call(
-    keys: KeySpace, provider: str, callback: str, items: Sequence[Feedback], guard_ms: int
-) -> Call:
+class Inbox:
+    """Takes callbacks into the inbox; concurrent ones share script calls and pipelines
+    (``BatchedScript``): under load a round trip carries many callbacks."""
+
+    def __init__(self, redis: Redis, keys: KeySpace) -> None:
+        self._script: BatchedScript[int, VerifiedCallback, bool] = BatchedScript(
+            redis,
+            scripts.FEEDBACK_TAKE,
+            group_of=lambda _: 0,  # one inbox: one hash tag
+            build=lambda _, callbacks: feedback_take_call(keys, callbacks),
+            parse=lambda reply: reply == 1,
+        )
+
+    async def take(self, callback: VerifiedCallback) -> bool:
+        """Put the callback's items into the inbox unless it was taken within its guard
+        time; whether they were."""
+        [taken] = await self._script.run([callback])
+        return taken
+
+
+def feedback_take_call(keys: KeySpace, callbacks: Sequence[VerifiedCallback]) -> Call:
     """The keys and arguments of one ``lua/feedback_take.lua`` call.
 
-    KEYS: the inbox, the callback's replay guard. ARGV: the guard's lifetime (ms), then each
-    item, encoded.
+    KEYS: the inbox, then each callback's replay guard. ARGV: per callback its guard's
+    lifetime (ms), its number of items, each item encoded.
     """
-    keys_: list[KeyOrArg] = [keys.feedback_inbox, keys.feedback_seen(provider, callback)]
-    return keys_, [guard_ms, *(encode(item) for item in items)]
+    keys_: list[KeyOrArg] = [keys.feedback_inbox]
+    args: list[KeyOrArg] = []
+    for callback in callbacks:
+        keys_.append(keys.feedback_seen(callback.provider, callback.replay_key))
+        args += [callback.guard_ms, len(callback.items), *map(encode, callback.items)]
+    return keys_, args
 
 
 def feedback_apply_call(

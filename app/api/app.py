@@ -41,6 +41,7 @@ from app.recipients.erasure import Eraser
 from app.settings import Settings
 from app.unsubscribe import UnsubscribeTokens
 from projections.queries import recipient_deliveries
+from streams.feedback import Inbox
 from streams.keys import KeySpace
 from streams.metrics_recorder import MetricsRecorder
 from streams.recipient_settings import RecipientSettingsStore
@@ -141,6 +142,7 @@ def _state(
         "read_model": read_model,
         "eraser": _eraser(settings, redis, keys, read_model),
         "public_url": settings.public_url,
+        "feedback_inbox": Inbox(redis, keys),
         "ingest_quotas": IngestQuotas(redis, keys, catalog.quotas),
         # A batch item may be as large as a single POST's body.
         "max_item_bytes": settings.max_body_bytes,

@@ -17,11 +17,9 @@ from litestar import Request, post
 from litestar.datastructures import State
 from litestar.exceptions import HTTPException, NotFoundException
 from litestar.params import FromPath
-from redis.asyncio import Redis
 
 from app.feedback.callbacks import Callback, Refused, Scheme, now_ms
-from streams.feedback import take
-from streams.keys import KeySpace
+from streams.feedback import Inbox, VerifiedCallback
 
 Req = Request[Any, Any, State]
 # A SendGrid batch holds up to some thousands of events.
@@ -62,11 +60,8 @@ async def receive_feedback(request: Req, provider: FromPath[str]) -> FeedbackAns
         taken = scheme.read(callback)
     except Refused as refused:
         raise HTTPException(status_code=refused.status, detail=refused.detail) from None
-    redis: Redis = request.app.state.redis
-    keys: KeySpace = request.app.state.key_space
-    taken_now = await take(
-        redis, keys, provider, taken.replay_key, taken.items, guard_ms=taken.guard_ms
-    )
-    if not taken_now:
+    inbox: Inbox = request.app.state.feedback_inbox
+    verified = VerifiedCallback(provider, taken.replay_key, taken.guard_ms, taken.items)
+    if not await inbox.take(verified):
         raise HTTPException(status_code=409, detail="callback: already received (a replay)")
     return FeedbackAnswer(received=len(taken.items))

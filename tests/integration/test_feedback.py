@@ -5,13 +5,14 @@ changed since it was read is left for another read."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 
 from redis.asyncio import Redis
 
 from streams import scripts
 from streams.events import ProviderFeedbackReceived
-from streams.feedback import Feedback, decode, feedback_apply_call, take
+from streams.feedback import Feedback, Inbox, VerifiedCallback, decode, feedback_apply_call
 from streams.keys import KeySpace
 from tests.conftest import stream_events
 
@@ -20,14 +21,26 @@ ITEM = Feedback(provider="sms", feedback_id="SM1:delivered:", message_id="SM1", 
 
 async def test_a_callback_is_taken_once(real_redis: Redis, key_prefix: str) -> None:
     keys = KeySpace(key_prefix)
-    assert await take(real_redis, keys, "sms", "SM1:delivered:", [ITEM, ITEM], guard_ms=60_000)
-    assert not await take(real_redis, keys, "sms", "SM1:delivered:", [ITEM], guard_ms=60_000)
+    inbox = Inbox(real_redis, keys)
+    assert await inbox.take(VerifiedCallback("sms", "SM1:delivered:", 60_000, [ITEM, ITEM]))
+    assert not await inbox.take(VerifiedCallback("sms", "SM1:delivered:", 60_000, [ITEM]))
     entries = await real_redis.xrange(keys.feedback_inbox)
     assert [decode(fields[b"f"]) for _, fields in entries] == [ITEM, ITEM]
     ttl = await real_redis.pttl(keys.feedback_seen("sms", "SM1:delivered:"))
     assert 0 < ttl <= 60_000
     # Another provider's callback with the same key is another callback.
-    assert await take(real_redis, keys, "mail", "SM1:delivered:", [], guard_ms=60_000)
+    assert await inbox.take(VerifiedCallback("mail", "SM1:delivered:", 60_000, []))
+
+
+async def test_concurrent_callbacks_share_calls_and_each_is_answered(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    keys = KeySpace(key_prefix)
+    inbox = Inbox(real_redis, keys)
+    callbacks = [VerifiedCallback("sms", f"k{n % 50}", 60_000, [ITEM]) for n in range(100)]
+    taken = await asyncio.gather(*(inbox.take(callback) for callback in callbacks))
+    assert sum(taken) == 50  # each key once, its repeats refused
+    assert await real_redis.xlen(keys.feedback_inbox) == 50
 
 
 def event(version: int) -> ProviderFeedbackReceived:

@@ -44,7 +44,12 @@ from streams.events import (
     PreferenceEntry,
     ProviderFeedbackReceived,
 )
-from streams.feedback import Feedback, feedback_apply_call, feedback_take_call
+from streams.feedback import (
+    Feedback,
+    VerifiedCallback,
+    feedback_apply_call,
+    feedback_take_call,
+)
 from streams.ingest import IngestItem, ingest_call
 from streams.ingest_quota import QuotaRates, ingest_quota_call
 from streams.keys import KeySpace
@@ -317,9 +322,9 @@ async def test_erase(real_redis: Redis, key_prefix: str, catalog: Catalog) -> No
 async def test_feedback_take(real_redis: Redis, key_prefix: str) -> None:
     keys = KeySpace(key_prefix)
     item = Feedback(provider="sms", feedback_id="f", message_id="SM1", kind="delivered")
-    call = feedback_take_call(keys, "sms", "f", [item], 60_000)
-    assert await run(real_redis, scripts.FEEDBACK_TAKE, call) == 1
-    assert await run(real_redis, scripts.FEEDBACK_TAKE, call) == 0
+    call = feedback_take_call(keys, [VerifiedCallback("sms", "f", 60_000, [item])])
+    assert await run(real_redis, scripts.FEEDBACK_TAKE, call) == [1]
+    assert await run(real_redis, scripts.FEEDBACK_TAKE, call) == [0]
     assert await real_redis.xlen(keys.feedback_inbox) == 1
 
 
