@@ -14,8 +14,9 @@ each) through the sandbox and waits until the read model has them SENT, with the
 message ids. Then, timed:
 
 - callbacks: one signed ``delivered`` callback per delivery, each its own request (a
-  provider's receipt is one per request: Twilio, Standard Webhooks), from 64 connections of
-  an aiohttp client in this process; every answer must be 200. Callbacks/s runs from the first
+  provider's receipt is one per request: Twilio, Standard Webhooks), from 64 keep-alive
+  connections of a lean client in this process (``bench/http_load.py``: requests signed
+  before the clock starts); every answer must be 200. Callbacks/s runs from the first
   request to the last answer.
 - applied: from the first request until the read model shows every delivery DELIVERED.
 
@@ -40,10 +41,11 @@ from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
-import aiohttp
 import asyncpg
 import redis
+import uvloop
 
 if __package__ in {None, ""}:  # run as a script: make the ``bench`` package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -73,6 +75,7 @@ from bench.harness import (
     wait_healthy,
     write_result,
 )
+from bench.http_load import request_bytes, send_all
 
 CALLBACKS = 20_000
 QUICK_CALLBACKS = 4_000
@@ -125,23 +128,16 @@ async def sent_messages(pool: asyncpg.Pool, count: int, within_s: float) -> list
     raise BenchError(f"fewer than {count} deliveries SENT in the read model after {within_s} s")
 
 
-async def send_callbacks(url: str, messages: list[str]) -> tuple[float, list[int]]:
+async def send_callbacks(base_url: str, messages: list[str]) -> tuple[float, list[int]]:
     """POST one callback per message from ``CONNECTIONS`` connections; elapsed s, statuses."""
-    requests = [signed(message, n) for n, message in enumerate(messages)]
-    statuses: list[int] = []
-    queue = iter(requests)
-    connector = aiohttp.TCPConnector(limit=CONNECTIONS)
-    async with aiohttp.ClientSession(connector=connector) as session:
-
-        async def loop() -> None:
-            for body, headers in queue:
-                async with session.post(url, data=body, headers=headers) as answer:
-                    await answer.read()
-                    statuses.append(answer.status)
-
-        started = time.perf_counter()
-        await asyncio.gather(*(loop() for _ in range(CONNECTIONS)))
-        return time.perf_counter() - started, statuses
+    address = urlsplit(base_url)
+    host, port = address.hostname or "127.0.0.1", address.port or 80
+    requests = [
+        request_bytes(address.netloc, "/v1/feedback/sandbox", *signed(message, n))
+        for n, message in enumerate(messages)
+    ]
+    elapsed, statuses = await send_all(host, port, requests, CONNECTIONS)
+    return elapsed, list(statuses.elements())
 
 
 async def delivered_count(pool: asyncpg.Pool) -> int:
@@ -161,7 +157,7 @@ async def measure(
         messages = await sent_messages(pool, count, within_s=max(60.0, count / 200))
         before = cpu()
         started = time.perf_counter()
-        elapsed, statuses = await send_callbacks(f"{base_url}/v1/feedback/sandbox", messages)
+        elapsed, statuses = await send_callbacks(base_url, messages)
         while await delivered_count(pool) < count:
             if time.perf_counter() - started > max(60.0, count / 100):
                 break
@@ -205,7 +201,7 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
             wait_healthy(api, base_url + HEALTH_PATH, logs["api"])
             groups = {"api": [api.pid], "worker": [worker.pid], "projector": [projector.pid]}
             server = redis_pid(args.redis_url)
-            figures = asyncio.run(
+            figures = uvloop.run(
                 measure(
                     base_url, database.url, prefix, args.callbacks,
                     lambda: cpu_snapshot(groups, server),
