@@ -3,8 +3,9 @@ their deliveries by the projector process, on the same two cores.
 
 Run from anywhere with the project's virtualenv::
 
-    .venv/bin/python bench/feedback.py            # 20,000 callbacks
-    .venv/bin/python bench/feedback.py --quick    # 4,000
+    .venv/bin/python bench/feedback.py                       # 20,000 receipts, one per callback
+    .venv/bin/python bench/feedback.py --quick               # 4,000
+    .venv/bin/python bench/feedback.py --per-callback 100    # 100 receipts in each callback
 
 It starts the API (``clarion api``, 2 uvicorn workers), one delivery worker and the projector
 (``clarion projector``, which matches and applies feedback) on a fresh key prefix and database,
@@ -13,16 +14,19 @@ secret (``feedback_secret_env``) and has no rate limit. It sends N notifications
 each) through the sandbox and waits until the read model has them SENT, with the sandbox's
 message ids. Then, timed:
 
-- callbacks: one signed ``delivered`` callback per delivery, each its own request (a
-  provider's receipt is one per request: Twilio, Standard Webhooks), from 64 keep-alive
+- callbacks: one signed ``delivered`` receipt per delivery, by default each in a callback of
+  its own (Twilio and most providers post one receipt per request), with ``--per-callback K``
+  K in each (a Standard Webhooks array, as SendGrid batches its events), from 64 keep-alive
   connections of a lean client in this process (``bench/http_load.py``: requests signed
-  before the clock starts); every answer must be 200. Callbacks/s runs from the first
-  request to the last answer.
-- applied: from the first request until the read model shows every delivery DELIVERED.
+  before the clock starts); every answer must be 200. Callbacks/s and receipts/s run from the
+  first request to the last answer.
+- applied: receipts per second from the first request until the read model shows every
+  delivery DELIVERED.
 
 Targets on two cores (the load generator shares them): 5,000 callbacks/s taken and 5,000/s
-applied. CPU seconds of each process group are reported per callback. The result is printed
-and written to ``bench/results/feedback-<UTC timestamp>.json``.
+applied. CPU seconds of each process group are reported per receipt. The result is printed
+and written to ``bench/results/feedback-<UTC timestamp>.json`` (``feedback_batched-…`` with
+``--per-callback`` above 1).
 """
 
 from __future__ import annotations
@@ -102,9 +106,11 @@ def order(i: int) -> bytes:
     ).encode()
 
 
-def signed(message_id: str, number: int) -> tuple[bytes, dict[str, str]]:
-    """One Standard Webhooks callback saying the message was delivered."""
-    body = json.dumps({"message_id": message_id, "feedback": "delivered"}).encode()
+def signed(message_ids: list[str], number: int) -> tuple[bytes, dict[str, str]]:
+    """One Standard Webhooks callback saying the messages were delivered (one: an object,
+    more: an array)."""
+    events = [{"message_id": message_id, "feedback": "delivered"} for message_id in message_ids]
+    body = json.dumps(events if len(events) > 1 else events[0]).encode()
     webhook_id, timestamp = f"bench-{number}", str(int(time.time()))
     key = base64.b64decode(SECRET.removeprefix("whsec_"))
     mac = hmac.digest(key, f"{webhook_id}.{timestamp}.".encode() + body, hashlib.sha256)
@@ -128,13 +134,18 @@ async def sent_messages(pool: asyncpg.Pool, count: int, within_s: float) -> list
     raise BenchError(f"fewer than {count} deliveries SENT in the read model after {within_s} s")
 
 
-async def send_callbacks(base_url: str, messages: list[str]) -> tuple[float, list[int]]:
-    """POST one callback per message from ``CONNECTIONS`` connections; elapsed s, statuses."""
+async def send_callbacks(
+    base_url: str, messages: list[str], per_callback: int
+) -> tuple[float, list[int]]:
+    """POST the receipts, ``per_callback`` in each callback, from ``CONNECTIONS``
+    connections; elapsed s, statuses."""
     address = urlsplit(base_url)
     host, port = address.hostname or "127.0.0.1", address.port or 80
     requests = [
-        request_bytes(address.netloc, "/v1/feedback/sandbox", *signed(message, n))
-        for n, message in enumerate(messages)
+        request_bytes(
+            address.netloc, "/v1/feedback/sandbox", *signed(messages[n : n + per_callback], n)
+        )
+        for n in range(0, len(messages), per_callback)
     ]
     elapsed, statuses = await send_all(host, port, requests, CONNECTIONS)
     return elapsed, list(statuses.elements())
@@ -146,7 +157,7 @@ async def delivered_count(pool: asyncpg.Pool) -> int:
 
 
 async def measure(
-    base_url: str, database_url: str, prefix: str, count: int, cpu: Any
+    base_url: str, database_url: str, prefix: str, count: int, per_callback: int, cpu: Any
 ) -> dict[str, Any]:
     """Send and wait; ``cpu()`` is called when the callbacks start and when all are applied."""
     pool = await asyncpg.create_pool(database_url, min_size=1, max_size=2)
@@ -157,7 +168,7 @@ async def measure(
         messages = await sent_messages(pool, count, within_s=max(60.0, count / 200))
         before = cpu()
         started = time.perf_counter()
-        elapsed, statuses = await send_callbacks(base_url, messages)
+        elapsed, statuses = await send_callbacks(base_url, messages, per_callback)
         while await delivered_count(pool) < count:
             if time.perf_counter() - started > max(60.0, count / 100):
                 break
@@ -170,9 +181,12 @@ async def measure(
     answered = {status: statuses.count(status) for status in sorted(set(statuses))}
     return {
         "notifications": ingested.notifications,
+        "receipts": len(messages),
+        "per_callback": per_callback,
         "callbacks": len(statuses),
         "answers": answered,
         "callbacks_per_s": round(len(statuses) / elapsed, 1),
+        "receipts_per_s": round(len(messages) / elapsed, 1),
         "delivered": delivered,
         "applied_per_s": round(delivered / applied_s, 1),
         "callbacks_s": round(elapsed, 3),
@@ -203,7 +217,7 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
             server = redis_pid(args.redis_url)
             figures = uvloop.run(
                 measure(
-                    base_url, database.url, prefix, args.callbacks,
+                    base_url, database.url, prefix, args.callbacks, args.per_callback,
                     lambda: cpu_snapshot(groups, server),
                 )
             )  # fmt: skip
@@ -217,12 +231,15 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--callbacks", type=int, default=CALLBACKS)
+    parser.add_argument("--callbacks", type=int, default=CALLBACKS, help="receipts in all")
     parser.add_argument("--quick", action="store_true", help=f"--callbacks {QUICK_CALLBACKS}")
+    parser.add_argument("--per-callback", type=int, default=1, help="receipts in each callback")
     add_redis_url(parser, "the services")
     args = parser.parse_args()
     if args.quick:
         args.callbacks = QUICK_CALLBACKS
+    if not 1 <= args.per_callback <= BATCH_SIZE:
+        parser.error(f"--per-callback: 1 to {BATCH_SIZE}")
     args.callbacks = max(BATCH_SIZE, args.callbacks // BATCH_SIZE * BATCH_SIZE)
     started = datetime.now(UTC)
     client = redis.Redis.from_url(args.redis_url)
@@ -232,7 +249,7 @@ def main() -> int:
         figures = run(args, Path(scratch))
     result |= figures
     result["targets"] = {"callbacks_per_s": TARGET_PER_S, "applied_per_s": TARGET_PER_S}
-    if figures["answers"] != {200: args.callbacks}:
+    if figures["answers"] != {200: figures["callbacks"]}:
         result["problems"].append(f"answers were {figures['answers']}, not all 200")
     if figures["delivered"] != args.callbacks:
         result["problems"].append(f"{figures['delivered']} of {args.callbacks} DELIVERED")
@@ -241,14 +258,15 @@ def main() -> int:
         for name, found in figures["logs"].items()
         if found["errors"]
     ]
-    per = {g: round(s * 1e6 / max(1, figures["callbacks"]), 1) for g, s in figures["cpu_s"].items()}
-    result["cpu_us_per_callback"] = per
+    per = {g: round(s * 1e6 / max(1, figures["receipts"]), 1) for g, s in figures["cpu_s"].items()}
+    result["cpu_us_per_receipt"] = per
     print(
-        f"\nfeedback: {figures['callbacks']:,} callbacks, {figures['callbacks_per_s']:,.0f}/s "
-        f"taken (target >= {TARGET_PER_S:,}), {figures['applied_per_s']:,.0f}/s applied "
-        f"(target >= {TARGET_PER_S:,}); CPU us per callback: {per}"
+        f"\nfeedback: {figures['receipts']:,} receipts in {figures['callbacks']:,} callbacks: "
+        f"{figures['callbacks_per_s']:,.0f} callbacks/s and {figures['receipts_per_s']:,.0f} "
+        f"receipts/s taken (target >= {TARGET_PER_S:,}), {figures['applied_per_s']:,.0f} "
+        f"receipts/s applied (target >= {TARGET_PER_S:,}); CPU us per receipt: {per}"
     )
-    write_result("feedback", result, started)
+    write_result("feedback" if args.per_callback == 1 else "feedback_batched", result, started)
     if result["problems"]:
         print_problems(result["problems"])
         return 1

@@ -54,8 +54,12 @@ async def receive_feedback(request: Req, provider: FromPath[str]) -> FeedbackAns
     scheme = schemes.get(provider)
     if scheme is None:
         raise NotFoundException(detail=f"provider: {provider!r} takes no feedback here")
-    headers = {name.lower(): value for name, value in request.headers.items()}
-    callback = Callback(callback_url(request), headers, await request.body(), now_ms())
+    # ASGI gives header names in lower case; a name given twice keeps its last value.
+    headers = {
+        name.decode("latin-1"): value.decode("latin-1") for name, value in request.scope["headers"]
+    }
+    url = callback_url(request) if scheme.signs_url else ""
+    callback = Callback(url, headers, await request.body(), now_ms())
     try:
         taken = scheme.read(callback)
     except Refused as refused:

@@ -22,9 +22,10 @@ Three schemes, chosen by the provider's kind in the catalog:
   first dot the message id (SendGrid appends a filter's suffix to the ``X-Message-Id`` it
   answered).
 - any other kind with ``feedback_secret_env``: Standard Webhooks (``webhook-id``,
-  ``webhook-timestamp``, ``webhook-signature``), one event per callback: ``{"message_id",
-  "feedback": delivered|bounced|undelivered|complained|unsubscribed|token_invalid,
-  "detail"?, "address"?, "channel"?}``. A bounce, a complaint, an unsubscribe or a dead
+  ``webhook-timestamp``, ``webhook-signature``), one event per callback or a JSON array of
+  them: ``{"message_id", "feedback": delivered|bounced|undelivered|complained|unsubscribed|
+  token_invalid, "detail"?, "address"?, "channel"?}``; an event of an array is known by
+  ``<webhook-id>:<index>``. A bounce, a complaint, an unsubscribe or a dead
   token naming the address puts it on the suppression list.
 
 A signed time older than ``MAX_AGE_S`` (or as far ahead) is stale. A callback is taken once:
@@ -104,7 +105,9 @@ class Taken:
 
 
 def _detail(text: object) -> str:
-    masked_text = mask(str(text or ""))
+    if not text:
+        return ""
+    masked_text = mask(str(text))
     return masked_text[:MAX_DETAIL]
 
 
@@ -135,6 +138,8 @@ def _fresh(timestamp: str, now_ms: int) -> int:
 
 class TwilioStatus(_Addresses):
     """Twilio's status callbacks."""
+
+    signs_url: Final = True  # the signature covers the URL Twilio called
 
     def __init__(self, provider: str, auth_token: str, digest: AddressDigest) -> None:
         super().__init__(digest)
@@ -189,6 +194,8 @@ _SENDGRID_KINDS: Final[dict[str, FeedbackKind]] = {
 class SendgridEvents(_Addresses):
     """SendGrid's signed Event Webhook."""
 
+    signs_url: Final = False
+
     def __init__(self, provider: str, public_key: ec.EllipticCurvePublicKey, digest: AddressDigest):
         super().__init__(digest)
         self.provider = provider
@@ -236,11 +243,15 @@ class _Event(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     channel: str = ""
 
 
-_event = msgspec.json.Decoder(_Event)
+_events_or_one = msgspec.json.Decoder(_Event | list[_Event])
+_CHANNEL_NAMES: Final = frozenset(channel.value for channel in Channel)
 
 
 class StandardWebhook(_Addresses):
-    """One event per callback, signed as Standard Webhooks sign."""
+    """Callbacks signed as Standard Webhooks sign, each holding one event or an array of
+    them (a forwarder may batch)."""
+
+    signs_url: Final = False
 
     def __init__(self, provider: str, secret: str, digest: AddressDigest) -> None:
         super().__init__(digest)
@@ -260,19 +271,30 @@ class StandardWebhook(_Addresses):
             raise Refused(401, "webhook-signature: none is the callback's signature")
         at_ms = _fresh(timestamp, callback.received_ms)
         try:
-            event = _event.decode(callback.body)
+            decoded = _events_or_one.decode(callback.body)
         except (msgspec.DecodeError, msgspec.ValidationError) as error:
             raise Refused(400, f"body: {error}") from None
+        if isinstance(decoded, _Event):
+            items = [self._item(decoded, webhook_id, at_ms, callback.received_ms)]
+        elif len(decoded) > MAX_EVENTS:
+            raise Refused(413, f"body: at most {MAX_EVENTS} events in one callback")
+        else:
+            items = [
+                self._item(event, f"{webhook_id}:{n}", at_ms, callback.received_ms)
+                for n, event in enumerate(decoded)
+            ]
+        return Taken(webhook_id, 2 * MAX_AGE_S * 1000, items)
+
+    def _item(self, event: _Event, feedback_id: str, at_ms: int, received_ms: int) -> Feedback:
         if event.feedback not in _KINDS or not event.message_id:
             raise Refused(400, f"feedback: one of {', '.join(sorted(_KINDS))}")
         item = Feedback(
-            provider=self.provider, feedback_id=webhook_id, message_id=event.message_id,
+            provider=self.provider, feedback_id=feedback_id, message_id=event.message_id,
             kind=event.feedback, detail=_detail(event.detail), at_ms=at_ms,  # type: ignore[arg-type]
-            received_ms=callback.received_ms,
+            received_ms=received_ms,
         )  # fmt: skip
-        channel = event.channel if event.channel in {c.value for c in Channel} else ""
-        item = self.item(item, SUPPRESSION_OF.get(event.feedback, ""), channel, event.address)
-        return Taken(webhook_id, 2 * MAX_AGE_S * 1000, [item])
+        channel = event.channel if event.channel in _CHANNEL_NAMES else ""
+        return self.item(item, SUPPRESSION_OF.get(event.feedback, ""), channel, event.address)
 
 
 Scheme = TwilioStatus | SendgridEvents | StandardWebhook

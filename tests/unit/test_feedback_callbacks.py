@@ -19,6 +19,7 @@ from standardwebhooks import Webhook
 
 from app.feedback.callbacks import (
     MAX_AGE_S,
+    MAX_EVENTS,
     Callback,
     Refused,
     SendgridEvents,
@@ -132,10 +133,10 @@ def test_a_sendgrid_batch_not_signed_by_the_key_stale_or_broken_is_refused() -> 
     assert refusal(scheme, tampered)[0] == 401
     status, detail = refusal(scheme, sendgrid([event("delivered", 1)], age_s=MAX_AGE_S + 5))
     assert (status, "stale" in detail) == (400, True)
-    assert refusal(scheme, sendgrid({"not": "a list"}))[0] == 400  # type: ignore[arg-type]
+    assert refusal(scheme, sendgrid({"not": "a list"}))[0] == 400
 
 
-def standard(payload: dict[str, object], *, age_s: int = 0, secret: str = SECRET,
+def standard(payload: object, *, age_s: int = 0, secret: str = SECRET,
              webhook_id: str = "msg_1") -> Callback:  # fmt: skip
     body = json.dumps(payload).encode()
     timestamp = int(time.time()) - age_s
@@ -179,3 +180,21 @@ def test_the_replay_keys_of_two_sendgrid_batches_differ() -> None:
     signature = sendgrid([event("delivered", 1)]).headers["x-twilio-email-event-webhook-signature"]
     assert signature not in (first.replay_key, second.replay_key)
     assert len(first.replay_key) == 32
+
+
+def test_a_standard_webhook_may_carry_an_array_of_events_each_known_by_its_index() -> None:
+    scheme = StandardWebhook("relay", SECRET, DIGEST)
+    events = [{"message_id": "m-1", "feedback": "delivered"},
+              {"message_id": "m-2", "feedback": "complained", "address": "anna@example.com",
+               "channel": "EMAIL"}]  # fmt: skip
+    taken = scheme.read(standard(events, webhook_id="batch-7"))
+    assert taken.replay_key == "batch-7"
+    assert [(i.feedback_id, i.message_id, i.kind, i.suppress) for i in taken.items] == [
+        ("batch-7:0", "m-1", "delivered", ""),
+        ("batch-7:1", "m-2", "complained", "complaint"),
+    ]
+    # One bad event refuses the whole callback: the provider sends it again, fixed.
+    bad = [*events, {"message_id": "m-3", "feedback": "lost"}]
+    assert refusal(scheme, standard(bad))[0] == 400
+    too_many = [{"message_id": "m", "feedback": "delivered"}] * (MAX_EVENTS + 1)
+    assert refusal(scheme, standard(too_many))[0] == 413
