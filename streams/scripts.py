@@ -107,6 +107,11 @@ INGEST_QUOTA = LuaScript("ingest_quota")  # streams.ingest_quota.ingest_quota_ca
 TRIM_STREAM = LuaScript("trim_stream")  # streams.retention.trim_stream_call
 DLQ_REPLAY = LuaScript("dlq_replay")  # streams.dlq.replay.dlq_replay_call
 CIRCUIT = LuaScript("circuit")  # streams.circuit_breaker.circuit_call
+LEASE = LuaScript("lease")  # streams.leases.lease_call
+# streams.status_outbox.status_outbox_append_call
+STATUS_OUTBOX_APPEND = LuaScript("status_outbox_append")
+# streams.status_outbox.status_dead_letter_call
+STATUS_DEAD_LETTER = LuaScript("status_dead_letter")
 ALL: tuple[LuaScript, ...] = (
     INGEST,
     DELIVERY_BEGIN,
@@ -120,4 +125,7 @@ ALL: tuple[LuaScript, ...] = (
     TRIM_STREAM,
     DLQ_REPLAY,
     CIRCUIT,
+    LEASE,
+    STATUS_OUTBOX_APPEND,
+    STATUS_DEAD_LETTER,
 )
