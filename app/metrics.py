@@ -65,7 +65,13 @@ HTTP_REQUESTS = HistogramSpec(
     ("method", "route", "status"),
     (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
-COUNTERS = (DELIVERY_FAILURES, ATTEMPT_FAILURES, OPT_OUTS)
+STATUS_WEBHOOKS = CounterSpec(
+    "clarion_status_webhooks_total",
+    "Status webhooks by outcome: sent (answered 2xx), failed_attempt (retried), "
+    "dead_lettered (given up)",
+    ("producer", "outcome"),
+)
+COUNTERS = (DELIVERY_FAILURES, ATTEMPT_FAILURES, OPT_OUTS, STATUS_WEBHOOKS)
 HISTOGRAMS = (DELIVERY_LATENCY, DELIVERY_ATTEMPTS, HTTP_REQUESTS)
 # Work entries dead-lettered as POISON cannot always be decoded: their channel is unknown.
 UNKNOWN_CHANNEL = "UNKNOWN"

@@ -26,17 +26,21 @@ ALLOWED: dict[str, set[str]] = {
     "app.providers": {*SHARED_APP, "app.providers", "streams"},
     "app.ingest": {*SHARED_APP, "app.ingest", "streams"},
     "app.delivery": {*SHARED_APP, "app.delivery", "app.providers", "streams"},
+    "app.status_webhooks": {
+        *SHARED_APP, "app.status_webhooks", "app.providers", "projections", "streams",
+    },
     "app.operations": {*SHARED_APP, "app.operations", "app.ingest", "projections", "streams"},
     "app.api": {
-        *SHARED_APP, "app.api", "app.ingest", "app.operations", "projections", "streams",
+        *SHARED_APP, "app.api", "app.ingest", "app.operations", "app.status_webhooks",
+        "projections", "streams",
     },
     "app.processes": {
         *SHARED_APP, "app.processes", "app.api", "app.delivery", "app.providers",
-        "projections", "streams",
+        "app.status_webhooks", "projections", "streams",
     },
     "app.cli": {
         *SHARED_APP, "app.cli", "app.api", "app.ingest", "app.delivery", "app.providers",
-        "app.operations", "app.processes", "projections", "streams",
+        "app.operations", "app.processes", "app.status_webhooks", "projections", "streams",
     },
 }  # fmt: skip
 # Only the HTTP layer (and the process that serves it) knows HTTP.
