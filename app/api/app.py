@@ -27,14 +27,17 @@ from app.api.notifications import create_notification, create_notifications_batc
 from app.api.ops import lag, live, metrics, ready
 from app.api.read_model import ReadModel
 from app.api.recipients import QuietHours, get_recipient_settings, put_preferences
+from app.api.status_webhook import StatusWebhook
 from app.catalog import Catalog
 from app.ingest.fanout import Planner, utc_now
 from app.ingest.ingestor import Ingestor
 from app.ingest.quotas import IngestQuotas
 from app.settings import Settings
+from app.status_webhooks.endpoint import UrlGuard
 from streams.keys import KeySpace
 from streams.metrics_recorder import MetricsRecorder
 from streams.recipient_settings import RecipientSettingsStore
+from streams.status_webhooks import StatusWebhookStore
 
 
 async def bind_request_context(request: Request[Any, Any, Any]) -> None:
@@ -59,6 +62,7 @@ ROUTES: list[ControllerRouterHandler] = [
     list_deliveries,
     get_dlq,
     replay_dlq,
+    StatusWebhook,
     live,
     ready,
     lag,
@@ -117,6 +121,8 @@ def create_app(
         "key_space": keys,
         "read_model": ReadModel(db),
         "ingest_quotas": IngestQuotas(redis, keys, catalog.quotas),
+        "status_webhooks": StatusWebhookStore(redis, keys),
+        "status_webhook_guard": UrlGuard(catalog.status_webhooks),
         # A batch item may be as large as a single POST's body.
         "max_item_bytes": settings.max_body_bytes,
     }
