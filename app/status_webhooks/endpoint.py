@@ -3,10 +3,10 @@ an answer means.
 
 The URL passes the same guard as the ``webhook`` provider's (``app.providers.ssrf``, with
 ``[status_webhooks]``'s ``allow_http_hosts`` and ``allow_networks``): ``Policy.target``
-judges it when it is configured, and the HTTP client (``app.providers.http``) connects only
-to the addresses its ``GuardedResolver`` checked. Each POST is signed as the ``webhook``
-provider signs (``app.providers.webhook.signature``): ``webhook-id`` (``<delivery id>.<version>``),
-``webhook-timestamp`` (this attempt's Unix time) and ``webhook-signature``.
+judges it when it is configured, and the HTTP client (``http1``) connects only to the
+addresses its ``GuardedResolver`` checked. Each POST is signed as the ``webhook`` provider
+signs (``app.providers.webhook.signature``): ``webhook-id`` (``<delivery id>.<version>``, or
+a batch's id), ``webhook-timestamp`` (this attempt's Unix time) and ``webhook-signature``.
 
 Any 2xx answer is success; any other answer, a time-out, a broken or refused connection,
 or a URL the guard refuses is a failure to retry (``Retry-After`` read from the answer):
@@ -24,8 +24,7 @@ from dataclasses import dataclass
 from app import __version__
 from app.catalog.providers import signing_key
 from app.catalog.status_webhooks import StatusWebhooksConfig
-from app.providers import http
-from app.providers.base import ProviderError
+from app.providers.http import retry_after_seconds
 from app.providers.ssrf import (
     GuardedResolver,
     Policy,
@@ -36,8 +35,15 @@ from app.providers.ssrf import (
     system_resolver,
 )
 from app.providers.webhook import signature
+from app.status_webhooks.http1 import Http1Client, Unanswered
 from streams.status_webhooks import StatusWebhook
 
+USER_AGENT = f"Clarion-Webhooks/{__version__}"
+# What differs between POSTs: the length and the Standard Webhooks headers.
+_HEADERS = (
+    b"%sContent-Length: %d\r\nwebhook-id: %s\r\nwebhook-timestamp: %d\r\n"
+    b"webhook-signature: %s\r\n\r\n"
+)
 # Standard Webhooks secrets are 24 to 64 random bytes; Clarion makes them 32.
 NEW_SECRET_BYTES = 32
 
@@ -74,7 +80,8 @@ class Answer:
 
 
 class Endpoint:
-    """Signs and POSTs to one producer's URL, over connections of its own."""
+    """Signs and POSTs to one producer's URL, over connections of its own (at most one per
+    lane of its sender: each lane makes one POST at a time)."""
 
     def __init__(
         self, producer: str, config: StatusWebhooksConfig, *, resolver: Resolver = system_resolver
@@ -82,29 +89,33 @@ class Endpoint:
         self.producer = producer
         guard = config.guard()
         self.policy = Policy(guard, resolver)
-        # Connections of its own, at most one per lane: a slow producer fills only these.
-        self._client = http.Client(
-            f"status webhook of {producer}",
-            guard,
+        self._client = Http1Client(
+            GuardedResolver(self.policy, guard.connect_timeout_seconds),
+            timeout_seconds=guard.timeout_seconds,
+            connect_timeout_seconds=guard.connect_timeout_seconds,
             ca_file=guard.ca_file,
-            resolver=GuardedResolver(self.policy, guard.connect_timeout_seconds),
-            failure=http.unreachable,
         )
-        self._user_agent = f"Clarion-Webhooks/{__version__}"
         self._target: Target | None = None
+        self._head = b""  # the request line and the headers every POST shares
         self._key = b""
         self._refused = "no URL configured"
 
     def configure(self, hook: StatusWebhook) -> None:
         """Send to ``hook``'s URL, signed with its secret, from the next POST on."""
         try:
-            self._target = self.policy.target(hook.url)
+            target = self.policy.target(hook.url)
             self._key = signing_key(hook.secret)
-            self._refused = ""
         except Refused as refusal:
             self._target, self._refused = None, f"URL refused: {refusal}"
+            return
         except ValueError as error:
             self._target, self._refused = None, f"secret {error}"
+            return
+        self._target, self._refused = target, ""
+        self._head = (
+            f"POST {target.path} HTTP/1.1\r\nHost: {target.host_header}\r\n"
+            f"User-Agent: {USER_AGENT}\r\nContent-Type: application/json\r\n"
+        ).encode()
 
     async def post(self, webhook_id: str, body: bytes) -> Answer:
         """POST ``body`` once; how it went."""
@@ -112,19 +123,11 @@ class Endpoint:
         if target is None:
             return Answer(ok=False, error=self._refused)
         timestamp = int(time.time())
-        headers = {
-            "Host": target.host_header,
-            "User-Agent": self._user_agent,
-            "Content-Type": "application/json",
-            "webhook-id": webhook_id,
-            "webhook-timestamp": str(timestamp),
-            "webhook-signature": signature(self._key, webhook_id, timestamp, body).decode(),
-        }
+        signed = signature(self._key, webhook_id, timestamp, body)
+        head = _HEADERS % (self._head, len(body), webhook_id.encode(), timestamp, signed)
         try:
-            answer = await self._client.post(target.url, data=body, headers=headers)
-        except ProviderError as error:
-            return Answer(ok=False, error=str(error))
-        except (Refused, Unresolvable) as error:
+            answer = await self._client.post(target, head, body)
+        except (Unanswered, Refused, Unresolvable) as error:
             return Answer(ok=False, error=str(error))
         if 200 <= answer.status < 300:
             return Answer(ok=True, status_code=answer.status)
@@ -132,7 +135,7 @@ class Endpoint:
             ok=False,
             status_code=answer.status,
             error=f"{target.host} answered {answer.status}",
-            retry_after=http.retry_after(answer),
+            retry_after=retry_after_seconds(answer.retry_after),
         )
 
     async def close(self) -> None:

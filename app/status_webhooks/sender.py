@@ -192,7 +192,7 @@ class Sender:
             now = _now_ms()
             if now >= deadline and (attempts or self._failing is not None):
                 return await self._give_up(batch, attempts, first_ms, last)
-            answer = await self.endpoint.post(webhook_id, body)
+            answer = await self._post(webhook_id, body)
             attempts, first_ms, last = attempts + 1, first_ms or now, answer
             if answer.ok:
                 self._got_through()
@@ -208,6 +208,14 @@ class Sender:
             # Woken early when another lane gets through: the endpoint is back.
             await _wait(self._recovered, wait)
         return False
+
+    async def _post(self, webhook_id: str, body: bytes) -> Answer:
+        """One POST; a bug in it is logged and counts as a failed attempt, so the lane goes on."""
+        try:
+            return await self.endpoint.post(webhook_id, body)
+        except Exception as error:
+            log.error("status_webhooks.post_failed", producer=self.producer, exc_info=error)
+            return Answer(ok=False, error=f"internal error ({type(error).__name__})")
 
     def _request(self, batch: list[OutboxEntry]) -> tuple[str, bytes]:
         """The webhook-id and body of one POST: a status alone, or a batch."""
