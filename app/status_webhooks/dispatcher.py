@@ -187,7 +187,7 @@ class Dispatcher:
         cursor = "0"  # first this consumer's own pending entries, then new ones
         backoff = 0.1
         reclaimed = time.monotonic()
-        while not self._stopping.is_set():
+        while not self._stopping.is_set() and not being_cancelled():
             try:
                 reply: Any = await self.redis.xreadgroup(
                     STATUS_WEBHOOK_GROUP, self.consumer, {stream: cursor}, count=READ_COUNT,

@@ -42,6 +42,7 @@ from app.catalog.status_webhooks import StatusWebhooksConfig
 from app.metrics import STATUS_WEBHOOKS
 from app.status_webhooks.endpoint import Answer, Endpoint
 from app.status_webhooks.payloads import batch_body, batch_webhook_id
+from streams.connection import being_cancelled
 from streams.keys import KeySpace
 from streams.metrics_recorder import MetricsRecorder
 from streams.status_outbox import GivenUp, OutboxEntry, dead_letter, delete_done, read_outbox
@@ -132,16 +133,17 @@ class Sender:
             await self._read()
             await asyncio.gather(*lanes)
         finally:
-            for task in (*lanes, flusher):
+            self.stop()
+            for task in lanes:
                 task.cancel()
-            await asyncio.gather(*lanes, flusher, return_exceptions=True)
-            with contextlib.suppress(RedisError, OSError):
-                await self._flush()
+            await asyncio.gather(*lanes, return_exceptions=True)
+            self._done_ready.set()
+            await flusher  # ends once what was done is deleted (or Redis refused it)
 
     async def _read(self) -> None:
         """Deal the outbox's entries to the lanes as room frees up, until stopped."""
         lanes = self._lanes
-        while not self._stopping:
+        while not self._stopping and not being_cancelled():
             room = self.config.window - self._held
             if room <= 0:
                 self._room.clear()
@@ -151,6 +153,8 @@ class Sender:
             try:
                 entries = await read_outbox(self.redis, self.hooks, self._cursor, room)
             except (RedisError, OSError) as error:
+                if being_cancelled():  # the client turned a cancellation into an error
+                    raise asyncio.CancelledError from error
                 log.warning(
                     "status_webhooks.outbox_unreadable", producer=self.producer, error=str(error)
                 )
@@ -259,6 +263,8 @@ class Sender:
             try:
                 await dead_letter(self.redis, self.hooks, batch, self.dlq_retention_ms, why)
             except (RedisError, OSError) as failure:
+                if being_cancelled():  # the client turned a cancellation into an error
+                    raise asyncio.CancelledError from failure
                 log.warning(
                     "status_webhooks.dead_letter_failed", producer=self.producer, error=str(failure)
                 )
@@ -284,11 +290,15 @@ class Sender:
             try:
                 await self._flush()
             except (RedisError, OSError) as error:
+                if self._stopping or being_cancelled():
+                    return  # what was not deleted is sent again by the next sender
                 log.warning(
                     "status_webhooks.outbox_delete_failed", producer=self.producer, error=str(error)
                 )
                 await asyncio.sleep(REDIS_BACKOFF_S)
                 self._done_ready.set()
+            if self._stopping and not self._done:
+                return
 
     async def _flush(self) -> None:
         """Delete the done entries from the outbox (put back when Redis refused)."""

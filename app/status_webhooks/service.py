@@ -30,6 +30,7 @@ from app.status_webhooks.dispatcher import Dispatcher
 from app.status_webhooks.endpoint import Endpoint
 from app.status_webhooks.owners import Owners, ReadModelOwners
 from app.status_webhooks.sender import Sender
+from streams.connection import being_cancelled
 from streams.keys import KeySpace
 from streams.leases import Lease
 from streams.metrics_recorder import MetricsRecorder
@@ -109,6 +110,8 @@ class StatusWebhookService:
         try:
             return await self.lease.take()
         except (RedisError, OSError) as error:
+            if being_cancelled():  # the client turned a cancellation into an error
+                raise asyncio.CancelledError from error
             log.warning(
                 "status_webhooks.redis_unavailable", error=str(error) or type(error).__name__
             )
@@ -144,7 +147,7 @@ class StatusWebhookService:
         """Renew the lease and follow configuration changes; return when the lease is lost."""
         loop = asyncio.get_running_loop()
         renewed = loop.time()
-        while not self._stopping.is_set():
+        while not self._stopping.is_set() and not being_cancelled():
             try:
                 await self._refresh()
                 if loop.time() - renewed >= LEASE_RENEW_S:
@@ -153,6 +156,8 @@ class StatusWebhookService:
                         return
                     renewed = loop.time()
             except (RedisError, OSError) as error:
+                if being_cancelled():  # the client turned a cancellation into an error
+                    raise asyncio.CancelledError from error
                 log.warning(
                     "status_webhooks.redis_unavailable", error=str(error) or type(error).__name__
                 )
