@@ -104,16 +104,22 @@ class _Connection(asyncio.Protocol):
         self._finish(keep=self.parser.should_keep_alive())
 
     # requests
-    async def request(self, data: bytes) -> Answer:
+    async def request(self, data: bytes, within: float) -> Answer:
+        """Write ``data`` and wait ``within`` seconds at most for the answer (``TimeoutError``;
+        the connection is closed then, being mid-answer). A timer of its own, not
+        ``asyncio.timeout``: this runs for every POST, and the timer costs a third as much."""
         if self.transport is None or self.closed:
             raise ConnectionResetError("the connection was closed")
-        self.answer = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        self.answer = loop.create_future()
+        timer = loop.call_later(within, self._fail, TimeoutError())
         self.received = False
         self._status, self._header, self._body_bytes = 0, b"", 0
         self.transport.write(data)
         try:
             return await self.answer
         finally:
+            timer.cancel()
             self.answer = None
             self.idle_since = time.monotonic()
 
@@ -156,19 +162,21 @@ class Http1Client:
         """POST ``head`` (the request line and headers, ending in an empty line) and ``body``
         to ``target``; its answer, or ``Unanswered``/``Refused``/``Unresolvable``."""
         origin = (target.scheme, target.host, target.port)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout_seconds
         try:
-            async with asyncio.timeout(self.timeout_seconds):
-                connection = self._reuse(origin)
-                if connection is not None:
-                    try:
-                        return await self._send(origin, connection, head + body)
-                    except ConnectionResetError:
-                        if connection.received:
-                            raise
-                        # Closed by the server while idle: nothing was answered, so the
-                        # request goes once more, on a new connection.
+            connection = self._reuse(origin)
+            if connection is not None:
+                try:
+                    return await self._send(origin, connection, head + body, self.timeout_seconds)
+                except ConnectionResetError:
+                    if connection.received:
+                        raise
+                    # Closed by the server while idle: nothing was answered, so the request
+                    # goes once more, on a new connection.
+            async with asyncio.timeout_at(deadline):
                 connection = await self._connect(target)
-                return await self._send(origin, connection, head + body)
+            return await self._send(origin, connection, head + body, deadline - loop.time())
         except TimeoutError:
             raise Unanswered(f"{target.host} did not answer in time") from None
         except OSError as error:  # the request may have left: the answer did not come
@@ -194,10 +202,10 @@ class Http1Client:
         return None
 
     async def _send(
-        self, origin: tuple[str, str, int], connection: _Connection, data: bytes
+        self, origin: tuple[str, str, int], connection: _Connection, data: bytes, within: float
     ) -> Answer:
         try:
-            answer = await connection.request(data)
+            answer = await connection.request(data, max(0.0, within))
         except BaseException:
             connection.close()  # mid-answer (a time-out, a cancellation): not reusable
             raise
