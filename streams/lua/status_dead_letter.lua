@@ -18,6 +18,6 @@ for i = 3, #ARGV do
   fields[#fields + 1] = ARGV[i]
 end
 local oldest = string.format("%d-0", math.max(0, now_ms() - retention_ms))
-redis.call("XADD", dlq, "MINID", "~", oldest, "*", unpack(fields))
+redis.call("XADD", dlq, "MINID", oldest, "*", unpack(fields))
 redis.call("PEXPIRE", dlq, retention_ms)
 return 1
