@@ -18,8 +18,8 @@ When any lane gets through again, lanes waiting out a backoff try at once. A sta
 reaches the head of its lane already past its time while the endpoint is failing is given
 up without another attempt, so a long outage drains quickly once it ends.
 
-Done entries are deleted from the outbox in batches; a crash before that sends them again
-(at least once: the ``webhook-id`` lets the receiver drop the repeat).
+Done entries are deleted from the outbox in batches (every 10 ms at most); a crash before that
+sends them again (at least once: the ``webhook-id`` lets the receiver drop the repeat).
 """
 
 from __future__ import annotations
@@ -53,6 +53,10 @@ log = structlog.get_logger(__name__)
 # How often the outbox is looked at when nobody said something was put in.
 POLL_S = 1.0
 REDIS_BACKOFF_S = 1.0
+# Done entries are deleted together: after this long, or once this many are done. (One XDEL
+# per few entries cost more CPU than the POSTs; a crash repeats at most this much more.)
+FLUSH_DELAY_S = 0.01
+FLUSH_BATCH = 200
 
 
 def _now_ms() -> int:
@@ -94,6 +98,7 @@ class Sender:
         self._uniform = uniform
         self._lanes = [_Lane() for _ in range(config.lanes)]
         self._held = 0
+        self._refill = max(1, config.window // 4)
         self._cursor = "-"
         self._wake = asyncio.Event()
         self._room = asyncio.Event()
@@ -145,7 +150,9 @@ class Sender:
         lanes = self._lanes
         while not self._stopping and not being_cancelled():
             room = self.config.window - self._held
-            if room <= 0:
+            if room < self._refill and self._held:
+                # Read again once a worthwhile share of the window is free, not after each
+                # POST: one read per status was the sender's largest cost with a backlog.
                 self._room.clear()
                 await _wait(self._room, POLL_S)
                 continue
@@ -183,7 +190,8 @@ class Sender:
             for _ in batch:
                 queue.popleft()
             self._held -= len(batch)
-            self._room.set()
+            if self.config.window - self._held >= self._refill:
+                self._room.set()
 
     async def _deliver(self, batch: list[OutboxEntry]) -> bool:
         """POST ``batch`` until it is answered 2xx or given up; False when stopped first."""
@@ -286,6 +294,8 @@ class Sender:
     async def _flush_when_done(self) -> None:
         while True:
             await self._done_ready.wait()
+            if not self._stopping and len(self._done) < FLUSH_BATCH:
+                await asyncio.sleep(FLUSH_DELAY_S)
             self._done_ready.clear()
             try:
                 await self._flush()
