@@ -3,11 +3,11 @@
 The status-webhooks process reads every shard's ``events`` (consumer group
 ``status-webhooks``) and puts each status due to a producer into that producer's outbox
 (``lua/status_outbox_append.lua``: once per ``events`` entry, even when the entry is read
-again after a crash), then acknowledges the entry. The producer's sender reads the outbox
-in order and deletes an entry once its POST was answered 2xx, or once it was given up and
-moved to the producer's dead-letter stream (``lua/status_dead_letter.lua``). What is in the
-outbox is therefore exactly what is not done yet: after a crash the sender starts from its
-first entry again.
+again after a crash, as long as entries come in stream order), then acknowledges the entry.
+The producer's sender reads the outbox in order and deletes an entry once its POST was
+answered 2xx, or once it was given up and moved to the producer's dead-letter stream
+(``lua/status_dead_letter.lua``). What is in the outbox is therefore exactly what is not done
+yet: after a crash the sender starts from its first entry again.
 
 An outbox entry: ``d`` the delivery id, ``v`` the delivery's version, ``b`` the JSON body.
 Its id's milliseconds say when it was put in, from which its time to give up is counted.
@@ -60,29 +60,37 @@ class OutboxEntry:
 
 
 def status_outbox_append_call(
-    hooks: StatusWebhookKeys, shard: int, statuses: Sequence[DueStatus]
+    hooks: StatusWebhookKeys, shard: int, statuses: Sequence[DueStatus], *, again: bool = False
 ) -> Call:
     """The keys and arguments of one ``lua/status_outbox_append.lua`` call.
 
-    KEYS: config, outbox, positions. ARGV: the shard, then four per status in stream order:
-    its ``events`` entry id, delivery id, version and body.
+    KEYS: config, outbox, positions. ARGV: the shard, "once" or "again" (put in even what
+    the position says was put in already), then four per status in stream order: its
+    ``events`` entry id, delivery id, version and body.
     """
-    args: list[KeyOrArg] = [shard]
+    args: list[KeyOrArg] = [shard, "again" if again else "once"]
     for status in statuses:
         args += (status.source, status.delivery_id, status.version, status.body)
     return [hooks.config, hooks.outbox, hooks.positions], args
 
 
 async def append_statuses(
-    redis: Redis, keys: KeySpace, shard: int, by_producer: Mapping[str, Sequence[DueStatus]]
+    redis: Redis,
+    keys: KeySpace,
+    shard: int,
+    by_producer: Mapping[str, Sequence[DueStatus]],
+    *,
+    again: bool = False,
 ) -> dict[str, int]:
     """Put each producer's statuses into its outbox (one pipeline); per producer the count
-    put in, or -1 when it has no webhook any more."""
+    put in, or -1 when it has no webhook any more. ``again``: entries taken over out of
+    order, put in even if their position says they were (a repeat, never a loss)."""
     producers = [producer for producer, statuses in by_producer.items() if statuses]
     if not producers:
         return {}
     calls = [
-        status_outbox_append_call(keys.status_webhooks(p), shard, by_producer[p]) for p in producers
+        status_outbox_append_call(keys.status_webhooks(p), shard, by_producer[p], again=again)
+        for p in producers
     ]
     replies = await scripts.STATUS_OUTBOX_APPEND.run_many(redis, calls)
     return {producer: int(reply) for producer, reply in zip(producers, replies, strict=True)}

@@ -1,12 +1,17 @@
 """From every shard's ``events`` to the producers' outboxes.
 
 One consumer group, ``status-webhooks``, on each shard's ``events`` stream; one reader task
-per shard, which first reads its own pending entries, then new ones, and takes over entries
-another consumer left idle. For each batch read it decodes the events, remembers owners and
-channels (``owners``), finds the due ones (``payloads``) of producers with a webhook, looks
-up the owners nobody remembered, puts each producer's statuses into its outbox in stream
-order (``streams.status_outbox``: once per entry, even when read again after a crash),
-wakes those producers' senders, and only then acknowledges the entries. While no producer
+per shard. It first takes over every pending entry, its own and those of the process that was
+active before (only the lease holder reads, so their owner is gone), and handles them in
+stream order; then it reads new ones. An entry still pending under another consumer after 30
+s (a process that lost the lease mid-batch) is taken over later, out of order: its statuses
+go into the outboxes even if they may be there already (a repeat, never a loss).
+
+For each batch it decodes the events, remembers owners and channels (``owners``), finds the
+due ones (``payloads``) of producers with a webhook, looks up the owners nobody remembered,
+puts each producer's statuses into its outbox in stream order (``streams.status_outbox``:
+once per entry, even when read again after a crash), wakes those producers' senders, and
+only then acknowledges the entries. While no producer
 has a webhook, entries are acknowledged unread.
 
 A status whose owner cannot be found (the notification record expired and the projector has
@@ -79,15 +84,20 @@ class Dispatcher:
     def stop(self) -> None:
         self._stopping.set()
 
-    async def handle(self, shard: ShardKeys, entries: Sequence[tuple[Any, Any]]) -> bool:
+    async def handle(
+        self, shard: ShardKeys, entries: Sequence[tuple[Any, Any]], *, again: bool = False
+    ) -> bool:
         """Put the due statuses of ``entries`` into outboxes, then acknowledge the entries;
-        False (nothing acknowledged) when stopped while waiting for an owner."""
+        False (nothing acknowledged) when stopped while waiting for an owner. ``again``:
+        entries taken over out of stream order (see the module documentation)."""
         wanted = self._wanted()
         if wanted:
             by_producer = await self._statuses(self._read(shard, entries, wanted), wanted)
             if by_producer is None:
                 return False
-            added = await append_statuses(self.redis, self.keys, shard.shard, by_producer)
+            added = await append_statuses(
+                self.redis, self.keys, shard.shard, by_producer, again=again
+            )
             for producer, count in added.items():
                 if count > 0:
                     self._wake(producer)
@@ -184,30 +194,31 @@ class Dispatcher:
     async def _dispatch(self, shard: ShardKeys) -> None:
         stream = shard.events
         await self._ensure_group(stream)
-        cursor = "0"  # first this consumer's own pending entries, then new ones
+        cursor = "0-0"  # taking over every pending entry first, then reading new ones
         backoff = 0.1
         reclaimed = time.monotonic()
         while not self._stopping.is_set() and not being_cancelled():
             try:
+                if cursor != ">":
+                    cursor = await self._take_over(shard, cursor)
+                    continue
                 reply: Any = await self.redis.xreadgroup(
-                    STATUS_WEBHOOK_GROUP, self.consumer, {stream: cursor}, count=READ_COUNT,
-                    block=READ_BLOCK_MS if cursor == ">" else None,
+                    STATUS_WEBHOOK_GROUP, self.consumer, {stream: ">"}, count=READ_COUNT,
+                    block=READ_BLOCK_MS,
                 )  # fmt: skip
                 entries = reply[0][1] if reply else []
                 backoff = 0.1
                 if entries:
                     await self.handle(shard, entries)
-                elif cursor != ">":
-                    cursor = ">"
                 elif time.monotonic() - reclaimed > RECLAIM_INTERVAL_S:
                     reclaimed = time.monotonic()
                     await self._reclaim(shard)
             except RedisError as error:
                 if being_cancelled():
                     raise asyncio.CancelledError from error
-                # What was read and not acknowledged is pending under this consumer: read
-                # that first once Redis is back. A vanished group is made again at once.
-                cursor = "0"
+                # What was read and not acknowledged is pending: take it over first once
+                # Redis is back. A vanished group is made again at once.
+                cursor = "0-0"
                 if is_missing_group(error):
                     log.warning("status_webhooks.group_missing", stream=stream)
                     await self._ensure_group(stream)
@@ -219,8 +230,21 @@ class Dispatcher:
                 await asyncio.sleep(backoff)
                 backoff = min(MAX_BACKOFF_S, backoff * 2)
 
+    async def _take_over(self, shard: ShardKeys, cursor: str) -> str:
+        """Take the next pending entries (whoever read them), in stream order, and handle
+        them; the cursor to go on from, ">" once none is left."""
+        following, claimed, deleted = await autoclaim(
+            self.redis, shard.events, STATUS_WEBHOOK_GROUP, self.consumer,
+            min_idle_ms=0, start=cursor, count=READ_COUNT,
+        )  # fmt: skip
+        if deleted:
+            await self.redis.xack(shard.events, STATUS_WEBHOOK_GROUP, *deleted)
+        if claimed and not await self.handle(shard, claimed):
+            return cursor
+        return ">" if following == "0-0" else following
+
     async def _reclaim(self, shard: ShardKeys) -> None:
-        """Take over entries a consumer that died (another host's) left pending."""
+        """Take over entries another consumer left pending long after this one started."""
         _, claimed, deleted = await autoclaim(
             self.redis, shard.events, STATUS_WEBHOOK_GROUP, self.consumer,
             min_idle_ms=RECLAIM_IDLE_MS, start="0-0", count=READ_COUNT,
@@ -228,7 +252,7 @@ class Dispatcher:
         if deleted:
             await self.redis.xack(shard.events, STATUS_WEBHOOK_GROUP, *deleted)
         if claimed:
-            await self.handle(shard, claimed)
+            await self.handle(shard, claimed, again=True)
 
 
 def _text(value: bytes | str) -> str:

@@ -3,18 +3,20 @@
 --
 -- The producer's ``positions`` hash holds, per shard, the last ``events`` entry whose statuses
 -- were put in. An entry read again (the process died before acknowledging it) is older or
--- the same and is passed over, so a crash costs no second copy of a status here. Nothing is
--- put in once the producer's webhook is removed.
+-- the same and is passed over, so a crash costs no second copy of a status here. Entries
+-- taken over out of order (a consumer that died long ago, found after newer entries were
+-- read) come with "again": put in whatever the position says, as a repeat is better than a
+-- loss. Nothing is put in once the producer's webhook is removed.
 --
--- Keys and arguments: ``streams.status_webhooks.status_outbox_append_call`` lays them out.
+-- Keys and arguments: ``streams.status_outbox.status_outbox_append_call`` lays them out.
 -- KEYS: config, outbox, positions
--- ARGV: shard, then per status, in stream order: its events entry id, delivery id, version,
---       body
+-- ARGV: shard, "once" or "again", then per status, in stream order: its events entry id,
+--       delivery id, version, body
 --
 -- Reply: the statuses put in, or -1 when the producer has no webhook
 
 local config, outbox, positions = KEYS[1], KEYS[2], KEYS[3]
-local shard = ARGV[1]
+local shard, again = ARGV[1], ARGV[2] == "again"
 
 local function parse(id)
   local dash = string.find(id, "-", 1, true)
@@ -31,16 +33,18 @@ if redis.call("EXISTS", config) == 0 then
   return -1
 end
 local position = redis.call("HGET", positions, shard) or "0-0"
-local added, last = 0, nil
-for i = 2, #ARGV, 4 do
+local added, last = 0, position
+for i = 3, #ARGV, 4 do
   local source = ARGV[i]
-  if newer(source, position) then
+  if again or newer(source, position) then
     redis.call("XADD", outbox, "*", "d", ARGV[i + 1], "v", ARGV[i + 2], "b", ARGV[i + 3])
     added = added + 1
-    last = source
+    if newer(source, last) then
+      last = source
+    end
   end
 end
-if last then
+if last ~= position then
   redis.call("HSET", positions, shard, last)
 end
 return added

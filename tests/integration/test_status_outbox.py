@@ -104,3 +104,21 @@ async def test_dead_letters_older_than_the_retention_go_as_new_ones_come(
     await dead_letter(redis, hooks, await read_outbox(redis, hooks, "-", 1), 3_600_000, why)
 
     assert [d.webhook_id for d in await read_dead_letters(redis, hooks)] == ["a.2"]
+
+
+async def test_entries_taken_over_out_of_order_go_in_again_never_lost(
+    redis: Redis, key_prefix: str
+) -> None:
+    keys = KeySpace(key_prefix)
+    await StatusWebhookStore(redis, keys).put("orders", "https://a.example.com", SECRET)
+    hooks = keys.status_webhooks("orders")
+    await append_statuses(redis, keys, 0, {"orders": [due("20-0", "new", 2)]})
+    # An older entry a dead consumer left pending, found after the newer one went in.
+    late = {"orders": [due("10-0", "old", 2)]}
+    assert await append_statuses(redis, keys, 0, late) == {"orders": 0}  # "once" passes it over
+    assert await append_statuses(redis, keys, 0, late, again=True) == {"orders": 1}
+    assert [e.webhook_id for e in await read_outbox(redis, hooks, "-", 10)] == [
+        "new.2",
+        "old.2",
+    ]
+    assert await redis.hget(hooks.positions, "0") == b"20-0"  # never moved back

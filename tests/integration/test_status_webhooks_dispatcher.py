@@ -27,7 +27,7 @@ from streams.events import (
 )
 from streams.ids import new_id
 from streams.keys import KeySpace, ShardKeys
-from streams.status_outbox import OutboxEntry, read_outbox
+from streams.status_outbox import DueStatus, OutboxEntry, append_statuses, read_outbox
 from streams.status_webhooks import StatusWebhookStore
 from streams.vocabulary import Channel, ErrorClass
 from tests.integration.delivery_support import accept, fast_catalog
@@ -241,3 +241,41 @@ async def test_the_reader_drains_its_own_pending_entries_first(
     assert [e.webhook_id for e in await outbox(real_redis, keys, "shop")] == [
         f"{first}.2", f"{second}.2",
     ]  # fmt: skip
+
+
+async def test_a_predecessors_pending_entries_are_taken_over_first_in_order(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    keys = KeySpace(key_prefix)
+    shard = keys.shard(0)
+    await configured(real_redis, keys, "shop")
+    nid, first, second = new_id(0), new_id(0), new_id(0)
+    await write(real_redis, shard, [accepted(nid, [first, second], at=AT, producer="shop"),
+                                    *delivered(nid, first, "SENT", at=AT),
+                                    *delivered(nid, second, "QUEUED", at=AT)])  # fmt: skip
+    # The process active before, on another host, put the entry's status in and died before
+    # acknowledging it; then a newer entry came.
+    await ensure_group(real_redis, shard.events, STATUS_WEBHOOK_GROUP)
+    reply: Any = await real_redis.xreadgroup(
+        STATUS_WEBHOOK_GROUP, "other-host", {shard.events: ">"}, count=10
+    )
+    [(entry_id, _)] = reply[0][1]
+    put_in = DueStatus(entry_id.decode(), first, 2, b"{}")
+    await append_statuses(real_redis, keys, 0, {"shop": [put_in]})
+    await write(real_redis, shard, delivered(nid, second, "SENT", at=AT)[1:])
+
+    running = dispatcher(real_redis, keys, {"shop"})
+    task = asyncio.create_task(running.run())
+    try:
+        for _ in range(100):
+            if len(await outbox(real_redis, keys, "shop")) >= 2:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.2)
+    finally:
+        running.stop()
+        await asyncio.wait_for(task, 5)
+    assert [e.webhook_id for e in await outbox(real_redis, keys, "shop")] == [
+        f"{first}.2", f"{second}.2",
+    ]  # fmt: skip
+    assert (await real_redis.xpending(shard.events, STATUS_WEBHOOK_GROUP))["pending"] == 0
