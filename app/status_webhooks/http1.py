@@ -80,6 +80,11 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if self._status and self.answer is not None and not self.answer.done():
+            # An answer whose body ends with the connection (no length given): its status
+            # was read, and that is all a sender needs.
+            self._finish(keep=False)
+            return
         self._fail(ConnectionResetError("the connection was closed"))
 
     # httptools callbacks
@@ -99,7 +104,7 @@ class _Connection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         if 100 <= self._status < 200:  # an interim answer: the real one follows
-            self._header = b""
+            self._status, self._header = 0, b""
             return
         self._finish(keep=self.parser.should_keep_alive())
 

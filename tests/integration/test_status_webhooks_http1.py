@@ -47,6 +47,8 @@ class Server:
                     break
                 writer.write(answer)
                 await writer.drain()
+                if b"Connection: close" in answer or answer.startswith(b"HTTP/1.0"):
+                    break  # as a server does after such an answer
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         writer.close()
@@ -124,6 +126,15 @@ async def test_a_connection_idle_too_long_is_not_reused(monkeypatch: pytest.Monk
     async with serving(lambda n: OK) as (server, made, target):
         assert (await post(made, target)).status == 200
         monkeypatch.setattr(http1, "KEEPALIVE_SECONDS", 0.0)
+        assert (await post(made, target)).status == 200
+    assert server.connections == 2
+
+
+async def test_an_answer_ended_by_closing_the_connection() -> None:
+    until_closed = b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n"
+    http10 = b"HTTP/1.0 200 OK\r\n\r\nthanks"
+    async with serving(lambda n: until_closed if n == 1 else http10) as (server, made, target):
+        assert (await post(made, target)).status == 204
         assert (await post(made, target)).status == 200
     assert server.connections == 2
 
