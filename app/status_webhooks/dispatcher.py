@@ -15,8 +15,10 @@ only then acknowledges the entries. While no producer
 has a webhook, entries are acknowledged unread.
 
 A status whose owner cannot be found (the notification record expired and the projector has
-not written it yet) holds its batch back, retried with backoff for up to ``lookup_wait_s``;
-after that it is skipped and logged, so one lost notification never stops the stream.
+not written it yet, or PostgreSQL is away) holds its batch back, retried with backoff for up
+to ``lookup_wait_s``; after that it is skipped and logged, so one lost notification never
+stops the stream. When the read model answered and the projector has written everything up
+to that entry (a notification older than the retention), it is skipped at once.
 """
 
 from __future__ import annotations
@@ -35,7 +37,13 @@ from app.status_webhooks.owners import Owners
 from app.status_webhooks.payloads import DueEvent, body, carried_channel, is_due
 from streams import codec
 from streams.connection import being_cancelled
-from streams.consumer_groups import STATUS_WEBHOOK_GROUP, autoclaim, ensure_group, is_missing_group
+from streams.consumer_groups import (
+    PROJECTOR_GROUP,
+    STATUS_WEBHOOK_GROUP,
+    autoclaim,
+    ensure_group,
+    is_missing_group,
+)
 from streams.keys import KeySpace, ShardKeys
 from streams.status_outbox import DueStatus, append_statuses
 
@@ -92,7 +100,7 @@ class Dispatcher:
         entries taken over out of stream order (see the module documentation)."""
         wanted = self._wanted()
         if wanted:
-            by_producer = await self._statuses(self._read(shard, entries, wanted), wanted)
+            by_producer = await self._statuses(shard, self._read(shard, entries, wanted), wanted)
             if by_producer is None:
                 return False
             added = await append_statuses(
@@ -131,7 +139,7 @@ class Dispatcher:
         return found
 
     async def _statuses(
-        self, found: list[Found], wanted: frozenset[str]
+        self, shard: ShardKeys, found: list[Found], wanted: frozenset[str]
     ) -> dict[str, list[DueStatus]] | None:
         """Each wanted producer's statuses among ``found``, in order; None when stopped
         while waiting for an owner."""
@@ -139,9 +147,15 @@ class Dispatcher:
         backoff = 0.1
         missing = self._missing(found, wanted)
         while missing:
-            await self.owners.look_up(missing)
+            answered = await self.owners.look_up(
+                [(e.notification_id, e.delivery_id) for _, e in missing]
+            )
             missing = self._missing(found, wanted)
             if not missing or time.monotonic() - started > self.lookup_wait_s:
+                break
+            # Not in the read model although the projector wrote everything up to these
+            # entries: nobody will ever know (beyond the retention). Waiting cannot help.
+            if answered and await self._projected_past(shard, missing[-1][0]):
                 break
             if self._stopping.is_set():
                 return None
@@ -151,7 +165,7 @@ class Dispatcher:
             log.warning(
                 "status_webhooks.owner_unknown",
                 skipped=len(missing), waited_s=round(time.monotonic() - started, 1),
-                delivery_ids=[did for _, did in missing[:5]],
+                delivery_ids=[e.delivery_id for _, e in missing[:5]],
             )  # fmt: skip
         by_producer: dict[str, list[DueStatus]] = {}
         for source, event in found:
@@ -166,19 +180,30 @@ class Dispatcher:
             by_producer.setdefault(owner.producer, []).append(status)
         return by_producer
 
-    def _missing(self, found: list[Found], wanted: frozenset[str]) -> list[tuple[str, str]]:
-        """(notification id, delivery id) of the due events whose owner is unknown, or whose
-        channel is, for a wanted producer."""
+    def _missing(self, found: list[Found], wanted: frozenset[str]) -> list[Found]:
+        """The due events whose owner is unknown, or whose channel is, for a wanted
+        producer."""
         missing = []
-        for _, event in found:
+        for source, event in found:
             owner = self.owners.owner(event.notification_id)
             if owner is None or (
                 owner.producer in wanted
                 and carried_channel(event) is None
                 and self.owners.channel(event.delivery_id) is None
             ):
-                missing.append((event.notification_id, event.delivery_id))
+                missing.append((source, event))
         return missing
+
+    async def _projected_past(self, shard: ShardKeys, entry_id: str) -> bool:
+        """Whether the projector has written every entry of the shard up to ``entry_id``."""
+        groups: Any = await self.redis.xinfo_groups(shard.events)
+        projector = [g for g in groups if _text(g["name"]) == PROJECTOR_GROUP]
+        if not projector or _id(_text(projector[0]["last-delivered-id"])) < _id(entry_id):
+            return False
+        if not projector[0]["pending"]:
+            return True
+        summary: Any = await self.redis.xpending(shard.events, PROJECTOR_GROUP)
+        return _id(_text(summary["min"])) > _id(entry_id)
 
     async def _ensure_group(self, stream: str) -> None:
         backoff = 0.1
@@ -253,6 +278,11 @@ class Dispatcher:
             await self.redis.xack(shard.events, STATUS_WEBHOOK_GROUP, *deleted)
         if claimed:
             await self.handle(shard, claimed, again=True)
+
+
+def _id(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
 
 
 def _text(value: bytes | str) -> str:

@@ -62,13 +62,15 @@ class ReadModelOwners:
         self._pool: asyncpg.Pool | None = None
         self._next_try = 0.0
 
-    async def look_up(self, delivery_ids: list[str]) -> list[tuple[str, str, Owner, Channel]]:
-        """(delivery id, notification id, owner, channel) of those projected; [] while
+    async def look_up(
+        self, delivery_ids: list[str]
+    ) -> list[tuple[str, str, Owner, Channel]] | None:
+        """(delivery id, notification id, owner, channel) of those projected; None while
         PostgreSQL cannot be reached."""
         try:
             if self._pool is None:
                 if time.monotonic() < self._next_try:
-                    return []
+                    return None
                 self._pool = await self._connect()
             rows = await delivery_owners(self._pool, delivery_ids)
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as error:
@@ -76,7 +78,7 @@ class ReadModelOwners:
             log.warning(
                 "status_webhooks.read_model_unavailable", error=str(error) or type(error).__name__
             )
-            return []
+            return None
         return [
             (
                 row.delivery_id,
@@ -129,11 +131,12 @@ class Owners:
     def channel(self, delivery_id: str) -> Channel | None:
         return self._channels.get(delivery_id)
 
-    async def look_up(self, missing: Sequence[tuple[str, str]]) -> None:
+    async def look_up(self, missing: Sequence[tuple[str, str]]) -> bool:
         """Find the owners and channels of (notification id, delivery id) pairs nobody
-        remembered: the notification records in Redis first, then the read model."""
+        remembered: the notification records in Redis first, then the read model. False when
+        some are left and the read model could not be asked (none, or unreachable)."""
         if not missing:
-            return
+            return True
         notifications = list(dict.fromkeys(nid for nid, _ in missing))
         records: list[Any] = await self.redis.mget(
             [self.keys.notification_shard(nid).notification(nid) for nid in notifications]
@@ -149,10 +152,13 @@ class Owners:
             for delivery in record.deliveries:
                 self._remember_channel(delivery.id, delivery.channel)
         left = [did for nid, did in missing if nid not in self._owners or did not in self._channels]
-        if left and self.read_model is not None:
-            for did, nid, owner, channel in await self.read_model.look_up(left):
-                self._remember(nid, owner.producer, owner.notification_type)
-                self._remember_channel(did, channel)
+        if not left:
+            return True
+        found = await self.read_model.look_up(left) if self.read_model is not None else None
+        for did, nid, owner, channel in found or []:
+            self._remember(nid, owner.producer, owner.notification_type)
+            self._remember_channel(did, channel)
+        return found is not None
 
     def _remember(self, notification_id: str, producer: str, notification_type: str) -> None:
         shared = self._shared.get((producer, notification_type))

@@ -9,13 +9,14 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+import asyncpg
 import structlog
 from redis.asyncio import Redis
 
 from app.status_webhooks.dispatcher import Dispatcher
-from app.status_webhooks.owners import Owners
+from app.status_webhooks.owners import Owners, ReadModelOwners
 from streams import codec
-from streams.consumer_groups import STATUS_WEBHOOK_GROUP, ensure_group
+from streams.consumer_groups import PROJECTOR_GROUP, STATUS_WEBHOOK_GROUP, ensure_group
 from streams.events import (
     DeliveryAttemptFailed,
     DeliveryFailed,
@@ -51,10 +52,15 @@ async def read(redis: Redis, shard: ShardKeys, cursor: str = ">") -> list[Any]:
 
 
 def dispatcher(
-    redis: Redis, keys: KeySpace, wanted: set[str], woken: list[str] | None = None, **options: Any
+    redis: Redis,
+    keys: KeySpace,
+    wanted: set[str],
+    woken: list[str] | None = None,
+    read_model: ReadModelOwners | None = None,
+    **options: Any,
 ) -> Dispatcher:
     return Dispatcher(
-        redis, keys, Owners(redis, keys), "c",
+        redis, keys, Owners(redis, keys, read_model), "c",
         wanted=lambda: frozenset(wanted),
         wake=(woken if woken is not None else []).append, **options,
     )  # fmt: skip
@@ -279,3 +285,26 @@ async def test_a_predecessors_pending_entries_are_taken_over_first_in_order(
         f"{first}.2", f"{second}.2",
     ]  # fmt: skip
     assert (await real_redis.xpending(shard.events, STATUS_WEBHOOK_GROUP))["pending"] == 0
+
+
+async def test_an_owner_the_projector_never_wrote_is_skipped_at_once(
+    real_redis: Redis, key_prefix: str, pool: asyncpg.Pool
+) -> None:
+    keys = KeySpace(key_prefix)
+    shard = keys.shard(0)
+    await configured(real_redis, keys, "shop")
+    gone, did = new_id(0), new_id(0)  # accepted longer ago than anything keeps
+    await write(real_redis, shard, delivered(gone, did, "SENT", at=AT)[1:])
+    await ensure_group(real_redis, shard.events, PROJECTOR_GROUP)
+    projected: Any = await real_redis.xreadgroup(PROJECTOR_GROUP, "p", {shard.events: ">"})
+    await real_redis.xack(shard.events, PROJECTOR_GROUP, *[e for e, _ in projected[0][1]])
+
+    async def connect() -> asyncpg.Pool:
+        return pool
+
+    patient = dispatcher(real_redis, keys, {"shop"}, read_model=ReadModelOwners(connect),
+                         lookup_wait_s=30)  # fmt: skip
+    started = asyncio.get_running_loop().time()
+    assert await patient.handle(shard, await read(real_redis, shard))
+    assert asyncio.get_running_loop().time() - started < 5
+    assert await outbox(real_redis, keys, "shop") == []

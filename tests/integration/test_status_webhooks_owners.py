@@ -85,7 +85,7 @@ async def test_what_redis_forgot_is_found_in_the_read_model(
         return pool
 
     owners = Owners(real_redis, KeySpace(key_prefix), ReadModelOwners(connect))
-    await owners.look_up([(nid, did)])
+    assert await owners.look_up([(nid, did), (new_id(0), new_id(0))])  # asked: one unknown
 
     assert owners.owner(nid) == Owner("shop", "otp")
     assert owners.channel(did) == Channel.PUSH
@@ -104,8 +104,8 @@ async def test_an_unreachable_read_model_finds_nothing_and_is_tried_again_later(
     read_model = ReadModelOwners(connect)
     owners = Owners(fake, KeySpace(key_prefix), read_model)
     nid, did = new_id(0), new_id(0)
-    await owners.look_up([(nid, did)])
-    await owners.look_up([(nid, did)])  # within the pause: not tried again
+    assert not await owners.look_up([(nid, did)])  # the read model could not be asked
+    assert not await owners.look_up([(nid, did)])  # within the pause: not tried again
     assert owners.owner(nid) is None
     assert tries == 1
 
