@@ -2,9 +2,10 @@
 
 Counters and histograms (``streams.metrics_recorder``) are recorded where things happen: a
 delivery's outcome in the worker, opt-outs at ingest, every HTTP request in
-``app.api.http_metrics``. Gauges of the backlog (``streams.backlog``) are read live from
-Redis when asked. ``read_snapshot`` gathers both; ``/metrics``, ``GET /v1/ops/lag`` and
-``clarion status`` all show one.
+``app.api.http_metrics``, status webhooks in their sender. Gauges of the backlog
+(``streams.backlog``) and of the producers' status-webhook outboxes
+(``streams.status_webhooks``) are read live from Redis when asked. ``read_snapshot`` gathers
+them all; ``/metrics``, ``GET /v1/ops/lag`` and ``clarion status`` all show one.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from redis.asyncio import Redis
 
 from streams.backlog import Backlog, read_backlog
 from streams.circuit_breaker import Circuit, read_circuits
-from streams.consumer_groups import PROJECTOR_GROUP
+from streams.consumer_groups import PROJECTOR_GROUP, STATUS_WEBHOOK_GROUP
 from streams.delivery_store import Outcome
 from streams.keys import KeySpace
 from streams.metrics_recorder import (
@@ -29,6 +30,7 @@ from streams.metrics_recorder import (
     read_counters,
     read_histograms,
 )
+from streams.status_webhooks import OutboxFigures, read_outboxes
 from streams.work_items import WorkItem
 
 DELIVERY_LATENCY = HistogramSpec(
@@ -81,8 +83,15 @@ HTTP_REQUESTS = HistogramSpec(
     ("method", "route", "status"),
     (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
+STATUS_WEBHOOKS = CounterSpec(
+    "clarion_status_webhooks_total",
+    "Status webhooks by outcome: sent (answered 2xx), failed_attempt (retried), "
+    "dead_lettered (given up)",
+    ("producer", "outcome"),
+)
 COUNTERS = (
     DELIVERY_FAILURES, ATTEMPT_FAILURES, OPT_OUTS, SUPPRESSED, FEEDBACK, FEEDBACK_UNMATCHED,
+    STATUS_WEBHOOKS,
 )  # fmt: skip
 HISTOGRAMS = (DELIVERY_LATENCY, DELIVERY_ATTEMPTS, HTTP_REQUESTS)
 # Work entries dead-lettered as POISON cannot always be decoded: their channel is unknown.
@@ -116,15 +125,25 @@ class Snapshot:
     histograms: dict[str, dict[Labels, HistogramTotals]]
     # Each provider's circuit breaker (providers with the breaker on), by name.
     circuits: dict[str, Circuit] = field(default_factory=dict)
+    # Each producer's status-webhook outbox and dead letters.
+    outboxes: list[OutboxFigures] = field(default_factory=list)
 
     @property
     def projection_lag_ms(self) -> int:
         """Age of the oldest event the projector has not finished (as the status API says)."""
+        return self._events_lag_ms(PROJECTOR_GROUP)
+
+    @property
+    def status_webhook_lag_ms(self) -> int:
+        """Age of the oldest event the status-webhooks process has not read into outboxes."""
+        return self._events_lag_ms(STATUS_WEBHOOK_GROUP)
+
+    def _events_lag_ms(self, group_name: str) -> int:
         return max(
             (
                 group.oldest_waiting_age_ms
                 for group in self.backlog.groups
-                if group.stream == "events" and group.group == PROJECTOR_GROUP
+                if group.stream == "events" and group.group == group_name
             ),
             default=0,
         )
@@ -150,13 +169,14 @@ class Snapshot:
 async def read_snapshot(redis: Redis, keys: KeySpace, providers: Sequence[str] = ()) -> Snapshot:
     """Read every figure from Redis: works in any process, also while the API is down.
     ``providers``: those whose circuit breakers to read."""
-    backlog, counters, histograms, circuits = await asyncio.gather(
+    backlog, counters, histograms, circuits, outboxes = await asyncio.gather(
         read_backlog(redis, keys),
         read_counters(redis, keys, COUNTERS),
         read_histograms(redis, keys, HISTOGRAMS),
         read_circuits(redis, keys, providers),
+        read_outboxes(redis, keys),
     )
-    return Snapshot(backlog, counters, histograms, circuits)
+    return Snapshot(backlog, counters, histograms, circuits, outboxes)
 
 
 def lag_report(snapshot: Snapshot) -> dict[str, object]:
@@ -198,6 +218,7 @@ def lag_report(snapshot: Snapshot) -> dict[str, object]:
             }
             for provider, circuit in sorted(snapshot.circuits.items())
         },
+        "status_webhooks": status_webhook_report(snapshot),
         "deliveries": {
             "sent": int(snapshot.ended("SENT")),
             "failed": int(snapshot.ended("FAILED")),
@@ -207,6 +228,34 @@ def lag_report(snapshot: Snapshot) -> dict[str, object]:
             "suppressed_by_reason": _ints(snapshot.by_label(SUPPRESSED, "reason")),
         },
     }
+
+
+def status_webhook_report(snapshot: Snapshot) -> dict[str, object]:
+    """How far the status-webhooks process is behind, and each producer's outbox."""
+    sent = _ints(_by_producer(snapshot, "sent"))
+    dead = _ints(_by_producer(snapshot, "dead_lettered"))
+    return {
+        "lag_ms": snapshot.status_webhook_lag_ms,
+        "producers": {
+            outbox.producer: {
+                "waiting": outbox.waiting,
+                "oldest_age_ms": outbox.oldest_age_ms,
+                "dead_letters": outbox.dead_letters,
+                "sent": sent.get(outbox.producer, 0),
+                "dead_lettered": dead.get(outbox.producer, 0),
+            }
+            for outbox in snapshot.outboxes
+        },
+    }
+
+
+def _by_producer(snapshot: Snapshot, outcome: str) -> dict[str, float]:
+    """Status webhooks of one outcome so far, per producer."""
+    totals: dict[str, float] = {}
+    for (producer, counted), value in snapshot.counters[STATUS_WEBHOOKS.name].items():
+        if counted == outcome:
+            totals[producer] = totals.get(producer, 0) + value
+    return totals
 
 
 def _ints(values: dict[str, float]) -> dict[str, int]:

@@ -180,6 +180,37 @@ async def list_deliveries(
     return page, len(rows) > selection.limit
 
 
+@dataclass(frozen=True, slots=True)
+class DeliveryOwner:
+    """Whose a delivery is and on which channel (what a status webhook needs to know)."""
+
+    delivery_id: str
+    notification_id: str
+    producer: str
+    notification_type: str
+    channel: str
+
+
+_DELIVERY_OWNERS = """
+SELECT d.id, d.notification_id, n.producer, n.type, d.channel
+FROM delivery d JOIN notification n ON n.id = d.notification_id
+WHERE d.id = ANY($1::uuid[]) AND d.channel IS NOT NULL
+"""
+
+
+async def delivery_owners(pool: asyncpg.Pool, delivery_ids: list[str]) -> list[DeliveryOwner]:
+    """The owners of those of ``delivery_ids`` (UUID strings) that are projected."""
+    async with pool.acquire() as connection:
+        rows = await connection.fetch(_DELIVERY_OWNERS, delivery_ids)
+    return [
+        DeliveryOwner(
+            str(row["id"]), str(row["notification_id"]), row["producer"], row["type"],
+            row["channel"],
+        )
+        for row in rows
+    ]  # fmt: skip
+
+
 async def projection_lag_ms(redis: Redis, keys: KeySpace) -> int:
     """How far the read model is behind the event log, in ms (0 when it is up to date).
 

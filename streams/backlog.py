@@ -18,7 +18,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from streams.consumer_groups import DELIVERY_GROUP, PROJECTOR_GROUP
+from streams.consumer_groups import DELIVERY_GROUP, EVENTS_GROUPS
 from streams.keys import KeySpace, ShardKeys
 from streams.vocabulary import Priority
 
@@ -80,16 +80,17 @@ class _Stream:
     shard: ShardKeys
     name: str  # "events" or "work:<priority>"
     key: str
-    expected_group: str  # reported even before it exists: everything is then unread
+    # Reported even before they exist: everything is then unread.
+    expected_groups: tuple[str, ...]
 
 
 def _watched(keys: KeySpace) -> list[_Stream]:
     streams = []
     for shard in keys.all_shards():
-        streams.append(_Stream(shard, "events", shard.events, PROJECTOR_GROUP))
+        streams.append(_Stream(shard, "events", shard.events, EVENTS_GROUPS))
         for priority in Priority:
             name = f"work:{priority.stream_name}"
-            streams.append(_Stream(shard, name, shard.work(priority), DELIVERY_GROUP))
+            streams.append(_Stream(shard, name, shard.work(priority), (DELIVERY_GROUP,)))
     return streams
 
 
@@ -115,8 +116,9 @@ async def read_backlog(redis: Redis, keys: KeySpace) -> Backlog:
         length = int(_ok(replies[1 + 2 * number]))
         info = replies[2 + 2 * number]
         groups = {} if _missing_stream(info) else {_text(g["name"]): g for g in _ok(info)}
-        if stream.expected_group not in groups:
-            found.append((stream, length, stream.expected_group, None))
+        found += [
+            (stream, length, name, None) for name in stream.expected_groups if name not in groups
+        ]
         found += [(stream, length, name, group) for name, group in groups.items()]
 
     shard_replies = replies[1 + 2 * len(streams) :]

@@ -1,7 +1,9 @@
 """The consumer groups Clarion reads its streams with, and the calls every reader shares.
 
 ``delivery`` reads each shard's ``work:<priority>`` streams (the delivery workers);
-``projector`` reads each shard's ``events`` stream (the projector). A reader first drains its
+``projector`` reads each shard's ``events`` stream (the projector), and so does
+``status-webhooks`` (the status-webhooks process, which POSTs final statuses to producers). A
+reader first drains its
 own pending entries, then reads new ones, and takes over entries other consumers left idle
 with XAUTOCLAIM. A reader that finds its group gone makes it again, reading from the start.
 """
@@ -18,6 +20,9 @@ from streams.keys import ShardKeys
 
 DELIVERY_GROUP = "delivery"
 PROJECTOR_GROUP = "projector"
+STATUS_WEBHOOK_GROUP = "status-webhooks"
+# Every group on a shard's ``events`` stream: it is trimmed only below what all of them read.
+EVENTS_GROUPS = (PROJECTOR_GROUP, STATUS_WEBHOOK_GROUP)
 
 # An entry of a stream: its id and its fields.
 Entry = tuple[str, dict[bytes, bytes]]
@@ -67,7 +72,7 @@ def _text(value: bytes | str) -> str:
 def groups_of(shard: ShardKeys) -> list[tuple[str, str]]:
     """Every (stream, group) of one shard that Clarion reads."""
     return [(stream, DELIVERY_GROUP) for stream in shard.work_streams] + [
-        (shard.events, PROJECTOR_GROUP)
+        (shard.events, group) for group in EVENTS_GROUPS
     ]
 
 

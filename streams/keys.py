@@ -160,6 +160,26 @@ class KeySpace:
         per shard, so every worker agrees on it."""
         return f"{self.prefix}:{{circuit:{provider}}}"
 
+    def status_webhooks(self, producer: str) -> StatusWebhookKeys:
+        """The keys of one producer's status webhook (``streams.status_webhooks``)."""
+        return StatusWebhookKeys(f"{self.prefix}:{{hooks:{producer}}}")
+
+    @property
+    def status_webhook_producers(self) -> str:
+        """The producers with a status webhook (a set), read by the status-webhooks process."""
+        return f"{self.prefix}:{{hooks}}:producers"
+
+    @property
+    def status_webhook_version(self) -> str:
+        """A counter every change of any producer's status webhook increments, so the
+        status-webhooks process rereads the configurations only when one changed."""
+        return f"{self.prefix}:{{hooks}}:version"
+
+    @property
+    def status_webhook_lease(self) -> str:
+        """Which status-webhooks process is the active one (a string that expires)."""
+        return f"{self.prefix}:{{hooks}}:lease"
+
     def rate_bucket(self, provider: str, lane: str = "total") -> str:
         """A GCRA bucket of a provider credential: the total, or a priority class's share.
 
@@ -167,6 +187,35 @@ class KeySpace:
         """
         suffix = "" if lane == "total" else f":{lane}"
         return f"{self.prefix}:{{rl:{provider}}}:bucket{suffix}"
+
+
+@dataclass(frozen=True, slots=True)
+class StatusWebhookKeys:
+    """The keys of one producer's status webhook: all share the producer's hash tag
+    (``{hooks:<producer>}``), so one script may touch them together."""
+
+    tag: str
+
+    @property
+    def config(self) -> str:
+        """The URL and signing secret (a string: ``streams.status_webhooks.StatusWebhook``)."""
+        return f"{self.tag}:config"
+
+    @property
+    def outbox(self) -> str:
+        """Statuses waiting to be POSTed (a stream; an entry is deleted once it is done)."""
+        return f"{self.tag}:outbox"
+
+    @property
+    def positions(self) -> str:
+        """Per shard, the last ``events`` entry whose statuses are in the outbox (a hash), so
+        an entry read again after a crash is not put in twice."""
+        return f"{self.tag}:positions"
+
+    @property
+    def dlq(self) -> str:
+        """Statuses given up on, with why (a stream)."""
+        return f"{self.tag}:dlq"
 
 
 @functools.lru_cache(maxsize=4096)

@@ -2,9 +2,9 @@
 
 An entry of ``events`` or ``work:<priority>`` is trimmed only when it is older than the
 retention *and* every consumer group on its stream is done with it: no group still has it
-pending, and every group has been given it. A slow or stopped projector therefore keeps
-every entry it has not acknowledged, however old, and a stream whose group does not exist
-yet (the projector never started) is not trimmed at all. The dead-letter stream and the
+pending, and every group has been given it. A slow or stopped projector (or status-webhooks
+process) therefore keeps every entry it has not acknowledged, however old, and a stream
+whose groups do not all exist yet is not trimmed at all. The dead-letter stream and the
 sandbox's record have no group: age alone bounds them. Each stream is trimmed by one script
 call (``lua/trim_stream.lua``), so a group cannot move between the look and the trim.
 
@@ -24,7 +24,7 @@ from redis.exceptions import RedisError
 
 from streams import scripts
 from streams.connection import being_cancelled
-from streams.consumer_groups import DELIVERY_GROUP, PROJECTOR_GROUP
+from streams.consumer_groups import DELIVERY_GROUP, EVENTS_GROUPS
 from streams.keys import KeySpace
 from streams.scripts import Call
 
@@ -62,7 +62,7 @@ def policies(
     """The retention of every stream of a deployment."""
     found: list[StreamRetention] = []
     for shard in keys.all_shards():
-        found.append(StreamRetention(shard.events, stream_retention_ms, (PROJECTOR_GROUP,)))
+        found.append(StreamRetention(shard.events, stream_retention_ms, EVENTS_GROUPS))
         found += [
             StreamRetention(stream, stream_retention_ms, (DELIVERY_GROUP,))
             for stream in shard.work_streams

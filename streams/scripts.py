@@ -111,6 +111,11 @@ SUPPRESSION = LuaScript("suppression")  # streams.suppressions.suppression_call
 ERASE = LuaScript("erase")  # streams.erasure.erase_call
 FEEDBACK_TAKE = LuaScript("feedback_take")  # streams.feedback.feedback_take_call
 FEEDBACK_APPLY = LuaScript("feedback_apply")  # streams.feedback.feedback_apply_call
+LEASE = LuaScript("lease")  # streams.leases.lease_call
+# streams.status_outbox.status_outbox_append_call
+STATUS_OUTBOX_APPEND = LuaScript("status_outbox_append")
+# streams.status_outbox.status_dead_letter_call
+STATUS_DEAD_LETTER = LuaScript("status_dead_letter")
 ALL: tuple[LuaScript, ...] = (
     INGEST,
     DELIVERY_BEGIN,
@@ -128,4 +133,7 @@ ALL: tuple[LuaScript, ...] = (
     ERASE,
     FEEDBACK_TAKE,
     FEEDBACK_APPLY,
+    LEASE,
+    STATUS_OUTBOX_APPEND,
+    STATUS_DEAD_LETTER,
 )

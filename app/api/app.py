@@ -30,6 +30,7 @@ from app.api.ops import lag, live, metrics, ready
 from app.api.read_model import ReadModel, read_model_unavailable
 from app.api.recipient_profiles import RecipientProfile, patch_push_targets
 from app.api.recipients import QuietHours, get_recipient_settings, put_preferences
+from app.api.status_webhook import StatusWebhook
 from app.api.suppressions import Suppressions, look_up_suppression, remove_suppression
 from app.api.unsubscribe import UNSUBSCRIBE_ROUTES
 from app.catalog import Catalog, feedback_secrets
@@ -39,12 +40,14 @@ from app.ingest.ingestor import Ingestor
 from app.ingest.quotas import IngestQuotas
 from app.recipients.erasure import Eraser
 from app.settings import Settings
+from app.status_webhooks.endpoint import UrlGuard
 from app.unsubscribe import UnsubscribeTokens
 from projections.queries import recipient_deliveries
 from streams.feedback import Inbox
 from streams.keys import KeySpace
 from streams.metrics_recorder import MetricsRecorder
 from streams.recipient_settings import RecipientSettingsStore
+from streams.status_webhooks import StatusWebhookStore
 from streams.suppressions import SuppressionStore
 
 
@@ -76,6 +79,7 @@ ROUTES: list[ControllerRouterHandler] = [
     list_deliveries,
     get_dlq,
     replay_dlq,
+    StatusWebhook,
     live,
     ready,
     lag,
@@ -144,6 +148,8 @@ def _state(
         "public_url": settings.public_url,
         "feedback_inbox": Inbox(redis, keys),
         "ingest_quotas": IngestQuotas(redis, keys, catalog.quotas),
+        "status_webhooks": StatusWebhookStore(redis, keys),
+        "status_webhook_guard": UrlGuard(catalog.status_webhooks),
         # A batch item may be as large as a single POST's body.
         "max_item_bytes": settings.max_body_bytes,
         "unsubscribe_tokens": UnsubscribeTokens(settings.digest_secret),

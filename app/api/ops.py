@@ -100,7 +100,40 @@ def families(snapshot: Snapshot) -> list[Metric]:
             buckets = [(_le(bound), count) for bound, count in totals.buckets]
             family.add_metric(labels, buckets, totals.sum)
         out.append(family)
-    return out + _backlog_families(snapshot) + [_circuit_family(snapshot)]
+    return (
+        out
+        + _backlog_families(snapshot)
+        + [_circuit_family(snapshot)]
+        + _status_webhook_families(snapshot)
+    )
+
+
+def _status_webhook_families(snapshot: Snapshot) -> list[Metric]:
+    lag = GaugeMetricFamily(
+        "clarion_status_webhook_lag_seconds",
+        "Age of the oldest event the status-webhooks process has not read into outboxes",
+        value=snapshot.status_webhook_lag_ms / 1000,
+    )
+    waiting = _gauge(
+        "clarion_status_webhook_outbox_size",
+        "Statuses waiting in a producer's outbox (being sent or not yet)",
+        ("producer",),
+    )
+    oldest = _gauge(
+        "clarion_status_webhook_outbox_oldest_age_seconds",
+        "How long the oldest status in a producer's outbox has waited (0: none waits)",
+        ("producer",),
+    )
+    dead = _gauge(
+        "clarion_status_webhook_dead_letters",
+        "Statuses given up for a producer, kept for CLARION_DLQ_RETENTION",
+        ("producer",),
+    )
+    for outbox in snapshot.outboxes:
+        waiting.add_metric((outbox.producer,), outbox.waiting)
+        oldest.add_metric((outbox.producer,), outbox.oldest_age_ms / 1000)
+        dead.add_metric((outbox.producer,), outbox.dead_letters)
+    return [lag, waiting, oldest, dead]
 
 
 # A circuit's state as a number: 0 closed, 1 half-open, 2 open.

@@ -102,3 +102,30 @@ class DeliveryPage(msgspec.Struct, frozen=True, kw_only=True):
     deliveries: list[DeliveryListItem]
     next_cursor: str | None
     projection_lag_ms: int
+
+
+# Standard Webhooks secrets decode to 24-64 bytes: "whsec_" and at most 88 base64 characters.
+MAX_SECRET_CHARS = 100
+MAX_STATUS_BATCH = 500
+
+
+class StatusWebhookBody(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """``PUT /v1/status-webhook``: where to POST the producer's statuses; without ``secret``
+    Clarion makes one and shows it in this answer only."""
+
+    url: Annotated[str, msgspec.Meta(min_length=1, max_length=2048)]
+    secret: Annotated[str, msgspec.Meta(max_length=MAX_SECRET_CHARS)] | None = None
+    # Statuses per POST: 1, one Standard Webhooks message each; more: ``delivery.batch``.
+    max_batch: Annotated[int, msgspec.Meta(ge=1, le=MAX_STATUS_BATCH)] = 1
+
+
+class StatusWebhookView(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The producer's status webhook: never its secret, except in the answer that made it."""
+
+    url: str
+    secret_set: bool
+    max_batch: int
+    # Statuses waiting in the outbox (being sent or not yet) and given up, when asked for.
+    waiting: int | None = None
+    dead_letters: int | None = None
+    secret: str | None = None

@@ -1,4 +1,5 @@
-"""The type catalog (``clarion.toml``): notification types, channels and providers.
+"""The type catalog (``clarion.toml``): notification types, channels and providers, ingest
+quotas, and how status webhooks are sent (``status_webhooks``).
 
 A broken catalog stops start-up with a ``CatalogError`` naming the file, the type and the key
 (for a template also its part and line: ``templates`` compiles them here, once).
@@ -15,6 +16,7 @@ import msgspec
 from app.catalog.kinds import KIND_CHANNELS, KIND_PLATFORM, ProviderConfig
 from app.catalog.providers import SecretMissing
 from app.catalog.push import Platform, platform_of
+from app.catalog.status_webhooks import StatusWebhooksConfig
 from app.catalog.templates import CompiledTemplate, Template, TemplateProblem, compile_template
 from app.validation import describe
 from streams.vocabulary import CHANNELS, Channel, Priority
@@ -122,6 +124,8 @@ class Catalog(msgspec.Struct, frozen=True):
     # PUSH: the providers of each platform's targets, first choice first (none: its targets
     # cannot be sent and are suppressed at ingest with ``no_provider``).
     push_orders: dict[Platform, tuple[str, ...]] = {}
+    # ``[status_webhooks]``: which producer URLs may be called, time limits, retries.
+    status_webhooks: StatusWebhooksConfig = StatusWebhooksConfig()
 
     def provider_order(self, channel: Channel, address: str) -> tuple[str, ...]:
         """The providers a delivery to ``address`` on ``channel`` goes to, first choice first."""
@@ -210,7 +214,7 @@ def parse_catalog(raw: bytes | str, source: str = "clarion.toml") -> Catalog:
         except msgspec.ValidationError as error:
             raise CatalogError(f"{source}: {describe(error, path)}") from None
 
-    sections = {"default_locale", "providers", "channels", "types", "quotas"}
+    sections = {"default_locale", "providers", "channels", "types", "quotas", "status_webhooks"}
     unknown = sorted(set(document) - sections)
     if unknown:
         raise fail(unknown[0], "unknown key")
@@ -239,6 +243,9 @@ def parse_catalog(raw: bytes | str, source: str = "clarion.toml") -> Catalog:
         quotas=convert(document.get("quotas", {}), Quotas, "quotas"),
         compiled=compiled,
         push_orders=_push_orders(providers, channels.get(Channel.PUSH)),
+        status_webhooks=convert(
+            document.get("status_webhooks", {}), StatusWebhooksConfig, "status_webhooks"
+        ),
     )
 
 

@@ -18,6 +18,7 @@ from app.cli.projection import projection
 from app.cli.status import status
 from app.logging import configure_logging
 from app.processes import projector as projector_process
+from app.processes import status_webhooks as status_webhooks_process
 from app.processes import worker as worker_process
 from app.processes.clients import redis_client
 from app.processes.redis_checks import RedisNotReady, check_redis
@@ -62,7 +63,8 @@ def main() -> None:
 @click.option("--workers", default=2, show_default=True, help="uvicorn worker processes")
 @click.option("--delivery-workers", default=1, show_default=True, help="delivery worker processes")
 def run(workers: int, delivery_workers: int) -> None:
-    """Run the service: the HTTP API and the delivery workers."""
+    """Run the service: the HTTP API, the delivery workers, the projector and the
+    status-webhooks process."""
     settings = _service_settings()
     configure_logging(settings.log_format, settings.log_level)
     try:
@@ -83,7 +85,8 @@ def run(workers: int, delivery_workers: int) -> None:
     api = Child("api", ("api", "--workers", str(workers)))
     delivery = [Child(f"worker-{n}", ("worker", "--slot", str(n))) for n in range(delivery_workers)]
     projector = Child("projector", ("projector",))
-    sys.exit(supervise([api, *delivery, projector]))
+    status_webhooks = Child("status-webhooks", ("status-webhooks",))
+    sys.exit(supervise([api, *delivery, projector, status_webhooks]))
 
 
 @main.command()
@@ -134,6 +137,19 @@ def projector() -> None:
     try:
         projector_process.main()
     except (RedisNotReady, DatabaseNotReady) as error:
+        raise click.ClickException(str(error)) from None
+
+
+@main.command("status-webhooks")
+def status_webhooks() -> None:
+    """Run the status-webhooks process only: final statuses POSTed to producers' URLs
+    (consumer group "status-webhooks" on every events stream; one process is active at a
+    time, others wait to take over)."""
+    try:
+        status_webhooks_process.main()
+    except RedisNotReady as error:
+        raise click.ClickException(str(error)) from None
+    except CatalogError as error:
         raise click.ClickException(str(error)) from None
 
 

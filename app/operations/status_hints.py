@@ -6,8 +6,10 @@ the most urgent problems, checked against these limits:
 
 - lag high: a work stream's oldest unfinished entry has waited longer than
   ``QUEUE_AGE_LIMIT_MS`` for its priority, due retries wait in ``delayed`` longer than
-  ``DELAYED_OVERDUE_LIMIT_MS`` (no worker moves them), or the projection lags more than
-  ``PROJECTION_LAG_LIMIT_MS``;
+  ``DELAYED_OVERDUE_LIMIT_MS`` (no worker moves them), the projection lags more than
+  ``PROJECTION_LAG_LIMIT_MS``, the status webhooks more than ``STATUS_WEBHOOK_LAG_LIMIT_MS``,
+  or a producer's status-webhook outbox holds a status older than ``OUTBOX_AGE_LIMIT_MS``
+  (its endpoint fails);
 - DLQ growing: any new dead letter during the interval;
 - retry storm: at least ``RETRY_STORM_FAILURES_PER_S`` failing attempts per second, and at
   least ``RETRY_STORM_FAILED_SHARE`` of all attempts failing;
@@ -27,6 +29,8 @@ from streams.circuit_breaker import CircuitState
 QUEUE_AGE_LIMIT_MS = {"work:high": 5_000, "work:normal": 60_000, "work:low": 600_000}
 DELAYED_OVERDUE_LIMIT_MS = 10_000
 PROJECTION_LAG_LIMIT_MS = 60_000
+STATUS_WEBHOOK_LAG_LIMIT_MS = 60_000
+OUTBOX_AGE_LIMIT_MS = 300_000
 RETRY_STORM_FAILURES_PER_S = 5.0
 RETRY_STORM_FAILED_SHARE = 0.2
 
@@ -159,6 +163,32 @@ def _lag_hints(snapshot: Snapshot) -> list[Hint]:
                 "`clarion projector` runs and PostgreSQL is reachable.",
             )
         )
+    return found + _status_webhook_hints(snapshot)
+
+
+def _status_webhook_hints(snapshot: Snapshot) -> list[Hint]:
+    found = []
+    if snapshot.status_webhook_lag_ms > STATUS_WEBHOOK_LAG_LIMIT_MS:
+        found.append(
+            Hint(
+                Problem.LAG_HIGH,
+                f"status webhooks are {_age(snapshot.status_webhook_lag_ms)} behind the events "
+                "(and keep them from being trimmed). Check that `clarion status-webhooks` runs "
+                "(`clarion run` starts it; one process is active at a time).",
+            )
+        )
+    for outbox in snapshot.outboxes:
+        if outbox.oldest_age_ms > OUTBOX_AGE_LIMIT_MS:
+            found.append(
+                Hint(
+                    Problem.LAG_HIGH,
+                    f"producer {outbox.producer}'s status webhook has held a status for "
+                    f"{_age(outbox.oldest_age_ms)}, {outbox.waiting:,} waiting: its endpoint "
+                    "fails (status_webhooks.endpoint_failing in the logs says how). Statuses "
+                    "are retried until give_up_seconds, then dead-lettered; other producers' "
+                    "are not held back.",
+                )
+            )
     return found
 
 
@@ -198,6 +228,14 @@ def render(snapshot: Snapshot, before: Snapshot) -> str:
         f"failing attempts {rates.attempt_failures:,.1f}/s",
         f"opted out       {snapshot.total(OPT_OUTS):,.0f}",
     ]
+    if snapshot.outboxes:
+        outboxes = snapshot.outboxes
+        lines.append(
+            f"status hooks    lag {_age(snapshot.status_webhook_lag_ms)}, "
+            f"{sum(o.waiting for o in outboxes):,} waiting (oldest "
+            f"{_age(max(o.oldest_age_ms for o in outboxes))}) for {len(outboxes)} producers, "
+            f"{sum(o.dead_letters for o in outboxes):,} dead letters"
+        )
     if snapshot.circuits:
         lines.append(
             "circuits        "

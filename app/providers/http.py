@@ -218,7 +218,12 @@ async def _bounded(response: aiohttp.ClientResponse) -> bytes:
 
 def retry_after(answer: Answer) -> float | None:
     """Seconds the answer asks to wait (``Retry-After``: seconds or an HTTP date), or None."""
-    value = answer.headers.get("retry-after", "").strip()
+    return retry_after_seconds(answer.headers.get("retry-after", ""))
+
+
+def retry_after_seconds(value: str) -> float | None:
+    """Seconds a ``Retry-After`` value (seconds or an HTTP date) asks to wait, or None."""
+    value = value.strip()
     if not value:
         return None
     if value.isdigit():

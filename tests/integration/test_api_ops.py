@@ -11,13 +11,18 @@ from redis.asyncio import Redis
 
 from app.api.app import create_app
 from app.catalog import Catalog
+from app.metrics import STATUS_WEBHOOKS
 from app.settings import Settings
 from streams.consumer_groups import DELIVERY_GROUP, ensure_all_groups, ensure_group
 from streams.keys import KeySpace
+from streams.metrics_recorder import MetricsRecorder
+from streams.status_webhooks import StatusWebhookStore
 from streams.vocabulary import Priority
 from tests.conftest import AUTH, http_client
 from tests.integration.api_support import api, lag_report, otp, post, sample, scrape, stream_row
 from tests.integration.delivery_support import fast_catalog, running_worker, wait_until
+
+SECRET = "whsec_c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0"
 
 
 async def test_a_backlog_builds_then_drains_when_a_worker_starts(
@@ -105,3 +110,31 @@ async def test_readiness_is_503_naming_what_is_wrong(client: httpx.AsyncClient) 
     assert body["status"] == "not ready"
     assert body["checks"]["postgresql"] == "unreachable: the read model cannot be queried"
     assert body["checks"]["consumer_groups"].startswith("missing, made again now: ")
+
+
+async def test_status_webhooks_show_their_lag_outboxes_and_outcomes(
+    real_redis: Redis, settings: Settings, key_prefix: str
+) -> None:
+    keys = KeySpace(key_prefix)
+    await StatusWebhookStore(real_redis, keys).put("orders", "https://a.example.com/s", SECRET)
+    hooks = keys.status_webhooks("orders")
+    await real_redis.xadd(hooks.outbox, {"d": "d1", "v": 2, "b": b"{}"})
+    await real_redis.xadd(hooks.dlq, {"webhook_id": "d0.3"})
+    recorder = MetricsRecorder(real_redis, keys)
+    recorder.inc(STATUS_WEBHOOKS, ("orders", "sent"), 7)
+    recorder.inc(STATUS_WEBHOOKS, ("orders", "dead_lettered"), 1)
+    await recorder.flush()
+    await real_redis.xadd(keys.shard(0).events, {"e": b"[]"})  # not read by any group yet
+    async with api(real_redis, settings, fast_catalog()) as client:
+        report = (await lag_report(client))["status_webhooks"]
+        samples = await scrape(client)
+    assert report["producers"] == {
+        "orders": {"waiting": 1, "oldest_age_ms": report["producers"]["orders"]["oldest_age_ms"],
+                   "dead_letters": 1, "sent": 7, "dead_lettered": 1},
+    }  # fmt: skip
+    assert report["lag_ms"] >= 0
+    assert sample(samples, "clarion_status_webhook_outbox_size", producer="orders") == 1
+    assert sample(samples, "clarion_status_webhook_dead_letters", producer="orders") == 1
+    assert sample(samples, "clarion_status_webhooks_total", producer="orders", outcome="sent") == 7
+    lag = {"stream": "events", "shard": "0", "group": "status-webhooks"}
+    assert sample(samples, "clarion_stream_lag", **lag) == 1

@@ -30,8 +30,12 @@ async def redis_now_ms(redis: Redis) -> int:
     return int(seconds) * 1000 + int(micros) // 1000
 
 
-def row(backlog: Backlog, stream: str, shard: int = 0) -> GroupBacklog:
-    [found] = [g for g in backlog.groups if g.stream == stream and g.shard == shard]
+def row(backlog: Backlog, stream: str, shard: int = 0, group: str = "") -> GroupBacklog:
+    [found] = [
+        g
+        for g in backlog.groups
+        if g.stream == stream and g.shard == shard and group in ("", g.group)
+    ]
     return found
 
 
@@ -42,8 +46,9 @@ async def test_every_stream_of_every_shard_is_reported_with_its_group(
     expected = [
         (stream, shard, group)
         for shard in (0, 1)
-        for stream, group in [("events", "projector"), ("work:high", "delivery"),
-                              ("work:normal", "delivery"), ("work:low", "delivery")]
+        for stream, group in [("events", "projector"), ("events", "status-webhooks"),
+                              ("work:high", "delivery"), ("work:normal", "delivery"),
+                              ("work:low", "delivery")]
     ]  # fmt: skip
     assert [(g.stream, g.shard, g.group) for g in backlog.groups] == expected
     assert all((g.length, g.pending, g.lag) == (0, 0, 0) for g in backlog.groups)
@@ -59,7 +64,9 @@ async def test_before_its_group_exists_everything_is_unread_and_ages_by_the_redi
     for ms in (now - 10_000, now - 4_000):  # entry ids stamped by a clock 10 s and 4 s ago
         await redis.xadd(events, {"e": b"[]"}, id=f"{ms}-0")
 
-    projector = row(await read_backlog(redis, keys), "events")
+    backlog = await read_backlog(redis, keys)
+    projector = row(backlog, "events", group="projector")
+    assert row(backlog, "events", group="status-webhooks").lag == 2  # each group on its own
 
     assert (projector.group, projector.length, projector.pending, projector.lag) == (
         "projector", 2, 0, 2,

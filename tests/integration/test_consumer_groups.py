@@ -94,9 +94,14 @@ async def test_every_group_of_every_shard_is_found_missing_and_made(
 ) -> None:
     keys = KeySpace(key_prefix, shards=2)
     shards = keys.all_shards()
-    expected = [(s, "delivery") for s in shards[0].work_streams] + [(shards[0].events, "projector")]
-    expected += [(s, "delivery") for s in shards[1].work_streams] + [
-        (shards[1].events, "projector")
+    expected = [
+        pair
+        for shard in shards
+        for pair in [
+            *[(s, "delivery") for s in shard.work_streams],
+            (shard.events, "projector"),
+            (shard.events, "status-webhooks"),
+        ]
     ]
     assert await missing_groups(redis, shards) == expected
     await ensure_all_groups(redis, shards)

@@ -14,7 +14,7 @@ import structlog
 from redis.asyncio import Redis
 
 from projections.projector import Projector
-from streams.consumer_groups import DELIVERY_GROUP, PROJECTOR_GROUP
+from streams.consumer_groups import DELIVERY_GROUP, PROJECTOR_GROUP, STATUS_WEBHOOK_GROUP
 from streams.keys import KeySpace
 from streams.retention import StreamRetention, forget_marks, keep_trimmed, policies, trim, trim_all
 from streams.vocabulary import Priority
@@ -164,6 +164,7 @@ async def test_a_stopped_projector_keeps_its_entries_while_delivered_work_is_tri
     keys, catalog = KeySpace(key_prefix), fast_catalog()
     shard = keys.shard(0)
     retention = policies(keys, stream_retention_ms=0, dlq_retention_ms=HOUR_MS)
+    await real_redis.xgroup_create(shard.events, STATUS_WEBHOOK_GROUP, id="0", mkstream=True)
     projector = Projector(real_redis, pool, keys, consumer="p")
     first_run = asyncio.create_task(projector.run())
     await wait_until(lambda: _has_group(real_redis, shard.events, PROJECTOR_GROUP))
@@ -195,8 +196,43 @@ async def test_a_stopped_projector_keeps_its_entries_while_delivered_work_is_tri
     assert projected == 5  # nothing it needed was trimmed before it came back
 
     await trim_all(real_redis, retention)
+    # The status-webhooks group has read nothing yet: it needs every entry still.
+    assert await ids(real_redis, shard.events) == events_before
+
+    await real_redis.xack(
+        shard.events, STATUS_WEBHOOK_GROUP,
+        *await read(real_redis, shard.events, STATUS_WEBHOOK_GROUP, 1000),
+    )  # fmt: skip
+    await trim_all(real_redis, retention)
 
     assert await ids(real_redis, shard.events) == []
+
+
+async def test_events_wait_for_the_status_webhooks_group_too(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    shard = KeySpace(key_prefix).shard(0)
+    [events] = [
+        policy
+        for policy in policies(KeySpace(key_prefix), stream_retention_ms=0, dlq_retention_ms=0)
+        if policy.stream == shard.events
+    ]
+    old = await add_old(real_redis, shard.events, 4, age_ms=3 * HOUR_MS)
+    await real_redis.xgroup_create(shard.events, PROJECTOR_GROUP, id="0")
+    await real_redis.xack(
+        shard.events, PROJECTOR_GROUP, *await read(real_redis, shard.events, PROJECTOR_GROUP, 10)
+    )
+    # The projector is done, but the status-webhooks group does not exist yet.
+    assert (await trim(real_redis, events)).missing_group == STATUS_WEBHOOK_GROUP
+    await real_redis.xgroup_create(shard.events, STATUS_WEBHOOK_GROUP, id="0")
+    await real_redis.xack(
+        shard.events, STATUS_WEBHOOK_GROUP,
+        *(await read(real_redis, shard.events, STATUS_WEBHOOK_GROUP, 2)),
+    )  # fmt: skip
+
+    await trim(real_redis, events)
+
+    assert await ids(real_redis, shard.events) == old[2:]  # what it has not read stays
 
 
 async def test_the_trim_loop_survives_an_unreachable_redis() -> None:

@@ -53,11 +53,19 @@ from streams.feedback import (
 from streams.ingest import IngestItem, ingest_call
 from streams.ingest_quota import QuotaRates, ingest_quota_call
 from streams.keys import KeySpace
+from streams.leases import lease_call
 from streams.rate_limiter import Rate, rate_limit_call
 from streams.recipient_settings import RecipientSettings, recipient_settings_call
 from streams.retention import StreamRetention, trim_stream_call
 from streams.scheduler import delayed_member, schedule_due_call
 from streams.scripts import Call, LuaScript
+from streams.status_outbox import (
+    DueStatus,
+    GivenUp,
+    OutboxEntry,
+    status_dead_letter_call,
+    status_outbox_append_call,
+)
 from streams.suppressions import Suppression, suppression_call
 from streams.vocabulary import Channel, ErrorClass, Priority
 from tests.conftest import DIGEST, REDIS_URL, Clock
@@ -425,6 +433,44 @@ async def test_dlq_replay(real_redis: Redis, key_prefix: str, catalog: Catalog) 
     replayed = codec.decode_work_item(queued[-1][1][b"w"])
     assert (replayed.delivery_id, replayed.attempts) == (email.item.delivery_id, 0)
     assert await real_redis.hexists(keys.shard(0).dlq_resolved, entry_id)
+
+
+async def test_lease(real_redis: Redis, key_prefix: str) -> None:
+    lease = f"{key_prefix}:{{hooks}}:lease"
+    assert await run(real_redis, scripts.LEASE, lease_call(lease, "take", "a", 60_000)) == 1
+    assert await run(real_redis, scripts.LEASE, lease_call(lease, "take", "b", 60_000)) == 0
+    assert await run(real_redis, scripts.LEASE, lease_call(lease, "release", "b", 0)) == 0
+    assert await run(real_redis, scripts.LEASE, lease_call(lease, "release", "a", 0)) == 1
+    assert await real_redis.exists(lease) == 0
+
+
+async def test_status_outbox_append(real_redis: Redis, key_prefix: str) -> None:
+    hooks = KeySpace(key_prefix).status_webhooks("orders")
+    statuses = [DueStatus("5-1", "d1", 3, b'{"a":1}'), DueStatus("6-0", "d2", 2, b'{"b":2}')]
+    call = status_outbox_append_call(hooks, 0, statuses)
+    assert await run(real_redis, scripts.STATUS_OUTBOX_APPEND, call) == -1  # no webhook
+    await real_redis.set(hooks.config, b"{}")
+
+    assert await run(real_redis, scripts.STATUS_OUTBOX_APPEND, call) == 2
+    assert await run(real_redis, scripts.STATUS_OUTBOX_APPEND, call) == 0  # read again: once
+    [(_, first), _] = await real_redis.xrange(hooks.outbox)
+    assert first == {b"d": b"d1", b"v": b"3", b"b": b'{"a":1}'}
+    assert await real_redis.hget(hooks.positions, "0") == b"6-0"
+
+
+async def test_status_dead_letter(real_redis: Redis, key_prefix: str) -> None:
+    hooks = KeySpace(key_prefix).status_webhooks("orders")
+    entry_id = (await real_redis.xadd(hooks.outbox, {"d": "d1", "v": 3, "b": b"{}"})).decode()
+    entry = OutboxEntry(entry_id, "d1", 3, b"{}")
+    why = GivenUp(attempts=4, first_attempt_ms=1, last_attempt_ms=2, status_code=503, error="x")
+    call = status_dead_letter_call(hooks, entry, 60_000, why)
+
+    assert await run(real_redis, scripts.STATUS_DEAD_LETTER, call) == 1
+    assert await run(real_redis, scripts.STATUS_DEAD_LETTER, call) == 0  # already moved
+    assert await real_redis.xlen(hooks.outbox) == 0
+    [(_, letter)] = await real_redis.xrange(hooks.dlq)
+    assert (letter[b"webhook_id"], letter[b"status_code"]) == (b"d1.3", b"503")
+    assert 0 < await real_redis.pttl(hooks.dlq) <= 60_000
 
 
 def test_every_script_has_a_contract_test() -> None:

@@ -4,9 +4,11 @@
 Every request is verified with the ``standardwebhooks`` library, as a receiver does it: a bad
 or missing signature, or a timestamp more than five minutes off, is answered 401 and not
 kept. Verified requests are kept in ``attempts``; those answered 2xx become ``deliveries``,
-deduplicated on ``webhook-id`` (a repeat counts in ``duplicates``). ``script`` makes a path
-answer otherwise, once per scripted answer, in order: any status with headers (410,
-429 with Retry-After, 500, a redirect), or a hang.
+deduplicated on ``webhook-id`` (a repeat counts in ``duplicates``). A batch of status
+webhooks (``{"type": "delivery.batch", "data": [...]}``) counts each status in it instead,
+keyed ``<delivery_id>.<version>`` as a status sent alone is by its ``webhook-id``.
+``script`` makes a path answer otherwise, once per scripted answer, in order: any status
+with headers (410, 429 with Retry-After, 500, a redirect), or a hang.
 
 For a benchmark, ``python -m tests.peers.webhook --port 8027 --secret whsec_…`` serves it in
 a process of its own; ``GET /_peer/stats`` answers ``{"accepted", "requests", "duplicates",
@@ -111,7 +113,8 @@ class Receiver:
             self.unverified += 1
             await _answer(send, 401)
             return
-        if headers.get("content-type") != "application/json" or not _is_json(body):
+        parsed = _json(body)
+        if headers.get("content-type") != "application/json" or parsed is None:
             await _answer(send, 400)
             return
         client = scope.get("client") or ("", 0)
@@ -123,10 +126,11 @@ class Receiver:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._released.wait(), answer.hang_seconds)
         if 200 <= answer.status < 300:
-            if attempt.webhook_id in self.deliveries:
-                self.duplicates += 1
-            else:
-                self.deliveries[attempt.webhook_id] = attempt
+            for key in _keys(attempt.webhook_id, parsed):
+                if key in self.deliveries:
+                    self.duplicates += 1
+                else:
+                    self.deliveries[key] = attempt
         await _answer(send, answer.status, answer.headers)
 
 
@@ -139,12 +143,21 @@ async def _body(receive: Any) -> bytes:
             return b"".join(parts)
 
 
-def _is_json(body: bytes) -> bool:
+def _json(body: bytes) -> Any:
+    """The parsed body, or None when it is not JSON."""
     try:
-        json.loads(body)
+        return json.loads(body)
     except ValueError:
-        return False
-    return True
+        return None
+
+
+def _keys(webhook_id: str, parsed: Any) -> list[str]:
+    """What a 2xx answer took: the message, or each status of a batch."""
+    if isinstance(parsed, dict) and parsed.get("type") == "delivery.batch":
+        return [
+            f"{item['data']['delivery_id']}.{item['data']['version']}" for item in parsed["data"]
+        ]
+    return [webhook_id]
 
 
 async def _answer(

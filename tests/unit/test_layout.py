@@ -29,20 +29,24 @@ ALLOWED: dict[str, set[str]] = {
     "app.providers": {*SHARED_APP, "app.providers", "streams"},
     "app.ingest": {*SHARED_APP, "app.ingest", "streams"},
     "app.delivery": {*SHARED_APP, "app.delivery", "app.providers", "app.recipients", "streams"},
+    "app.status_webhooks": {
+        *SHARED_APP, "app.status_webhooks", "app.providers", "projections", "streams",
+    },
     "app.operations": {*SHARED_APP, "app.operations", "app.ingest", "projections", "streams"},
     "app.recipients": {*SHARED_APP, "app.recipients", "app.ingest", "projections", "streams"},
     "app.feedback": {*SHARED_APP, "app.feedback", "app.recipients", "projections", "streams"},
     "app.api": {
         *SHARED_APP, "app.api", "app.ingest", "app.operations", "app.recipients",
-        "app.feedback", "projections", "streams",
+        "app.feedback", "app.status_webhooks", "projections", "streams",
     },
     "app.processes": {
         *SHARED_APP, "app.processes", "app.api", "app.delivery", "app.providers",
-        "app.feedback", "projections", "streams",
+        "app.feedback", "app.status_webhooks", "projections", "streams",
     },
     "app.cli": {
         *SHARED_APP, "app.cli", "app.api", "app.ingest", "app.delivery", "app.providers",
-        "app.operations", "app.processes", "app.recipients", "projections", "streams",
+        "app.operations", "app.processes", "app.recipients", "app.status_webhooks",
+        "projections", "streams",
     },
 }  # fmt: skip
 # Only the HTTP layer (and the process that serves it) knows HTTP.

@@ -7,8 +7,10 @@ import dataclasses
 from app.metrics import ATTEMPT_FAILURES, COUNTERS, DELIVERY_ATTEMPTS, HISTOGRAMS, Snapshot
 from app.operations.status_hints import (
     DELAYED_OVERDUE_LIMIT_MS,
+    OUTBOX_AGE_LIMIT_MS,
     PROJECTION_LAG_LIMIT_MS,
     QUEUE_AGE_LIMIT_MS,
+    STATUS_WEBHOOK_LAG_LIMIT_MS,
     Problem,
     Rates,
     hints,
@@ -17,6 +19,7 @@ from app.operations.status_hints import (
 from streams.backlog import Backlog, GroupBacklog, ShardBacklog
 from streams.circuit_breaker import Circuit, CircuitState
 from streams.metrics_recorder import HistogramTotals
+from streams.status_webhooks import OutboxFigures
 
 NOW_MS = 1_800_000_000_000
 
@@ -125,3 +128,38 @@ def test_an_open_or_probing_circuit_names_its_provider_and_what_to_check() -> No
 
 def with_circuits(taken: Snapshot, circuits: dict[str, Circuit]) -> Snapshot:
     return dataclasses.replace(taken, circuits=circuits)
+
+
+def test_status_webhooks_behind_or_a_failing_endpoint_are_lag_high() -> None:
+    behind = snapshot()
+    behind = dataclasses.replace(
+        behind,
+        backlog=dataclasses.replace(
+            behind.backlog,
+            groups=[
+                *behind.backlog.groups,
+                GroupBacklog("events", 0, "status-webhooks", 10, 0, 10, 0,
+                             STATUS_WEBHOOK_LAG_LIMIT_MS + 1),
+            ],
+        ),
+    )  # fmt: skip
+    [lagging] = hints(behind, Rates.between(snapshot(), behind))
+    assert lagging.problem is Problem.LAG_HIGH
+    assert "status webhooks are 1.0 min behind" in lagging.text
+    assert "`clarion status-webhooks` runs" in lagging.text
+
+    outboxes = [
+        OutboxFigures("shop", 120, OUTBOX_AGE_LIMIT_MS + 1, 3),
+        OutboxFigures("billing", 4, 1_000, 0),
+    ]
+    failing = dataclasses.replace(snapshot(at_ms=NOW_MS + 2000), outboxes=outboxes)
+    [stuck] = hints(failing, Rates.between(snapshot(), failing))
+    assert stuck.problem is Problem.LAG_HIGH
+    assert "producer shop's status webhook has held a status for 5.0 min, 120 waiting" in (
+        stuck.text
+    )
+    table = render(failing, snapshot())
+    assert (
+        "status hooks    lag -, 124 waiting (oldest 5.0 min) for 2 producers, 3 dead letters"
+        in (table)
+    )
