@@ -9,9 +9,9 @@ Run from anywhere with the project's virtualenv::
 
 For each adapter it starts the adapter's local peer as a process of its own (the SMTP relay
 of ``tests/peers/smtp.py``, the SendGrid and Twilio APIs of ``tests/peers/``, the webhook
-receiver that verifies every signature, the FCM API with its OAuth token endpoint and the APNs
-provider API, both served over HTTP/2 and TLS by granian (``tests/peers/http2_standalone.py``),
-the Web Push service that decrypts every message), then the API
+receiver that verifies every signature, and, served over HTTP/2 and TLS by granian
+(``tests/peers/http2_standalone.py``), the FCM API with its OAuth token endpoint, the APNs
+provider API and the Web Push service that decrypts every message), then the API
 (``clarion api``) and two delivery workers (``clarion worker --slot N``) under a fresh key
 prefix, with a catalog of one provider of that kind reached at the peer's port and one
 NORMAL type with one delivery on its channel (EMAIL, SMS, WEBHOOK, or PUSH with one target of
@@ -23,7 +23,8 @@ id) to the last ``DeliverySent`` event (the ms of its events entry). Every queue
 must be SENT exactly once in the events; where the peer counts what it took
 (``/_peer/stats``), that count must be the number of deliveries. Targets on two cores: the
 HTTP adapters at least 3,000 deliveries/s, SMTP at least 800 messages/s, FCM and APNs (one
-multiplexed HTTP/2 connection per worker) 3,000, Web Push (encryption included) 1,500.
+multiplexed HTTP/2 connection per worker) 3,000, Web Push (encryption included, one HTTP/2
+connection per worker to the one push service) 1,500.
 
 The result is printed and written to ``bench/results/providers-<UTC timestamp>.json``; a run
 of some adapters (``--only``) to ``providers-<adapters>-<UTC timestamp>.json`` (such as
@@ -41,6 +42,7 @@ import functools
 import os
 import secrets
 import socket
+import ssl
 import sys
 import tempfile
 import time
@@ -182,8 +184,8 @@ class Adapter:
         if self.name == "webpush":
             return (
                 f'kind = "webpush"\nvapid_private_key_env = "BENCH_VAPID_KEY"\n'
-                'subject = "mailto:bench@clarion.test"\n'
-                f'allow_http_hosts = ["127.0.0.1"]\nallow_networks = ["127.0.0.0/8"]\n{common}'
+                'subject = "mailto:bench@clarion.test"\nca_file = "{dir}/ca.pem"\n'
+                f'allow_networks = ["127.0.0.0/8"]\n{common}'
             )
         return (
             f'kind = "webhook"\nsecret_env = "BENCH_WEBHOOK_SECRET"\n'
@@ -207,7 +209,7 @@ def web_push_recipient(number: int, port: int) -> str:
     """Subscription ``number`` of the local push service, as a recipient's push target."""
     from tests.peers.webpush import subscription  # noqa: PLC0415 (needs the repository)
 
-    sub = subscription(number + 1, f"http://127.0.0.1:{port}")
+    sub = subscription(number + 1, f"https://127.0.0.1:{port}")
     target = {"platform": "webpush", "endpoint": sub.endpoint, "expirationTime": None,
               "keys": {"p256dh": sub.p256dh, "auth": sub.auth}}  # fmt: skip
     return '"push_targets": ' + msgspec.json.encode([target]).decode()
@@ -266,7 +268,7 @@ ADAPTERS = {
         "webpush",
         "PUSH",
         "",
-        ("tests.peers.webpush",),
+        ("tests.peers.webpush_standalone", "--cert-dir", "{dir}"),
         stats=True,
         env={"BENCH_VAPID_KEY": VAPID_KEY},
         recipient_of=web_push_recipient,
@@ -364,8 +366,8 @@ async def post_all(
 def peer_stats(adapter: Adapter, port: int, peer_dir: Path) -> dict[str, Any] | None:
     if not adapter.stats:
         return None
-    if adapter.name in {"fcm", "apns"}:  # HTTP/2 over TLS, the peer's own certificate
-        ca = str(peer_dir / "ca.pem")
+    if adapter.name in {"fcm", "apns", "webpush"}:  # HTTP/2 over TLS, the peer's certificate
+        ca = ssl.create_default_context(cafile=str(peer_dir / "ca.pem"))
         with httpx.Client(http2=True, verify=ca, timeout=5) as h2:
             answer = h2.get(f"https://127.0.0.1:{port}/_peer/stats")
     else:
