@@ -41,7 +41,6 @@ import asyncio
 import functools
 import os
 import secrets
-import socket
 import ssl
 import sys
 import tempfile
@@ -86,6 +85,7 @@ from bench.harness import (
     verdict,
     wait_consumers,
     wait_healthy,
+    wait_listening,
     write_result,
 )
 from streams import codec
@@ -101,7 +101,6 @@ TARGETS = {
     "smtp": 800, "sendgrid": 3000, "twilio": 3000, "webhook": 3000,
     "fcm": 3000, "apns": 3000, "webpush": 1500,
 }  # fmt: skip
-PEER_START_S = 15.0
 
 # The secrets of the peers (what the peers expect; nothing real).
 SMTP_PASSWORD = "peer-smtp-password"
@@ -374,18 +373,6 @@ def peer_stats(adapter: Adapter, port: int, peer_dir: Path) -> dict[str, Any] | 
         answer = httpx.get(f"http://127.0.0.1:{port}/_peer/stats", timeout=5)
     stats: dict[str, Any] = answer.json()
     return stats
-
-
-def wait_listening(process: Any, port: int, log_path: Path) -> None:
-    deadline = time.monotonic() + PEER_START_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise BenchError(f"the peer exited with {process.returncode}:\n{log_tail(log_path)}")
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.1)
-    raise BenchError(f"the peer does not listen on {port}:\n{log_tail(log_path)}")
 
 
 def run_adapter(
