@@ -21,7 +21,10 @@ Notifications are batch-ingested (1000 per request) while the workers deliver, a
 ``bench/pipeline.py``. Deliveries/s run from the first accepted notification (the ms in its
 id) to the last ``DeliverySent`` event (the ms of its events entry). Every queued delivery
 must be SENT exactly once in the events; where the peer counts what it took
-(``/_peer/stats``), that count must be the number of deliveries. Targets on two cores: the
+(``/_peer/stats``), that count must be the number of deliveries. The CPU each process group
+used meanwhile (the API, the workers, the peer, Redis, this load generator; read from
+``/proc``) is given per delivery: it depends less on what else the machine runs than
+deliveries/s do. Targets on two cores: the
 HTTP adapters at least 3,000 deliveries/s, SMTP at least 800 messages/s, FCM and APNs (one
 multiplexed HTTP/2 connection per worker) 3,000, Web Push (encryption included, one HTTP/2
 connection per worker to the one push service) 1,500.
@@ -71,6 +74,7 @@ from bench.harness import (
     api_client,
     batch_pieces,
     clarion_executable,
+    cpu_snapshot,
     delete_prefix,
     entry_ms,
     format_table,
@@ -79,6 +83,7 @@ from bench.harness import (
     log_tail,
     post_batches,
     print_problems,
+    redis_pid,
     result_head,
     running,
     service_env,
@@ -415,9 +420,19 @@ def run_adapter(
             base_url = f"http://127.0.0.1:{port}"
             wait_healthy(api, base_url + HEALTH_PATH, api_log)
             wait_consumers(client, keys, procs, worker_logs)
+            services = {"api": [api.pid], "workers": [proc.pid for proc in procs]}
+            if adapter.peer:
+                services["peer"] = [peer.pid]
+            redis_server = redis_pid(args.redis_url)
+            before = cpu_snapshot(services, redis_server, postgres=False)
             figures, problems = asyncio.run(
                 measure(adapter, base_url, args.redis_url, keys, args.deliveries, peer_port)
             )
+            used = cpu_snapshot(services, redis_server, postgres=False).used(before)
+            figures["cpu_us_per_delivery"] = {
+                group: round(seconds / max(1, figures["deliveries_sent"]) * 1e6, 1)
+                for group, seconds in used.items()
+            }
             result |= figures
             stats = peer_stats(adapter, peer_port, peer_dir)
             if stats is not None:
@@ -448,7 +463,8 @@ def run_adapter(
     target = TARGETS.get(adapter.name)
     result["target_deliveries_per_s"] = target
     result["meets_target"] = None if target is None else result["deliveries_per_s"] >= target
-    print(f"  {result['deliveries_per_s']:,.0f} deliveries/s", flush=True)
+    cpu = ", ".join(f"{k} {v:,.0f}" for k, v in result.get("cpu_us_per_delivery", {}).items())
+    print(f"  {result['deliveries_per_s']:,.0f} deliveries/s; CPU µs a delivery: {cpu}", flush=True)
     return result
 
 
