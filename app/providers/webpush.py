@@ -19,7 +19,11 @@ together. Its headers: ``Authorization`` (VAPID, one JWT per origin for 11 hours
 (the seconds left of the notification's TTL at this attempt), ``Urgency`` (high, normal or
 low as the priority), ``Topic`` when the push parts have a collapse key, ``Content-Encoding:
 aes128gcm``. It replaced aiohttp's HTTP/1.1 (one request per connection at a time, a
-syscall each way per request) for less CPU per send (``docs/performance.md``).
+syscall each way per request): against the local push service a send costs 325 to 350 µs of
+CPU instead of 410 to 430, of which making the message is about 155
+(``bench/webpush_client.py``); end to end the workers spend about 150 µs a delivery less
+(``docs/performance.md``). Most of what is left of the transport is decoding the answers'
+header blocks, each unlike the last (its own ``Location``).
 
 Endpoints are https only: push services speak TLS (RFC 8030 section 8), and this client
 speaks HTTP/2 over TLS only. An ``http://`` endpoint fails for good (REJECTED, not accepted),
