@@ -4,7 +4,9 @@ wait for a free stream, a GOAWAY fails the streams the server did not process as
 and the next request opens a new connection, a lost connection is classified by whether the
 request's frames had left, and a certificate nobody trusts is refused before anything is
 sent. A client given ``addresses`` connects only to the numbers it is given, asks for each
-connection, and still checks the certificate for the host name it sent by SNI."""
+connection, and still checks the certificate for the host name it sent by SNI; a failure at
+a recipient's server (a Web Push endpoint's) is worded with its host and classed as sent or
+not."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import pytest
 
 from app.catalog.providers import ProviderLimits
 from app.providers.base import ProviderError
-from app.providers.http2 import Client, Response
+from app.providers.http2 import Client, Failed, Response, unreachable
 from streams.vocabulary import ErrorClass
 from tests.peers.apns import PEER_KEY_ID, PEER_TEAM_ID, PEER_TOPIC, ApnsPeer, Fault
 from tests.peers.http2_serving import Served, serve
@@ -364,3 +366,36 @@ async def test_what_the_addresses_source_raises_reaches_the_caller_and_nothing_c
             await post(client, peer)
     await client.close()
     assert (peer.connections, peer.requests) == (0, 0)
+
+
+def test_an_ipv6_server_is_named_in_brackets() -> None:
+    limits = ProviderLimits()
+    assert Client("x", limits, "https://[2001:db8::1]:8443").authority == "[2001:db8::1]:8443"
+    assert Client("x", limits, "https://[2001:db8::1]").authority == "[2001:db8::1]"
+    assert Client("x", limits, "https://push.example").authority == "push.example"
+
+
+@pytest.mark.parametrize(
+    ("failure", "text", "not_accepted"),
+    [
+        (Failed("ConnectError", sent=False, detail="Connection refused"),
+         "cannot connect to push.test: Connection refused", True),
+        (Failed("TLSError", sent=False, detail="certificate has expired"),
+         "TLS with push.test refused: certificate has expired", True),
+        (Failed("ConnectTimeout", sent=False), "no connection to push.test in time", True),
+        (Failed("NoFreeStream", sent=False), "no free stream to push.test in time", True),
+        (Failed("NoHttp2", sent=False, detail="the server does not speak HTTP/2"),
+         "push.test does not speak HTTP/2", True),
+        (Failed("RefusedStream", sent=False),
+         "the request to push.test never left (RefusedStream)", True),
+        (Failed("ReadTimeout", sent=True), "push.test did not answer in time", False),
+        (Failed("StreamReset", sent=True), "connection to push.test broke (StreamReset)", False),
+    ],
+)  # fmt: skip
+def test_a_recipient_s_server_without_an_answer_is_worded_with_its_host(
+    failure: Failed, text: str, not_accepted: bool
+) -> None:
+    error = unreachable(failure, "push.test")
+    assert (error.error_class, error.message, error.not_accepted) == (
+        ErrorClass.TRANSIENT, text, not_accepted,
+    )  # fmt: skip
