@@ -13,7 +13,8 @@ Sub-packages, by responsibility; each docstring says what it owns and what it ma
 
 Modules at this level are shared by all of them and import no sub-package: ``settings``
 (environment), ``catalog`` (``clarion.toml``), ``logging`` (structlog and masking),
-``validation`` (messages naming the field), ``metrics`` (what Clarion measures).
+``validation`` (messages naming the field), ``metrics`` (what Clarion measures),
+``unsubscribe`` (the signed one-click unsubscribe links the worker makes and the API reads).
 
 Imports flow one way: ``app → projections → streams``. Only ``api`` (and the ASGI entry point
 in ``processes``) knows HTTP: domain code never imports Litestar or ``app.api``.

@@ -65,13 +65,25 @@ SUPPRESSED = CounterSpec(
     "list's reasons, no provider), by channel and reason",
     ("channel", "reason"),
 )
+FEEDBACK = CounterSpec(
+    "clarion_feedback_applied_total",
+    "Provider feedback applied to its delivery (delivered, bounced, complained, ...)",
+    ("provider", "feedback"),
+)
+FEEDBACK_UNMATCHED = CounterSpec(
+    "clarion_feedback_unmatched_total",
+    "Provider feedback about a message no delivery was found for (dropped after a while)",
+    ("provider",),
+)
 HTTP_REQUESTS = HistogramSpec(
     "clarion_http_request_duration_seconds",
     "HTTP requests and how long they took, by method, route template and status class",
     ("method", "route", "status"),
     (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
-COUNTERS = (DELIVERY_FAILURES, ATTEMPT_FAILURES, OPT_OUTS, SUPPRESSED)
+COUNTERS = (
+    DELIVERY_FAILURES, ATTEMPT_FAILURES, OPT_OUTS, SUPPRESSED, FEEDBACK, FEEDBACK_UNMATCHED,
+)  # fmt: skip
 HISTOGRAMS = (DELIVERY_LATENCY, DELIVERY_ATTEMPTS, HTTP_REQUESTS)
 # Work entries dead-lettered as POISON cannot always be decoded: their channel is unknown.
 UNKNOWN_CHANNEL = "UNKNOWN"

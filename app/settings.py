@@ -8,6 +8,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
+from urllib.parse import urlsplit
 
 from streams.connection import redact
 from streams.recipient_settings import AddressDigest
@@ -74,6 +75,11 @@ class Settings:
     # Seconds a delivery's state hash lives on in Redis after the delivery ended SENT,
     # EXPIRED or SUPPRESSED; a FAILED one's lives as long as its dead letter.
     delivery_state_retention_seconds: int = 86400
+    # The https base URL recipients reach Clarion at (CLARION_PUBLIC_URL, without a trailing
+    # "/"): unsubscribe links start with it. "" adds no List-Unsubscribe header.
+    public_url: str = ""
+    # Seconds an unsubscribe link works after its email was sent (CLARION_UNSUBSCRIBE_TTL).
+    unsubscribe_ttl_seconds: int = 60 * 86400
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -97,6 +103,7 @@ class Settings:
             api_keys=parse_api_keys(env.get("CLARION_API_KEYS", "")),
             digest_secret=_digest_secret(env.get("CLARION_DIGEST_SECRET", "")),
             host=text("CLARION_HOST", defaults.host),
+            public_url=_public_url(env.get("CLARION_PUBLIC_URL", "")),
             log_format=_log_format(text("CLARION_LOG_FORMAT", defaults.log_format)),
             log_level=text("CLARION_LOG_LEVEL", defaults.log_level).upper(),
             **integers,
@@ -132,6 +139,7 @@ _INTEGER_VARIABLES: dict[str, tuple[str, int, int]] = {
     "stream_retention_seconds": ("CLARION_STREAM_RETENTION", 60, 30 * 86400),
     "dlq_retention_seconds": ("CLARION_DLQ_RETENTION", 3600, 3650 * 86400),
     "delivery_state_retention_seconds": ("CLARION_DELIVERY_STATE_RETENTION", 3600, 3650 * 86400),
+    "unsubscribe_ttl_seconds": ("CLARION_UNSUBSCRIBE_TTL", 3600, 3650 * 86400),
 }
 
 
@@ -143,6 +151,43 @@ def _digest_secret(raw: str) -> bytes:
             f"CLARION_DIGEST_SECRET must have at least {MIN_DIGEST_SECRET} characters"
         )
     return secret.encode()
+
+
+# What a public URL may hold: RFC 3986's characters, but nothing that would end the
+# List-Unsubscribe header's angle brackets or need encoding in a header, and neither "," nor
+# ";", where a long header line may be folded.
+_URL_CHARACTERS = re.compile(r"[A-Za-z0-9._~!$&'()*+=:@%/\[\]-]+")
+# Plain http is for a test on this machine: a recipient's link must be https.
+_LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+def _public_url(raw: str) -> str:
+    url = raw.strip()
+    if not url:
+        return ""
+    wrong = "CLARION_PUBLIC_URL must be the https URL recipients reach Clarion at"
+    example = "e.g. https://notify.example.com"
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        raise SettingsError(f"{wrong} ({example}); it is not a URL") from None
+    if parts.scheme not in ("https", "http") or not parts.hostname:
+        raise SettingsError(f"{wrong} ({example}), got {redact(url)!r}")
+    if parts.scheme == "http" and parts.hostname not in _LOCAL_HOSTS:
+        raise SettingsError(
+            f"{wrong}: plain http only for 127.0.0.1 or localhost (tests), got {redact(url)!r}"
+        )
+    if parts.username is not None or parts.password is not None:
+        raise SettingsError(f"{wrong}: without a user name or password")
+    if parts.query or parts.fragment or url.endswith(("?", "#")):
+        raise SettingsError(f"{wrong}: without a query or fragment, got {url!r}")
+    if not _URL_CHARACTERS.fullmatch(url) or port == 0:
+        raise SettingsError(
+            f"{wrong}: ASCII URL characters only (an international domain in its xn-- form) "
+            f"and a port from 1 to 65535, got {url!r}"
+        )
+    return url.rstrip("/")
 
 
 def _key_prefix(prefix: str) -> str:

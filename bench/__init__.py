@@ -2,7 +2,8 @@
 
 - ``harness.py``: everything two or more benchmarks use; the only module they share.
 - ``ingest.py`` (with ``bare_app.py`` and ``wrk_post.lua``), ``pipeline.py``,
-  ``projector.py``, ``memory.py``, ``instructions.py``: one benchmark each.
+  ``projector.py``, ``memory.py``, ``instructions.py``, ``unsubscribe.py``: one benchmark
+  each.
 - ``peers.py``: Clarion beside Celery and arq, with its job (``peer_job.py``), the peers'
   workers (``peer_celery.py``, ``peer_arq.py`` with ``arq-requirements.txt``) and its test
   (``test_peers.py``, run by ``make bench-check``).

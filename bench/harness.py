@@ -2,8 +2,8 @@
 
 A benchmark script (``ingest.py``, ``pipeline.py``, ``projector.py``, ``memory.py``,
 ``peers.py``, ``instructions.py``, ``providers.py``, ``fcm_client.py``, ``webpush_client.py``,
-``report.py``) imports shared code from here and from nowhere else in ``bench/``; what only
-one benchmark uses stays in its script. The sections:
+``unsubscribe.py``, ``report.py``) imports shared code from here and from nowhere else in
+``bench/``; what only one benchmark uses stays in its script. The sections:
 
 - results: the repository, ``BenchError``, where results go and the fields they start with;
 - command line and output: ``--redis-url``, text tables, the problems banner;

@@ -247,3 +247,31 @@ async def recipient_deliveries(pool: asyncpg.Pool, recipient_id: str) -> list[st
         recipient_id,
     )
     return [row[0] for row in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class SentDelivery:
+    """A delivery a provider took, as the read model has it."""
+
+    id: str
+    notification_id: str
+    status: str
+    version: int
+
+
+async def deliveries_by_message(
+    pool: asyncpg.Pool, messages: list[tuple[str, str]]
+) -> dict[tuple[str, str], SentDelivery]:
+    """The deliveries of (provider, provider message id) pairs, by pair; absent ones are not
+    in the read model (yet)."""
+    if not messages:
+        return {}
+    rows = await pool.fetch(
+        "SELECT d.provider, d.provider_message_id, d.id::text, d.notification_id::text,"
+        " d.status, d.version FROM delivery d"
+        " JOIN unnest($1::text[], $2::text[]) AS m(provider, message_id)"
+        " ON d.provider_message_id = m.message_id AND d.provider = m.provider",
+        [provider for provider, _ in messages],
+        [message_id for _, message_id in messages],
+    )
+    return {(row[0], row[1]): SentDelivery(row[2], row[3], row[4], row[5]) for row in rows}

@@ -10,7 +10,7 @@ through here, so they cannot disagree.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -19,23 +19,9 @@ import asyncpg
 import msgspec
 import structlog
 
+from projections.delivery_changes import CHANGE_OF, UNKNOWN
 from streams import codec
-from streams.delivery_state import DeliveryStatus
-from streams.events import (
-    AnyEvent,
-    DeliveryAttemptFailed,
-    DeliveryDeadLettered,
-    DeliveryDeferred,
-    DeliveryEvent,
-    DeliveryExpired,
-    DeliveryFailed,
-    DeliveryQueued,
-    DeliveryReplayed,
-    DeliverySent,
-    DeliverySuppressed,
-    NotificationAccepted,
-    ProviderFeedbackReceived,
-)
+from streams.events import AnyEvent, DeliveryEvent, NotificationAccepted
 
 log = structlog.get_logger(__name__)
 
@@ -185,122 +171,14 @@ def _event_row(event_id: str, event: AnyEvent) -> tuple[Any, ...]:
     return (event_id, event.at, type(event).__name__, notification_id, delivery_id, version, body)
 
 
-# What an event says about its delivery's row, as ``_change`` orders it: status, channel,
-# priority, reason, attempts, error class, last error, provider, provider message id, sent
-# at, failed at. None where the event says nothing: the row keeps what it has (see
-# _UPSERT_DELIVERIES). A plain tuple, not a dict or a NamedTuple: this runs for every event
-# the projector reads, and a tuple costs about half as much.
-_Change = tuple[Any, ...]
-# The statuses bound once: an enum member looked up through its class costs about 150 ns on
-# Python 3.11, and this runs for every event.
-_QUEUED, _SCHEDULED, _SENT = DeliveryStatus.QUEUED, DeliveryStatus.SCHEDULED, DeliveryStatus.SENT
-_SUPPRESSED, _EXPIRED = DeliveryStatus.SUPPRESSED, DeliveryStatus.EXPIRED
-_FAILED, _DELIVERED = DeliveryStatus.FAILED, DeliveryStatus.DELIVERED
-
-
-def _change(
-    status: DeliveryStatus,
-    *,
-    channel: str | None = None,
-    priority: str | None = None,
-    reason: str | None = None,
-    attempts: int | None = None,
-    error_class: str | None = None,
-    last_error: str | None = None,
-    provider: str | None = None,
-    provider_message_id: str | None = None,
-    sent_at: datetime | None = None,
-    failed_at: datetime | None = None,
-) -> _Change:
-    return (
-        status, channel, priority, reason, attempts, error_class, last_error, provider,
-        provider_message_id, sent_at, failed_at,
-    )  # fmt: skip
-
-
-def _queued(event: DeliveryQueued) -> _Change:
-    return _change(_QUEUED, channel=event.channel, priority=event.priority)
-
-
-def _deferred(event: DeliveryDeferred) -> _Change:
-    return _change(_SCHEDULED, channel=event.channel, reason=event.reason)
-
-
-def _suppressed(event: DeliverySuppressed) -> _Change:
-    return _change(_SUPPRESSED, channel=event.channel, reason=event.reason)
-
-
-def _expired(event: DeliveryExpired) -> _Change:
-    return _change(_EXPIRED, channel=event.channel, reason=event.reason)
-
-
-def _attempt_failed(event: DeliveryAttemptFailed) -> _Change:
-    return _change(
-        _SCHEDULED,
-        attempts=event.attempt,
-        error_class=event.error_class,
-        last_error=event.error,
-    )
-
-
-def _sent(event: DeliverySent) -> _Change:
-    return _change(
-        _SENT,
-        attempts=event.attempt,
-        sent_at=event.at,
-        provider=event.provider,
-        provider_message_id=event.provider_message_id,
-    )
-
-
-def _failed(event: DeliveryFailed) -> _Change:
-    return _change(
-        _FAILED,
-        attempts=event.attempts,
-        failed_at=event.at,
-        error_class=event.error_class,
-        last_error=event.error,
-    )
-
-
-def _dead_lettered(event: DeliveryDeadLettered) -> _Change:
-    return _change(_FAILED)
-
-
-def _replayed(event: DeliveryReplayed) -> _Change:
-    # An operator's replay starts a new attempt series.
-    return _change(_QUEUED, attempts=0)
-
-
-def _feedback(event: ProviderFeedbackReceived) -> _Change:
-    delivered = event.feedback == "delivered"
-    status = _DELIVERED if delivered else _SENT
-    return _change(status, last_error=event.detail or None)
-
-
-_CHANGE_OF: dict[type[DeliveryEvent], Callable[[Any], _Change]] = {
-    DeliveryQueued: _queued,
-    DeliveryDeferred: _deferred,
-    DeliverySuppressed: _suppressed,
-    DeliveryExpired: _expired,
-    DeliveryAttemptFailed: _attempt_failed,
-    DeliverySent: _sent,
-    DeliveryFailed: _failed,
-    DeliveryDeadLettered: _dead_lettered,
-    DeliveryReplayed: _replayed,
-    ProviderFeedbackReceived: _feedback,
-}
-_UNKNOWN = _change(_QUEUED)  # an event type this version does not know
-
-
 def _delivery_row(event: DeliveryEvent, context: _Context | None) -> tuple[Any, ...]:
     """The delivery columns an event sets, in the batch table's order; None where it says
     nothing."""
-    change_of = _CHANGE_OF.get(type(event))
+    change_of = CHANGE_OF.get(type(event))
     (
         status, channel, priority, reason, attempts, error_class, last_error, provider,
         message_id, sent_at, failed_at,
-    ) = change_of(event) if change_of else _UNKNOWN  # fmt: skip
+    ) = change_of(event) if change_of else UNKNOWN  # fmt: skip
     if attempts is None and event.version == 1:
         attempts = 0  # a delivery's first event: nothing has been tried yet
     return (

@@ -129,6 +129,16 @@ class KeySpace:
         return f"{self.prefix}:{{{self.sandbox_sent}}}:done:{idempotency_key}"
 
     @property
+    def feedback_inbox(self) -> str:
+        """Verified provider callbacks waiting to be matched to their deliveries (a stream).
+        Global, not per shard: a callback names no shard. Its keys share a hash tag."""
+        return f"{self.prefix}:{{feedback}}:inbox"
+
+    def feedback_seen(self, provider: str, callback: str) -> str:
+        """A callback already taken (its replay is refused), until it expires."""
+        return f"{self.prefix}:{{feedback}}:seen:{provider}:{callback}"
+
+    @property
     def write_probe(self) -> str:
         """A short-lived key the readiness check writes to learn whether Redis takes writes."""
         return f"{self.prefix}:ready:probe"

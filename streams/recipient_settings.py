@@ -5,7 +5,10 @@ slot, can check it atomically. The home shard decides the version and records th
 each change (PreferenceChanged, RecipientProfileChanged, ...); the other copies follow the
 home shard's version. Fields: ``v`` (version), ``p:<type>:<channel>`` = "0" for each
 switched-off pair, ``qh`` (quiet hours as JSON), ``x:<channel>:<digest>`` for each address a
-provider called dead, ``pf`` (the profile as JSON: its shape is ``app.recipients``').
+provider called dead, ``pf`` (the profile as JSON: its shape is ``app.ingest.profiles``').
+
+Every PreferenceChanged names who made the change (``source``): "api" for a producer's
+backend, "unsubscribe_link" for the recipient's own one-click unsubscribe.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 from redis.asyncio import Redis
@@ -39,6 +42,9 @@ _quiet_hours_decoder = msgspec.json.Decoder(QuietHoursSetting)
 # machine, while quiet hours guard against buzzing phones and inboxes. HIGH deliveries are
 # never held back either.
 QUIET_HOURS_EXEMPT: frozenset[Channel] = frozenset({Channel.IN_APP, Channel.WEBHOOK})
+
+# Who changed a recipient's settings (``PreferenceChanged.source``).
+Source = Literal["api", "unsubscribe_link"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +101,7 @@ class RecipientSettingsStore:
         return RecipientSettings.from_hash(raw)
 
     async def set_preferences(
-        self, recipient_id: str, entries: list[PreferenceEntry]
+        self, recipient_id: str, entries: list[PreferenceEntry], source: Source = "api"
     ) -> RecipientSettings:
         """Replace the recipient's preferences: exactly the disabled pairs given stay off."""
         disabled = sorted({(e.type, e.channel) for e in entries if not e.enabled})
@@ -105,36 +111,60 @@ class RecipientSettingsStore:
             recipient_id,
             "preferences",
             payload,
-            lambda version: PreferenceChanged(
-                at=_now(), recipient_id=recipient_id, settings_version=version, preferences=kept
+            lambda version, _: PreferenceChanged(
+                at=_now(), recipient_id=recipient_id, settings_version=version,
+                preferences=kept, source=source,
             ),
-        )
+        )  # fmt: skip
+
+    async def switch_off(
+        self, recipient_id: str, notification_type: str, channel: Channel, source: Source
+    ) -> RecipientSettings:
+        """Switch one (type, channel) pair off and keep the others as they are. A pair that is
+        off already changes nothing and records nothing, so repeating it is harmless."""
+        pair = (notification_type, str(channel))
+
+        def event_of(version: int, current: RecipientSettings) -> Event | None:
+            if pair in current.disabled:
+                return None
+            # The event carries every pair now off, as a replacement of the preferences does:
+            # whoever reads it learns the whole state, not only the change.
+            off = RecipientSettings(disabled=current.disabled | {pair}).preference_entries()
+            return PreferenceChanged(
+                at=_now(), recipient_id=recipient_id, settings_version=version,
+                preferences=off, source=source,
+            )  # fmt: skip
+
+        return await self._change(recipient_id, "preference_off", ":".join(pair), event_of)
 
     async def set_quiet_hours(
-        self, recipient_id: str, setting: QuietHoursSetting
+        self, recipient_id: str, setting: QuietHoursSetting, source: Source = "api"
     ) -> RecipientSettings:
+        """Set the recipient's quiet hours."""
         payload = codec.encode(setting).decode()
         return await self._change(
             recipient_id,
             "quiet_hours",
             payload,
-            lambda version: PreferenceChanged(
-                at=_now(), recipient_id=recipient_id, settings_version=version, quiet_hours=setting
+            lambda version, _: PreferenceChanged(
+                at=_now(), recipient_id=recipient_id, settings_version=version,
+                quiet_hours=setting, source=source,
             ),
-        )
+        )  # fmt: skip
 
-    async def remove_quiet_hours(self, recipient_id: str) -> RecipientSettings:
+    async def remove_quiet_hours(
+        self, recipient_id: str, source: Source = "api"
+    ) -> RecipientSettings:
+        """Remove the recipient's quiet hours."""
         return await self._change(
             recipient_id,
             "quiet_hours_off",
             "",
-            lambda version: PreferenceChanged(
-                at=_now(),
-                recipient_id=recipient_id,
-                settings_version=version,
-                quiet_hours_removed=True,
+            lambda version, _: PreferenceChanged(
+                at=_now(), recipient_id=recipient_id, settings_version=version,
+                quiet_hours_removed=True, source=source,
             ),
-        )
+        )  # fmt: skip
 
     async def mark_address_invalid(
         self, recipient_id: str, channel: str, digest: str
@@ -145,7 +175,7 @@ class RecipientSettingsStore:
             recipient_id,
             "invalid_address",
             f"x:{channel}:{digest}",
-            lambda version: RecipientAddressInvalidated(
+            lambda version, _: RecipientAddressInvalidated(
                 at=_now(),
                 recipient_id=recipient_id,
                 settings_version=version,
@@ -168,7 +198,7 @@ class RecipientSettingsStore:
         gives the new one (b"" removes it) and the names of what changed; it is asked again
         when a concurrent change came first, and may raise to give up."""
 
-        def plan(current: RecipientSettings) -> tuple[str, Callable[[int], Event]]:
+        def plan(current: RecipientSettings) -> tuple[str, Callable[[int], Event | None]]:
             profile, changed = update(current.profile)
             return profile.decode(), lambda version: RecipientProfileChanged(
                 at=_now(), recipient_id=recipient_id, settings_version=version, changed=changed
@@ -181,23 +211,34 @@ class RecipientSettingsStore:
         recipient_id: str,
         change: str,
         payload: str,
-        event_of: Callable[[int], Event],
+        event_of: Callable[[int, RecipientSettings], Event | None],
     ) -> RecipientSettings:
-        return await self._change_with(recipient_id, change, lambda _: (payload, event_of))
+        """``_change_with`` for a payload known beforehand: ``event_of`` makes the event of
+        the new version from the current settings, or None when they already are as asked
+        (then nothing is written)."""
+
+        def plan(current: RecipientSettings) -> tuple[str, Callable[[int], Event | None]]:
+            return payload, lambda version: event_of(version, current)
+
+        return await self._change_with(recipient_id, change, plan)
 
     async def _change_with(
         self,
         recipient_id: str,
         change: str,
-        plan: Callable[[RecipientSettings], tuple[str, Callable[[int], Event]]],
+        plan: Callable[[RecipientSettings], tuple[str, Callable[[int], Event | None]]],
     ) -> RecipientSettings:
-        """Apply a change planned from the current settings (the payload and its event)."""
+        """Apply a change planned from the current settings (its payload, and its event or
+        None for nothing to do) on the home shard, then copy the result to every other
+        shard."""
         home = self.keys.home_of_recipient(recipient_id)
         while True:  # optimistic: retry when a concurrent change moved the version
             current = await self.get(recipient_id)
             payload, event_of = plan(current)
             new_version = current.version + 1
             event = event_of(new_version)
+            if event is None:
+                return current
             call = recipient_settings_call(
                 home,
                 recipient_id,
@@ -247,10 +288,10 @@ def recipient_settings_call(
     """The keys and arguments of one ``lua/recipient_settings.lua`` call.
 
     KEYS: the recipient's settings on ``shard``, that shard's events. ARGV: the version the
-    home shard's copy must have (0 for a copy), the new version, the change
-    (preferences, quiet_hours, quiet_hours_off, invalid_address or copy), its payload, and
-    the encoded event the home shard records ("" for a copy). A ``profile`` change's payload
-    is the profile's JSON ("" removes it).
+    home shard's copy must have (0 for a copy), the new version, the change (preferences,
+    preference_off, quiet_hours, quiet_hours_off, invalid_address, profile or copy), its
+    payload, and the encoded event the home shard records ("" for a copy). A ``profile``
+    change's payload is the profile's JSON ("" removes it).
     """
     encoded = codec.encode_events([event]) if event is not None else ""
     return (

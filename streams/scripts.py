@@ -109,6 +109,8 @@ DLQ_REPLAY = LuaScript("dlq_replay")  # streams.dlq.replay.dlq_replay_call
 CIRCUIT = LuaScript("circuit")  # streams.circuit_breaker.circuit_call
 SUPPRESSION = LuaScript("suppression")  # streams.suppressions.suppression_call
 ERASE = LuaScript("erase")  # streams.erasure.erase_call
+FEEDBACK_TAKE = LuaScript("feedback_take")  # streams.feedback.feedback_take_call
+FEEDBACK_APPLY = LuaScript("feedback_apply")  # streams.feedback.feedback_apply_call
 ALL: tuple[LuaScript, ...] = (
     INGEST,
     DELIVERY_BEGIN,
@@ -124,4 +126,6 @@ ALL: tuple[LuaScript, ...] = (
     CIRCUIT,
     SUPPRESSION,
     ERASE,
+    FEEDBACK_TAKE,
+    FEEDBACK_APPLY,
 )

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -21,6 +22,7 @@ from app.api.auth import KeyRing
 from app.api.dashboard import DASHBOARD_ROUTES
 from app.api.dlq import get_dlq, replay_dlq
 from app.api.errors import internal_error, redis_unavailable
+from app.api.feedback import receive_feedback
 from app.api.http_metrics import HttpMetrics
 from app.api.notification_status import get_notification_status, list_deliveries
 from app.api.notifications import create_notification, create_notifications_batch
@@ -28,19 +30,18 @@ from app.api.ops import lag, live, metrics, ready
 from app.api.read_model import ReadModel, read_model_unavailable
 from app.api.recipient_profiles import RecipientProfile, patch_push_targets
 from app.api.recipients import QuietHours, get_recipient_settings, put_preferences
-from app.api.suppressions import (
-    add_suppression,
-    list_suppressions,
-    look_up_suppression,
-    remove_suppression,
-)
-from app.catalog import Catalog
+from app.api.suppressions import Suppressions, look_up_suppression, remove_suppression
+from app.api.unsubscribe import UNSUBSCRIBE_ROUTES
+from app.catalog import Catalog, feedback_secrets
+from app.feedback.callbacks import schemes
 from app.ingest.fanout import Planner, utc_now
 from app.ingest.ingestor import Ingestor
 from app.ingest.quotas import IngestQuotas
 from app.recipients.erasure import Eraser
 from app.settings import Settings
+from app.unsubscribe import UnsubscribeTokens
 from projections.queries import recipient_deliveries
+from streams.feedback import Inbox
 from streams.keys import KeySpace
 from streams.metrics_recorder import MetricsRecorder
 from streams.recipient_settings import RecipientSettingsStore
@@ -62,13 +63,13 @@ async def bind_request_context(request: Request[Any, Any, Any]) -> None:
 
 # The routes after the two that ingest (the batch endpoint has a body limit of its own).
 ROUTES: list[ControllerRouterHandler] = [
+    receive_feedback,
     RecipientProfile,
     patch_push_targets,
     put_preferences,
     QuietHours,
     get_recipient_settings,
-    list_suppressions,
-    add_suppression,
+    Suppressions,
     look_up_suppression,
     remove_suppression,
     get_notification_status,
@@ -80,6 +81,7 @@ ROUTES: list[ControllerRouterHandler] = [
     lag,
     metrics,
     *DASHBOARD_ROUTES,
+    *UNSUBSCRIBE_ROUTES,
 ]
 
 
@@ -112,42 +114,26 @@ def _eraser(settings: Settings, redis: Redis, keys: KeySpace, read_model: ReadMo
     )
 
 
-def create_app(
+def _state(
     settings: Settings,
-    *,
     redis: Redis,
     catalog: Catalog,
-    clock: Callable[[], datetime] = utc_now,
-    db: asyncpg.Pool | None = None,
-) -> Litestar:
-    """Build the HTTP application around an existing Redis client and catalog.
-
-    ``db`` is the read-model pool. Without one the status endpoints answer from Redis only
-    and ``GET /v1/deliveries`` 503, unless ``app.state.read_model`` is given a way to
-    connect (``app.processes.api`` does).
-    """
-    keys = KeySpace(settings.key_prefix, settings.shards)
-    recorder = MetricsRecorder(redis, keys)
+    keys: KeySpace,
+    recorder: MetricsRecorder,
+    *,
+    clock: Callable[[], datetime],
+    db: asyncpg.Pool | None,
+) -> dict[str, Any]:
+    """What handlers find in ``request.app.state``."""
     address_digest = settings.address_digest()
-    ingestor = Ingestor(
-        redis,
-        keys,
-        Planner(catalog, address_digest),
-        settings.idempotency_ttl_seconds,
-        clock,
-        metrics=recorder,
-    )
-    batch = Router(
-        "/",
-        route_handlers=[create_notifications_batch],
-        request_max_body_size=settings.max_batch_body_bytes,
-    )
     read_model = ReadModel(db)
-    # What handlers find in ``request.app.state``.
-    state = {
+    planner = Planner(catalog, address_digest)
+    return {
         "redis": redis,
         "catalog": catalog,
-        "ingestor": ingestor,
+        "ingestor": Ingestor(
+            redis, keys, planner, settings.idempotency_ttl_seconds, clock, metrics=recorder
+        ),
         "key_ring": KeyRing(settings.api_keys),
         "recipient_settings": RecipientSettingsStore(redis, keys),
         "suppressions": SuppressionStore(redis, keys),
@@ -155,10 +141,45 @@ def create_app(
         "address_digest": address_digest,
         "read_model": read_model,
         "eraser": _eraser(settings, redis, keys, read_model),
+        "public_url": settings.public_url,
+        "feedback_inbox": Inbox(redis, keys),
         "ingest_quotas": IngestQuotas(redis, keys, catalog.quotas),
         # A batch item may be as large as a single POST's body.
         "max_item_bytes": settings.max_body_bytes,
+        "unsubscribe_tokens": UnsubscribeTokens(settings.digest_secret),
+        "clock": clock,
     }
+
+
+def create_app(
+    settings: Settings,
+    *,
+    redis: Redis,
+    catalog: Catalog,
+    clock: Callable[[], datetime] = utc_now,
+    db: asyncpg.Pool | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Litestar:
+    """Build the HTTP application around an existing Redis client and catalog.
+
+    ``db`` is the read-model pool. Without one the status endpoints answer from Redis only
+    and ``GET /v1/deliveries`` 503, unless ``app.state.read_model`` is given a way to
+    connect (``app.processes.api`` does). ``environ`` holds the secrets that verify
+    providers' feedback callbacks (default: this process's environment).
+    """
+    keys = KeySpace(settings.key_prefix, settings.shards)
+    recorder = MetricsRecorder(redis, keys)
+    batch = Router(
+        "/",
+        route_handlers=[create_notifications_batch],
+        request_max_body_size=settings.max_batch_body_bytes,
+    )
+    state = _state(settings, redis, catalog, keys, recorder, clock=clock, db=db)
+    state["feedback_schemes"] = schemes(
+        catalog,
+        feedback_secrets(catalog, os.environ if environ is None else environ),
+        state["address_digest"],
+    )
     return Litestar(
         route_handlers=[create_notification, batch, *ROUTES],
         request_max_body_size=settings.max_body_bytes,

@@ -62,7 +62,7 @@ _NOTABLE_FIELDS = frozenset({"error", "error_class", "reason", "feedback", "deta
 _PG_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
 
 # No script at all; styles only inline; forms only to this site; never framed.
-_HEADERS = {
+HTML_HEADERS = {
     "Cache-Control": "no-store",
     "Content-Security-Policy": (
         "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; "
@@ -123,7 +123,7 @@ _TEMPLATES.filters["value"] = _value
 def render(template: str, status_code: int = 200, **context: Any) -> Response[str]:
     """An HTML response of ``template`` rendered with ``context``."""
     html = _TEMPLATES.get_template(template).render(**context)
-    return Response(html, status_code=status_code, media_type=MediaType.HTML, headers=_HEADERS)
+    return Response(html, status_code=status_code, media_type=MediaType.HTML, headers=HTML_HEADERS)
 
 
 _TITLES = {

@@ -14,8 +14,9 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import msgspec
-from litestar import Request, delete, get, post
+from litestar import Controller, Request, Response, delete, get, post, route
 from litestar.datastructures import State
+from litestar.enums import HttpMethod
 from litestar.exceptions import ClientException, NotFoundException
 from litestar.params import FromPath, QueryParameter
 
@@ -97,16 +98,45 @@ def _address(request: Req, body: AddressBody) -> tuple[str, str]:
     return address, digest(address)
 
 
-@get("/v1/suppressions", raises=AUTHENTICATED)
-async def list_suppressions(
-    request: Req,
-    cursor: Cursor = None,
-    limit: Limit = None,
-    channel: Annotated[Channel | None, QueryParameter(description="Only this channel")] = None,
-    reason: Annotated[str | None, QueryParameter(description="Only this reason")] = None,
+class Suppressions(Controller):
+    """``GET`` and ``POST /v1/suppressions``.
+
+    The ``OPTIONS`` answer is written out here: Litestar's automatic one is built when the
+    path's first handler is registered and then lists only that handler's method. A
+    controller registers its handlers in the alphabetical order of their names, so
+    ``allowed_methods`` must sort first.
+    """
+
+    path = "/v1/suppressions"
+
+    @route(http_method=HttpMethod.OPTIONS, include_in_schema=False, status_code=204)
+    async def allowed_methods(self, request: Req) -> Response[None]:
+        """Which methods this path supports, read from its route."""
+        [found] = [r for r in request.app.routes if r.path_format == request.scope["path_template"]]
+        return Response(None, status_code=204, headers={"Allow": ", ".join(sorted(found.methods))})
+
+    @get(raises=AUTHENTICATED)
+    async def list_suppressions(
+        self,
+        request: Req,
+        cursor: Cursor = None,
+        limit: Limit = None,
+        channel: Annotated[Channel | None, QueryParameter(description="Only this channel")] = None,
+        reason: Annotated[str | None, QueryParameter(description="Only this reason")] = None,
+    ) -> SuppressionsPage:
+        """A page of the suppression list (a page may hold fewer entries than ``limit`` when
+        filtered; follow ``next_cursor`` until it is null)."""
+        return await _page(request, cursor, limit, channel, reason)
+
+    @post(dependencies=documented_body(SuppressionBody), raises=[*AUTHENTICATED, BodyTooLarge])
+    async def suppress(self, request: Req) -> SuppressionView:
+        """Put an address on the suppression list (an entry for it already there is replaced)."""
+        return await _add(request)
+
+
+async def _page(
+    request: Req, cursor: str | None, limit: int | None, channel: Channel | None, reason: str | None
 ) -> SuppressionsPage:
-    """A page of the suppression list (a page may hold fewer entries than ``limit`` when
-    filtered; follow ``next_cursor`` until it is null)."""
     authorize(request, "admin")
     count = DEFAULT_PAGE if limit is None else limit
     if not 1 <= count <= MAX_PAGE:
@@ -131,13 +161,7 @@ async def list_suppressions(
     )
 
 
-@post(
-    "/v1/suppressions",
-    dependencies=documented_body(SuppressionBody),
-    raises=[*AUTHENTICATED, BodyTooLarge],
-)
-async def add_suppression(request: Req) -> SuppressionView:
-    """Put an address on the suppression list (an entry for it already there is replaced)."""
+async def _add(request: Req) -> SuppressionView:
     caller = authorize(request, "admin")
     body = decode_body(await request.body(), SuppressionBody)
     if body.channel not in SUPPRESSIBLE:

@@ -22,6 +22,8 @@ from streams.vocabulary import CHANNELS, Channel, Priority
 Name = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
 # As in CLARION_API_KEYS (``app.settings``).
 ProducerName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
+# Words for people: one line without control characters.
+Label = Annotated[str, msgspec.Meta(min_length=1, max_length=100, pattern=r"^[^\x00-\x1f\x7f]+$")]
 
 
 class CatalogError(Exception):
@@ -68,6 +70,13 @@ class TypeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     producers: frozenset[ProducerName] | None = None
     # WEBHOOK: where a recipient without a ``webhook_url`` of its own is called.
     webhook_url: str | None = None
+    # How recipients see this type named (the unsubscribe page): plain words such as
+    # "Order updates"; by default the type's name with spaces for "_".
+    label: Label | None = None
+
+    def label_of(self, name: str) -> str:
+        """What recipients call this type, ``name`` in the catalog."""
+        return self.label or name.replace("_", " ")
 
 
 class Quota(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -127,6 +136,24 @@ class Catalog(msgspec.Struct, frozen=True):
             if channel in templates.get(candidate, {}):
                 return candidate
         return None
+
+
+def feedback_secrets(catalog: Catalog, environ: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    """What the API needs to verify providers' feedback callbacks: each Twilio provider's
+    auth token and each ``feedback_secret_env``, per provider. Raises ``CatalogError``."""
+    secrets: dict[str, dict[str, str]] = {}
+    for name, config in catalog.providers.items():
+        if config.kind != "twilio" and not config.feedback_secret_env:
+            continue
+        try:
+            values = config.secrets(environ) if config.kind == "twilio" else {}
+            secret = config.feedback_secret(environ)
+        except SecretMissing as error:
+            raise CatalogError(f"{catalog.source}: providers.{name}.{error}") from None
+        secrets[name] = {key: value for key, value in values.items() if key == "auth_token_env"}
+        if secret:
+            secrets[name]["feedback_secret_env"] = secret
+    return secrets
 
 
 def check_for_workers(

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from typing import Annotated, Literal
 
 import msgspec
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
 # An environment variable's name, as a secret's ``*_env`` key gives it.
 EnvName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
@@ -62,6 +64,10 @@ class ProviderLimits(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
     # finds it full waits in ``delayed`` without counting an attempt. 0: no bound.
     max_in_flight: Annotated[int, msgspec.Meta(ge=0, le=10_000)] = 32
     circuit: CircuitConfig = CircuitConfig()
+    # The Standard Webhooks secret (``whsec_``) the provider signs its feedback callbacks to
+    # ``/v1/feedback/<name>`` with (``app.feedback``); kinds with a scheme of their own
+    # (Twilio, SendGrid) need none.
+    feedback_secret_env: EnvName | None = None
 
     @property
     def kind(self) -> str:
@@ -81,6 +87,23 @@ class ProviderLimits(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
                 raise SecretMissing(f"{key}: environment variable {variable} is not set")
             values[key] = value
         return values
+
+    def feedback_secret(self, environ: Mapping[str, str]) -> str:
+        """The Standard Webhooks secret of the provider's feedback callbacks ("" without
+        ``feedback_secret_env``); raises ``SecretMissing``."""
+        variable = self.feedback_secret_env
+        if not variable:
+            return ""
+        value = environ.get(variable, "")
+        if not value:
+            raise SecretMissing(f"feedback_secret_env: environment variable {variable} is not set")
+        try:
+            signing_key(value)
+        except ValueError as error:
+            raise SecretInvalid(
+                f"feedback_secret_env: environment variable {variable} {error}"
+            ) from None
+        return value
 
 
 class SandboxConfig(ProviderLimits, frozen=True, tag_field="kind", tag="sandbox"):
@@ -121,6 +144,13 @@ class SendgridConfig(ProviderLimits, frozen=True, tag_field="kind", tag="sendgri
     from_address: str = msgspec.field(name="from")
     from_name: str = ""
     base_url: BaseUrl = "https://api.sendgrid.com"
+    # The Event Webhook's verification key, as SendGrid's settings show it (base64 of a P-256
+    # public key): with it, signed events to ``/v1/feedback/<name>`` are taken (``app.feedback``).
+    event_webhook_public_key: str = ""
+
+    def __post_init__(self) -> None:
+        if self.event_webhook_public_key:
+            event_webhook_key(self.event_webhook_public_key)
 
     def secret_names(self) -> dict[str, str]:
         return {"api_key_env": self.api_key_env}
@@ -199,6 +229,17 @@ class WebhookConfig(GuardedConfig, frozen=True, tag_field="kind", tag="webhook")
 
 # Standard Webhooks: a symmetric secret is at least 24 random bytes.
 MIN_SIGNING_KEY_BYTES = 24
+
+
+def event_webhook_key(text: str) -> ec.EllipticCurvePublicKey:
+    """SendGrid's Event Webhook verification key; ``ValueError`` naming the setting."""
+    try:
+        key = serialization.load_der_public_key(base64.b64decode(text, validate=True))
+    except ValueError:  # binascii.Error is one, and so is a key that does not parse
+        raise ValueError("event_webhook_public_key: not a base64 public key") from None
+    if not isinstance(key, ec.EllipticCurvePublicKey) or key.curve.name != "secp256r1":
+        raise ValueError("event_webhook_public_key: not a P-256 (ECDSA) public key")
+    return key
 
 
 def signing_key(secret: str) -> bytes:

@@ -20,10 +20,11 @@ from app.delivery.rendering import RenderError, render
 from app.delivery.retry_policy import may_retry, retry_delay
 from app.logging import mask
 from app.providers.base import Message, Provider, ProviderError
+from app.unsubscribe import UnsubscribeLinks
 from streams import delivery_outcomes
 from streams.delivery_outcomes import MAX_ERROR_TEXT, LeasedDelivery
 from streams.delivery_store import Outcome
-from streams.vocabulary import ErrorClass
+from streams.vocabulary import Channel, ErrorClass
 from streams.work_items import WorkItem
 
 log = structlog.get_logger(__name__)
@@ -48,6 +49,8 @@ class Attempts:
         timeouts: ProviderTimeouts,
         now_ms: Callable[[], int],
         forget_address: Callable[[WorkItem, str], Awaitable[None]],
+        *,
+        links: UnsubscribeLinks | None = None,
     ) -> None:
         self.catalog = catalog
         self.providers = providers
@@ -55,6 +58,8 @@ class Attempts:
         self.now_ms = now_ms
         # Called when a provider says an address is dead (e.g. an invalid push token).
         self.forget_address = forget_address
+        # Makes one-click unsubscribe links; None without CLARION_PUBLIC_URL.
+        self.unsubscribe_links = links
 
     async def attempt(self, leased: LeasedDelivery, provider_name: str = "") -> Attempted:
         """Make one attempt through ``provider_name`` (default: the channel's first)."""
@@ -83,6 +88,7 @@ class Attempts:
             priority=item.priority,
             expires_ms=item.expires_ms,
             push=rendered.push,
+            unsubscribe_url=self._unsubscribe_url(item),
         )
         timeout = self.catalog.providers[provider_name].timeout_seconds
         try:
@@ -107,6 +113,24 @@ class Attempts:
             leased, provider_name, message_id, self.now_ms(), rendered.sms_segments
         )
         return Attempted(outcome, False)
+
+    def _unsubscribe_url(self, item: WorkItem) -> str:
+        """The one-click unsubscribe link of an EMAIL of a type recipients may switch off,
+        made at each attempt (so a retry's link lasts as long as the first one's); ""
+        otherwise."""
+        type_config = self.catalog.types.get(item.notification_type)
+        links = self.unsubscribe_links
+        if links is None or item.channel != Channel.EMAIL or not type_config:
+            return ""
+        if not type_config.opt_out:
+            return ""  # an OTP or a security alert: nothing to unsubscribe from
+        now_s = self.now_ms() / 1000
+        url = links.url(item.recipient_id, item.notification_type, item.channel, now_s)
+        if not url:
+            log.warning(
+                "delivery.unsubscribe_link_too_long", recipient_id_chars=len(item.recipient_id)
+            )
+        return url
 
     async def _refused(
         self, leased: LeasedDelivery, provider_name: str, error: ProviderError

@@ -33,6 +33,7 @@ from app.delivery.routing import Bulkheads, Route, Router, circuit_policies
 from app.delivery.scheduler import Scheduler
 from app.metrics import DELIVERY_FAILURES, record_outcome
 from app.providers.base import Provider
+from app.unsubscribe import UnsubscribeLinks
 from streams import codec, delivery_outcomes
 from streams.circuit_breaker import CircuitBreakers
 from streams.consumer_groups import DELIVERY_GROUP, Entry, ensure_group, is_missing_group
@@ -73,6 +74,8 @@ class WorkerOptions:
     failed_state_retention_ms: int = FAILED_STATE_RETENTION_MS
     reclaim_interval_s: float = 5.0
     shutdown_grace_s: float = 10.0
+    # One-click unsubscribe links for EMAIL of opt-out-able types (None: no such header).
+    unsubscribe: UnsubscribeLinks | None = None
 
 
 class DeliveryWorker:
@@ -110,7 +113,9 @@ class DeliveryWorker:
         dead = DeadAddresses(
             self.recipient_settings, SuppressionStore(redis, keys), address_digest, now_ms
         )
-        self._attempts = Attempts(catalog, providers, self._timeouts, now_ms, dead.forget)
+        self._attempts = Attempts(
+            catalog, providers, self._timeouts, now_ms, dead.forget, links=options.unsubscribe
+        )
         self._scheduler = Scheduler(redis, keys.all_shards())
         self._recovery = Recovery(
             redis,

@@ -11,7 +11,9 @@ from datetime import UTC, datetime
 import asyncpg
 import structlog
 import uvloop
+from redis.asyncio import Redis
 
+from app.feedback.processor import FeedbackProcessor
 from app.logging import configure_logging
 from app.processes.gc_tuning import tune_gc
 from app.processes.redis_checks import check_redis
@@ -22,6 +24,7 @@ from projections.partitions import drop_expired_partitions, ensure_partitions
 from projections.projector import Projector
 from streams.connection import connect
 from streams.keys import KeySpace
+from streams.metrics_recorder import MetricsRecorder
 from streams.retention import keep_trimmed, policies
 
 log = structlog.get_logger(__name__)
@@ -56,21 +59,53 @@ async def serve(settings: Settings) -> None:
         pool = await _database(settings, stop)
         if pool is None:
             return
-        projector = Projector(redis, pool, keys, consumer=f"{socket.gethostname()}-projector")
-        running = asyncio.create_task(projector.run())
-        upkeep = asyncio.create_task(_keep_partitions(pool, settings.retention_days))
-        stopping = asyncio.create_task(stop.wait())
-        await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        projector.stop()
-        stopping.cancel()
-        upkeep.cancel()
-        await running
+        consumer = f"{socket.gethostname()}-projector"
+        projector = Projector(redis, pool, keys, consumer=consumer)
+        metrics = MetricsRecorder(redis, keys)
+        feedback = _feedback_processor(
+            settings, redis, keys, pool, consumer=consumer, metrics=metrics
+        )
+        async with metrics.flushing():
+            running = asyncio.create_task(projector.run())
+            matching = asyncio.create_task(feedback.run())
+            upkeep = asyncio.create_task(_keep_partitions(pool, settings.retention_days))
+            stopping = asyncio.create_task(stop.wait())
+            await asyncio.wait({running, matching, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            projector.stop()
+            feedback.stop()
+            stopping.cancel()
+            upkeep.cancel()
+            await asyncio.gather(running, matching)
         await pool.close()
     finally:
         if trimmer is not None:
             trimmer.cancel()
             await asyncio.gather(trimmer, return_exceptions=True)
         await redis.aclose()
+
+
+def _feedback_processor(
+    settings: Settings,
+    redis: Redis,
+    keys: KeySpace,
+    pool: asyncpg.Pool,
+    *,
+    consumer: str,
+    metrics: MetricsRecorder,
+) -> FeedbackProcessor:
+    """Provider feedback is matched here: by the read model, which only this process has."""
+
+    async def read_model() -> asyncpg.Pool:
+        return pool
+
+    return FeedbackProcessor(
+        redis,
+        keys,
+        read_model,
+        consumer=consumer,
+        state_retention_ms=settings.delivery_state_retention_seconds * 1000,
+        metrics=metrics,
+    )
 
 
 async def _keep_partitions(pool: asyncpg.Pool, retention_days: int) -> None:

@@ -9,16 +9,17 @@ import socket
 import structlog
 import uvloop
 
-from app.catalog import load_catalog
+from app.catalog import Catalog, load_catalog
 from app.delivery.worker import DeliveryWorker, WorkerOptions
 from app.logging import configure_logging
 from app.processes.gc_tuning import tune_gc
 from app.processes.redis_checks import check_redis
 from app.providers.registry import build_providers, close_providers
 from app.settings import Settings
+from app.unsubscribe import unsubscribe_links
 from streams.connection import connect
 from streams.keys import KeySpace
-from streams.vocabulary import Priority
+from streams.vocabulary import Channel, Priority
 
 log = structlog.get_logger(__name__)
 
@@ -42,6 +43,24 @@ def worker_options(settings: Settings) -> WorkerOptions:
         failed_state_retention_ms=settings.dlq_retention_seconds * 1000,
         # Look for abandoned work a few times per lease.
         reclaim_interval_s=min(5.0, settings.lease_ms / 3000),
+        unsubscribe=unsubscribe_links(settings),
+    )
+
+
+def say_whether_emails_can_be_unsubscribed(catalog: Catalog, options: WorkerOptions) -> None:
+    """Log once, at start-up, when emails go out without a one-click unsubscribe link."""
+    if options.unsubscribe is not None:
+        return
+    opt_out_emails = sorted(
+        name for name, t in catalog.types.items() if t.opt_out and Channel.EMAIL in t.channels
+    )
+    # Mailbox providers ask bulk senders for one-click unsubscribe: worth a warning when
+    # such emails go out.
+    say = log.warning if opt_out_emails else log.info
+    say(
+        "worker.unsubscribe_links_off",
+        detail="CLARION_PUBLIC_URL is not set: no List-Unsubscribe header is added to emails",
+        types=opt_out_emails,
     )
 
 
@@ -56,8 +75,14 @@ async def serve(settings: Settings, slot: int) -> None:
     try:
         await check_redis(redis, settings.redis_url)
         keys = KeySpace(settings.key_prefix, settings.shards)
+        options = worker_options(settings)
+        say_whether_emails_can_be_unsubscribed(catalog, options)
         providers = build_providers(
-            catalog, redis, keys, remember_ms=settings.stream_retention_seconds * 1000
+            catalog,
+            redis,
+            keys,
+            remember_ms=settings.stream_retention_seconds * 1000,
+            public_url=settings.public_url,
         )
         worker = DeliveryWorker(
             redis,
@@ -66,7 +91,7 @@ async def serve(settings: Settings, slot: int) -> None:
             providers,
             consumer=consumer_name(slot),
             address_digest=settings.address_digest(),
-            options=worker_options(settings),
+            options=options,
         )
         running = asyncio.create_task(worker.run())
         stopping = asyncio.create_task(stop.wait())

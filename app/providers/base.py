@@ -22,6 +22,10 @@ from streams.vocabulary import Channel, ErrorClass, Priority
 # The header an email carries its delivery id in, whichever provider sends it: a bounce or a
 # second copy can be traced to its delivery by it.
 DELIVERY_HEADER: Final = "X-Clarion-Delivery-Id"
+# RFC 8058 one-click unsubscribe: the link, and what a mail client POSTs to it.
+UNSUBSCRIBE_HEADER: Final = "List-Unsubscribe"
+UNSUBSCRIBE_POST_HEADER: Final = "List-Unsubscribe-Post"
+ONE_CLICK: Final = "List-Unsubscribe=One-Click"
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +77,17 @@ class Message:
     expires_ms: int = 0
     # PUSH: the template's push parts.
     push: PushContent = field(default_factory=PushContent)
+    # EMAIL of a type recipients may switch off: the one-click unsubscribe link (RFC 8058),
+    # which an email adapter puts in List-Unsubscribe beside List-Unsubscribe-Post; "" for
+    # none (another type, or no CLARION_PUBLIC_URL).
+    unsubscribe_url: str = ""
+
+    @property
+    def unsubscribe_headers(self) -> dict[str, str]:
+        """The header fields of RFC 8058 one-click unsubscribe (none without a link)."""
+        if not self.unsubscribe_url:
+            return {}
+        return {UNSUBSCRIBE_HEADER: f"<{self.unsubscribe_url}>", UNSUBSCRIBE_POST_HEADER: ONE_CLICK}
 
 
 class Reason(StrEnum):

@@ -39,11 +39,13 @@ def build_providers(
     *,
     remember_ms: int = REMEMBER_MS,
     environ: Mapping[str, str] | None = None,
+    public_url: str = "",
 ) -> dict[str, Provider]:
     """One adapter per provider of the catalog, with its secrets from ``environ`` (default:
     the process's environment; a missing one raises ``CatalogError`` naming it). A sandbox
     remembers a send for ``remember_ms`` (the stream retention: as long as its record keeps
-    the send)."""
+    the send). With ``public_url`` (where providers reach Clarion), Twilio is asked to post
+    status callbacks to ``<public_url>/v1/feedback/<name>``."""
     secrets = check_for_workers(catalog, os.environ if environ is None else environ, _ANY_LEASE_MS)
     providers: dict[str, Provider] = {}
     for name, config in catalog.providers.items():
@@ -58,7 +60,8 @@ def build_providers(
             case SendgridConfig():
                 providers[name] = SendgridProvider(name, config, own)
             case TwilioConfig():
-                providers[name] = TwilioProvider(name, config, own)
+                callback = f"{public_url}/v1/feedback/{name}" if public_url else ""
+                providers[name] = TwilioProvider(name, config, own, status_callback=callback)
             case WebhookConfig():
                 providers[name] = WebhookProvider(name, config, own)
             case WebPushConfig():

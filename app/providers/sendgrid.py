@@ -8,7 +8,8 @@ twilio.com/docs/sendgrid/api-reference/mail-send, names none). A retry after an 
 failure (a read timeout, a 5xx) may therefore send a second copy. The delivery id travels in
 ``custom_args`` (``clarion_delivery_id``, with ``clarion_notification_id``), which SendGrid
 keeps in its activity feed and event webhook, so a duplicate can be found there, and in the
-``X-Clarion-Delivery-Id`` header of the mail itself.
+``X-Clarion-Delivery-Id`` header of the mail itself. The one-click unsubscribe header fields
+(RFC 8058) travel in ``headers`` too.
 
 Answers, after SendGrid's error shape ``{"errors": [{"message", "field", "help"}]}``
 (twilio.com/docs/sendgrid/api-reference/how-to-use-the-sendgrid-v3-api/errors):
@@ -113,7 +114,7 @@ class SendgridProvider:
             "from": self._from,
             "subject": message.title,
             "content": content,
-            "headers": {DELIVERY_HEADER: message.delivery_id},
+            "headers": {DELIVERY_HEADER: message.delivery_id, **message.unsubscribe_headers},
             "custom_args": custom_args,
         }
         return _encode(body)

@@ -90,7 +90,14 @@ _decode = msgspec.json.Decoder(_Answer).decode
 class TwilioProvider:
     """Sends SMS messages through Twilio, over one keep-alive ``http.Client``."""
 
-    def __init__(self, name: str, config: TwilioConfig, secrets: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        name: str,
+        config: TwilioConfig,
+        secrets: Mapping[str, str],
+        *,
+        status_callback: str = "",
+    ) -> None:
         self.name = name
         path = f"/2010-04-01/Accounts/{config.account_sid}/Messages.json"
         self._url = URL(config.base_url + path)
@@ -99,6 +106,9 @@ class TwilioProvider:
             if config.from_number
             else {"MessagingServiceSid": config.messaging_service_sid}
         )
+        if status_callback:
+            # Twilio POSTs each status change there (``app.feedback``): delivered, failed...
+            sender["StatusCallback"] = status_callback
         # The form's fixed part, encoded once: quoting is a measurable share of a send's CPU.
         self._sender = urlencode(sender)
         credentials = f"{config.account_sid}:{secrets['auth_token_env']}".encode()

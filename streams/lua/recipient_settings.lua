@@ -5,10 +5,10 @@
 --
 -- Keys and arguments: ``streams.recipient_settings.recipient_settings_call`` lays them out.
 -- KEYS: recipient settings, events
--- ARGV: expected version, new version, change (preferences|quiet_hours|quiet_hours_off|
---       invalid_address|profile|copy),
---       payload, encoded PreferenceChanged event ("" on a copy)
+-- ARGV: expected version, new version, change (preferences|preference_off|quiet_hours|
+--       quiet_hours_off|invalid_address|profile|copy), payload, encoded event ("" on a copy)
 --   preferences: payload is "type:channel" names of disabled pairs joined by ","
+--   preference_off: payload is the one "type:channel" pair to switch off (the others stay)
 --   quiet_hours: payload is the JSON setting
 --   invalid_address: payload is the field "x:<channel>:<address digest>" to set
 --   profile: payload is the profile's JSON ("" removes it)
@@ -38,6 +38,8 @@ if change == "preferences" then
   for pair in string.gmatch(payload, "[^,]+") do
     redis.call("HSET", rcpt, "p:" .. pair, "0")
   end
+elseif change == "preference_off" then
+  redis.call("HSET", rcpt, "p:" .. payload, "0")
 elseif change == "quiet_hours" then
   redis.call("HSET", rcpt, "qh", payload)
 elseif change == "quiet_hours_off" then

@@ -104,6 +104,8 @@ async def test_preference_changes_are_events(client: Client, redis: Redis, key_p
     assert all(isinstance(c, PreferenceChanged) for c in changes)
     assert [c.settings_version for c in changes] == [1, 2]  # type: ignore[union-attr]
     assert changes[1].quiet_hours is not None  # type: ignore[union-attr]
+    # A producer's backend made them: the events say so.
+    assert [c.source for c in changes] == ["api", "api"]  # type: ignore[union-attr]
 
 
 async def test_quiet_hours_defer_normal_but_not_high(client: Client, clock: Clock) -> None:

@@ -128,3 +128,8 @@ async def test_wrong_cursors_limits_channels_and_digests_are_refused(client: Cli
     assert bad_channel.status_code == 422
     empty = await client.post("/v1/suppressions", content=b"", headers=OPS)
     assert empty.status_code == 400
+
+
+async def test_options_names_every_method_of_the_list(client: Client) -> None:
+    answer = await client.options("/v1/suppressions")
+    assert set(answer.headers["allow"].split(", ")) == {"GET", "OPTIONS", "POST"}

@@ -1,12 +1,16 @@
 """One attempt at a delivery with a real worker and real Redis: retries with jitter, permanent
-failures, time limits, the TTL, bugs in an adapter, dead addresses, and templates (escaped
-HTML, a template failure of one delivery)."""
+failures, time limits, the TTL, bugs in an adapter, dead addresses, templates (escaped
+HTML, a template failure of one delivery), and one-click unsubscribe header fields through
+the SMTP and SendGrid adapters to their peers."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import itertools
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -16,11 +20,14 @@ from app import __version__
 from app.catalog import Catalog, parse_catalog
 from app.providers.base import Message, Provider
 from app.providers.registry import build_providers
+from app.unsubscribe import PATH, UnsubscribeLinks, UnsubscribeTokens
 from streams import codec
 from streams.keys import KeySpace
-from tests.conftest import stream_events
+from streams.vocabulary import Channel
+from tests.conftest import DIGEST_SECRET, stream_events
 from tests.integration import delivery_support
 from tests.integration.delivery_support import (
+    FAST,
     accept,
     catalog_text,
     dead_letters,
@@ -30,6 +37,10 @@ from tests.integration.delivery_support import (
     running_worker,
     sandbox_calls,
 )
+from tests.peers.list_unsubscribe import LINK, POST
+from tests.peers.sendgrid import PEER_KEY, SendgridPeer
+from tests.peers.serving import serve
+from tests.peers.smtp import SmtpPeer
 
 
 async def test_transient_twice_then_sent_with_jittered_delays(
@@ -257,3 +268,95 @@ async def test_a_template_error_fails_that_delivery_while_the_other_channel_is_s
     assert [m.channel for m in messages] == ["EMAIL"]  # the PUSH never reached a provider
     [letter] = await dead_letters(real_redis, keys)
     assert (letter["delivery_id"], letter["channel"]) == (ids["PUSH"], "PUSH")
+
+
+# --- one-click unsubscribe header fields, through each email adapter to its peer -------------
+
+PUBLIC_URL = "https://notify.example.com"
+TOKENS = UnsubscribeTokens(DIGEST_SECRET)
+EMAIL_PROVIDER = {
+    "smtp": 'kind = "smtp"\nhost = "127.0.0.1"\nport = {port}\ntls = "none"\n'
+    'from = "Shop <no-reply@shop.test>"\n',
+    "sendgrid": 'kind = "sendgrid"\napi_key_env = "TEST_SENDGRID_KEY"\n'
+    'from = "no-reply@shop.test"\nbase_url = "http://127.0.0.1:{port}"\n',
+}
+# Subject -> (List-Unsubscribe, List-Unsubscribe-Post) of each email a peer took.
+Headers = dict[str, tuple[str, str]]
+
+
+@contextlib.contextmanager
+def email_peer(kind: str) -> Iterator[tuple[int, Callable[[], Headers]]]:
+    """The peer of ``kind``: its port, and what it received so far."""
+    if kind == "smtp":
+        with SmtpPeer() as relay:
+            yield (
+                relay.port,
+                lambda: {
+                    r.header("Subject"): (r.header(LINK), r.header(POST)) for r in relay.received
+                },
+            )
+        return
+    peer = SendgridPeer()
+    with serve(peer) as served:
+        yield (
+            served.port,
+            lambda: {
+                m.subject: (m.headers.get(LINK, ""), m.headers.get(POST, "")) for m in peer.accepted
+            },
+        )
+
+
+def email_catalog(kind: str, port: int) -> Catalog:
+    """The fast catalog with EMAIL going to a provider of ``kind`` at ``port``."""
+    text = catalog_text()
+    channel = '[channels.EMAIL]\nprovider = "sandbox"'
+    assert channel in text, "clarion.toml changed: update this test"
+    text = text.replace(channel, '[channels.EMAIL]\nprovider = "mail"')
+    provider = EMAIL_PROVIDER[kind].replace("{port}", str(port))
+    return parse_catalog(f"{text}\n[providers.mail]\n{provider}", "test-catalog.toml")
+
+
+@pytest.mark.parametrize("kind", ["smtp", "sendgrid"])
+@pytest.mark.parametrize("public_url", [PUBLIC_URL, ""], ids=["public-url", "no-public-url"])
+async def test_emails_one_may_switch_off_carry_one_click_unsubscribe_headers(
+    real_redis: Redis, key_prefix: str, monkeypatch: pytest.MonkeyPatch, kind: str,
+    public_url: str,
+) -> None:  # fmt: skip
+    monkeypatch.setenv("TEST_SENDGRID_KEY", PEER_KEY)
+    recipient = {"id": "u-1", "email": "anna@example.com"}
+    bodies = [
+        {"type": "order_confirmed", "data": {"order_id": "A-1"}},
+        {"type": "marketing", "data": {"subject": "Deals", "body": "50 % off"}},
+        {"type": "security_alert", "data": {"message": "new sign-in"}},
+    ]
+    links = UnsubscribeLinks(public_url, TOKENS, 86400) if public_url else None
+    with email_peer(kind) as (port, received):
+        keys, catalog = KeySpace(key_prefix), email_catalog(kind, port)
+        ids = []
+        for n, body in enumerate(bodies):
+            answer = await accept(
+                real_redis, keys, catalog, {**body, "recipient": recipient, "channels": ["EMAIL"]},
+                f"k-{n}",
+            )  # fmt: skip
+            ids += [d["id"] for d in answer["deliveries"]]
+        options = dataclasses.replace(FAST, unsubscribe=links)
+        async with running_worker(real_redis, keys, catalog, options=options):
+            for delivery_id in ids:
+                assert (await final_state(real_redis, keys, delivery_id))["status"] == "SENT"
+        headers = received()
+    # Never for what cannot be switched off, and never without a public URL.
+    assert headers["Security alert"] == ("", "")
+    if not public_url:
+        assert headers == dict.fromkeys(headers, ("", ""))
+        return
+    started = time.time()
+    for subject, type_name in (("Order A-1 confirmed", "order_confirmed"), ("Deals", "marketing")):
+        link, post = headers[subject]
+        assert post == "List-Unsubscribe=One-Click"
+        assert link.startswith(f"<{PUBLIC_URL}{PATH}")
+        assert link.endswith(">")
+        opt_out = TOKENS.read(link[1:-1].rpartition("/")[2], started)
+        assert (opt_out.recipient_id, opt_out.notification_type, opt_out.channel) == (
+            "u-1", type_name, Channel.EMAIL,
+        )  # fmt: skip
+        assert abs(opt_out.expires_at - (started + 86400)) < 30

@@ -94,6 +94,19 @@ async def test_a_mail_arrives_in_mail_sends_shape_and_its_message_id_comes_back(
     assert mail.custom_args == {"clarion_delivery_id": "dlv-1", "clarion_notification_id": "ntf-1"}
 
 
+async def test_a_mail_with_an_unsubscribe_link_carries_the_one_click_headers(
+    provider: SendgridProvider, peer: SendgridPeer
+) -> None:
+    link = "https://notify.example.com/v1/unsubscribe/AQAAAAAFRU1BSUwJbWFya2V0aW5n"
+    await provider.send(email(unsubscribe_url=link))
+    [mail] = peer.accepted
+    assert mail.headers == {
+        DELIVERY_HEADER: "dlv-1",
+        "List-Unsubscribe": f"<{link}>",
+        "List-Unsubscribe-Post": "List-Unsubscribe=One-Click",
+    }
+
+
 async def test_a_text_only_mail_has_one_content_block(
     provider: SendgridProvider, peer: SendgridPeer
 ) -> None:
@@ -248,6 +261,15 @@ async def test_the_peer_refuses_what_sendgrid_refuses(served: Served) -> None:
               "value": "b"}]}, "content.0.type"),
             ({"headers": {"Subject": "x"}}, "headers.Subject"),
             ({"custom_args": {"n": 1}}, "custom_args"),
+            # One-click unsubscribe needs an https link, and its one exact value.
+            ({"headers": {"List-Unsubscribe-Post": "List-Unsubscribe=One-Click"}},
+             "headers.List-Unsubscribe-Post"),
+            ({"headers": {"List-Unsubscribe": "<https://x.example/u>",
+                          "List-Unsubscribe-Post": "One-Click"}}, "headers.List-Unsubscribe-Post"),
+            ({"headers": {"List-Unsubscribe": "https://x.example/u"}}, "headers.List-Unsubscribe"),
+            ({"headers": {"List-Unsubscribe": "<http://x.example/u>",
+                          "List-Unsubscribe-Post": "List-Unsubscribe=One-Click"}},
+             "headers.List-Unsubscribe-Post"),
         ]:  # fmt: skip
             answer = await client.post(url, json={**good, **broken}, headers=auth)
             assert answer.status_code == 400

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import aiosmtplib
 import pytest
 
 from app.catalog.providers import SmtpConfig
@@ -113,6 +114,38 @@ async def test_a_message_arrives_with_both_bodies_and_its_headers(peer: SmtpPeer
     # The relay may refuse lines over 1000 octets and 8-bit data it was not told about.
     assert max(len(line) for line in received.raw.split(b"\r\n")) <= 998
     assert received.raw.isascii()
+
+
+async def test_a_message_with_an_unsubscribe_link_carries_the_one_click_headers(
+    peer: SmtpPeer,
+) -> None:
+    link = "https://notify.example.com/v1/unsubscribe/" + "AQAAAAAFRU1BSUwJbWFya2V0aW5n" * 3
+    async with provider(config(peer.port)) as smtp:
+        await smtp.send(message("dlv-1", unsubscribe_url=link))
+        await smtp.send(message("dlv-2"))
+    with_link, without = peer.received
+    assert with_link.header("List-Unsubscribe") == f"<{link}>"
+    assert with_link.header("List-Unsubscribe-Post") == "List-Unsubscribe=One-Click"
+    assert max(len(line) for line in with_link.raw.split(b"\r\n")) <= 998
+    assert without.message["List-Unsubscribe"] is None
+    assert without.message["List-Unsubscribe-Post"] is None
+
+
+async def test_the_relay_refuses_malformed_one_click_headers(peer: SmtpPeer) -> None:
+    """The peer is as strict as a mailbox provider reading the fields: a one-click POST
+    without an https link is no one-click unsubscribe."""
+    raw = (
+        f"From: {SENDER}\r\nTo: {BOB}\r\nSubject: s\r\n"
+        "List-Unsubscribe: <mailto:leave@clarion.test>\r\n"
+        "List-Unsubscribe-Post: List-Unsubscribe=One-Click\r\n\r\nbody\r\n"
+    )
+    client = aiosmtplib.SMTP(hostname=HOST, port=peer.port)
+    async with client:
+        with pytest.raises(aiosmtplib.SMTPDataError) as refused:
+            await client.sendmail(SENDER, [BOB], raw)
+    assert refused.value.code == 554
+    assert "List-Unsubscribe-Post" in refused.value.message
+    assert peer.received == []
 
 
 async def test_a_message_without_html_is_plain_text(peer: SmtpPeer) -> None:

@@ -19,6 +19,7 @@ from streams.recipient_settings import (
     RecipientSettings,
     RecipientSettingsStore,
 )
+from streams.vocabulary import Channel
 from tests.conftest import DIGEST, stream_events
 
 NIGHT = QuietHoursSetting(start="22:00", end="08:00", timezone="Europe/Berlin")
@@ -79,6 +80,52 @@ async def test_preferences_replace_what_was_switched_off(redis: Redis, key_prefi
     assert await store.set_quiet_hours("user-1", NIGHT) == RecipientSettings(
         3, frozenset({("marketing", "PUSH")}), NIGHT
     )  # quiet hours leave the preferences alone
+
+
+async def test_switching_one_pair_off_keeps_the_others_and_says_who(
+    redis: Redis, key_prefix: str
+) -> None:
+    keys = KeySpace(key_prefix, shards=2)
+    store = RecipientSettingsStore(redis, keys)
+    push_off = [PreferenceEntry(type="marketing", channel="PUSH", enabled=False)]
+    await store.set_preferences("user-1", push_off)
+    await store.set_quiet_hours("user-1", NIGHT)
+
+    now = await store.switch_off("user-1", "order_confirmed", Channel.EMAIL, "unsubscribe_link")
+    assert now.version == 3
+    assert now.disabled == {("marketing", "PUSH"), ("order_confirmed", "EMAIL")}
+    assert now.quiet_hours == NIGHT  # the rest of the settings stay as they were
+    assert await copies(redis, keys, "user-1") == [now, now]
+
+    # Again: already off, so nothing is written and no event is recorded.
+    again = await store.switch_off("user-1", "order_confirmed", Channel.EMAIL, "unsubscribe_link")
+    assert again == now
+
+    changes = await stream_events(redis, keys.home_of_recipient("user-1").events)
+    assert [c.source for c in changes] == ["api", "api", "unsubscribe_link"]  # type: ignore[union-attr]
+    last = changes[-1]
+    assert isinstance(last, PreferenceChanged)
+    assert last.settings_version == 3
+    # Like a replacement, the event names every pair now off.
+    assert last.preferences == [
+        PreferenceEntry(type="marketing", channel="PUSH", enabled=False),
+        PreferenceEntry(type="order_confirmed", channel="EMAIL", enabled=False),
+    ]
+
+
+async def test_concurrent_switch_offs_record_each_pair_once(redis: Redis, key_prefix: str) -> None:
+    keys = KeySpace(key_prefix, shards=2)
+    store = RecipientSettingsStore(redis, keys)
+    types = ["marketing", "order_confirmed", "marketing", "order_confirmed", "marketing"]
+    await asyncio.gather(
+        *(store.switch_off("user-1", t, Channel.EMAIL, "unsubscribe_link") for t in types)
+    )
+    final = await store.get("user-1")
+    assert final.disabled == {("marketing", "EMAIL"), ("order_confirmed", "EMAIL")}
+    assert final.version == 2  # one change per pair, however often it was asked for
+    changes = await stream_events(redis, keys.home_of_recipient("user-1").events)
+    assert len(changes) == 2
+    assert await copies(redis, keys, "user-1") == [final, final]
 
 
 async def test_a_dead_address_is_remembered_by_its_digest_only(

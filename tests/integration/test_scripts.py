@@ -38,7 +38,18 @@ from streams.dlq.entries import Worker, parse_entry, poison_entry
 from streams.dlq.replay import Candidate, ReplayOrder, dlq_replay_call
 from streams.dlq.scan import Selection
 from streams.erasure import erase_call, find_waiting
-from streams.events import AddressSuppressed, PreferenceChanged, PreferenceEntry
+from streams.events import (
+    AddressSuppressed,
+    PreferenceChanged,
+    PreferenceEntry,
+    ProviderFeedbackReceived,
+)
+from streams.feedback import (
+    Feedback,
+    VerifiedCallback,
+    feedback_apply_call,
+    feedback_take_call,
+)
 from streams.ingest import IngestItem, ingest_call
 from streams.ingest_quota import QuotaRates, ingest_quota_call
 from streams.keys import KeySpace
@@ -257,6 +268,15 @@ async def test_recipient_settings(real_redis: Redis, key_prefix: str) -> None:
         assert (settings.version, settings.disabled) == (1, {("marketing", "EMAIL")})
     assert await real_redis.xlen(home.events) == 1  # the home shard records the event
 
+    # One pair switched off, the others kept.
+    call = recipient_settings_call(
+        home, "user-1", "preference_off", "order_confirmed:EMAIL", expected_version=1,
+        new_version=2, event=event,
+    )  # fmt: skip
+    assert await run(real_redis, scripts.RECIPIENT_SETTINGS, call) == b"OK"
+    settings = RecipientSettings.from_hash(await real_redis.hgetall(home.recipient("user-1")))
+    assert settings.disabled == {("marketing", "EMAIL"), ("order_confirmed", "EMAIL")}
+
 
 async def test_suppression(real_redis: Redis, key_prefix: str) -> None:
     keys = KeySpace(key_prefix, shards=2)
@@ -297,6 +317,29 @@ async def test_erase(real_redis: Redis, key_prefix: str, catalog: Catalog) -> No
     state = await DeliveryStore(real_redis).state(shard, waiting[0].item.delivery_id)
     assert state is not None
     assert (state.status, state.reason, state.version) == ("SUPPRESSED", "erased", 2)
+
+
+async def test_feedback_take(real_redis: Redis, key_prefix: str) -> None:
+    keys = KeySpace(key_prefix)
+    item = Feedback(provider="sms", feedback_id="f", message_id="SM1", kind="delivered")
+    call = feedback_take_call(keys, [VerifiedCallback("sms", "f", 60_000, [item])])
+    assert await run(real_redis, scripts.FEEDBACK_TAKE, call) == [1]
+    assert await run(real_redis, scripts.FEEDBACK_TAKE, call) == [0]
+    assert await real_redis.xlen(keys.feedback_inbox) == 1
+
+
+async def test_feedback_apply(real_redis: Redis, key_prefix: str) -> None:
+    shard = KeySpace(key_prefix).shard(0)
+    await real_redis.hset(shard.delivery("d"), mapping={"status": "SENT", "version": 2})
+    event = ProviderFeedbackReceived(
+        at=Clock().now, notification_id="n", delivery_id="d", version=3, feedback="delivered",
+        provider="sms", status="DELIVERED", feedback_id="f",
+    )  # fmt: skip
+    call = feedback_apply_call(
+        shard, [("f", 2, {"status": "DELIVERED", "version": 3}, event)], 1000
+    )
+    assert await run(real_redis, scripts.FEEDBACK_APPLY, call) == [b"OK"]
+    assert await real_redis.hget(shard.delivery("d"), "status") == b"DELIVERED"
 
 
 async def test_sandbox_send(real_redis: Redis, key_prefix: str) -> None:

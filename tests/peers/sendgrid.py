@@ -2,10 +2,21 @@
 
 It checks the ``Authorization: Bearer <key>`` header (401 otherwise), the JSON content type,
 and the body: personalizations with valid ``to`` addresses, a valid ``from``, a subject, text
-content before HTML, string-valued ``custom_args`` and ``headers`` with no reserved header.
+content before HTML, string-valued ``custom_args`` and ``headers`` with no reserved header
+and well-formed one-click unsubscribe fields (``tests.peers.list_unsubscribe``).
 A refusal is a 400 listing every problem in SendGrid's shape,
 ``{"errors": [{"message", "field", "help"}]}``. An accepted mail is kept in ``accepted`` and
 answered 202 with an empty body and an ``X-Message-Id``.
+
+With ``event_webhook_url`` set, each accepted mail's events are POSTed there as SendGrid's
+signed Event Webhook posts them: a JSON array (``processed``, then ``delivered``, or what
+``outcome(address, event, type)`` scripts for a recipient: a ``bounce`` of type bounce or
+blocked, a ``spamreport``, an ``unsubscribe``), each with ``sg_event_id``, ``sg_message_id``
+(the ``X-Message-Id`` and a filter's suffix), ``email``, ``timestamp`` and the mail's
+``custom_args``, signed with ECDSA P-256 over the timestamp header and the body
+(``X-Twilio-Email-Event-Webhook-Signature``, ``…-Timestamp``); ``verification_key`` is the
+key to give the receiver, as SendGrid's settings show it. ``events_posted`` keeps each
+batch's answer status (0: no answer).
 
 Scripted failures: per recipient (``INVALID_ADDRESS``: a 400 about its email field,
 ``REJECTED_ADDRESS``: a 400 about something else, or ``script(address, answer)``) and the
@@ -16,12 +27,19 @@ switchable faults of ``tests.peers.serving``.
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import json
 import secrets
 import time
 from dataclasses import dataclass
 from typing import Any, Final
 
+import httpx
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from tests.peers import list_unsubscribe
 from tests.peers.serving import Answer, Fault, HttpPeer, Request, main
 
 PEER_KEY: Final = "SG.peer-test-key.0123456789abcdef"
@@ -88,10 +106,59 @@ class SendgridPeer(HttpPeer):
             ),
             REJECTED_ADDRESS: errors(400, ("content.0.value", EMPTY_CONTENT)),
         }
+        self.event_webhook_url = ""
+        self.outcomes: dict[str, tuple[str, str]] = {}
+        self.events_posted: list[int] = []
+        self._event_key = ec.generate_private_key(ec.SECP256R1())
+        self._posting: set[asyncio.Task[None]] = set()
 
     def script(self, address: str, answer: Answer) -> None:
         """Answer every mail to ``address`` with ``answer``."""
         self.by_address[address] = answer
+
+    def outcome(self, address: str, event: str, kind: str = "") -> None:
+        """What the Event Webhook reports for mail to ``address`` after ``processed``."""
+        self.outcomes[address] = (event, kind)
+
+    @property
+    def verification_key(self) -> str:
+        """The Event Webhook's public key, base64 DER, as SendGrid's settings show it."""
+        raw = self._event_key.public_key().public_bytes(
+            serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+        return base64.b64encode(raw).decode()
+
+    async def _post_events(self, mail: Mail) -> None:
+        now = int(time.time())
+        events = []
+        for address in mail.to:
+            event, kind = self.outcomes.get(address, ("delivered", ""))
+            for name in ("processed", event):
+                found = {
+                    "email": address, "timestamp": now, "event": name,
+                    "sg_event_id": secrets.token_urlsafe(16),
+                    "sg_message_id": f"{mail.message_id}.filterdrecv-p3mdw1-756b745b58-kmzbl-18",
+                    **mail.custom_args,
+                }  # fmt: skip
+                if name == "bounce":
+                    found |= {"type": kind or "bounce", "status": "5.1.1",
+                              "reason": f"550 5.1.1 The email account that you tried to reach "
+                                        f"does not exist: {address}"}  # fmt: skip
+                events.append(found)
+        body = json.dumps(events).encode()
+        timestamp = str(now)
+        signature = self._event_key.sign(timestamp.encode() + body, ec.ECDSA(hashes.SHA256()))
+        headers = {
+            "Content-Type": "application/json",
+            "X-Twilio-Email-Event-Webhook-Signature": base64.b64encode(signature).decode(),
+            "X-Twilio-Email-Event-Webhook-Timestamp": timestamp,
+        }
+        try:
+            async with httpx.AsyncClient(timeout=5) as client:
+                answer = await client.post(self.event_webhook_url, content=body, headers=headers)
+            self.events_posted.append(answer.status_code)
+        except httpx.HTTPError:
+            self.events_posted.append(0)
 
     def fault_answer(self, fault: Fault) -> Answer:
         if fault is Fault.RATE_LIMITED:
@@ -148,6 +215,10 @@ class SendgridPeer(HttpPeer):
             custom_args=body.get("custom_args", {}),
         )
         self.accepted.append(mail)
+        if self.event_webhook_url:
+            task = asyncio.get_running_loop().create_task(self._post_events(mail))
+            self._posting.add(task)
+            task.add_done_callback(self._posting.discard)
         return Answer(202, b"", {"X-Message-Id": mail.message_id})
 
 
@@ -248,7 +319,9 @@ def _string_map_problems(name: str, value: Any) -> list[Problem]:
         reserved = sorted(k for k in value if k.lower() in RESERVED_HEADERS)
         if reserved:
             return [(f"headers.{reserved[0]}", "This header is reserved and cannot be set.")]
-    elif len(json.dumps(value).encode()) > MAX_CUSTOM_ARGS_BYTES:
+        wrong = list_unsubscribe.problems(value.items())
+        return [(f"headers.{field}", f"The {field} header {says}.") for field, says in wrong]
+    if len(json.dumps(value).encode()) > MAX_CUSTOM_ARGS_BYTES:
         return [(name, "The custom_args are too large (10,000 bytes at most).")]
     return []
 

@@ -8,7 +8,9 @@ MAIL (530 5.7.0) and refuses a wrong one (535 5.7.8). ``scripts`` says what it a
 a recipient address: a refusal at RCPT or at the end of data, silence after the end of data,
 or a dropped connection. Every message it took is parsed with the ``email`` package and kept
 in ``received`` (set ``parse=False`` for a benchmark: only ``count`` is kept), and
-``connections`` counts the SMTP sessions clients opened.
+``connections`` counts the SMTP sessions clients opened. A parsed message with malformed
+one-click unsubscribe fields (``tests.peers.list_unsubscribe``) is refused at the end of
+data (554 5.6.0), as a message no mailbox provider would read as meant.
 
 ``python -m tests.peers.smtp [--port N] [--password P]`` runs one (plain text) until stopped
 and prints its port on the first line and ``accepted <count>`` on the last, for a benchmark
@@ -37,6 +39,7 @@ import trustme
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
 
+from tests.peers import list_unsubscribe
 from tests.servers import free_port
 
 HOST = "127.0.0.1"
@@ -263,9 +266,13 @@ class SmtpPeer:
         refusal = next((s.data for s in scripts if s.data), "")
         if refusal:
             return refusal
+        received = _parse(envelope) if self.parse else None
+        if received is not None:
+            fields = [(name, str(value)) for name, value in received.message.items()]
+            for field_name, wrong in list_unsubscribe.problems(fields)[:1]:
+                return f"554 5.6.0 {field_name} {wrong}"
+            self.received.append(received)
         self.count += 1
-        if self.parse:
-            self.received.append(_parse(envelope))
         if any(s.drop_after_data for s in scripts):
             assert server.transport is not None
             server.transport.close()

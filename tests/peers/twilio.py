@@ -10,6 +10,13 @@ shape ``{"code", "message", "more_info", "status"}``; Twilio's messages echo the
 so do these. An accepted message is kept in ``accepted`` and answered 201 with the Message
 resource (``sid`` ``SM...``; status ``queued``, or ``accepted`` through a Messaging Service).
 
+With a ``StatusCallback`` URL the message's status changes are POSTed there as Twilio posts
+them: ``sent``, then ``delivered``, or ``undelivered`` with an ``ErrorCode`` for a number given
+to ``undeliverable(number, code)``; form fields ``MessageSid``, ``MessageStatus``, ``To``,
+``From``, ``AccountSid``, ``ApiVersion``, signed in ``X-Twilio-Signature`` (the base64
+HMAC-SHA1 of the URL and the sorted fields, keyed with the auth token). ``callbacks`` keeps
+each (status, the answer's status code).
+
 Scripted failures: Twilio's magic test numbers (twilio.com/docs/iam/test-credentials), as
 ``To`` - +15005550001 invalid (21211), +15005550002 unroutable (21612), +15005550003 no
 permission for the region (21408), +15005550004 blocked: it answered STOP (21610),
@@ -22,8 +29,10 @@ permission for the region (21408), +15005550004 blocked: it answered STOP (21610
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
+import hmac
 import re
 import secrets
 from dataclasses import dataclass
@@ -31,6 +40,8 @@ from datetime import UTC, datetime
 from email.utils import format_datetime
 from typing import Any, Final
 from urllib.parse import parse_qs
+
+import httpx
 
 from tests.peers.serving import Answer, Fault, HttpPeer, Request, main
 
@@ -68,6 +79,7 @@ MESSAGES: Final = {
     21612: "The 'To' phone number: {to}, is not currently reachable using the 'From' phone "
     "number via SMS.",
     21614: "'To' number {to} is not a valid mobile number",
+    21609: "Invalid StatusCallback URL",
     21617: "The concatenated message body exceeds the 1600 character limit.",
     21705: "The Messaging Service is invalid",
 }
@@ -109,10 +121,40 @@ class TwilioPeer(HttpPeer):
         self.auth_token = auth_token
         self.to_codes = dict(TO_CODES)
         self.from_codes = dict(FROM_CODES)
+        self.undelivered: dict[str, int] = {}
+        # Each status callback made: (status, the answer's status code; 0: no answer).
+        self.callbacks: list[tuple[str, int]] = []
+        self._callbacks: set[asyncio.Task[None]] = set()
 
     def script(self, number: str, code: int) -> None:
         """Refuse every message to ``number`` with Twilio error ``code``."""
         self.to_codes[number] = code
+
+    def undeliverable(self, number: str, code: int) -> None:
+        """Take messages to ``number``, then call them back undelivered with ``code``."""
+        self.undelivered[number] = code
+
+    async def _call_back(self, url: str, sms: Sms) -> None:
+        """Post the message's status changes to its StatusCallback, signed."""
+        code = self.undelivered.get(sms.to)
+        final = ("undelivered", str(code)) if code else ("delivered", "")
+        async with httpx.AsyncClient(timeout=5) as client:
+            for status, error_code in (("sent", ""), final):
+                fields = {
+                    "AccountSid": self.account_sid, "ApiVersion": "2010-04-01",
+                    "From": sms.sender, "MessageSid": sms.sid, "MessageStatus": status,
+                    "SmsSid": sms.sid, "SmsStatus": status, "To": sms.to,
+                }  # fmt: skip
+                if error_code:
+                    fields["ErrorCode"] = error_code
+                signed = url + "".join(name + value for name, value in sorted(fields.items()))
+                digest = hmac.digest(self.auth_token.encode(), signed.encode(), "sha1")
+                headers = {"X-Twilio-Signature": base64.b64encode(digest).decode()}
+                try:
+                    answer = await client.post(url, data=fields, headers=headers)
+                    self.callbacks.append((status, answer.status_code))
+                except httpx.HTTPError:
+                    self.callbacks.append((status, 0))
 
     def fault_answer(self, fault: Fault) -> Answer:
         if fault is Fault.RATE_LIMITED:
@@ -170,6 +212,13 @@ class TwilioPeer(HttpPeer):
             return error(400, code, to=to, from_=sender)
         sms = Sms("SM" + secrets.token_hex(16), to, sender, service, body)
         self.accepted.append(sms)
+        callback = fields.get("StatusCallback", "")
+        if callback:
+            if not callback.startswith(("http://", "https://")):
+                return error(400, 21609)
+            task = asyncio.get_running_loop().create_task(self._call_back(callback, sms))
+            self._callbacks.add(task)
+            task.add_done_callback(self._callbacks.discard)
         return Answer.json(201, self._resource(sms))
 
     def _resource(self, sms: Sms) -> dict[str, Any]:

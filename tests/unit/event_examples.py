@@ -68,6 +68,13 @@ EXAMPLES: list[Event] = [
         quiet_hours=QuietHoursSetting(start="22:00", end="08:00", timezone="Europe/Berlin"),
     ),
     PreferenceChanged(at=AT, recipient_id="user-42", settings_version=4, quiet_hours_removed=True),
+    PreferenceChanged(
+        at=AT,
+        recipient_id="user-42",
+        settings_version=7,
+        preferences=[PreferenceEntry(type="order_confirmed", channel="EMAIL", enabled=False)],
+        source="unsubscribe_link",
+    ),
     RecipientAddressInvalidated(
         at=AT,
         recipient_id="user-42",

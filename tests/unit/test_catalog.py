@@ -247,6 +247,17 @@ def test_a_type_may_name_the_producers_that_send_it() -> None:
     assert "producers" in error
 
 
+def test_a_type_is_named_to_recipients_by_its_label_or_its_name_in_words() -> None:
+    labelled = parse_catalog(
+        VALID.replace("opt_out = false", 'opt_out = false\nlabel = "Sign-in codes"')
+    )
+    assert labelled.types["otp"].label_of("otp") == "Sign-in codes"
+    shipped = load_catalog(REPO / "clarion.toml")
+    assert shipped.types["security_alert"].label_of("security_alert") == "security alert"
+    with pytest.raises(CatalogError, match=r"types\.otp\.label"):
+        parse_catalog(VALID.replace("opt_out = false", 'opt_out = false\nlabel = "a\\nb"'))
+
+
 def test_quotas_are_read_per_producer_with_a_default() -> None:
     text = VALID + (
         "\n[quotas.default]\nrequests = { per_second = 10, burst = 20 }\n"

@@ -15,14 +15,15 @@ from app.catalog import Catalog, RetryPolicy, parse_catalog
 from app.delivery.attempt import Attempts, error_text, failed_attempt
 from app.delivery.provider_timeouts import ProviderTimeouts
 from app.providers.base import Message, ProviderError, Reason
+from app.unsubscribe import PATH, OptOut, UnsubscribeLinks, UnsubscribeTokens
 from streams import codec
 from streams.delivery_outcomes import MAX_ERROR_TEXT, LeasedDelivery
 from streams.delivery_store import Outcome
 from streams.events import DeliveryAttemptFailed, DeliverySent
 from streams.scheduler import work_item_of_member
-from streams.vocabulary import ErrorClass
+from streams.vocabulary import Channel, ErrorClass
 from streams.work_items import WorkItem
-from tests.conftest import REPO
+from tests.conftest import DIGEST_SECRET, REPO
 from tests.unit.delivery_examples import leased
 
 NOW = 100_000
@@ -133,7 +134,12 @@ def quick_catalog() -> Catalog:
 
 
 async def attempt(
-    catalog: Catalog, timeouts: ProviderTimeouts, provider: Provider, **item: Any
+    catalog: Catalog,
+    timeouts: ProviderTimeouts,
+    provider: Provider,
+    links: UnsubscribeLinks | None = None,
+    data: dict[str, Any] | None = None,
+    **item: Any,
 ) -> tuple[Outcome, list[WorkItem]]:
     """One attempt of a leased OTP (one attempt made before); the addresses forgotten."""
     forgotten: list[WorkItem] = []
@@ -142,8 +148,8 @@ async def attempt(
         assert provider_name == "sandbox"
         forgotten.append(work)
 
-    attempts = Attempts(catalog, {"sandbox": provider}, timeouts, lambda: NOW, forget)
-    held = leased(attempts=1, data={"code": "4242"}, **item)
+    attempts = Attempts(catalog, {"sandbox": provider}, timeouts, lambda: NOW, forget, links=links)
+    held = leased(attempts=1, data=data or {"code": "4242"}, **item)
     return (await attempts.attempt(held)).outcome, forgotten
 
 
@@ -219,6 +225,50 @@ async def test_an_exception_no_adapter_should_raise_is_a_bug_that_fails_the_deli
     assert (outcome.status, outcome.fields["error_class"]) == ("FAILED", "BUG")
     assert outcome.fields["last_error"] == "KeyError: '<email>'"
     assert outcome.fields["attempts"] == 2  # a BUG is never retried, whatever the policy
+
+
+TOKENS = UnsubscribeTokens(DIGEST_SECRET)
+LINKS = UnsubscribeLinks("https://notify.example.com", TOKENS, 86400)
+EMAIL = {"channel": Channel.EMAIL, "address": "jane@example.com", "recipient_id": "user-7"}
+
+
+async def test_an_email_of_a_type_one_may_switch_off_carries_its_unsubscribe_link(
+    quick_catalog: Catalog, timeouts: ProviderTimeouts
+) -> None:
+    provider = Provider("ok")
+    order = {"order_id": "A-1"}
+    await attempt(quick_catalog, timeouts, provider, LINKS, order, **EMAIL,
+                  notification_type="order_confirmed")  # fmt: skip
+    [message] = provider.messages
+    url = message.unsubscribe_url
+    assert url.startswith(f"https://notify.example.com{PATH}")
+    # The token names this recipient, type and channel, for the TTL from this attempt on.
+    assert TOKENS.read(url.rpartition("/")[2], NOW / 1000) == OptOut(
+        "user-7", "order_confirmed", Channel.EMAIL, NOW // 1000 + 86400
+    )
+
+
+@pytest.mark.parametrize(
+    ("links", "item", "why"),
+    [
+        (LINKS, EMAIL | {"notification_type": "otp"}, "an OTP cannot be switched off"),
+        (LINKS, {"notification_type": "order_confirmed", "channel": Channel.PUSH}, "not email"),
+        (None, EMAIL | {"notification_type": "order_confirmed"}, "no CLARION_PUBLIC_URL"),
+    ],
+)
+async def test_other_messages_carry_no_unsubscribe_link(
+    quick_catalog: Catalog,
+    timeouts: ProviderTimeouts,
+    links: UnsubscribeLinks | None,
+    item: dict[str, Any],
+    why: str,
+) -> None:
+    provider = Provider("ok")
+    data = {"code": "1", "order_id": "A-1"}
+    outcome, _ = await attempt(quick_catalog, timeouts, provider, links, data, **item)
+    assert outcome.status == "SENT"
+    [message] = provider.messages
+    assert message.unsubscribe_url == "", why
 
 
 def test_a_huge_provider_error_is_cut_before_it_is_masked() -> None:

@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from app import unsubscribe
 from app.api import body
 from app.ingest import profiles, quiet_hours, requests
 from app.ingest.quiet_hours import QuietHoursError
@@ -83,6 +84,8 @@ def applications(text: str) -> Iterator[tuple[str, Callable[[], object]]]:
     yield "apns._REASON", lambda: apns._REASON.fullmatch(text)
     yield "webpush_message._ABSOLUTE_LINK", lambda: webpush_message._ABSOLUTE_LINK.match(text)
     yield "webpush._REASON_CODE", lambda: webpush._REASON_CODE.fullmatch(text)
+    # The token of an unsubscribe link's path (its length is checked first: this is a bound).
+    yield "unsubscribe._BASE64URL", lambda: unsubscribe._BASE64URL.fullmatch(text)
     # A body the cut reads starts with a bracket.
     encoded = text.encode()
     yield "body._RUNS", lambda: runs_of(b"[" + encoded)
@@ -114,6 +117,7 @@ def test_the_email_pattern_is_linear_even_past_its_length_limit() -> None:
 NOT_REQUEST_TEXT = {
     "app.catalog.Name",
     "app.catalog.ProducerName",
+    "app.catalog.Label",
     # Catalog templates; linear all the same (test_catalog_templates.py).
     "app.catalog.templates._OLD_STYLE",
     "app.catalog.templates._OLD_STYLE_HTML",
@@ -127,6 +131,7 @@ NOT_REQUEST_TEXT = {
     "app.catalog.push._TOKEN_URI",
     "app.settings._PRODUCER",
     "app.settings._PREFIX",
+    "app.settings._URL_CHARACTERS",
     "projections.database._MIGRATION_FILE",
     "projections.partitions._DAILY",
 }
@@ -136,6 +141,7 @@ TESTED = {
     "app.ingest.quiet_hours._CLOCK",
     "app.validation._PATH",
     "app.api.body._RUNS",
+    "app.unsubscribe._BASE64URL",
     # test_logging.py
     "app.logging._EMAIL",
     "app.logging._PHONE",

@@ -64,6 +64,8 @@ def test_good_values_are_read() -> None:
         ("CLARION_LOG_FORMAT", "xml"),
         ("CLARION_KEY_PREFIX", "my prefix"),
         ("CLARION_KEY_PREFIX", "a{b}"),
+        ("CLARION_UNSUBSCRIBE_TTL", "59"),
+        ("CLARION_UNSUBSCRIBE_TTL", "60 days"),
     ],
 )
 def test_a_bad_value_names_the_variable(name: str, value: str) -> None:
@@ -162,3 +164,53 @@ def test_a_bad_redis_url_is_named_without_its_password() -> None:
     with pytest.raises(SettingsError) as bad:
         Settings.from_env({"CLARION_REDIS_URL": "http://user:hunter2@host:6379"})
     assert "hunter2" not in str(bad.value)
+
+
+@pytest.mark.parametrize(
+    ("value", "public_url"),
+    [
+        ("https://notify.example.com", "https://notify.example.com"),
+        (" https://notify.example.com/ ", "https://notify.example.com"),
+        ("https://example.com:8443/clarion/", "https://example.com:8443/clarion"),
+        ("https://xn--bcher-kva.example/", "https://xn--bcher-kva.example"),
+        ("http://127.0.0.1:8000", "http://127.0.0.1:8000"),
+        ("http://localhost:8000/", "http://localhost:8000"),
+        ("", ""),
+    ],
+)
+def test_the_public_url_is_an_https_base_url(value: str, public_url: str) -> None:
+    assert Settings.from_env({"CLARION_PUBLIC_URL": value}).public_url == public_url
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ("http://notify.example.com", "plain http only for 127.0.0.1 or localhost"),
+        ("notify.example.com", "https URL"),
+        ("ftp://notify.example.com", "https URL"),
+        ("https://", "https URL"),
+        ("https://notify.example.com:99999", "not a URL"),
+        ("https://notify.example.com/?from=mail", "without a query or fragment"),
+        ("https://notify.example.com/#top", "without a query or fragment"),
+        ("https://bücher.example", "xn-- form"),
+        ("https://notify.example.com/a b", "URL characters"),
+        ("https://notify.example.com/<x>", "URL characters"),
+        ("https://notify.example.com/a,b;c", "URL characters"),
+    ],
+)
+def test_a_bad_public_url_says_what_is_wrong(value: str, says: str) -> None:
+    with pytest.raises(SettingsError, match="CLARION_PUBLIC_URL") as bad:
+        Settings.from_env({"CLARION_PUBLIC_URL": value})
+    assert says in str(bad.value)
+
+
+def test_a_public_url_with_a_password_is_refused_without_showing_it() -> None:
+    with pytest.raises(SettingsError, match="without a user name or password") as bad:
+        Settings.from_env({"CLARION_PUBLIC_URL": "https://ops:hunter2@notify.example.com"})
+    assert "hunter2" not in str(bad.value)
+
+
+def test_unsubscribe_links_last_60_days_unless_told_otherwise() -> None:
+    assert Settings.from_env({}).unsubscribe_ttl_seconds == 60 * 86400
+    settings = Settings.from_env({"CLARION_UNSUBSCRIBE_TTL": "86400"})
+    assert settings.unsubscribe_ttl_seconds == 86400

@@ -1,0 +1,71 @@
+"""``POST /v1/feedback/{provider}``: providers' callbacks about the messages they took.
+
+No API key: each callback is authenticated by its provider's signature (``app.feedback``).
+A verified, fresh callback is taken into the feedback inbox and answered 200 with how many
+items it held, even when no delivery has the message it names: a provider must not retry a
+callback for ever. Refused: an unknown provider or one that takes no feedback (404), a
+missing or wrong signature (401), a stale callback or a body that is not the scheme's (400),
+a replay of a callback already taken (409).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from litestar import Request, post
+from litestar.datastructures import State
+from litestar.exceptions import HTTPException, NotFoundException
+from litestar.params import FromPath
+
+from app.feedback.callbacks import Callback, Refused, Scheme, now_ms
+from streams.feedback import Inbox, VerifiedCallback
+
+Req = Request[Any, Any, State]
+# A SendGrid batch holds up to some thousands of events.
+MAX_CALLBACK_BYTES = 4 * 1024 * 1024
+
+
+class FeedbackAnswer(msgspec.Struct, frozen=True):
+    # Items of the callback taken (a status callback nobody acts on holds none).
+    received: int
+
+
+def callback_url(request: Req) -> str:
+    """The URL the provider called: the public URL Clarion is reached at, when it is set
+    (behind a proxy the request's own URL differs from what the provider signed)."""
+    public: str = request.app.state.public_url
+    if not public:
+        return str(request.url)
+    query = request.scope.get("query_string", b"").decode("latin-1")
+    return public + request.url.path + (f"?{query}" if query else "")
+
+
+@post(
+    "/v1/feedback/{provider:str}",
+    status_code=200,
+    request_max_body_size=MAX_CALLBACK_BYTES,
+    raises=[NotFoundException],
+)
+async def receive_feedback(request: Req, provider: FromPath[str]) -> FeedbackAnswer:
+    """Take a provider's signed callback about messages it took (delivery receipts, bounces,
+    complaints, unsubscribes)."""
+    schemes: dict[str, Scheme] = request.app.state.feedback_schemes
+    scheme = schemes.get(provider)
+    if scheme is None:
+        raise NotFoundException(detail=f"provider: {provider!r} takes no feedback here")
+    # ASGI gives header names in lower case; a name given twice keeps its last value.
+    headers = {
+        name.decode("latin-1"): value.decode("latin-1") for name, value in request.scope["headers"]
+    }
+    url = callback_url(request) if scheme.signs_url else ""
+    callback = Callback(url, headers, await request.body(), now_ms())
+    try:
+        taken = scheme.read(callback)
+    except Refused as refused:
+        raise HTTPException(status_code=refused.status, detail=refused.detail) from None
+    inbox: Inbox = request.app.state.feedback_inbox
+    verified = VerifiedCallback(provider, taken.replay_key, taken.guard_ms, taken.items)
+    if not await inbox.take(verified):
+        raise HTTPException(status_code=409, detail="callback: already received (a replay)")
+    return FeedbackAnswer(received=len(taken.items))

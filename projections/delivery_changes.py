@@ -1,0 +1,140 @@
+"""What each event about a delivery changes in its ``delivery`` row (``projections.rows``
+writes them): its status and the columns the event has something to say about."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from streams.delivery_state import DeliveryStatus
+from streams.events import (
+    DeliveryAttemptFailed,
+    DeliveryDeadLettered,
+    DeliveryDeferred,
+    DeliveryEvent,
+    DeliveryExpired,
+    DeliveryFailed,
+    DeliveryQueued,
+    DeliveryReplayed,
+    DeliverySent,
+    DeliverySuppressed,
+    ProviderFeedbackReceived,
+)
+
+# What an event says about its delivery's row, as ``_change`` orders it: status, channel,
+# priority, reason, attempts, error class, last error, provider, provider message id, sent
+# at, failed at. None where the event says nothing: the row keeps what it has (see
+# _UPSERT_DELIVERIES). A plain tuple, not a dict or a NamedTuple: this runs for every event
+# the projector reads, and a tuple costs about half as much.
+_Change = tuple[Any, ...]
+# The statuses bound once: an enum member looked up through its class costs about 150 ns on
+# Python 3.11, and this runs for every event.
+_QUEUED, _SCHEDULED, _SENT = DeliveryStatus.QUEUED, DeliveryStatus.SCHEDULED, DeliveryStatus.SENT
+_SUPPRESSED, _EXPIRED = DeliveryStatus.SUPPRESSED, DeliveryStatus.EXPIRED
+_FAILED, _DELIVERED = DeliveryStatus.FAILED, DeliveryStatus.DELIVERED
+
+
+def _change(
+    status: DeliveryStatus,
+    *,
+    channel: str | None = None,
+    priority: str | None = None,
+    reason: str | None = None,
+    attempts: int | None = None,
+    error_class: str | None = None,
+    last_error: str | None = None,
+    provider: str | None = None,
+    provider_message_id: str | None = None,
+    sent_at: datetime | None = None,
+    failed_at: datetime | None = None,
+) -> _Change:
+    return (
+        status, channel, priority, reason, attempts, error_class, last_error, provider,
+        provider_message_id, sent_at, failed_at,
+    )  # fmt: skip
+
+
+def _queued(event: DeliveryQueued) -> _Change:
+    return _change(_QUEUED, channel=event.channel, priority=event.priority)
+
+
+def _deferred(event: DeliveryDeferred) -> _Change:
+    return _change(_SCHEDULED, channel=event.channel, reason=event.reason)
+
+
+def _suppressed(event: DeliverySuppressed) -> _Change:
+    return _change(_SUPPRESSED, channel=event.channel, reason=event.reason)
+
+
+def _expired(event: DeliveryExpired) -> _Change:
+    return _change(_EXPIRED, channel=event.channel, reason=event.reason)
+
+
+def _attempt_failed(event: DeliveryAttemptFailed) -> _Change:
+    return _change(
+        _SCHEDULED,
+        attempts=event.attempt,
+        error_class=event.error_class,
+        last_error=event.error,
+    )
+
+
+def _sent(event: DeliverySent) -> _Change:
+    return _change(
+        _SENT,
+        attempts=event.attempt,
+        sent_at=event.at,
+        provider=event.provider,
+        provider_message_id=event.provider_message_id,
+    )
+
+
+def _failed(event: DeliveryFailed) -> _Change:
+    return _change(
+        _FAILED,
+        attempts=event.attempts,
+        failed_at=event.at,
+        error_class=event.error_class,
+        last_error=event.error,
+    )
+
+
+def _dead_lettered(event: DeliveryDeadLettered) -> _Change:
+    return _change(_FAILED)
+
+
+def _replayed(event: DeliveryReplayed) -> _Change:
+    # An operator's replay starts a new attempt series.
+    return _change(_QUEUED, attempts=0)
+
+
+def _feedback(event: ProviderFeedbackReceived) -> _Change:
+    # The status after it, as the event says; events from before that field: delivered or
+    # as sent.
+    status = DeliveryStatus(event.status) if event.status else None
+    if status is None:
+        status = _DELIVERED if event.feedback == "delivered" else _SENT
+    failed = status is _FAILED
+    return _change(
+        status,
+        reason=event.feedback,
+        error_class="PERMANENT" if failed else None,
+        last_error=f"{event.feedback}: {event.detail}" if failed else None,
+        failed_at=event.at if failed else None,
+    )
+
+
+CHANGE_OF: dict[type[DeliveryEvent], Callable[[Any], _Change]] = {
+    DeliveryQueued: _queued,
+    DeliveryDeferred: _deferred,
+    DeliverySuppressed: _suppressed,
+    DeliveryExpired: _expired,
+    DeliveryAttemptFailed: _attempt_failed,
+    DeliverySent: _sent,
+    DeliveryFailed: _failed,
+    DeliveryDeadLettered: _dead_lettered,
+    DeliveryReplayed: _replayed,
+    ProviderFeedbackReceived: _feedback,
+}
+UNKNOWN = _change(_QUEUED)  # an event type this version does not know

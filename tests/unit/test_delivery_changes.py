@@ -1,0 +1,57 @@
+"""What an event about a delivery changes in its read-model row: feedback moves it as the
+event says (DELIVERED; FAILED with the feedback as reason, its error class and text), an
+event written before feedback carried its status still reads as it did."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from projections.delivery_changes import CHANGE_OF, UNKNOWN
+from streams.events import DeliverySent, ProviderFeedbackReceived
+
+AT = datetime(2026, 1, 15, 9, 30, tzinfo=UTC)
+IDS = {"notification_id": "n", "delivery_id": "d", "version": 3}
+
+
+def change(event: object) -> dict[str, object]:
+    names = ("status", "channel", "priority", "reason", "attempts", "error_class", "last_error",
+             "provider", "message_id", "sent_at", "failed_at")  # fmt: skip
+    values = CHANGE_OF[type(event)](event)  # type: ignore[index]
+    return {name: value for name, value in zip(names, values, strict=True) if value is not None}
+
+
+def feedback(kind: str, status: str = "", detail: str = "") -> ProviderFeedbackReceived:
+    return ProviderFeedbackReceived(
+        at=AT,
+        **IDS,
+        feedback=kind,
+        provider="sms",
+        status=status,
+        detail=detail,  # type: ignore[arg-type]
+    )
+
+
+def test_feedback_moves_the_row_as_the_event_says() -> None:
+    assert change(feedback("delivered", "DELIVERED")) == {
+        "status": "DELIVERED",
+        "reason": "delivered",
+    }
+    assert change(feedback("bounced", "FAILED", "550 no such user")) == {
+        "status": "FAILED", "reason": "bounced", "error_class": "PERMANENT",
+        "last_error": "bounced: 550 no such user", "failed_at": AT,
+    }  # fmt: skip
+    assert change(feedback("complained", "DELIVERED")) == {
+        "status": "DELIVERED", "reason": "complained",
+    }  # fmt: skip
+
+
+def test_feedback_written_before_its_status_field_reads_as_it_did() -> None:
+    assert change(feedback("delivered"))["status"] == "DELIVERED"
+    assert change(feedback("bounced"))["status"] == "SENT"
+
+
+def test_a_send_and_an_unknown_event() -> None:
+    sent = DeliverySent(at=AT, **IDS, attempt=1, provider="sms", provider_message_id="SM1")
+    assert change(sent) == {"status": "SENT", "attempts": 1, "provider": "sms",
+                            "message_id": "SM1", "sent_at": AT}  # fmt: skip
+    assert UNKNOWN[0] == "QUEUED"
