@@ -29,16 +29,11 @@ one). The result is printed and written to ``bench/results/fcm_client-<UTC times
 from __future__ import annotations
 
 import argparse
-import asyncio
 import gc
 import os
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -49,7 +44,7 @@ if __package__ in {None, ""}:  # run as a script: make the ``bench`` package imp
     # first) from this one.
     import bench  # noqa: F401
 
-    if os.environ.get("CLARION_BENCH_SOURCE"):
+    if os.environ.get("CLARION_BENCH_SOURCE"):  # harness.SOURCE_VARIABLE
         sys.path.insert(0, os.environ["CLARION_BENCH_SOURCE"])
 
 import msgspec
@@ -57,20 +52,21 @@ import redis
 
 from bench.harness import (
     REPO,
-    BenchError,
     format_table,
     free_port,
     git_output,
-    log_tail,
+    measure_source,
+    process_cpu_seconds,
     result_head,
-    stop,
+    running,
+    send_all,
+    wait_listening,
     write_result,
 )
 
 SENDS = 20_000
 WARM_UP = 1_000
 IN_FLIGHT = (8, 128)
-PEER_START_S = 15.0
 
 
 def peer_process(source: Path, port: int, directory: Path) -> tuple[list[str], str, str]:
@@ -82,39 +78,6 @@ def peer_process(source: Path, port: int, directory: Path) -> tuple[list[str], s
     argv = ["-m", "tests.peers.fcm", "--port", str(port),
             "--account-file", str(directory / "account.json")]  # fmt: skip
     return argv, f"http://127.0.0.1:{port}", ""
-
-
-def cpu_seconds(pid: int) -> float:
-    """CPU seconds used so far by process ``pid`` (user and system)."""
-    raw = (Path("/proc") / str(pid) / "stat").read_text()
-    fields = raw[raw.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-@contextmanager
-def peer_running(argv: list[str], source: Path, log_path: Path) -> Iterator[Any]:
-    """The peer, run from ``source`` (its own ``tests`` package), until the block ends."""
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, *argv], cwd=source, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )  # fmt: skip
-        try:
-            yield process
-        finally:
-            stop(process)
-
-
-def wait_listening(process: Any, port: int, log_path: Path) -> None:
-    deadline = time.monotonic() + PEER_START_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            break
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.1)
-    raise BenchError(f"the peer does not listen on {port}:\n{log_tail(log_path)}")
 
 
 def messages(count: int) -> list[Any]:
@@ -140,14 +103,6 @@ def messages(count: int) -> list[Any]:
     ]
 
 
-async def send_all(provider: Any, batch: list[Any], in_flight: int) -> None:
-    async def sender(start: int) -> None:
-        for message in batch[start::in_flight]:
-            await provider.send(message)
-
-    await asyncio.gather(*(sender(start) for start in range(in_flight)))
-
-
 async def measure(
     base_url: str, ca_file: str, account: str, peer_pid: int, sends: int, in_flight: int
 ) -> dict[str, Any]:
@@ -161,13 +116,14 @@ async def measure(
     )  # fmt: skip
     provider = FcmProvider("fcm", config, {"service_account_env": account})
     try:
-        await send_all(provider, messages(WARM_UP), in_flight)
+        await send_all(provider.send, messages(WARM_UP), in_flight)
         batch = messages(sends)
         gc.collect()
-        cpu, peer_cpu, wall = time.process_time(), cpu_seconds(peer_pid), time.perf_counter()
-        await send_all(provider, batch, in_flight)
+        cpu, peer_cpu = time.process_time(), process_cpu_seconds(peer_pid)
+        wall = time.perf_counter()
+        await send_all(provider.send, batch, in_flight)
         wall = time.perf_counter() - wall
-        cpu, peer_cpu = time.process_time() - cpu, cpu_seconds(peer_pid) - peer_cpu
+        cpu, peer_cpu = time.process_time() - cpu, process_cpu_seconds(peer_pid) - peer_cpu
     finally:
         await provider.close()
     return {
@@ -188,7 +144,7 @@ def run(args: argparse.Namespace, source: Path) -> list[dict[str, Any]]:
         directory, port = Path(scratch), free_port()
         argv, base_url, ca_file = peer_process(source, port, directory)
         log_path = directory / "peer.log"
-        with peer_running(argv, source, log_path) as peer:
+        with running([sys.executable, *argv], None, log_path, cwd=source) as peer:
             wait_listening(peer, port, log_path)
             account = (directory / "account.json").read_text()
             for in_flight in args.in_flight:
@@ -215,10 +171,7 @@ def main() -> int:
     args = parser.parse_args()
     args.in_flight = args.in_flight or list(IN_FLIGHT)
     source = args.source.resolve()
-    if source != REPO and os.environ.get("CLARION_BENCH_SOURCE") != str(source):
-        # Start again with Clarion's modules imported from ``source``.
-        env = {**os.environ, "CLARION_BENCH_SOURCE": str(source)}
-        os.execve(sys.executable, [sys.executable, __file__, *sys.argv[1:]], env)
+    measure_source(source, __file__)
     started = datetime.now(UTC)
     print(f"FCM adapter alone, code of {source}:", flush=True)
     runs = run(args, source)

@@ -1,14 +1,16 @@
 """What the benchmarks of ``bench/`` share: the one module they import from each other.
 
 A benchmark script (``ingest.py``, ``pipeline.py``, ``projector.py``, ``memory.py``,
-``peers.py``, ``instructions.py``, ``unsubscribe.py``, ``report.py``) imports shared code from
-here and from nowhere else in ``bench/``; what only one benchmark uses stays in its script. The
-sections:
+``peers.py``, ``instructions.py``, ``providers.py``, ``fcm_client.py``, ``webpush_client.py``,
+``unsubscribe.py``, ``report.py``) imports shared code from here and from nowhere else in
+``bench/``; what only one benchmark uses stays in its script. The sections:
 
 - results: the repository, ``BenchError``, where results go and the fields they start with;
 - command line and output: ``--redis-url``, text tables, the problems banner;
 - figures: percentiles and the millisecond in ids and stream entry ids;
-- processes: free ports, starting and stopping the services, their logs;
+- processes: free ports, starting and stopping the services and peers, their logs;
+- one provider adapter alone (``fcm_client``, ``webpush_client``): another checkout's code,
+  sends kept in flight;
 - the catalog without rate limits, and batch request bodies with their answers;
 - Redis: deleting a run's keys, the work streams' progress, the sandbox provider's record,
   the events of an ``events`` stream;
@@ -271,17 +273,32 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 @contextmanager
 def running(
-    argv: list[str], env: dict[str, str], log_path: Path
+    argv: list[str], env: dict[str, str] | None, log_path: Path, cwd: Path = REPO
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """Run a process (its own session, output to ``log_path``) until the block ends."""
+    """Run a process (its own session, output to ``log_path``; ``env`` None: this one's)
+    until the block ends."""
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
         try:
             yield process
         finally:
             stop(process)
+
+
+def wait_listening(process: subprocess.Popen[bytes], port: int, log_path: Path) -> None:
+    """Wait until something listens on 127.0.0.1:``port`` (a peer); fail early if the
+    process exits."""
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise BenchError(f"the peer exited with {process.returncode}:\n{log_tail(log_path)}")
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise BenchError(f"the peer does not listen on {port}:\n{log_tail(log_path)}")
 
 
 def wait_healthy(process: subprocess.Popen[bytes], url: str, log_path: Path) -> None:
@@ -846,6 +863,39 @@ def cpu_snapshot(
     own = processes.get(os.getpid())
     seconds["bench"] = own.cpu_s if own is not None else 0.0
     return CpuSnapshot(seconds)
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """CPU seconds used so far by process ``pid`` (user and system, every thread)."""
+    raw = (Path("/proc") / str(pid) / "stat").read_text()
+    fields = raw[raw.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+# --- one provider adapter alone -----------------------------------------------------------
+
+# Set to a checkout's path while a benchmark measures that checkout's code (``--source``).
+SOURCE_VARIABLE: Final = "CLARION_BENCH_SOURCE"
+
+
+def measure_source(source: Path, script: str) -> None:
+    """Make Clarion's modules come from ``source``: when it is not this checkout, start
+    ``script`` again with ``SOURCE_VARIABLE`` set (the script puts it first on ``sys.path``
+    before importing anything of Clarion's); else return."""
+    if source != REPO and os.environ.get(SOURCE_VARIABLE) != str(source):
+        env = {**os.environ, SOURCE_VARIABLE: str(source)}
+        os.execve(sys.executable, [sys.executable, script, *sys.argv[1:]], env)
+
+
+async def send_all(send: Callable[[Any], Any], batch: list[Any], in_flight: int) -> None:
+    """``send`` each item of ``batch``, ``in_flight`` at a time: that many tasks, each
+    sending one item after the other."""
+
+    async def sender(start: int) -> None:
+        for item in batch[start::in_flight]:
+            await send(item)
+
+    await asyncio.gather(*(sender(start) for start in range(in_flight)))
 
 
 # --- PostgreSQL: a throwaway database and the read model's rows ---------------------------

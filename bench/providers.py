@@ -9,9 +9,9 @@ Run from anywhere with the project's virtualenv::
 
 For each adapter it starts the adapter's local peer as a process of its own (the SMTP relay
 of ``tests/peers/smtp.py``, the SendGrid and Twilio APIs of ``tests/peers/``, the webhook
-receiver that verifies every signature, the FCM API with its OAuth token endpoint and the APNs
-provider API, both served over HTTP/2 and TLS by granian (``tests/peers/http2_standalone.py``),
-the Web Push service that decrypts every message), then the API
+receiver that verifies every signature, and, served over HTTP/2 and TLS by granian
+(``tests/peers/http2_standalone.py``), the FCM API with its OAuth token endpoint, the APNs
+provider API and the Web Push service that decrypts every message), then the API
 (``clarion api``) and two delivery workers (``clarion worker --slot N``) under a fresh key
 prefix, with a catalog of one provider of that kind reached at the peer's port and one
 NORMAL type with one delivery on its channel (EMAIL, SMS, WEBHOOK, or PUSH with one target of
@@ -21,9 +21,13 @@ Notifications are batch-ingested (1000 per request) while the workers deliver, a
 ``bench/pipeline.py``. Deliveries/s run from the first accepted notification (the ms in its
 id) to the last ``DeliverySent`` event (the ms of its events entry). Every queued delivery
 must be SENT exactly once in the events; where the peer counts what it took
-(``/_peer/stats``), that count must be the number of deliveries. Targets on two cores: the
+(``/_peer/stats``), that count must be the number of deliveries. The CPU each process group
+used meanwhile (the API, the workers, the peer, Redis, this load generator; read from
+``/proc``) is given per delivery: it depends less on what else the machine runs than
+deliveries/s do. Targets on two cores: the
 HTTP adapters at least 3,000 deliveries/s, SMTP at least 800 messages/s, FCM and APNs (one
-multiplexed HTTP/2 connection per worker) 3,000, Web Push (encryption included) 1,500.
+multiplexed HTTP/2 connection per worker) 3,000, Web Push (encryption included, one HTTP/2
+connection per worker to the one push service) 1,500.
 
 The result is printed and written to ``bench/results/providers-<UTC timestamp>.json``; a run
 of some adapters (``--only``) to ``providers-<adapters>-<UTC timestamp>.json`` (such as
@@ -40,7 +44,7 @@ import asyncio
 import functools
 import os
 import secrets
-import socket
+import ssl
 import sys
 import tempfile
 import time
@@ -70,6 +74,7 @@ from bench.harness import (
     api_client,
     batch_pieces,
     clarion_executable,
+    cpu_snapshot,
     delete_prefix,
     entry_ms,
     format_table,
@@ -78,12 +83,14 @@ from bench.harness import (
     log_tail,
     post_batches,
     print_problems,
+    redis_pid,
     result_head,
     running,
     service_env,
     verdict,
     wait_consumers,
     wait_healthy,
+    wait_listening,
     write_result,
 )
 from streams import codec
@@ -99,7 +106,6 @@ TARGETS = {
     "smtp": 800, "sendgrid": 3000, "twilio": 3000, "webhook": 3000,
     "fcm": 3000, "apns": 3000, "webpush": 1500,
 }  # fmt: skip
-PEER_START_S = 15.0
 
 # The secrets of the peers (what the peers expect; nothing real).
 SMTP_PASSWORD = "peer-smtp-password"
@@ -182,8 +188,8 @@ class Adapter:
         if self.name == "webpush":
             return (
                 f'kind = "webpush"\nvapid_private_key_env = "BENCH_VAPID_KEY"\n'
-                'subject = "mailto:bench@clarion.test"\n'
-                f'allow_http_hosts = ["127.0.0.1"]\nallow_networks = ["127.0.0.0/8"]\n{common}'
+                'subject = "mailto:bench@clarion.test"\nca_file = "{dir}/ca.pem"\n'
+                f'allow_networks = ["127.0.0.0/8"]\n{common}'
             )
         return (
             f'kind = "webhook"\nsecret_env = "BENCH_WEBHOOK_SECRET"\n'
@@ -207,7 +213,7 @@ def web_push_recipient(number: int, port: int) -> str:
     """Subscription ``number`` of the local push service, as a recipient's push target."""
     from tests.peers.webpush import subscription  # noqa: PLC0415 (needs the repository)
 
-    sub = subscription(number + 1, f"http://127.0.0.1:{port}")
+    sub = subscription(number + 1, f"https://127.0.0.1:{port}")
     target = {"platform": "webpush", "endpoint": sub.endpoint, "expirationTime": None,
               "keys": {"p256dh": sub.p256dh, "auth": sub.auth}}  # fmt: skip
     return '"push_targets": ' + msgspec.json.encode([target]).decode()
@@ -266,7 +272,7 @@ ADAPTERS = {
         "webpush",
         "PUSH",
         "",
-        ("tests.peers.webpush",),
+        ("tests.peers.webpush_standalone", "--cert-dir", "{dir}"),
         stats=True,
         env={"BENCH_VAPID_KEY": VAPID_KEY},
         recipient_of=web_push_recipient,
@@ -364,26 +370,14 @@ async def post_all(
 def peer_stats(adapter: Adapter, port: int, peer_dir: Path) -> dict[str, Any] | None:
     if not adapter.stats:
         return None
-    if adapter.name in {"fcm", "apns"}:  # HTTP/2 over TLS, the peer's own certificate
-        ca = str(peer_dir / "ca.pem")
+    if adapter.name in {"fcm", "apns", "webpush"}:  # HTTP/2 over TLS, the peer's certificate
+        ca = ssl.create_default_context(cafile=str(peer_dir / "ca.pem"))
         with httpx.Client(http2=True, verify=ca, timeout=5) as h2:
             answer = h2.get(f"https://127.0.0.1:{port}/_peer/stats")
     else:
         answer = httpx.get(f"http://127.0.0.1:{port}/_peer/stats", timeout=5)
     stats: dict[str, Any] = answer.json()
     return stats
-
-
-def wait_listening(process: Any, port: int, log_path: Path) -> None:
-    deadline = time.monotonic() + PEER_START_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise BenchError(f"the peer exited with {process.returncode}:\n{log_tail(log_path)}")
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.1)
-    raise BenchError(f"the peer does not listen on {port}:\n{log_tail(log_path)}")
 
 
 def run_adapter(
@@ -426,9 +420,19 @@ def run_adapter(
             base_url = f"http://127.0.0.1:{port}"
             wait_healthy(api, base_url + HEALTH_PATH, api_log)
             wait_consumers(client, keys, procs, worker_logs)
+            services = {"api": [api.pid], "workers": [proc.pid for proc in procs]}
+            if adapter.peer:
+                services["peer"] = [peer.pid]
+            redis_server = redis_pid(args.redis_url)
+            before = cpu_snapshot(services, redis_server, postgres=False)
             figures, problems = asyncio.run(
                 measure(adapter, base_url, args.redis_url, keys, args.deliveries, peer_port)
             )
+            used = cpu_snapshot(services, redis_server, postgres=False).used(before)
+            figures["cpu_us_per_delivery"] = {
+                group: round(seconds / max(1, figures["deliveries_sent"]) * 1e6, 1)
+                for group, seconds in used.items()
+            }
             result |= figures
             stats = peer_stats(adapter, peer_port, peer_dir)
             if stats is not None:
@@ -459,7 +463,8 @@ def run_adapter(
     target = TARGETS.get(adapter.name)
     result["target_deliveries_per_s"] = target
     result["meets_target"] = None if target is None else result["deliveries_per_s"] >= target
-    print(f"  {result['deliveries_per_s']:,.0f} deliveries/s", flush=True)
+    cpu = ", ".join(f"{k} {v:,.0f}" for k, v in result.get("cpu_us_per_delivery", {}).items())
+    print(f"  {result['deliveries_per_s']:,.0f} deliveries/s; CPU µs a delivery: {cpu}", flush=True)
     return result
 
 

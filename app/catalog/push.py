@@ -222,14 +222,23 @@ class ApnsConfig(ProviderLimits, frozen=True, tag_field="kind", tag="apns"):
 
 
 class WebPushConfig(GuardedConfig, frozen=True, tag_field="kind", tag="webpush"):
-    """Web Push (RFC 8030) with aes128gcm encryption (RFC 8291) and VAPID (RFC 8292). The
-    endpoints come from browsers' subscriptions, so where it may connect is checked as for
-    webhooks (``allow_http_hosts``, ``allow_networks``)."""
+    """Web Push (RFC 8030) with aes128gcm encryption (RFC 8291) and VAPID (RFC 8292), over
+    HTTP/2 and TLS. The endpoints come from browsers' subscriptions, so where it may connect
+    is checked as for webhooks (``allow_networks``); they are https only, so
+    ``allow_http_hosts`` is refused (``ca_file`` trusts a private push service)."""
 
     # The VAPID private key: PEM, or its 32 bytes in base64url.
     vapid_private_key_env: EnvName
     # Who the push services may contact about these messages (VAPID ``sub``).
     subject: Annotated[str, msgspec.Meta(pattern=r"^(mailto:[^\s]+|https://[^\s]+)$")]
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.allow_http_hosts:
+            raise ValueError(
+                "allow_http_hosts: Web Push endpoints are https only (push services speak "
+                "HTTP/2 over TLS); trust a private push service's CA with ca_file"
+            )
 
     def secret_names(self) -> dict[str, str]:
         return {"vapid_private_key_env": self.vapid_private_key_env}

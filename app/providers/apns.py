@@ -59,7 +59,6 @@ import jwt
 import msgspec
 import structlog
 from cryptography.hazmat.primitives.asymmetric import ec
-from multidict import CIMultiDict, CIMultiDictProxy
 
 from app.catalog.push import ApnsConfig, Platform, p256_key, parse_address
 from app.providers import http, http2
@@ -273,8 +272,7 @@ class ApnsProvider:
             return ProviderError(ErrorClass.PERMANENT, text, reason=Reason.REJECTED)
         if status in {400, 403}:
             return ProviderError(ErrorClass.TRANSIENT, text, not_accepted=True)
-        headers = CIMultiDictProxy(CIMultiDict(response.headers))
-        return http.status_error(self.name, http.Answer(status, headers, response.body), reason)
+        return http.status_error(self.name, http2.answer(response), reason)
 
     def _unsent(self, text: str, reason: Reason) -> ProviderError:
         return ProviderError(

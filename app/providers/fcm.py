@@ -58,7 +58,6 @@ from urllib.parse import urlencode
 
 import jwt
 import msgspec
-from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from app.catalog.push import FcmConfig, parse_address, service_account
@@ -215,7 +214,7 @@ class FcmProvider:
         parsed = _parsed(response.body)
         if 200 <= response.status < 300:
             return parsed.name or message.delivery_id
-        raise self._error(_answer(response), parsed, token)
+        raise self._error(http2.answer(response), parsed, token)
 
     async def close(self) -> None:
         """Close the connections."""
@@ -273,7 +272,7 @@ class FcmProvider:
                 ErrorClass.TRANSIENT,
                 f"{self.name}: the token endpoint refused the service account (HTTP "
                 f"{response.status}): check the key in {self.name}'s service_account_env",
-                retry_after=http.retry_after(_answer(response)),
+                retry_after=http.retry_after(http2.answer(response)),
                 not_accepted=True,
             )
         lifetime = token.expires_in
@@ -297,13 +296,6 @@ class FcmProvider:
         if code == "INTERNAL":
             return ProviderError(ErrorClass.TRANSIENT, text, retry_after=wait)
         return http.status_error(self.name, answer, words)
-
-
-def _answer(response: http2.Response) -> http.Answer:
-    """An HTTP/2 answer as the shared HTTP classification reads one."""
-    return http.Answer(
-        response.status, CIMultiDictProxy(CIMultiDict(response.headers)), response.body
-    )
 
 
 def _parsed(body: bytes) -> _Answer:

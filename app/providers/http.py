@@ -292,9 +292,10 @@ def status_error(provider: str, answer: Answer, detail: str = "") -> ProviderErr
 
 
 def unreachable(error: BaseException, host: str) -> ProviderError:
-    """The ``ProviderError`` for a call to a recipient's URL (a webhook, a Web Push endpoint)
-    that got no answer, naming ``host`` and the system's reason: ``not_accepted`` when it
-    failed before the request could leave (no connection, TLS refused)."""
+    """The ``ProviderError`` for a call to a recipient's URL (a webhook's) that got no answer,
+    naming ``host`` and the system's reason: ``not_accepted`` when it failed before the
+    request could leave (no connection, TLS refused). ``http2.unreachable`` words the same
+    for an HTTP/2 server (a Web Push endpoint's)."""
     if isinstance(error, aiohttp.ConnectionTimeoutError):
         # No connection (a pooled one free, or a new one) in time: nothing was sent.
         return ProviderError(

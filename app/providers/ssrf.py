@@ -19,6 +19,11 @@ certificate checked), and the connector keeps connections per host name, so a co
 verified for one name never carries another's. The connector asks no resolver for a host
 that is an IP address: ``target`` checks such a host itself.
 
+The Web Push adapter's HTTP/2 client (``app.providers.http2``, one per push service origin)
+asks ``Policy.addresses`` the same question for each connection it opens and connects by
+number to what it answers, with TLS for the host name, resolving nothing itself; a host
+that is an IP address is answered as it is, already checked by ``target``.
+
 Texts of ``Refused`` and ``Unresolvable`` name the host, never the URL: its path and query
 may hold the receiver's tokens.
 """

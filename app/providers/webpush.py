@@ -1,252 +1,94 @@
 """The ``webpush`` provider kind: push messages to browsers' push services (RFC 8030),
 encrypted for the browser (RFC 8291) and signed by the application server (VAPID, RFC 8292).
 
-A delivery's address is the browser's subscription (``app.catalog.push.parse_address``): the
-endpoint URL, ``p256dh`` (the browser's P-256 public key, 65 bytes uncompressed) and ``auth``
-(a 16-byte secret), both base64url. Keys of other sizes, or a p256dh that is not a point of
-the curve, fail for good as INVALID_ADDRESS before anything is sent: the browser will never
-decrypt a message made with them.
+What a message is made of (the subscription's keys, the Declarative Web Push JSON, the
+aes128gcm body, the VAPID JWT, TTL and Topic) is ``app.providers.webpush_message``'s; this
+module sends it and reads the answer. A subscription whose keys a browser could not decrypt
+with fails for good as INVALID_ADDRESS, and a plaintext over ``MAX_PLAINTEXT_BYTES`` as
+PAYLOAD_TOO_LARGE, both before anything is sent: a notification is never cut.
+
+One ``POST`` to the endpoint per message, over HTTP/2 and TLS as the push services speak it
+(Mozilla's autopush, FCM's Web Push endpoints, Apple's web.push.apple.com, Microsoft's WNS),
+through Clarion's own client (``app.providers.http2``): one ``http2.Client`` per push service
+origin (host and port), made on first use with the provider's limits and kept while the
+origin is among the ``MAX_ORIGINS`` used last; past that the least recently used one that has
+no send in flight is dropped and its connection closed. Many subscriptions share a few
+origins, so a worker keeps one TLS connection per push service, each carrying every send to
+that service at once as streams, the frames of all the sends of a loop turn written
+together. Its headers: ``Authorization`` (VAPID, one JWT per origin for 11 hours), ``TTL``
+(the seconds left of the notification's TTL at this attempt), ``Urgency`` (high, normal or
+low as the priority), ``Topic`` when the push parts have a collapse key, ``Content-Encoding:
+aes128gcm``. It replaced aiohttp's HTTP/1.1 (one request per connection at a time, a
+syscall each way per request): against the local push service a send costs 325 to 350 µs of
+CPU instead of 410 to 430, of which making the message is about 155
+(``bench/webpush_client.py``); end to end the workers spend about 150 µs a delivery less
+(``docs/performance.md``). Most of what is left of the transport is decoding the answers'
+header blocks, each unlike the last (its own ``Location``).
+
+Endpoints are https only: push services speak TLS (RFC 8030 section 8), and this client
+speaks HTTP/2 over TLS only. An ``http://`` endpoint fails for good (REJECTED, not accepted),
+and the catalog refuses ``allow_http_hosts`` for this kind; a private push service is trusted
+through ``ca_file`` (the tests' and the benchmark's local push service is).
 
 The endpoint comes from a browser, that is from whoever sends notifications, so it is called
-only as ``app.providers.ssrf`` allows, exactly as webhooks are: ``Policy.target`` checks the
-URL and the guard's resolver is the ``http.Client``'s name lookup (connections only to the
-checked addresses, pooled per host name). A refusal fails for good (REJECTED, not accepted).
-A call without an answer is read as the webhook adapter reads it (``http.unreachable``:
-not accepted only when it failed before the request could leave), named for this provider.
-
-One ``POST`` to the endpoint per message, with:
-
-- the body: the aes128gcm content coding of RFC 8188, one record (``rs`` 4096): a 86-byte
-  header (salt, record size, key id = the sender's public key) and the ciphertext, made with
-  a fresh ephemeral P-256 key and a random 16-byte salt per message, as RFC 8291 requires.
-  Push services take at most 4096 bytes of it, so a plaintext over 3993 bytes (4096 - 86
-  header - 16 tag - 1 delimiter) fails for good as PAYLOAD_TOO_LARGE before encrypting: a
-  notification is never cut. ``encrypt`` writes RFC 8291 section 3.4 out on
-  ``cryptography``'s primitives (the ECDH, three HKDFs, one AES-GCM record); it reproduces
-  the RFC's Appendix A example byte for byte, and ``http_ece``'s decryption reads what it
-  makes (both tested). ``http_ece`` itself is not used to send: its Python around the same
-  primitives cost 55 to 60 µs a message more (236 against 178 µs in all on this project's
-  two-core machine, of which the ephemeral key is about 32 µs and the ECDH about 72 µs).
-  Decoding the subscription's key and building the JSON add about 20 µs. The VAPID
-  signature is not part of it (see below). It runs on the event loop: a thread hop would
-  cost about as much as it saves.
-- ``Authorization: vapid t=<JWT>, k=<public key>``: an ES256 JWT ``{"aud": the endpoint's
-  origin, "exp", "sub": subject}``. A JWT is valid 12 hours and kept per audience (origin),
-  reused until an hour before it expires: one signature per push service per 11 hours, not
-  one per message. At most ``MAX_AUDIENCES`` are kept (endpoints name any host; the oldest
-  is dropped).
-- ``TTL``: the seconds left of the notification's TTL at this attempt (``expires_ms`` against
-  the clock now; 0 when under a second is left; ``DEFAULT_TTL_SECONDS`` when unknown);
-  ``Urgency``: high, normal or low as the priority; ``Topic`` when the push parts have a
-  collapse key: RFC 8030 allows at most 32 characters of the URL-safe base64 alphabet, so a
-  key that is not such is sent as the first 32 characters of its SHA-256 in base64url (the
-  same key always makes the same topic).
-
-The plaintext is Declarative Web Push's JSON (the Push API's "declarative push message",
-WebKit's ``"web_push": 8030``), which a browser shows without a service worker and a service
-worker can still read as plain JSON: ``{"web_push": 8030, "notification": {"title", "body",
-"navigate": link, "tag"?: collapse key, "data"?: data}, "app_badge"?: badge}``. Declarative
-messages require ``navigate``, an absolute URL: without a link, or with one that is not an
-http(s) URL (a path, an app's own scheme), the magic ``web_push`` member is left out and the
-same JSON goes to the site's service worker, which opens what it wants. ``tag`` carries the
-collapse key so a shown notification is replaced too (the Topic replaces only one still
-waiting at the push service). A sound is not a Web Push concept (the browser decides): it is
-dropped. A negative badge is dropped too (``app_badge`` is an unsigned integer).
+only as ``app.providers.ssrf`` allows, as webhooks are: ``Policy.target`` checks the URL
+before anything else, and each connection the client opens asks ``Policy.addresses`` where
+to go: the host is resolved and every address checked (loopback, private, link-local...
+refused unless inside ``allow_networks``), and the client connects by number to those
+addresses only, never resolving the name itself, with TLS sending the host name (SNI) and
+verifying the certificate for it. A refusal fails for good (REJECTED, not accepted); a name
+that does not resolve is TRANSIENT and not accepted. A request without an answer is read as
+``http2.Client`` reads it, worded by ``http2.unreachable`` (naming the host): not accepted
+only when it certainly never left (no connection, TLS refused, the stream refused), else it
+may have reached the push service, which is then asked again, never another provider.
 
 Answers: 200, 201 and 202 are sent; the message id is the ``Location`` header (the push
 message resource), else the delivery id. 404 and 410: the subscription is gone (PERMANENT
-INVALID_ADDRESS); 413: PAYLOAD_TOO_LARGE; 400 and redirects: REJECTED; 401 and 403 (the
-VAPID token or key refused), 429 and 5xx as ``http.status_error`` classes them. Error texts
-name the provider, the status, the push service's host and its reason code (autopush's
-``errno``, Apple's ``reason``), never the endpoint's path, the keys or the JWT.
+INVALID_ADDRESS); 413: PAYLOAD_TOO_LARGE; 400 and redirects (never followed): REJECTED; 401
+and 403 (the VAPID token or key refused), 429 and 5xx as ``http.status_error`` classes them.
+Error texts name the provider, the status, the push service's host and its reason code
+(autopush's ``errno``, Apple's ``reason``), never the endpoint's path, the keys or the JWT.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import os
+import asyncio
 import re
+import ssl
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Final
 
-import jwt
 import msgspec
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from app.catalog.push import Platform, WebPushConfig, b64url_decode, p256_key, parse_address
-from app.providers import http
+from app.catalog.push import WebPushConfig, p256_key
+from app.providers import http, http2
 from app.providers.base import Message, ProviderError, Reason
-from app.providers.ssrf import (
-    GuardedResolver,
-    Policy,
-    Refused,
-    Resolver,
-    Unresolvable,
-    system_resolver,
+from app.providers.ssrf import Policy, Refused, Resolver, Target, Unresolvable, system_resolver
+from app.providers.webpush_message import (
+    MAX_BODY_BYTES,
+    MAX_PLAINTEXT_BYTES,
+    Vapid,
+    encrypt,
+    payload,
+    subscription,
+    topic,
+    ttl_seconds,
 )
 from streams.vocabulary import ErrorClass, Priority
 
-# What push services must take (RFC 8030 section 7.2), and the plaintext that fits into it
-# as one aes128gcm record: the header (salt 16, rs 4, idlen 1, key id 65) and the tag and
-# padding delimiter of the record come off.
-MAX_BODY_BYTES: Final = 4096
-HEADER_BYTES: Final = 16 + 4 + 1 + 65
-MAX_PLAINTEXT_BYTES: Final = MAX_BODY_BYTES - HEADER_BYTES - 16 - 1
-RECORD_SIZE: Final = 4096
-# A JWT's lifetime and how long before its end a new one is made: push services refuse an
-# exp more than 24 h ahead, and a clock a little off either way must not matter.
-JWT_LIFETIME_SECONDS: Final = 12 * 3600
-JWT_RENEW_SECONDS: Final = 3600
-MAX_AUDIENCES: Final = 256
-# The TTL of a message whose notification has none (tests; every delivery has one): four
-# weeks, the longest the big push services keep a message.
-DEFAULT_TTL_SECONDS: Final = 28 * 24 * 3600
-URGENCY: Final = {Priority.HIGH: "high", Priority.NORMAL: "normal", Priority.LOW: "low"}
+# Push service origins whose client (and connection) a worker keeps.
+MAX_ORIGINS: Final = 64
+URGENCY: Final = {Priority.HIGH: b"high", Priority.NORMAL: b"normal", Priority.LOW: b"low"}
 # A Location longer than this is not kept as the message id (a push service's own URL).
 MAX_LOCATION_CHARS: Final = 2048
-P256_POINT_BYTES: Final = 65
-AUTH_SECRET_BYTES: Final = 16
+_CODING: Final = (
+    (b"content-encoding", b"aes128gcm"),
+    (b"content-type", b"application/octet-stream"),
+)
 
-_TOPIC = re.compile(r"[A-Za-z0-9_-]{1,32}")
-_ABSOLUTE_LINK = re.compile(r"https?://[^\s/?#]+", re.IGNORECASE)
 _REASON_CODE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-
-
-@dataclass(frozen=True, slots=True)
-class Subscription:
-    """A browser's push subscription, its keys decoded."""
-
-    endpoint: str
-    public_key: ec.EllipticCurvePublicKey
-    point: bytes  # the public key, encoded (p256dh)
-    auth: bytes
-
-
-def subscription(address: str) -> Subscription:
-    """The subscription of a PUSH address; ``ValueError`` (quoting none of it) if the address
-    holds none that a browser could decrypt a message for."""
-    target = parse_address(address)
-    if target.platform is not Platform.WEBPUSH or not target.token:
-        raise ValueError("the address is not a Web Push subscription")
-    try:
-        point = b64url_decode(target.p256dh)
-        auth = b64url_decode(target.auth)
-    except ValueError:
-        raise ValueError("the subscription's keys are not base64url") from None
-    if len(point) != P256_POINT_BYTES or len(auth) != AUTH_SECRET_BYTES:
-        raise ValueError("the subscription's keys are not a 65-byte p256dh and a 16-byte auth")
-    try:
-        public_key = ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), point)
-    except ValueError:
-        raise ValueError("the subscription's p256dh is not a P-256 public key") from None
-    return Subscription(target.token, public_key, point, auth)
-
-
-def payload(message: Message) -> bytes:
-    """The push message's plaintext: Declarative Web Push JSON (see the module's text)."""
-    push = message.push
-    notification: dict[str, object] = {"title": message.title, "body": message.body}
-    if push.link:
-        notification["navigate"] = push.link
-    if push.collapse_key:
-        notification["tag"] = push.collapse_key
-    if push.data:
-        notification["data"] = push.data
-    content: dict[str, object] = {"web_push": 8030} if _ABSOLUTE_LINK.match(push.link) else {}
-    content["notification"] = notification
-    if push.badge is not None and push.badge >= 0:
-        content["app_badge"] = push.badge
-    return msgspec.json.encode(content)
-
-
-def encrypt(
-    plaintext: bytes,
-    public_key: ec.EllipticCurvePublicKey,
-    auth: bytes,
-    *,
-    sender: ec.EllipticCurvePrivateKey | None = None,
-    salt: bytes | None = None,
-    point: bytes = b"",
-) -> bytes:
-    """``plaintext`` as an aes128gcm body for the browser holding ``public_key`` (RFC 8291
-    section 3.4, one record; ``point``: that key encoded, when the caller has it); a fresh
-    sender key and salt unless given (only tests give them: RFC 8291's example)."""
-    sender = sender or ec.generate_private_key(ec.SECP256R1())
-    salt = salt or os.urandom(16)
-    sender_key = _raw(sender.public_key())
-    shared = sender.exchange(ec.ECDH(), public_key)
-    key_info = b"WebPush: info\x00" + (point or _raw(public_key)) + sender_key
-    ikm = _hkdf(auth, shared, key_info, 32)
-    content_key = _hkdf(salt, ikm, b"Content-Encoding: aes128gcm\x00", 16)
-    nonce = _hkdf(salt, ikm, b"Content-Encoding: nonce\x00", 12)
-    # One record, the last: the plaintext, the delimiter 2, no padding.
-    record = AESGCM(content_key).encrypt(nonce, plaintext + b"\x02", None)
-    header = salt + RECORD_SIZE.to_bytes(4, "big") + bytes([len(sender_key)]) + sender_key
-    return header + record
-
-
-def _raw(key: ec.EllipticCurvePublicKey) -> bytes:
-    return key.public_bytes(Encoding.X962, PublicFormat.UncompressedPoint)
-
-
-def _hkdf(salt: bytes, secret: bytes, info: bytes, length: int) -> bytes:
-    return HKDF(algorithm=hashes.SHA256(), length=length, salt=salt, info=info).derive(secret)
-
-
-def topic(collapse_key: str) -> str:
-    """The ``Topic`` for a collapse key: itself when RFC 8030 allows it, else its hash."""
-    if _TOPIC.fullmatch(collapse_key):
-        return collapse_key
-    digest = hashlib.sha256(collapse_key.encode()).digest()
-    return base64.urlsafe_b64encode(digest).decode()[:32]
-
-
-def ttl_seconds(expires_ms: int, now: float) -> int:
-    """Whole seconds left until ``expires_ms`` at ``now`` (Unix seconds), at least 0."""
-    if expires_ms <= 0:
-        return DEFAULT_TTL_SECONDS
-    return max(0, (expires_ms - int(now * 1000)) // 1000)
-
-
-def _b64url(raw: bytes) -> str:
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
-
-
-class Vapid:
-    """The ``Authorization`` values of one VAPID key, a JWT kept per audience."""
-
-    def __init__(
-        self, key: ec.EllipticCurvePrivateKey, subject: str, clock: Callable[[], float]
-    ) -> None:
-        self._key = key
-        self._subject = subject
-        self._clock = clock
-        self.public_key = _b64url(_raw(key.public_key()))
-        # audience -> (Authorization value, the JWT's exp)
-        self._tokens: dict[str, tuple[str, int]] = {}
-
-    def authorization(self, audience: str) -> str:
-        """``vapid t=<JWT>, k=<key>`` for ``audience`` (an origin), signed anew only when the
-        kept JWT is within ``JWT_RENEW_SECONDS`` of its end."""
-        now = self._clock()
-        kept = self._tokens.get(audience)
-        if kept is not None and kept[1] - now > JWT_RENEW_SECONDS:
-            return kept[0]
-        expires = int(now) + JWT_LIFETIME_SECONDS
-        claims = {"aud": audience, "exp": expires, "sub": self._subject}
-        token = jwt.encode(claims, self._key, algorithm="ES256", headers={"typ": "JWT"})
-        value = f"vapid t={token}, k={self.public_key}"
-        if kept is None and len(self._tokens) >= MAX_AUDIENCES:
-            del self._tokens[next(iter(self._tokens))]
-        self._tokens[audience] = (value, expires)
-        return value
 
 
 class _Refusal(msgspec.Struct):
@@ -271,6 +113,16 @@ def _reason_code(body: bytes) -> str:
     return ""
 
 
+class _Origin:
+    """One push service's client and the sends on it now (it is closed only without any)."""
+
+    __slots__ = ("client", "sending")
+
+    def __init__(self, client: http2.Client) -> None:
+        self.client = client
+        self.sending = 0
+
+
 class WebPushProvider:
     """Encrypts, signs and POSTs push messages to each subscription's push service."""
 
@@ -289,16 +141,14 @@ class WebPushProvider:
         except ValueError as error:
             variable = config.vapid_private_key_env
             raise ValueError(f"{name}: vapid_private_key_env ({variable}) {error}") from None
+        self._config = config
         self._clock = clock
         self.vapid = Vapid(key, config.subject, clock)
         self.policy = Policy(config, resolver)
-        self._client = http.Client(
-            name,
-            config,
-            ca_file=config.ca_file,
-            resolver=GuardedResolver(self.policy, config.connect_timeout_seconds),
-            failure=self._unreachable,
-        )
+        self._tls: ssl.SSLContext | None = None  # one for every origin's client
+        # (host, port) -> its client, the least recently used first
+        self._origins: OrderedDict[tuple[str, int], _Origin] = OrderedDict()
+        self._closing: set[asyncio.Task[None]] = set()
 
     async def send(self, message: Message) -> str:
         """Push ``message`` to its subscription; the push message's Location (or the delivery
@@ -307,10 +157,12 @@ class WebPushProvider:
             to = subscription(message.address)
         except ValueError as error:
             raise self._permanent(str(error), Reason.INVALID_ADDRESS) from None
+        if to.endpoint[:8].lower() != "https://":
+            raise self._refused("the endpoint is not an https URL (push services use TLS)")
         try:
             target = self.policy.target(to.endpoint)
         except Refused as refusal:
-            raise self._refused(refusal) from None
+            raise self._refused(str(refusal)) from None
         plaintext = payload(message)
         if len(plaintext) > MAX_PLAINTEXT_BYTES:
             raise self._permanent(
@@ -319,40 +171,92 @@ class WebPushProvider:
                 Reason.PAYLOAD_TOO_LARGE,
             )
         body = encrypt(plaintext, to.public_key, to.auth, point=to.point)
-        headers = self._headers(f"{target.scheme}://{target.host_header}", message)
+        fields = self._fields(f"https://{target.host_header}", message)
+        origin = self._take(target)
         try:
-            answer = await self._client.post(target.url, data=body, headers=headers)
+            response = await origin.client.request(b"POST", target.path, fields, body)
         except Refused as refusal:
-            raise self._refused(refusal) from None
+            raise self._refused(str(refusal)) from None
         except Unresolvable as error:
             raise ProviderError(
                 ErrorClass.TRANSIENT, f"{self.name}: {error}", not_accepted=True
             ) from None
-        if 200 <= answer.status < 300:
-            location = answer.headers.get("location", "")
+        finally:
+            origin.sending -= 1
+            if len(self._origins) > MAX_ORIGINS:  # one was kept past the bound while in use
+                self._drop_idle()
+        if 200 <= response.status < 300:
+            location = response.headers.get("location", "")
             return location if 0 < len(location) <= MAX_LOCATION_CHARS else message.delivery_id
-        raise self._error(answer, target.host)
+        raise self._error(response, target.host)
 
-    def _headers(self, origin: str, message: Message) -> dict[str, str]:
-        headers = {
-            "Authorization": self.vapid.authorization(origin),
-            "TTL": str(ttl_seconds(message.expires_ms, self._clock())),
-            "Urgency": URGENCY[message.priority],
-            "Content-Encoding": "aes128gcm",
-            "Content-Type": "application/octet-stream",
-        }
+    def _fields(self, origin: str, message: Message) -> list[tuple[bytes, bytes]]:
+        fields = [
+            (b"authorization", self.vapid.authorization(origin).encode()),
+            (b"ttl", b"%d" % ttl_seconds(message.expires_ms, self._clock())),
+            (b"urgency", URGENCY[message.priority]),
+            *_CODING,
+        ]
         if message.push.collapse_key:
-            headers["Topic"] = topic(message.push.collapse_key)
-        return headers
+            fields.append((b"topic", topic(message.push.collapse_key).encode()))
+        return fields
+
+    def _take(self, target: Target) -> _Origin:
+        """The client of ``target``'s origin, counted as sending until the caller is done."""
+        key = (target.host, target.port)
+        origin = self._origins.get(key)
+        if origin is None:
+            if self._tls is None:
+                self._tls = http2.tls_context(self._config.ca_file)
+            client = http2.Client(
+                self.name,
+                self._config,
+                f"https://{target.host_header}",
+                tls=self._tls,
+                addresses=self._addresses,
+                failure=self._unreachable,
+            )
+            origin = self._origins[key] = _Origin(client)
+            self._drop_idle()
+        else:
+            self._origins.move_to_end(key)
+        origin.sending += 1
+        return origin
+
+    def _drop_idle(self) -> None:
+        """Close the least recently used origins past ``MAX_ORIGINS`` that send nothing now
+        (the newest, just made, is not among them)."""
+        excess = len(self._origins) - MAX_ORIGINS
+        for key in list(self._origins)[:-1]:
+            if excess <= 0:
+                return
+            origin = self._origins[key]
+            if not origin.sending:
+                del self._origins[key]
+                excess -= 1
+                self._close_later(origin.client)
+
+    def _close_later(self, client: http2.Client) -> None:
+        task = asyncio.get_running_loop().create_task(client.close())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    def _addresses(self, host: str, port: int) -> Awaitable[list[str]]:
+        """Where a connection to ``host`` may go: ``Policy.addresses``, each checked."""
+        return self.policy.addresses(host, port, self._config.connect_timeout_seconds)
 
     async def close(self) -> None:
-        """Close the pooled connections."""
-        await self._client.close()
+        """Close every origin's connection."""
+        origins, self._origins = list(self._origins.values()), OrderedDict()
+        for origin in origins:
+            self._close_later(origin.client)
+        if self._closing:
+            await asyncio.wait(list(self._closing))
 
-    def _error(self, answer: http.Answer, host: str) -> ProviderError:
+    def _error(self, response: http2.Response, host: str) -> ProviderError:
         """The ``ProviderError`` for an answer other than 2xx."""
-        status = answer.status
-        code = _reason_code(answer.body)
+        status = response.status
+        code = _reason_code(response.body)
         detail = f"{host} ({code})" if code else host
         text = f"{self.name}: HTTP {status}: {detail}"
         if status in (404, 410):
@@ -366,7 +270,7 @@ class WebPushProvider:
         if status == 400 or 300 <= status < 400:
             # A redirect is not followed: the endpoint is the subscription's, not ours to move.
             return ProviderError(ErrorClass.PERMANENT, text, reason=Reason.REJECTED)
-        return http.status_error(self.name, answer, detail)
+        return http.status_error(self.name, http2.answer(response), detail)
 
     def _permanent(self, text: str, reason: Reason) -> ProviderError:
         # Nothing was sent: the message fails before any request.
@@ -374,16 +278,13 @@ class WebPushProvider:
             ErrorClass.PERMANENT, f"{self.name}: {text}", reason=reason, not_accepted=True
         )
 
-    def _refused(self, refusal: Refused) -> ProviderError:
-        return self._permanent(f"subscription endpoint refused: {refusal}", Reason.REJECTED)
+    def _refused(self, why: str) -> ProviderError:
+        return self._permanent(f"subscription endpoint refused: {why}", Reason.REJECTED)
 
-    def _unreachable(self, error: BaseException, host: str) -> ProviderError:
-        """``http.unreachable``'s reading of a call without an answer, naming this provider."""
-        failure = http.unreachable(error, host)
+    def _unreachable(self, failure: http2.Failed, host: str) -> ProviderError:
+        """``http2.unreachable``'s reading of a request without an answer, naming this
+        provider."""
+        error = http2.unreachable(failure, host)
         return ProviderError(
-            failure.error_class,
-            f"{self.name}: {failure.message}",
-            retry_after=failure.retry_after,
-            reason=failure.reason,
-            not_accepted=failure.not_accepted,
+            error.error_class, f"{self.name}: {error.message}", not_accepted=error.not_accepted
         )

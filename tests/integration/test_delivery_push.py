@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,9 +21,8 @@ from streams.keys import KeySpace
 from tests.integration.delivery_support import accept, running_worker, state, wait_until
 from tests.peers.apns import PEER_KEY_ID, PEER_TEAM_ID, PEER_TOPIC, ApnsPeer
 from tests.peers.fcm import FcmPeer
-from tests.peers.http2_serving import serve as serve_http2
-from tests.peers.serving import Fault, Served, serve
-from tests.peers.webpush import Subscription, WebPushPeer
+from tests.peers.http2_serving import Fields, Served, serve
+from tests.peers.webpush import Fault, Subscription, WebPushPeer
 
 VAPID_KEY = (
     ec.generate_private_key(ec.SECP256R1())
@@ -39,8 +39,8 @@ CATALOG = """
 kind = "webpush"
 vapid_private_key_env = "TEST_VAPID_KEY"
 subject = "mailto:ops@clarion.test"
-allow_http_hosts = ["127.0.0.1"]
 allow_networks = ["127.0.0.0/8"]
+ca_file = "{ca_file}"
 
 [channels.PUSH]
 platforms = {{ webpush = ["webpush"] }}
@@ -67,16 +67,23 @@ class RecordingPeer(WebPushPeer):
         super().__init__()
         self.ttls: list[int] = []
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["path"].startswith("/push/"):
-            headers = dict(scope["headers"])
-            self.ttls.append(int(headers[b"ttl"]))
-        await super().__call__(scope, receive, send)
+    def received(self, fields: Fields) -> str | None:
+        headers = dict(fields)
+        if headers.get(":path", "").startswith("/push/"):
+            self.ttls.append(int(headers["ttl"]))
+        return super().received(fields)
 
 
 @pytest.fixture(autouse=True)
 def _vapid_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TEST_VAPID_KEY", VAPID_KEY)
+
+
+@pytest.fixture
+def ca_file(tmp_path: Path) -> Path:
+    path = tmp_path / "peers-ca.pem"  # the authority of every local HTTP/2 peer
+    WebPushPeer().ca.cert_pem.write_to_path(str(path))
+    return path
 
 
 @pytest.fixture
@@ -87,8 +94,8 @@ def push_service() -> Iterator[tuple[RecordingPeer, Served]]:
         yield peer, served
 
 
-def catalog(ttl: int = 300) -> Catalog:
-    return parse_catalog(CATALOG.format(ttl=ttl))
+def catalog(ca_file: Path, ttl: int = 300) -> Catalog:
+    return parse_catalog(CATALOG.format(ttl=ttl, ca_file=ca_file))
 
 
 def target(subscription: Subscription) -> dict[str, Any]:
@@ -114,10 +121,13 @@ async def status_of(redis: Redis, keys: KeySpace, delivery_id: str) -> str:
 
 
 async def test_a_web_push_arrives_as_the_browser_would_decrypt_it(
-    real_redis: Redis, key_prefix: str, push_service: tuple[RecordingPeer, Served]
+    real_redis: Redis,
+    key_prefix: str,
+    push_service: tuple[RecordingPeer, Served],
+    ca_file: Path,
 ) -> None:
     peer, _ = push_service
-    keys, push = KeySpace(key_prefix), catalog()
+    keys, push = KeySpace(key_prefix), catalog(ca_file)
     browser = peer.subscribe()
     async with running_worker(real_redis, keys, push):
         answer = await accept(real_redis, keys, push, shipped(browser), "p1")
@@ -143,10 +153,13 @@ async def test_a_web_push_arrives_as_the_browser_would_decrypt_it(
 
 
 async def test_a_gone_subscription_is_suppressed_next_time_and_the_others_still_get_theirs(
-    real_redis: Redis, key_prefix: str, push_service: tuple[RecordingPeer, Served]
+    real_redis: Redis,
+    key_prefix: str,
+    push_service: tuple[RecordingPeer, Served],
+    ca_file: Path,
 ) -> None:
     peer, _ = push_service
-    keys, push = KeySpace(key_prefix), catalog()
+    keys, push = KeySpace(key_prefix), catalog(ca_file)
     laptop, phone = peer.subscribe(), peer.subscribe()
     peer.gone(laptop, 410)
     async with running_worker(real_redis, keys, push):
@@ -177,10 +190,13 @@ async def test_a_gone_subscription_is_suppressed_next_time_and_the_others_still_
 
 
 async def test_each_attempt_is_told_the_time_left_not_the_original_ttl(
-    real_redis: Redis, key_prefix: str, push_service: tuple[RecordingPeer, Served]
+    real_redis: Redis,
+    key_prefix: str,
+    push_service: tuple[RecordingPeer, Served],
+    ca_file: Path,
 ) -> None:
     peer, _ = push_service
-    keys, push = KeySpace(key_prefix), catalog(ttl=30)
+    keys, push = KeySpace(key_prefix), catalog(ca_file, ttl=30)
     browser = peer.subscribe()
     # The push service is busy once and asks for two seconds.
     peer.fail(Fault.UNAVAILABLE, times=1, retry_after="2")
@@ -199,10 +215,13 @@ async def test_each_attempt_is_told_the_time_left_not_the_original_ttl(
 
 
 async def test_a_ttl_that_runs_out_during_retries_is_never_sent(
-    real_redis: Redis, key_prefix: str, push_service: tuple[RecordingPeer, Served]
+    real_redis: Redis,
+    key_prefix: str,
+    push_service: tuple[RecordingPeer, Served],
+    ca_file: Path,
 ) -> None:
     peer, _ = push_service
-    keys, push = KeySpace(key_prefix), catalog(ttl=3)
+    keys, push = KeySpace(key_prefix), catalog(ca_file, ttl=3)
     browser = peer.subscribe()
     peer.fail(Fault.UNAVAILABLE, retry_after="1")  # busy for good
     async with running_worker(real_redis, keys, push):
@@ -245,14 +264,12 @@ APNS_TOKEN = "ab" * 32
 @pytest.fixture
 def platforms(
     monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Any,
+    ca_file: Path,
     push_service: tuple[RecordingPeer, Served],
 ) -> Iterator[tuple[Catalog, FcmPeer, ApnsPeer, RecordingPeer]]:
     web, _ = push_service
     fcm, apns = FcmPeer(), ApnsPeer()
-    ca_file = tmp_path / "peers-ca.pem"  # the authority of both HTTP/2 peers
-    apns.ca.cert_pem.write_to_path(str(ca_file))
-    with serve_http2(fcm) as fcm_served, serve_http2(apns) as apns_served:
+    with serve(fcm) as fcm_served, serve(apns) as apns_served:
         fcm.origin = fcm_served.base_url
         monkeypatch.setenv("TEST_FCM_ACCOUNT", fcm.service_account_json())
         monkeypatch.setenv("TEST_APNS_KEY", apns.key_pem)
@@ -260,7 +277,7 @@ def platforms(
             fcm_url=fcm_served.base_url, apns_url=apns_served.base_url, ca_file=ca_file,
             team_id=PEER_TEAM_ID, key_id=PEER_KEY_ID, topic=PEER_TOPIC,
         )  # fmt: skip
-        text = providers + CATALOG.format(ttl=300).replace(
+        text = providers + CATALOG.format(ttl=300, ca_file=ca_file).replace(
             '{ webpush = ["webpush"] }',
             '{ fcm = ["fcm"], apns = ["apns"], webpush = ["webpush"] }',
         )

@@ -3,7 +3,10 @@ authority): many requests share one connection, requests beyond the server's str
 wait for a free stream, a GOAWAY fails the streams the server did not process as not sent
 and the next request opens a new connection, a lost connection is classified by whether the
 request's frames had left, and a certificate nobody trusts is refused before anything is
-sent."""
+sent. A client given ``addresses`` connects only to the numbers it is given, asks for each
+connection, and still checks the certificate for the host name it sent by SNI; a failure at
+a recipient's server (a Web Push endpoint's) is worded with its host and classed as sent or
+not."""
 
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ import pytest
 
 from app.catalog.providers import ProviderLimits
 from app.providers.base import ProviderError
-from app.providers.http2 import Client, Response
+from app.providers.http2 import Client, Failed, Response, unreachable
 from streams.vocabulary import ErrorClass
 from tests.peers.apns import PEER_KEY_ID, PEER_TEAM_ID, PEER_TOPIC, ApnsPeer, Fault
 from tests.peers.http2_serving import Served, serve
@@ -282,3 +285,117 @@ async def test_a_connection_that_stops_answering_is_closed_and_replaced(
     assert (await post(client, peer, 1)).status == 200
     assert peer.connections == 2
     await client.close()
+
+
+class Addresses:
+    """An ``addresses`` source that answers as told, one answer per connection opened."""
+
+    def __init__(self, *answers: list[str] | Exception) -> None:
+        self.answers = list(answers)
+        self.asked: list[tuple[str, int]] = []
+
+    async def __call__(self, host: str, port: int) -> list[str]:
+        self.asked.append((host, port))
+        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def named_client(served: Served, ca_file: str, host: str, addresses: Addresses) -> Client:
+    limits = ProviderLimits(timeout_seconds=5.0, connect_timeout_seconds=2.0)
+    url = f"https://{host}:{served.port}"
+    return Client("webpush", limits, url, ca_file, addresses=addresses)
+
+
+async def test_given_addresses_a_connection_goes_to_them_by_number_with_tls_for_the_host_name(
+    ca_file: str,
+) -> None:
+    # push.test resolves nowhere but through ``addresses``; nothing listens on 127.0.0.2, so
+    # that address refuses and the next one is tried.
+    apns = ApnsPeer()
+    apns.certificate = apns.ca.issue_cert("push.test")
+    addresses = Addresses(["127.0.0.2", "127.0.0.1"])
+    with serve(apns) as served:
+        client = named_client(served, ca_file, "push.test", addresses)
+        for number in range(3):
+            assert (await post(client, apns, number)).status == 200
+        await client.close()
+    assert addresses.asked == [("push.test", served.port)]
+    assert (apns.connections, apns.server_names, len(apns.accepted)) == (1, ["push.test"], 3)
+
+
+async def test_each_new_connection_asks_again_and_connects_only_where_it_was_told(
+    served: Served, ca_file: str, peer: ApnsPeer
+) -> None:
+    # The second connection is told 127.0.0.3, where nothing listens: it fails there rather
+    # than find the server by the name.
+    addresses = Addresses(["127.0.0.1"], ["127.0.0.3"])
+    client = named_client(served, ca_file, "localhost", addresses)
+    assert (await post(client, peer)).status == 200
+    await client.close()
+    error = await failure(post(client, peer, 1))
+    await client.close()
+    assert (error.message, error.not_accepted) == (
+        "webpush: not sent (ConnectError: Connection refused)", True,
+    )  # fmt: skip
+    assert (len(addresses.asked), peer.connections) == (2, 1)
+
+
+async def test_a_certificate_for_another_name_is_refused_at_the_address_given(
+    served: Served, ca_file: str, peer: ApnsPeer
+) -> None:
+    client = named_client(served, ca_file, "push.test", Addresses(["127.0.0.1"]))
+    error = await failure(post(client, peer))
+    await client.close()
+    assert error.not_accepted
+    assert error.message.startswith("webpush: not sent (TLSError: ")
+    assert "push.test" in error.message  # Hostname mismatch, certificate is not valid for it
+    assert peer.requests == 0
+
+
+async def test_what_the_addresses_source_raises_reaches_the_caller_and_nothing_connects(
+    served: Served, ca_file: str, peer: ApnsPeer
+) -> None:
+    class Forbidden(Exception):
+        pass
+
+    client = named_client(served, ca_file, "push.test", Addresses(Forbidden("private")))
+    for _ in range(2):  # and the next request asks again
+        with pytest.raises(Forbidden, match="private"):
+            await post(client, peer)
+    await client.close()
+    assert (peer.connections, peer.requests) == (0, 0)
+
+
+def test_an_ipv6_server_is_named_in_brackets() -> None:
+    limits = ProviderLimits()
+    assert Client("x", limits, "https://[2001:db8::1]:8443").authority == "[2001:db8::1]:8443"
+    assert Client("x", limits, "https://[2001:db8::1]").authority == "[2001:db8::1]"
+    assert Client("x", limits, "https://push.example").authority == "push.example"
+
+
+@pytest.mark.parametrize(
+    ("failure", "text", "not_accepted"),
+    [
+        (Failed("ConnectError", sent=False, detail="Connection refused"),
+         "cannot connect to push.test: Connection refused", True),
+        (Failed("TLSError", sent=False, detail="certificate has expired"),
+         "TLS with push.test refused: certificate has expired", True),
+        (Failed("ConnectTimeout", sent=False), "no connection to push.test in time", True),
+        (Failed("NoFreeStream", sent=False), "no free stream to push.test in time", True),
+        (Failed("NoHttp2", sent=False, detail="the server does not speak HTTP/2"),
+         "push.test does not speak HTTP/2", True),
+        (Failed("RefusedStream", sent=False),
+         "the request to push.test never left (RefusedStream)", True),
+        (Failed("ReadTimeout", sent=True), "push.test did not answer in time", False),
+        (Failed("StreamReset", sent=True), "connection to push.test broke (StreamReset)", False),
+    ],
+)  # fmt: skip
+def test_a_recipient_s_server_without_an_answer_is_worded_with_its_host(
+    failure: Failed, text: str, not_accepted: bool
+) -> None:
+    error = unreachable(failure, "push.test")
+    assert (error.error_class, error.message, error.not_accepted) == (
+        ErrorClass.TRANSIENT, text, not_accepted,
+    )  # fmt: skip

@@ -1,23 +1,27 @@
-"""The Web Push adapter against the local push service (tests/peers/webpush.py), which checks
-VAPID as a push service does and decrypts every message as the browser would, with its own
-RFC 8291 code (itself checked here against the RFC's Appendix A example): the plaintext that
-arrives is the payload builder's JSON, the JWT is verified and reused per origin, TTL,
-Urgency and Topic are as the message says at each attempt, each answer is classified, the
-SSRF guard keeps the endpoint out of private networks, and no endpoint, key or JWT appears in
-an error or a log line. ``push.test`` and ``other.test`` resolve to 127.0.0.1 through an
-injected resolver that ``allow_networks`` lets through."""
+"""The Web Push adapter against the local push service (tests/peers/webpush.py: HTTP/2 over
+TLS on ``h2``, which reads every frame the adapter writes), which checks VAPID as a push
+service does and decrypts every message as the browser would, with its own RFC 8291 code: the
+plaintext that arrives is the payload builder's JSON, the JWT is verified and reused per
+origin, TTL, Urgency and Topic are as the message says at each attempt, each answer is
+classified, sends to one push service share one connection and a bounded number of origins
+is kept, the SSRF guard keeps the endpoint out of private networks and decides where every
+connection goes (TLS checked for the host name), and no endpoint, key or JWT appears in an
+error or a log line. ``push.test`` and ``other.test`` resolve to 127.0.0.1 through an
+injected resolver that ``allow_networks`` lets through; the peers' certificates name them."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import hashlib
 import json
 import socket
+import ssl
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
-import http_ece
 import httpx
 import jwt
 import msgspec
@@ -31,24 +35,20 @@ from cryptography.hazmat.primitives.serialization import (
 )
 
 from app.catalog.push import WebPushConfig, subscription_address
+from app.providers import webpush
 from app.providers.base import Message, ProviderError, PushContent, Reason
-from app.providers.webpush import (
-    DEFAULT_TTL_SECONDS,
-    MAX_PLAINTEXT_BYTES,
-    WebPushProvider,
-    encrypt,
-    payload,
-)
+from app.providers.ssrf import Resolver
+from app.providers.webpush import WebPushProvider
+from app.providers.webpush_message import DEFAULT_TTL_SECONDS, MAX_PLAINTEXT_BYTES, payload
 from streams.vocabulary import Channel, ErrorClass, Priority
-from tests.peers.serving import Fault, serve
+from tests.peers.http2_serving import serve
 from tests.peers.webpush import (
+    Fault,
     Subscription,
     WebPushPeer,
     b64url,
-    decrypt,
     raw_public,
     subscription,
-    unb64url,
 )
 from tests.servers import free_port
 
@@ -58,10 +58,14 @@ OTHER_KEY = ec.generate_private_key(ec.SECP256R1())
 OTHER_RAW = b64url(OTHER_KEY.private_numbers().private_value.to_bytes(32, "big"))
 SUBJECT = "mailto:ops@clarion.test"
 LINK = "https://shop.example/orders/A-17"
+# The names the local push services' certificates are for.
+HOSTS = ("push.test", "other.test", "127.0.0.1")
+# Every local push service of this process has its certificate from one authority.
+CA_PEM = WebPushPeer().ca.cert_pem
 
 
 async def resolve_locally(host: str, port: int) -> Sequence[str]:
-    if host in {"push.test", "other.test"}:
+    if host in {"push.test", "other.test", "elsewhere.test"}:
         return ["127.0.0.1"]
     raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
 
@@ -77,29 +81,43 @@ class Clock:
         return self.now
 
 
+@pytest.fixture(scope="module")
+def ca_file(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("webpush") / "ca.pem"
+    CA_PEM.write_to_path(str(path))
+    return str(path)
+
+
 def make_provider(
-    key: str = VAPID_PEM, clock: Clock | None = None, **overrides: object
+    ca_file: str,
+    key: str = VAPID_PEM,
+    clock: Clock | None = None,
+    resolver: Resolver = resolve_locally,
+    **overrides: object,
 ) -> WebPushProvider:
     settings: dict[str, Any] = {
         "kind": "webpush", "vapid_private_key_env": "VAPID_KEY", "subject": SUBJECT,
-        "allow_http_hosts": ["push.test", "other.test"], "allow_networks": ["127.0.0.0/8"],
+        "allow_networks": ["127.0.0.0/8"], "ca_file": ca_file,
         "timeout_seconds": 5.0, "connect_timeout_seconds": 2.0, **overrides,
     }  # fmt: skip
     config = msgspec.convert(settings, WebPushConfig)
     return WebPushProvider(
-        "push",
-        config,
-        {"vapid_private_key_env": key},
-        resolver=resolve_locally,
-        clock=clock or Clock(),
+        "push", config, {"vapid_private_key_env": key}, resolver=resolver, clock=clock or Clock()
     )
+
+
+@contextlib.contextmanager
+def push_service(host: str = "push.test", **options: Any) -> Iterator[WebPushPeer]:
+    """A local push service reached as ``https://<host>:<port>``."""
+    service = WebPushPeer(hosts=HOSTS, **options)
+    with serve(service) as running:
+        service.origin = f"https://{host}:{running.port}"
+        yield service
 
 
 @pytest.fixture
 def peer() -> Iterator[WebPushPeer]:
-    service = WebPushPeer()
-    with serve(service) as running:
-        service.origin = f"http://push.test:{running.port}"
+    with push_service() as service:
         yield service
 
 
@@ -109,8 +127,8 @@ def clock() -> Clock:
 
 
 @pytest.fixture
-async def provider(clock: Clock) -> AsyncIterator[WebPushProvider]:
-    adapter = make_provider(clock=clock)
+async def provider(clock: Clock, ca_file: str) -> AsyncIterator[WebPushProvider]:
+    adapter = make_provider(ca_file, clock=clock)
     yield adapter
     await adapter.close()
 
@@ -139,51 +157,6 @@ async def refusal(provider: WebPushProvider, message: Message) -> ProviderError:
     return caught.value
 
 
-def test_the_peer_decrypts_rfc_8291_s_example_and_the_adapter_encrypts_it_byte_for_byte() -> None:
-    # RFC 8291, Appendix A.
-    plaintext = b"When I grow up, I want to be a watermelon"
-    ua = ec.derive_private_key(
-        int.from_bytes(unb64url("q1dXpw3UpT5VOmu_cf_v6ih07Aems3njxI-JWgLcM94"), "big"),
-        ec.SECP256R1(),
-    )
-    sender = ec.derive_private_key(
-        int.from_bytes(unb64url("yfWPiYE-n46HLnH0KqZOF1fJJU3MYrct3AELtAQ-oRw"), "big"),
-        ec.SECP256R1(),
-    )
-    ua_public = (
-        "BCVxsr7N_eNgVRqvHtD0zTZsEc6-VV-JvLexhqUzORcxaOzi6-AYWXvTBHm4bjyPjs7Vd8pZGH6SRpkNtoIAiw4"
-    )
-    auth = unb64url("BTBZMqHH6r4Tts7J_aSIgg")
-    salt = unb64url("DGv6ra1nlYgDCS1FRnbzlw")
-    body = unb64url(
-        "DGv6ra1nlYgDCS1FRnbzlwAAEABBBP4z9KsN6nGRTbVYI_c7VJSPQTBtkgcy27mlmlMoZIIgDll6e3vCYLoc"
-        "InmYWAmS6TlzAC8wEqKK6PBru3jl7A_yl95bQpu6cVPTpK4Mqgkf1CXztLVBSt2Ks3oZwbuwXPXLWyouBWLV"
-        "WGNWQexSgSxsj_Qulcy4a-fN"
-    )
-    assert b64url(raw_public(ua)) == ua_public
-    assert b64url(raw_public(sender)) == (
-        "BP4z9KsN6nGRTbVYI_c7VJSPQTBtkgcy27mlmlMoZIIgDll6e3vCYLocInmYWAmS6TlzAC8wEqKK6PBru3jl7A8"
-    )
-    assert decrypt(body, ua, auth) == plaintext
-    assert encrypt(plaintext, ua.public_key(), auth, sender=sender, salt=salt) == body
-    tampered = body[:-1] + bytes([body[-1] ^ 1])
-    with pytest.raises(ValueError, match="does not authenticate"):
-        decrypt(tampered, ua, auth)
-
-
-def test_http_ece_decrypts_what_the_adapter_encrypts_with_a_fresh_key_and_salt() -> None:
-    # A third reading of RFC 8188/8291 beside the peer's and the adapter's own.
-    ua = ec.generate_private_key(ec.SECP256R1())
-    auth = b"0123456789abcdef"
-    plaintext = json.dumps({"notification": {"title": "Hi", "body": "x" * 3000}}).encode()
-    first = encrypt(plaintext, ua.public_key(), auth)
-    second = encrypt(plaintext, ua.public_key(), auth)
-    assert first[:16] != second[:16]  # the salt
-    assert first[21:86] != second[21:86]  # the sender's key
-    for body in (first, second):
-        assert http_ece.decrypt(body, private_key=ua, auth_secret=auth) == plaintext
-
-
 async def test_a_push_arrives_decrypted_as_the_payload_builder_made_it(
     peer: WebPushPeer, provider: WebPushProvider
 ) -> None:
@@ -209,7 +182,7 @@ async def test_a_push_arrives_decrypted_as_the_payload_builder_made_it(
     assert (headers["urgency"], headers["topic"], headers["ttl"]) == (
         "normal", "order-A-17", str(DEFAULT_TTL_SECONDS),
     )  # fmt: skip
-    assert headers["host"] == peer.origin.removeprefix("http://")
+    assert headers[":authority"] == peer.origin.removeprefix("https://")
     assert headers["authorization"] == f"vapid t={taken.token}, k={b64url(raw_public(VAPID_KEY))}"
     assert peer.refusals == []
 
@@ -241,9 +214,7 @@ async def test_the_vapid_jwt_is_verified_and_signed_once_per_origin_for_half_a_d
     sub = peer.subscribe()
     for _ in range(3):
         await provider.send(push_message(sub.address))
-    other = WebPushPeer()
-    with serve(other) as running:
-        other.origin = f"http://other.test:{running.port}"
+    with push_service("other.test") as other:
         for _ in range(2):
             await provider.send(push_message(other.subscribe().address))
     await provider.send(push_message(sub.address))
@@ -265,19 +236,19 @@ async def test_the_vapid_jwt_is_verified_and_signed_once_per_origin_for_half_a_d
 
 
 async def test_a_jwt_the_push_service_refuses_is_transient_and_not_accepted(
-    peer: WebPushPeer,
+    peer: WebPushPeer, ca_file: str
 ) -> None:
     sub = peer.subscribe()
     peer.application_server_key = raw_public(VAPID_KEY)
-    impostor = make_provider(OTHER_RAW)
+    impostor = make_provider(ca_file, OTHER_RAW)
     forbidden = await refusal(impostor, push_message(sub.address))
     await impostor.close()
     stale_clock = Clock()
     stale_clock.now -= 13 * 3600  # its JWT expired an hour ago
-    stale = make_provider(clock=stale_clock)
+    stale = make_provider(ca_file, clock=stale_clock)
     expired = await refusal(stale, push_message(sub.address))
     await stale.close()
-    host = peer.origin.removeprefix("http://").partition(":")[0]
+    host = peer.origin.removeprefix("https://").partition(":")[0]
     assert (forbidden.error_class, forbidden.not_accepted, forbidden.message) == (
         ErrorClass.TRANSIENT, True, f"push: HTTP 403: {host} (errno 109)",
     )  # fmt: skip
@@ -411,28 +382,83 @@ async def test_rate_limits_and_server_errors_are_retried_after_retry_after(
     assert await provider.send(push_message(sub.address))
 
 
-async def test_an_endpoint_on_a_private_network_is_refused_without_a_connection(
-    peer: WebPushPeer,
+async def test_an_endpoint_on_a_private_network_or_over_plain_http_is_refused_unconnected(
+    peer: WebPushPeer, ca_file: str
 ) -> None:
     sub = peer.subscribe()
-    strict = make_provider(allow_networks=[])
-    https_only = make_provider(allow_http_hosts=[])
+    strict = make_provider(ca_file, allow_networks=[])
+    allowing = make_provider(ca_file)
+    plain = sub.endpoint.replace("https://", "http://")
     cases = [
         (strict, sub.address,
          "push.test resolves to 127.0.0.1, a loopback address (see allow_networks)"),
         (strict, subscription_address("https://10.1.2.3/push/1", sub.p256dh, sub.auth),
          "10.1.2.3 is a private address (see allow_networks)"),
-        (https_only, sub.address, "plain http to push.test: use https or list it in"),
+        (allowing, subscription_address(plain, sub.p256dh, sub.auth),
+         "the endpoint is not an https URL (push services use TLS)"),
     ]  # fmt: skip
     for adapter, address, why in cases:
         error = await refusal(adapter, push_message(address))
         assert (error.error_class, error.reason, error.not_accepted) == (
             ErrorClass.PERMANENT, Reason.REJECTED, True,
         )  # fmt: skip
-        assert error.message.startswith(f"push: subscription endpoint refused: {why}")
+        assert error.message == f"push: subscription endpoint refused: {why}"
     await strict.close()
-    await https_only.close()
-    assert (peer.requests, peer.connections) == (0, set())
+    await allowing.close()
+    assert (peer.requests, peer.connections) == (0, 0)
+
+
+class ChangingDns:
+    """A resolver whose answer for a name changes after the first lookup (DNS rebinding)."""
+
+    def __init__(self, *answers: list[str]) -> None:
+        self.answers = list(answers)
+        self.asked: list[str] = []
+
+    async def __call__(self, host: str, port: int) -> Sequence[str]:
+        self.asked.append(host)
+        return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+
+
+async def test_a_connection_goes_only_where_the_guard_checked_and_each_new_one_is_checked(
+    peer: WebPushPeer, ca_file: str
+) -> None:
+    # push.test resolves nowhere but through the guard: a send that reaches the push service
+    # was connected to the address the guard checked, with no lookup of its own.
+    dns = ChangingDns(["127.0.0.1"], ["10.0.0.1"])
+    adapter = make_provider(ca_file, resolver=dns)
+    sub = peer.subscribe()
+    for _ in range(3):
+        await adapter.send(push_message(sub.address))
+    await adapter.close()  # the next send needs a new connection, so a new lookup
+    error = await refusal(adapter, push_message(sub.address))
+    await adapter.close()
+    assert (error.reason, error.not_accepted, error.message) == (
+        Reason.REJECTED, True, "push: subscription endpoint refused: push.test resolves to "
+        "10.0.0.1, a private address (see allow_networks)",
+    )  # fmt: skip
+    assert (dns.asked, peer.connections, len(peer.accepted)) == (["push.test"] * 2, 1, 3)
+    assert peer.server_names == ["push.test"]  # SNI: the host name, not the address
+
+
+async def test_tls_is_checked_for_the_endpoint_s_host_name_and_against_ca_file(
+    peer: WebPushPeer, ca_file: str
+) -> None:
+    # elsewhere.test reaches the same server, whose certificate does not name it.
+    sub = peer.subscribe()
+    port = peer.origin.rpartition(":")[2]
+    elsewhere = subscription_address(f"https://elsewhere.test:{port}/push/1", sub.p256dh, sub.auth)
+    adapter, untrusting = make_provider(ca_file), make_provider("")  # certifi's CAs
+    mismatch = await refusal(adapter, push_message(elsewhere))
+    unknown_ca = await refusal(untrusting, push_message(sub.address))
+    await adapter.close()
+    await untrusting.close()
+    for error in (mismatch, unknown_ca):
+        assert (error.error_class, error.not_accepted) == (ErrorClass.TRANSIENT, True)
+    assert mismatch.message.startswith("push: TLS with elsewhere.test refused: Hostname mismatch")
+    assert unknown_ca.message.startswith("push: TLS with push.test refused: ")
+    assert "certificate" in unknown_ca.message
+    assert peer.requests == 0
 
 
 def good_keys() -> Subscription:
@@ -470,27 +496,27 @@ async def test_a_subscription_whose_keys_do_not_decode_is_an_invalid_address(
 
 
 async def test_an_unreachable_push_service_was_not_accepted(provider: WebPushProvider) -> None:
-    sub = subscription(1, f"http://push.test:{free_port()}")
+    sub = subscription(1, f"https://push.test:{free_port()}")
     closed = await refusal(provider, push_message(sub.address))
     unknown = await refusal(
         provider, push_message(subscription(1, "https://nowhere.example").address)
     )
     assert (closed.error_class, closed.not_accepted) == (ErrorClass.TRANSIENT, True)
-    assert closed.message.startswith("push: cannot connect to push.test: ")
+    assert closed.message == "push: cannot connect to push.test: Connection refused"
     assert (unknown.not_accepted, unknown.message) == (
         True, "push: nowhere.example did not resolve (Name or service not known)",
     )  # fmt: skip
 
 
 async def test_no_error_or_log_line_holds_an_endpoint_a_key_or_a_jwt(
-    peer: WebPushPeer, provider: WebPushProvider
+    peer: WebPushPeer, provider: WebPushProvider, ca_file: str
 ) -> None:
     sub = peer.subscribe()
     await provider.send(push_message(sub.address))
     token = peer.accepted[0].token
     gone = peer.subscribe()
     peer.gone(gone)
-    impostor = make_provider(OTHER_RAW, allow_networks=[])
+    impostor = make_provider(ca_file, OTHER_RAW, allow_networks=[])
     broken = subscription_address(sub.endpoint, sub.p256dh[:-3], sub.auth)
     with structlog.testing.capture_logs() as logs:
         texts = [(await refusal(provider, push_message(gone.address))).message]
@@ -506,30 +532,78 @@ async def test_no_error_or_log_line_holds_an_endpoint_a_key_or_a_jwt(
     assert [secret for secret in secrets if secret in everything] == []
 
 
-async def test_connections_are_kept_alive_and_the_standalone_stats_count_decryptions(
-    peer: WebPushPeer, provider: WebPushProvider
+async def test_sends_to_one_push_service_share_one_connection_many_at_once(
+    peer: WebPushPeer, provider: WebPushProvider, ca_file: str
+) -> None:
+    subs = [peer.subscribe() for _ in range(5)]
+    peer.delay = 0.05  # each answer waits: the sends are open at once
+    await asyncio.gather(*(provider.send(push_message(s.address)) for s in subs * 20))
+    await provider.send(push_message(subs[0].address))
+    assert (len(peer.accepted), peer.connections) == (101, 1)
+    assert peer.max_open == 100  # as concurrent streams
+    port = peer.origin.rpartition(":")[2]
+    async with httpx.AsyncClient(
+        http2=True, verify=ssl.create_default_context(cafile=ca_file)
+    ) as client:
+        stats = (await client.get(f"https://127.0.0.1:{port}/_peer/stats")).json()
+    assert stats == {"accepted": 101, "requests": 102, "connections": 2, "decrypted": 101}
+
+
+async def test_an_origin_in_use_is_kept_and_past_the_bound_an_idle_one_is_closed(
+    peer: WebPushPeer, provider: WebPushProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(webpush, "MAX_ORIGINS", 1)
+    peer.delay = 0.3  # the first send is still in flight while the other origin is used
+    first = asyncio.ensure_future(provider.send(push_message(peer.subscribe().address)))
+    with push_service("other.test") as other:
+        await asyncio.sleep(0.1)
+        await provider.send(push_message(other.subscribe().address))
+        await first  # not failed by the other origin taking its place
+        peer.delay = 0.0
+        await provider.send(push_message(other.subscribe().address))
+        # push.test's connection was closed once its send was done: a new one now.
+        await provider.send(push_message(peer.subscribe().address))
+        await provider.send(push_message(other.subscribe().address))
+    assert (len(peer.accepted), len(other.accepted)) == (2, 3)
+    assert (peer.connections, other.connections) == (2, 2)
+
+
+async def test_no_answer_in_time_or_a_broken_connection_may_have_sent(
+    peer: WebPushPeer, ca_file: str
+) -> None:
+    adapter = make_provider(ca_file, timeout_seconds=0.3)
+    sub = peer.subscribe()
+    peer.fail(Fault.HANG, times=1)
+    late = await refusal(adapter, push_message(sub.address))
+    peer.fail(Fault.DROP, times=1)
+    dropped = await refusal(adapter, push_message(sub.address))
+    await adapter.send(push_message(sub.address))
+    await adapter.close()
+    assert (late.error_class, late.not_accepted, late.message) == (
+        ErrorClass.TRANSIENT, False, "push: push.test did not answer in time",
+    )  # fmt: skip
+    assert (dropped.error_class, dropped.not_accepted, dropped.message) == (
+        ErrorClass.TRANSIENT, False, "push: connection to push.test broke (ConnectionLost)",
+    )  # fmt: skip
+    assert len(peer.accepted) == 1
+
+
+async def test_the_peer_refuses_what_a_push_service_refuses(
+    peer: WebPushPeer, ca_file: str
 ) -> None:
     sub = peer.subscribe()
-    for _ in range(20):
-        await provider.send(push_message(sub.address))
-    assert len(peer.connections) == 1
-    async with httpx.AsyncClient() as client:
-        port = peer.origin.rpartition(":")[2]
-        stats = (await client.get(f"http://127.0.0.1:{port}/_peer/stats")).json()
-    assert stats == {"accepted": 20, "requests": 21, "connections": 2, "decrypted": 20}
-
-
-async def test_the_peer_refuses_what_a_push_service_refuses(peer: WebPushPeer) -> None:
-    sub = peer.subscribe()
     port = peer.origin.rpartition(":")[2]
-    url = f"http://127.0.0.1:{port}/push/{sub.number}"
-    vapid = make_provider().vapid.authorization(peer.origin)
+    url = f"https://127.0.0.1:{port}/push/{sub.number}"
+    vapid = make_provider(ca_file).vapid.authorization(peer.origin)
+    elsewhere = make_provider(ca_file).vapid.authorization("https://elsewhere")
     good = {"authorization": vapid, "ttl": "60", "content-encoding": "aes128gcm"}
-    async with httpx.AsyncClient() as client:
+    async with httpx.AsyncClient(
+        http2=True, verify=ssl.create_default_context(cafile=ca_file)
+    ) as client:
         for changed, status in [
             ({"authorization": ""}, 401),
             ({"authorization": vapid.replace("k=", "k=A")}, 401),
-            ({"authorization": make_provider().vapid.authorization("http://elsewhere")}, 401),
+            ({"authorization": elsewhere}, 401),
             ({"ttl": "-1"}, 400),
             ({"ttl": "1.5"}, 400),
             ({"urgency": "urgent"}, 400),
@@ -549,5 +623,5 @@ def test_a_vapid_key_that_is_not_p256_is_named_never_shown() -> None:
         with pytest.raises(
             ValueError, match=r"push: vapid_private_key_env \(VAPID_KEY\)"
         ) as refused:
-            make_provider(bad)
+            make_provider("", bad)
         assert bad not in str(refused.value)

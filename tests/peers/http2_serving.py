@@ -1,12 +1,14 @@
-"""What the HTTP/2 peers (``apns``, ``fcm``) share: a base that holds a peer's certificate,
-counters and switched-on faults, and an HTTP/2 server over TLS that puts one on the network.
+"""What the HTTP/2 peers (``apns``, ``fcm``, ``webpush``) share: a base that holds a peer's
+certificate, counters and switched-on faults, and an HTTP/2 server over TLS that puts one on
+the network.
 
 The server speaks HTTP/2 itself (``h2``, server side, on asyncio) over TLS with ALPN ``h2``,
-with a certificate for 127.0.0.1 from a ``trustme`` CA (one per process; clients trust
-``peer.ca.cert_pem``). ``h2`` is strict: every frame and header block a client writes is read
-by an implementation independent of Clarion's client, and one that breaks the protocol loses
-its connection. ``tests.peers.http2_standalone`` serves the same peers on another HTTP/2
-implementation, in a process of their own, for benchmarks.
+with a certificate for 127.0.0.1 and localhost (or the ``hosts`` a peer is made with) from a
+``trustme`` CA (one per process; clients trust ``peer.ca.cert_pem``); the names clients ask for
+by SNI are kept in ``server_names``. ``h2`` is strict: every frame and header block a client
+writes is read by an implementation independent of Clarion's client, and one that breaks the
+protocol loses its connection. ``tests.peers.http2_standalone`` serves the same peers on
+another HTTP/2 implementation, in a process of their own, for benchmarks.
 
 A peer (a subclass of ``Http2Peer``) gives ``handle(fields, body, fault)``: the answer to one
 request, from its header fields (pseudo-headers included, names lowercase) and body.
@@ -27,7 +29,7 @@ import functools
 import json
 import ssl
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
@@ -68,12 +70,20 @@ class Http2Peer:
     # A request body beyond this is read and dropped (a peer checks sizes far below).
     max_body_bytes = 64 * 1024
 
-    def __init__(self, *, max_streams: int = 1000, delay: float = 0.0, goaway_after: int = 0):
+    def __init__(
+        self,
+        *,
+        max_streams: int = 1000,
+        delay: float = 0.0,
+        goaway_after: int = 0,
+        hosts: Sequence[str] = ("127.0.0.1", "localhost"),
+    ) -> None:
         self.max_streams = max_streams
         self.delay = delay
         self.goaway_after = goaway_after
         self.ca = _AUTHORITY
-        self.certificate = self.ca.issue_cert("127.0.0.1", "localhost")
+        self.certificate = self.ca.issue_cert(*hosts)
+        self.server_names: list[str | None] = []
         # What the peer took, in the order it took it (the subclass says what an item is).
         self.accepted: list[Any] = []
         self.requests = 0
@@ -89,6 +99,7 @@ class Http2Peer:
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         self.certificate.configure_cert(context)
         context.set_alpn_protocols(["h2"])
+        context.sni_callback = lambda _socket, name, _context: self.server_names.append(name)
         return context
 
     def fail(self, fault: str, *, times: int | None = None, retry_after: str | None = None) -> None:

@@ -1,10 +1,13 @@
 """A local push service (RFC 8030) that checks what a real one checks and, unlike one, also
-plays the browser: it decrypts every message it takes.
+plays the browser: it decrypts every message it takes. It speaks HTTP/2 over TLS, as the big
+push services do (``tests.peers.http2_serving``: ALPN ``h2``, a certificate clients trust
+through ``peer.ca.cert_pem``, every frame read by ``h2``; ``hosts`` names what the certificate
+is for).
 
 ``POST /push/<n>`` delivers to subscription ``n``. Every request is checked, in this order:
 
 - a subscription it knows (404), not one it was told is gone (``peer.gone(s, 410)``);
-- a body of at most ``max_body_bytes`` (4096, as RFC 8030 requires push services to take;
+- a body of at most ``max_push_bytes`` (4096, as RFC 8030 requires push services to take;
   413 beyond);
 - VAPID (RFC 8292): ``Authorization: vapid t=<JWT>, k=<key>``; the JWT's header is
   ``{"typ": "JWT", "alg": "ES256"}``, its ES256 signature verifies against ``k`` (verified
@@ -17,27 +20,26 @@ plays the browser: it decrypts every message it takes.
   aes128gcm`` (400 otherwise);
 - the body decrypts with the subscription's private key (400 otherwise). The decryption is
   this module's own reading of RFC 8291 and RFC 8188 with ``cryptography``'s primitives, not
-  ``http_ece`` (which the adapter encrypts with): a bug the two shared would pass unseen. Its
-  test is RFC 8291's Appendix A example (tests/integration/test_providers_webpush.py).
+  ``http_ece`` nor the adapter's: a bug two of them shared would pass unseen. Its test is
+  RFC 8291's Appendix A example (tests/unit/test_providers_webpush_encryption.py).
 
-A message taken is kept in ``accepted`` (its plaintext, headers and JWT) and answered 201 with
-a ``Location`` (the push message resource). Scripted faults (``tests.peers.serving``): 429,
-500 and 503, each with ``Retry-After`` when given.
+A message taken is kept in ``accepted`` (its plaintext, header fields with ``:authority``,
+and JWT) and answered 201 with a ``Location`` (the push message resource). Scripted faults
+(``fail(Fault.X, times=...)``): 429, 500 and 503 in autopush's shape, each with
+``Retry-After`` when given, a request held until ``released`` (HANG) or a dropped connection
+(DROP).
 
 Subscriptions are numbers: subscription ``n``'s endpoint is ``{origin}/push/{n}`` and its
 keys are derived from ``n`` and ``SEED`` (``subscription(n, origin)``), so a benchmark in
 another process makes the same subscriptions the peer decrypts for. ``peer.subscribe()``
-hands out the next number; a peer started with ``any_number=True`` (the standalone one)
-takes every number.
-
-    python -m tests.peers.webpush --port 8028   # origin http://127.0.0.1:8028
-
-``GET /_peer/stats`` answers ``{"accepted", "requests", "connections", "decrypted"}``.
+hands out the next number; a peer made with ``any_number=True`` (the standalone one) takes
+every number. ``tests.peers.webpush_standalone`` serves the same checks on another HTTP/2
+implementation, in a process of its own, for benchmarks. ``GET /_peer/stats`` answers
+``{"accepted", "requests", "connections", "decrypted"}``.
 """
 
 from __future__ import annotations
 
-import argparse
 import base64
 import binascii
 import hashlib
@@ -47,6 +49,7 @@ import secrets
 import struct
 import time
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, Final
 
 from cryptography.exceptions import InvalidSignature, InvalidTag
@@ -58,7 +61,8 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from app.catalog.push import subscription_address
-from tests.peers.serving import Answer, Fault, HttpPeer, Request, main
+from tests.peers import http2_serving
+from tests.peers.http2_serving import Fields, Http2Peer, Reply, json_reply
 
 SEED: Final = b"clarion-webpush-peer-v1"
 MAX_BODY_BYTES: Final = 4096
@@ -69,7 +73,14 @@ URGENCIES: Final = frozenset({"very-low", "low", "normal", "high"})
 P256_ORDER: Final = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
 _TOPIC = re.compile(r"[A-Za-z0-9_-]{1,32}")
 _PATH = re.compile(r"/push/([0-9]{1,12})")
-_ALLOWED_FAULTS = {Fault.RATE_LIMITED: 429, Fault.ERROR: 500, Fault.UNAVAILABLE: 503}
+
+
+class Fault(StrEnum):
+    RATE_LIMITED = "429"
+    ERROR = "500"
+    UNAVAILABLE = "503"
+    HANG = http2_serving.HANG
+    DROP = http2_serving.DROP
 
 
 def b64url(raw: bytes) -> str:
@@ -239,12 +250,12 @@ class Push:
     location: str
 
 
-class WebPushPeer(HttpPeer):
+class WebPushPeer(Http2Peer):
     """The push service; ``accepted`` holds a ``Push`` per message taken."""
 
-    def __init__(self, origin: str = "", *, any_number: bool = False) -> None:
-        super().__init__()
-        # scheme://host:port as the adapter's endpoints name it (set once served).
+    def __init__(self, origin: str = "", *, any_number: bool = False, **options: Any) -> None:
+        super().__init__(**options)
+        # https://host:port as the adapter's endpoints name it (set once served).
         self.origin = origin
         self.any_number = any_number
         # Bodies over this are answered 413 (a test lowers it to see a push service's 413).
@@ -272,14 +283,9 @@ class WebPushPeer(HttpPeer):
     def stats(self) -> dict[str, int]:
         return {**super().stats(), "decrypted": self.decrypted}
 
-    def fault_answer(self, fault: Fault) -> Answer:
-        status = _ALLOWED_FAULTS.get(fault, 500)
-        headers = {} if self.retry_after is None else {"Retry-After": self.retry_after}
-        return Answer.json(status, {"code": status, "errno": 999, "error": "scripted"}, **headers)
-
-    def _refuse(self, status: int, why: str, errno: int) -> Answer:
+    def _refuse(self, status: int, why: str, errno: int) -> Reply:
         self.refusals.append((status, why))
-        return Answer.json(status, {"code": status, "errno": errno, "message": why})
+        return json_reply(status, {"code": status, "errno": errno, "message": why})
 
     def _signed(self, authorization: str) -> Vapid:
         """``signed_vapid``, its signature verified once per distinct value: an application
@@ -299,37 +305,42 @@ class WebPushPeer(HttpPeer):
             self._keys[number] = _browser(number)
         return number, self._keys[number]
 
-    async def handle(self, request: Request) -> Answer:
-        if request.method != "POST":
+    def handle(self, fields: Fields, body: bytes, fault: str | None) -> Reply:
+        if fault is not None:
+            headers = {} if self.retry_after is None else {"retry-after": self.retry_after}
+            status = int(fault)
+            return json_reply(
+                status, {"code": status, "errno": 999, "error": "scripted"}, **headers
+            )
+        headers = dict(fields)
+        if headers.get(":method") != "POST":
             return self._refuse(405, "push messages are POSTed", 101)
         try:
-            number, (key, auth, public) = self._subscription(request.path)
+            number, (key, auth, public) = self._subscription(headers.get(":path", ""))
         except KeyError:
             return self._refuse(404, "no such subscription", 102)
         if number in self._gone:
             return self._refuse(self._gone[number], "the subscription is gone", 106)
-        if len(request.body) > self.max_push_bytes:
+        if len(body) > self.max_push_bytes:
             return self._refuse(413, "the body is too large", 104)
-        headers = request.headers
         try:
             vapid = self._signed(headers.get("authorization", ""))
             check_claims(vapid, self.origin, time.time())
         except Unauthorized as refused:
             return self._refuse(refused.status, str(refused), 109)
-        token, k = vapid.token, vapid.key
-        if self.application_server_key is not None and k != self.application_server_key:
+        if self.application_server_key is not None and vapid.key != self.application_server_key:
             return self._refuse(403, "the key is not the subscription's", 109)
         problem = _header_problem(headers)
         if problem:
             return self._refuse(400, problem, 111)
         try:
-            plaintext = decrypt(request.body, key, auth, public)
+            plaintext = decrypt(body, key, auth, public)
         except Undecryptable as error:
             return self._refuse(400, f"cannot decrypt: {error}", 110)
         self.decrypted += 1
         location = f"{self.origin}/message/{secrets.token_urlsafe(16)}"
-        self.accepted.append(Push(number, plaintext, dict(headers), token, location))
-        return Answer(201, b"", {"Location": location, "TTL": headers["ttl"]})
+        self.accepted.append(Push(number, plaintext, headers, vapid.token, location))
+        return 201, {"location": location, "ttl": headers["ttl"]}, b""
 
 
 def _header_problem(headers: dict[str, str]) -> str:
@@ -344,14 +355,3 @@ def _header_problem(headers: dict[str, str]) -> str:
     if headers.get("content-encoding") != "aes128gcm":
         return "Content-Encoding is not aes128gcm"
     return ""
-
-
-def _standalone() -> WebPushPeer:
-    parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--port", type=int, default=0)
-    port = parser.parse_known_args()[0].port
-    return WebPushPeer(f"http://127.0.0.1:{port}", any_number=True)
-
-
-if __name__ == "__main__":
-    main(_standalone(), "A local Web Push service (RFC 8030, 8291, 8292)")

@@ -178,3 +178,16 @@ def test_apns_talks_https_only() -> None:
             ApnsConfig, kind="apns", team_id="TEAM123456", key_id="KEY1234567",
             key_env="K", topic="com.example.app", base_url="http://127.0.0.1:8443",
         )  # fmt: skip
+
+
+def test_web_push_refuses_plain_http_hosts_and_takes_the_rest_of_the_ssrf_settings() -> None:
+    webpush = {"kind": "webpush", "vapid_private_key_env": "K", "subject": "mailto:o@example.com"}
+    with pytest.raises(msgspec.ValidationError, match="allow_http_hosts: Web Push endpoints are"):
+        config_of(WebPushConfig, **webpush, allow_http_hosts=["push.internal"])
+    config = config_of(
+        WebPushConfig, **webpush, allow_networks=["10.20.0.0/16"], ca_file="/etc/push-ca.pem"
+    )
+    assert isinstance(config, WebPushConfig)
+    assert (config.allow_http_hosts, config.allow_networks, config.ca_file) == (
+        [], ["10.20.0.0/16"], "/etc/push-ca.pem",
+    )  # fmt: skip

@@ -22,7 +22,7 @@ from app import unsubscribe
 from app.api import body
 from app.ingest import profiles, quiet_hours, requests
 from app.ingest.quiet_hours import QuietHoursError
-from app.providers import apns, smtp, ssrf, webpush
+from app.providers import apns, smtp, ssrf, webpush, webpush_message
 from app.validation import describe
 from streams.events import QuietHoursSetting
 from tests.conftest import REPO
@@ -77,12 +77,12 @@ def applications(text: str) -> Iterator[tuple[str, Callable[[], object]]]:
     yield "ssrf._NUMERIC_LABEL", lambda: ssrf._NUMERIC_LABEL.fullmatch(text)
     # A push template's collapse key and link (filled from request data); a push service's
     # reason code.
-    yield "webpush._TOPIC", lambda: webpush._TOPIC.fullmatch(text)
+    yield "webpush_message._TOPIC", lambda: webpush_message._TOPIC.fullmatch(text)
     # An APNs device token (from the address), a delivery id, APNs's reason code.
     yield "apns._DEVICE_TOKEN", lambda: apns._DEVICE_TOKEN.fullmatch(text)
     yield "apns._UUID", lambda: apns._UUID.fullmatch(text)
     yield "apns._REASON", lambda: apns._REASON.fullmatch(text)
-    yield "webpush._ABSOLUTE_LINK", lambda: webpush._ABSOLUTE_LINK.match(text)
+    yield "webpush_message._ABSOLUTE_LINK", lambda: webpush_message._ABSOLUTE_LINK.match(text)
     yield "webpush._REASON_CODE", lambda: webpush._REASON_CODE.fullmatch(text)
     # The token of an unsubscribe link's path (its length is checked first: this is a bound).
     yield "unsubscribe._BASE64URL", lambda: unsubscribe._BASE64URL.fullmatch(text)
@@ -151,7 +151,8 @@ TESTED = {
         "_LOCAL_PART", "_DOMAIN", "_NOT_ATEXT", "_LINE_BREAKS", "_LEADING_DOT", "_ENHANCED",
     )),
     *(f"app.providers.ssrf.{name}" for name in ("_URL_CHARACTERS", "_HOST_NAME", "_NUMERIC_LABEL")),
-    *(f"app.providers.webpush.{name}" for name in ("_TOPIC", "_ABSOLUTE_LINK", "_REASON_CODE")),
+    *(f"app.providers.webpush_message.{name}" for name in ("_TOPIC", "_ABSOLUTE_LINK")),
+    "app.providers.webpush._REASON_CODE",
     *(f"app.providers.apns.{name}" for name in ("_DEVICE_TOKEN", "_UUID", "_REASON")),
 }  # fmt: skip
 
