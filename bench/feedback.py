@@ -7,7 +7,8 @@ Run from anywhere with the project's virtualenv::
     .venv/bin/python bench/feedback.py --quick               # 4,000
     .venv/bin/python bench/feedback.py --per-callback 100    # 100 receipts in each callback
 
-It starts the API (``clarion api``, 2 uvicorn workers), one delivery worker and the projector
+It starts the API (``clarion api``, one uvicorn worker: a second one only adds contention on two
+cores), one delivery worker and the projector
 (``clarion projector``, which matches and applies feedback) on a fresh key prefix and database,
 with the shipped catalog whose sandbox provider takes feedback signed with a Standard Webhooks
 secret (``feedback_secret_env``) and has no rate limit. It sends N notifications (one EMAIL
@@ -206,7 +207,7 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     client = redis.Redis.from_url(args.redis_url)
     try:
         with ExitStack() as stack:
-            api = stack.enter_context(running([clarion, "api", "--workers", "2"], env, logs["api"]))
+            api = stack.enter_context(running([clarion, "api", "--workers", "1"], env, logs["api"]))
             worker = stack.enter_context(
                 running([clarion, "worker", "--slot", "0"], env, logs["worker"])
             )
