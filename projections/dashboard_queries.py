@@ -21,6 +21,7 @@ from streams.delivery_state import DeliveryStatus
 RATED_STATUSES: tuple[DeliveryStatus, ...] = (
     DeliveryStatus.SENT,
     DeliveryStatus.DELIVERED,
+    DeliveryStatus.READ,
     DeliveryStatus.FAILED,
     DeliveryStatus.EXPIRED,
 )

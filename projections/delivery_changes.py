@@ -19,6 +19,13 @@ from streams.events import (
     DeliveryReplayed,
     DeliverySent,
     DeliverySuppressed,
+    InboxMessageArchived,
+    InboxMessageCreated,
+    InboxMessageEvent,
+    InboxMessageRead,
+    InboxMessageSeen,
+    InboxMessageUnarchived,
+    InboxMessageUnread,
     ProviderFeedbackReceived,
 )
 
@@ -125,6 +132,15 @@ def _feedback(event: ProviderFeedbackReceived) -> _Change:
     )
 
 
+def _inbox_created(event: InboxMessageCreated) -> _Change:
+    return _change(_SENT)
+
+
+def _inbox_changed(event: InboxMessageEvent) -> _Change:
+    # Read: READ; unread: SENT again; seen and archived: as the event says it is.
+    return _change(DeliveryStatus(event.status))
+
+
 CHANGE_OF: dict[type[DeliveryEvent], Callable[[Any], _Change]] = {
     DeliveryQueued: _queued,
     DeliveryDeferred: _deferred,
@@ -136,5 +152,11 @@ CHANGE_OF: dict[type[DeliveryEvent], Callable[[Any], _Change]] = {
     DeliveryDeadLettered: _dead_lettered,
     DeliveryReplayed: _replayed,
     ProviderFeedbackReceived: _feedback,
+    InboxMessageCreated: _inbox_created,
+    InboxMessageRead: _inbox_changed,
+    InboxMessageUnread: _inbox_changed,
+    InboxMessageSeen: _inbox_changed,
+    InboxMessageArchived: _inbox_changed,
+    InboxMessageUnarchived: _inbox_changed,
 }
 UNKNOWN = _change(_QUEUED)  # an event type this version does not know

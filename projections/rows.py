@@ -20,8 +20,16 @@ import msgspec
 import structlog
 
 from projections.delivery_changes import CHANGE_OF, UNKNOWN
+from projections.inbox_rows import InboxRows
 from streams import codec
-from streams.events import AnyEvent, DeliveryEvent, NotificationAccepted
+from streams.events import (
+    AnyEvent,
+    DeliveryEvent,
+    InboxMessageCreated,
+    InboxMessageEvent,
+    NotificationAccepted,
+    RecipientErased,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -40,6 +48,7 @@ _EVENT_TABLE = """
     event_id text, at timestamptz, type text, notification_id uuid, delivery_id uuid,
     version integer, body jsonb
 """
+_INBOX_EVENTS = (InboxMessageCreated, InboxMessageEvent, RecipientErased)
 _EVENT_COLUMNS = ("event_id", "at", "type", "notification_id", "delivery_id", "version", "body")
 
 _INSERT_NOTIFICATIONS = """
@@ -112,6 +121,8 @@ class Rows:
     notifications: list[tuple[Any, ...]] = field(default_factory=list)
     deliveries: list[tuple[Any, ...]] = field(default_factory=list)
     events: list[tuple[Any, ...]] = field(default_factory=list)
+    # The inbox history's statements (``projections.inbox_rows``).
+    inbox: InboxRows = field(default_factory=InboxRows)
     last_id: str = "0-0"
     # Notifications accepted in this batch, whose fields its delivery rows copy.
     accepted: dict[str, _Context] = field(default_factory=dict, repr=False)
@@ -139,6 +150,8 @@ class Rows:
         elif isinstance(event, DeliveryEvent):
             context = self.accepted.get(event.notification_id)
             self.deliveries.append(_delivery_row(event, context))
+        if isinstance(event, _INBOX_EVENTS):
+            self.inbox.add(event)
 
 
 def rows_of(shard: int, entries: Sequence[tuple[str, bytes]]) -> Rows:
@@ -256,6 +269,8 @@ async def write_rows(
         await connection.copy_records_to_table(
             "delivery_event", records=rows.events, columns=_EVENT_COLUMNS
         )
+    # After the events: an erasure removes the text of those it concerns.
+    await rows.inbox.write(connection)
 
 
 async def _copy(

@@ -8,6 +8,7 @@ provider's answer); error texts arrive masked and are only cut to length here.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypedDict
@@ -27,7 +28,9 @@ from streams.events import (
     DeliveryFailed,
     DeliverySent,
     Event,
+    InboxMessageCreated,
 )
+from streams.inbox import InboxMessage, InboxWrite
 from streams.keys import ShardKeys
 from streams.scheduler import delayed_member
 from streams.scripts import KeyOrArg
@@ -79,6 +82,13 @@ def sent(
     leased: LeasedDelivery, provider: str, message_id: str, now_ms: int, sms_segments: int = 0
 ) -> Outcome:
     """The provider accepted the message (an SMS of ``sms_segments`` segments)."""
+    event, fields = _sent(leased, provider, message_id, now_ms, sms_segments)
+    return _outcome(leased, [event], fields, now_ms=now_ms)
+
+
+def _sent(
+    leased: LeasedDelivery, provider: str, message_id: str, now_ms: int, sms_segments: int = 0
+) -> tuple[DeliverySent, dict[str, KeyOrArg]]:
     attempt = leased.lease.attempts + 1
     event = DeliverySent(
         **_ids(leased, 1, now_ms),
@@ -94,7 +104,46 @@ def sent(
         "provider_message_id": message_id,
         **_attempt_times(leased, now_ms),
     }
-    return _outcome(leased, [event], fields, now_ms=now_ms)
+    return event, fields
+
+
+def sent_to_inbox(
+    leased: LeasedDelivery,
+    provider: str,
+    message: InboxMessage,
+    now_ms: int,
+    *,
+    keep: int,
+    ttl_ms: int,
+    feed_length: int,
+) -> Outcome:
+    """An IN_APP delivery went to Clarion's own inbox (``provider``): SENT, with the message
+    in the recipient's inbox (keeping ``keep`` messages for ``ttl_ms``, ``feed_length``
+    changes to resume from), in one step."""
+    item = leased.item
+    event, fields = _sent(leased, provider, item.delivery_id, now_ms)
+    created = InboxMessageCreated(
+        **_ids(leased, 2, now_ms),
+        recipient_id=item.recipient_id,
+        title=message.title,
+        body=message.body,
+        action_url=message.action_url,
+        data=message.data,
+        notification_type=item.notification_type,
+    )
+    version = leased.lease.version + 2
+    inbox = InboxWrite(
+        keys=leased.shard.inbox(item.recipient_id),
+        message=message,
+        version=version,
+        recipient_id=item.recipient_id,
+        live=leased.shard.inbox_live,
+        keep=keep,
+        ttl_ms=ttl_ms,
+        feed_length=feed_length,
+    )
+    outcome = _outcome(leased, [event, created], fields, now_ms=now_ms)
+    return dataclasses.replace(outcome, inbox=inbox)
 
 
 def expired(leased: LeasedDelivery, now_ms: int, reason: str = "ttl") -> Outcome:

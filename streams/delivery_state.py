@@ -5,6 +5,7 @@ takes its statuses from here (``lua/shared.lua`` repeats the sets for the script
 ``tests/unit/test_delivery_state.py`` keeps the two equal)::
 
     QUEUED ─▶ SENDING ─▶ SENT ─▶ DELIVERED (provider feedback)
+                           └──▶ READ (IN_APP: the recipient read it in the inbox; unread: SENT)
                 │  ▲
                 │  └── SCHEDULED ◀─ a transient failure or no provider quota: retried later
                 ├──▶ FAILED (permanent, retries exhausted, poison; dead-lettered)
@@ -39,6 +40,7 @@ class DeliveryStatus(StrEnum):
     EXPIRED = "EXPIRED"  # its TTL passed before it could be sent
     SUPPRESSED = "SUPPRESSED"  # never to be sent: opted out, no valid address
     DELIVERED = "DELIVERED"  # the provider confirmed it arrived (provider feedback)
+    READ = "READ"  # IN_APP: the recipient read the inbox message
 
 
 # Nothing is sent for a delivery in one of these any more (a replay of a FAILED one starts a
@@ -47,6 +49,7 @@ TERMINAL: frozenset[DeliveryStatus] = frozenset(
     {
         DeliveryStatus.SENT,
         DeliveryStatus.DELIVERED,
+        DeliveryStatus.READ,
         DeliveryStatus.FAILED,
         DeliveryStatus.EXPIRED,
         DeliveryStatus.SUPPRESSED,
@@ -54,7 +57,7 @@ TERMINAL: frozenset[DeliveryStatus] = frozenset(
 )
 # The provider took it: never sent again, not even by a replay.
 PROVIDER_ACCEPTED: frozenset[DeliveryStatus] = frozenset(
-    {DeliveryStatus.SENT, DeliveryStatus.DELIVERED}
+    {DeliveryStatus.SENT, DeliveryStatus.DELIVERED, DeliveryStatus.READ}
 )
 # Ended without ever reaching a provider, for a reason a replay cannot undo.
 ENDED_UNSENT: frozenset[DeliveryStatus] = frozenset(

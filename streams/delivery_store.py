@@ -19,6 +19,7 @@ from streams import codec, scripts
 from streams.batching import BatchedScript
 from streams.consumer_groups import DELIVERY_GROUP
 from streams.delivery_state import DeliveryState
+from streams.inbox import InboxWrite
 from streams.keys import ShardKeys
 from streams.scripts import Call, KeyOrArg
 from streams.vocabulary import Priority
@@ -66,6 +67,8 @@ class Outcome:
     # The notification's ``data:<id>`` hash when this outcome ends a delivery that shares it
     # (one delivery fewer holds it; the last one deletes it), else "".
     releases_data: str = ""
+    # An IN_APP delivery sent to the inbox: its message, written with the outcome.
+    inbox: InboxWrite | None = None
 
     @property
     def status(self) -> str | None:
@@ -173,7 +176,8 @@ def delivery_finish_call(
     of outcomes, then per outcome: the work entry to acknowledge ("" for none), the version
     it expects, its ``delayed`` member ("" for none) and due time, the position of the data
     hash it releases in KEYS (0 for none), its state fields (count, then field/value pairs)
-    and its dead-letter fields (likewise; 0 for none).
+    and its dead-letter fields (likewise; 0 for none), the position in KEYS of the inbox
+    it writes a message to (0 for none; ``InboxWrite.arguments`` follow).
     """
     keys: list[KeyOrArg] = [shard.work(priority), shard.events, shard.delayed, shard.dlq]
     keys += [shard.delivery(outcome.delivery_id) for outcome in outcomes]
@@ -190,6 +194,13 @@ def delivery_finish_call(
         args.append(release_at)
         args += _flat(outcome.fields)
         args += _flat(outcome.dead_letter)
+        inbox = outcome.inbox
+        if inbox is None:
+            args.append(0)
+            continue
+        args.append(len(keys) + 1)
+        keys += [inbox.keys.messages, inbox.keys.order, inbox.keys.feed]
+        args += inbox.arguments()
     return keys, args
 
 

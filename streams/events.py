@@ -136,6 +136,47 @@ class ProviderFeedbackReceived(DeliveryEvent, frozen=True, kw_only=True):
     feedback_id: str = ""
 
 
+class InboxMessageCreated(DeliveryEvent, frozen=True, kw_only=True):
+    """An IN_APP delivery put a message into its recipient's inbox (recorded with its
+    ``DeliverySent``). It carries the message, which the read model keeps as the inbox's
+    history; erasure removes it there."""
+
+    recipient_id: str
+    title: str
+    body: str
+    action_url: str = ""
+    data: dict[str, str] = {}
+    notification_type: str = ""
+
+
+class InboxMessageEvent(DeliveryEvent, frozen=True, kw_only=True):
+    """Base of what a recipient did with an inbox message; ``status`` is the delivery's
+    status after it (READ once read, SENT again when marked unread)."""
+
+    recipient_id: str
+    status: str
+
+
+class InboxMessageRead(InboxMessageEvent, frozen=True, kw_only=True):
+    pass
+
+
+class InboxMessageUnread(InboxMessageEvent, frozen=True, kw_only=True):
+    pass
+
+
+class InboxMessageSeen(InboxMessageEvent, frozen=True, kw_only=True):
+    pass
+
+
+class InboxMessageArchived(InboxMessageEvent, frozen=True, kw_only=True):
+    pass
+
+
+class InboxMessageUnarchived(InboxMessageEvent, frozen=True, kw_only=True):
+    pass
+
+
 class PreferenceEntry(msgspec.Struct, frozen=True, kw_only=True):
     type: str
     channel: Channel
@@ -221,6 +262,12 @@ AnyEvent = (
     | DeliveryDeadLettered
     | DeliveryReplayed
     | ProviderFeedbackReceived
+    | InboxMessageCreated
+    | InboxMessageRead
+    | InboxMessageUnread
+    | InboxMessageSeen
+    | InboxMessageArchived
+    | InboxMessageUnarchived
     | PreferenceChanged
     | RecipientAddressInvalidated
     | RecipientProfileChanged

@@ -78,6 +78,16 @@ class ShardKeys:
         """A recipient's preferences and quiet hours; every shard holds a copy."""
         return f"{self.tag}:rcpt:{recipient_id}"
 
+    def inbox(self, recipient_id: str) -> InboxKeys:
+        """The keys of a recipient's inbox messages that came through this shard
+        (``streams.inbox``)."""
+        return InboxKeys(f"{self.tag}:inbox:{recipient_id}")
+
+    @property
+    def inbox_live(self) -> str:
+        """The Pub/Sub channel of inbox changes (``KeySpace.inbox_live``)."""
+        return f"{self.prefix}:inbox:live"
+
     @property
     def suppressions(self) -> str:
         """The suppression list (``streams.suppressions``): a hash keyed by channel and
@@ -139,6 +149,12 @@ class KeySpace:
         return f"{self.prefix}:{{feedback}}:seen:{provider}:{callback}"
 
     @property
+    def inbox_live(self) -> str:
+        """The Pub/Sub channel every inbox change is published on, for the API processes'
+        realtime streams (one subscription per process)."""
+        return f"{self.prefix}:inbox:live"
+
+    @property
     def write_probe(self) -> str:
         """A short-lived key the readiness check writes to learn whether Redis takes writes."""
         return f"{self.prefix}:ready:probe"
@@ -187,6 +203,30 @@ class KeySpace:
         """
         suffix = "" if lane == "total" else f":{lane}"
         return f"{self.prefix}:{{rl:{provider}}}:bucket{suffix}"
+
+
+@dataclass(frozen=True, slots=True)
+class InboxKeys:
+    """The keys of one recipient's inbox on one shard: all share the shard's hash tag, so
+    the script that records an IN_APP delivery SENT writes its message too."""
+
+    tag: str
+
+    @property
+    def messages(self) -> str:
+        """A hash: ``m:<id>`` each message (JSON), ``f:<id>`` its state (read, seen and
+        archived times in ms and the delivery's version), ``unread`` and ``unseen`` counts."""
+        return self.tag
+
+    @property
+    def order(self) -> str:
+        """The message ids by creation time (a sorted set, scores in ms), newest last."""
+        return f"{self.tag}:order"
+
+    @property
+    def feed(self) -> str:
+        """Every change, in order (a capped stream): what a realtime client resumes from."""
+        return f"{self.tag}:feed"
 
 
 @dataclass(frozen=True, slots=True)

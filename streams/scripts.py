@@ -111,6 +111,8 @@ SUPPRESSION = LuaScript("suppression")  # streams.suppressions.suppression_call
 ERASE = LuaScript("erase")  # streams.erasure.erase_call
 FEEDBACK_TAKE = LuaScript("feedback_take")  # streams.feedback.feedback_take_call
 FEEDBACK_APPLY = LuaScript("feedback_apply")  # streams.feedback.feedback_apply_call
+INBOX_PAGE = LuaScript("inbox_page")  # streams.inbox.inbox_page_call
+INBOX_MARK = LuaScript("inbox_mark")  # streams.inbox.inbox_mark_call
 LEASE = LuaScript("lease")  # streams.leases.lease_call
 # streams.status_outbox.status_outbox_append_call
 STATUS_OUTBOX_APPEND = LuaScript("status_outbox_append")
@@ -133,6 +135,8 @@ ALL: tuple[LuaScript, ...] = (
     ERASE,
     FEEDBACK_TAKE,
     FEEDBACK_APPLY,
+    INBOX_PAGE,
+    INBOX_MARK,
     LEASE,
     STATUS_OUTBOX_APPEND,
     STATUS_DEAD_LETTER,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Final
 
 from app.catalog.providers import (
+    InboxConfig,
     SandboxConfig,
     SendgridConfig,
     SmtpConfig,
@@ -17,6 +18,7 @@ from streams.vocabulary import Channel
 # ``[providers.<name>]``, chosen by its ``kind``.
 ProviderConfig = (
     SandboxConfig
+    | InboxConfig
     | SmtpConfig
     | SendgridConfig
     | TwilioConfig
@@ -28,6 +30,7 @@ ProviderConfig = (
 
 # The channels each provider kind can send; the sandbox stands in for any.
 KIND_CHANNELS: Final[dict[str, frozenset[Channel]]] = {
+    "inbox": frozenset({Channel.IN_APP}),
     "smtp": frozenset({Channel.EMAIL}),
     "sendgrid": frozenset({Channel.EMAIL}),
     "twilio": frozenset({Channel.SMS}),

@@ -117,6 +117,21 @@ class SandboxConfig(ProviderLimits, frozen=True, tag_field="kind", tag="sandbox"
     circuit: CircuitConfig = CircuitConfig(enabled=False)
 
 
+class InboxConfig(ProviderLimits, frozen=True, tag_field="kind", tag="inbox"):
+    """Clarion's own inbox (IN_APP): each message goes into its recipient's inbox, which the
+    recipient's app reads through ``/v1/inbox`` and follows live."""
+
+    # Messages kept in Redis per recipient (the newest; the read model keeps them all).
+    keep: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 200
+    # How long a recipient's inbox stays in Redis after its newest message came.
+    keep_days: Annotated[int, msgspec.Meta(ge=1, le=3650)] = 30
+    # Changes a realtime client can resume from after a reconnect (per recipient).
+    feed_length: Annotated[int, msgspec.Meta(ge=10, le=100_000)] = 1000
+    # Writing to Redis needs neither a bulkhead nor a breaker.
+    max_in_flight: Annotated[int, msgspec.Meta(ge=0, le=10_000)] = 0
+    circuit: CircuitConfig = CircuitConfig(enabled=False)
+
+
 class SmtpConfig(ProviderLimits, frozen=True, tag_field="kind", tag="smtp"):
     """Email over SMTP (RFC 5321), through a relay such as Postfix, SES or Mailgun."""
 

@@ -48,7 +48,8 @@ class Template(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     html: str = ""
     # PUSH only, each optional and a template like the others: key-value pairs for the app,
     # the badge count (it must render to a whole number), the sound, where a tap leads,
-    # and the key under which notifications replace each other on the device.
+    # and the key under which notifications replace each other on the device. IN_APP
+    # templates may have ``data`` and ``link`` too (the inbox message's action URL).
     data: dict[str, str] = {}
     badge: str = ""
     sound: str = ""
@@ -81,6 +82,13 @@ _TEXT = ImmutableSandboxedEnvironment(undefined=jinja2.StrictUndefined, autoesca
 _HTML = ImmutableSandboxedEnvironment(undefined=jinja2.StrictUndefined, autoescape=True)
 _UNTITLED = frozenset({Channel.SMS, Channel.WEBHOOK})
 _WEBHOOK = Channel.WEBHOOK  # bound once: compared on every fill
+
+
+def _in_app_part(name: str) -> bool:
+    """The push parts an IN_APP template may have too: the action's link and app data."""
+    return name == "link" or name.startswith("data.")
+
+
 # A title is one line (an email's Subject header, a push title): a line break from the data
 # would start a header of its own, so every control character becomes a space.
 _ONE_LINE = dict.fromkeys((*range(32), 127), " ")
@@ -200,9 +208,10 @@ def compile_template(template: Template, channel: Channel) -> CompiledTemplate:
     if template.title and channel in _UNTITLED:
         raise TemplateProblem("title", f"{channel} templates have no title")
     push_parts = template.push_parts()
-    if push_parts and channel != Channel.PUSH:
-        first = next(iter(push_parts))
-        raise TemplateProblem(first, f"only PUSH templates have {first}, not {channel}")
+    allowed = _in_app_part if channel == Channel.IN_APP else (lambda _: channel == Channel.PUSH)
+    for name in push_parts:
+        if not allowed(name):
+            raise TemplateProblem(name, f"only PUSH templates have {name}, not {channel}")
     fields: set[str] = set()
     title = _compile_part("title", template.title, _TEXT, fields) if template.title else None
     body = _compile_part("body", template.body, _TEXT, fields)

@@ -20,6 +20,7 @@ from app.delivery.rendering import RenderError, render
 from app.delivery.retry_policy import may_retry, retry_delay
 from app.logging import mask
 from app.providers.base import Message, Provider, ProviderError
+from app.providers.inbox import InboxProvider
 from app.unsubscribe import UnsubscribeLinks
 from streams import delivery_outcomes
 from streams.delivery_outcomes import MAX_ERROR_TEXT, LeasedDelivery
@@ -90,11 +91,12 @@ class Attempts:
             push=rendered.push,
             unsubscribe_url=self._unsubscribe_url(item),
         )
+        provider = self.providers[provider_name]
+        if isinstance(provider, InboxProvider):
+            return Attempted(provider.outcome(leased, message, self.now_ms()), False)
         timeout = self.catalog.providers[provider_name].timeout_seconds
         try:
-            message_id = await self.timeouts.limit(
-                timeout, self.providers[provider_name].send(message)
-            )
+            message_id = await self.timeouts.limit(timeout, provider.send(message))
         except ProviderError as error:
             return await self._refused(leased, provider_name, error)
         except TimeoutError:

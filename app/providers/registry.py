@@ -9,6 +9,7 @@ from redis.asyncio import Redis
 
 from app.catalog import Catalog, check_for_workers
 from app.catalog.providers import (
+    InboxConfig,
     SandboxConfig,
     SendgridConfig,
     SmtpConfig,
@@ -19,6 +20,7 @@ from app.catalog.push import ApnsConfig, FcmConfig, WebPushConfig
 from app.providers.apns import ApnsProvider
 from app.providers.base import Provider
 from app.providers.fcm import FcmProvider
+from app.providers.inbox import InboxProvider
 from app.providers.sandbox import REMEMBER_MS, SandboxProvider
 from app.providers.sendgrid import SendgridProvider
 from app.providers.smtp import SmtpProvider
@@ -55,6 +57,8 @@ def build_providers(
                 providers[name] = SandboxProvider(
                     redis, keys, idempotent=config.idempotent, name=name, remember_ms=remember_ms
                 )
+            case InboxConfig():
+                providers[name] = InboxProvider(name, config)
             case SmtpConfig():
                 providers[name] = SmtpProvider(name, config, own)
             case SendgridConfig():

@@ -6,8 +6,9 @@ hours, dead-address marks), so a notification accepted from then on is one for a
 recipient; each delivery still waiting ends SUPPRESSED ("erased") and its work item, which
 holds the address, is removed (``streams.erasure``); one a worker is sending right now is
 waited for (at most a lease) and then looked at again, so a retry it schedules is erased
-too; dead letters of the recipient are deleted; the sandbox's records of calls to its
-addresses or for its deliveries (the read model names them) are deleted. Last, a
+too; dead letters of the recipient are deleted, and its inbox on every shard (the read
+model's copy goes when the projector meets ``RecipientErased``); the sandbox's records of
+calls to its addresses or for its deliveries (the read model names them) are deleted. Last, a
 ``RecipientErased`` event, which carries no personal data. The read model never held an
 address (events carry none, error texts are masked), and the suppression list names
 addresses by keyed digest only, so both keep what they have: an address that bounced stays
@@ -54,6 +55,8 @@ class Erasure:
     work_items_removed: int = 0
     dead_letters_removed: int = 0
     sandbox_records_removed: int = 0
+    # The recipient's inbox keys (messages, order, feed) deleted, over every shard.
+    inbox_keys_removed: int = 0
     # Deliveries a worker was still sending when the wait ran out (their attempt ends as
     # attempts end; erasing again removes what they leave).
     still_in_flight: int = 0
@@ -103,6 +106,10 @@ class Eraser:
             done.dead_letters_removed += len(letters)
             done.addresses |= {item.address for item in letters if item.address}
             delivery_ids |= {item.delivery_id for item in letters}
+            inbox = shard.inbox(recipient_id)
+            done.inbox_keys_removed += await self.redis.delete(
+                inbox.messages, inbox.order, inbox.feed
+            )
         delivery_ids |= set(await self.recipient_deliveries(recipient_id))
         done.sandbox_records_removed = await remove_sandbox_records(
             self.redis, self.keys, done.addresses, delivery_ids

@@ -3,14 +3,20 @@
 --
 -- Keys and arguments: ``streams.delivery_store.delivery_finish_call`` lays them out.
 -- KEYS: work stream, events, delayed, dlq, then per item: the delivery's state hash; then
---       the ``data:<id>`` hash of each item that ends a delivery with shared template data.
+--       the ``data:<id>`` hash of each item that ends a delivery with shared template data
+--       and the inbox keys (hash, order, feed) of each item that writes an inbox message,
+--       as the items come.
 -- ARGV: consumer group, retention (ms) of an ended delivery's state, of a FAILED one's,
 --       every item's events joined into one JSON array (``codec.join_events``), each item's
 --       first and last byte in that array as one string of numbers (``codec.span_text``;
 --       "1 0" for an item without events), the number of items, then per item:
 --   work entry id ("" for none), expected version, delayed member ("" for none), due ms,
 --   the position in KEYS of the data hash it releases (0: none), state field count,
---   field/value pairs, dead-letter field count, field/value pairs (0 for none)
+--   field/value pairs, dead-letter field count, field/value pairs (0 for none), the
+--   position in KEYS of the inbox hash it writes a message to (0: none; its order and feed
+--   follow it), and for one: the message id, the message, the delivery's version, how many
+--   messages the inbox keeps, how long it lives (ms), the feed's length, the Pub/Sub
+--   channel and the recipient
 --
 -- The events of the recorded items go into one ``events`` entry (one atomic write, one
 -- entry, as at ingest): the joined array as it came when every item is recorded, else each
@@ -30,7 +36,8 @@
 -- redelivered work item still finds it ended. A FAILED delivery's state lives as long as its
 -- dead letter may be replayed (a replay re-checks it). A non-terminal state never expires.
 -- A recorded item that releases a data hash counts one delivery of its notification done;
--- the last one deletes the hash.
+-- the last one deletes the hash. A recorded IN_APP item puts its message into the
+-- recipient's inbox in the same step (``inbox_add``): SENT and the message come together.
 
 local work, events, delayed, dlq = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local group, joined, spans = ARGV[1], ARGV[4], ARGV[5]
@@ -46,6 +53,42 @@ local function take(count)
   return values
 end
 
+-- A message into a recipient's inbox, once (by its id): counted unread and unseen, the
+-- oldest dropped beyond ``keep`` (the read model keeps the history), the keys' lifetime
+-- renewed, the change fed and published.
+local function inbox_add(at)
+  local messages, order, feed = KEYS[at], KEYS[at + 1], KEYS[at + 2]
+  local id, message, version = next_arg(), next_arg(), next_arg()
+  local keep, ttl_ms, feed_length = tonumber(next_arg()), next_arg(), next_arg()
+  local live, recipient = next_arg(), next_arg()
+  if redis.call("HSETNX", messages, "m:" .. id, message) == 0 then
+    return
+  end
+  redis.call("HSET", messages, "f:" .. id, "0 0 0 " .. version)
+  redis.call("HINCRBY", messages, "unread", 1)
+  redis.call("HINCRBY", messages, "unseen", 1)
+  redis.call("ZADD", order, 0, id)
+  local excess = redis.call("ZCARD", order) - keep
+  if excess > 0 then
+    for _, old in ipairs(redis.call("ZRANGE", order, 0, excess - 1)) do
+      local read, seen, archived = inbox_state(redis.call("HGET", messages, "f:" .. old))
+      if archived == 0 and read == 0 then
+        redis.call("HINCRBY", messages, "unread", -1)
+      end
+      if archived == 0 and seen == 0 then
+        redis.call("HINCRBY", messages, "unseen", -1)
+      end
+      redis.call("HDEL", messages, "m:" .. old, "f:" .. old)
+    end
+    redis.call("ZREMRANGEBYRANK", order, 0, excess - 1)
+  end
+  for _, key in ipairs({ messages, order }) do
+    redis.call("PEXPIRE", key, ttl_ms)
+  end
+  inbox_feed(messages, feed, feed_length, live, recipient, "new", id, message)
+  redis.call("PEXPIRE", feed, ttl_ms)
+end
+
 local broken = wrong_type({ "stream", "stream", "zset", "stream" })
 if broken then
   return broken
@@ -59,6 +102,7 @@ for i = 5, 4 + tonumber(ARGV[6]) do
   local release = tonumber(next_arg())
   local fields = take(tonumber(next_arg()))
   local dead_letter = take(tonumber(next_arg()))
+  local inbox_at = tonumber(next_arg())
 
   -- A state key of the wrong type fails this item alone (BROKEN: nothing recorded, the
   -- work entry stays pending), not the items recorded before it in this call.
@@ -89,6 +133,13 @@ for i = 5, 4 + tonumber(ARGV[6]) do
     end
     if release > 0 and redis.call("HINCRBY", KEYS[release], "n", -1) <= 0 then
       redis.call("DEL", KEYS[release])
+    end
+  end
+  if inbox_at > 0 then
+    if reply == "OK" then
+      inbox_add(inbox_at)
+    else
+      take(8) -- the message's arguments, unused
     end
   end
   if reply ~= "OK" then

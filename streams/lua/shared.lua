@@ -7,11 +7,14 @@
 local STATUS = {
   QUEUED = "QUEUED", SCHEDULED = "SCHEDULED", SENDING = "SENDING", SENT = "SENT",
   DELIVERED = "DELIVERED", FAILED = "FAILED", EXPIRED = "EXPIRED", SUPPRESSED = "SUPPRESSED",
+  READ = "READ",
 }
 -- Nothing is sent for a delivery in one of these any more.
-local TERMINAL = { SENT = true, DELIVERED = true, FAILED = true, EXPIRED = true, SUPPRESSED = true }
+local TERMINAL = {
+  SENT = true, DELIVERED = true, READ = true, FAILED = true, EXPIRED = true, SUPPRESSED = true,
+}
 -- The provider took it: never sent again, not even by a replay.
-local PROVIDER_ACCEPTED = { SENT = true, DELIVERED = true }
+local PROVIDER_ACCEPTED = { SENT = true, DELIVERED = true, READ = true }
 -- Ended without ever reaching a provider.
 local ENDED_UNSENT = { EXPIRED = true, SUPPRESSED = true }
 
@@ -89,4 +92,26 @@ local function append_events(stream, joined, spans, all_written, written)
       redis.call("XADD", stream, "*", "e", "[" .. string.sub(joined, first, last) .. "]")
     end
   end
+end
+
+-- Inbox messages (``streams/inbox.py``). A message's state is "<read ms> <seen ms>
+-- <archived ms> <the delivery's version>", 0 for what did not happen.
+local function inbox_state(text)
+  local read, seen, archived, version = string.match(text or "", "^(%d+) (%d+) (%d+) (%d+)$")
+  return tonumber(read), tonumber(seen), tonumber(archived), tonumber(version)
+end
+
+-- Record an inbox change in the recipient's feed (capped at ``feed_length`` entries) and
+-- publish it on ``live`` for the API processes' realtime streams: the recipient, the feed
+-- key, the entry id, the kind, the message id, the counts after it and ``body`` (the
+-- message for "new", its state otherwise), separated by the unit separator.
+local function inbox_feed(messages, feed, feed_length, live, recipient, kind, id, body)
+  local counts = redis.call("HMGET", messages, "unread", "unseen")
+  local unread, unseen = counts[1] or "0", counts[2] or "0"
+  local entry = redis.call(
+    "XADD", feed, "MAXLEN", "~", feed_length, "*",
+    "k", kind, "id", id, "u", unread, "s", unseen, "b", body)
+  local sep = "\31"
+  redis.call("PUBLISH", live, table.concat(
+    { recipient, feed, entry, kind, id, unread, unseen, body }, sep))
 end

@@ -123,7 +123,8 @@ async def sandbox_calls(redis: Redis, keys: KeySpace) -> list[dict[str, Any]]:
 
 async def state(redis: Redis, keys: KeySpace, delivery_id: str) -> dict[str, str]:
     """A delivery's state hash as text."""
-    raw = await redis.hgetall(keys.shard(0).delivery(delivery_id))  # type: ignore[misc]
+    shard = keys.notification_shard(delivery_id)  # a delivery id names its shard too
+    raw = await redis.hgetall(shard.delivery(delivery_id))  # type: ignore[misc]
     return {k.decode(): v.decode() for k, v in raw.items()}
 
 

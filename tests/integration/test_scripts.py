@@ -50,6 +50,9 @@ from streams.feedback import (
     feedback_apply_call,
     feedback_take_call,
 )
+from streams.inbox import InboxMessage, InboxStore, inbox_mark_call, inbox_page_call
+from streams.inbox import changed as inbox_changed
+from streams.inbox import decode as decode_inbox_message
 from streams.ingest import IngestItem, ingest_call
 from streams.ingest_quota import QuotaRates, ingest_quota_call
 from streams.keys import KeySpace
@@ -86,7 +89,16 @@ async def declared_only(admin: Redis, call: Call) -> AsyncIterator[Redis]:
     user, password = f"contract-{uuid.uuid4().hex[:12]}", uuid.uuid4().hex
     patterns = [f"~{_glob_escape(key)}" for key in call[0]]
     await admin.execute_command(
-        "ACL", "SETUSER", user, "on", f">{password}", "resetkeys", "+@all", *patterns
+        # Channels are no keys (a cluster broadcasts PUBLISH): any channel is allowed.
+        "ACL",
+        "SETUSER",
+        user,
+        "on",
+        f">{password}",
+        "resetkeys",
+        "allchannels",
+        "+@all",
+        *patterns,
     )
     client = Redis.from_url(REDIS_URL, username=user, password=password)
     try:
@@ -471,6 +483,48 @@ async def test_status_dead_letter(real_redis: Redis, key_prefix: str) -> None:
     [(_, letter)] = await real_redis.xrange(hooks.dlq)
     assert (letter[b"webhook_id"], letter[b"status_code"]) == (b"d1.3", b"503")
     assert 0 < await real_redis.pttl(hooks.dlq) <= 60_000
+
+
+async def in_the_inbox(redis: Redis, keys: KeySpace, catalog: Catalog) -> LeasedDelivery:
+    """The order's IN_APP delivery, sent into its recipient's inbox through delivery_finish."""
+    [in_app] = [
+        held for held in await leased(redis, keys, catalog) if held.item.channel == "IN_APP"
+    ]
+    message = InboxMessage(
+        id=in_app.item.delivery_id, notification_id=in_app.item.notification_id,
+        type=in_app.item.notification_type, title="t", body="b", created_ms=1_000,
+    )  # fmt: skip
+    outcome = delivery_outcomes.sent_to_inbox(
+        in_app, "inbox", message, 1_000, keep=10, ttl_ms=60_000, feed_length=100
+    )
+    call = delivery_finish_call(keys.shard(0), Priority.NORMAL, [outcome], (60_000, 120_000))
+    assert await run(redis, scripts.DELIVERY_FINISH, call) == [b"OK"]
+    return in_app
+
+
+async def test_inbox_page(real_redis: Redis, key_prefix: str, catalog: Catalog) -> None:
+    keys = KeySpace(key_prefix)
+    in_app = await in_the_inbox(real_redis, keys, catalog)
+    call = inbox_page_call(keys.shard(0).inbox(in_app.item.recipient_id), "", 5, "inbox")
+    reply = await run(real_redis, scripts.INBOX_PAGE, call)
+    assert reply[:2] == [b"1", b"1"]  # unread, unseen
+    assert (reply[2].decode(), reply[4]) == (in_app.item.delivery_id, b"0 0 0 3")
+    assert decode_inbox_message(reply[3]).title == "t"
+
+
+async def test_inbox_mark(real_redis: Redis, key_prefix: str, catalog: Catalog) -> None:
+    keys = KeySpace(key_prefix)
+    in_app = await in_the_inbox(real_redis, keys, catalog)
+    shard, recipient = keys.shard(0), in_app.item.recipient_id
+    store = InboxStore(real_redis, keys)
+    stored = await store.message(recipient, in_app.item.delivery_id)
+    assert stored is not None
+    change = inbox_changed("read", stored, recipient, "3", 2_000)
+    assert change is not None
+    call = inbox_mark_call(shard, recipient, [change], 100, keys.inbox_live)
+    assert await run(real_redis, scripts.INBOX_MARK, call) == [b"OK"]
+    assert await real_redis.hget(shard.delivery(in_app.item.delivery_id), "status") == b"READ"
+    assert await run(real_redis, scripts.INBOX_MARK, call) == [b"MOVED"]  # read already
 
 
 def test_every_script_has_a_contract_test() -> None:

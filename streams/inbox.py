@@ -1,0 +1,377 @@
+"""Recipients' inboxes in Redis: the messages IN_APP deliveries leave, what recipients do
+with them, and the feed of changes a realtime client follows.
+
+An IN_APP delivery sent through the ``inbox`` provider writes its message in the same
+script that records it SENT (``lua/delivery_finish.lua``, from ``InboxWrite``), on the
+delivery's shard: a recipient's messages are spread over the shards their notifications
+went to, and a page is the newest of each shard's, merged. Per recipient and shard
+(``streams.keys.InboxKeys``): a hash of the messages and their states with the unread and
+unseen counts, the message ids in order (UUIDv7 delivery ids, so newest last), and a capped
+stream of changes. Only the newest messages stay (``keep``), for a while (``ttl_ms``); the
+read model keeps the whole history (``InboxMessageCreated`` carries the message).
+
+Reading, unreading, seeing and archiving a message are events about its delivery
+(``InboxMessageRead`` …), numbered after the delivery's version; a read moves the delivery
+to READ, an unread back to SENT. ``InboxStore.mark`` reads a message's state, decides the
+change, and records it with ``lua/inbox_mark.lua`` only if nothing changed meanwhile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Final, Literal
+
+import msgspec
+from redis.asyncio import Redis
+
+from streams import codec, scripts
+from streams.delivery_state import DeliveryStatus
+from streams.events import (
+    InboxMessageArchived,
+    InboxMessageEvent,
+    InboxMessageRead,
+    InboxMessageSeen,
+    InboxMessageUnarchived,
+    InboxMessageUnread,
+)
+from streams.keys import InboxKeys, KeySpace, ShardKeys, shard_from_id
+from streams.scripts import Call, KeyOrArg
+
+Action = Literal["read", "unread", "seen", "archive", "unarchive"]
+Listing = Literal["inbox", "unread", "archived"]
+
+# Defaults of the ``inbox`` provider: messages kept per recipient and shard, for how long,
+# and the changes a realtime client can resume from.
+KEEP: Final = 200
+TTL_MS: Final = 30 * 86400 * 1000
+FEED_LENGTH: Final = 1000
+# Tries of a change that met another one made meanwhile.
+_TRIES: Final = 5
+
+
+class InboxMessage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One message as the inbox keeps it; the state's times come from its state field."""
+
+    id: str  # its delivery's id
+    notification_id: str
+    type: str  # the notification type
+    title: str
+    body: str
+    created_ms: int
+    action_url: str = ""
+    data: dict[str, str] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class MessageState:
+    """When a message was read, seen and archived (ms; 0: not), and its delivery's version."""
+
+    read_ms: int = 0
+    seen_ms: int = 0
+    archived_ms: int = 0
+    version: int = 0
+
+    @classmethod
+    def parse(cls, text: bytes | str) -> MessageState:
+        read, seen, archived, version = (int(part) for part in text.split())
+        return cls(read, seen, archived, version)
+
+    def text(self) -> str:
+        return f"{self.read_ms} {self.seen_ms} {self.archived_ms} {self.version}"
+
+    @property
+    def unread(self) -> bool:
+        return not self.read_ms and not self.archived_ms
+
+    @property
+    def unseen(self) -> bool:
+        return not self.seen_ms and not self.archived_ms
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    message: InboxMessage
+    state: MessageState
+
+
+@dataclass(frozen=True, slots=True)
+class Counts:
+    unread: int
+    unseen: int
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """Messages newest first, whether older ones follow, and the inbox's counts."""
+
+    messages: list[StoredMessage]
+    more: bool
+    counts: Counts
+
+
+@dataclass(frozen=True, slots=True)
+class InboxWrite:
+    """A message an outcome puts into its recipient's inbox (``lua/delivery_finish.lua``)."""
+
+    keys: InboxKeys
+    message: InboxMessage
+    version: int  # the delivery's version after the outcome
+    recipient_id: str
+    live: str  # the Pub/Sub channel
+    keep: int = KEEP
+    ttl_ms: int = TTL_MS
+    feed_length: int = FEED_LENGTH
+
+    def arguments(self) -> list[KeyOrArg]:
+        """Its arguments, after its keys' position (see the script)."""
+        return [
+            self.message.id, encode(self.message), self.version, self.keep, self.ttl_ms,
+            self.feed_length, self.live, self.recipient_id,
+        ]  # fmt: skip
+
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(InboxMessage)
+
+
+_HEX: Final = frozenset("0123456789abcdef")
+
+
+def is_message_id(text: str) -> bool:
+    """Whether ``text`` has the shape of a message id (a delivery id: a lower-case UUID)."""
+    return (
+        len(text) == 36
+        and all(text[at] == "-" for at in (8, 13, 18, 23))
+        and set(text.replace("-", "")) <= _HEX
+    )
+
+
+def encode(message: InboxMessage) -> bytes:
+    return _encoder.encode(message)
+
+
+def decode(raw: bytes | str) -> InboxMessage:
+    return _decoder.decode(raw)
+
+
+# What each action changes: (the state's attribute, set or clear, the event).
+_ACTIONS: Final[dict[Action, tuple[str, bool, type[InboxMessageEvent]]]] = {
+    "read": ("read_ms", True, InboxMessageRead),
+    "unread": ("read_ms", False, InboxMessageUnread),
+    "seen": ("seen_ms", True, InboxMessageSeen),
+    "archive": ("archived_ms", True, InboxMessageArchived),
+    "unarchive": ("archived_ms", False, InboxMessageUnarchived),
+}
+_KINDS: Final[dict[Action, str]] = {
+    "read": "read", "unread": "unread", "seen": "seen",
+    "archive": "archived", "unarchive": "unarchived",
+}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class _Change:
+    """One message's change, ready for ``lua/inbox_mark.lua``."""
+
+    message_id: str
+    kind: str
+    before: MessageState
+    after: MessageState
+    version_read: str  # the delivery state's version, "" when there was none
+    status: str
+    event: bytes
+
+    def arguments(self) -> list[KeyOrArg]:
+        unread = int(self.after.unread) - int(self.before.unread)
+        unseen = int(self.after.unseen) - int(self.before.unseen)
+        return [
+            self.message_id, self.kind, self.before.text(), self.after.text(), unread, unseen,
+            self.version_read, self.status, self.event,
+        ]  # fmt: skip
+
+
+def changed(
+    action: Action,
+    stored: StoredMessage,
+    recipient_id: str,
+    version_read: str,
+    now_ms: int,
+) -> _Change | None:
+    """The change ``action`` makes to a message (None: it is so already)."""
+    attribute, setting, event_type = _ACTIONS[action]
+    state = stored.state
+    if bool(getattr(state, attribute)) == setting:
+        return None
+    version = max(state.version, int(version_read or 0)) + 1
+    values = {"read_ms": state.read_ms, "seen_ms": state.seen_ms, "archived_ms": state.archived_ms}
+    values[attribute] = now_ms if setting else 0
+    after = MessageState(**values, version=version)
+    status = DeliveryStatus.READ if after.read_ms else DeliveryStatus.SENT
+    message = stored.message
+    event = event_type(
+        at=datetime.fromtimestamp(now_ms / 1000, UTC),
+        notification_id=message.notification_id,
+        delivery_id=message.id,
+        version=version,
+        recipient_id=recipient_id,
+        status=status,
+    )
+    return _Change(
+        message.id, _KINDS[action], state, after, version_read, status,
+        codec.encode_events([event]),
+    )  # fmt: skip
+
+
+class InboxStore:
+    """Reads and changes recipients' inboxes across every shard."""
+
+    def __init__(self, redis: Redis, keys: KeySpace, feed_length: int = FEED_LENGTH) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.feed_length = feed_length
+
+    async def page(
+        self, recipient_id: str, *, before: str = "", limit: int = 20, listing: Listing = "inbox"
+    ) -> Page:
+        """The newest ``limit`` messages older than message ``before`` ("": the newest)."""
+        calls = [
+            inbox_page_call(shard.inbox(recipient_id), before, limit + 1, listing)
+            for shard in self.keys.all_shards()
+        ]
+        replies: list[list[bytes]] = await scripts.INBOX_PAGE.run_many(self.redis, calls)
+        found: list[StoredMessage] = []
+        unread = unseen = 0
+        for reply in replies:
+            unread += int(reply[0])
+            unseen += int(reply[1])
+            for at in range(2, len(reply), 3):
+                found.append(
+                    StoredMessage(decode(reply[at + 1]), MessageState.parse(reply[at + 2]))
+                )
+        found.sort(key=lambda stored: stored.message.id, reverse=True)
+        return Page(found[:limit], len(found) > limit, Counts(unread, unseen))
+
+    async def counts(self, recipient_id: str) -> Counts:
+        """The unread and unseen messages (archived ones count for neither)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for shard in self.keys.all_shards():
+                pipe.hmget(shard.inbox(recipient_id).messages, "unread", "unseen")
+            replies: list[list[bytes | None]] = await pipe.execute()
+        return Counts(
+            sum(int(unread or 0) for unread, _ in replies),
+            sum(int(unseen or 0) for _, unseen in replies),
+        )
+
+    async def message(self, recipient_id: str, message_id: str) -> StoredMessage | None:
+        """One message of the recipient's (None: not in the inbox, or not theirs)."""
+        shard = self._shard_of(message_id)
+        if shard is None:
+            return None
+        stored, _ = await self._read(shard, recipient_id, [message_id])
+        return stored[0]
+
+    async def mark(
+        self, recipient_id: str, message_id: str, action: Action, now_ms: int
+    ) -> StoredMessage | None:
+        """Do ``action`` to one message; the message as it is after (None: not there)."""
+        shard = self._shard_of(message_id)
+        if shard is None:
+            return None
+        for _ in range(_TRIES):
+            [stored], [version] = await self._read(shard, recipient_id, [message_id])
+            if stored is None:
+                return None
+            change = changed(action, stored, recipient_id, version, now_ms)
+            if change is None:
+                return stored
+            [reply] = await self._record(shard, recipient_id, [change])
+            if reply == "GONE":
+                return None
+            if reply == "OK":
+                return StoredMessage(stored.message, change.after)
+        raise InboxBusy(message_id)
+
+    async def read_all(self, recipient_id: str, now_ms: int) -> int:
+        """Mark every unread message read; how many were."""
+        marked = 0
+        for shard in self.keys.all_shards():
+            for _ in range(_TRIES):
+                order = shard.inbox(recipient_id).order
+                message_ids = [_text(raw) for raw in await self.redis.zrange(order, 0, -1)]
+                stored, versions = await self._read(shard, recipient_id, message_ids)
+                changes = [
+                    change
+                    for found, version in zip(stored, versions, strict=True)
+                    if found is not None and found.state.unread
+                    if (change := changed("read", found, recipient_id, version, now_ms))
+                ]
+                replies = await self._record(shard, recipient_id, changes) if changes else []
+                marked += replies.count("OK")
+                if "MOVED" not in replies:
+                    break
+        return marked
+
+    def _shard_of(self, message_id: str) -> ShardKeys | None:
+        """The shard a message id names (None: it names none of this deployment's)."""
+        if not is_message_id(message_id):
+            return None
+        shard = shard_from_id(message_id)
+        return self.keys.shard(shard) if shard < self.keys.shards else None
+
+    async def _read(
+        self, shard: ShardKeys, recipient_id: str, message_ids: Sequence[str]
+    ) -> tuple[list[StoredMessage | None], list[str]]:
+        """Each message with its state (None: not there) and its delivery state's version
+        ("" when the state hash is gone)."""
+        inbox = shard.inbox(recipient_id)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for message_id in message_ids:
+                pipe.hmget(inbox.messages, f"m:{message_id}", f"f:{message_id}")
+                pipe.hget(shard.delivery(message_id), "version")
+            replies = await pipe.execute()
+        stored: list[StoredMessage | None] = []
+        versions: list[str] = []
+        for (message, state), version in zip(replies[::2], replies[1::2], strict=True):
+            found = message is not None and state is not None
+            stored.append(
+                StoredMessage(decode(message), MessageState.parse(state)) if found else None
+            )
+            versions.append(version.decode() if version else "")
+        return stored, versions
+
+    async def _record(
+        self, shard: ShardKeys, recipient_id: str, changes: Sequence[_Change]
+    ) -> list[str]:
+        call = inbox_mark_call(shard, recipient_id, changes, self.feed_length, self.keys.inbox_live)
+        return [reply.decode() for reply in await scripts.INBOX_MARK(self.redis, *call)]
+
+
+def _text(raw: object) -> str:
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+class InboxBusy(Exception):
+    """A message kept changing while it was being marked (other changes won each time)."""
+
+
+def inbox_page_call(inbox: InboxKeys, before: str, limit: int, listing: Listing) -> Call:
+    """The keys and arguments of one ``lua/inbox_page.lua`` call."""
+    return [inbox.messages, inbox.order], [f"({before}" if before else "+", limit, listing]
+
+
+def inbox_mark_call(
+    shard: ShardKeys,
+    recipient_id: str,
+    changes: Sequence[_Change],
+    feed_length: int,
+    live: str,
+) -> Call:
+    """The keys and arguments of one ``lua/inbox_mark.lua`` call."""
+    inbox = shard.inbox(recipient_id)
+    keys: list[KeyOrArg] = [inbox.messages, inbox.feed, shard.events]
+    args: list[KeyOrArg] = [feed_length, live, recipient_id]
+    for change in changes:
+        keys.append(shard.delivery(change.message_id))
+        args += change.arguments()
+    return keys, args
