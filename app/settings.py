@@ -80,6 +80,11 @@ class Settings:
     public_url: str = ""
     # Seconds an unsubscribe link works after its email was sent (CLARION_UNSUBSCRIBE_TTL).
     unsubscribe_ttl_seconds: int = 60 * 86400
+    # Seconds a recipient token works when its request asks for no other (CLARION_INBOX_TOKEN_TTL).
+    inbox_token_ttl_seconds: int = 3600
+    # Web origins whose pages may call the inbox API (CLARION_INBOX_ORIGINS, comma-separated,
+    # e.g. "https://app.example.com"); none: only same-origin pages (the demo) may.
+    inbox_origins: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -104,6 +109,7 @@ class Settings:
             digest_secret=_digest_secret(env.get("CLARION_DIGEST_SECRET", "")),
             host=text("CLARION_HOST", defaults.host),
             public_url=_public_url(env.get("CLARION_PUBLIC_URL", "")),
+            inbox_origins=_origins(env.get("CLARION_INBOX_ORIGINS", "")),
             log_format=_log_format(text("CLARION_LOG_FORMAT", defaults.log_format)),
             log_level=text("CLARION_LOG_LEVEL", defaults.log_level).upper(),
             **integers,
@@ -140,7 +146,24 @@ _INTEGER_VARIABLES: dict[str, tuple[str, int, int]] = {
     "dlq_retention_seconds": ("CLARION_DLQ_RETENTION", 3600, 3650 * 86400),
     "delivery_state_retention_seconds": ("CLARION_DELIVERY_STATE_RETENTION", 3600, 3650 * 86400),
     "unsubscribe_ttl_seconds": ("CLARION_UNSUBSCRIBE_TTL", 3600, 3650 * 86400),
+    "inbox_token_ttl_seconds": ("CLARION_INBOX_TOKEN_TTL", 60, 12 * 3600),
 }
+
+
+# An origin is a scheme, a host and maybe a port: nothing else may be in one.
+_ORIGIN = re.compile(
+    r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?|https?://\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?"
+)
+
+
+def _origins(raw: str) -> tuple[str, ...]:
+    origins = tuple(part.strip().rstrip("/") for part in raw.split(",") if part.strip())
+    for origin in origins:
+        if not _ORIGIN.fullmatch(origin):
+            raise SettingsError(
+                f"CLARION_INBOX_ORIGINS: {origin[:100]!r} is no origin (scheme://host[:port])"
+            )
+    return origins
 
 
 def _digest_secret(raw: str) -> bytes:

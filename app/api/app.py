@@ -24,6 +24,9 @@ from app.api.dlq import get_dlq, replay_dlq
 from app.api.errors import internal_error, redis_unavailable
 from app.api.feedback import receive_feedback
 from app.api.http_metrics import HttpMetrics
+from app.api.inbox import INBOX_ROUTES
+from app.api.inbox_cors import InboxCors
+from app.api.inbox_stream import inbox_stream
 from app.api.notification_status import get_notification_status, list_deliveries
 from app.api.notifications import create_notification, create_notifications_batch
 from app.api.ops import lag, live, metrics, ready
@@ -35,6 +38,7 @@ from app.api.suppressions import Suppressions, look_up_suppression, remove_suppr
 from app.api.unsubscribe import UNSUBSCRIBE_ROUTES
 from app.catalog import Catalog, feedback_secrets
 from app.feedback.callbacks import schemes
+from app.inbox_tokens import InboxTokens
 from app.ingest.fanout import Planner, utc_now
 from app.ingest.ingestor import Ingestor
 from app.ingest.quotas import IngestQuotas
@@ -44,6 +48,8 @@ from app.status_webhooks.endpoint import UrlGuard
 from app.unsubscribe import UnsubscribeTokens
 from projections.queries import recipient_deliveries
 from streams.feedback import Inbox
+from streams.inbox import InboxStore
+from streams.inbox_live import InboxHub
 from streams.keys import KeySpace
 from streams.metrics_recorder import MetricsRecorder
 from streams.recipient_settings import RecipientSettingsStore
@@ -86,6 +92,8 @@ ROUTES: list[ControllerRouterHandler] = [
     metrics,
     *DASHBOARD_ROUTES,
     *UNSUBSCRIBE_ROUTES,
+    *INBOX_ROUTES,
+    inbox_stream,
 ]
 
 
@@ -153,6 +161,10 @@ def _state(
         # A batch item may be as large as a single POST's body.
         "max_item_bytes": settings.max_body_bytes,
         "unsubscribe_tokens": UnsubscribeTokens(settings.digest_secret),
+        "inbox": InboxStore(redis, keys),
+        "inbox_hub": InboxHub(redis, keys),
+        "inbox_tokens": InboxTokens(settings.digest_secret),
+        "inbox_token_ttl_seconds": settings.inbox_token_ttl_seconds,
         "clock": clock,
     }
 
@@ -190,8 +202,11 @@ def create_app(
         route_handlers=[create_notification, batch, *ROUTES],
         request_max_body_size=settings.max_body_bytes,
         before_request=bind_request_context,
-        middleware=[DefineMiddleware(HttpMetrics, recorder=recorder)],
-        lifespan=[recorder.flushing()],
+        middleware=[
+            DefineMiddleware(InboxCors, origins=settings.inbox_origins),
+            DefineMiddleware(HttpMetrics, recorder=recorder),
+        ],
+        lifespan=[recorder.flushing(), state["inbox_hub"].running()],
         openapi_config=openapi_config(),
         state=State(state),
         # Logging is configured by app.logging (structlog), not by Litestar.

@@ -1,0 +1,211 @@
+"""The inbox API: recipient tokens for a producer's backend, and the inbox a recipient's app
+reads with one.
+
+``POST /v1/recipients/{id}/inbox-tokens`` (scope ``recipients``) makes a recipient token
+(``app.inbox_tokens``). Every ``/v1/inbox`` endpoint takes one, as ``Authorization: Bearer
+<token>`` or, where a browser cannot set headers (``EventSource``), as ``?token=``: it
+grants that recipient's inbox and nothing else (a message of another recipient is 404, a
+missing, changed or expired token 401). The messages are served from Redis
+(``streams.inbox``), newest first, paged by the last message id seen (``before``).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import msgspec
+from litestar import Request, get, post
+from litestar.datastructures import State
+from litestar.exceptions import ClientException, NotAuthorizedException, NotFoundException
+from litestar.params import FromPath, FromQuery, QueryParameter
+
+from app.api.auth import authorize
+from app.api.body import decode_body, documented_body
+from app.api.errors import AUTHENTICATED, BodyTooLarge
+from app.api.recipients import recipient_id_of
+from app.inbox_tokens import MAX_TTL_SECONDS, Grant, InboxTokens, TokenRefused
+from streams.inbox import Action, Counts, InboxBusy, InboxStore, Listing, StoredMessage
+
+Req = Request[Any, Any, State]
+MAX_PAGE = 100
+RECIPIENT_AUTH = [NotAuthorizedException]
+
+
+class TokenRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    # Seconds the token works (default CLARION_INBOX_TOKEN_TTL), at most twelve hours.
+    ttl_seconds: Annotated[int, msgspec.Meta(ge=60, le=MAX_TTL_SECONDS)] | None = None
+
+
+class TokenView(msgspec.Struct, frozen=True):
+    recipient_id: str
+    token: str
+    expires_at: datetime
+
+
+class CountsView(msgspec.Struct, frozen=True):
+    unread: int
+    unseen: int
+
+
+class MessageView(msgspec.Struct, frozen=True):
+    id: str
+    notification_id: str
+    type: str
+    title: str
+    body: str
+    action_url: str
+    data: dict[str, str]
+    created_at: datetime
+    read_at: datetime | None
+    seen_at: datetime | None
+    archived_at: datetime | None
+
+
+class PageView(msgspec.Struct, frozen=True):
+    messages: list[MessageView]
+    # The ``before`` of the next page: the last message's id; None after the oldest.
+    next: str | None
+    counts: CountsView
+
+
+class ReadAllView(msgspec.Struct, frozen=True):
+    marked: int
+
+
+def message_view(stored: StoredMessage) -> MessageView:
+    message, state = stored.message, stored.state
+    return MessageView(
+        id=message.id,
+        notification_id=message.notification_id,
+        type=message.type,
+        title=message.title,
+        body=message.body,
+        action_url=message.action_url,
+        data=message.data,
+        created_at=_at(message.created_ms),
+        read_at=_at(state.read_ms) if state.read_ms else None,
+        seen_at=_at(state.seen_ms) if state.seen_ms else None,
+        archived_at=_at(state.archived_ms) if state.archived_ms else None,
+    )
+
+
+def counts_view(counts: Counts) -> CountsView:
+    return CountsView(unread=counts.unread, unseen=counts.unseen)
+
+
+def recipient_of(request: Req) -> str:
+    """The recipient whose token the request presents; 401 without a valid one."""
+    token = ""
+    for name, value in request.scope["headers"]:
+        if name == b"authorization":
+            scheme, _, secret = value.decode("latin-1").partition(" ")
+            token = secret.strip() if scheme.lower() == "bearer" else ""
+    token = token or request.query_params.get("token", "")
+    if not token:
+        raise NotAuthorizedException(
+            detail="a recipient token is required: 'Authorization: Bearer <token>' or ?token="
+        )
+    tokens: InboxTokens = request.app.state.inbox_tokens
+    try:
+        return tokens.read(token, _now(request).timestamp()).recipient_id
+    except TokenRefused as refused:
+        raise NotAuthorizedException(detail=f"the recipient token is {refused.why}") from None
+
+
+@post(
+    "/v1/recipients/{recipient_id:str}/inbox-tokens",
+    status_code=201,
+    dependencies=documented_body(TokenRequest),
+    raises=[*AUTHENTICATED, BodyTooLarge],
+)
+async def create_inbox_token(request: Req, recipient_id: FromPath[str]) -> TokenView:
+    """A token for the recipient's app: it reads that recipient's inbox and nothing else
+    until it expires (``ttl_seconds``, default CLARION_INBOX_TOKEN_TTL, at most 12 h)."""
+    authorize(request, "recipients")
+    recipient_id = recipient_id_of(recipient_id)
+    raw = await request.body()
+    asked = decode_body(raw, TokenRequest) if raw.strip() else TokenRequest()
+    ttl = asked.ttl_seconds or request.app.state.inbox_token_ttl_seconds
+    expires_at = int(_now(request).timestamp()) + ttl
+    tokens: InboxTokens = request.app.state.inbox_tokens
+    token = tokens.make(Grant(recipient_id, expires_at))
+    return TokenView(recipient_id, token, datetime.fromtimestamp(expires_at, UTC))
+
+
+@get("/v1/inbox", raises=[*RECIPIENT_AUTH, ClientException])
+async def list_inbox(
+    request: Req,
+    limit: Annotated[int, QueryParameter(ge=1, le=MAX_PAGE)] = 20,
+    before: FromQuery[str | None] = None,
+    listing: Annotated[Listing, QueryParameter(name="filter")] = "inbox",
+) -> PageView:
+    """The recipient's messages, newest first: ``filter`` inbox (not archived), unread or
+    archived; ``before`` the ``next`` of the previous page."""
+    recipient_id = recipient_of(request)
+    store: InboxStore = request.app.state.inbox
+    page = await store.page(recipient_id, before=before or "", limit=limit, listing=listing)
+    views = [message_view(stored) for stored in page.messages]
+    following = views[-1].id if page.more and views else None
+    return PageView(messages=views, next=following, counts=counts_view(page.counts))
+
+
+@get("/v1/inbox/counts", raises=RECIPIENT_AUTH)
+async def inbox_counts(request: Req) -> CountsView:
+    """How many messages are unread and unseen (archived ones count for neither)."""
+    recipient_id = recipient_of(request)
+    store: InboxStore = request.app.state.inbox
+    return counts_view(await store.counts(recipient_id))
+
+
+@post("/v1/inbox/read-all", status_code=200, raises=RECIPIENT_AUTH)
+async def read_all(request: Req) -> ReadAllView:
+    """Mark every unread message read."""
+    recipient_id = recipient_of(request)
+    store: InboxStore = request.app.state.inbox
+    return ReadAllView(marked=await store.read_all(recipient_id, _now_ms(request)))
+
+
+@post(
+    "/v1/inbox/{message_id:str}/{action:str}",
+    status_code=200,
+    raises=[*RECIPIENT_AUTH, NotFoundException],
+)
+async def mark_message(
+    request: Req, message_id: FromPath[str], action: FromPath[str]
+) -> MessageView:
+    """``read``, ``unread``, ``seen``, ``archive`` or ``unarchive`` one message; the message
+    after it. Doing what is done already changes nothing."""
+    recipient_id = recipient_of(request)
+    if action not in _ACTIONS:
+        raise NotFoundException(detail=f"action: {action[:40]!r} is none of {', '.join(_ACTIONS)}")
+    store: InboxStore = request.app.state.inbox
+    try:
+        stored = await store.mark(recipient_id, message_id, _ACTIONS[action], _now_ms(request))
+    except InboxBusy:
+        raise ClientException(status_code=409, detail="message: changing too fast; retry") from None
+    if stored is None:
+        raise NotFoundException(detail="message: not in this recipient's inbox")
+    return message_view(stored)
+
+
+_ACTIONS: dict[str, Action] = {
+    "read": "read", "unread": "unread", "seen": "seen", "archive": "archive",
+    "unarchive": "unarchive",
+}  # fmt: skip
+
+
+def _now(request: Req) -> datetime:
+    now: datetime = request.app.state.clock()
+    return now
+
+
+def _now_ms(request: Req) -> int:
+    return int(_now(request).timestamp() * 1000)
+
+
+def _at(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, UTC)
+
+
+INBOX_ROUTES = [create_inbox_token, list_inbox, inbox_counts, read_all, mark_message]

@@ -1,0 +1,134 @@
+"""``GET /v1/inbox/stream``: the recipient's inbox changes as Server-Sent Events.
+
+Each event's ``id`` is the client's cursor (``streams.inbox_live``), so an ``EventSource``
+that reconnects sends it back as ``Last-Event-ID`` and gets exactly what it missed, as long
+as the recipient's feeds still hold it; when they do not, it gets ``reset`` and should read
+its inbox again. Events (``data`` is JSON):
+
+- ``counts`` first, on every (re)connection: ``{"unread": …, "unseen": …}``;
+- ``message``: a new message, ``{"message": <as GET /v1/inbox>, "counts": …}``;
+- ``read``, ``unread``, ``seen``, ``archived``, ``unarchived``: ``{"id": …, "read_at": …,
+  "seen_at": …, "archived_at": …, "counts": …}``;
+- ``reset``: ``{}``.
+
+A comment line every ``HEARTBEAT_S`` keeps proxies from closing an idle stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import msgspec
+from litestar import Request, get
+from litestar.datastructures import State
+from litestar.exceptions import NotAuthorizedException
+from litestar.response import Stream
+
+from app.api.inbox import CountsView, message_view, recipient_of
+from streams.inbox import MessageState, StoredMessage
+from streams.inbox import decode as decode_message
+from streams.inbox_live import Change, InboxFollower, InboxHub, format_cursor, parse_cursor
+from streams.keys import KeySpace
+
+Req = Request[Any, Any, State]
+HEARTBEAT_S: Final = 15.0
+# How long a browser waits before it reconnects (ms), sent once.
+RETRY_MS: Final = 2000
+
+_json = msgspec.json.Encoder()
+
+
+class StateChange(msgspec.Struct, frozen=True):
+    id: str
+    read_at: datetime | None
+    seen_at: datetime | None
+    archived_at: datetime | None
+    counts: CountsView
+
+
+class NewMessage(msgspec.Struct, frozen=True):
+    message: Any
+    counts: CountsView
+
+
+@get(
+    "/v1/inbox/stream",
+    raises=[NotAuthorizedException],
+    response_headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+)
+async def inbox_stream(request: Req) -> Stream:
+    """The recipient's inbox changes as Server-Sent Events (resumable with Last-Event-ID)."""
+    recipient_id = recipient_of(request)
+    keys: KeySpace = request.app.state.key_space
+    last = str(
+        request.headers.get("last-event-id") or request.query_params.get("last_event_id") or ""
+    )
+    cursor = parse_cursor(last, keys.shards)
+    resume = bool(last) and cursor is not None
+    follower = InboxFollower(request.app.state.redis, keys, recipient_id, cursor or {})
+    if cursor is None:
+        follower.cursor = dict.fromkeys(range(keys.shards), "0-0")
+    hub: InboxHub = request.app.state.inbox_hub
+    return Stream(_events(hub, follower, resume), media_type="text/event-stream")
+
+
+async def _events(hub: InboxHub, follower: InboxFollower, resume: bool) -> AsyncIterator[bytes]:
+    with hub.listening(follower.recipient_id) as listener:
+        whole = await follower.start(resume)
+        yield f"retry: {RETRY_MS}\n\n".encode()
+        if not whole:
+            yield _event(follower, "reset", b"{}")
+        yield _event(follower, "counts", _json.encode(_counts(follower)))
+        if resume and whole:
+            for change in await follower.catch_up():
+                if follower.fresh(change):
+                    yield _change_event(follower, change)
+        while True:
+            try:
+                await asyncio.wait_for(listener.wake.wait(), HEARTBEAT_S)
+            except TimeoutError:
+                yield b": ping\n\n"
+                continue
+            listener.wake.clear()
+            changes: list[Change] = []
+            while not listener.queue.empty():
+                changes.append(listener.queue.get_nowait())
+            if listener.behind:
+                listener.behind = False
+                changes += await follower.catch_up()
+            for change in changes:
+                if follower.fresh(change):
+                    yield _change_event(follower, change)
+
+
+def _counts(follower: InboxFollower) -> CountsView:
+    unread, unseen = follower.totals()
+    return CountsView(unread=unread, unseen=unseen)
+
+
+def _change_event(follower: InboxFollower, change: Change) -> bytes:
+    counts = _counts(follower)
+    if change.kind == "new":
+        view = message_view(StoredMessage(decode_message(change.body), MessageState()))
+        return _event(follower, "message", _json.encode(NewMessage(view, counts)))
+    state = MessageState.parse(change.body)
+    data = StateChange(
+        id=change.message_id,
+        read_at=_at(state.read_ms),
+        seen_at=_at(state.seen_ms),
+        archived_at=_at(state.archived_ms),
+        counts=counts,
+    )
+    return _event(follower, change.kind, _json.encode(data))
+
+
+def _event(follower: InboxFollower, kind: str, data: bytes) -> bytes:
+    cursor = format_cursor(follower.cursor)
+    return b"id: %s\nevent: %s\ndata: %s\n\n" % (cursor.encode(), kind.encode(), data)
+
+
+def _at(ms: int) -> datetime | None:
+    return datetime.fromtimestamp(ms / 1000, UTC) if ms else None

@@ -1,0 +1,107 @@
+"""Recipient tokens: what a recipient's app presents to read its own inbox (``/v1/inbox``).
+
+A producer's backend (scope ``recipients``) asks for one for a recipient it has signed in
+and hands it to the app; the token grants that recipient's inbox and nothing else, until it
+expires (at most ``MAX_TTL_SECONDS``). Like an unsubscribe token (``app.unsubscribe``) it is
+signed, not encrypted, with a key derived from ``CLARION_DIGEST_SECRET`` under a purpose
+label of its own, so neither kind of token is ever taken for the other.
+
+A token is the base64url form, without padding, of::
+
+    version (1 byte) | expiry (4 bytes, Unix seconds, big-endian)
+    | recipient id (UTF-8, the rest) | HMAC-SHA256 of everything before, its first 16 bytes
+
+Nothing of a token is read before its signature was checked, in constant time.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import re
+import struct
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from app.unsubscribe import purpose_key
+
+TOKEN_VERSION: Final = 1
+PURPOSE: Final = b"clarion inbox token v1"
+MAC_BYTES: Final = 16
+# The longest life a token may be given: a recipient's app asks its backend for a new one.
+MAX_TTL_SECONDS: Final = 12 * 3600
+# A recipient id of 255 characters of any script, and the rest.
+MAX_TOKEN_CHARS: Final = 1500
+
+_HEAD = struct.Struct(">BI")  # version, expiry
+_BASE64URL = re.compile(r"[A-Za-z0-9_-]+")
+_SHORTEST = _HEAD.size + 1 + MAC_BYTES
+
+Why = Literal["malformed", "forged", "expired"]
+
+
+class TokenRefused(Exception):
+    """A token that grants nothing: malformed, forged (changed, or signed with another key)
+    or expired. The message never holds the token."""
+
+    def __init__(self, why: Why) -> None:
+        super().__init__(f"recipient token {why}")
+        self.why: Why = why
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """What a token grants: one recipient's inbox, until ``expires_at`` (Unix seconds)."""
+
+    recipient_id: str
+    expires_at: int
+
+
+class InboxTokens:
+    """Makes and reads recipient tokens with a key derived from a deployment's secret."""
+
+    __slots__ = ("_key",)
+
+    def __init__(self, secret: bytes) -> None:
+        if not secret:
+            raise ValueError("recipient tokens need a secret key")
+        self._key = purpose_key(secret, PURPOSE)
+
+    def __repr__(self) -> str:  # never print the key
+        return "InboxTokens(<secret>)"
+
+    def make(self, grant: Grant) -> str:
+        body = _HEAD.pack(TOKEN_VERSION, grant.expires_at) + grant.recipient_id.encode("utf-8")
+        return _text(body + self._mac(body))
+
+    def read(self, token: str, now_s: float) -> Grant:
+        """What ``token`` grants; ``TokenRefused`` unless it is whole, signed with this key
+        and not expired at ``now_s``."""
+        if not 0 < len(token) <= MAX_TOKEN_CHARS or not _BASE64URL.fullmatch(token):
+            raise TokenRefused("malformed")
+        try:
+            raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        except (binascii.Error, ValueError):
+            raise TokenRefused("malformed") from None
+        # One spelling per token: base64 lets the last character's unused bits vary.
+        if len(raw) < _SHORTEST or raw[0] != TOKEN_VERSION or _text(raw) != token:
+            raise TokenRefused("malformed")
+        body, mac = raw[:-MAC_BYTES], raw[-MAC_BYTES:]
+        if not hmac.compare_digest(mac, self._mac(body)):
+            raise TokenRefused("forged")
+        _, expires_at = _HEAD.unpack_from(body)
+        try:
+            recipient_id = body[_HEAD.size :].decode("utf-8")
+        except UnicodeDecodeError:
+            raise TokenRefused("malformed") from None
+        if now_s >= expires_at:
+            raise TokenRefused("expired")
+        return Grant(recipient_id, expires_at)
+
+    def _mac(self, body: bytes) -> bytes:
+        return hmac.digest(self._key, body, "sha256")[:MAC_BYTES]
+
+
+def _text(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")

@@ -1,0 +1,259 @@
+"""Inbox changes as they happen, for the API's realtime streams (``GET /v1/inbox/stream``).
+
+Every inbox change is an entry in its recipient's feed on its shard and is published on one
+Pub/Sub channel (``lua/delivery_finish.lua``, ``lua/inbox_mark.lua``). An API process holds
+one subscription to it (``InboxHub``), whatever the number of its clients, and hands each
+change to the listeners of its recipient. A client names what it has seen with a cursor:
+per shard, the last feed entry it got. ``InboxFollower`` turns the feeds and the published
+changes into one ordered stream of changes for one client: it reads what the feeds hold
+after the client's cursor (after a reconnect, or when the subscription or the client fell
+behind), skips what it has seen already, and says when the feeds no longer hold all that
+it missed (then the client reads its inbox again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from typing import Final
+
+import structlog
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from streams.keys import KeySpace
+
+log = structlog.get_logger(__name__)
+
+SEPARATOR: Final = "\x1f"
+# Changes a listener may have waiting; past that it catches up from the feeds instead.
+QUEUE_SIZE: Final = 256
+_RETRY_S: Final = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One inbox change: its shard and feed entry, what happened ("new", "read", "unread",
+    "seen", "archived", "unarchived"), to which message, the shard's counts after it, and
+    the message (for "new") or its state text."""
+
+    shard: int
+    entry: str
+    kind: str
+    message_id: str
+    unread: int
+    unseen: int
+    body: bytes
+
+
+def entry_order(entry: str) -> tuple[int, int]:
+    """A stream entry id as comparable numbers ("0-0" for none)."""
+    ms, _, sequence = entry.partition("-")
+    return int(ms or 0), int(sequence or 0)
+
+
+def format_cursor(cursor: dict[int, str]) -> str:
+    """``0:1700000000000-0,3:…``: the shards with an entry seen, in order."""
+    return ",".join(f"{shard}:{entry}" for shard, entry in sorted(cursor.items()) if entry != "0-0")
+
+
+def parse_cursor(text: str, shards: int) -> dict[int, str] | None:
+    """A cursor as ``format_cursor`` writes it; None when it is not one of this deployment
+    (then the client starts afresh)."""
+    cursor = dict.fromkeys(range(shards), "0-0")
+    if not text:
+        return cursor
+    if len(text) > 40 * shards:
+        return None
+    for part in text.split(","):
+        shard, _, entry = part.partition(":")
+        ms, dash, sequence = entry.partition("-")
+        if not (shard.isdigit() and ms.isdigit() and dash and sequence.isdigit()):
+            return None
+        if int(shard) >= shards:
+            return None
+        cursor[int(shard)] = f"{int(ms)}-{int(sequence)}"
+    return cursor
+
+
+def parse_published(payload: bytes) -> tuple[str, Change] | None:
+    """The recipient and change of a published payload (None: not one)."""
+    parts = payload.split(SEPARATOR.encode(), 7)
+    if len(parts) != 8:
+        return None
+    recipient, feed, entry, kind, message_id, unread, unseen, body = parts
+    shard = _shard_of_feed(feed.decode(errors="replace"))
+    if shard is None:
+        return None
+    change = Change(
+        shard, entry.decode(), kind.decode(), message_id.decode(), int(unread), int(unseen), body
+    )
+    return recipient.decode(errors="replace"), change
+
+
+def _shard_of_feed(feed: str) -> int | None:
+    start = feed.find(":{s")
+    end = feed.find("}", start)
+    if start < 0 or end < 0 or not feed[start + 3 : end].isdigit():
+        return None
+    return int(feed[start + 3 : end])
+
+
+@dataclass(eq=False, slots=True)
+class Listener:
+    """One client's waiting changes; ``behind``: some were dropped, catch up from the feeds."""
+
+    queue: asyncio.Queue[Change] = field(default_factory=lambda: asyncio.Queue(QUEUE_SIZE))
+    behind: bool = False
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def offer(self, change: Change | None) -> None:
+        if change is None:
+            self.behind = True
+        else:
+            try:
+                self.queue.put_nowait(change)
+            except asyncio.QueueFull:
+                self.behind = True
+        self.wake.set()
+
+
+class InboxHub:
+    """One Pub/Sub subscription per process, shared by every realtime client."""
+
+    def __init__(self, redis: Redis, keys: KeySpace) -> None:
+        self.redis = redis
+        self.channel = keys.inbox_live
+        self._listeners: dict[str, set[Listener]] = {}
+        self.subscribed = asyncio.Event()
+
+    @property
+    def clients(self) -> int:
+        return sum(len(found) for found in self._listeners.values())
+
+    @contextlib.contextmanager
+    def listening(self, recipient_id: str) -> Iterator[Listener]:
+        listener = Listener()
+        self._listeners.setdefault(recipient_id, set()).add(listener)
+        try:
+            yield listener
+        finally:
+            found = self._listeners.get(recipient_id)
+            if found is not None:
+                found.discard(listener)
+                if not found:
+                    del self._listeners[recipient_id]
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Subscribe for as long as the block runs (an app's lifespan)."""
+        task = asyncio.create_task(self._run(), name="inbox-hub")
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self._subscribed()
+            except (RedisError, OSError) as error:
+                log.warning("inbox.subscription_lost", error=str(error))
+            # Whatever was published meanwhile is in the feeds: every client catches up.
+            self.subscribed.clear()
+            for listeners in list(self._listeners.values()):
+                for listener in list(listeners):
+                    listener.offer(None)
+            await asyncio.sleep(_RETRY_S)
+
+    async def _subscribed(self) -> None:
+        async with self.redis.pubsub(ignore_subscribe_messages=True) as pubsub:
+            await pubsub.subscribe(self.channel)
+            self.subscribed.set()
+            while True:
+                message = await pubsub.get_message(timeout=None)
+                if message is None or message.get("type") != "message":
+                    continue
+                parsed = parse_published(message["data"])
+                if parsed is None:
+                    continue
+                recipient_id, change = parsed
+                for listener in list(self._listeners.get(recipient_id, ())):
+                    listener.offer(change)
+
+
+class InboxFollower:
+    """One client's changes in order, from its cursor on (see the module documentation)."""
+
+    def __init__(self, redis: Redis, keys: KeySpace, recipient_id: str, cursor: dict[int, str]):
+        self.redis = redis
+        self.keys = keys
+        self.recipient_id = recipient_id
+        self.cursor = cursor
+        self.counts: dict[int, tuple[int, int]] = {}
+
+    async def start(self, resume: bool) -> bool:
+        """Read the counts; without ``resume``, start after each feed's newest entry. Whether
+        the feeds still hold everything after the cursor (False: read the inbox again)."""
+        shards = self.keys.all_shards()
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for shard in shards:
+                inbox = shard.inbox(self.recipient_id)
+                pipe.hmget(inbox.messages, "unread", "unseen")
+                pipe.xrevrange(inbox.feed, count=1)
+                pipe.xrange(inbox.feed, count=1)
+            replies = await pipe.execute()
+        whole = True
+        for shard, (counts, newest, oldest) in zip(
+            shards, zip(replies[::3], replies[1::3], replies[2::3], strict=True), strict=True
+        ):
+            self.counts[shard.shard] = (int(counts[0] or 0), int(counts[1] or 0))
+            if not resume:
+                self.cursor[shard.shard] = newest[0][0].decode() if newest else "0-0"
+                continue
+            seen = self.cursor[shard.shard]
+            if oldest and entry_order(oldest[0][0].decode()) > entry_order(seen):
+                # The oldest entry kept is newer than the last one seen: some may be gone.
+                whole = whole and await self._kept(shard.shard, seen)
+        return whole
+
+    async def _kept(self, shard: int, entry: str) -> bool:
+        """Whether the feed still holds ``entry`` itself (then nothing after it is gone)."""
+        if entry == "0-0":
+            return False
+        feed = self.keys.shard(shard).inbox(self.recipient_id).feed
+        return bool(await self.redis.xrange(feed, min=entry, max=entry))
+
+    async def catch_up(self) -> list[Change]:
+        """Every change the feeds hold after the cursor, oldest first per shard."""
+        changes: list[Change] = []
+        for shard in self.keys.all_shards():
+            feed = shard.inbox(self.recipient_id).feed
+            entries: list[tuple[bytes, dict[bytes, bytes]]]
+            entries = await self.redis.xrange(feed, min=f"({self.cursor[shard.shard]}")  # type: ignore[assignment]
+            for entry_id, fields in entries:
+                changes.append(_change_of(shard.shard, entry_id.decode(), fields))
+        return changes
+
+    def fresh(self, change: Change) -> bool:
+        """Whether ``change`` is new to the client; if so the cursor and counts move on."""
+        if entry_order(change.entry) <= entry_order(self.cursor.get(change.shard, "0-0")):
+            return False
+        self.cursor[change.shard] = change.entry
+        self.counts[change.shard] = (change.unread, change.unseen)
+        return True
+
+    def totals(self) -> tuple[int, int]:
+        unread = sum(counts[0] for counts in self.counts.values())
+        return unread, sum(counts[1] for counts in self.counts.values())
+
+
+def _change_of(shard: int, entry: str, fields: dict[bytes, bytes]) -> Change:
+    return Change(
+        shard, entry, fields[b"k"].decode(), fields[b"id"].decode(), int(fields[b"u"]),
+        int(fields[b"s"]), fields[b"b"],
+    )  # fmt: skip
