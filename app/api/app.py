@@ -26,6 +26,7 @@ from app.api.feedback import receive_feedback
 from app.api.http_metrics import HttpMetrics
 from app.api.inbox import INBOX_ROUTES
 from app.api.inbox_cors import InboxCors
+from app.api.inbox_demo import DEMO_ROUTES
 from app.api.inbox_stream import inbox_stream
 from app.api.notification_status import get_notification_status, list_deliveries
 from app.api.notifications import create_notification, create_notifications_batch
@@ -94,6 +95,7 @@ ROUTES: list[ControllerRouterHandler] = [
     *UNSUBSCRIBE_ROUTES,
     *INBOX_ROUTES,
     inbox_stream,
+    *DEMO_ROUTES,
 ]
 
 
