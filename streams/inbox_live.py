@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 import structlog
 from redis.asyncio import Redis
@@ -204,29 +204,36 @@ class InboxFollower:
             for shard in shards:
                 inbox = shard.inbox(self.recipient_id)
                 pipe.hmget(inbox.messages, "unread", "unseen")
-                pipe.xrevrange(inbox.feed, count=1)
-                pipe.xrange(inbox.feed, count=1)
-            replies = await pipe.execute()
+                pipe.xinfo_stream(inbox.feed)
+            replies = await pipe.execute(raise_on_error=False)
         whole = True
-        for shard, (counts, newest, oldest) in zip(
-            shards, zip(replies[::3], replies[1::3], replies[2::3], strict=True), strict=True
-        ):
+        for shard, counts, info in zip(shards, replies[::2], replies[1::2], strict=True):
+            if isinstance(counts, Exception):
+                raise counts
             self.counts[shard.shard] = (int(counts[0] or 0), int(counts[1] or 0))
+            feed = info if isinstance(info, dict) else {}  # an error: no feed yet
             if not resume:
-                self.cursor[shard.shard] = newest[0][0].decode() if newest else "0-0"
-                continue
-            seen = self.cursor[shard.shard]
-            if oldest and entry_order(oldest[0][0].decode()) > entry_order(seen):
-                # The oldest entry kept is newer than the last one seen: some may be gone.
-                whole = whole and await self._kept(shard.shard, seen)
+                newest = feed.get("last-entry")
+                self.cursor[shard.shard] = newest[0].decode() if newest else "0-0"
+            elif not await self._holds_all_after(shard.shard, feed):
+                whole = False
         return whole
 
-    async def _kept(self, shard: int, entry: str) -> bool:
-        """Whether the feed still holds ``entry`` itself (then nothing after it is gone)."""
-        if entry == "0-0":
+    async def _holds_all_after(self, shard: int, feed: dict[str, Any]) -> bool:
+        """Whether a feed (as XINFO STREAM tells it) still holds every entry after the
+        cursor. Trimming drops the oldest entries: nothing after the cursor is gone when the
+        cursor's own entry is still there, or nothing was ever trimmed; a cursor of "0-0"
+        (the feed was empty when the client looked) needs the latter."""
+        seen = self.cursor[shard]
+        if not feed or feed.get("entries-added", 0) == feed.get("length", 0):
+            return True
+        oldest = feed.get("first-entry")
+        if seen == "0-0" or oldest is None:
             return False
-        feed = self.keys.shard(shard).inbox(self.recipient_id).feed
-        return bool(await self.redis.xrange(feed, min=entry, max=entry))
+        if entry_order(oldest[0].decode()) <= entry_order(seen):
+            return True
+        feed_key = self.keys.shard(shard).inbox(self.recipient_id).feed
+        return bool(await self.redis.xrange(feed_key, min=seen, max=seen))
 
     async def catch_up(self) -> list[Change]:
         """Every change the feeds hold after the cursor, oldest first per shard."""

@@ -1,0 +1,125 @@
+"""``GET /v1/inbox/stream`` with real processes (``clarion run``) and Redis: a stream resumed
+with ``Last-Event-ID`` gets exactly the messages it missed and nothing of another recipient;
+one whose feed no longer holds all it missed gets ``reset``; no token, no stream."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import REPO
+from tests.e2e.test_api_inbox_demo import in_app_id, order, token_for
+from tests.e2e.test_api_unsubscribe import eventually, running_service, send
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def test_a_stream_resumed_with_last_event_id_gets_exactly_what_it_missed(
+    key_prefix: str, tmp_path: Path
+) -> None:
+    with (
+        running_service(key_prefix, REPO / "clarion.toml", tmp_path / "service.log") as (
+            base_url, _,
+        ),
+        httpx.Client(base_url=base_url, timeout=10) as client,
+    ):  # fmt: skip
+        token = token_for(client)
+        seen = in_app_id(send(client, "order-1", order("B-1")))
+        with EventStream(base_url, token) as events:
+            first = next(events)
+            assert first["event"] == "counts"
+            last_id = first["id"]
+        missed = [in_app_id(send(client, f"order-{n}", order(f"B-{n}"))) for n in (2, 3)]
+        send(client, "other", order("C-1", recipient="user-99"))  # another recipient's
+        eventually(lambda: _unread(client, token) == 3, 10, "both missed messages in the inbox")
+        with EventStream(base_url, token, last_id) as events:
+            got = [next(events) for _ in range(3)]
+        assert got[0]["event"] == "counts"
+        assert json.loads(got[0]["data"]) == {"unread": 3, "unseen": 3}
+        assert [e["event"] for e in got[1:]] == ["message", "message"]
+        assert [json.loads(e["data"])["message"]["id"] for e in got[1:]] == missed
+        assert seen not in missed
+
+
+def _unread(client: httpx.Client, token: str) -> int:
+    answer = client.get("/v1/inbox/counts", headers={"Authorization": f"Bearer {token}"})
+    return int(answer.json()["unread"])
+
+
+class _Events:
+    def __init__(self, lines: Iterator[str]) -> None:
+        self.lines = lines
+
+    def __iter__(self) -> _Events:
+        return self
+
+    def __next__(self) -> dict[str, str]:
+        """The next event (comments and the retry field skipped)."""
+        event: dict[str, str] = {}
+        for line in self.lines:
+            if not line:
+                if "event" in event:
+                    return event
+                event = {}
+                continue
+            name, _, value = line.partition(": ")
+            if name in ("id", "event", "data"):
+                event[name] = value
+        raise StopIteration
+
+
+class EventStream:
+    """An SSE request to the inbox stream, as a context manager yielding its events."""
+
+    def __init__(self, base_url: str, token: str, last_id: str | None = None) -> None:
+        headers = {"Last-Event-ID": last_id} if last_id is not None else {}
+        self.client = httpx.Client(base_url=base_url, timeout=10)
+        self.request = self.client.stream("GET", f"/v1/inbox/stream?token={token}", headers=headers)
+
+    def __enter__(self) -> _Events:
+        response = self.request.__enter__()
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        return _Events(response.iter_lines())
+
+    def __exit__(self, *exc: object) -> None:
+        self.request.__exit__(*exc)
+        self.client.close()
+
+
+def test_a_stream_that_missed_more_than_its_feed_holds_is_told_to_reset(
+    key_prefix: str, tmp_path: Path
+) -> None:
+    text = (REPO / "clarion.toml").read_text()
+    inbox = '[providers.inbox]\nkind = "inbox"\n'
+    assert inbox in text, "clarion.toml changed: update this test"
+    catalog = tmp_path / "catalog.toml"
+    catalog.write_text(text.replace(inbox, inbox + "feed_length = 10\n"))
+    with (
+        running_service(key_prefix, catalog, tmp_path / "service.log") as (base_url, _),
+        httpx.Client(base_url=base_url, timeout=10) as client,
+    ):
+        token = token_for(client)
+        send(client, "order-0", order("R-0"))
+        eventually(lambda: _unread(client, token) == 1, 10, "the first message")
+        with EventStream(base_url, token) as events:
+            last_id = next(events)["id"]
+        for n in range(1, 40):
+            send(client, f"order-{n}", order(f"R-{n}"))
+        eventually(lambda: _unread(client, token) == 40, 20, "every message in the inbox")
+        with EventStream(base_url, token, last_id) as events:
+            got = [next(events), next(events)]
+        assert [e["event"] for e in got] == ["reset", "counts"]
+
+
+def test_no_token_no_stream(key_prefix: str, tmp_path: Path) -> None:
+    with running_service(key_prefix, REPO / "clarion.toml", tmp_path / "service.log") as (
+        base_url, _,
+    ):  # fmt: skip
+        answer = httpx.get(f"{base_url}/v1/inbox/stream", timeout=10)
+        assert answer.status_code == 401
+        assert "token" in answer.json()["detail"]

@@ -1,0 +1,125 @@
+"""Inbox changes live, against real Redis: cursors, the published payload, one shared
+subscription handing each change to its recipient's listeners (and telling every listener
+to catch up after the subscription was lost), and a follower that resumes from a cursor,
+skips what it has seen and knows when its feed no longer holds what it missed."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from redis.asyncio import Redis
+
+from streams.inbox_live import (
+    Change,
+    InboxFollower,
+    InboxHub,
+    entry_order,
+    format_cursor,
+    parse_cursor,
+    parse_published,
+)
+from streams.keys import KeySpace
+from tests.integration.delivery_support import wait_until
+from tests.integration.test_providers_inbox import catalog, send
+
+
+def test_a_cursor_reads_back_and_anything_else_is_none() -> None:
+    cursor = {0: "1700000000000-0", 1: "0-0", 2: "1700000000001-3"}
+    text = format_cursor(cursor)
+    assert text == "0:1700000000000-0,2:1700000000001-3"
+    assert parse_cursor(text, 3) == cursor
+    assert parse_cursor("", 2) == {0: "0-0", 1: "0-0"}
+    for bad in ("5:1-0", "0:1", "x:1-0", "0:1-0,", "0:-1-0", "0:1-0" * 100):
+        assert parse_cursor(bad, 3) is None, bad
+    assert entry_order("1700-2") > entry_order("1700-1") > entry_order("0-0")
+
+
+def test_a_payload_that_is_no_change_is_ignored() -> None:
+    assert parse_published(b"no separators") is None
+    payload = "\x1f".join(["u-1", "p:{s3}:inbox:u-1:feed", "5-0", "read", "m", "1", "2", "0 0 0 4"])
+    assert parse_published(payload.encode()) == (
+        "u-1", Change(3, "5-0", "read", "m", 1, 2, b"0 0 0 4"),
+    )  # fmt: skip
+    no_shard = payload.replace("{s3}", "{x}")
+    assert parse_published(no_shard.encode()) is None
+
+
+async def test_one_subscription_hands_each_change_to_its_recipients_listeners(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    keys = KeySpace(key_prefix)
+    hub = InboxHub(real_redis, keys)
+    async with hub.running():
+        await asyncio.wait_for(hub.subscribed.wait(), 5)
+        with hub.listening("u-1") as mine, hub.listening("u-2") as theirs:
+            assert hub.clients == 2
+            [delivery_id] = await send(real_redis, keys, catalog(), ["L-1"])
+            await asyncio.wait_for(mine.wake.wait(), 5)
+            change = mine.queue.get_nowait()
+            assert (change.kind, change.message_id, change.unread) == ("new", delivery_id, 1)
+            assert theirs.queue.empty()
+            # The subscription is lost: every listener is told to catch up from the feeds.
+            await real_redis.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
+            await wait_until(_behind(mine))
+            await asyncio.wait_for(hub.subscribed.wait(), 5)
+    assert hub.clients == 0
+
+
+def _behind(listener: object) -> object:
+    async def check() -> bool:
+        return bool(getattr(listener, "behind", False))
+
+    return check
+
+
+async def test_a_follower_resumes_after_its_cursor_and_skips_what_it_saw(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    keys = KeySpace(key_prefix, shards=2)
+    first = await send(real_redis, keys, catalog(), ["F-1", "F-2"])
+    follower = InboxFollower(real_redis, keys, "u-1", dict.fromkeys(range(2), "0-0"))
+    assert await follower.start(resume=False)  # from the newest entries on
+    assert follower.totals() == (2, 2)
+    seen = dict(follower.cursor)
+    later = await send(real_redis, keys, catalog(), ["F-3", "F-4", "F-5"])
+    resumed = InboxFollower(real_redis, keys, "u-1", dict(seen))
+    assert await resumed.start(resume=True)
+    changes = await resumed.catch_up()
+    assert sorted(c.message_id for c in changes if resumed.fresh(c)) == sorted(later)
+    assert not any(resumed.fresh(c) for c in changes)  # each is new once
+    assert resumed.totals() == (5, 5)
+    assert not set(first) & {c.message_id for c in changes}
+
+
+@pytest.mark.parametrize("seen_before", [True, False])
+async def test_a_follower_whose_feed_was_trimmed_past_its_cursor_reads_again(
+    real_redis: Redis, key_prefix: str, seen_before: bool
+) -> None:
+    keys = KeySpace(key_prefix)
+    await send(real_redis, keys, catalog(), ["T-1"])
+    follower = InboxFollower(real_redis, keys, "u-1", {0: "0-0"})
+    await follower.start(resume=False)
+    cursor = dict(follower.cursor)
+    await send(real_redis, keys, catalog(), ["T-2", "T-3"])
+    feed = keys.shard(0).inbox("u-1").feed
+    if not seen_before:
+        await real_redis.xtrim(
+            feed, maxlen=1, approximate=False
+        )  # T-2's entry is gone: T-3's is left
+    resumed = InboxFollower(real_redis, keys, "u-1", cursor)
+    assert await resumed.start(resume=True) is seen_before
+
+
+async def test_a_follower_that_saw_an_empty_feed_reads_again_only_after_a_trim(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    keys = KeySpace(key_prefix)
+    follower = InboxFollower(real_redis, keys, "u-1", {0: "0-0"})
+    await follower.start(resume=False)
+    assert follower.cursor == {0: "0-0"}
+    await send(real_redis, keys, catalog(), ["E-1", "E-2"])
+    assert await InboxFollower(real_redis, keys, "u-1", {0: "0-0"}).start(resume=True)
+    feed = keys.shard(0).inbox("u-1").feed
+    await real_redis.xtrim(feed, maxlen=1, approximate=False)
+    assert not await InboxFollower(real_redis, keys, "u-1", {0: "0-0"}).start(resume=True)
