@@ -96,6 +96,11 @@ def counts_view(counts: Counts) -> CountsView:
 
 def recipient_of(request: Req) -> str:
     """The recipient whose token the request presents; 401 without a valid one."""
+    return grant_of(request).recipient_id
+
+
+def grant_of(request: Req) -> Grant:
+    """What the request's recipient token grants; 401 without a valid one."""
     token = ""
     for name, value in request.scope["headers"]:
         if name == b"authorization":
@@ -108,7 +113,7 @@ def recipient_of(request: Req) -> str:
         )
     tokens: InboxTokens = request.app.state.inbox_tokens
     try:
-        return tokens.read(token, _now(request).timestamp()).recipient_id
+        return tokens.read(token, _now(request).timestamp())
     except TokenRefused as refused:
         raise NotAuthorizedException(detail=f"the recipient token is {refused.why}") from None
 

@@ -11,12 +11,14 @@ its inbox again. Events (``data`` is JSON):
   "seen_at": …, "archived_at": …, "counts": …}``;
 - ``reset``: ``{}``.
 
-A comment line every ``HEARTBEAT_S`` keeps proxies from closing an idle stream.
+A comment line every ``HEARTBEAT_S`` keeps proxies from closing an idle stream. The stream
+ends when the token expires: the app reconnects with a fresh one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -27,7 +29,7 @@ from litestar.datastructures import State
 from litestar.exceptions import NotAuthorizedException
 from litestar.response import Stream
 
-from app.api.inbox import CountsView, message_view, recipient_of
+from app.api.inbox import CountsView, grant_of, message_view
 from streams.inbox import MessageState, StoredMessage
 from streams.inbox import decode as decode_message
 from streams.inbox_live import Change, InboxFollower, InboxHub, format_cursor, parse_cursor
@@ -61,21 +63,24 @@ class NewMessage(msgspec.Struct, frozen=True):
 )
 async def inbox_stream(request: Req) -> Stream:
     """The recipient's inbox changes as Server-Sent Events (resumable with Last-Event-ID)."""
-    recipient_id = recipient_of(request)
+    grant = grant_of(request)
     keys: KeySpace = request.app.state.key_space
     last = str(
         request.headers.get("last-event-id") or request.query_params.get("last_event_id") or ""
     )
     cursor = parse_cursor(last, keys.shards)
     resume = bool(last) and cursor is not None
-    follower = InboxFollower(request.app.state.redis, keys, recipient_id, cursor or {})
+    follower = InboxFollower(request.app.state.redis, keys, grant.recipient_id, cursor or {})
     if cursor is None:
         follower.cursor = dict.fromkeys(range(keys.shards), "0-0")
     hub: InboxHub = request.app.state.inbox_hub
-    return Stream(_events(hub, follower, resume), media_type="text/event-stream")
+    ends = time.monotonic() + grant.expires_at - _now_s(request)
+    return Stream(_events(hub, follower, resume, ends), media_type="text/event-stream")
 
 
-async def _events(hub: InboxHub, follower: InboxFollower, resume: bool) -> AsyncIterator[bytes]:
+async def _events(
+    hub: InboxHub, follower: InboxFollower, resume: bool, ends: float
+) -> AsyncIterator[bytes]:
     with hub.listening(follower.recipient_id) as listener:
         whole = await follower.start(resume)
         yield f"retry: {RETRY_MS}\n\n".encode()
@@ -86,9 +91,9 @@ async def _events(hub: InboxHub, follower: InboxFollower, resume: bool) -> Async
             for change in await follower.catch_up():
                 if follower.fresh(change):
                     yield _change_event(follower, change)
-        while True:
+        while (left := ends - time.monotonic()) > 0:
             try:
-                await asyncio.wait_for(listener.wake.wait(), HEARTBEAT_S)
+                await asyncio.wait_for(listener.wake.wait(), min(HEARTBEAT_S, left))
             except TimeoutError:
                 yield b": ping\n\n"
                 continue
@@ -128,6 +133,11 @@ def _change_event(follower: InboxFollower, change: Change) -> bytes:
 def _event(follower: InboxFollower, kind: str, data: bytes) -> bytes:
     cursor = format_cursor(follower.cursor)
     return b"id: %s\nevent: %s\ndata: %s\n\n" % (cursor.encode(), kind.encode(), data)
+
+
+def _now_s(request: Req) -> float:
+    now: datetime = request.app.state.clock()
+    return now.timestamp()
 
 
 def _at(ms: int) -> datetime | None:

@@ -5,12 +5,17 @@ one whose feed no longer holds all it missed gets ``reset``; no token, no stream
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+from redis.asyncio import Redis
 
+from app.api.inbox_stream import _events
+from streams.inbox_live import InboxFollower, InboxHub
+from streams.keys import KeySpace
 from tests.conftest import REPO
 from tests.e2e.test_api_inbox_demo import in_app_id, order, token_for
 from tests.e2e.test_api_unsubscribe import eventually, running_service, send
@@ -123,3 +128,15 @@ def test_no_token_no_stream(key_prefix: str, tmp_path: Path) -> None:
         answer = httpx.get(f"{base_url}/v1/inbox/stream", timeout=10)
         assert answer.status_code == 401
         assert "token" in answer.json()["detail"]
+
+
+async def test_a_stream_ends_when_its_token_expires(real_redis: Redis, key_prefix: str) -> None:
+    keys = KeySpace(key_prefix)
+    hub = InboxHub(real_redis, keys)
+    follower = InboxFollower(real_redis, keys, "u-1", {0: "0-0"})
+    started = time.monotonic()
+    async with hub.running():
+        got = [chunk async for chunk in _events(hub, follower, False, started + 0.5)]
+    assert 0.5 <= time.monotonic() - started < 2
+    assert got[0].startswith(b"retry: ")
+    assert b"event: counts" in got[1]
