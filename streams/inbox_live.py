@@ -30,6 +30,10 @@ log = structlog.get_logger(__name__)
 SEPARATOR: Final = "\x1f"
 # Changes a listener may have waiting; past that it catches up from the feeds instead.
 QUEUE_SIZE: Final = 256
+# Followers reading Redis at once, per process: thousands of clients reconnecting together
+# (after a restart, or all catching up after the subscription was lost) wait their turn
+# instead of asking the client's connection pool for more connections than it has.
+READERS: Final = 64
 _RETRY_S: Final = 0.5
 
 
@@ -128,6 +132,7 @@ class InboxHub:
         self.channel = keys.inbox_live
         self._listeners: dict[str, set[Listener]] = {}
         self.subscribed = asyncio.Event()
+        self.readers = asyncio.Semaphore(READERS)
 
     @property
     def clients(self) -> int:
@@ -189,16 +194,29 @@ class InboxHub:
 class InboxFollower:
     """One client's changes in order, from its cursor on (see the module documentation)."""
 
-    def __init__(self, redis: Redis, keys: KeySpace, recipient_id: str, cursor: dict[int, str]):
+    def __init__(
+        self,
+        redis: Redis,
+        keys: KeySpace,
+        recipient_id: str,
+        cursor: dict[int, str],
+        readers: asyncio.Semaphore | None = None,
+    ) -> None:
         self.redis = redis
         self.keys = keys
         self.recipient_id = recipient_id
         self.cursor = cursor
         self.counts: dict[int, tuple[int, int]] = {}
+        # Shared by a process's followers (``InboxHub.readers``): who may read Redis now.
+        self.readers = readers or asyncio.Semaphore(1)
 
     async def start(self, resume: bool) -> bool:
         """Read the counts; without ``resume``, start after each feed's newest entry. Whether
         the feeds still hold everything after the cursor (False: read the inbox again)."""
+        async with self.readers:
+            return await self._start(resume)
+
+    async def _start(self, resume: bool) -> bool:
         shards = self.keys.all_shards()
         async with self.redis.pipeline(transaction=False) as pipe:
             for shard in shards:
@@ -237,6 +255,10 @@ class InboxFollower:
 
     async def catch_up(self) -> list[Change]:
         """Every change the feeds hold after the cursor, oldest first per shard."""
+        async with self.readers:
+            return await self._catch_up()
+
+    async def _catch_up(self) -> list[Change]:
         changes: list[Change] = []
         for shard in self.keys.all_shards():
             feed = shard.inbox(self.recipient_id).feed

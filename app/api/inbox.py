@@ -17,19 +17,35 @@ from typing import Annotated, Any
 import msgspec
 from litestar import Request, get, post
 from litestar.datastructures import State
-from litestar.exceptions import ClientException, NotAuthorizedException, NotFoundException
+from litestar.exceptions import (
+    ClientException,
+    HTTPException,
+    NotAuthorizedException,
+    NotFoundException,
+    ValidationException,
+)
 from litestar.params import FromPath, FromQuery, QueryParameter
 
 from app.api.auth import authorize
 from app.api.body import decode_body, documented_body
-from app.api.errors import AUTHENTICATED, BodyTooLarge
+from app.api.errors import AUTHENTICATED, BodyTooLarge, RedisUnavailable
 from app.api.recipients import recipient_id_of
 from app.inbox_tokens import MAX_TTL_SECONDS, Grant, InboxTokens, TokenRefused
 from streams.inbox import Action, Counts, InboxBusy, InboxStore, Listing, StoredMessage
 
 Req = Request[Any, Any, State]
 MAX_PAGE = 100
-RECIPIENT_AUTH = [NotAuthorizedException]
+# What every endpoint of a recipient token may answer, besides its own codes (as AUTHENTICATED).
+RECIPIENT_AUTH: list[type[HTTPException]] = [
+    ValidationException,
+    NotAuthorizedException,
+    RedisUnavailable,
+]
+
+
+class MessageBusy(ClientException):
+    status_code = 409
+    detail = "The message kept changing while this change was made; retry"
 
 
 class TokenRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -126,11 +142,11 @@ def grant_of(request: Req) -> Grant:
 )
 async def create_inbox_token(request: Req, recipient_id: FromPath[str]) -> TokenView:
     """A token for the recipient's app: it reads that recipient's inbox and nothing else
-    until it expires (``ttl_seconds``, default CLARION_INBOX_TOKEN_TTL, at most 12 h)."""
+    until it expires (``ttl_seconds``, default CLARION_INBOX_TOKEN_TTL, at most 12 h; ``{}``
+    for the default)."""
     authorize(request, "recipients")
     recipient_id = recipient_id_of(recipient_id)
-    raw = await request.body()
-    asked = decode_body(raw, TokenRequest) if raw.strip() else TokenRequest()
+    asked = decode_body(await request.body(), TokenRequest)  # "{}" for the defaults
     ttl = asked.ttl_seconds or request.app.state.inbox_token_ttl_seconds
     expires_at = int(_now(request).timestamp()) + ttl
     tokens: InboxTokens = request.app.state.inbox_tokens
@@ -138,7 +154,7 @@ async def create_inbox_token(request: Req, recipient_id: FromPath[str]) -> Token
     return TokenView(recipient_id, token, datetime.fromtimestamp(expires_at, UTC))
 
 
-@get("/v1/inbox", raises=[*RECIPIENT_AUTH, ClientException])
+@get("/v1/inbox", raises=RECIPIENT_AUTH)
 async def list_inbox(
     request: Req,
     limit: Annotated[int, QueryParameter(ge=1, le=MAX_PAGE)] = 20,
@@ -174,7 +190,7 @@ async def read_all(request: Req) -> ReadAllView:
 @post(
     "/v1/inbox/{message_id:str}/{action:str}",
     status_code=200,
-    raises=[*RECIPIENT_AUTH, NotFoundException],
+    raises=[*RECIPIENT_AUTH, NotFoundException, MessageBusy],
 )
 async def mark_message(
     request: Req, message_id: FromPath[str], action: FromPath[str]
@@ -188,7 +204,7 @@ async def mark_message(
     try:
         stored = await store.mark(recipient_id, message_id, _ACTIONS[action], _now_ms(request))
     except InboxBusy:
-        raise ClientException(status_code=409, detail="message: changing too fast; retry") from None
+        raise MessageBusy(detail="message: changing too fast; retry") from None
     if stored is None:
         raise NotFoundException(detail="message: not in this recipient's inbox")
     return message_view(stored)

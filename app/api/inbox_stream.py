@@ -24,16 +24,19 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 import msgspec
+import structlog
 from litestar import Request, get
 from litestar.datastructures import State
-from litestar.exceptions import NotAuthorizedException
 from litestar.response import Stream
+from redis.exceptions import RedisError
 
-from app.api.inbox import CountsView, grant_of, message_view
+from app.api.inbox import RECIPIENT_AUTH, CountsView, grant_of, message_view
 from streams.inbox import MessageState, StoredMessage
 from streams.inbox import decode as decode_message
 from streams.inbox_live import Change, InboxFollower, InboxHub, format_cursor, parse_cursor
 from streams.keys import KeySpace
+
+log = structlog.get_logger(__name__)
 
 Req = Request[Any, Any, State]
 HEARTBEAT_S: Final = 15.0
@@ -58,7 +61,7 @@ class NewMessage(msgspec.Struct, frozen=True):
 
 @get(
     "/v1/inbox/stream",
-    raises=[NotAuthorizedException],
+    raises=RECIPIENT_AUTH,
     response_headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
 )
 async def inbox_stream(request: Req) -> Stream:
@@ -70,10 +73,12 @@ async def inbox_stream(request: Req) -> Stream:
     )
     cursor = parse_cursor(last, keys.shards)
     resume = bool(last) and cursor is not None
-    follower = InboxFollower(request.app.state.redis, keys, grant.recipient_id, cursor or {})
+    hub: InboxHub = request.app.state.inbox_hub
+    follower = InboxFollower(
+        request.app.state.redis, keys, grant.recipient_id, cursor or {}, hub.readers
+    )
     if cursor is None:
         follower.cursor = dict.fromkeys(range(keys.shards), "0-0")
-    hub: InboxHub = request.app.state.inbox_hub
     ends = time.monotonic() + grant.expires_at - _now_s(request)
     return Stream(_events(hub, follower, resume, ends), media_type="text/event-stream")
 
@@ -81,9 +86,14 @@ async def inbox_stream(request: Req) -> Stream:
 async def _events(
     hub: InboxHub, follower: InboxFollower, resume: bool, ends: float
 ) -> AsyncIterator[bytes]:
+    yield f"retry: {RETRY_MS}\n\n".encode()
     with hub.listening(follower.recipient_id) as listener:
-        whole = await follower.start(resume)
-        yield f"retry: {RETRY_MS}\n\n".encode()
+        try:
+            whole = await follower.start(resume)
+        except (RedisError, OSError) as error:
+            # The answer has begun (200): end it; the browser reconnects after RETRY_MS.
+            log.warning("inbox.stream_not_started", error=type(error).__name__)
+            return
         if not whole:
             yield _event(follower, "reset", b"{}")
         yield _event(follower, "counts", _json.encode(_counts(follower)))
@@ -103,7 +113,11 @@ async def _events(
                 changes.append(listener.queue.get_nowait())
             if listener.behind:
                 listener.behind = False
-                changes += await follower.catch_up()
+                try:
+                    changes += await follower.catch_up()
+                except (RedisError, OSError) as error:
+                    log.warning("inbox.stream_behind", error=type(error).__name__)
+                    return  # the browser reconnects and resumes from its last event
             for change in changes:
                 if follower.fresh(change):
                     yield _change_event(follower, change)

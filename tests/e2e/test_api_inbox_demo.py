@@ -37,7 +37,7 @@ def in_app_id(answer: dict[str, Any]) -> str:
 
 
 def token_for(client: httpx.Client, recipient: str = RECIPIENT) -> str:
-    answer = client.post(f"/v1/recipients/{recipient}/inbox-tokens", headers=PROFILES)
+    answer = client.post(f"/v1/recipients/{recipient}/inbox-tokens", json={}, headers=PROFILES)
     assert answer.status_code == 201, answer.text
     return str(answer.json()["token"])
 

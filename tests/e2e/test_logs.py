@@ -106,7 +106,6 @@ def exercise(url: str) -> None:
                     # A provider error that quotes the address: the log line must mask it.
                     "EMAIL": {"fail_permanent": f"mailbox {EMAIL} does not exist"},
                     "PUSH": {"invalid_token": True},
-                    "IN_APP": {"raise_bug": True},
                 },
             },
         },
@@ -118,7 +117,7 @@ def exercise(url: str) -> None:
         {
             "recipient": {"id": "user-3", "email": EMAIL, "push_tokens": PUSH_TOKENS[2:]},
             "type": "security_alert",
-            "data": {"message": "new sign-in"},
+            "data": {"message": "new sign-in", "sandbox": {"PUSH": {"raise_bug": True}}},
         },
     ]
     with httpx.Client(base_url=url, timeout=10) as client:

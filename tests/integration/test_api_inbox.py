@@ -48,7 +48,7 @@ async def client(
 
 async def token_for(client: Client, recipient: str, **body: Any) -> str:
     response = await client.post(
-        f"/v1/recipients/{recipient}/inbox-tokens", json=body or None, headers=PROFILES
+        f"/v1/recipients/{recipient}/inbox-tokens", json=body, headers=PROFILES
     )
     assert response.status_code == 201, response.text
     token: str = response.json()["token"]
@@ -80,10 +80,12 @@ async def deliver(
 
 
 async def test_a_token_is_made_only_with_the_recipients_scope(client: Client) -> None:
-    response = await client.post("/v1/recipients/u-1/inbox-tokens", headers=ORDERS)
+    response = await client.post("/v1/recipients/u-1/inbox-tokens", json={}, headers=ORDERS)
     assert response.status_code == 403
-    response = await client.post("/v1/recipients/u-1/inbox-tokens")
+    response = await client.post("/v1/recipients/u-1/inbox-tokens", json={})
     assert response.status_code == 401
+    response = await client.post("/v1/recipients/u-1/inbox-tokens", headers=PROFILES)
+    assert response.status_code == 400  # "{}" for the defaults
     response = await client.post(
         "/v1/recipients/u-1/inbox-tokens", json={"ttl_seconds": 86400}, headers=PROFILES
     )

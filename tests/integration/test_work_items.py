@@ -11,6 +11,7 @@ import msgspec
 from redis.asyncio import Redis
 
 from streams import codec
+from streams.inbox import InboxStore
 from streams.keys import KeySpace
 from streams.vocabulary import Priority
 from streams.work_items import WorkItem
@@ -62,8 +63,11 @@ async def test_large_data_is_stored_once_and_leaves_with_the_last_delivery(
         for delivery in answer["deliveries"]:
             assert (await final_state(real_redis, keys, delivery["id"]))["status"] == "SENT"
     assert await real_redis.exists(data_key) == 0
-    # Every provider call got the whole data, and no work entry (with its address) is left.
-    assert len(await sandbox_calls(real_redis, keys)) == 5
+    # Every provider call got the whole data (IN_APP went to the inbox, rendered from it too),
+    # and no work entry (with its address) is left.
+    assert len(await sandbox_calls(real_redis, keys)) == 4
+    [in_app] = (await InboxStore(real_redis, keys).page("user-7")).messages
+    assert "A-7" in in_app.message.body
     assert await real_redis.xlen(keys.shard(0).work(Priority.NORMAL)) == 0
 
 

@@ -122,3 +122,12 @@ def test_a_time_limit_must_end_inside_the_lease() -> None:
     assert "providers.twilio.timeout_seconds: 5 s is not shorter than the lease" in str(
         caught.value
     )
+
+
+def test_the_inbox_calls_nobody_so_its_time_limit_does_not_meet_the_lease() -> None:
+    catalog = parse_catalog(
+        '[providers.inbox]\nkind = "inbox"\ntimeout_seconds = 10\n'
+        '[channels.IN_APP]\nprovider = "inbox"\n',
+        "x.toml",
+    )
+    assert check_for_workers(catalog, {}, lease_ms=2_000) == {"inbox": {}}

@@ -7,6 +7,7 @@ from redis.asyncio import Redis
 
 from app.catalog import parse_catalog
 from app.providers.base import Message
+from app.providers.inbox import InboxProvider
 from app.providers.registry import build_providers
 from app.providers.sandbox import SandboxProvider
 from streams.keys import KeySpace
@@ -32,9 +33,10 @@ async def test_each_provider_of_the_catalog_gets_its_adapter_under_its_name(
 ) -> None:
     catalog = parse_catalog(TWO_PROVIDERS, "two.toml")
     providers = build_providers(catalog, fake, KeySpace(key_prefix))
-    assert set(providers) == {"sandbox", "plain"}
+    assert set(providers) == {"sandbox", "plain", "inbox"}
     for name, provider in providers.items():
-        assert isinstance(provider, SandboxProvider)
+        kind = InboxProvider if name == "inbox" else SandboxProvider
+        assert isinstance(provider, kind)
         assert provider.name == name
 
 

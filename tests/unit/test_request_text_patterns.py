@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from app import unsubscribe
+from app import inbox_tokens, unsubscribe
 from app.api import body
 from app.ingest import profiles, quiet_hours, requests
 from app.ingest.quiet_hours import QuietHoursError
@@ -86,6 +86,8 @@ def applications(text: str) -> Iterator[tuple[str, Callable[[], object]]]:
     yield "webpush._REASON_CODE", lambda: webpush._REASON_CODE.fullmatch(text)
     # The token of an unsubscribe link's path (its length is checked first: this is a bound).
     yield "unsubscribe._BASE64URL", lambda: unsubscribe._BASE64URL.fullmatch(text)
+    # A recipient token (also bounded by its length first).
+    yield "inbox_tokens._BASE64URL", lambda: inbox_tokens._BASE64URL.fullmatch(text)
     # A body the cut reads starts with a bracket.
     encoded = text.encode()
     yield "body._RUNS", lambda: runs_of(b"[" + encoded)
@@ -132,6 +134,7 @@ NOT_REQUEST_TEXT = {
     "app.settings._PRODUCER",
     "app.settings._PREFIX",
     "app.settings._URL_CHARACTERS",
+    "app.settings._ORIGIN",
     "projections.database._MIGRATION_FILE",
     "projections.partitions._DAILY",
 }
@@ -142,6 +145,7 @@ TESTED = {
     "app.validation._PATH",
     "app.api.body._RUNS",
     "app.unsubscribe._BASE64URL",
+    "app.inbox_tokens._BASE64URL",
     # test_logging.py
     "app.logging._EMAIL",
     "app.logging._PHONE",
