@@ -30,7 +30,8 @@ from streams.events import (
     Event,
     InboxMessageCreated,
 )
-from streams.inbox import InboxMessage, InboxWrite
+from streams.inbox import InboxWrite
+from streams.inbox_messages import InboxMessage
 from streams.keys import ShardKeys
 from streams.scheduler import delayed_member
 from streams.scripts import KeyOrArg

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final, Literal
 
-import msgspec
 from redis.asyncio import Redis
 
 from streams import codec, scripts
@@ -35,6 +34,15 @@ from streams.events import (
     InboxMessageSeen,
     InboxMessageUnarchived,
     InboxMessageUnread,
+)
+from streams.inbox_messages import (
+    InboxMessage,
+    MessageState,
+    StoredMessage,
+    decode,
+    encode,
+    is_message_id,
+    state_json,
 )
 from streams.keys import InboxKeys, KeySpace, ShardKeys, shard_from_id
 from streams.scripts import Call, KeyOrArg
@@ -51,51 +59,6 @@ FEED_LENGTH: Final = 1000
 _TRIES: Final = 5
 
 
-class InboxMessage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """One message as the inbox keeps it; the state's times come from its state field."""
-
-    id: str  # its delivery's id
-    notification_id: str
-    type: str  # the notification type
-    title: str
-    body: str
-    created_ms: int
-    action_url: str = ""
-    data: dict[str, str] = {}
-
-
-@dataclass(frozen=True, slots=True)
-class MessageState:
-    """When a message was read, seen and archived (ms; 0: not), and its delivery's version."""
-
-    read_ms: int = 0
-    seen_ms: int = 0
-    archived_ms: int = 0
-    version: int = 0
-
-    @classmethod
-    def parse(cls, text: bytes | str) -> MessageState:
-        read, seen, archived, version = (int(part) for part in text.split())
-        return cls(read, seen, archived, version)
-
-    def text(self) -> str:
-        return f"{self.read_ms} {self.seen_ms} {self.archived_ms} {self.version}"
-
-    @property
-    def unread(self) -> bool:
-        return not self.read_ms and not self.archived_ms
-
-    @property
-    def unseen(self) -> bool:
-        return not self.seen_ms and not self.archived_ms
-
-
-@dataclass(frozen=True, slots=True)
-class StoredMessage:
-    message: InboxMessage
-    state: MessageState
-
-
 @dataclass(frozen=True, slots=True)
 class Counts:
     unread: int
@@ -108,6 +71,17 @@ class Page:
 
     messages: list[StoredMessage]
     more: bool
+    counts: Counts
+
+
+@dataclass(frozen=True, slots=True)
+class JsonPage:
+    """A page as the API answers it: the messages as one JSON array (each stored message
+    with its ``read_at``, ``seen_at`` and ``archived_at``), the last one's id when older ones
+    follow (else ""), and the counts."""
+
+    messages: bytes
+    next: str
     counts: Counts
 
 
@@ -130,30 +104,6 @@ class InboxWrite:
             self.message.id, encode(self.message), self.version, self.keep, self.ttl_ms,
             self.feed_length, self.live, self.recipient_id,
         ]  # fmt: skip
-
-
-_encoder = msgspec.json.Encoder()
-_decoder = msgspec.json.Decoder(InboxMessage)
-
-
-_HEX: Final = frozenset("0123456789abcdef")
-
-
-def is_message_id(text: str) -> bool:
-    """Whether ``text`` has the shape of a message id (a delivery id: a lower-case UUID)."""
-    return (
-        len(text) == 36
-        and all(text[at] == "-" for at in (8, 13, 18, 23))
-        and set(text.replace("-", "")) <= _HEX
-    )
-
-
-def encode(message: InboxMessage) -> bytes:
-    return _encoder.encode(message)
-
-
-def decode(raw: bytes | str) -> InboxMessage:
-    return _decoder.decode(raw)
 
 
 # What each action changes: (the state's attribute, set or clear, the event).
@@ -235,22 +185,41 @@ class InboxStore:
         self, recipient_id: str, *, before: str = "", limit: int = 20, listing: Listing = "inbox"
     ) -> Page:
         """The newest ``limit`` messages older than message ``before`` ("": the newest)."""
+        rows, counts = await self._rows(recipient_id, before, limit + 1, listing)
+        found = [
+            StoredMessage(decode(message), MessageState.parse(state)) for _, message, state in rows
+        ]
+        return Page(found[:limit], len(found) > limit, counts)
+
+    async def page_json(
+        self, recipient_id: str, *, before: str = "", limit: int = 20, listing: Listing = "inbox"
+    ) -> JsonPage:
+        """``page`` as the API answers it, spliced from the stored JSON (nothing decoded)."""
+        rows, counts = await self._rows(recipient_id, before, limit + 1, listing)
+        shown = rows[:limit]
+        parts = [message[:-1] + state_json(state) for _, message, state in shown]
+        following = shown[-1][0].decode() if len(rows) > limit else ""
+        return JsonPage(b"[" + b",".join(parts) + b"]", following, counts)
+
+    async def _rows(
+        self, recipient_id: str, before: str, limit: int, listing: Listing
+    ) -> tuple[list[tuple[bytes, bytes, bytes]], Counts]:
+        """Up to ``limit`` (id, message, state) over every shard, newest first, and the
+        counts."""
         calls = [
-            inbox_page_call(shard.inbox(recipient_id), before, limit + 1, listing)
+            inbox_page_call(shard.inbox(recipient_id), before, limit, listing)
             for shard in self.keys.all_shards()
         ]
         replies: list[list[bytes]] = await scripts.INBOX_PAGE.run_many(self.redis, calls)
-        found: list[StoredMessage] = []
+        rows: list[tuple[bytes, bytes, bytes]] = []
         unread = unseen = 0
         for reply in replies:
             unread += int(reply[0])
             unseen += int(reply[1])
-            for at in range(2, len(reply), 3):
-                found.append(
-                    StoredMessage(decode(reply[at + 1]), MessageState.parse(reply[at + 2]))
-                )
-        found.sort(key=lambda stored: stored.message.id, reverse=True)
-        return Page(found[:limit], len(found) > limit, Counts(unread, unseen))
+            rows += zip(reply[2::3], reply[3::3], reply[4::3], strict=True)
+        if len(replies) > 1:
+            rows.sort(reverse=True)  # by id: UUIDv7, so newest first
+        return rows[:limit], Counts(unread, unseen)
 
     async def counts(self, recipient_id: str) -> Counts:
         """The unread and unseen messages (archived ones count for neither)."""

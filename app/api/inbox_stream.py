@@ -31,9 +31,9 @@ from litestar.response import Stream
 from redis.exceptions import RedisError
 
 from app.api.inbox import RECIPIENT_AUTH, CountsView, grant_of, message_view
-from streams.inbox import MessageState, StoredMessage
-from streams.inbox import decode as decode_message
 from streams.inbox_live import Change, InboxFollower, InboxHub, format_cursor, parse_cursor
+from streams.inbox_messages import MessageState, StoredMessage
+from streams.inbox_messages import decode as decode_message
 from streams.keys import KeySpace
 
 log = structlog.get_logger(__name__)

@@ -8,12 +8,14 @@ URL and its ``data`` for the app.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from app.catalog.providers import InboxConfig
 from app.providers.base import Message, ProviderError
 from streams import delivery_outcomes
 from streams.delivery_outcomes import LeasedDelivery
 from streams.delivery_store import Outcome
-from streams.inbox import InboxMessage
+from streams.inbox_messages import InboxMessage
 from streams.vocabulary import ErrorClass
 
 _DAY_MS = 86_400_000
@@ -35,7 +37,7 @@ class InboxProvider:
             type=item.notification_type,
             title=message.title,
             body=message.body,
-            created_ms=now_ms,
+            created_at=datetime.fromtimestamp(now_ms / 1000, UTC),
             action_url=message.push.link,
             data=message.push.data,
         )

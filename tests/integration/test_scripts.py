@@ -50,9 +50,10 @@ from streams.feedback import (
     feedback_apply_call,
     feedback_take_call,
 )
-from streams.inbox import InboxMessage, InboxStore, inbox_mark_call, inbox_page_call
+from streams.inbox import InboxStore, inbox_mark_call, inbox_page_call
 from streams.inbox import changed as inbox_changed
-from streams.inbox import decode as decode_inbox_message
+from streams.inbox_messages import InboxMessage
+from streams.inbox_messages import decode as decode_inbox_message
 from streams.ingest import IngestItem, ingest_call
 from streams.ingest_quota import QuotaRates, ingest_quota_call
 from streams.keys import KeySpace
@@ -492,7 +493,8 @@ async def in_the_inbox(redis: Redis, keys: KeySpace, catalog: Catalog) -> Leased
     ]
     message = InboxMessage(
         id=in_app.item.delivery_id, notification_id=in_app.item.notification_id,
-        type=in_app.item.notification_type, title="t", body="b", created_ms=1_000,
+        type=in_app.item.notification_type, title="t", body="b",
+        created_at=datetime.fromtimestamp(1, UTC),
     )  # fmt: skip
     outcome = delivery_outcomes.sent_to_inbox(
         in_app, "inbox", message, 1_000, keep=10, ttl_ms=60_000, feed_length=100

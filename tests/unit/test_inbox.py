@@ -1,38 +1,19 @@
-"""The inbox's pure parts: message states, message ids, and the change each action makes."""
+"""The change each action makes to an inbox message, and the event it records."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from streams import codec
 from streams.events import InboxMessageArchived, InboxMessageRead
-from streams.inbox import InboxMessage, MessageState, StoredMessage, changed, is_message_id
+from streams.inbox import changed
+from streams.inbox_messages import InboxMessage, MessageState, StoredMessage
 
 MESSAGE = InboxMessage(
     id="019bc123-4567-7abc-8def-0123456789a0",
     notification_id="019bc123-4567-7abc-8def-0123456789ab",
-    type="order_shipped", title="t", body="b", created_ms=1,
+    type="order_shipped", title="t", body="b", created_at=datetime(2026, 12, 1, tzinfo=UTC),
 )  # fmt: skip
-
-
-def test_a_state_reads_back_as_it_was_written() -> None:
-    state = MessageState(read_ms=5, seen_ms=0, archived_ms=7, version=4)
-    assert MessageState.parse(state.text()) == state
-    assert MessageState.parse(b"0 0 0 3") == MessageState(version=3)
-
-
-def test_archived_messages_are_neither_unread_nor_unseen() -> None:
-    assert MessageState().unread
-    assert MessageState().unseen
-    assert not MessageState(archived_ms=1).unread
-    assert not MessageState(archived_ms=1).unseen
-    assert not MessageState(read_ms=1).unread
-    assert MessageState(read_ms=1).unseen
-
-
-def test_only_a_lower_case_uuid_is_a_message_id() -> None:
-    assert is_message_id(MESSAGE.id)
-    assert not is_message_id(MESSAGE.id.upper())
-    assert not is_message_id("../../" + MESSAGE.id[6:])
-    assert not is_message_id("")
 
 
 def test_a_read_is_numbered_after_the_newer_of_the_two_versions() -> None:
