@@ -26,6 +26,7 @@ from typing import Final, Literal
 from redis.asyncio import Redis
 
 from streams import codec, scripts
+from streams.batching import BatchedScript
 from streams.delivery_state import DeliveryStatus
 from streams.events import (
     InboxMessageArchived,
@@ -180,6 +181,15 @@ class InboxStore:
         self.redis = redis
         self.keys = keys
         self.feed_length = feed_length
+        # Concurrent requests' pages of one shard share a script call, and every shard's
+        # calls a pipeline: under load one round trip serves many readers.
+        self._pages: BatchedScript[ShardKeys, PageAsk, list[bytes]] = BatchedScript(
+            redis,
+            scripts.INBOX_PAGE,
+            group_of=lambda ask: ask.shard,
+            build=lambda _, asks: inbox_page_call(asks),
+            parse=lambda reply: reply,
+        )
 
     async def page(
         self, recipient_id: str, *, before: str = "", limit: int = 20, listing: Listing = "inbox"
@@ -206,11 +216,10 @@ class InboxStore:
     ) -> tuple[list[tuple[bytes, bytes, bytes]], Counts]:
         """Up to ``limit`` (id, message, state) over every shard, newest first, and the
         counts."""
-        calls = [
-            inbox_page_call(shard.inbox(recipient_id), before, limit, listing)
-            for shard in self.keys.all_shards()
+        asks = [
+            PageAsk(shard, recipient_id, before, limit, listing) for shard in self.keys.all_shards()
         ]
-        replies: list[list[bytes]] = await scripts.INBOX_PAGE.run_many(self.redis, calls)
+        replies = await self._pages.run(asks)
         rows: list[tuple[bytes, bytes, bytes]] = []
         unread = unseen = 0
         for reply in replies:
@@ -223,14 +232,8 @@ class InboxStore:
 
     async def counts(self, recipient_id: str) -> Counts:
         """The unread and unseen messages (archived ones count for neither)."""
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for shard in self.keys.all_shards():
-                pipe.hmget(shard.inbox(recipient_id).messages, "unread", "unseen")
-            replies: list[list[bytes | None]] = await pipe.execute()
-        return Counts(
-            sum(int(unread or 0) for unread, _ in replies),
-            sum(int(unseen or 0) for _, unseen in replies),
-        )
+        _, counts = await self._rows(recipient_id, "", 0, "inbox")
+        return counts
 
     async def message(self, recipient_id: str, message_id: str) -> StoredMessage | None:
         """One message of the recipient's (None: not in the inbox, or not theirs)."""
@@ -324,9 +327,27 @@ class InboxBusy(Exception):
     """A message kept changing while it was being marked (other changes won each time)."""
 
 
-def inbox_page_call(inbox: InboxKeys, before: str, limit: int, listing: Listing) -> Call:
-    """The keys and arguments of one ``lua/inbox_page.lua`` call."""
-    return [inbox.messages, inbox.order], [f"({before}" if before else "+", limit, listing]
+@dataclass(frozen=True, slots=True)
+class PageAsk:
+    """One page of one recipient's inbox on one shard: newest first, older than message
+    ``before`` ("": from the newest), at most ``limit`` messages of ``listing``."""
+
+    shard: ShardKeys
+    recipient_id: str
+    before: str
+    limit: int
+    listing: Listing
+
+
+def inbox_page_call(asks: Sequence[PageAsk]) -> Call:
+    """The keys and arguments of one ``lua/inbox_page.lua`` call (pages of one shard)."""
+    keys: list[KeyOrArg] = []
+    args: list[KeyOrArg] = []
+    for ask in asks:
+        inbox = ask.shard.inbox(ask.recipient_id)
+        keys += [inbox.messages, inbox.order]
+        args += [f"({ask.before}" if ask.before else "+", ask.limit, ask.listing]
+    return keys, args
 
 
 def inbox_mark_call(

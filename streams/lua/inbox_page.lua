@@ -1,46 +1,54 @@
--- One page of a recipient's inbox on one shard, newest first, and its counts.
+-- Pages of recipients' inboxes on one shard, newest first, each with its counts: one call
+-- carries the pages concurrent requests asked for (``streams.batching``).
 --
 -- Keys and arguments: ``streams.inbox.inbox_page_call`` lays them out.
--- KEYS: the inbox hash, its order
--- ARGV: where to start (``+`` for the newest, else ``(<id>``: older than that message),
---       how many messages at most, which ones: "inbox" (not archived), "unread" (not read
---       and not archived) or "archived"
+-- KEYS: per page: the inbox hash, its order
+-- ARGV: per page: where to start (``+`` for the newest, else ``(<id>``: older than that
+--       message), how many messages at most (0: only the counts), which ones: "inbox" (not
+--       archived), "unread" (not read and not archived) or "archived"
 --
--- Reply: the unread and unseen counts, then per message its id, the message and its state.
--- Messages are walked newest first in chunks, so a filter that skips many still ends.
+-- Reply: per page a list: the unread and unseen counts, then per message its id, the
+-- message and its state. Messages are walked newest first in chunks, so a filter that skips
+-- many still ends.
 
-local messages, order = KEYS[1], KEYS[2]
-local start, limit, which = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-
-local counts = redis.call("HMGET", messages, "unread", "unseen")
-local reply = { counts[1] or "0", counts[2] or "0" }
-local found, chunk = 0, math.max(limit, 16)
-while found < limit do
-  local ids = redis.call("ZREVRANGEBYLEX", order, start, "-", "LIMIT", 0, chunk)
-  if #ids == 0 then
-    break
-  end
-  local fields = {}
-  for i, id in ipairs(ids) do
-    fields[2 * i - 1], fields[2 * i] = "m:" .. id, "f:" .. id
-  end
-  local values = redis.call("HMGET", messages, unpack(fields))
-  for i, id in ipairs(ids) do
-    local message, state = values[2 * i - 1], values[2 * i]
-    if message and state then
-      local read, _, archived = inbox_state(state)
-      local wanted = (which == "inbox" and archived == 0)
-        or (which == "unread" and archived == 0 and read == 0)
-        or (which == "archived" and archived > 0)
-      if wanted and found < limit then
-        found = found + 1
-        reply[#reply + 1], reply[#reply + 2], reply[#reply + 3] = id, message, state
+local function page(messages, order, start, limit, which)
+  local counts = redis.call("HMGET", messages, "unread", "unseen")
+  local reply = { counts[1] or "0", counts[2] or "0" }
+  local found, chunk = 0, math.max(limit, 16)
+  while found < limit do
+    local ids = redis.call("ZREVRANGEBYLEX", order, start, "-", "LIMIT", 0, chunk)
+    if #ids == 0 then
+      break
+    end
+    local fields = {}
+    for i, id in ipairs(ids) do
+      fields[2 * i - 1], fields[2 * i] = "m:" .. id, "f:" .. id
+    end
+    local values = redis.call("HMGET", messages, unpack(fields))
+    for i, id in ipairs(ids) do
+      local message, state = values[2 * i - 1], values[2 * i]
+      if message and state then
+        local read, _, archived = inbox_state(state)
+        local wanted = (which == "inbox" and archived == 0)
+          or (which == "unread" and archived == 0 and read == 0)
+          or (which == "archived" and archived > 0)
+        if wanted and found < limit then
+          found = found + 1
+          reply[#reply + 1], reply[#reply + 2], reply[#reply + 3] = id, message, state
+        end
       end
     end
+    if #ids < chunk then
+      break
+    end
+    start = "(" .. ids[#ids]
   end
-  if #ids < chunk then
-    break
-  end
-  start = "(" .. ids[#ids]
+  return reply
 end
-return reply
+
+local pages = {}
+for i = 1, #KEYS / 2 do
+  local at = 3 * (i - 1)
+  pages[i] = page(KEYS[2 * i - 1], KEYS[2 * i], ARGV[at + 1], tonumber(ARGV[at + 2]), ARGV[at + 3])
+end
+return pages

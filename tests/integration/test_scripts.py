@@ -50,7 +50,7 @@ from streams.feedback import (
     feedback_apply_call,
     feedback_take_call,
 )
-from streams.inbox import InboxStore, inbox_mark_call, inbox_page_call
+from streams.inbox import InboxStore, PageAsk, inbox_mark_call, inbox_page_call
 from streams.inbox import changed as inbox_changed
 from streams.inbox_messages import InboxMessage
 from streams.inbox_messages import decode as decode_inbox_message
@@ -507,8 +507,12 @@ async def in_the_inbox(redis: Redis, keys: KeySpace, catalog: Catalog) -> Leased
 async def test_inbox_page(real_redis: Redis, key_prefix: str, catalog: Catalog) -> None:
     keys = KeySpace(key_prefix)
     in_app = await in_the_inbox(real_redis, keys, catalog)
-    call = inbox_page_call(keys.shard(0).inbox(in_app.item.recipient_id), "", 5, "inbox")
-    reply = await run(real_redis, scripts.INBOX_PAGE, call)
+    asks = [
+        PageAsk(keys.shard(0), in_app.item.recipient_id, "", 5, "inbox"),
+        PageAsk(keys.shard(0), "someone-else", "", 5, "unread"),
+    ]
+    [reply, other] = await run(real_redis, scripts.INBOX_PAGE, inbox_page_call(asks))
+    assert other == [b"0", b"0"]
     assert reply[:2] == [b"1", b"1"]  # unread, unseen
     assert (reply[2].decode(), reply[4]) == (in_app.item.delivery_id, b"0 0 0 3")
     assert decode_inbox_message(reply[3]).title == "t"
