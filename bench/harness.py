@@ -65,7 +65,7 @@ from projections.database import ensure_database, quote_identifier
 from streams import codec
 from streams.keys import KeySpace
 from streams.recipient_settings import AddressDigest
-from streams.vocabulary import Priority
+from streams.vocabulary import Channel, Priority
 
 REPO: Final = Path(__file__).resolve().parent.parent
 # Where results go: bench/results/, or the scratch directory bench/report.py names.
@@ -401,21 +401,36 @@ def in_process(
 
 
 def unlimited_catalog(source: Path, target: Path) -> list[str]:
-    """Copy ``source`` to ``target`` without any provider's rate limit; the providers changed.
+    """Copy ``source`` to ``target`` without any provider's rate limit, and with IN_APP on the
+    sandbox; the providers whose limit went.
 
     The ``rate_limit = ...`` lines are dropped as text (the catalog keeps its comments and
-    order); the copy is then parsed to make sure nothing else changed.
+    order); the copy is then parsed to make sure nothing else changed. IN_APP goes to the
+    sandbox as every other channel does, so these benchmarks find every delivery in the
+    sandbox's record and stay comparable with their earlier runs (``bench/inbox.py``
+    measures the inbox).
     """
     text = source.read_text()
     kept = [line for line in text.splitlines() if not re.match(r"\s*rate_limit\s*=", line)]
-    target.write_text("\n".join(kept) + "\n")
+    copy = "\n".join(kept) + "\n"
+    target.write_text(copy.replace(IN_APP_INBOX, IN_APP_SANDBOX))
     before = parse_catalog(text, str(source))
     after = parse_catalog(target.read_text(), str(target))
     if any(provider.rate_limit is not None for provider in after.providers.values()):
         raise BenchError(f"{source}: a rate_limit is not on one line; cannot remove it")
-    if after.types != before.types or after.channels != before.channels:
+    in_app = Channel.IN_APP
+    if after.types != before.types or {**after.channels, in_app: None} != {
+        **before.channels,
+        in_app: None,
+    }:
         raise BenchError(f"{source}: removing the rate limits changed more than them")
+    if in_app in after.channels and after.channels[in_app].provider != "sandbox":
+        raise BenchError(f"{source}: IN_APP is not on the inbox; cannot move it to the sandbox")
     return sorted(name for name, p in before.providers.items() if p.rate_limit is not None)
+
+
+IN_APP_INBOX: Final = '[channels.IN_APP]\nprovider = "inbox"'
+IN_APP_SANDBOX: Final = '[channels.IN_APP]\nprovider = "sandbox"'
 
 
 # --- batch request bodies -------------------------------------------------------------------

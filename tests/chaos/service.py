@@ -49,6 +49,7 @@ API_SECRET = "chaos-secret-key"
 SHIPPED_RATE_LIMIT = "rate_limit = { per_second = 5000, burst = 500 }"
 SHIPPED_TIMEOUT = "timeout_seconds = 10"
 SHIPPED_EMAIL = f'[channels.{RELAY_CHANNEL}]\nprovider = "sandbox"'
+SHIPPED_IN_APP = '[channels.IN_APP]\nprovider = "inbox"'
 # Every provider's time limit must end inside the lease (the worker refuses to start
 # otherwise); what is left of it is for recording the outcome.
 PROVIDER_TIMEOUT_S = 4.0
@@ -74,14 +75,17 @@ class Service:
 
 def chaos_catalog(relay: ChaosRelay, *, idempotent: bool) -> str:
     """The shipped catalog with quick retries (the drain stays short), the shipped rate
-    limit, time limits inside the lease, and EMAIL through ``relay``."""
+    limit, time limits inside the lease, EMAIL through ``relay``, and IN_APP on the sandbox:
+    the faults a notification's directives inject and the exactly-once accounting are the
+    sandbox's (the inbox calls no provider, so there is nothing of it to inject)."""
     text = catalog_text(
         base=0.2, max_delay=1.0, attempts=6, rate_limit=SHIPPED_RATE_LIMIT,
         idempotent=idempotent,
     )  # fmt: skip
-    for shipped in (SHIPPED_TIMEOUT, SHIPPED_EMAIL):
+    for shipped in (SHIPPED_TIMEOUT, SHIPPED_EMAIL, SHIPPED_IN_APP):
         assert text.count(shipped) == 1, f"clarion.toml changed: update {shipped!r} here"
     text = text.replace(SHIPPED_TIMEOUT, f"timeout_seconds = {PROVIDER_TIMEOUT_S:g}")
+    text = text.replace(SHIPPED_IN_APP, '[channels.IN_APP]\nprovider = "sandbox"')
     text = text.replace(SHIPPED_EMAIL, f'[channels.{RELAY_CHANNEL}]\nprovider = "{RELAY}"')
     return text + relay.catalog_entry(PROVIDER_TIMEOUT_S)
 
