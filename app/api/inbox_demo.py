@@ -26,12 +26,12 @@ _SCRIPT: Final = _FILES.joinpath("inbox-demo.js").read_bytes()
 
 @get("/inbox/demo", include_in_schema=False)
 async def inbox_demo() -> Response[bytes]:
-    return Response(_HTML, media_type="text/html; charset=utf-8", headers=HEADERS)
+    return Response(_HTML, media_type="text/html", headers=HEADERS)
 
 
 @get("/inbox/demo.js", include_in_schema=False)
 async def inbox_demo_script() -> Response[bytes]:
-    return Response(_SCRIPT, media_type="text/javascript; charset=utf-8", headers=HEADERS)
+    return Response(_SCRIPT, media_type="text/javascript", headers=HEADERS)
 
 
 DEMO_ROUTES = [inbox_demo, inbox_demo_script]

@@ -166,3 +166,18 @@ async def test_a_missing_tampered_or_expired_token_is_401(
         response = await client.get("/v1/inbox", headers=bearer(token))
         assert response.status_code == 401
         assert "expired" in response.json()["detail"]
+
+
+async def test_the_demo_page_and_its_script_are_served_with_a_strict_policy(
+    client: Client,
+) -> None:
+    page = await client.get("/inbox/demo")
+    script = await client.get("/inbox/demo.js")
+    assert page.status_code == script.status_code == 200
+    assert page.headers["content-type"] == "text/html; charset=utf-8"
+    assert script.headers["content-type"].startswith("text/javascript")
+    policy = page.headers["content-security-policy"]
+    assert "script-src 'self'" in policy
+    assert "default-src 'none'" in policy
+    assert '<script src="/inbox/demo.js">' in page.text
+    assert "EventSource" in script.text
