@@ -14,40 +14,33 @@ A token is the base64url form, without padding, of::
     | channel length (1 byte) | channel | type length (1 byte) | type
     | recipient id (UTF-8, the rest) | HMAC-SHA256 of everything before, its first 16 bytes
 
-An order email's token has 67 characters. Nothing of a token is read before its signature
-was checked, with a comparison in constant time.
+An order email's token has 67 characters. The envelope (base64url, the MAC, the checks
+made before anything of the body is read) is ``app.signed_tokens``'.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hmac
-import re
 import struct
 from dataclasses import dataclass
 from typing import Final, Literal
 
 from app.settings import Settings, SettingsError
+from app.signed_tokens import Seal, SealBroken
 from streams.vocabulary import Channel
 
 TOKEN_VERSION: Final = 1
 # The purpose label the signing key is derived with: a token signed for another purpose,
 # or with the secret itself, is refused.
 PURPOSE: Final = b"clarion unsubscribe link v1"
-MAC_BYTES: Final = 16  # 128 bits of HMAC-SHA256
 PATH: Final = "/v1/unsubscribe/"
-# Room for a recipient id of 255 characters of any script; anything longer is no token.
-MAX_TOKEN_CHARS: Final = 1500
 # A link must fit on the List-Unsubscribe header's line (998 characters, RFC 5322) with its
 # name and brackets; a longer one (a recipient id of hundreds of non-ASCII characters) is
 # not added to the email.
 MAX_URL_CHARS: Final = 900
 
 _HEAD = struct.Struct(">BI")  # version, expiry
-_BASE64URL = re.compile(r"[A-Za-z0-9_-]+")
-# Version, expiry, two lengths, a channel, a type, a recipient id of one byte, the MAC.
-_SHORTEST = _HEAD.size + 2 + 3 + MAC_BYTES
+# Version, expiry, two lengths, a channel, a type, a recipient id of one byte.
+_SHORTEST = _HEAD.size + 2 + 3
 
 Why = Literal["malformed", "forged", "expired"]
 
@@ -72,20 +65,15 @@ class OptOut:
     expires_at: int  # Unix seconds
 
 
-def purpose_key(secret: bytes, purpose: bytes) -> bytes:
-    """The key of one use of ``secret``: HMAC-SHA256 of the purpose label, keyed with it."""
-    return hmac.digest(secret, purpose, "sha256")
-
-
 class UnsubscribeTokens:
     """Makes and reads unsubscribe tokens with a key derived from a deployment's secret."""
 
-    __slots__ = ("_key",)
+    __slots__ = ("_seal",)
 
     def __init__(self, secret: bytes, purpose: bytes = PURPOSE) -> None:
         if not secret:
             raise ValueError("unsubscribe tokens need a secret key")
-        self._key = purpose_key(secret, purpose)
+        self._seal = Seal(secret, purpose, version=TOKEN_VERSION, shortest_body=_SHORTEST)
 
     def __repr__(self) -> str:  # never print the key
         return "UnsubscribeTokens(<secret>)"
@@ -104,30 +92,19 @@ class UnsubscribeTokens:
                 opt_out.recipient_id.encode("utf-8"),
             )
         )
-        return _text(body + self._mac(body))
+        return self._seal.seal(body)
 
     def read(self, token: str, now_s: float) -> OptOut:
         """What ``token`` switches off; ``TokenRefused`` unless it is whole, signed with this
         key and not expired at ``now_s``."""
-        if not 0 < len(token) <= MAX_TOKEN_CHARS or not _BASE64URL.fullmatch(token):
-            raise TokenRefused("malformed")
         try:
-            raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-        except (binascii.Error, ValueError):
-            raise TokenRefused("malformed") from None
-        # One spelling per token: base64 lets the last character's unused bits vary.
-        if len(raw) < _SHORTEST or raw[0] != TOKEN_VERSION or _text(raw) != token:
-            raise TokenRefused("malformed")
-        body, mac = raw[:-MAC_BYTES], raw[-MAC_BYTES:]
-        if not hmac.compare_digest(mac, self._mac(body)):
-            raise TokenRefused("forged")
+            body = self._seal.open(token)
+        except SealBroken as broken:
+            raise TokenRefused(broken.why) from None
         opt_out = _parse(body)
         if now_s >= opt_out.expires_at:
             raise TokenRefused("expired")
         return opt_out
-
-    def _mac(self, body: bytes) -> bytes:
-        return hmac.digest(self._key, body, "sha256")[:MAC_BYTES]
 
 
 def _parse(body: bytes) -> OptOut:
@@ -144,10 +121,6 @@ def _parse(body: bytes) -> OptOut:
         return OptOut(recipient_id, type_name, Channel(channel), expires_at)
     except (IndexError, UnicodeDecodeError, ValueError, struct.error):
         raise TokenRefused("malformed") from None
-
-
-def _text(raw: bytes) -> str:
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 
 
 @dataclass(frozen=True, slots=True)

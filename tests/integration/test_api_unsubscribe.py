@@ -19,7 +19,8 @@ from redis.asyncio import Redis
 from app.api.app import create_app
 from app.catalog import Catalog, parse_catalog
 from app.settings import Settings
-from app.unsubscribe import MAX_TOKEN_CHARS, OptOut, UnsubscribeTokens
+from app.signed_tokens import MAX_TOKEN_CHARS
+from app.unsubscribe import OptOut, UnsubscribeTokens
 from streams.events import PreferenceChanged, PreferenceEntry
 from streams.keys import KeySpace
 from streams.recipient_settings import RecipientSettingsStore

@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from app import inbox_tokens, unsubscribe
+from app import signed_tokens
 from app.api import body
 from app.ingest import profiles, quiet_hours, requests
 from app.ingest.quiet_hours import QuietHoursError
@@ -84,10 +84,9 @@ def applications(text: str) -> Iterator[tuple[str, Callable[[], object]]]:
     yield "apns._REASON", lambda: apns._REASON.fullmatch(text)
     yield "webpush_message._ABSOLUTE_LINK", lambda: webpush_message._ABSOLUTE_LINK.match(text)
     yield "webpush._REASON_CODE", lambda: webpush._REASON_CODE.fullmatch(text)
-    # The token of an unsubscribe link's path (its length is checked first: this is a bound).
-    yield "unsubscribe._BASE64URL", lambda: unsubscribe._BASE64URL.fullmatch(text)
-    # A recipient token (also bounded by its length first).
-    yield "inbox_tokens._BASE64URL", lambda: inbox_tokens._BASE64URL.fullmatch(text)
+    # A signed token: an unsubscribe link's path, a recipient token (its length is checked
+    # first: this is a bound).
+    yield "signed_tokens._BASE64URL", lambda: signed_tokens._BASE64URL.fullmatch(text)
     # A body the cut reads starts with a bracket.
     encoded = text.encode()
     yield "body._RUNS", lambda: runs_of(b"[" + encoded)
@@ -144,8 +143,7 @@ TESTED = {
     "app.ingest.quiet_hours._CLOCK",
     "app.validation._PATH",
     "app.api.body._RUNS",
-    "app.unsubscribe._BASE64URL",
-    "app.inbox_tokens._BASE64URL",
+    "app.signed_tokens._BASE64URL",
     # test_logging.py
     "app.logging._EMAIL",
     "app.logging._PHONE",

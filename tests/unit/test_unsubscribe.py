@@ -8,9 +8,8 @@ import hmac
 import pytest
 
 from app.settings import Settings, SettingsError
+from app.signed_tokens import MAC_BYTES, MAX_TOKEN_CHARS
 from app.unsubscribe import (
-    MAC_BYTES,
-    MAX_TOKEN_CHARS,
     MAX_URL_CHARS,
     PATH,
     OptOut,
