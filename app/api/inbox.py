@@ -102,9 +102,9 @@ def message_view(stored: StoredMessage) -> MessageView:
         action_url=message.action_url,
         data=message.data,
         created_at=message.created_at,
-        read_at=_at(state.read_ms) if state.read_ms else None,
-        seen_at=_at(state.seen_ms) if state.seen_ms else None,
-        archived_at=_at(state.archived_ms) if state.archived_ms else None,
+        read_at=time_of(state.read_ms),
+        seen_at=time_of(state.seen_ms),
+        archived_at=time_of(state.archived_ms),
     )
 
 
@@ -131,7 +131,7 @@ def grant_of(request: Req) -> Grant:
         )
     tokens: InboxTokens = request.app.state.inbox_tokens
     try:
-        return tokens.read(token, _now(request).timestamp())
+        return tokens.read(token, now_of(request).timestamp())
     except TokenRefused as refused:
         raise NotAuthorizedException(detail=f"the recipient token is {refused.why}") from None
 
@@ -150,7 +150,7 @@ async def create_inbox_token(request: Req, recipient_id: FromPath[str]) -> Token
     recipient_id = recipient_id_of(recipient_id)
     asked = decode_body(await request.body(), TokenRequest)  # "{}" for the defaults
     ttl = asked.ttl_seconds or request.app.state.inbox_token_ttl_seconds
-    expires_at = int(_now(request).timestamp()) + ttl
+    expires_at = int(now_of(request).timestamp()) + ttl
     tokens: InboxTokens = request.app.state.inbox_tokens
     token = tokens.make(Grant(recipient_id, expires_at))
     return TokenView(recipient_id, token, datetime.fromtimestamp(expires_at, UTC))
@@ -221,17 +221,19 @@ _ACTIONS: dict[str, Action] = {
 }  # fmt: skip
 
 
-def _now(request: Req) -> datetime:
+def now_of(request: Req) -> datetime:
+    """The API's clock (a test's when it sets one)."""
     now: datetime = request.app.state.clock()
     return now
 
 
 def _now_ms(request: Req) -> int:
-    return int(_now(request).timestamp() * 1000)
+    return int(now_of(request).timestamp() * 1000)
 
 
-def _at(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, UTC)
+def time_of(ms: int) -> datetime | None:
+    """A state's time in ms as a datetime; None for 0 (it did not happen)."""
+    return datetime.fromtimestamp(ms / 1000, UTC) if ms else None
 
 
 INBOX_ROUTES = [create_inbox_token, list_inbox, inbox_counts, read_all, mark_message]

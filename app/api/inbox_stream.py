@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Final
 
 import msgspec
@@ -30,7 +30,14 @@ from litestar.datastructures import State
 from litestar.response import Stream
 from redis.exceptions import RedisError
 
-from app.api.inbox import RECIPIENT_AUTH, CountsView, grant_of, message_view
+from app.api.inbox import (
+    RECIPIENT_AUTH,
+    CountsView,
+    grant_of,
+    message_view,
+    now_of,
+    time_of,
+)
 from streams.inbox_live import Change, InboxFollower, InboxHub, format_cursor, parse_cursor
 from streams.inbox_messages import MessageState, StoredMessage
 from streams.inbox_messages import decode as decode_message
@@ -79,7 +86,7 @@ async def inbox_stream(request: Req) -> Stream:
     )
     if cursor is None:
         follower.cursor = dict.fromkeys(range(keys.shards), "0-0")
-    ends = time.monotonic() + grant.expires_at - _now_s(request)
+    ends = time.monotonic() + grant.expires_at - now_of(request).timestamp()
     return Stream(_events(hub, follower, resume, ends), media_type="text/event-stream")
 
 
@@ -136,9 +143,9 @@ def _change_event(follower: InboxFollower, change: Change) -> bytes:
     state = MessageState.parse(change.body)
     data = StateChange(
         id=change.message_id,
-        read_at=_at(state.read_ms),
-        seen_at=_at(state.seen_ms),
-        archived_at=_at(state.archived_ms),
+        read_at=time_of(state.read_ms),
+        seen_at=time_of(state.seen_ms),
+        archived_at=time_of(state.archived_ms),
         counts=counts,
     )
     return _event(follower, change.kind, _json.encode(data))
@@ -147,12 +154,3 @@ def _change_event(follower: InboxFollower, change: Change) -> bytes:
 def _event(follower: InboxFollower, kind: str, data: bytes) -> bytes:
     cursor = format_cursor(follower.cursor)
     return b"id: %s\nevent: %s\ndata: %s\n\n" % (cursor.encode(), kind.encode(), data)
-
-
-def _now_s(request: Req) -> float:
-    now: datetime = request.app.state.clock()
-    return now.timestamp()
-
-
-def _at(ms: int) -> datetime | None:
-    return datetime.fromtimestamp(ms / 1000, UTC) if ms else None
