@@ -209,6 +209,10 @@ def lag_report(snapshot: Snapshot) -> dict[str, object]:
                 for s in backlog.shards
             ],
         },
+        "queued": {
+            "producers": backlog.queued,
+            "shards": [{"shard": s.shard, "producers": s.queued} for s in backlog.shards],
+        },
         "projection_lag_ms": snapshot.projection_lag_ms,
         "circuits": {
             provider: {

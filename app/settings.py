@@ -85,6 +85,9 @@ class Settings:
     # Web origins whose pages may call the inbox API (CLARION_INBOX_ORIGINS, comma-separated,
     # e.g. "https://app.example.com"); none: only same-origin pages (the demo) may.
     inbox_origins: tuple[str, ...] = ()
+    # Work items of a campaign's priority that may wait before its generator makes more
+    # (CLARION_CAMPAIGN_BACKLOG): what a campaign of any size holds of itself in Redis.
+    campaign_backlog: int = 100_000
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -147,6 +150,7 @@ _INTEGER_VARIABLES: dict[str, tuple[str, int, int]] = {
     "delivery_state_retention_seconds": ("CLARION_DELIVERY_STATE_RETENTION", 3600, 3650 * 86400),
     "unsubscribe_ttl_seconds": ("CLARION_UNSUBSCRIBE_TTL", 3600, 3650 * 86400),
     "inbox_token_ttl_seconds": ("CLARION_INBOX_TOKEN_TTL", 60, 12 * 3600),
+    "campaign_backlog": ("CLARION_CAMPAIGN_BACKLOG", 1000, 100_000_000),
 }
 
 

@@ -16,8 +16,8 @@ import msgspec
 
 from streams.delivery_state import DeliveryStatus
 
-# The statuses a failure rate is taken over: every terminal one but SUPPRESSED, whose
-# deliveries were never meant to be attempted and count for neither side.
+# The statuses a failure rate is taken over: every terminal one but SUPPRESSED and CANCELLED,
+# whose deliveries were never meant to be attempted (or no longer) and count for neither side.
 RATED_STATUSES: tuple[DeliveryStatus, ...] = (
     DeliveryStatus.SENT,
     DeliveryStatus.DELIVERED,

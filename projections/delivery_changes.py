@@ -10,6 +10,7 @@ from typing import Any
 from streams.delivery_state import DeliveryStatus
 from streams.events import (
     DeliveryAttemptFailed,
+    DeliveryCancelled,
     DeliveryDeadLettered,
     DeliveryDeferred,
     DeliveryEvent,
@@ -40,6 +41,7 @@ _Change = tuple[Any, ...]
 _QUEUED, _SCHEDULED, _SENT = DeliveryStatus.QUEUED, DeliveryStatus.SCHEDULED, DeliveryStatus.SENT
 _SUPPRESSED, _EXPIRED = DeliveryStatus.SUPPRESSED, DeliveryStatus.EXPIRED
 _FAILED, _DELIVERED = DeliveryStatus.FAILED, DeliveryStatus.DELIVERED
+_CANCELLED = DeliveryStatus.CANCELLED
 
 
 def _change(
@@ -76,6 +78,10 @@ def _suppressed(event: DeliverySuppressed) -> _Change:
 
 def _expired(event: DeliveryExpired) -> _Change:
     return _change(_EXPIRED, channel=event.channel, reason=event.reason)
+
+
+def _cancelled(event: DeliveryCancelled) -> _Change:
+    return _change(_CANCELLED, channel=event.channel)
 
 
 def _attempt_failed(event: DeliveryAttemptFailed) -> _Change:
@@ -146,6 +152,7 @@ CHANGE_OF: dict[type[DeliveryEvent], Callable[[Any], _Change]] = {
     DeliveryDeferred: _deferred,
     DeliverySuppressed: _suppressed,
     DeliveryExpired: _expired,
+    DeliveryCancelled: _cancelled,
     DeliveryAttemptFailed: _attempt_failed,
     DeliverySent: _sent,
     DeliveryFailed: _failed,

@@ -22,6 +22,7 @@ import structlog
 from projections.delivery_changes import CHANGE_OF, UNKNOWN
 from projections.inbox_rows import InboxRows
 from streams import codec
+from streams.campaign_ids import campaign_of
 from streams.events import (
     AnyEvent,
     DeliveryEvent,
@@ -42,7 +43,8 @@ _DELIVERY_TABLE = """
     id uuid, notification_id uuid, producer text, notification_type text, priority text,
     channel text, status text, reason text, attempts integer, error_class text,
     last_error text, provider text, provider_message_id text, created_at timestamptz,
-    updated_at timestamptz, sent_at timestamptz, failed_at timestamptz, version integer
+    updated_at timestamptz, sent_at timestamptz, failed_at timestamptz, version integer,
+    campaign_id text
 """
 _EVENT_TABLE = """
     event_id text, at timestamptz, type text, notification_id uuid, delivery_id uuid,
@@ -61,10 +63,11 @@ _UPSERT_DELIVERIES = """
 INSERT INTO delivery AS d (id, notification_id, producer, notification_type, priority, channel,
                            status, reason, attempts, error_class, last_error, provider,
                            provider_message_id, created_at, updated_at, sent_at, failed_at,
-                           version)
+                           version, campaign_id)
 SELECT b.id, b.notification_id, b.producer, b.notification_type, b.priority, b.channel,
        b.status, b.reason, COALESCE(b.attempts, -1), b.error_class, b.last_error, b.provider,
-       b.provider_message_id, b.created_at, b.updated_at, b.sent_at, b.failed_at, b.version
+       b.provider_message_id, b.created_at, b.updated_at, b.sent_at, b.failed_at, b.version,
+       b.campaign_id
 FROM {table} AS b
 ON CONFLICT (id) DO UPDATE SET
     producer = COALESCE(EXCLUDED.producer, d.producer),
@@ -83,7 +86,8 @@ ON CONFLICT (id) DO UPDATE SET
     updated_at = EXCLUDED.updated_at,
     sent_at = COALESCE(EXCLUDED.sent_at, d.sent_at),
     failed_at = COALESCE(EXCLUDED.failed_at, d.failed_at),
-    version = EXCLUDED.version
+    version = EXCLUDED.version,
+    campaign_id = COALESCE(EXCLUDED.campaign_id, d.campaign_id)
 WHERE d.version < EXCLUDED.version
 """
 
@@ -112,6 +116,8 @@ class _Context:
     notification_type: str
     priority: str
     created_at: datetime
+    # The campaign its idempotency key names (``streams.campaign_ids``); None for none.
+    campaign_id: str | None
 
 
 @dataclass(slots=True)
@@ -132,7 +138,11 @@ class Rows:
         self.events.append(_event_row(event_id, event))
         if isinstance(event, NotificationAccepted):
             self.accepted[event.notification_id] = _Context(
-                event.producer, event.notification_type, event.priority, event.at
+                event.producer,
+                event.notification_type,
+                event.priority,
+                event.at,
+                campaign_of(event.idempotency_key) or None,
             )
             self.notifications.append(
                 (
@@ -213,6 +223,7 @@ def _delivery_row(event: DeliveryEvent, context: _Context | None) -> tuple[Any, 
         sent_at,
         failed_at,
         event.version,
+        context.campaign_id if context else None,
     )
 
 

@@ -3,22 +3,24 @@
 For every shard's ``events`` and ``work:<priority>`` stream and each consumer group on it:
 the stream's length, the group's pending entries (read, not yet acknowledged) and the age of
 the oldest, its lag (entries not yet read by the group) and the age of the oldest of those;
-per shard the dead-letter stream's length and the ``delayed`` set's size and how overdue its
-earliest member is. Ages are measured on the Redis clock, which stamped the entry ids, so a
-reader on another host with a skewed clock still gets them right. Two pipelined round trips
-for any number of shards.
+per shard the dead-letter stream's length, the ``delayed`` set's size and how overdue its
+earliest member is, and the work items waiting in producers' queues (``streams.fairness``).
+Ages are measured on the Redis clock, which stamped the entry ids, so a reader on another
+host with a skewed clock still gets them right. Two pipelined round trips for any number of
+shards, and two more per shard for the queues.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from streams.consumer_groups import DELIVERY_GROUP, EVENTS_GROUPS
+from streams.fairness import FAIR_PRIORITIES, waiting_producers
 from streams.keys import KeySpace, ShardKeys
 from streams.vocabulary import Priority
 
@@ -54,6 +56,9 @@ class ShardBacklog:
     dlq_size: int
     delayed_size: int
     delayed_overdue_ms: int  # how long ago the earliest delayed member was due (0: none is)
+    # NORMAL and LOW work items waiting in producers' queues for their fair share
+    # (``streams.fairness``), by producer.
+    queued: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +78,15 @@ class Backlog:
     @property
     def delayed_overdue_ms(self) -> int:
         return max((shard.delayed_overdue_ms for shard in self.shards), default=0)
+
+    @property
+    def queued(self) -> dict[str, int]:
+        """Work items waiting in producers' queues, by producer, over all shards."""
+        total: dict[str, int] = {}
+        for shard in self.shards:
+            for producer, count in shard.queued.items():
+                total[producer] = total.get(producer, 0) + count
+        return total
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,9 +140,24 @@ async def read_backlog(redis: Redis, keys: KeySpace) -> Backlog:
     for number, shard in enumerate(keys.all_shards()):
         dlq, delayed, earliest = shard_replies[3 * number : 3 * number + 3]
         overdue = max(0, now_ms - int(_ok(earliest)[0][1])) if _ok(earliest) else 0
-        shards.append(ShardBacklog(shard.shard, int(_ok(dlq)), int(_ok(delayed)), overdue))
+        queued = await _queued(redis, shard)
+        shards.append(ShardBacklog(shard.shard, int(_ok(dlq)), int(_ok(delayed)), overdue, queued))
 
     return Backlog(now_ms, await _group_figures(redis, found, now_ms), shards)
+
+
+async def _queued(redis: Redis, shard: ShardKeys) -> dict[str, int]:
+    """The shard's work items waiting in producers' queues, by producer."""
+    lengths: dict[str, int] = {}
+    for priority in FAIR_PRIORITIES:
+        producers = await waiting_producers(redis, shard, priority)
+        async with redis.pipeline(transaction=False) as pipe:
+            for producer in producers:
+                pipe.llen(shard.queued(priority, producer))
+            counts: list[int] = await pipe.execute()
+        for producer, count in zip(producers, counts, strict=True):
+            lengths[producer] = lengths.get(producer, 0) + count
+    return lengths
 
 
 async def _group_figures(

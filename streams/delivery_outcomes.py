@@ -22,6 +22,7 @@ from streams.dlq.entries import Worker, failed_delivery_entry
 from streams.events import (
     DeferReason,
     DeliveryAttemptFailed,
+    DeliveryCancelled,
     DeliveryDeadLettered,
     DeliveryDeferred,
     DeliveryExpired,
@@ -151,6 +152,16 @@ def expired(leased: LeasedDelivery, now_ms: int, reason: str = "ttl") -> Outcome
     """The notification's TTL passed before the delivery was sent: never send it."""
     event = DeliveryExpired(**_ids(leased, 1, now_ms), channel=leased.item.channel, reason=reason)
     fields: dict[str, KeyOrArg] = {"status": DeliveryStatus.EXPIRED, "reason": reason}
+    return _outcome(leased, [event], fields, now_ms=now_ms)
+
+
+def cancelled(leased: LeasedDelivery, now_ms: int) -> Outcome:
+    """The delivery's campaign was cancelled before it was sent: never send it."""
+    item = leased.item
+    event = DeliveryCancelled(
+        **_ids(leased, 1, now_ms), channel=item.channel, campaign_id=item.campaign
+    )
+    fields: dict[str, KeyOrArg] = {"status": DeliveryStatus.CANCELLED}
     return _outcome(leased, [event], fields, now_ms=now_ms)
 
 

@@ -9,7 +9,8 @@ takes its statuses from here (``lua/shared.lua`` repeats the sets for the script
                 │  ▲
                 │  └── SCHEDULED ◀─ a transient failure or no provider quota: retried later
                 ├──▶ FAILED (permanent, retries exhausted, poison; dead-lettered)
-                └──▶ EXPIRED (the notification's TTL passed first)
+                ├──▶ EXPIRED (the notification's TTL passed first)
+                └──▶ CANCELLED (its campaign was cancelled before it was sent)
     SUPPRESSED, EXPIRED or SCHEDULED (quiet hours) are also decided at ingest.
 
 Only an operator's replay of a FAILED delivery's dead letter starts a new attempt series.
@@ -41,6 +42,7 @@ class DeliveryStatus(StrEnum):
     SUPPRESSED = "SUPPRESSED"  # never to be sent: opted out, no valid address
     DELIVERED = "DELIVERED"  # the provider confirmed it arrived (provider feedback)
     READ = "READ"  # IN_APP: the recipient read the inbox message
+    CANCELLED = "CANCELLED"  # its campaign was cancelled before it was sent
 
 
 # Nothing is sent for a delivery in one of these any more (a replay of a FAILED one starts a
@@ -53,6 +55,7 @@ TERMINAL: frozenset[DeliveryStatus] = frozenset(
         DeliveryStatus.FAILED,
         DeliveryStatus.EXPIRED,
         DeliveryStatus.SUPPRESSED,
+        DeliveryStatus.CANCELLED,
     }
 )
 # The provider took it: never sent again, not even by a replay.
@@ -61,7 +64,7 @@ PROVIDER_ACCEPTED: frozenset[DeliveryStatus] = frozenset(
 )
 # Ended without ever reaching a provider, for a reason a replay cannot undo.
 ENDED_UNSENT: frozenset[DeliveryStatus] = frozenset(
-    {DeliveryStatus.EXPIRED, DeliveryStatus.SUPPRESSED}
+    {DeliveryStatus.EXPIRED, DeliveryStatus.SUPPRESSED, DeliveryStatus.CANCELLED}
 )
 
 

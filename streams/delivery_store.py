@@ -31,9 +31,10 @@ STATE_RETENTION_MS = 86400 * 1000
 FAILED_STATE_RETENTION_MS = 7 * 86400 * 1000
 
 # GO: the lease is ours; POISON: the lease is ours, but the delivery was leased more often
-# than allowed without an outcome (fail it, do not send it); TERMINAL: the delivery ended
+# than allowed without an outcome (fail it, do not send it); CANCELLED: the lease is ours, but
+# its campaign was cancelled (end it CANCELLED, do not send it); TERMINAL: the delivery ended
 # already (drop the work item); LEASED: another live lease holds it (leave the item for later).
-LeaseVerdict = Literal["GO", "POISON", "TERMINAL", "LEASED"]
+LeaseVerdict = Literal["GO", "POISON", "CANCELLED", "TERMINAL", "LEASED"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +47,8 @@ class Lease:
     now_ms: int
     first_attempt_ms: int
     # The notification's shared template data, encoded, for a GO or POISON lease of an item
-    # with ``shared_data`` (b"" when it has none, or when it is gone).
+    # with ``shared_data`` (b"" when it has none, or when it is gone, or for any other
+    # verdict).
     shared_data: bytes = b""
 
 
@@ -112,7 +114,8 @@ class DeliveryStore:
         max_leases: int,
     ) -> list[Lease]:
         """Lease the deliveries of ``items`` for ``consumer``, for ``lease_ms``; a delivery
-        leased more than ``max_leases`` times without an outcome comes back POISON."""
+        leased more than ``max_leases`` times without an outcome comes back POISON, one of a
+        cancelled campaign CANCELLED."""
         if not items:
             return []
         call = delivery_begin_call(shard, items, consumer, lease_ms, max_leases)
@@ -145,19 +148,26 @@ def delivery_begin_call(
 ) -> Call:
     """The keys and arguments of one ``lua/delivery_begin.lua`` call.
 
-    KEYS: each delivery's state hash, then the data hash of each item with shared data.
-    ARGV: the consumer, the lease's length (ms), the leases allowed without an outcome, then
-    per delivery its notification id and channel (for a state hash created fresh) and the
-    position of its data hash in KEYS (0 for none).
+    KEYS: each delivery's state hash, then the data hash of each item with shared data and
+    the cancel marker of each campaign the items belong to (once per campaign), as the items
+    come. ARGV: the consumer, the lease's length (ms), the leases allowed without an outcome,
+    then per delivery its notification id and channel (for a state hash created fresh) and
+    the positions in KEYS of its data hash and of its campaign's marker (0 for none).
     """
     keys: list[KeyOrArg] = [shard.delivery(item.delivery_id) for item in items]
     args: list[KeyOrArg] = [consumer, lease_ms, max_leases]
+    markers: dict[str, int] = {}
     for item in items:
-        data_at = 0
+        data_at = marker_at = 0
         if item.shared_data:
             keys.append(shard.data(item.notification_id))
             data_at = len(keys)
-        args += [item.notification_id, item.channel, data_at]
+        if item.campaign:
+            marker_at = markers.get(item.campaign, 0)
+            if not marker_at:
+                keys.append(shard.campaign_cancelled(item.campaign))
+                marker_at = markers[item.campaign] = len(keys)
+        args += [item.notification_id, item.channel, data_at, marker_at]
     return keys, args
 
 

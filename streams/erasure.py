@@ -1,13 +1,14 @@
 """Forgetting a recipient in Redis: the work items, dead letters and sandbox records that hold
 its addresses, and the deliveries still waiting for it.
 
-Addresses live in work items (work streams and ``delayed``), in dead letters (which keep the
-work item) and in the sandbox's record of calls; events, notification records and delivery
-states hold none. ``find_waiting`` scans one shard for the recipient's work items;
-``erase_call`` lays out ``lua/erase.lua``, which ends each waiting delivery SUPPRESSED
-("erased") and removes its work item atomically. Dead letters and sandbox records of the
-recipient are deleted (``remove_dead_letters``, ``remove_sandbox_records``). Scans read in
-chunks, so an erasure costs time in proportion to what Redis holds, and nothing else waits.
+Addresses live in work items (work streams, producers' queues and ``delayed``), in dead
+letters (which keep the work item) and in the sandbox's record of calls; events,
+notification records and delivery states hold none. ``find_waiting`` scans one shard for the
+recipient's work items; ``erase_call`` lays out ``lua/erase.lua``, which ends each waiting
+delivery SUPPRESSED ("erased") and removes its work item atomically. Dead letters and
+sandbox records of the recipient are deleted (``remove_dead_letters``,
+``remove_sandbox_records``). Scans read in chunks, so an erasure costs time in proportion to
+what Redis holds, and nothing else waits.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from streams import codec
 from streams.consumer_groups import DELIVERY_GROUP
 from streams.dlq.entries import parse_entry
 from streams.events import DeliverySuppressed
+from streams.fairness import FAIR_PRIORITIES, waiting_producers
 from streams.keys import KeySpace, ShardKeys
 from streams.scheduler import work_item_of_member
 from streams.scripts import Call, KeyOrArg
@@ -36,9 +38,9 @@ CHUNK = 1000
 class Waiting:
     """A work item of the recipient: where it is and what it says."""
 
-    source: str  # the work stream or ``delayed``
-    kind: str  # "stream" or "zset"
-    entry: bytes  # the entry id or the ``delayed`` member
+    source: str  # the work stream, ``delayed`` or a producer's queue (``streams.fairness``)
+    kind: str  # "stream", "zset" or "list"
+    entry: bytes  # the entry id, the ``delayed`` member or the queued item
     item: WorkItem
 
 
@@ -55,6 +57,17 @@ async def _stream_entries(
         start = "(" + chunk[-1][0].decode()
 
 
+async def _list_items(redis: Redis, key: str) -> AsyncIterator[bytes]:
+    start = 0
+    while True:
+        chunk: Any = await redis.lrange(key, start, start + CHUNK - 1)
+        for raw in chunk:
+            yield raw
+        if len(chunk) < CHUNK:
+            return
+        start += CHUNK
+
+
 def _item(raw: bytes | None) -> WorkItem | None:
     if raw is None:
         return None
@@ -65,13 +78,21 @@ def _item(raw: bytes | None) -> WorkItem | None:
 
 
 async def find_waiting(redis: Redis, shard: ShardKeys, recipient_id: str) -> list[Waiting]:
-    """The recipient's work items on ``shard``: in its work streams and in ``delayed``."""
+    """The recipient's work items on ``shard``: in its work streams, in producers' queues and
+    in ``delayed``."""
     found: list[Waiting] = []
     for stream in shard.work_streams:
         async for entry_id, fields in _stream_entries(redis, stream):
             item = _item(fields.get(codec.WORK_FIELD.encode()))
             if item is not None and item.recipient_id == recipient_id:
                 found.append(Waiting(stream, "stream", entry_id, item))
+    for priority in FAIR_PRIORITIES:
+        for producer in await waiting_producers(redis, shard, priority):
+            queue = shard.queued(priority, producer)
+            async for raw in _list_items(redis, queue):
+                item = _item(raw)
+                if item is not None and item.recipient_id == recipient_id:
+                    found.append(Waiting(queue, "list", raw, item))
     cursor = 0
     while True:
         reply: Any = await redis.zscan(shard.delayed, cursor, count=CHUNK)

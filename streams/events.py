@@ -109,6 +109,13 @@ class DeliveryExpired(DeliveryEvent, frozen=True, kw_only=True):
     reason: str = "ttl"
 
 
+class DeliveryCancelled(DeliveryEvent, frozen=True, kw_only=True):
+    """The delivery's campaign was cancelled before it was sent: it never will be."""
+
+    channel: Channel
+    campaign_id: str
+
+
 class DeliveryDeadLettered(DeliveryEvent, frozen=True, kw_only=True):
     """The delivery's work item is in the dead-letter queue (found there by delivery id)."""
 
@@ -250,6 +257,47 @@ class AddressUnsuppressed(Event, frozen=True, kw_only=True):
     source: str
 
 
+# A campaign's life (``app.campaigns``): drafted while its recipients are uploaded, started
+# (scheduled until its start time), generating (running), paused, and at last completed
+# (every recipient has a notification) or cancelled.
+CampaignState = Literal["draft", "scheduled", "running", "paused", "cancelled", "completed"]
+
+
+class CampaignCreated(Event, frozen=True, kw_only=True):
+    campaign_id: str
+    producer: str
+    notification_type: str
+    # Where its recipients come from: uploaded ids ("list") or a profile segment.
+    audience: Literal["list", "segment"]
+    start_at: datetime | None = None
+    rate: int = 0  # recipients a second (0: as fast as it goes)
+
+
+class CampaignAudienceAdded(Event, frozen=True, kw_only=True):
+    """Recipients added to a campaign: an upload, or the recipients a segment selected."""
+
+    campaign_id: str
+    recipients: int
+    audience: int  # the audience's size after them
+
+
+class CampaignStateChanged(Event, frozen=True, kw_only=True):
+    campaign_id: str
+    state: CampaignState
+    previous: CampaignState
+    by: str = ""  # the producer that asked, or "generator"
+
+
+class CampaignBatchGenerated(Event, frozen=True, kw_only=True):
+    """A batch of a campaign's recipients turned into notifications."""
+
+    campaign_id: str
+    batch: int  # its position in the audience, from 0
+    accepted: int  # notifications ingested
+    repeated: int  # recipients that already had theirs (listed twice, or a batch run again)
+    skipped: int  # recipients refused (no address for the type's channels, ...)
+
+
 AnyEvent = (
     NotificationAccepted
     | DeliveryQueued
@@ -259,6 +307,7 @@ AnyEvent = (
     | DeliverySent
     | DeliveryFailed
     | DeliveryExpired
+    | DeliveryCancelled
     | DeliveryDeadLettered
     | DeliveryReplayed
     | ProviderFeedbackReceived
@@ -274,4 +323,8 @@ AnyEvent = (
     | RecipientErased
     | AddressSuppressed
     | AddressUnsuppressed
+    | CampaignCreated
+    | CampaignAudienceAdded
+    | CampaignStateChanged
+    | CampaignBatchGenerated
 )

@@ -23,7 +23,8 @@ from streams.recipient_settings import RecipientSettings
 from streams.scripts import Call, KeyOrArg
 from streams.vocabulary import Priority
 
-_HIGH = Priority.HIGH  # bound once: looked up per item, and through the class it costs more
+# Bound once: looked up per item, and through the class it costs more.
+_HIGH, _NORMAL, _LOW = Priority.HIGH, Priority.NORMAL, Priority.LOW
 # Shared template data outlives its notification's expiry by this much, so a worker whose
 # clock runs behind Redis's still finds it (or finds the delivery expired first).
 SHARED_DATA_SLACK_MS = 300_000
@@ -94,7 +95,9 @@ class IngestWriter:
     thousand-item batch that the same process is writing.
     """
 
-    def __init__(self, redis: Redis, idempotency_ttl_ms: int, pending_ttl_ms: int) -> None:
+    def __init__(
+        self, redis: Redis, idempotency_ttl_ms: int, pending_ttl_ms: int, fair_buffer: int
+    ) -> None:
         self.redis = redis
 
         def writer() -> BatchedScript[int, IngestItem, IngestReply]:
@@ -104,7 +107,7 @@ class IngestWriter:
                 # By shard number: an int hashes faster than the ShardKeys it stands for.
                 group_of=lambda item: item.shard.shard,
                 build=lambda _, items: ingest_call(
-                    items[0].shard, items, idempotency_ttl_ms, pending_ttl_ms
+                    items[0].shard, items, idempotency_ttl_ms, pending_ttl_ms, fair_buffer
                 ),
                 parse=_reply,
             )
@@ -156,15 +159,21 @@ class IngestWriter:
 
 
 def ingest_call(
-    shard: ShardKeys, items: Sequence[IngestItem], idempotency_ttl_ms: int, pending_ttl_ms: int
+    shard: ShardKeys,
+    items: Sequence[IngestItem],
+    idempotency_ttl_ms: int,
+    pending_ttl_ms: int,
+    fair_buffer: int,
 ) -> Call:
     """The keys and arguments of one ``lua/ingest.lua`` call, as the script reads them.
 
-    KEYS: events, the three work streams, delayed, the suppression list, then per item its
-    idempotency record, notification record and recipient settings, and its data hash when
-    its work items share their data. ARGV: the idempotency record's and the in-flight
-    marker's lifetimes (ms), every item's events joined into one array and each item's byte
-    span in it (``codec.join_events``, ``codec.span_text``), then per item: its idempotency
+    KEYS: events, the three work streams, delayed, the suppression list, the sets of
+    producers with NORMAL and with LOW items queued (``streams.fairness``), then per item its
+    idempotency record, notification record, recipient settings, its producer's queue of
+    its priority, and its data hash when its work items share their data. ARGV: the
+    idempotency record's and the in-flight marker's lifetimes (ms), every item's events
+    joined into one array and each item's byte span in it (``codec.join_events``,
+    ``codec.span_text``), the fairness buffer, then per item: its idempotency
     record once accepted, the settings version it was planned with, the suppression list as
     it was planned with it (version, fields checked, fields found), its notification record,
     its shared
@@ -173,13 +182,16 @@ def ingest_call(
     item.
     """
     keys: list[KeyOrArg] = [shard.events, *shard.work_streams, shard.delayed, shard.suppressions]
+    keys += [shard.queued_producers(_NORMAL), shard.queued_producers(_LOW)]
     joined, spans = codec.join_events([item.events for item in items])
     args: list[KeyOrArg] = [idempotency_ttl_ms, pending_ttl_ms, joined, codec.span_text(spans)]
+    args.append(fair_buffer)
     for item in items:
         keys += [
             shard.idempotency(item.producer, item.idempotency_key),
             shard.notification(item.notification_id),
             shard.recipient(item.recipient_id),
+            shard.queued(item.priority, item.producer),
         ]
         # The idempotency record once accepted, as the script stores it.
         done = f"done {item.fingerprint} {item.notification_id}"

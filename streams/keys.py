@@ -51,6 +51,20 @@ class ShardKeys:
     def delayed(self) -> str:
         return f"{self.tag}:delayed"
 
+    def queued(self, priority: Priority, producer: str) -> str:
+        """A producer's work items of a priority waiting for their turn to enter the work
+        stream (a list; ``streams.fairness``)."""
+        return f"{self.tag}:queued:{priority.stream_name}:{producer}"
+
+    def queued_producers(self, priority: Priority) -> str:
+        """The producers with work items of a priority waiting in ``queued`` (a set)."""
+        return f"{self.tag}:queued:{priority.stream_name}"
+
+    def fair_deficits(self, priority: Priority) -> str:
+        """What each producer may still move into a priority's work stream this round (a
+        hash: deficit round robin, ``streams.fairness``)."""
+        return f"{self.tag}:fair:{priority.stream_name}"
+
     @property
     def dlq(self) -> str:
         return f"{self.tag}:dlq"
@@ -78,6 +92,16 @@ class ShardKeys:
         """A recipient's preferences and quiet hours; every shard holds a copy."""
         return f"{self.tag}:rcpt:{recipient_id}"
 
+    @property
+    def recipients_pattern(self) -> str:
+        """A SCAN pattern of this shard's ``recipient`` keys."""
+        return f"{self.tag}:rcpt:*"
+
+    def recipient_id_of(self, key: bytes | str) -> str:
+        """The recipient id a ``recipient`` key of this shard names."""
+        name = key.decode() if isinstance(key, bytes) else key
+        return name[len(self.tag) + len(":rcpt:") :]
+
     def inbox(self, recipient_id: str) -> InboxKeys:
         """The keys of a recipient's inbox messages that came through this shard
         (``streams.inbox``)."""
@@ -88,11 +112,62 @@ class ShardKeys:
         """The Pub/Sub channel of inbox changes (``KeySpace.inbox_live``)."""
         return f"{self.prefix}:inbox:live"
 
+    def campaign(self, campaign_id: str) -> CampaignKeys:
+        """The keys of a campaign whose home this shard is (``streams.campaigns``)."""
+        return CampaignKeys(f"{self.tag}:cmp:{campaign_id}")
+
+    @property
+    def campaigns(self) -> str:
+        """The campaigns whose home this shard is, by creation time (a sorted set)."""
+        return f"{self.tag}:cmps"
+
+    @property
+    def campaigns_due(self) -> str:
+        """The campaigns of this shard that a generator should run, by when (a sorted set)."""
+        return f"{self.tag}:cmps:due"
+
+    def campaign_cancelled(self, campaign_id: str) -> str:
+        """Set in every shard when a campaign is cancelled (a string that expires): a worker
+        about to send one of the campaign's deliveries ends it CANCELLED instead."""
+        return f"{self.tag}:campaign:{campaign_id}:cancelled"
+
     @property
     def suppressions(self) -> str:
         """The suppression list (``streams.suppressions``): a hash keyed by channel and
         address digest; every shard holds a copy, so ingest checks it in its own script."""
         return f"{self.tag}:suppressed"
+
+
+@dataclass(frozen=True, slots=True)
+class CampaignKeys:
+    """The keys of one campaign, on its home shard's hash tag."""
+
+    base: str
+
+    @property
+    def record(self) -> str:
+        """The campaign: its spec, state and progress (a hash)."""
+        return self.base
+
+    @property
+    def audience(self) -> str:
+        """Its recipients, in chunks of up to 1000 ids (a list)."""
+        return f"{self.base}:aud"
+
+    @property
+    def audience_draft(self) -> str:
+        """A segment's recipients while they are being selected (a list)."""
+        return f"{self.base}:aud:new"
+
+    @property
+    def uploads(self) -> str:
+        """The upload keys already taken, with what each added (a hash)."""
+        return f"{self.base}:up"
+
+    @property
+    def lease(self) -> str:
+        """Held by the one generator running the campaign."""
+        return f"{self.base}:lease"
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +195,11 @@ class KeySpace:
     def home_of_address(self, address_digest: str) -> ShardKeys:
         """The shard whose event stream records an address's suppression events."""
         return self.shard(shard_of(address_digest, self.shards))
+
+    def campaign_home(self, campaign_id: str) -> ShardKeys:
+        """The shard a campaign's keys and events live on (encoded in its id, as a
+        notification's is)."""
+        return self.notification_shard(campaign_id)
 
     def notification_shard(self, notification_id: str) -> ShardKeys:
         """The shard a notification id was issued on (encoded in the id itself)."""

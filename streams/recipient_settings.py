@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hmac
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -273,6 +273,22 @@ class RecipientSettingsStore:
                 ],
             )
         return RecipientSettings.from_hash(home_hash)
+
+
+def recipients_read_call(shard: ShardKeys, recipient_ids: Sequence[str]) -> Call:
+    """The keys and arguments of one ``lua/recipients_read.lua`` call.
+
+    KEYS: the recipients' settings hashes on ``shard``. ARGV: none.
+    """
+    return [shard.recipient(recipient_id) for recipient_id in recipient_ids], []
+
+
+async def read_many(
+    redis: Redis, shard: ShardKeys, recipient_ids: Sequence[str]
+) -> list[RecipientSettings]:
+    """The settings ``shard`` holds of each recipient, in one round trip."""
+    replies = await scripts.RECIPIENTS_READ(redis, *recipients_read_call(shard, recipient_ids))
+    return [RecipientSettings.from_hash(flat) for flat in replies]
 
 
 def recipient_settings_call(

@@ -114,6 +114,10 @@ FEEDBACK_APPLY = LuaScript("feedback_apply")  # streams.feedback.feedback_apply_
 INBOX_PAGE = LuaScript("inbox_page")  # streams.inbox.inbox_page_call
 INBOX_MARK = LuaScript("inbox_mark")  # streams.inbox.inbox_mark_call
 LEASE = LuaScript("lease")  # streams.leases.lease_call
+CAMPAIGN_WRITE = LuaScript("campaign_write")  # streams.campaigns.campaign_write_call
+# streams.recipient_settings.recipients_read_call
+RECIPIENTS_READ = LuaScript("recipients_read")
+FAIR_FEED = LuaScript("fair_feed")  # streams.fairness.fair_feed_call
 # streams.status_outbox.status_outbox_append_call
 STATUS_OUTBOX_APPEND = LuaScript("status_outbox_append")
 # streams.status_outbox.status_dead_letter_call
@@ -138,6 +142,9 @@ ALL: tuple[LuaScript, ...] = (
     INBOX_PAGE,
     INBOX_MARK,
     LEASE,
+    CAMPAIGN_WRITE,
+    RECIPIENTS_READ,
+    FAIR_FEED,
     STATUS_OUTBOX_APPEND,
     STATUS_DEAD_LETTER,
 )

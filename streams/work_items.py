@@ -47,6 +47,9 @@ class WorkItem(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     # How many times an attempt failed over: the channel's provider list is tried from
     # this position on (``app.delivery.routing``).
     failover: int = 0
+    # The campaign whose notification this is ("" for none; ``streams.campaign_ids``): the
+    # worker checks, before a send, that it was not cancelled.
+    campaign: str = ""
 
 
 def share_data(encoded_data_size: int, work_items: int) -> bool:

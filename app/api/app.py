@@ -19,6 +19,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from app.api.auth import KeyRing
+from app.api.campaigns import CAMPAIGN_ROUTES
 from app.api.dashboard import DASHBOARD_ROUTES
 from app.api.dlq import get_dlq, replay_dlq
 from app.api.errors import internal_error, redis_unavailable
@@ -37,6 +38,7 @@ from app.api.recipients import QuietHours, get_recipient_settings, put_preferenc
 from app.api.status_webhook import StatusWebhook
 from app.api.suppressions import Suppressions, look_up_suppression, remove_suppression
 from app.api.unsubscribe import UNSUBSCRIBE_ROUTES
+from app.campaigns.lifecycle import Campaigns
 from app.catalog import Catalog, feedback_secrets
 from app.feedback.callbacks import schemes
 from app.inbox_tokens import InboxTokens
@@ -95,6 +97,7 @@ ROUTES: list[ControllerRouterHandler] = [
     *UNSUBSCRIBE_ROUTES,
     *INBOX_ROUTES,
     inbox_stream,
+    *CAMPAIGN_ROUTES,
     *DEMO_ROUTES,
 ]
 
@@ -168,6 +171,7 @@ def _state(
         "inbox_tokens": InboxTokens(settings.digest_secret),
         "inbox_token_ttl_seconds": settings.inbox_token_ttl_seconds,
         "clock": clock,
+        "campaigns": Campaigns(redis, keys, planner, clock),
     }
 
 

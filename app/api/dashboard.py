@@ -36,6 +36,8 @@ from redis.exceptions import RedisError
 
 from app.api.auth import authorize
 from app.api.read_model import ReadModel
+from app.campaigns.progress import Progress, progress_of
+from projections.campaign_queries import campaign_counts
 from projections.dashboard_queries import (
     FAILED_LIMIT,
     RATED_STATUSES,
@@ -46,6 +48,7 @@ from projections.dashboard_queries import (
     failures_by_error_class,
     timeline,
 )
+from streams.campaigns import CampaignStore
 from streams.keys import KeySpace
 from streams.vocabulary import CHANNELS, ERROR_CLASSES
 
@@ -54,6 +57,7 @@ log = structlog.get_logger(__name__)
 Req = Request[Any, Any, State]
 
 _MAX_FILTER = 255
+DASHBOARD_CAMPAIGNS = 10
 READ_MODEL_UNAVAILABLE = "the read model (PostgreSQL) is unavailable; retry shortly"
 # Fields every event has, shown in their own columns of the timeline.
 _EVENT_COLUMNS = frozenset({"type", "at", "notification_id", "delivery_id", "version"})
@@ -118,6 +122,7 @@ _TEMPLATES = jinja2.Environment(
 _TEMPLATES.filters["when"] = _when
 _TEMPLATES.filters["rate"] = _rate
 _TEMPLATES.filters["value"] = _value
+_TEMPLATES.filters["duration"] = duration
 
 
 def render(template: str, status_code: int = 200, **context: Any) -> Response[str]:
@@ -229,6 +234,7 @@ async def dashboard(
         rates = await failure_rates(pool, key.producer)
         classes = await failures_by_error_class(pool, key.producer)
         failed = await failed_deliveries(pool, key.producer, where)
+        campaigns = await _campaigns(request, pool, key.producer, now_ms=int(time.time() * 1000))
     except _PG_ERRORS as error:
         log.warning("dashboard.read_model_unavailable", error=type(error).__name__)
         raise ServiceUnavailableException(
@@ -256,8 +262,26 @@ async def dashboard(
         type_names=_type_names(request.app.state),
         ended_statuses=RATED_STATUSES,
         dlq=dlq,
+        campaigns=campaigns,
         generated_at=datetime.fromtimestamp(now, UTC),
     )
+
+
+async def _campaigns(
+    request: Req, pool: asyncpg.Pool, producer: str, now_ms: int
+) -> list[Progress] | None:
+    """The producer's newest campaigns with their progress (None: Redis is unavailable)."""
+    store = CampaignStore(request.app.state.redis, request.app.state.key_space)
+    try:
+        found = await store.recent(DASHBOARD_CAMPAIGNS * 4)
+    except (RedisError, OSError) as error:
+        log.warning("dashboard.redis_unavailable", error=type(error).__name__)
+        return None
+    mine = [campaign for campaign in found if campaign.producer == producer]
+    return [
+        progress_of(campaign, await campaign_counts(pool, campaign.id), now_ms)
+        for campaign in mine[:DASHBOARD_CAMPAIGNS]
+    ]
 
 
 def _totals(rates: list[ChannelFailureRate]) -> ChannelFailureRate:

@@ -19,6 +19,7 @@ from app.ingest.ingestor import IngestAnswer, Ingestor
 from app.ingest.quotas import IngestQuotas
 from app.ingest.requests import Accepted, NotificationRequest
 from app.validation import describe
+from streams.campaign_ids import CAMPAIGN_KEY_PREFIX
 
 MAX_KEY_LENGTH = 255
 _JSON = "application/json"
@@ -29,7 +30,8 @@ IdempotencyKey = Annotated[
     str | None,
     HeaderParameter(
         name="Idempotency-Key",
-        description="Required. A retry with the same key and body gets the same answer.",
+        description="Required. A retry with the same key and body gets the same answer. "
+        "Keys starting with 'campaign:' are reserved for campaigns.",
         required=False,
     ),
 ]
@@ -46,6 +48,18 @@ def check_key(key: str | None) -> str:
     if not key.isprintable():
         raise ClientException(
             status_code=400, detail="Idempotency-Key: only printable characters are allowed"
+        )
+    return key
+
+
+def producer_key(key: str | None) -> str:
+    """A producer's idempotency key: as ``check_key`` wants it, and not of the form a
+    campaign's notifications are known by (``streams.campaign_ids``), or 422."""
+    key = check_key(key)
+    if key.startswith(CAMPAIGN_KEY_PREFIX):
+        raise ClientException(
+            status_code=422,
+            detail=f"Idempotency-Key: the prefix {CAMPAIGN_KEY_PREFIX!r} is reserved for campaigns",
         )
     return key
 
@@ -69,7 +83,7 @@ async def create_notification(
 ) -> Response[Any]:
     """Ingest one notification: fan it out to its channels and write it to the event log."""
     caller = authorize(request, "send")
-    key = check_key(idempotency_key)
+    key = producer_key(idempotency_key)
     refused = await _over_quota(request, caller.producer, 1)
     if refused is not None:
         return refused
@@ -110,9 +124,9 @@ async def create_notifications_batch(request: Request[Any, Any, State]) -> Respo
 
 def _entry(item: BatchItem) -> tuple[str, NotificationRequest | IngestAnswer]:
     try:
-        key = check_key(item.idempotency_key)
+        key = producer_key(item.idempotency_key)
     except ClientException as error:
-        return item.idempotency_key, IngestAnswer(400, detail=str(error.detail))
+        return item.idempotency_key, IngestAnswer(error.status_code, detail=str(error.detail))
     return key, item
 
 

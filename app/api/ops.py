@@ -196,13 +196,23 @@ def _backlog_families(snapshot: Snapshot) -> list[Metric]:
         "How long ago the earliest delayed entry was due (0: none is due)",
         ("shard",),
     )
+    queued = _gauge(
+        "clarion_queued_size",
+        "NORMAL and LOW work items waiting in a producer's queue for its fair share",
+        ("shard", "producer"),
+    )
     for shard in backlog.shards:
         dlq.add_metric((str(shard.shard),), shard.dlq_size)
         delayed.add_metric((str(shard.shard),), shard.delayed_size)
         overdue.add_metric((str(shard.shard),), shard.delayed_overdue_ms / 1000)
+        for producer, count in shard.queued.items():
+            queued.add_metric((str(shard.shard), producer), count)
     projection = GaugeMetricFamily(
         "clarion_projection_lag_seconds",
         "Age of the oldest event the projector has not written to PostgreSQL",
         value=snapshot.projection_lag_ms / 1000,
     )
-    return [length, pending, lag, oldest_pending, oldest_unread, dlq, delayed, overdue, projection]
+    return [
+        length, pending, lag, oldest_pending, oldest_unread, dlq, delayed, overdue, queued,
+        projection,
+    ]  # fmt: skip

@@ -19,6 +19,7 @@ from app.catalog.push import Platform, platform_of
 from app.catalog.status_webhooks import StatusWebhooksConfig
 from app.catalog.templates import CompiledTemplate, Template, TemplateProblem, compile_template
 from app.validation import describe
+from streams.fairness import Fairness
 from streams.vocabulary import CHANNELS, Channel, Priority
 
 Name = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
@@ -126,6 +127,8 @@ class Catalog(msgspec.Struct, frozen=True):
     push_orders: dict[Platform, tuple[str, ...]] = {}
     # ``[status_webhooks]``: which producer URLs may be called, time limits, retries.
     status_webhooks: StatusWebhooksConfig = StatusWebhooksConfig()
+    # ``[fairness]``: producers' shares of NORMAL and LOW delivery (``streams.fairness``).
+    fairness: Fairness = Fairness()
 
     def provider_order(self, channel: Channel, address: str) -> tuple[str, ...]:
         """The providers a delivery to ``address`` on ``channel`` goes to, first choice first."""
@@ -215,7 +218,10 @@ def parse_catalog(raw: bytes | str, source: str = "clarion.toml") -> Catalog:
         except msgspec.ValidationError as error:
             raise CatalogError(f"{source}: {describe(error, path)}") from None
 
-    sections = {"default_locale", "providers", "channels", "types", "quotas", "status_webhooks"}
+    sections = {
+        "default_locale", "providers", "channels", "types", "quotas", "status_webhooks",
+        "fairness",
+    }  # fmt: skip
     unknown = sorted(set(document) - sections)
     if unknown:
         raise fail(unknown[0], "unknown key")
@@ -247,6 +253,7 @@ def parse_catalog(raw: bytes | str, source: str = "clarion.toml") -> Catalog:
         status_webhooks=convert(
             document.get("status_webhooks", {}), StatusWebhooksConfig, "status_webhooks"
         ),
+        fairness=convert(document.get("fairness", {}), Fairness, "fairness"),
     )
 
 

@@ -13,6 +13,7 @@ import httpx
 import structlog
 
 from app.catalog import CatalogError, check_for_workers, load_catalog
+from app.cli.campaign import campaign
 from app.cli.dlq import dlq
 from app.cli.projection import projection
 from app.cli.status import status
@@ -218,5 +219,6 @@ def send(
 
 
 main.add_command(status)
+main.add_command(campaign)
 main.add_command(projection)
 main.add_command(dlq)

@@ -57,6 +57,8 @@ from streams.work_items import WorkItem
 log = structlog.get_logger(__name__)
 
 READ_BLOCK_MS = 1000
+# The lease verdicts of work items that are not sent (``DeliveryStore.begin``).
+_UNSENT = ("TERMINAL", "CANCELLED", "POISON")
 _WORK_FIELD = codec.WORK_FIELD.encode()
 
 
@@ -259,21 +261,20 @@ class DeliveryWorker:
             LeasedDelivery.taken(shard, item, entry_id, lease, self.worker)
             for (entry_id, item), lease in zip(items, leases, strict=True)
         ]
-        # A duplicate of a delivery that already ended is dropped; one that workers keep
-        # dying on fails into the dead-letter queue. LEASED items stay pending: their holder
-        # finishes them or recovery returns them.
-        dropped = [
-            self._poisoned(leased) if leased.lease.verdict == "POISON" else
-            delivery_outcomes.acknowledge_only(leased)
-            for leased in held
-            if leased.lease.verdict in ("TERMINAL", "POISON")
-        ]  # fmt: skip
+        # LEASED items stay pending: their holder finishes them or recovery returns them.
+        dropped = [self._unsent(leased) for leased in held if leased.lease.verdict in _UNSENT]
         if dropped:
             await self.store.finish(dropped)
         await self._start([leased for leased in held if leased.lease.verdict == "GO"])
 
-    def _poisoned(self, leased: LeasedDelivery) -> Outcome:
-        """The outcome of a delivery leased too often without one: FAILED, as POISON."""
+    def _unsent(self, leased: LeasedDelivery) -> Outcome:
+        """The outcome of a delivery its lease says not to send: a duplicate of one that
+        already ended is dropped; one of a cancelled campaign ends CANCELLED; one that
+        workers keep dying on fails into the dead-letter queue, as POISON."""
+        if leased.lease.verdict == "TERMINAL":
+            return delivery_outcomes.acknowledge_only(leased)
+        if leased.lease.verdict == "CANCELLED":
+            return delivery_outcomes.cancelled(leased, leased.lease.now_ms)
         limit = self.options.max_deliveries
         log.warning("delivery.poison", delivery_id=leased.item.delivery_id, leases=limit + 1)
         self.metrics.inc(DELIVERY_FAILURES, (leased.item.channel, ErrorClass.POISON))

@@ -71,6 +71,8 @@ class NotificationPlan(msgspec.Struct, frozen=True, kw_only=True):
     address_digest: AddressDigest
     # Push addresses of a platform no provider sends to.
     unroutable: frozenset[str] = frozenset()
+    # The campaign it belongs to, by its idempotency key ("" for none): each work item says.
+    campaign: str = ""
 
     def accepted(
         self, producer: str, idempotency_key: str, identity: Identity
@@ -174,6 +176,7 @@ class NotificationPlan(msgspec.Struct, frozen=True, kw_only=True):
                 expires_ms=self.expires_ms,
                 producer=self.producer,
                 shared_data=bool(shared),
+                campaign=self.campaign,
             )
         )
 

@@ -19,6 +19,7 @@ from app.ingest.delivery_plan import Identity, NotificationPlan, epoch_ms
 from app.ingest.quiet_hours import window_end
 from app.ingest.requests import Accepted, NotificationRequest, target_address
 from streams import codec
+from streams.campaign_ids import campaign_of
 from streams.events import Event
 from streams.ids import new_ids
 from streams.ingest import IngestItem
@@ -236,7 +237,13 @@ class Planner:
         opt_out = self.catalog.types[request.type].opt_out
         checks, known, suppressed = self._suppressed(identity, suppressions, opt_out)
         notification = self._notification(
-            producer, request, identity, settings, now, suppressed=suppressed
+            producer,
+            request,
+            identity,
+            settings,
+            now,
+            suppressed=suppressed,
+            campaign=campaign_of(idempotency_key),
         )
         events: list[Event] = [notification.accepted(producer, idempotency_key, identity)]
         at_acceptance, work, shared_data = notification.deliveries(identity, events)
@@ -281,6 +288,7 @@ class Planner:
         now: datetime,
         *,
         suppressed: dict[tuple[Channel, str], str],
+        campaign: str,
     ) -> NotificationPlan:
         type_config = self.catalog.types[request.type]
         priority = request.priority or type_config.priority
@@ -309,6 +317,7 @@ class Planner:
             suppressed=suppressed,
             address_digest=self.address_digest,
             unroutable=self._unroutable(identity) if self._push_gaps else frozenset(),
+            campaign=campaign,
         )
 
     def _suppressed(

@@ -10,7 +10,7 @@ cost one Redis round trip.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 
 import msgspec
@@ -34,7 +34,7 @@ from app.metrics import OPT_OUTS, SUPPRESSED
 from streams.ingest import IngestItem, IngestReply, IngestWriter
 from streams.keys import KeySpace, ShardKeys
 from streams.metrics_recorder import MetricsRecorder
-from streams.recipient_settings import RecipientSettings
+from streams.recipient_settings import RecipientSettings, read_many
 from streams.suppressions import EMPTY as EMPTY_LIST
 from streams.suppressions import ListView, decode
 
@@ -102,9 +102,15 @@ class Ingestor:
         *,
         metrics: MetricsRecorder | None = None,
     ) -> None:
+        self.redis = redis
         self.keys = keys
         self.planner = planner
-        self.writer = IngestWriter(redis, idempotency_ttl_seconds * 1000, IN_FLIGHT_TTL_MS)
+        self.writer = IngestWriter(
+            redis,
+            idempotency_ttl_seconds * 1000,
+            IN_FLIGHT_TTL_MS,
+            fair_buffer=planner.catalog.fairness.buffer,
+        )
         self.clock = clock
         # Counts opt-outs; without one (an Ingestor built alone, in tests) they are not counted.
         self.metrics = metrics
@@ -117,58 +123,118 @@ class Ingestor:
         return (await self.ingest_many(producer, [(key, request)]))[0]
 
     async def ingest_many(
-        self, producer: str, entries: Sequence[tuple[str, NotificationRequest | IngestAnswer]]
+        self,
+        producer: str,
+        entries: Sequence[tuple[str, NotificationRequest | IngestAnswer]],
+        known: Mapping[str, RecipientSettings] | None = None,
     ) -> list[IngestAnswer]:
         """Ingest notifications given as (idempotency key, request or an already known error);
-        their answers in the same order."""
+        their answers in the same order. ``known``: recipients' settings as just read
+        (``read_settings``), planned with from the first round on."""
         now = self.clock()
         answers: list[IngestAnswer | None] = [None] * len(entries)
         pending: list[_Pending] = []
-        for index, (key, request) in enumerate(entries):
-            if index % PLAN_CHUNK == PLAN_CHUNK - 1:
-                # Let single requests in between: planning a big batch takes milliseconds.
-                await asyncio.sleep(0)
-            if isinstance(request, IngestAnswer):
-                answers[index] = request
-                continue
-            entry = self._first_plan(index, producer, key, request, now)
-            if isinstance(entry, IngestAnswer):
-                answers[index] = entry
-                continue
-            pending.append(entry)
+        writing: list[asyncio.Task[None]] = []
+        try:
+            for index, (key, request) in enumerate(entries):
+                if index % PLAN_CHUNK == PLAN_CHUNK - 1:
+                    # What is planned goes to Redis now, and is written there while the
+                    # rest is planned; and single requests get in between: planning a big
+                    # batch takes milliseconds.
+                    if pending:
+                        writing.append(asyncio.create_task(self._rounds(pending, answers, now)))
+                        pending = []
+                    await asyncio.sleep(0)
+                if isinstance(request, IngestAnswer):
+                    answers[index] = request
+                    continue
+                known_settings = known.get(request.recipient.id) if known else None
+                entry = self._first_plan(
+                    index, producer, key, request, now, settings=known_settings or _NO_SETTINGS
+                )
+                if isinstance(entry, IngestAnswer):
+                    answers[index] = entry
+                    continue
+                pending.append(entry)
+            await self._rounds(pending, answers, now)
+        finally:
+            # Every write started is waited for, whatever happened to the rest.
+            failures = [
+                result
+                for result in await asyncio.gather(*writing, return_exceptions=True)
+                if isinstance(result, BaseException)
+            ]
+        if failures:
+            raise failures[0]
+        assert all(answer is not None for answer in answers)  # every index is answered
+        return answers  # type: ignore[return-value]
+
+    async def _rounds(
+        self, pending: list[_Pending], answers: list[IngestAnswer | None], now: datetime
+    ) -> None:
+        """Write ``pending`` and answer each, planning again those whose recipient's
+        settings (or the suppression list) changed meanwhile, a few rounds at most."""
         for _ in range(MAX_ROUNDS):
             if not pending:
-                break
+                return
             pending = await self._write(pending, answers, now)
         for entry in pending:
             answers[entry.index] = IngestAnswer(
                 409, detail="recipient: settings changed while ingesting; retry the request"
             )
-        assert all(answer is not None for answer in answers)  # every index is answered
-        return answers  # type: ignore[return-value]
+
+    async def read_settings(
+        self, producer: str, entries: Sequence[tuple[str, NotificationRequest]]
+    ) -> dict[str, RecipientSettings]:
+        """The settings of the entries' recipients, read where ingest checks them (for a
+        batch whose recipients mostly have settings, as a campaign's do: planning for none
+        first would cost every notification a second round)."""
+        by_shard: dict[int, tuple[ShardKeys, set[str]]] = {}
+        for key, request in entries:
+            shard = self.keys.for_ingest(producer, key)
+            by_shard.setdefault(shard.shard, (shard, set()))[1].add(request.recipient.id)
+        known: dict[str, RecipientSettings] = {}
+        for shard, recipient_ids in by_shard.values():
+            ordered = sorted(recipient_ids)
+            for recipient_id, settings in zip(
+                ordered, await read_many(self.redis, shard, ordered), strict=True
+            ):
+                if settings.version:
+                    known[recipient_id] = settings
+        return known
 
     def _first_plan(
-        self, index: int, producer: str, key: str, request: NotificationRequest, now: datetime
+        self,
+        index: int,
+        producer: str,
+        key: str,
+        request: NotificationRequest,
+        now: datetime,
+        *,
+        settings: RecipientSettings,
     ) -> _Pending | IngestAnswer:
-        """Check the request against the catalog, fix its ids and plan it for a recipient
-        without settings (the common case); 422 if it cannot be, 403 if the producer may
-        not send its type."""
+        """Check the request against the catalog, fix its ids and plan it for the
+        recipient's settings as known (none, the common case); 422 if it cannot be, 403 if
+        the producer may not send its type."""
         shard = self.keys.for_ingest(producer, key)
+        body = request
+        if settings.profile:
+            profile = decode_profile(settings.profile)
+            body = request if profile is None else merged(request, profile)
         try:
             self.planner.check_sender(producer, request.type)
-            identity = self.planner.identity(shard, request)
+            identity = self.planner.identity(shard, body)
         except NotAllowed as error:
             return IngestAnswer(403, detail=str(error))
         except FanoutError as error:
             return IngestAnswer(422, detail=str(error))
         checked = _Request(
-            producer, shard, key, request, identity, fingerprint(request), given=request
+            producer, shard, key, body, identity, fingerprint(request), given=request
         )
         version = self._list_versions.get(shard.shard, 0)
         view = ListView(version) if version else EMPTY_LIST
-        return _Pending(
-            index, checked, self._plan(checked, _NO_SETTINGS, view, now), suppressions=view
-        )
+        plan = self._plan(checked, settings, view, now)
+        return _Pending(index, checked, plan, settings=settings, suppressions=view)
 
     async def _write(
         self, pending: list[_Pending], answers: list[IngestAnswer | None], now: datetime

@@ -222,6 +222,7 @@ def render(snapshot: Snapshot, before: Snapshot) -> str:
         f"dead letters    {backlog.dlq_size:,} (+{rates.new_dead_letters})",
         f"delayed         {backlog.delayed_size:,}, earliest overdue by "
         f"{_age(backlog.delayed_overdue_ms)}",
+        f"queued          {_queued(backlog.queued)}",
         f"projection lag  {_age(snapshot.projection_lag_ms)}",
         f"sent            {snapshot.ended('SENT'):,.0f} ({rates.sent:,.1f}/s), "
         f"failed {snapshot.ended('FAILED'):,.0f}, "
@@ -260,3 +261,11 @@ def _age(ms: int) -> str:
     if ms < 3_600_000:
         return f"{ms / 60_000:.1f} min"
     return f"{ms / 3_600_000:.1f} h"
+
+
+def _queued(by_producer: dict[str, int]) -> str:
+    """Producers' items waiting for their fair share, the largest queues first."""
+    if not by_producer:
+        return "0"
+    largest = sorted(by_producer.items(), key=lambda pair: -pair[1])[:5]
+    return f"{sum(by_producer.values()):,} (" + ", ".join(f"{p} {n:,}" for p, n in largest) + ")"

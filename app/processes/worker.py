@@ -9,7 +9,9 @@ import socket
 import structlog
 import uvloop
 
+from app.campaigns.runner import campaign_runner
 from app.catalog import Catalog, load_catalog
+from app.delivery.feeder import Feeder
 from app.delivery.worker import DeliveryWorker, WorkerOptions
 from app.logging import configure_logging
 from app.processes.gc_tuning import tune_gc
@@ -93,13 +95,24 @@ async def serve(settings: Settings, slot: int) -> None:
             address_digest=settings.address_digest(),
             options=options,
         )
+        campaigns = campaign_runner(settings, redis, keys, catalog, consumer_name(slot))
+        feeding_stops = asyncio.Event()
         running = asyncio.create_task(worker.run())
+        generating = asyncio.create_task(campaigns.run())
+        feeding = asyncio.create_task(
+            Feeder(redis, catalog.fairness).run(keys.all_shards(), feeding_stops)
+        )
         stopping = asyncio.create_task(stop.wait())
-        await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        parts = {running, generating, feeding, stopping}
+        await asyncio.wait(parts, return_when=asyncio.FIRST_COMPLETED)
         worker.stop()
+        campaigns.stop()
+        feeding_stops.set()
         stopping.cancel()
         try:
             await running  # raises what made the worker end on its own, if anything
+            await generating
+            await feeding
         finally:
             await close_providers(providers)
     finally:

@@ -1,10 +1,10 @@
 """Which events a producer is told about, and the JSON body each becomes.
 
 Due are the final statuses of a delivery (``DeliverySent``, ``DeliveryFailed``,
-``DeliveryExpired``, ``DeliverySuppressed``; a replayed delivery that ends again is due again,
-with its higher version) and every feedback change (``ProviderFeedbackReceived``). The body
-follows the Standard Webhooks payload shape: ``type``, ``timestamp`` (when the change
-happened) and ``data``::
+``DeliveryExpired``, ``DeliverySuppressed``, ``DeliveryCancelled``; a replayed delivery that
+ends again is due again, with its higher version) and every feedback change
+(``ProviderFeedbackReceived``). The body follows the Standard Webhooks payload shape:
+``type``, ``timestamp`` (when the change happened) and ``data``::
 
     {"type": "delivery.sent", "timestamp": "2026-12-03T17:04:05.123Z",
      "data": {"notification_id": "…", "delivery_id": "…", "notification_type": "otp",
@@ -38,6 +38,7 @@ from app.logging import mask
 from streams.delivery_state import DeliveryStatus
 from streams.events import (
     AnyEvent,
+    DeliveryCancelled,
     DeliveryEvent,
     DeliveryExpired,
     DeliveryFailed,
@@ -53,10 +54,16 @@ DUE: Final = (
     DeliveryFailed,
     DeliveryExpired,
     DeliverySuppressed,
+    DeliveryCancelled,
     ProviderFeedbackReceived,
 )
 DueEvent = (
-    DeliverySent | DeliveryFailed | DeliveryExpired | DeliverySuppressed | ProviderFeedbackReceived
+    DeliverySent
+    | DeliveryFailed
+    | DeliveryExpired
+    | DeliverySuppressed
+    | DeliveryCancelled
+    | ProviderFeedbackReceived
 )
 FEEDBACK_TYPE: Final = "delivery.feedback"
 BATCH_TYPE: Final = "delivery.batch"
@@ -97,7 +104,8 @@ def is_due(event: AnyEvent) -> bool:
 
 
 def carried_channel(event: DeliveryEvent) -> Channel | None:
-    """The channel an event names itself (a suppression or an expiry), else None."""
+    """The channel an event names itself (a suppression, an expiry or a cancellation),
+    else None."""
     return getattr(event, "channel", None)
 
 
@@ -155,6 +163,8 @@ def _details(event: DueEvent) -> tuple[str, dict[str, Any]]:
         return DeliveryStatus.EXPIRED, {"reason": event.reason}
     if isinstance(event, DeliverySuppressed):
         return DeliveryStatus.SUPPRESSED, {"reason": event.reason}
+    if isinstance(event, DeliveryCancelled):
+        return DeliveryStatus.CANCELLED, {}
     # Feedback written before events said the status after it: as the read model reads it.
     after = event.status or (
         DeliveryStatus.DELIVERED if event.feedback == "delivered" else DeliveryStatus.SENT

@@ -2,22 +2,27 @@
 --
 -- Keys and arguments: ``streams.delivery_store.delivery_begin_call`` lays them out.
 -- KEYS: per item: the delivery's state hash; then the ``data:<id>`` hash of each item whose
---       template data is shared (``streams.work_items``), in item order.
+--       template data is shared (``streams.work_items``) and the cancel marker of each
+--       campaign the items belong to (once per campaign), in item order.
 -- ARGV: consumer name, lease length (ms), leases allowed without an outcome, then per item:
---       notification id, channel, the position in KEYS of its data hash (0: none).
+--       notification id, channel, the position in KEYS of its data hash (0: none), the
+--       position in KEYS of its campaign's cancel marker (0: none).
 --
 -- Reply: one flat list, six values per item (a list per item would cost Lua a table, Redis
 -- a nested array and the client a list each): verdict, version, attempts, now_ms,
 -- first_attempt_ms, shared data ("" when the item has none or it is gone).
---   GO       the lease is ours until now + lease length; the state is SENDING
---   POISON   the lease is ours, but the delivery has been leased more often than allowed
---            without any outcome being recorded (workers keep dying on it): the caller
---            fails it into the dead-letter queue instead of sending it
---   TERMINAL the delivery already ended (a TERMINAL status, ``shared.lua``): drop the item
---   LEASED   a live lease is held: leave the item for later. Also when this consumer holds
---            it: the item is then a second work entry of a delivery leased in this batch,
---            being sent, or leased before this consumer restarted; a second GO would send
---            it twice. The reclaimer hands the item out again once the lease has run out.
+--   GO        the lease is ours until now + lease length; the state is SENDING
+--   POISON    the lease is ours, but the delivery has been leased more often than allowed
+--             without any outcome being recorded (workers keep dying on it): the caller
+--             fails it into the dead-letter queue instead of sending it
+--   CANCELLED the lease is ours, but the item's campaign was cancelled (its marker is
+--             set): the caller ends it CANCELLED instead of sending it. It wins over
+--             POISON: such a delivery is not to be sent either way
+--   TERMINAL  the delivery already ended (a TERMINAL status, ``shared.lua``): drop the item
+--   LEASED    a live lease is held: leave the item for later. Also when this consumer holds
+--             it: the item is then a second work entry of a delivery leased in this batch,
+--             being sent, or leased before this consumer restarted; a second GO would send
+--             it twice. The reclaimer hands the item out again once the lease has run out.
 -- A missing hash means "as accepted": version 1, no attempts yet; it is created here.
 --
 -- ``leases`` counts the leases taken since the last recorded outcome (the finish script
@@ -27,7 +32,7 @@
 
 local consumer, lease_ms, max_leases = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local now = now_ms()
-local items = (#ARGV - 3) / 3 -- KEYS may hold data hashes after the state hashes
+local items = (#ARGV - 3) / 4 -- KEYS may hold data hashes and markers after the states
 local next_arg = arguments(4)
 
 local replies = {}
@@ -37,9 +42,23 @@ local function answer(verdict, version, attempts, first, data)
   replies[n + 4], replies[n + 5], replies[n + 6] = now, first, data
 end
 
+-- Whether the marker at a position in KEYS is set, read once per call: a batch often holds
+-- many deliveries of one campaign.
+local markers = {}
+local function cancelled(marker_at)
+  if marker_at == 0 then
+    return false
+  end
+  if markers[marker_at] == nil then
+    markers[marker_at] = redis.call("EXISTS", KEYS[marker_at]) == 1
+  end
+  return markers[marker_at]
+end
+
 for i = 1, items do
   local key = KEYS[i]
-  local nid, channel, data_at = next_arg(), next_arg(), tonumber(next_arg())
+  local nid, channel = next_arg(), next_arg()
+  local data_at, marker_at = tonumber(next_arg()), tonumber(next_arg())
   local state = redis.call("HMGET", key, "status", "version", "attempts", "lease_owner",
     "lease_until", "first_attempt_ms", "leases")
   local status = state[1]
@@ -64,6 +83,9 @@ for i = 1, items do
         verdict = "POISON"
       end
     end
+  end
+  if (verdict == "GO" or verdict == "POISON") and cancelled(marker_at) then
+    verdict = "CANCELLED"
   end
   local data = ""
   if data_at > 0 and (verdict == "GO" or verdict == "POISON") then

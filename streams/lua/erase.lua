@@ -3,10 +3,12 @@
 --
 -- Keys and arguments: ``streams.erasure.erase_call`` lays them out.
 -- KEYS: events, then per item: the delivery's state hash, where its work item is (a work
---       stream or ``delayed``), and its ``data:<id>`` hash when its template data is shared.
+--       stream, ``delayed`` or a producer's queue), and its ``data:<id>`` hash when its
+--       template data is shared.
 -- ARGV: consumer group, retention (ms) of an ended delivery's state, now (ms), then per item:
---       its number of keys (2 or 3), "stream" or "zset", the work entry id or the ``delayed``
---       member, the delivery version the caller read, the encoded DeliverySuppressed event
+--       its number of keys (2 or 3), "stream", "zset" or "list", the work entry id, the
+--       ``delayed`` member or the queued item, the delivery version the caller read, the
+--       encoded DeliverySuppressed event
 --       ("erased", that version + 1), the notification id, the channel.
 --
 -- Reply per item:
@@ -26,6 +28,8 @@ local function remove(source, kind, entry)
   if kind == "stream" then
     redis.call("XACK", source, group, entry)
     redis.call("XDEL", source, entry)
+  elseif kind == "list" then
+    redis.call("LREM", source, 1, entry)
   else
     redis.call("ZREM", source, entry)
   end

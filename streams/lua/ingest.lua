@@ -1,12 +1,16 @@
 -- Ingest a batch of notifications on one shard, each independently, all in one atomic step.
 --
 -- Keys and arguments: ``streams.ingest.ingest_call`` lays them out.
--- KEYS: events, work:high, work:normal, work:low, delayed, suppression list,
---       then per item: idempotency record, notification record, recipient settings, and
---       its data hash when its work items share their template data.
+-- KEYS: events, work:high, work:normal, work:low, delayed, suppression list, the producers
+--       with NORMAL items queued, those with LOW items queued (``streams.fairness``), then
+--       per item: idempotency record, notification record, recipient settings, its
+--       producer's queue of its priority, and its data hash when its work items share their
+--       template data.
 -- ARGV: idempotency ttl (ms), in-flight marker ttl (ms), every item's events joined into one
 --       JSON array (``codec.join_events``), each item's first and last byte in that array as
---       one string of numbers ("1 420 422 845 ..."), then per item: its idempotency record
+--       one string of numbers ("1 420 422 845 ..."), the fairness buffer (items a NORMAL or
+--       LOW work stream may hold before producers' items queue), then per item: its
+--       idempotency record
 --       when done ("done <fingerprint> <notification id>"), expected settings version,
 --       the suppression list's version it was planned with, the list fields of its
 --       addresses ("<channel>:<digest>", space-separated; "" when it assumed an empty list),
@@ -59,7 +63,34 @@
 local events, delayed, suppressed = KEYS[1], KEYS[5], KEYS[6]
 local work = work_streams(2)
 local idem_ttl, pending_ttl = ARGV[1], ARGV[2]
-local joined, spans = ARGV[3], ARGV[4]
+local joined, spans, buffer = ARGV[3], ARGV[4], tonumber(ARGV[5])
+local queued_producers = { normal = KEYS[7], low = KEYS[8] }
+
+-- Lengths of the work streams and of the producers' queues as this call left them: each is
+-- read once per call.
+local stream_lengths, queue_lengths = {}, {}
+
+-- Put a work item where ``destination`` says (``enqueue``), except that a NORMAL or LOW item
+-- waits in its producer's queue while that queue is not empty or the stream is full; a
+-- feeder lets it in at the producer's fair share (``lua/fair_feed.lua``).
+local function admit(destination, item, queue)
+  local producers = queued_producers[destination]
+  if not producers then
+    enqueue(work, delayed, destination, item)
+    return
+  end
+  local waiting = queue_lengths[queue] or redis.call("LLEN", queue)
+  local length = stream_lengths[destination] or redis.call("XLEN", work[destination])
+  if waiting == 0 and length < buffer then
+    redis.call("XADD", work[destination], "*", "w", item)
+    length = length + 1
+  else
+    redis.call("RPUSH", queue, item)
+    redis.call("SADD", producers, string.sub(queue, #producers + 2))
+    waiting = waiting + 1
+  end
+  queue_lengths[queue], stream_lengths[destination] = waiting, length
+end
 
 local function split_first(text)
   local space = string.find(text, " ", 1, true)
@@ -150,21 +181,21 @@ local function suppression_verdict(assumed, checks, known)
   return reply
 end
 
-local broken = wrong_type({ "stream", "stream", "stream", "stream", "zset", "hash" })
+local broken = wrong_type({ "stream", "stream", "stream", "stream", "zset", "hash", "set", "set" })
 if broken then
   return broken
 end
 
 local replies, accepted, all_accepted = {}, {}, true
-local argi, keyi, last = 5, 7, #ARGV
+local argi, keyi, last = 6, 9, #ARGV
 while argi <= last do
   local done, settings_version = ARGV[argi], ARGV[argi + 1]
   local assumed, checks, known = ARGV[argi + 2], ARGV[argi + 3], ARGV[argi + 4]
   argi = argi + 3
   local record = ARGV[argi + 2]
   local shared_data, data_expires_at, data_key = ARGV[argi + 3], nil, nil
-  local idem, ntf, rcpt = KEYS[keyi], KEYS[keyi + 1], KEYS[keyi + 2]
-  keyi = keyi + 3
+  local idem, ntf, rcpt, queue = KEYS[keyi], KEYS[keyi + 1], KEYS[keyi + 2], KEYS[keyi + 3]
+  keyi = keyi + 4
   if shared_data ~= "" then
     data_expires_at, data_key = ARGV[argi + 4], KEYS[keyi]
     argi, keyi = argi + 1, keyi + 1
@@ -212,7 +243,7 @@ while argi <= last do
       end
       accepted[#accepted + 1] = #replies + 1
       for w = first_work, argi - 1, 2 do
-        enqueue(work, delayed, ARGV[w], ARGV[w + 1])
+        admit(ARGV[w], ARGV[w + 1], queue)
       end
       reply = "OK"
     end

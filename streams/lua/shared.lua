@@ -7,16 +7,17 @@
 local STATUS = {
   QUEUED = "QUEUED", SCHEDULED = "SCHEDULED", SENDING = "SENDING", SENT = "SENT",
   DELIVERED = "DELIVERED", FAILED = "FAILED", EXPIRED = "EXPIRED", SUPPRESSED = "SUPPRESSED",
-  READ = "READ",
+  READ = "READ", CANCELLED = "CANCELLED",
 }
 -- Nothing is sent for a delivery in one of these any more.
 local TERMINAL = {
   SENT = true, DELIVERED = true, READ = true, FAILED = true, EXPIRED = true, SUPPRESSED = true,
+  CANCELLED = true,
 }
 -- The provider took it: never sent again, not even by a replay.
 local PROVIDER_ACCEPTED = { SENT = true, DELIVERED = true, READ = true }
 -- Ended without ever reaching a provider.
-local ENDED_UNSENT = { EXPIRED = true, SUPPRESSED = true }
+local ENDED_UNSENT = { EXPIRED = true, SUPPRESSED = true, CANCELLED = true }
 
 -- The Redis clock, the one clock every script uses: processes on hosts whose clocks differ
 -- still agree on it.

@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,12 +34,15 @@ from redis.asyncio import Redis
 from app.api.auth import KeyRing
 from app.api.dashboard import DASHBOARD_ROUTES
 from app.api.read_model import ReadModel
+from app.campaigns.lifecycle import Campaigns
+from app.campaigns.specs import CampaignSpec
 from app.catalog import Catalog
+from app.ingest.fanout import Planner
 from app.settings import Settings
 from projections.projector import Projector
 from streams.connection import connect as connect_redis
 from streams.keys import KeySpace
-from tests.conftest import REDIS_URL, basic, http_client
+from tests.conftest import DIGEST, REDIS_URL, basic, http_client
 from tests.integration.delivery_support import accept, fast_catalog, running_worker, wait_until
 from tests.servers import free_port
 
@@ -335,6 +339,12 @@ async def test_the_dashboard_is_scoped_escaped_and_guarded(
     refused, hostile = await fail_deliveries(
         real_redis, keys, catalog, pool, [otp(REFUSED), otp(HOSTILE)]
     )
+    campaigns = Campaigns(real_redis, keys, Planner(catalog, DIGEST), lambda: datetime.now(UTC))
+    spring = CampaignSpec(
+        type="marketing", name="<i>Spring</i>", data={"subject": "s", "body": "b"}
+    )
+    campaign = await campaigns.create("orders", spring)
+    await campaigns.add_recipients("orders", campaign.id, ["a", "b", "c"], "")
     app = dashboard_app(settings, catalog, redis=real_redis, pool=pool)
     async with http_client(app) as client:
         # No credentials, a wrong secret, a broken header: the browser is asked to sign in.
@@ -354,6 +364,10 @@ async def test_the_dashboard_is_scoped_escaped_and_guarded(
 
         page = (await client.get("/dashboard", headers=ORDERS_BASIC)).text
         assert refused.delivery_id in page
+        # The producer's campaigns, with their progress (a name is shown, not interpreted).
+        assert f'data-campaign="{campaign.id}"' in page
+        assert "&lt;i&gt;Spring&lt;/i&gt;" in page
+        assert '<progress max="3" value="0">' in page
         assert hostile.delivery_id in page
         # A provider's text is shown, never interpreted.
         assert HOSTILE not in page
@@ -378,6 +392,7 @@ async def test_the_dashboard_is_scoped_escaped_and_guarded(
         viewer = {"Authorization": basic("viewer", "viewer-secret")}
         theirs = (await client.get("/dashboard", headers=viewer)).text
         assert refused.delivery_id not in theirs
+        assert campaign.id not in theirs
         timeline_path = f"/dashboard/notifications/{refused.notification_id}"
         assert (await client.get(timeline_path, headers=viewer)).status_code == 404
         assert (await client.get(timeline_path, headers=ORDERS_BASIC)).status_code == 200

@@ -153,6 +153,7 @@ async def final_state(
             "SENT",
             "FAILED",
             "EXPIRED",
+            "CANCELLED",
         }
 
     await wait_until(ended, within)

@@ -12,6 +12,7 @@ from projections.rows import apply, rows_of
 from streams import codec
 from streams.events import (
     DeliveryAttemptFailed,
+    DeliveryCancelled,
     DeliveryDeadLettered,
     DeliveryExpired,
     DeliveryFailed,
@@ -73,10 +74,13 @@ def accepted(
     at: datetime,
     producer: str = "shop",
     notification_type: str = "otp",
+    idempotency_key: str = "",
 ) -> NotificationAccepted:
-    """A notification of ``producer`` accepted at ``at`` with these deliveries, in this order."""
+    """A notification of ``producer`` accepted at ``at`` with these deliveries, in this order
+    (its idempotency key: its id unless given)."""
     return NotificationAccepted(
-        at=at, notification_id=notification_id, producer=producer, idempotency_key=notification_id,
+        at=at, notification_id=notification_id, producer=producer,
+        idempotency_key=idempotency_key or notification_id,
         notification_type=notification_type, priority="HIGH", recipient_id="u-1", locale="en",
         expires_at=at + timedelta(days=1), delivery_ids=delivery_ids,
     )  # fmt: skip
@@ -103,6 +107,7 @@ def delivered(
         "DELIVERED": [sent, ProviderFeedbackReceived(**ids, version=3, feedback="delivered",
                                                      provider="sandbox")],
         "EXPIRED": [DeliveryExpired(**ids, version=2, channel=channel)],
+        "CANCELLED": [DeliveryCancelled(**ids, version=2, channel=channel, campaign_id="c")],
         "FAILED": [DeliveryFailed(**ids, version=2, attempts=1, error_class=error_class,
                                   error=f"refused: {error_class}"),
                    DeliveryDeadLettered(**ids, version=3, error_class=error_class)],

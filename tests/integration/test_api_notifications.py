@@ -392,3 +392,20 @@ def test_an_item_its_own_decoding_cannot_follow_is_answered_alone() -> None:
         "",
         IngestAnswer(400, detail="notifications[3]: nested too deeply to read"),
     )
+
+
+RESERVED = "Idempotency-Key: the prefix 'campaign:' is reserved for campaigns"
+
+
+async def test_a_key_of_the_form_campaigns_use_is_refused_with_422(
+    client: Client, redis: Redis, key_prefix: str
+) -> None:
+    response = await post(client, OTP, key="campaign:019ae:user-5")
+    assert (response.status_code, response.json()["detail"]) == (422, RESERVED)
+    body = {"notifications": [item("campaign:019ae:user-5"), item("campaigns-2026")]}
+    results = (await post_batch(client, body)).json()["results"]
+    assert [(r["status_code"], r.get("detail")) for r in results] == [
+        (422, RESERVED),
+        (202, None),  # only the prefix is reserved
+    ]
+    assert await accepted_count(redis, key_prefix) == 1

@@ -118,3 +118,18 @@ async def test_dead_letters_and_overdue_delayed_work_are_counted_per_shard(
     assert 2_000 <= two.delayed_overdue_ms < zero.delayed_overdue_ms
     assert (backlog.dlq_size, backlog.delayed_size) == (3, 4)
     assert backlog.delayed_overdue_ms == zero.delayed_overdue_ms  # the most overdue shard
+
+
+async def test_items_queued_for_their_producers_turn_are_counted(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    keys = KeySpace(key_prefix, shards=2)
+    for shard, producer, count in ((0, "a", 3), (1, "a", 2), (1, "b", 4)):
+        queue = keys.shard(shard).queued(Priority.LOW, producer)
+        await real_redis.rpush(queue, *[b"w"] * count)
+        await real_redis.sadd(keys.shard(shard).queued_producers(Priority.LOW), producer)
+    await real_redis.rpush(keys.shard(0).queued(Priority.NORMAL, "b"), b"w")
+    await real_redis.sadd(keys.shard(0).queued_producers(Priority.NORMAL), "b")
+    backlog = await read_backlog(real_redis, keys)
+    assert [s.queued for s in backlog.shards] == [{"a": 3, "b": 1}, {"a": 2, "b": 4}]
+    assert backlog.queued == {"a": 5, "b": 5}

@@ -49,8 +49,8 @@ async def deliveries(
     return ids
 
 
-def test_rates_are_taken_over_every_terminal_status_but_suppressed() -> None:
-    assert set(RATED_STATUSES) == TERMINAL - {DeliveryStatus.SUPPRESSED}
+def test_rates_are_taken_over_every_terminal_status_but_suppressed_and_cancelled() -> None:
+    assert set(RATED_STATUSES) == TERMINAL - {DeliveryStatus.SUPPRESSED, DeliveryStatus.CANCELLED}
     assert len(RATED_STATUSES) == len(set(RATED_STATUSES))
 
 

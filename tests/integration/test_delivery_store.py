@@ -1,10 +1,12 @@
 """The delivery store: recording outcomes makes one ``events`` entry and one XACK per script
-call, and a delivery whose state key is corrupt fails alone."""
+call, a delivery whose state key is corrupt fails alone, and the lease of a cancelled
+campaign's delivery says so."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
@@ -16,8 +18,15 @@ from streams.delivery_store import DeliveryStore
 from streams.dlq.entries import Worker
 from streams.events import DeliverySent
 from streams.keys import KeySpace
-from streams.vocabulary import Priority
+from streams.vocabulary import Channel, Priority
+from streams.work_items import WorkItem
 from tests.integration.delivery_support import accept, fast_catalog
+
+ITEM = WorkItem(
+    delivery_id="d-0", notification_id="n-0", notification_type="marketing",
+    channel=Channel.EMAIL, priority=Priority.LOW, recipient_id="u-0",
+    address="anna@example.com", locale="en", created_ms=0, expires_ms=2**50,
+)  # fmt: skip
 
 
 def otp(n: int) -> dict[str, Any]:
@@ -111,3 +120,36 @@ async def test_a_shared_key_of_the_wrong_type_fails_the_call_before_any_write(
         assert state == b"SENDING"
     pending = await real_redis.xpending(keys.shard(0).work(Priority.HIGH), DELIVERY_GROUP)
     assert pending["pending"] == 2
+
+
+async def test_a_cancelled_campaigns_delivery_is_leased_to_be_cancelled_unless_held_or_ended(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    shard, store = KeySpace(key_prefix).shard(0), DeliveryStore(real_redis)
+    await real_redis.set(shard.campaign_cancelled("c-1"), "1")
+    items = [
+        msgspec.structs.replace(ITEM, delivery_id=f"d-{n}", campaign=campaign)
+        for n, campaign in enumerate(["c-1", "c-1", "c-1", "c-1", "c-1", "c-2", ""])
+    ]
+    ended, held, poisoned = (shard.delivery(item.delivery_id) for item in items[2:5])
+    leased_once = {"status": "SENDING", "version": 1, "attempts": 0}
+    await real_redis.hset(ended, mapping={**leased_once, "status": "SENT", "version": 2})
+    await real_redis.hset(held, mapping={**leased_once, "lease_until": 2**50})
+    await real_redis.hset(poisoned, mapping={**leased_once, "leases": 5})  # the sixth lease
+
+    leases = await store.begin(shard, items, "w", 60_000, max_leases=5)
+
+    assert [lease.verdict for lease in leases] == [
+        "CANCELLED", "CANCELLED", "TERMINAL", "LEASED", "CANCELLED", "GO", "GO",
+    ]  # fmt: skip
+    fresh = await store.state(shard, items[0].delivery_id)
+    assert fresh is not None  # leased like any other, so no second worker takes it meanwhile
+    assert (fresh.status, fresh.lease_owner, fresh.channel) == ("SENDING", "w", "EMAIL")
+    leased = LeasedDelivery.taken(shard, items[0], "", leases[0], Worker("w", "test"))
+    [recorded] = await store.finish([delivery_outcomes.cancelled(leased, leases[0].now_ms)])
+    assert recorded == "OK"
+    [again] = await store.begin(shard, items[:1], "w", 60_000, max_leases=5)
+    assert again.verdict == "TERMINAL"
+    state = await store.state(shard, items[0].delivery_id)
+    assert state is not None
+    assert (state.status, state.version) == ("CANCELLED", 2)

@@ -1,6 +1,6 @@
 """Delivery workers against real Redis: reading the lanes, pending entries after a restart,
-duplicates, expiry before a send, rate limits, a Redis that is away at start, and bulkhead
-places a failed read gives back."""
+duplicates, expiry before a send, rate limits, a Redis that is away at start, bulkhead
+places a failed read gives back, and deliveries of a cancelled campaign."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import time
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from streams.campaign_ids import notification_key
 from streams.consumer_groups import DELIVERY_GROUP, ensure_group
+from streams.events import DeliveryCancelled
 from streams.keys import KeySpace
 from streams.vocabulary import Priority
 from tests.conftest import stream_events
@@ -21,6 +23,7 @@ from tests.integration.delivery_support import (
     otp,
     running_worker,
     sandbox_calls,
+    state,
     wait_until,
 )
 from tests.servers import free_port
@@ -206,3 +209,58 @@ async def test_bulkhead_places_come_back_when_the_quota_call_fails(
 
         # Had the refused reads kept their places, the bulkhead would be full for good.
         await wait_until(all_sent, within=15)
+
+
+async def test_a_cancelled_campaigns_delivery_ends_cancelled_without_a_provider_call(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    keys, catalog = KeySpace(key_prefix), fast_catalog()
+    shard = keys.shard(0)
+    await real_redis.set(shard.campaign_cancelled("c-1"), "1")
+    cancelled = await accept(real_redis, keys, catalog, otp("1"), notification_key("c-1", "u-1"))
+    running = await accept(real_redis, keys, catalog, otp("2"), notification_key("c-2", "u-1"))
+    own = await accept(real_redis, keys, catalog, otp("3"), "c-1")  # a producer's own key
+    [cancelled_id, running_id, own_id] = (
+        a["deliveries"][0]["id"] for a in (cancelled, running, own)
+    )
+    async with running_worker(real_redis, keys, catalog):
+        for sent in (running_id, own_id):  # another campaign's, and one of no campaign
+            assert (await final_state(real_redis, keys, sent))["status"] == "SENT"
+        done = await final_state(real_redis, keys, cancelled_id)
+
+    assert (done["status"], done["version"], done["attempts"]) == ("CANCELLED", "2", "0")
+    calls = await sandbox_calls(real_redis, keys)
+    assert sorted(c["delivery_id"] for c in calls) == sorted([running_id, own_id])
+    events = await stream_events(real_redis, shard.events)
+    [event] = [e for e in events if isinstance(e, DeliveryCancelled)]
+    assert event == DeliveryCancelled(
+        at=event.at, notification_id=cancelled["id"], delivery_id=cancelled_id, version=2,
+        channel="SMS", campaign_id="c-1",
+    )  # fmt: skip
+    # Every work entry was acknowledged and deleted with its outcome.
+    assert await real_redis.xlen(shard.work(Priority.HIGH)) == 0
+    pending = await real_redis.xpending(shard.work(Priority.HIGH), DELIVERY_GROUP)
+    assert pending["pending"] == 0
+
+
+async def test_a_campaigns_delivery_waiting_in_delayed_is_cancelled_when_it_comes_due(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    keys, catalog = KeySpace(key_prefix), fast_catalog()
+    shard = keys.shard(0)
+    body = otp(directives={"rate_limited": 1})  # a retry after at least a second
+    answer = await accept(real_redis, keys, catalog, body, notification_key("c-1", "u-1"))
+    delivery_id = answer["deliveries"][0]["id"]
+
+    async def waiting() -> bool:
+        return (await state(real_redis, keys, delivery_id)).get("status") == "SCHEDULED"
+
+    async with running_worker(real_redis, keys, catalog):
+        await wait_until(waiting)
+        await real_redis.set(shard.campaign_cancelled("c-1"), "1")
+        done = await final_state(real_redis, keys, delivery_id)
+
+    assert (done["status"], done["attempts"]) == ("CANCELLED", "1")
+    assert [c["outcome"] for c in await sandbox_calls(real_redis, keys)] == ["rate_limited"]
+    assert await real_redis.zcard(shard.delayed) == 0
+    assert await real_redis.xlen(shard.work(Priority.HIGH)) == 0

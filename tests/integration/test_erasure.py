@@ -41,7 +41,9 @@ def order(recipient: str, note: str = "") -> dict[str, Any]:
     }  # fmt: skip
 
 
-async def ingest(redis: Redis, keys: KeySpace, catalog: Catalog, body: dict[str, Any]) -> None:
+async def ingest(
+    redis: Redis, keys: KeySpace, catalog: Catalog, body: dict[str, Any], fair_buffer: int = 2000
+) -> None:
     planner, shard = Planner(catalog, DIGEST), keys.shard(0)
     request = msgspec.convert(body, NotificationRequest)
     item = planner.plan(
@@ -49,7 +51,7 @@ async def ingest(redis: Redis, keys: KeySpace, catalog: Catalog, body: dict[str,
         request=request, identity=planner.identity(shard, request),
         settings=RecipientSettings(), now=datetime.now(UTC),
     )  # fmt: skip
-    await scripts.INGEST(redis, *ingest_call(shard, [item], 60_000, 10_000))
+    await scripts.INGEST(redis, *ingest_call(shard, [item], 60_000, 10_000, fair_buffer))
 
 
 async def test_waiting_deliveries_end_erased_and_their_items_go(
@@ -84,6 +86,21 @@ async def test_waiting_deliveries_end_erased_and_their_items_go(
     assert (state.status, state.reason, state.notification_id) == (
         "SUPPRESSED", "erased", notification,
     )  # fmt: skip
+
+
+async def test_items_queued_for_their_producers_turn_are_erased_too(
+    real_redis: Redis, key_prefix: str, catalog: Catalog
+) -> None:
+    keys = KeySpace(key_prefix)
+    shard = keys.shard(0)
+    await ingest(real_redis, keys, catalog, order("carl"), fair_buffer=0)  # the stream is "full"
+    queue = shard.queued(Priority.NORMAL, "orders")
+    assert await real_redis.llen(queue) == 2
+    waiting = await find_waiting(real_redis, shard, "carl")
+    assert [found.kind for found in waiting] == ["list", "list"]
+    call = erase_call(shard, waiting, [1, 1], 1_700_000_000_000, 60_000)
+    assert await scripts.ERASE(real_redis, *call) == [b"ERASED", b"ERASED"]
+    assert await real_redis.llen(queue) == 0
 
 
 async def test_one_being_sent_or_changed_since_is_left_for_a_second_look(

@@ -41,7 +41,7 @@ async def test_a_twin_of_a_request_in_its_second_round_gets_409(
     planner = Planner(catalog, DIGEST)
     first = planned(planner, keys, clock, "k")
     # The first round finds settings it did not assume: STALE, and the key is now in flight.
-    [reply] = await IngestWriter(redis, 60_000, IN_FLIGHT_TTL_MS).write([first])  # type: ignore[list-item]
+    [reply] = await IngestWriter(redis, 60_000, IN_FLIGHT_TTL_MS, 2000).write([first])  # type: ignore[list-item]
     assert reply.kind == "STALE"
     assert reply.settings is not None
     assert reply.settings.disabled == {("marketing", "EMAIL")}

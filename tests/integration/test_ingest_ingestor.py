@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import structlog
 from redis.asyncio import Redis
 
 from app.catalog import Catalog
 from app.ingest.fanout import Planner
 from app.ingest.ingestor import Ingestor
+from app.ingest.requests import Recipient
 from streams.events import PreferenceEntry
 from streams.keys import KeySpace
 from streams.recipient_settings import RecipientSettingsStore
@@ -84,3 +87,33 @@ async def test_a_key_of_the_wrong_type_is_503_and_logged_for_an_operator(
     assert outcome.status_code == 503
     [broken] = [line for line in logs if line["event"] == "ingest.key_broken"]
     assert broken["error"].startswith("WRONGTYPE")
+
+
+async def test_settings_read_beforehand_plan_each_notification_once(
+    real_redis: Redis, key_prefix: str, catalog: Catalog, clock: Clock
+) -> None:
+    keys = KeySpace(key_prefix, shards=2)
+    store = RecipientSettingsStore(real_redis, keys)
+    await store.set_preferences(
+        "user-5", [PreferenceEntry(type="marketing", channel="PUSH", enabled=False)]
+    )
+    ingestor = Ingestor(real_redis, keys, Planner(catalog, DIGEST), 3600, clock)
+    writes = 0
+    write = ingestor.writer.write
+
+    async def counted(items: Any) -> Any:
+        nonlocal writes
+        writes += 1
+        return await write(items)
+
+    ingestor.writer.write = counted  # type: ignore[method-assign]
+    other = msgspec.structs.replace(
+        REQUEST, recipient=Recipient(id="user-6", email="b@example.com")
+    )
+    entries = [("k1", REQUEST), ("k2", other)]
+    known = await ingestor.read_settings("orders", entries)
+    assert set(known) == {"user-5"}  # a recipient without settings is not listed
+    outcomes = await ingestor.ingest_many("orders", entries, known)
+    assert writes == 1  # no second round for the recipient with settings
+    assert b'"PUSH","status":"SUPPRESSED"' in outcomes[0].response
+    assert [o.status_code for o in outcomes] == [202, 202]

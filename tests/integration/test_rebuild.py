@@ -12,6 +12,7 @@ from projections.database import connect
 from projections.projector import Projector
 from projections.rebuild import RebuildSummary, rebuild
 from projections.rows import apply, rows_of
+from streams.campaign_ids import notification_key
 from streams.consumer_groups import DELIVERY_GROUP, PROJECTOR_GROUP
 from streams.keys import KeySpace
 from streams.retention import StreamRetention, trim
@@ -55,6 +56,9 @@ async def project_everything(redis: Redis, pool: asyncpg.Pool, keys: KeySpace) -
     catalog = fast_catalog()
     for n, body in enumerate(BODIES):
         await accept(redis, keys, catalog, body, f"k{n}")
+    # A cancelled campaign's notification: its delivery ends CANCELLED, the row names it.
+    await redis.set(keys.shard(0).campaign_cancelled("c-1"), "1")
+    await accept(redis, keys, catalog, BODIES[0], notification_key("c-1", "u-1"))
     projector = Projector(redis, pool, keys, consumer="p")
     task = asyncio.create_task(projector.run())
     async with running_worker(redis, keys, catalog):
@@ -83,7 +87,8 @@ async def _settled(redis: Redis, pool: asyncpg.Pool, keys: KeySpace) -> bool:
         return False
     async with pool.acquire() as connection:
         active = await connection.fetchval(
-            "SELECT count(*) FROM delivery WHERE status NOT IN ('SENT', 'FAILED', 'SUPPRESSED')"
+            "SELECT count(*) FROM delivery "
+            "WHERE status NOT IN ('SENT', 'FAILED', 'SUPPRESSED', 'CANCELLED')"
         )
         empty = await connection.fetchval("SELECT count(*) = 0 FROM delivery")
     return bool(active == 0 and not empty)
@@ -95,7 +100,8 @@ async def test_a_rebuild_from_the_history_in_postgresql_equals_the_live_projecti
     keys = KeySpace(key_prefix)
     await project_everything(real_redis, pool, keys)
     live, live_indexes = await snapshot(pool), await indexes(pool)
-    assert {row[6] for row in live["delivery"]} == {"SENT", "FAILED", "SUPPRESSED"}
+    assert {row[6] for row in live["delivery"]} == {"SENT", "FAILED", "SUPPRESSED", "CANCELLED"}
+    assert {row[-1] for row in live["delivery"]} == {None, "c-1"}  # campaign_id
     # Redis forgets everything the projector acknowledged: only PostgreSQL has it now.
     events = keys.shard(0).events
     await trim(real_redis, StreamRetention(events, 0, (PROJECTOR_GROUP,)))

@@ -1,11 +1,23 @@
-"""The rows events write on real PostgreSQL: idempotent, and never moving a delivery back."""
+"""The rows events write on real PostgreSQL: idempotent, never moving a delivery back, and a
+campaign's deliveries naming their campaign."""
 
 from __future__ import annotations
 
 import asyncpg
 
 from projections.rows import apply, rows_of, write_rows
-from tests.integration.projection_support import DID, entries, snapshot, story
+from streams.campaign_ids import notification_key
+from streams.events import DeliveryCancelled
+from streams.ids import new_id
+from tests.integration.projection_support import (
+    DID,
+    T0,
+    accepted,
+    delivered,
+    entries,
+    snapshot,
+    story,
+)
 
 
 async def test_projecting_the_same_events_twice_leaves_identical_rows(
@@ -73,3 +85,26 @@ async def test_reordered_and_repeated_events_never_move_a_delivery_backwards(
     async with pool.acquire() as connection:
         history = await connection.fetchval("SELECT count(*) FROM delivery_event")
     assert history == 4  # the skipped older change is still in the history, once
+
+
+async def test_a_campaigns_deliveries_name_it_and_may_end_cancelled(pool: asyncpg.Pool) -> None:
+    campaign_nid, campaign_did, own_nid, own_did = (new_id(0) for _ in range(4))
+    key = notification_key("c-1", "u-1")
+    accepted_then = [
+        [accepted(campaign_nid, [campaign_did], at=T0, idempotency_key=key),
+         *delivered(campaign_nid, campaign_did, "QUEUED", at=T0)],
+        [accepted(own_nid, [own_did], at=T0, idempotency_key="campaign-c-1"),
+         *delivered(own_nid, own_did, "QUEUED", at=T0)],
+    ]  # fmt: skip
+    await apply(pool, "s0", rows_of(0, entries(accepted_then)))
+    # Cancelled in a later batch, which knows nothing of the notification: the row keeps it.
+    cancelled = DeliveryCancelled(at=T0, notification_id=campaign_nid, delivery_id=campaign_did,
+                                  version=2, channel="SMS", campaign_id="c-1")  # fmt: skip
+    await apply(pool, "s0", rows_of(0, entries([[cancelled]], first=3)))
+
+    async with pool.acquire() as connection:
+        rows = {
+            str(row["id"]): (row["status"], row["campaign_id"], row["version"])
+            for row in await connection.fetch("SELECT * FROM delivery")
+        }
+    assert rows == {campaign_did: ("CANCELLED", "c-1", 2), own_did: ("QUEUED", None, 1)}

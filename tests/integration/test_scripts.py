@@ -25,11 +25,13 @@ from app.ingest.fanout import Planner
 from app.ingest.requests import NotificationRequest
 from app.providers.sandbox import _Call, sandbox_send_call
 from streams import codec, delivery_outcomes, scripts
+from streams.campaigns import CampaignChange, campaign_write_call, encode_chunk
 from streams.circuit_breaker import CircuitPolicy, circuit_call
 from streams.consumer_groups import DELIVERY_GROUP, PROJECTOR_GROUP, ensure_group
 from streams.delivery_outcomes import LeasedDelivery
 from streams.delivery_store import (
     DeliveryStore,
+    Lease,
     dead_letter_raw_call,
     delivery_begin_call,
     delivery_finish_call,
@@ -40,10 +42,12 @@ from streams.dlq.scan import Selection
 from streams.erasure import erase_call, find_waiting
 from streams.events import (
     AddressSuppressed,
+    CampaignStateChanged,
     PreferenceChanged,
     PreferenceEntry,
     ProviderFeedbackReceived,
 )
+from streams.fairness import Fairness, fair_feed_call
 from streams.feedback import (
     Feedback,
     VerifiedCallback,
@@ -59,7 +63,12 @@ from streams.ingest_quota import QuotaRates, ingest_quota_call
 from streams.keys import KeySpace
 from streams.leases import lease_call
 from streams.rate_limiter import Rate, rate_limit_call
-from streams.recipient_settings import RecipientSettings, recipient_settings_call
+from streams.recipient_settings import (
+    RecipientSettings,
+    RecipientSettingsStore,
+    recipient_settings_call,
+    recipients_read_call,
+)
 from streams.retention import StreamRetention, trim_stream_call
 from streams.scheduler import delayed_member, schedule_due_call
 from streams.scripts import Call, LuaScript
@@ -140,7 +149,7 @@ async def leased(
 ) -> list[LeasedDelivery]:
     """Ingest an order (EMAIL and IN_APP), read its NORMAL work entries and lease them."""
     item = plan(catalog, keys, "lease", body)
-    await scripts.INGEST(redis, *ingest_call(keys.shard(0), [item], 60_000, 10_000))
+    await scripts.INGEST(redis, *ingest_call(keys.shard(0), [item], 60_000, 10_000, 2000))
     shard, stream = keys.shard(0), keys.shard(0).work(Priority.NORMAL)
     await ensure_group(redis, stream, DELIVERY_GROUP)
     [(_, entries)] = await redis.xreadgroup(DELIVERY_GROUP, "w", {stream: ">"})
@@ -172,7 +181,7 @@ async def test_ingest(real_redis: Redis, key_prefix: str, catalog: Catalog) -> N
     keys = KeySpace(key_prefix)
     items = [plan(catalog, keys, "k0", ORDER), plan(catalog, keys, "k1", LARGE_ORDER)]
     assert (items[0].shared_data, bool(items[1].shared_data)) == (b"", True)
-    call = ingest_call(keys.shard(0), items, 60_000, 10_000)
+    call = ingest_call(keys.shard(0), items, 60_000, 10_000, 2000)
 
     assert await run(real_redis, scripts.INGEST, call) == [b"OK", b"OK"]
     assert await real_redis.xlen(keys.shard(0).work(Priority.NORMAL)) == 4  # EMAIL, IN_APP
@@ -183,7 +192,7 @@ async def test_ingest(real_redis: Redis, key_prefix: str, catalog: Catalog) -> N
     # id, whose record is not among the keys the retry declares.
     retries = [plan(catalog, keys, "k0", ORDER), plan(catalog, keys, "k1", LARGE_ORDER)]
     again = await run(
-        real_redis, scripts.INGEST, ingest_call(keys.shard(0), retries, 60_000, 10_000)
+        real_redis, scripts.INGEST, ingest_call(keys.shard(0), retries, 60_000, 10_000, 2000)
     )
     assert again == [[b"DUP", item.notification_id.encode()] for item in items]
 
@@ -191,7 +200,7 @@ async def test_ingest(real_redis: Redis, key_prefix: str, catalog: Catalog) -> N
 async def test_delivery_begin(real_redis: Redis, key_prefix: str, catalog: Catalog) -> None:
     keys = KeySpace(key_prefix)
     items = [plan(catalog, keys, "b0", ORDER), plan(catalog, keys, "b1", LARGE_ORDER)]
-    await scripts.INGEST(real_redis, *ingest_call(keys.shard(0), items, 60_000, 10_000))
+    await scripts.INGEST(real_redis, *ingest_call(keys.shard(0), items, 60_000, 10_000, 2000))
     work = [codec.decode_work_item(w.item) for item in items for w in item.work]
     call = delivery_begin_call(keys.shard(0), work, "w", 60_000, 5)
 
@@ -204,6 +213,44 @@ async def test_delivery_begin(real_redis: Redis, key_prefix: str, catalog: Catal
     assert state is not None
     assert (state.status, state.lease_owner, state.channel) == ("SENDING", "w", work[0].channel)
     assert state.leases == 1
+
+
+async def test_delivery_begin_and_finish_of_a_cancelled_campaign(
+    real_redis: Redis, key_prefix: str, catalog: Catalog
+) -> None:
+    """A campaign's marker is declared once per call, and only by items of a campaign; a
+    cancelled one's deliveries are recorded CANCELLED, their work entries gone."""
+    keys = KeySpace(key_prefix)
+    shard, stream = keys.shard(0), keys.shard(0).work(Priority.NORMAL)
+    await ensure_group(real_redis, stream, DELIVERY_GROUP)
+    email = codec.decode_work_item(plan(catalog, keys, "c", ORDER).work[0].item)
+    for n, campaign in enumerate(["c-1", "c-1", "c-2", ""]):
+        item = msgspec.structs.replace(email, delivery_id=f"d-{n}", campaign=campaign)
+        await real_redis.xadd(stream, {"w": codec.encode(item)})
+    [(_, entries)] = await real_redis.xreadgroup(DELIVERY_GROUP, "w", {stream: ">"})
+    work = [(e.decode(), codec.decode_work_item(f[b"w"])) for e, f in entries]
+    await real_redis.set(shard.campaign_cancelled("c-1"), "1")
+    call = delivery_begin_call(shard, [item for _, item in work], "w", 60_000, 5)
+    markers = [shard.campaign_cancelled("c-1"), shard.campaign_cancelled("c-2")]
+    assert [key for key in call[0] if str(key).endswith(":cancelled")] == markers
+
+    reply = await run(real_redis, scripts.DELIVERY_BEGIN, call)
+
+    assert reply[0::6] == [b"CANCELLED", b"CANCELLED", b"GO", b"GO"]
+    lease = Lease("CANCELLED", version=1, attempts=0, now_ms=1_000, first_attempt_ms=0)
+    outcomes = [
+        delivery_outcomes.cancelled(LeasedDelivery.taken(shard, item, entry, lease, WORKER), 1_000)
+        for entry, item in work[:2]
+    ]
+    call = delivery_finish_call(shard, Priority.NORMAL, outcomes, (60_000, 120_000))
+    assert await run(real_redis, scripts.DELIVERY_FINISH, call) == [b"OK", b"OK"]
+    for _, item in work[:2]:
+        assert await real_redis.hget(shard.delivery(item.delivery_id), "status") == b"CANCELLED"
+    assert await real_redis.xlen(stream) == 2  # the other two are still being sent
+    [(_, fields)] = await real_redis.xrange(shard.events)
+    assert [type(e).__name__ for e in codec.decode_events(fields[b"e"])] == [
+        "DeliveryCancelled", "DeliveryCancelled",
+    ]  # fmt: skip
 
 
 async def test_delivery_finish(real_redis: Redis, key_prefix: str, catalog: Catalog) -> None:
@@ -328,7 +375,7 @@ async def test_erase(real_redis: Redis, key_prefix: str, catalog: Catalog) -> No
     keys = KeySpace(key_prefix)
     shard = keys.shard(0)
     item = plan(catalog, keys, "erase", ORDER)
-    await scripts.INGEST(real_redis, *ingest_call(shard, [item], 60_000, 10_000))
+    await scripts.INGEST(real_redis, *ingest_call(shard, [item], 60_000, 10_000, 2000))
     waiting = await find_waiting(real_redis, shard, ORDER["recipient"]["id"])
     assert len(waiting) == 2  # EMAIL and IN_APP, queued (no push token: PUSH is suppressed)
     call = erase_call(shard, waiting, [1] * len(waiting), 1_700_000_000_000, 60_000)
@@ -548,3 +595,64 @@ def test_every_lua_file_is_registered() -> None:
         if entry.name.endswith(".lua")
     }
     assert files - {"shared"} == {script.name for script in scripts.ALL}
+
+
+async def test_campaign_write(real_redis: Redis, key_prefix: str) -> None:
+    keys = KeySpace(key_prefix)
+    shard = keys.shard(0)
+    created = CampaignChange(
+        sets={"producer": "orders", "state": "draft", "spec": b"{}"},
+        chunks=[encode_chunk(["a", "b"])],
+        upload="part-1",
+        added=2,
+        due_ms=5,
+        created_ms=1,
+        events=[CampaignStateChanged(at=datetime.now(UTC), campaign_id="c", state="draft",
+                                     previous="draft")],
+    )  # fmt: skip
+    call = campaign_write_call(shard, "c", 0, created)
+    assert await run(real_redis, scripts.CAMPAIGN_WRITE, call) == [b"OK", 1]
+    assert await run(real_redis, scripts.CAMPAIGN_WRITE, call) == [b"MOVED", 1]
+    again = campaign_write_call(shard, "c", 1, created)
+    assert await run(real_redis, scripts.CAMPAIGN_WRITE, again) == [b"UPLOADED", 2]
+    adopt = CampaignChange(increments={"accepted": 2}, emptied=0, adopt_selection=True)
+    await real_redis.rpush(shard.campaign("c").audience_draft, b'["x"]')
+    call = campaign_write_call(shard, "c", 1, adopt)
+    assert await run(real_redis, scripts.CAMPAIGN_WRITE, call) == [b"OK", 2]
+    assert await real_redis.lrange(shard.campaign("c").audience, 0, -1) == [b""]
+    assert await real_redis.hget(shard.campaign("c").record, "accepted") == b"2"
+    assert await real_redis.zscore(shard.campaigns_due, "c") == 5
+    assert await real_redis.xlen(shard.events) == 1
+
+
+async def test_recipients_read(real_redis: Redis, key_prefix: str) -> None:
+    keys = KeySpace(key_prefix)
+    shard = keys.shard(0)
+    await RecipientSettingsStore(real_redis, keys).set_preferences(
+        "user-1", [PreferenceEntry(type="marketing", channel="EMAIL", enabled=False)]
+    )
+    call = recipients_read_call(shard, ["user-1", "user-2"])
+    first, second = await run(real_redis, scripts.RECIPIENTS_READ, call)
+    assert RecipientSettings.from_hash(first).disabled == {("marketing", "EMAIL")}
+    assert second == []
+
+
+async def test_fair_feed(real_redis: Redis, key_prefix: str) -> None:
+    shard = KeySpace(key_prefix).shard(0)
+    for producer, count in (("a", 50), ("b", 3)):
+        await real_redis.rpush(
+            shard.queued(Priority.LOW, producer), *[f"{producer}{n}" for n in range(count)]
+        )
+        await real_redis.sadd(shard.queued_producers(Priority.LOW), producer)
+    fairness = Fairness(buffer=20, quantum=2, weights={"a": 3})
+    call = fair_feed_call(shard, Priority.LOW, ["a", "b"], fairness)
+    assert await run(real_redis, scripts.FAIR_FEED, call) == 20
+    moved = [fields[b"w"] for _, fields in await real_redis.xrange(shard.work(Priority.LOW))]
+    # Rounds of 6 of a's and 2 of b's, until b's 3 are through and the buffer is full.
+    assert moved == [
+        b"a0", b"a1", b"a2", b"a3", b"a4", b"a5", b"b0", b"b1",
+        b"a6", b"a7", b"a8", b"a9", b"a10", b"a11", b"b2",
+        b"a12", b"a13", b"a14", b"a15", b"a16",
+    ]  # fmt: skip
+    assert await real_redis.smembers(shard.queued_producers(Priority.LOW)) == {b"a"}
+    assert await run(real_redis, scripts.FAIR_FEED, call) == 0  # no room left

@@ -7,7 +7,12 @@ from datetime import UTC, datetime, timedelta
 from streams.events import (
     AddressSuppressed,
     AddressUnsuppressed,
+    CampaignAudienceAdded,
+    CampaignBatchGenerated,
+    CampaignCreated,
+    CampaignStateChanged,
     DeliveryAttemptFailed,
+    DeliveryCancelled,
     DeliveryDeadLettered,
     DeliveryDeferred,
     DeliveryExpired,
@@ -36,6 +41,7 @@ from streams.events import (
 AT = datetime(2026, 1, 15, 9, 30, 0, 125000, tzinfo=UTC)
 NID = "019bc123-4567-7abc-8def-0123456789ab"
 DID = "019bc123-4567-7abc-8def-0123456789a0"
+CID = "019bc123-4567-7abc-8def-0123456789c1"
 DELIVERY = {"notification_id": NID, "delivery_id": DID, "version": 2}
 
 EXAMPLES: list[Event] = [
@@ -63,6 +69,7 @@ EXAMPLES: list[Event] = [
     DeliverySent(at=AT, **DELIVERY, attempt=1, provider="sandbox", provider_message_id="m-1"),
     DeliveryFailed(at=AT, **DELIVERY, attempts=6, error_class="PERMANENT", error="bounced"),
     DeliveryExpired(at=AT, **DELIVERY, channel="IN_APP"),
+    DeliveryCancelled(at=AT, **DELIVERY, channel="EMAIL", campaign_id=CID),
     DeliveryDeadLettered(at=AT, **DELIVERY, error_class="POISON"),
     DeliveryReplayed(at=AT, **DELIVERY, operator="alice", reason="fixed"),
     ProviderFeedbackReceived(at=AT, **DELIVERY, feedback="token_invalid", provider="sandbox"),
@@ -126,4 +133,18 @@ EXAMPLES: list[Event] = [
     AddressUnsuppressed(
         at=AT, channel="EMAIL", address_digest="3f79bb7b435b0532", source="admin:ops"
     ),
+    CampaignCreated(
+        at=AT,
+        campaign_id=CID,
+        producer="marketing",
+        notification_type="weekly_digest",
+        audience="segment",
+        start_at=AT + timedelta(hours=1),
+        rate=500,
+    ),
+    CampaignAudienceAdded(at=AT, campaign_id=CID, recipients=1000, audience=21000),
+    CampaignStateChanged(
+        at=AT, campaign_id=CID, state="paused", previous="running", by="marketing"
+    ),
+    CampaignBatchGenerated(at=AT, campaign_id=CID, batch=7, accepted=990, repeated=6, skipped=4),
 ]

@@ -45,11 +45,12 @@ WORK_FIELDS = list(WorkItem.__struct_fields__)
 def test_work_items_written_before_later_fields_existed_still_decode() -> None:
     # Work items are arrays in field order: fields added later come last, with defaults.
     stored = json.loads(codec.encode(work_item()))
-    assert WORK_FIELDS[-4:] == ["attempts", "producer", "shared_data", "failover"]
-    before_attempts = codec.decode_work_item(json.dumps(stored[:-4]))
+    assert WORK_FIELDS[-5:] == ["attempts", "producer", "shared_data", "failover", "campaign"]
+    before_attempts = codec.decode_work_item(json.dumps(stored[:-5]))
     assert (before_attempts.attempts, before_attempts.producer) == (0, "")
-    assert not codec.decode_work_item(json.dumps(stored[:-2])).shared_data
-    assert codec.decode_work_item(json.dumps(stored[:-1])).failover == 0
+    assert not codec.decode_work_item(json.dumps(stored[:-3])).shared_data
+    assert codec.decode_work_item(json.dumps(stored[:-2])).failover == 0
+    assert codec.decode_work_item(json.dumps(stored[:-1])).campaign == ""
 
 
 def test_a_work_item_with_a_bad_channel_is_refused() -> None:

@@ -1,13 +1,14 @@
 """What an event about a delivery changes in its read-model row: feedback moves it as the
 event says (DELIVERED; FAILED with the feedback as reason, its error class and text), an
-event written before feedback carried its status still reads as it did."""
+event written before feedback carried its status still reads as it did, a cancellation ends
+it CANCELLED."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
 from projections.delivery_changes import CHANGE_OF, UNKNOWN
-from streams.events import DeliverySent, ProviderFeedbackReceived
+from streams.events import DeliveryCancelled, DeliverySent, ProviderFeedbackReceived
 
 AT = datetime(2026, 1, 15, 9, 30, tzinfo=UTC)
 IDS = {"notification_id": "n", "delivery_id": "d", "version": 3}
@@ -55,3 +56,8 @@ def test_a_send_and_an_unknown_event() -> None:
     assert change(sent) == {"status": "SENT", "attempts": 1, "provider": "sms",
                             "message_id": "SM1", "sent_at": AT}  # fmt: skip
     assert UNKNOWN[0] == "QUEUED"
+
+
+def test_a_cancellation_ends_the_row_cancelled() -> None:
+    cancelled = DeliveryCancelled(at=AT, **IDS, channel="EMAIL", campaign_id="c-7")
+    assert change(cancelled) == {"status": "CANCELLED", "channel": "EMAIL"}

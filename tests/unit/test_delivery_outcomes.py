@@ -12,6 +12,7 @@ from streams.delivery_store import Outcome
 from streams.events import (
     AnyEvent,
     DeliveryAttemptFailed,
+    DeliveryCancelled,
     DeliveryDeadLettered,
     DeliveryDeferred,
     DeliveryExpired,
@@ -64,6 +65,19 @@ def test_an_expiry_records_why_and_counts_no_attempt() -> None:
     assert outcome.fields == {"status": "EXPIRED", "reason": "ttl", "version": 5, **ENDS_THE_LEASE}
     reason = delivery_outcomes.expired(leased(), NOW, reason="quiet_hours_past_ttl")
     assert reason.fields["reason"] == "quiet_hours_past_ttl"
+
+
+def test_a_cancellation_names_the_campaign_counts_no_attempt_and_frees_shared_data() -> None:
+    held = leased(version=3, campaign="c-7", shared_data=True, data={})
+    outcome = delivery_outcomes.cancelled(held, NOW)
+    assert events(outcome) == [
+        DeliveryCancelled(at=at(NOW), notification_id="n", delivery_id="d", version=4,
+                          channel="SMS", campaign_id="c-7"),
+    ]  # fmt: skip
+    assert outcome.fields == {"status": "CANCELLED", "version": 4, **ENDS_THE_LEASE}
+    assert (outcome.entry_id, outcome.expected_version) == ("1-0", 3)  # acknowledged with it
+    assert (outcome.delayed_member, outcome.dead_letter) == (b"", {})
+    assert outcome.releases_data == held.shard.data("n")
 
 
 def test_a_rate_limited_delivery_waits_in_delayed_without_counting_an_attempt() -> None:

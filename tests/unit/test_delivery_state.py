@@ -92,6 +92,7 @@ def test_every_field_an_outcome_writes_is_a_field_of_the_state() -> None:
     outcomes = [
         delivery_outcomes.sent(leased, "sandbox", "m", now),
         delivery_outcomes.expired(leased, now),
+        delivery_outcomes.cancelled(leased, now),
         delivery_outcomes.deferred(leased, now + 1_000, now),
         delivery_outcomes.retry_later(leased, ErrorClass.TRANSIENT, "down", now + 1_000, now),
         delivery_outcomes.failed(leased, ErrorClass.PERMANENT, "no", now, attempts=2),

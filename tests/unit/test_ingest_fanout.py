@@ -17,6 +17,7 @@ from app.catalog import load_catalog, parse_catalog
 from app.ingest.fanout import FanoutError, Planner, fingerprint
 from app.ingest.requests import NotificationRequest, Recipient
 from streams import codec
+from streams.campaign_ids import notification_key
 from streams.events import (
     DeliveryDeferred,
     DeliveryEvent,
@@ -75,11 +76,12 @@ def plan(
     req: NotificationRequest,
     settings: RecipientSettings | None = None,
     now: datetime = NOON,
+    key: str = "order-1001",
 ) -> IngestItem:
     return planner.plan(
         shard=SHARD,
         producer="orders",
-        idempotency_key="order-1001",
+        idempotency_key=key,
         request=req,
         identity=planner.identity(SHARD, req),
         settings=settings or RecipientSettings(),
@@ -471,3 +473,16 @@ def test_a_recipient_without_push_targets_fingerprints_as_before() -> None:
     assert fingerprint(req) == hashlib.sha256(expected).hexdigest()[:32]
     with_target = push_targets_request({"platform": "fcm", "token": "t"})
     assert fingerprint(with_target) != fingerprint(push_targets_request(tokens=("t",)))
+
+
+def test_the_work_items_of_a_campaigns_notification_name_the_campaign(planner: Planner) -> None:
+    req = order(email="jane@example.com", push_tokens=("tok",))
+    # Queued and, in quiet hours, delayed: each work item names it.
+    for settings, now in ((None, NOON), (QUIET, LATE)):
+        item = plan(planner, req, settings, now, key=notification_key("c-7", "user-42"))
+        work = [work for _, _, work in deliveries(item) if work is not None]
+        assert len(work) == 3
+        assert {w.campaign for w in work} == {"c-7"}
+    for key in ("order-1001", "campaign-c-7", "campaign:c-7"):  # a producer's own keys
+        work = [work for _, _, work in deliveries(plan(planner, req, key=key)) if work]
+        assert {w.campaign for w in work} == {""}

@@ -66,6 +66,7 @@ def test_every_key_of_a_shard_shares_its_hash_tag() -> None:
         shard.notification(new_id(5)),
         shard.delivery(new_id(5)),
         shard.recipient("{user}-42"),
+        shard.campaign_cancelled(new_id(2)),
     ]
     assert {hash_tag(key) for key in keys} == {"s5"}
     assert all(key.startswith("clarion:{s5}:") for key in keys)

@@ -34,17 +34,19 @@ ALLOWED: dict[str, set[str]] = {
     },
     "app.operations": {*SHARED_APP, "app.operations", "app.ingest", "projections", "streams"},
     "app.recipients": {*SHARED_APP, "app.recipients", "app.ingest", "projections", "streams"},
+    "app.campaigns": {*SHARED_APP, "app.campaigns", "app.ingest", "projections", "streams"},
     "app.feedback": {*SHARED_APP, "app.feedback", "app.recipients", "projections", "streams"},
     "app.api": {
-        *SHARED_APP, "app.api", "app.ingest", "app.operations", "app.recipients",
+        *SHARED_APP, "app.api", "app.campaigns", "app.ingest", "app.operations", "app.recipients",
         "app.feedback", "app.status_webhooks", "projections", "streams",
     },
     "app.processes": {
-        *SHARED_APP, "app.processes", "app.api", "app.delivery", "app.providers",
+        *SHARED_APP, "app.processes", "app.api", "app.campaigns", "app.delivery", "app.providers",
         "app.feedback", "app.status_webhooks", "projections", "streams",
     },
     "app.cli": {
-        *SHARED_APP, "app.cli", "app.api", "app.ingest", "app.delivery", "app.providers",
+        *SHARED_APP, "app.cli", "app.api", "app.campaigns", "app.ingest", "app.delivery",
+        "app.providers",
         "app.operations", "app.processes", "app.recipients", "app.status_webhooks",
         "projections", "streams",
     },

@@ -163,3 +163,10 @@ def test_status_webhooks_behind_or_a_failing_endpoint_are_lag_high() -> None:
         "status hooks    lag -, 124 waiting (oldest 5.0 min) for 2 producers, 3 dead letters"
         in (table)
     )
+
+
+def test_the_table_shows_producers_queued_for_their_share_largest_first() -> None:
+    waiting = snapshot()
+    waiting.backlog.shards[0].queued.update({"small": 5, "flood": 200_000})
+    assert "queued          200,005 (flood 200,000, small 5)" in render(waiting, snapshot())
+    assert "queued          0\n" in render(snapshot(), snapshot())

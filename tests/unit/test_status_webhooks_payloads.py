@@ -17,6 +17,7 @@ from app.status_webhooks.payloads import (
 )
 from streams.events import (
     DeliveryAttemptFailed,
+    DeliveryCancelled,
     DeliveryDeadLettered,
     DeliveryExpired,
     DeliveryFailed,
@@ -47,7 +48,7 @@ def test_final_statuses_and_feedback_are_due_nothing_else() -> None:
     due = {type(e).__name__ for e in EXAMPLES if is_due(e)}
     assert due == {
         "DeliverySent", "DeliveryFailed", "DeliveryExpired", "DeliverySuppressed",
-        "ProviderFeedbackReceived",
+        "DeliveryCancelled", "ProviderFeedbackReceived",
     }  # fmt: skip
     for event in (
         DeliveryQueued(**IDS, version=1, channel=Channel.SMS, priority=Priority.HIGH),
@@ -94,6 +95,11 @@ def test_a_sent_delivery() -> None:
             {"status": "SUPPRESSED", "reason": "opted_out"},
         ),
         (
+            DeliveryCancelled(**IDS, version=2, channel=Channel.SMS, campaign_id="c-7"),
+            "delivery.cancelled",
+            {"status": "CANCELLED", "channel": "SMS", "attempts": 0, "reason": ""},
+        ),
+        (
             ProviderFeedbackReceived(**IDS, version=5, feedback="delivered", provider="twilio",
                                      status="DELIVERED"),
             "delivery.feedback",
@@ -128,7 +134,9 @@ def test_each_kind_says_what_its_event_says(
 def test_the_channel_comes_from_the_event_when_it_names_one() -> None:
     suppressed = DeliverySuppressed(**IDS, version=1, channel=Channel.EMAIL, reason="no_address")
     sent = DeliverySent(**IDS, version=3, attempt=1, provider="p", provider_message_id="m")
+    cancelled = DeliveryCancelled(**IDS, version=2, channel=Channel.PUSH, campaign_id="c-7")
     assert carried_channel(suppressed) == Channel.EMAIL
+    assert carried_channel(cancelled) == Channel.PUSH
     assert carried_channel(sent) is None
 
 

@@ -1,0 +1,208 @@
+"""The campaigns API (scope ``send``): create a campaign, upload its recipients, start,
+pause, resume or cancel it, and follow its progress.
+
+``POST /v1/campaigns`` creates a draft; ``POST /v1/campaigns/{id}/recipients`` appends up to
+10,000 recipient ids per call (an ``Idempotency-Key`` makes a retried upload add nothing
+twice); ``POST /v1/campaigns/{id}/start`` hands it to the workers' generator, at its
+``start_at`` if it has one. ``GET /v1/campaigns/{id}`` shows its progress: recipients
+generated, their deliveries' statuses (from the read model: without it they are null),
+the pace and the time left. A campaign is its producer's alone: to others it is 404.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+import msgspec
+import structlog
+from litestar import Controller, Request, Response, get, post, route
+from litestar.datastructures import State
+from litestar.enums import HttpMethod
+from litestar.exceptions import ClientException, NotFoundException
+from litestar.params import FromPath, HeaderParameter, QueryParameter
+
+from app.api.auth import authorize
+from app.api.body import decode_body, documented_body
+from app.api.errors import AUTHENTICATED, BodyTooLarge
+from app.api.notifications import check_key
+from app.api.read_model import UNAVAILABLE, ReadModel
+from app.campaigns.lifecycle import CampaignError, Campaigns
+from app.campaigns.progress import Progress, progress_of
+from app.campaigns.specs import CampaignSpec, Upload
+from projections.campaign_queries import campaign_counts
+from streams.campaigns import Campaign
+
+log = structlog.get_logger(__name__)
+Req = Request[Any, Any, State]
+MAX_LIST = 100
+# 10,000 recipient ids of up to 255 characters, as JSON.
+MAX_UPLOAD_BYTES = 3 * 1024 * 1024
+
+UploadKey = Annotated[
+    str | None,
+    HeaderParameter(
+        name="Idempotency-Key",
+        description="Optional. A retried upload with the same key adds nothing again.",
+        required=False,
+    ),
+]
+
+
+class UploadAnswer(msgspec.Struct, frozen=True, kw_only=True):
+    added: int  # recipients this upload added (a retry: what the first one added)
+    audience: int  # the audience's size now
+
+
+class CampaignList(msgspec.Struct, frozen=True, kw_only=True):
+    campaigns: list[Progress]
+
+
+def _campaigns(request: Req) -> Campaigns:
+    campaigns: Campaigns = request.app.state.campaigns
+    return campaigns
+
+
+async def _progress(request: Req, campaign: Campaign) -> Progress:
+    """The campaign's progress, with its deliveries' statuses when the read model has them."""
+    read_model: ReadModel = request.app.state.read_model
+    counts = None
+    pool = await read_model.pool()
+    if pool is not None:
+        try:
+            counts = await campaign_counts(pool, campaign.id)
+        except UNAVAILABLE as error:
+            log.warning("read_model.query_failed", error=str(error) or type(error).__name__)
+    return progress_of(campaign, counts, int(time.time() * 1000))
+
+
+async def _act(request: Req, campaign_id: str, action: str) -> Progress:
+    producer = authorize(request, "send").producer
+    campaigns = _campaigns(request)
+    try:
+        campaign = await getattr(campaigns, action)(producer, campaign_id)
+    except CampaignError as error:
+        raise _refusal(error) from None
+    return await _progress(request, campaign)
+
+
+def _refusal(error: CampaignError) -> ClientException:
+    if error.status == 404:
+        return NotFoundException(detail=error.detail)
+    return ClientException(status_code=error.status, detail=error.detail)
+
+
+_RAISES = [*AUTHENTICATED, NotFoundException]
+
+
+class CampaignCollection(Controller):
+    """``POST`` and ``GET /v1/campaigns``.
+
+    The ``OPTIONS`` answer is written out here: Litestar's automatic one is built when the
+    path's first handler is registered and then lists only that handler's method. A
+    controller registers its handlers in the alphabetical order of their names, so
+    ``allowed_methods`` must sort first.
+    """
+
+    path = "/v1/campaigns"
+
+    @route(http_method=HttpMethod.OPTIONS, include_in_schema=False, status_code=204)
+    async def allowed_methods(self, request: Req) -> Response[None]:
+        """Which methods this path supports, read from its route."""
+        [found] = [r for r in request.app.routes if r.path_format == request.scope["path_template"]]
+        return Response(None, status_code=204, headers={"Allow": ", ".join(sorted(found.methods))})
+
+    @post(
+        status_code=201,
+        dependencies=documented_body(CampaignSpec),
+        raises=[*AUTHENTICATED, BodyTooLarge],
+    )
+    async def create_campaign(self, request: Req) -> Progress:
+        """Create a campaign (a draft: upload its recipients, or give a segment, then start
+        it)."""
+        producer = authorize(request, "send").producer
+        spec = decode_body(await request.body(), CampaignSpec)
+        try:
+            campaign = await _campaigns(request).create(producer, spec)
+        except CampaignError as error:
+            raise _refusal(error) from None
+        return await _progress(request, campaign)
+
+    @get(raises=AUTHENTICATED)
+    async def list_campaigns(
+        self,
+        request: Req,
+        limit: Annotated[
+            int, QueryParameter(description=f"Campaigns to show, newest first (<= {MAX_LIST})")
+        ] = 20,
+    ) -> CampaignList:
+        """The producer's newest campaigns with their progress."""
+        producer = authorize(request, "send").producer
+        if not 1 <= limit <= MAX_LIST:
+            raise ClientException(status_code=422, detail=f"limit: from 1 to {MAX_LIST}")
+        found = await _campaigns(request).store.recent(MAX_LIST)
+        mine = [campaign for campaign in found if campaign.producer == producer][:limit]
+        return CampaignList(campaigns=[await _progress(request, c) for c in mine])
+
+
+@get("/v1/campaigns/{campaign_id:str}", raises=_RAISES)
+async def get_campaign(request: Req, campaign_id: FromPath[str]) -> Progress:
+    """A campaign's progress."""
+    producer = authorize(request, "send").producer
+    try:
+        campaign = await _campaigns(request).get(producer, campaign_id)
+    except CampaignError as error:
+        raise _refusal(error) from None
+    return await _progress(request, campaign)
+
+
+@post(
+    "/v1/campaigns/{campaign_id:str}/recipients",
+    status_code=200,
+    dependencies=documented_body(Upload),
+    request_max_body_size=MAX_UPLOAD_BYTES,
+    raises=[*_RAISES, BodyTooLarge],
+)
+async def upload_recipients(
+    request: Req, campaign_id: FromPath[str], idempotency_key: UploadKey = None
+) -> UploadAnswer:
+    """Append recipient ids to a draft campaign's audience (up to 10,000 per call)."""
+    producer = authorize(request, "send").producer
+    key = "" if idempotency_key is None else check_key(idempotency_key)
+    upload = decode_body(await request.body(), Upload)
+    try:
+        added, campaign = await _campaigns(request).add_recipients(
+            producer, campaign_id, upload.recipients, key
+        )
+    except CampaignError as error:
+        raise _refusal(error) from None
+    return UploadAnswer(added=added, audience=campaign.audience)
+
+
+def _action(action: str, summary: str) -> Any:
+    @post(
+        f"/v1/campaigns/{{campaign_id:str}}/{action}",
+        status_code=200,
+        raises=_RAISES,
+        operation_id=f"{action}_campaign",
+        description=summary,
+    )
+    async def handler(request: Req, campaign_id: FromPath[str]) -> Progress:
+        return await _act(request, campaign_id, action)
+
+    return handler
+
+
+CAMPAIGN_ROUTES = [
+    CampaignCollection,
+    get_campaign,
+    upload_recipients,
+    _action("start", "Start a draft campaign: generated now, or from its start_at."),
+    _action("pause", "Pause a campaign between two batches."),
+    _action("resume", "Resume a paused campaign where it stopped."),
+    _action(
+        "cancel",
+        "Cancel a campaign: nothing more is generated, and its deliveries not yet sent end "
+        "CANCELLED.",
+    ),
+]

@@ -1,0 +1,287 @@
+"""The generator: turns a campaign's recipients into notifications, a batch at a time.
+
+It runs in a worker process, holding the campaign's lease (``app.campaigns.runner``), and
+repeats: read the campaign; stop unless it is running (a pause or cancel takes effect
+between batches); wait while the campaign's priority has more work queued than the backlog
+allows (a million-recipient campaign then holds only that much of itself in Redis); ingest
+the next chunk of up to 1000 recipients through the same ingest step as the API
+(``app.ingest.ingestor``); record the batch.
+
+Nothing is generated twice. Each recipient's notification is ingested under the idempotency
+key ``campaign:<id>:<recipient>``, whose record the ingest script writes in the same atomic
+step as the notification: that record is the checkpoint that counts. The batch's own
+checkpoint (the campaign's cursor, its counts, its event) follows it; a generator killed in
+between runs the batch again on restart, and each recipient that already has a
+notification is answered as a repeat, counted as ``repeated`` and sent nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Final
+
+import structlog
+
+from app.campaigns import segments, specs
+from app.campaigns.specs import CampaignSpec
+from app.ingest.ingestor import IngestAnswer, Ingestor
+from streams.campaign_ids import notification_key
+from streams.campaigns import CHUNK_SIZE, Campaign, CampaignChange, CampaignStore
+from streams.events import (
+    CampaignAudienceAdded,
+    CampaignBatchGenerated,
+    CampaignState,
+    CampaignStateChanged,
+)
+from streams.vocabulary import Priority
+
+log = structlog.get_logger(__name__)
+
+# Answers that a later try may turn into a notification: a twin still in flight (409, the
+# run before a crash), settings that kept changing (409), Redis refusing writes (503).
+_TRANSIENT: Final = frozenset({409, 503})
+_RETRIES: Final = 5
+_CHECKPOINT_TRIES: Final = 20
+
+
+@dataclass(frozen=True)
+class GeneratorOptions:
+    # Work items of the campaign's priority allowed to wait before the next batch.
+    backlog: int = 100_000
+    # How long to wait before looking at the backlog again.
+    backlog_poll_s: float = 0.2
+
+
+@dataclass
+class _Tally:
+    accepted: int = 0
+    repeated: int = 0
+    skipped: int = 0
+
+    def count(self, answer: IngestAnswer) -> None:
+        if answer.status_code == 202:
+            if answer.replayed:
+                self.repeated += 1
+            else:
+                self.accepted += 1
+        else:
+            self.skipped += 1
+
+
+Renew = Callable[[], Awaitable[bool]]
+
+
+class Generator:
+    """Generates campaigns' notifications (one campaign per ``run``)."""
+
+    def __init__(self, ingestor: Ingestor, store: CampaignStore, options: GeneratorOptions) -> None:
+        self.ingestor = ingestor
+        self.store = store
+        self.options = options
+
+    async def run(self, campaign_id: str, renew: Renew) -> None:
+        """Generate until the campaign is done, paused or cancelled, or the lease is lost."""
+        paced = _Pace()
+        while await renew():
+            campaign = await self.store.get(campaign_id)
+            if campaign is None or not await self._begin(campaign):
+                return
+            if campaign.state != "running":
+                continue  # it was scheduled: read it again as running
+            spec = specs.decode(campaign.spec)
+            if spec.segment is not None and not campaign.selected:
+                await self._select(campaign, spec)
+                continue
+            if campaign.cursor >= campaign.chunks:
+                await self._complete(campaign)
+                return
+            if not await self._room(self._priority(spec), campaign.producer, renew):
+                return
+            recipients = await self.store.chunk(campaign_id, campaign.cursor)
+            tally = await self._generate(campaign, spec, recipients, paced, renew)
+            if tally is None:
+                return
+            await self._checkpoint(campaign, tally)
+
+    async def _begin(self, campaign: Campaign) -> bool:
+        """Whether to go on: a due scheduled campaign starts running (False when the
+        campaign is neither, or changed meanwhile)."""
+        if campaign.state == "running":
+            if campaign.started_ms == 0:
+                await self._write(campaign, CampaignChange(sets={"started_ms": self._now_ms()}))
+            return True
+        if campaign.state != "scheduled":
+            return False
+        spec = specs.decode(campaign.spec)
+        if spec.start_ms > self._now_ms():
+            return False
+        change = _state_change(campaign, "running", self.ingestor.clock())
+        change.sets["started_ms"] = self._now_ms()
+        return await self._write(campaign, change)
+
+    async def _select(self, campaign: Campaign, spec: CampaignSpec) -> None:
+        assert spec.segment is not None
+        ingestor = self.ingestor
+        count = await segments.select(
+            self.store.redis, ingestor.keys, self.store, campaign.id, spec.segment
+        )
+        chunks = -(-count // CHUNK_SIZE)
+        added = CampaignAudienceAdded(
+            at=ingestor.clock(), campaign_id=campaign.id, recipients=count, audience=count
+        )
+        change = CampaignChange(
+            sets={"selected": 1, "audience": count, "chunks": chunks},
+            adopt_selection=True,
+            events=[added],
+        )
+        await self._write(campaign, change)
+        log.info("campaign.selected", campaign_id=campaign.id, recipients=count)
+
+    async def _room(self, priority: Priority, producer: str, renew: Renew) -> bool:
+        """Wait until the producer's backlog of the priority leaves room for a batch (False:
+        the lease was lost)."""
+        last_renewal = time.monotonic()
+        while await self.store.backlog(priority, producer) > self.options.backlog:
+            await asyncio.sleep(self.options.backlog_poll_s)
+            if time.monotonic() - last_renewal > 1.0:
+                if not await renew():
+                    return False
+                last_renewal = time.monotonic()
+        return True
+
+    async def _generate(
+        self,
+        campaign: Campaign,
+        spec: CampaignSpec,
+        recipients: Sequence[str],
+        paced: _Pace,
+        renew: Renew,
+    ) -> _Tally | None:
+        """Ingest one chunk's notifications (None: the lease was lost halfway)."""
+        tally = _Tally()
+        step = paced.step(spec.rate)
+        for start in range(0, len(recipients), step):
+            part = recipients[start : start + step]
+            await paced.wait(spec.rate, len(part))
+            if spec.rate and not await renew():
+                return None
+            for answer in await self._ingest(campaign, spec, part):
+                tally.count(answer)
+        return tally
+
+    async def _ingest(
+        self, campaign: Campaign, spec: CampaignSpec, recipients: Sequence[str]
+    ) -> list[IngestAnswer]:
+        """The ingest answers for ``recipients``, retrying those that may still succeed."""
+        answers: list[IngestAnswer | None] = [None] * len(recipients)
+        waiting = list(range(len(recipients)))
+        for attempt in range(_RETRIES + 1):
+            entries = [
+                (notification_key(campaign.id, recipients[i]), spec.notification(recipients[i]))
+                for i in waiting
+            ]
+            # Campaign recipients have profiles: read their settings with the batch, so
+            # that each notification is planned once (see ``Ingestor.read_settings``).
+            known = await self.ingestor.read_settings(campaign.producer, entries)
+            results = await self.ingestor.ingest_many(campaign.producer, entries, known)
+            again = []
+            for index, answer in zip(waiting, results, strict=True):
+                if answer.status_code in _TRANSIENT and attempt < _RETRIES:
+                    again.append(index)
+                else:
+                    answers[index] = answer
+            if not again:
+                break
+            waiting = again
+            await asyncio.sleep(min(2.0, 0.1 * 2**attempt))
+        done = [answer for answer in answers if answer is not None]
+        for answer in done:
+            if answer.status_code != 202:
+                log.info(
+                    "campaign.recipient_skipped", campaign_id=campaign.id, detail=answer.detail
+                )
+        return done
+
+    async def _checkpoint(self, campaign: Campaign, tally: _Tally) -> None:
+        """Record the batch (whatever happened to the campaign meanwhile: it was written)."""
+        batch = campaign.cursor
+        event = CampaignBatchGenerated(
+            at=self.ingestor.clock(),
+            campaign_id=campaign.id,
+            batch=batch,
+            accepted=tally.accepted,
+            repeated=tally.repeated,
+            skipped=tally.skipped,
+        )
+        for _ in range(_CHECKPOINT_TRIES):
+            if campaign.cursor != batch:
+                return  # recorded already (cannot happen while the lease holds)
+            change = CampaignChange(
+                sets={"cursor": batch + 1},
+                increments={
+                    "accepted": tally.accepted,
+                    "repeated": tally.repeated,
+                    "skipped": tally.skipped,
+                },
+                emptied=batch,
+                events=[event],
+            )
+            if await self._write(campaign, change):
+                return
+            found = await self.store.get(campaign.id)
+            if found is None:
+                return
+            campaign = found
+        raise RuntimeError(f"campaign {campaign.id}: its checkpoint kept racing other changes")
+
+    async def _complete(self, campaign: Campaign) -> None:
+        change = _state_change(campaign, "completed", self.ingestor.clock())
+        change.sets["ended_ms"] = self._now_ms()
+        change.due_ms = "remove"
+        if await self._write(campaign, change):
+            log.info("campaign.completed", campaign_id=campaign.id, generated=campaign.generated)
+
+    async def _write(self, campaign: Campaign, change: CampaignChange) -> bool:
+        word, _ = await self.store.write(campaign.id, campaign.version, change)
+        return word == "OK"
+
+    def _now_ms(self) -> int:
+        return _ms(self.ingestor.clock())
+
+    def _priority(self, spec: CampaignSpec) -> Priority:
+        return spec.priority or self.ingestor.planner.catalog.types[spec.type].priority
+
+
+def _state_change(campaign: Campaign, state: CampaignState, now: datetime) -> CampaignChange:
+    event = CampaignStateChanged(
+        at=now, campaign_id=campaign.id, state=state, previous=campaign.state, by="generator"
+    )
+    return CampaignChange(sets={"state": state, "updated_ms": _ms(now)}, events=[event])
+
+
+def _ms(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)
+
+
+class _Pace:
+    """Keeps a campaign at its rate: recipients a second since this run began."""
+
+    def __init__(self) -> None:
+        self.began = time.monotonic()
+        self.done = 0
+
+    @staticmethod
+    def step(rate: int | None) -> int:
+        """Recipients ingested at once: a quarter of a second's worth at a set rate."""
+        return CHUNK_SIZE if not rate else max(1, min(CHUNK_SIZE, rate // 4))
+
+    async def wait(self, rate: int | None, count: int) -> None:
+        if rate:
+            ahead = self.began + self.done / rate - time.monotonic()
+            if ahead > 0:
+                await asyncio.sleep(ahead)
+        self.done += count

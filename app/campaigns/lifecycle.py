@@ -1,0 +1,243 @@
+"""Every change a producer makes to a campaign: create, upload recipients, start, pause,
+resume, cancel.
+
+Each change reads the campaign, decides on what it read and writes with the version it read
+(``streams.campaigns``): a change that raced another is decided again on the new state, so a
+pause and the generator's checkpoint, or two uploads, never step on each other. Each one
+records its event. A campaign belongs to the producer that created it: to any other it does
+not exist.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Final
+
+from redis.asyncio import Redis
+
+from app.campaigns import specs
+from app.campaigns.specs import CampaignSpec
+from app.ingest.fanout import FanoutError, NotAllowed, Planner
+from streams.campaigns import CHUNK_SIZE, Campaign, CampaignChange, CampaignStore, encode_chunk
+from streams.events import (
+    CampaignAudienceAdded,
+    CampaignCreated,
+    CampaignState,
+    CampaignStateChanged,
+)
+from streams.ids import is_uuid, new_id
+from streams.keys import KeySpace, shard_of
+
+# Tries of a change that keeps racing others before giving up (409).
+_TRIES: Final = 20
+# A cancelled campaign's markers outlive any delivery it could still have waiting.
+CANCEL_MARKER_SECONDS: Final = 31 * 86400
+WAITING: Final[frozenset[CampaignState]] = frozenset({"scheduled", "running"})
+
+
+class CampaignError(Exception):
+    """A change that cannot be made: ``status`` (403, 404, 409, 422) and what to say."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+
+
+Decision = Callable[[Campaign], CampaignChange]
+
+
+class Campaigns:
+    """The changes producers make to their campaigns."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        keys: KeySpace,
+        planner: Planner,
+        clock: Callable[[], datetime],
+    ) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.store = CampaignStore(redis, keys)
+        self.planner = planner
+        self.clock = clock
+
+    async def create(self, producer: str, spec: CampaignSpec) -> Campaign:
+        """A new campaign, in draft until started."""
+        try:
+            self.planner.check_sender(producer, spec.type)
+            self.planner.channels(spec.notification("-"))
+        except NotAllowed as error:
+            raise CampaignError(403, str(error)) from None
+        except FanoutError as error:
+            raise CampaignError(422, str(error)) from None
+        now = self.clock()
+        campaign_id = new_id(shard_of(producer, self.keys.shards), _ms(now))
+        created = CampaignCreated(
+            at=now,
+            campaign_id=campaign_id,
+            producer=producer,
+            notification_type=spec.type,
+            audience="list" if spec.segment is None else "segment",
+            start_at=spec.start_at,
+            rate=spec.rate or 0,
+        )
+        change = CampaignChange(
+            sets={
+                "producer": producer,
+                "state": "draft",
+                "spec": specs.encode(spec),
+                "created_ms": _ms(now),
+                "updated_ms": _ms(now),
+            },
+            created_ms=_ms(now),
+            events=[created],
+        )
+        await self.store.write(campaign_id, 0, change)
+        return await self.get(producer, campaign_id)
+
+    async def get(self, producer: str, campaign_id: str) -> Campaign:
+        campaign = await self.store.get(campaign_id) if is_uuid(campaign_id) else None
+        if campaign is None or campaign.producer != producer:
+            raise CampaignError(404, f"campaign: no campaign {campaign_id!r}")
+        return campaign
+
+    async def add_recipients(
+        self, producer: str, campaign_id: str, recipients: Sequence[str], upload_key: str
+    ) -> tuple[int, Campaign]:
+        """Append an upload's recipients to a draft campaign's audience; (recipients added,
+        the campaign). An upload key already taken adds nothing again."""
+        chunks = [
+            encode_chunk(recipients[i : i + CHUNK_SIZE])
+            for i in range(0, len(recipients), CHUNK_SIZE)
+        ]
+
+        def decide(campaign: Campaign) -> CampaignChange:
+            if campaign.state != "draft":
+                raise CampaignError(
+                    409, f"campaign: recipients are added before it starts, it is {campaign.state}"
+                )
+            if specs.decode(campaign.spec).segment is not None:
+                raise CampaignError(409, "campaign: its recipients are its segment's")
+            now = self.clock()
+            added = CampaignAudienceAdded(
+                at=now,
+                campaign_id=campaign.id,
+                recipients=len(recipients),
+                audience=campaign.audience + len(recipients),
+            )
+            return CampaignChange(
+                sets={"updated_ms": _ms(now)},
+                increments={"audience": len(recipients), "chunks": len(chunks)},
+                chunks=chunks,
+                upload=upload_key,
+                added=len(recipients),
+                events=[added],
+            )
+
+        campaign, uploaded = await self._change(producer, campaign_id, decide)
+        return (len(recipients) if uploaded is None else uploaded), campaign
+
+    async def start(self, producer: str, campaign_id: str) -> Campaign:
+        def decide(campaign: Campaign) -> CampaignChange:
+            self._require(campaign, "start", {"draft"})
+            spec = specs.decode(campaign.spec)
+            if spec.segment is None and campaign.audience == 0:
+                raise CampaignError(409, "campaign: upload its recipients before starting it")
+            return self._to_waiting(campaign, spec, producer)
+
+        return (await self._change(producer, campaign_id, decide))[0]
+
+    async def pause(self, producer: str, campaign_id: str) -> Campaign:
+        def decide(campaign: Campaign) -> CampaignChange:
+            self._require(campaign, "pause", WAITING)
+            return self._to(campaign, "paused", producer, due_ms="remove")
+
+        return (await self._change(producer, campaign_id, decide))[0]
+
+    async def resume(self, producer: str, campaign_id: str) -> Campaign:
+        def decide(campaign: Campaign) -> CampaignChange:
+            self._require(campaign, "resume", {"paused"})
+            return self._to_waiting(campaign, specs.decode(campaign.spec), producer)
+
+        return (await self._change(producer, campaign_id, decide))[0]
+
+    async def cancel(self, producer: str, campaign_id: str) -> Campaign:
+        """Cancel a campaign: no more notifications, and its deliveries not yet sent end
+        CANCELLED. Cancelling a cancelled campaign again marks its deliveries again (a
+        cancel whose marking was cut short is completed so)."""
+
+        def decide(campaign: Campaign) -> CampaignChange:
+            if campaign.state == "cancelled":
+                return CampaignChange()  # only the markers below
+            self._require(campaign, "cancel", {"draft", "paused", *WAITING})
+            change = self._to(campaign, "cancelled", producer, due_ms="remove")
+            change.sets["ended_ms"] = _ms(self.clock())
+            return change
+
+        campaign, _ = await self._change(producer, campaign_id, decide)
+        await self._mark_cancelled(campaign_id)
+        return campaign
+
+    async def _mark_cancelled(self, campaign_id: str) -> None:
+        """Tell the workers, on every shard, to end the campaign's waiting deliveries."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for shard in self.keys.all_shards():
+                pipe.set(shard.campaign_cancelled(campaign_id), "1", ex=CANCEL_MARKER_SECONDS)
+            await pipe.execute()
+
+    def _to_waiting(self, campaign: Campaign, spec: CampaignSpec, by: str) -> CampaignChange:
+        """Due now, or scheduled until its start time."""
+        now_ms = _ms(self.clock())
+        later = spec.start_ms > now_ms
+        return self._to(
+            campaign,
+            "scheduled" if later else "running",
+            by,
+            due_ms=spec.start_ms if later else now_ms,
+        )
+
+    def _to(
+        self, campaign: Campaign, state: CampaignState, by: str, *, due_ms: int | str
+    ) -> CampaignChange:
+        now = self.clock()
+        event = CampaignStateChanged(
+            at=now, campaign_id=campaign.id, state=state, previous=campaign.state, by=by
+        )
+        return CampaignChange(
+            sets={"state": state, "updated_ms": _ms(now)},
+            due_ms=due_ms,  # type: ignore[arg-type]
+            events=[event],
+        )
+
+    @staticmethod
+    def _require(campaign: Campaign, action: str, states: set[str] | frozenset[str]) -> None:
+        if campaign.state not in states:
+            raise CampaignError(
+                409, f"campaign: cannot {action} a campaign that is {campaign.state}"
+            )
+
+    async def _change(
+        self, producer: str, campaign_id: str, decide: Decision
+    ) -> tuple[Campaign, int | None]:
+        """Read, decide, write until the write lands on what was read; the campaign after
+        it, and for an upload that was a retry what the first one added."""
+        for attempt in range(_TRIES):
+            campaign = await self.get(producer, campaign_id)
+            change = decide(campaign)
+            if not change.events and not change.sets:
+                return campaign, None
+            word, number = await self.store.write(campaign_id, campaign.version, change)
+            if word == "UPLOADED":
+                return await self.get(producer, campaign_id), number
+            if word == "OK":
+                return await self.get(producer, campaign_id), None
+            await asyncio.sleep(0.001 * attempt)
+        raise CampaignError(409, "campaign: changing too often to change now; retry")
+
+
+def _ms(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)

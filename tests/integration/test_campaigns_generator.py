@@ -1,0 +1,153 @@
+"""The generator against real Redis: every recipient gets one notification, in batches of
+1000, whatever was generated before; pause and backlog stop it between batches."""
+
+from __future__ import annotations
+
+from redis.asyncio import Redis
+
+from app.catalog import Catalog
+from app.ingest.requests import NotificationRequest
+from streams.campaign_ids import notification_key
+from streams.events import CampaignBatchGenerated, CampaignStateChanged
+from streams.keys import KeySpace
+from streams.vocabulary import Priority
+from tests.conftest import stream_events
+from tests.integration.campaign_support import MARKETING, always, give_profiles, parts
+
+
+async def waiting(redis: Redis, keys: KeySpace) -> int:
+    """LOW work items of the producer "orders": in the stream and queued (the stream holds
+    at most the fairness buffer)."""
+    shard = keys.shard(0)
+    return await redis.xlen(shard.work(Priority.LOW)) + await redis.llen(
+        shard.queued(Priority.LOW, "orders")
+    )
+
+
+async def test_every_recipient_gets_one_notification_in_batches(
+    real_redis: Redis, key_prefix: str, catalog: Catalog
+) -> None:
+    keys = KeySpace(key_prefix)
+    ids = [f"user-{i}" for i in range(2500)]
+    await give_profiles(real_redis, keys, ids[:2400])  # 100 have no address at all
+    campaigns, generator = parts(real_redis, keys, catalog)
+    campaign = await campaigns.create("orders", MARKETING)
+    await campaigns.add_recipients("orders", campaign.id, ids[:1500], "")
+    await campaigns.add_recipients("orders", campaign.id, ids[1500:], "")
+    await campaigns.start("orders", campaign.id)
+
+    await generator.run(campaign.id, always)
+
+    done = await campaigns.get("orders", campaign.id)
+    assert (done.state, done.cursor, done.chunks) == ("completed", 3, 3)  # 1000, 500, 1000
+    assert (done.accepted, done.repeated, done.skipped) == (2500, 0, 0)
+    # Each recipient: one notification under the campaign's key, with an EMAIL and a PUSH
+    # delivery, suppressed where the profile has no such address (no push token at all).
+    shard = keys.shard(0)
+    assert await waiting(real_redis, keys) == 2400
+    assert await real_redis.exists(
+        shard.idempotency("orders", notification_key(campaign.id, "user-7"))
+    )
+    events = await stream_events(real_redis, shard.events)
+    batches = [e for e in events if isinstance(e, CampaignBatchGenerated)]
+    assert [b.batch for b in batches] == [0, 1, 2]
+    assert [e.state for e in events if isinstance(e, CampaignStateChanged)] == [
+        "running",
+        "completed",
+    ]
+    # The generated chunks were emptied: the audience holds nothing more.
+    assert await real_redis.lrange(shard.campaign(campaign.id).audience, 0, -1) == [b""] * 3
+
+
+async def test_a_batch_run_again_generates_nothing_twice(
+    real_redis: Redis, key_prefix: str, catalog: Catalog
+) -> None:
+    """A generator killed after ingesting a batch, before recording it: the next run
+    finds each of its recipients' notifications and counts them as repeated."""
+    keys = KeySpace(key_prefix)
+    ids = [f"user-{i}" for i in range(1200)]
+    await give_profiles(real_redis, keys, ids)
+    campaigns, generator = parts(real_redis, keys, catalog)
+    campaign = await campaigns.create("orders", MARKETING)
+    await campaigns.add_recipients("orders", campaign.id, ids, "")
+    await campaigns.start("orders", campaign.id)
+    # The first 700 of the first batch made it before the "crash".
+    entries: list[tuple[str, NotificationRequest]] = [
+        (notification_key(campaign.id, r), MARKETING.notification(r)) for r in ids[:700]
+    ]
+    await generator.ingestor.ingest_many("orders", entries)
+
+    await generator.run(campaign.id, always)
+
+    done = await campaigns.get("orders", campaign.id)
+    assert (done.accepted, done.repeated, done.skipped) == (500, 700, 0)
+    assert await waiting(real_redis, keys) == 1200
+
+
+async def test_a_pause_stops_it_between_batches_and_resume_goes_on(
+    real_redis: Redis, key_prefix: str, catalog: Catalog
+) -> None:
+    keys = KeySpace(key_prefix)
+    ids = [f"user-{i}" for i in range(3000)]
+    await give_profiles(real_redis, keys, ids)
+    campaigns, generator = parts(real_redis, keys, catalog)
+    campaign = await campaigns.create("orders", MARKETING)
+    await campaigns.add_recipients("orders", campaign.id, ids, "")
+    await campaigns.start("orders", campaign.id)
+    renewals = 0
+
+    async def pause_after_first_batch() -> bool:
+        nonlocal renewals
+        renewals += 1
+        if renewals == 3:  # the first renewal is before any batch
+            await campaigns.pause("orders", campaign.id)
+        return True
+
+    await generator.run(campaign.id, pause_after_first_batch)
+    paused = await campaigns.get("orders", campaign.id)
+    assert (paused.state, paused.cursor) == ("paused", 2)
+    assert await waiting(real_redis, keys) == 2000
+
+    await campaigns.resume("orders", campaign.id)
+    await generator.run(campaign.id, always)
+    done = await campaigns.get("orders", campaign.id)
+    assert (done.state, done.accepted) == ("completed", 3000)
+
+
+async def test_it_waits_while_the_backlog_is_full(
+    real_redis: Redis, key_prefix: str, catalog: Catalog
+) -> None:
+    keys = KeySpace(key_prefix)
+    ids = [f"user-{i}" for i in range(2500)]
+    await give_profiles(real_redis, keys, ids)
+    campaigns, generator = parts(real_redis, keys, catalog, backlog=1000)
+    campaign = await campaigns.create("orders", MARKETING)
+    await campaigns.add_recipients("orders", campaign.id, ids, "")
+    await campaigns.start("orders", campaign.id)
+    waited = 0
+
+    async def until_it_waits() -> bool:
+        nonlocal waited
+        if await waiting(real_redis, keys) >= 2000:
+            waited += 1
+        return waited < 3
+
+    await generator.run(campaign.id, until_it_waits)
+    # One batch past the backlog of 1000 (the check comes before a batch), then it waited.
+    assert await waiting(real_redis, keys) == 2000
+    stopped = await campaigns.get("orders", campaign.id)
+    assert (stopped.state, stopped.cursor) == ("running", 2)
+
+
+async def test_recipients_listed_twice_get_one_notification(
+    real_redis: Redis, key_prefix: str, catalog: Catalog
+) -> None:
+    keys = KeySpace(key_prefix)
+    await give_profiles(real_redis, keys, ["a", "b"])
+    campaigns, generator = parts(real_redis, keys, catalog)
+    campaign = await campaigns.create("orders", MARKETING)
+    await campaigns.add_recipients("orders", campaign.id, ["a", "b", "a"], "")
+    await campaigns.start("orders", campaign.id)
+    await generator.run(campaign.id, always)
+    done = await campaigns.get("orders", campaign.id)
+    assert (done.audience, done.accepted, done.repeated) == (3, 2, 1)
