@@ -187,7 +187,9 @@ class Generator:
             # Campaign recipients have profiles: read their settings with the batch, so
             # that each notification is planned once (see ``Ingestor.read_settings``).
             known = await self.ingestor.read_settings(campaign.producer, entries)
-            results = await self.ingestor.ingest_many(campaign.producer, entries, known)
+            results = await self.ingestor.ingest_many(
+                campaign.producer, entries, known, overlap=True
+            )
             again = []
             for index, answer in zip(waiting, results, strict=True):
                 if answer.status_code in _TRANSIENT and attempt < _RETRIES:

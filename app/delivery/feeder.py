@@ -3,9 +3,10 @@ each producer's fair share, as the streams drain (``streams.fairness``).
 
 Every worker process runs one loop per shard and fair priority. A loop whose queues are
 empty looks again every ``idle_s``; one that moved items goes on at once; one whose stream
-is full waits ``full_s`` for the lanes to drain it. Loops of several processes may feed the
-same stream: each move is one atomic script, so nothing is moved twice, and each call
-starts the round with the next producer, so no producer is always first.
+is full waits ``full_s`` for the lanes to drain some of it (a loop costs two round trips, so
+polling often would cost the workers' CPU more than it gains). Loops of several processes
+may feed the same stream: each move is one atomic script, so nothing is moved twice, and
+each call starts the round with the next producer, so no producer is always first.
 """
 
 from __future__ import annotations
@@ -28,8 +29,11 @@ log = structlog.get_logger(__name__)
 
 @dataclass(frozen=True)
 class FeederTiming:
-    idle_s: float = 0.02  # no producer has items queued
-    full_s: float = 0.005  # the stream has no room
+    # No producer has items queued: items queue only once a stream holds its whole
+    # buffer, which takes the lanes far longer than this to drain.
+    idle_s: float = 0.05
+    # The stream had no room: a fraction of what its buffer lasts at thousands a second.
+    full_s: float = 0.025
 
 
 class Feeder:

@@ -85,8 +85,12 @@ local function admit(destination, item, queue)
     redis.call("XADD", work[destination], "*", "w", item)
     length = length + 1
   else
+    -- A queue that is not empty is always in the set (the feeder takes a producer out
+    -- only as it empties its queue, in the same step), so only a first item adds it.
+    if waiting == 0 then
+      redis.call("SADD", producers, string.sub(queue, #producers + 2))
+    end
     redis.call("RPUSH", queue, item)
-    redis.call("SADD", producers, string.sub(queue, #producers + 2))
     waiting = waiting + 1
   end
   queue_lengths[queue], stream_lengths[destination] = waiting, length
