@@ -25,6 +25,7 @@ from litestar.params import FromPath, HeaderParameter, QueryParameter
 from app.api.auth import authorize
 from app.api.body import decode_body, documented_body
 from app.api.errors import AUTHENTICATED, BodyTooLarge
+from app.api.methods import allowed
 from app.api.notifications import check_key
 from app.api.read_model import UNAVAILABLE, ReadModel
 from app.campaigns.lifecycle import CampaignError, Campaigns
@@ -98,19 +99,16 @@ _RAISES = [*AUTHENTICATED, NotFoundException]
 class CampaignCollection(Controller):
     """``POST`` and ``GET /v1/campaigns``.
 
-    The ``OPTIONS`` answer is written out here: Litestar's automatic one is built when the
-    path's first handler is registered and then lists only that handler's method. A
-    controller registers its handlers in the alphabetical order of their names, so
-    ``allowed_methods`` must sort first.
+    Its ``OPTIONS`` answer is written out, by a handler named to sort first
+    (``app.api.methods``).
     """
 
     path = "/v1/campaigns"
 
     @route(http_method=HttpMethod.OPTIONS, include_in_schema=False, status_code=204)
     async def allowed_methods(self, request: Req) -> Response[None]:
-        """Which methods this path supports, read from its route."""
-        [found] = [r for r in request.app.routes if r.path_format == request.scope["path_template"]]
-        return Response(None, status_code=204, headers={"Allow": ", ".join(sorted(found.methods))})
+        """Which methods this path supports (``app.api.methods``)."""
+        return allowed(request)
 
     @post(
         status_code=201,

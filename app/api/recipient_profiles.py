@@ -22,6 +22,7 @@ from litestar.params import FromPath
 from app.api.auth import authorize
 from app.api.body import decode_body, documented_body
 from app.api.errors import AUTHENTICATED, BodyTooLarge
+from app.api.methods import allowed
 from app.api.read_model import ReadModel, read_model_unavailable
 from app.api.recipients import recipient_id_of
 from app.ingest.profiles import Profile
@@ -76,17 +77,16 @@ async def _update(request: Req, recipient_id: str, change: Any) -> RecipientSett
 class RecipientProfile(Controller):
     """``PUT``, ``GET`` and ``DELETE`` of a recipient.
 
-    The ``OPTIONS`` answer is written out here: Litestar's automatic one is built when the
-    path's first handler is registered and then lists only that handler's method.
+    Its ``OPTIONS`` answer is written out, by a handler named to sort first
+    (``app.api.methods``).
     """
 
     path = "/v1/recipients/{recipient_id:str}"
 
     @route(http_method=HttpMethod.OPTIONS, include_in_schema=False, status_code=204)
     async def allowed_methods(self, request: Req) -> Response[None]:
-        """Which methods this path supports, read from its route."""
-        [found] = [r for r in request.app.routes if r.path_format == request.scope["path_template"]]
-        return Response(None, status_code=204, headers={"Allow": ", ".join(sorted(found.methods))})
+        """Which methods this path supports (``app.api.methods``)."""
+        return allowed(request)
 
     @put(dependencies=documented_body(Profile), raises=[*AUTHENTICATED, BodyTooLarge])
     async def put_profile(self, request: Req, recipient_id: FromPath[str]) -> ProfileView:

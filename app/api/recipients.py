@@ -19,6 +19,7 @@ from litestar.params import FromPath
 from app.api.auth import authorize
 from app.api.body import decode_body, documented_body
 from app.api.errors import AUTHENTICATED, BodyTooLarge
+from app.api.methods import allowed
 from app.api.schemas import (
     PreferencesBody,
     QuietHoursBody,
@@ -97,18 +98,16 @@ async def put_preferences(request: Req, recipient_id: FromPath[str]) -> Recipien
 class QuietHours(Controller):
     """``PUT`` and ``DELETE`` of a recipient's quiet hours.
 
-    The ``OPTIONS`` answer is written out here: Litestar's automatic one is built when the
-    path's first handler is registered and then lists only that handler's method.
+    Its ``OPTIONS`` answer is written out, by a handler named to sort first
+    (``app.api.methods``).
     """
 
     path = "/v1/recipients/{recipient_id:str}/quiet-hours"
 
     @route(http_method=HttpMethod.OPTIONS, include_in_schema=False, status_code=204)
     async def allowed_methods(self, request: Req) -> Response[None]:
-        """Which methods this path supports, read from its route once every handler of it is
-        registered (this one comes first, so no automatic one exists)."""
-        [route] = [r for r in request.app.routes if r.path_format == request.scope["path_template"]]
-        return Response(None, status_code=204, headers={"Allow": ", ".join(sorted(route.methods))})
+        """Which methods this path supports (``app.api.methods``)."""
+        return allowed(request)
 
     @put(dependencies=documented_body(QuietHoursBody), raises=[*AUTHENTICATED, BodyTooLarge])
     async def put_quiet_hours(

@@ -20,6 +20,7 @@ from litestar.exceptions import ClientException
 from app.api.auth import authorize
 from app.api.body import decode_body, documented_body
 from app.api.errors import AUTHENTICATED, BodyTooLarge, NotFound
+from app.api.methods import allowed
 from app.api.schemas import StatusWebhookBody, StatusWebhookView
 from app.catalog.providers import signing_key
 from app.status_webhooks.endpoint import UrlGuard, new_secret
@@ -35,10 +36,8 @@ class StatusWebhook(Controller):
 
     @route(http_method=HttpMethod.OPTIONS, include_in_schema=False, status_code=204)
     async def allowed_methods(self, request: Req) -> Response[None]:
-        """Which methods this path supports (written out: Litestar's automatic answer is
-        made when the first handler is registered and lists only its method)."""
-        [route] = [r for r in request.app.routes if r.path_format == request.scope["path_template"]]
-        return Response(None, status_code=204, headers={"Allow": ", ".join(sorted(route.methods))})
+        """Which methods this path supports (``app.api.methods``)."""
+        return allowed(request)
 
     @put(
         status_code=200,

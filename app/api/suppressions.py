@@ -23,6 +23,7 @@ from litestar.params import FromPath, QueryParameter
 from app.api.auth import authorize
 from app.api.body import decode_body, documented_body
 from app.api.errors import AUTHENTICATED, BodyTooLarge
+from app.api.methods import allowed
 from app.ingest.requests import PushTarget
 from app.recipients.addresses import SUPPRESSIBLE, Address, AddressError, delivery_address, masked
 from streams.events import SuppressionReason
@@ -101,19 +102,16 @@ def _address(request: Req, body: AddressBody) -> tuple[str, str]:
 class Suppressions(Controller):
     """``GET`` and ``POST /v1/suppressions``.
 
-    The ``OPTIONS`` answer is written out here: Litestar's automatic one is built when the
-    path's first handler is registered and then lists only that handler's method. A
-    controller registers its handlers in the alphabetical order of their names, so
-    ``allowed_methods`` must sort first.
+    Its ``OPTIONS`` answer is written out, by a handler named to sort first
+    (``app.api.methods``).
     """
 
     path = "/v1/suppressions"
 
     @route(http_method=HttpMethod.OPTIONS, include_in_schema=False, status_code=204)
     async def allowed_methods(self, request: Req) -> Response[None]:
-        """Which methods this path supports, read from its route."""
-        [found] = [r for r in request.app.routes if r.path_format == request.scope["path_template"]]
-        return Response(None, status_code=204, headers={"Allow": ", ".join(sorted(found.methods))})
+        """Which methods this path supports (``app.api.methods``)."""
+        return allowed(request)
 
     @get(raises=AUTHENTICATED)
     async def list_suppressions(

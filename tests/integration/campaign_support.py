@@ -17,7 +17,7 @@ from app.ingest.fanout import Planner
 from app.ingest.ingestor import Ingestor
 from app.ingest.profiles import Profile
 from app.recipients.profiles import encode
-from streams.campaigns import CampaignStore
+from streams.campaigns import Campaign, CampaignStore
 from streams.keys import KeySpace
 from streams.recipient_settings import RecipientSettingsStore
 from tests.conftest import DIGEST
@@ -55,3 +55,10 @@ def parts(
 
 async def always() -> bool:
     return True
+
+
+async def started(campaigns: Campaigns, recipients: Sequence[str]) -> Campaign:
+    """A MARKETING campaign of producer "orders" to ``recipients``, started."""
+    campaign = await campaigns.create("orders", MARKETING)
+    await campaigns.add_recipients("orders", campaign.id, recipients, "")
+    return await campaigns.start("orders", campaign.id)

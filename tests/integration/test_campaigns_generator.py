@@ -12,7 +12,7 @@ from streams.events import CampaignBatchGenerated, CampaignStateChanged
 from streams.keys import KeySpace
 from streams.vocabulary import Priority
 from tests.conftest import stream_events
-from tests.integration.campaign_support import MARKETING, always, give_profiles, parts
+from tests.integration.campaign_support import MARKETING, always, give_profiles, parts, started
 
 
 async def waiting(redis: Redis, keys: KeySpace) -> int:
@@ -68,9 +68,7 @@ async def test_a_batch_run_again_generates_nothing_twice(
     ids = [f"user-{i}" for i in range(1200)]
     await give_profiles(real_redis, keys, ids)
     campaigns, generator = parts(real_redis, keys, catalog)
-    campaign = await campaigns.create("orders", MARKETING)
-    await campaigns.add_recipients("orders", campaign.id, ids, "")
-    await campaigns.start("orders", campaign.id)
+    campaign = await started(campaigns, ids)
     # The first 700 of the first batch made it before the "crash".
     entries: list[tuple[str, NotificationRequest]] = [
         (notification_key(campaign.id, r), MARKETING.notification(r)) for r in ids[:700]
@@ -91,9 +89,7 @@ async def test_a_pause_stops_it_between_batches_and_resume_goes_on(
     ids = [f"user-{i}" for i in range(3000)]
     await give_profiles(real_redis, keys, ids)
     campaigns, generator = parts(real_redis, keys, catalog)
-    campaign = await campaigns.create("orders", MARKETING)
-    await campaigns.add_recipients("orders", campaign.id, ids, "")
-    await campaigns.start("orders", campaign.id)
+    campaign = await started(campaigns, ids)
     renewals = 0
 
     async def pause_after_first_batch() -> bool:
@@ -121,9 +117,7 @@ async def test_it_waits_while_the_backlog_is_full(
     ids = [f"user-{i}" for i in range(2500)]
     await give_profiles(real_redis, keys, ids)
     campaigns, generator = parts(real_redis, keys, catalog, backlog=1000)
-    campaign = await campaigns.create("orders", MARKETING)
-    await campaigns.add_recipients("orders", campaign.id, ids, "")
-    await campaigns.start("orders", campaign.id)
+    campaign = await started(campaigns, ids)
     waited = 0
 
     async def until_it_waits() -> bool:
@@ -145,9 +139,7 @@ async def test_recipients_listed_twice_get_one_notification(
     keys = KeySpace(key_prefix)
     await give_profiles(real_redis, keys, ["a", "b"])
     campaigns, generator = parts(real_redis, keys, catalog)
-    campaign = await campaigns.create("orders", MARKETING)
-    await campaigns.add_recipients("orders", campaign.id, ["a", "b", "a"], "")
-    await campaigns.start("orders", campaign.id)
+    campaign = await started(campaigns, ["a", "b", "a"])
     await generator.run(campaign.id, always)
     done = await campaigns.get("orders", campaign.id)
     assert (done.audience, done.accepted, done.repeated) == (3, 2, 1)

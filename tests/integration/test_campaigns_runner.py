@@ -11,7 +11,7 @@ from app.catalog import Catalog
 from streams.events import CampaignBatchGenerated
 from streams.keys import KeySpace
 from tests.conftest import stream_events
-from tests.integration.campaign_support import MARKETING, give_profiles, parts
+from tests.integration.campaign_support import give_profiles, parts, started
 from tests.integration.delivery_support import wait_until
 
 
@@ -26,9 +26,7 @@ async def test_one_runner_at_a_time_generates_a_due_campaign(
         CampaignRunner(real_redis, keys, generator, holder, poll_s=0.01) for holder in ("a", "b")
     ]
     tasks = [asyncio.create_task(runner.run()) for runner in runners]
-    campaign = await campaigns.create("orders", MARKETING)
-    await campaigns.add_recipients("orders", campaign.id, ids, "")
-    await campaigns.start("orders", campaign.id)
+    campaign = await started(campaigns, ids)
 
     async def completed() -> bool:
         return (await campaigns.get("orders", campaign.id)).state == "completed"
