@@ -97,7 +97,7 @@ def encode_chunk(recipient_ids: Sequence[str]) -> bytes:
 
 
 def campaign_write_call(
-    shard: ShardKeys, campaign_id: str, version: int, change: CampaignChange
+    shard: ShardKeys, campaign_id: str, producer: str, version: int, change: CampaignChange
 ) -> Call:
     """The keys and arguments of one ``lua/campaign_write.lua`` call."""
     keys = shard.campaign(campaign_id)
@@ -127,7 +127,7 @@ def campaign_write_call(
         keys.record,
         keys.audience,
         keys.uploads,
-        shard.campaigns,
+        shard.campaigns_of(producer),
         shard.campaigns_due,
         shard.events,
         keys.audience_draft,
@@ -145,11 +145,13 @@ class CampaignStore:
         raw = await self.redis.hgetall(self._home(campaign_id).campaign(campaign_id).record)
         return Campaign.from_hash(campaign_id, raw) if raw else None
 
-    async def write(self, campaign_id: str, version: int, change: CampaignChange) -> WriteResult:
-        """Write ``change`` if the campaign is still at ``version`` (0: if it does not exist
-        yet); ("OK", the new version), ("MOVED", the version now) or, for an upload key
-        recorded before, ("UPLOADED", the recipients that upload added)."""
-        call = campaign_write_call(self._home(campaign_id), campaign_id, version, change)
+    async def write(
+        self, campaign_id: str, producer: str, version: int, change: CampaignChange
+    ) -> WriteResult:
+        """Write ``change`` if the producer's campaign is still at ``version`` (0: if it does
+        not exist yet); ("OK", the new version), ("MOVED", the version now) or, for an upload
+        key recorded before, ("UPLOADED", the recipients that upload added)."""
+        call = campaign_write_call(self._home(campaign_id), campaign_id, producer, version, change)
         word, number = await scripts.CAMPAIGN_WRITE(self.redis, *call)
         return word.decode(), int(number)
 
@@ -177,15 +179,12 @@ class CampaignStore:
             replies: list[list[bytes]] = await pipe.execute()
         return [campaign_id.decode() for reply in replies for campaign_id in reply]
 
-    async def recent(self, limit: int) -> list[Campaign]:
-        """The newest campaigns of every shard, newest first."""
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for shard in self.keys.all_shards():
-                pipe.zrevrange(shard.campaigns, 0, limit - 1)
-            replies: list[list[bytes]] = await pipe.execute()
-        found = [await self.get(raw.decode()) for reply in replies for raw in reply]
-        campaigns = [campaign for campaign in found if campaign is not None]
-        return sorted(campaigns, key=lambda c: c.created_ms, reverse=True)[:limit]
+    async def recent(self, producer: str, limit: int) -> list[Campaign]:
+        """The producer's newest campaigns, newest first."""
+        listed = self.keys.campaigns_home(producer).campaigns_of(producer)
+        ids: Any = await self.redis.zrevrange(listed, 0, limit - 1)
+        found = [await self.get(raw.decode()) for raw in ids]
+        return [campaign for campaign in found if campaign is not None]
 
     async def backlog(self, priority: Priority, producer: str) -> int:
         """Work items of a priority waiting for the producer, over all shards: in the work

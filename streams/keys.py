@@ -116,10 +116,10 @@ class ShardKeys:
         """The keys of a campaign whose home this shard is (``streams.campaigns``)."""
         return CampaignKeys(f"{self.tag}:cmp:{campaign_id}")
 
-    @property
-    def campaigns(self) -> str:
-        """The campaigns whose home this shard is, by creation time (a sorted set)."""
-        return f"{self.tag}:cmps"
+    def campaigns_of(self, producer: str) -> str:
+        """A producer's campaigns, by creation time (a sorted set, on the shard where all of
+        the producer's campaigns live: ``KeySpace.campaigns_home``)."""
+        return f"{self.tag}:cmps:by:{producer}"
 
     @property
     def campaigns_due(self) -> str:
@@ -195,6 +195,10 @@ class KeySpace:
     def home_of_address(self, address_digest: str) -> ShardKeys:
         """The shard whose event stream records an address's suppression events."""
         return self.shard(shard_of(address_digest, self.shards))
+
+    def campaigns_home(self, producer: str) -> ShardKeys:
+        """The shard a producer's campaigns live on (and the one their ids name)."""
+        return self.shard(shard_of(producer, self.shards))
 
     def campaign_home(self, campaign_id: str) -> ShardKeys:
         """The shard a campaign's keys and events live on (encoded in its id, as a

@@ -138,8 +138,7 @@ class CampaignCollection(Controller):
         producer = authorize(request, "send").producer
         if not 1 <= limit <= MAX_LIST:
             raise ClientException(status_code=422, detail=f"limit: from 1 to {MAX_LIST}")
-        found = await _campaigns(request).store.recent(MAX_LIST)
-        mine = [campaign for campaign in found if campaign.producer == producer][:limit]
+        mine = await _campaigns(request).store.recent(producer, limit)
         return CampaignList(campaigns=[await _progress(request, c) for c in mine])
 
 

@@ -273,14 +273,12 @@ async def _campaigns(
     """The producer's newest campaigns with their progress (None: Redis is unavailable)."""
     store = CampaignStore(request.app.state.redis, request.app.state.key_space)
     try:
-        found = await store.recent(DASHBOARD_CAMPAIGNS * 4)
+        mine = await store.recent(producer, DASHBOARD_CAMPAIGNS)
     except (RedisError, OSError) as error:
         log.warning("dashboard.redis_unavailable", error=type(error).__name__)
         return None
-    mine = [campaign for campaign in found if campaign.producer == producer]
     return [
-        progress_of(campaign, await campaign_counts(pool, campaign.id), now_ms)
-        for campaign in mine[:DASHBOARD_CAMPAIGNS]
+        progress_of(campaign, await campaign_counts(pool, campaign.id), now_ms) for campaign in mine
     ]
 
 

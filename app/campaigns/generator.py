@@ -248,7 +248,7 @@ class Generator:
             log.info("campaign.completed", campaign_id=campaign.id, generated=campaign.generated)
 
     async def _write(self, campaign: Campaign, change: CampaignChange) -> bool:
-        word, _ = await self.store.write(campaign.id, campaign.version, change)
+        word, _ = await self.store.write(campaign.id, campaign.producer, campaign.version, change)
         return word == "OK"
 
     def _now_ms(self) -> int:

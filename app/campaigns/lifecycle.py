@@ -28,7 +28,7 @@ from streams.events import (
     CampaignStateChanged,
 )
 from streams.ids import is_uuid, new_id
-from streams.keys import KeySpace, shard_of
+from streams.keys import KeySpace
 
 # Tries of a change that keeps racing others before giving up (409).
 _TRIES: Final = 20
@@ -75,7 +75,7 @@ class Campaigns:
         except FanoutError as error:
             raise CampaignError(422, str(error)) from None
         now = self.clock()
-        campaign_id = new_id(shard_of(producer, self.keys.shards), _ms(now))
+        campaign_id = new_id(self.keys.campaigns_home(producer).shard, _ms(now))
         created = CampaignCreated(
             at=now,
             campaign_id=campaign_id,
@@ -96,7 +96,7 @@ class Campaigns:
             created_ms=_ms(now),
             events=[created],
         )
-        await self.store.write(campaign_id, 0, change)
+        await self.store.write(campaign_id, producer, 0, change)
         return await self.get(producer, campaign_id)
 
     async def get(self, producer: str, campaign_id: str) -> Campaign:
@@ -230,7 +230,7 @@ class Campaigns:
             change = decide(campaign)
             if not change.events and not change.sets:
                 return campaign, None
-            word, number = await self.store.write(campaign_id, campaign.version, change)
+            word, number = await self.store.write(campaign_id, producer, campaign.version, change)
             if word == "UPLOADED":
                 return await self.get(producer, campaign_id), number
             if word == "OK":

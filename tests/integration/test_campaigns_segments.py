@@ -30,12 +30,15 @@ async def test_the_recipients_whose_attributes_match_are_selected(
     store = CampaignStore(real_redis, keys)
     campaign_id = new_id(1)
     await store.write(
-        campaign_id, 0, CampaignChange(sets={"producer": "o", "state": "running", "spec": b"{}"})
+        campaign_id,
+        "o",
+        0,
+        CampaignChange(sets={"producer": "o", "state": "running", "spec": b"{}"}),
     )
     segment = Segment(attributes={"plan": "pro", "country": ["DE", "AT"]})
 
     assert await select(real_redis, keys, store, campaign_id, segment) == 1501
-    await store.write(campaign_id, 1, CampaignChange(adopt_selection=True))
+    await store.write(campaign_id, "o", 1, CampaignChange(adopt_selection=True))
     chunks = [await store.chunk(campaign_id, i) for i in range(2)]
     assert [len(chunk) for chunk in chunks] == [1000, 501]
     assert set(chunks[0] + chunks[1]) == {*pro_de, "at-1"}

@@ -610,14 +610,14 @@ async def test_campaign_write(real_redis: Redis, key_prefix: str) -> None:
         events=[CampaignStateChanged(at=datetime.now(UTC), campaign_id="c", state="draft",
                                      previous="draft")],
     )  # fmt: skip
-    call = campaign_write_call(shard, "c", 0, created)
+    call = campaign_write_call(shard, "c", "orders", 0, created)
     assert await run(real_redis, scripts.CAMPAIGN_WRITE, call) == [b"OK", 1]
     assert await run(real_redis, scripts.CAMPAIGN_WRITE, call) == [b"MOVED", 1]
-    again = campaign_write_call(shard, "c", 1, created)
+    again = campaign_write_call(shard, "c", "orders", 1, created)
     assert await run(real_redis, scripts.CAMPAIGN_WRITE, again) == [b"UPLOADED", 2]
     adopt = CampaignChange(increments={"accepted": 2}, emptied=0, adopt_selection=True)
     await real_redis.rpush(shard.campaign("c").audience_draft, b'["x"]')
-    call = campaign_write_call(shard, "c", 1, adopt)
+    call = campaign_write_call(shard, "c", "orders", 1, adopt)
     assert await run(real_redis, scripts.CAMPAIGN_WRITE, call) == [b"OK", 2]
     assert await real_redis.lrange(shard.campaign("c").audience, 0, -1) == [b""]
     assert await real_redis.hget(shard.campaign("c").record, "accepted") == b"2"
