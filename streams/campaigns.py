@@ -155,6 +155,13 @@ class CampaignStore:
         word, number = await scripts.CAMPAIGN_WRITE(self.redis, *call)
         return word.decode(), int(number)
 
+    async def state(self, campaign_id: str) -> str:
+        """The campaign's state ("" for none)."""
+        raw: Any = await self.redis.hget(
+            self._home(campaign_id).campaign(campaign_id).record, "state"
+        )
+        return raw.decode() if raw else ""
+
     async def chunk(self, campaign_id: str, index: int) -> list[str]:
         """The recipient ids of one audience chunk ([] once generated)."""
         keys = self._home(campaign_id).campaign(campaign_id)

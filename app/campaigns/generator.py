@@ -161,13 +161,17 @@ class Generator:
         paced: _Pace,
         renew: Renew,
     ) -> _Tally | None:
-        """Ingest one chunk's notifications (None: the lease was lost halfway)."""
+        """Ingest one chunk's notifications (None: given up halfway, as the lease was lost
+        or, for a paced campaign, it was paused or cancelled: the chunk runs again on resume,
+        its recipients generated so far counted as repeated then)."""
         tally = _Tally()
         step = paced.step(spec.rate)
         for start in range(0, len(recipients), step):
             part = recipients[start : start + step]
             await paced.wait(spec.rate, len(part))
-            if spec.rate and not await renew():
+            if spec.rate and not (
+                await renew() and await self.store.state(campaign.id) == "running"
+            ):
                 return None
             for answer in await self._ingest(campaign, spec, part):
                 tally.count(answer)
