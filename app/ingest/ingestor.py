@@ -162,14 +162,12 @@ class Ingestor:
                 pending.append(entry)
             await self._rounds(pending, answers, now)
         finally:
-            # Every write started is waited for, whatever happened to the rest.
-            failures = [
-                result
-                for result in await asyncio.gather(*writing, return_exceptions=True)
-                if isinstance(result, BaseException)
-            ]
-        if failures:
-            raise failures[0]
+            # Every write started is waited for, whatever happened to the rest (without
+            # ``overlap`` none was: a single POST does not gather nothing).
+            settled = await asyncio.gather(*writing, return_exceptions=True) if writing else []
+        for result in settled:
+            if isinstance(result, BaseException):
+                raise result
         assert all(answer is not None for answer in answers)  # every index is answered
         return answers  # type: ignore[return-value]
 
@@ -221,10 +219,7 @@ class Ingestor:
         recipient's settings as known (none, the common case); 422 if it cannot be, 403 if
         the producer may not send its type."""
         shard = self.keys.for_ingest(producer, key)
-        body = request
-        if settings.profile:
-            profile = decode_profile(settings.profile)
-            body = request if profile is None else merged(request, profile)
+        body = _with_profile_of(request, settings)
         try:
             self.planner.check_sender(producer, request.type)
             identity = self.planner.identity(shard, body)
@@ -272,8 +267,7 @@ class Ingestor:
     def _with_profile(self, request: _Request, settings: RecipientSettings) -> _Request:
         """The request as planned for a recipient with these settings: with its profile's
         addresses and locale where the request gives none, and the deliveries that makes."""
-        profile = decode_profile(settings.profile)
-        body = request.given if profile is None else merged(request.given, profile)
+        body = _with_profile_of(request.given, settings)
         if body == request.body:
             return request
         identity = self.planner.identity(
@@ -322,6 +316,14 @@ class Ingestor:
         opted_out = response.count(b'"opted_out"')
         if opted_out:
             self.metrics.inc(OPT_OUTS, (entry.request.body.type,), opted_out)
+
+
+def _with_profile_of(
+    given: NotificationRequest, settings: RecipientSettings
+) -> NotificationRequest:
+    """The request with the profile of the recipient's settings filled in, where it has one."""
+    profile = decode_profile(settings.profile)
+    return given if profile is None else merged(given, profile)
 
 
 def _answer_of(item: IngestItem, reply: IngestReply) -> IngestAnswer:
