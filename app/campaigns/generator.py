@@ -21,21 +21,20 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Final
+from typing import Final, Literal
 
 import structlog
 
 from app.campaigns import segments, specs
+from app.campaigns.lifecycle import state_change
 from app.campaigns.specs import CampaignSpec
+from app.ingest.delivery_plan import epoch_ms
 from app.ingest.ingestor import IngestAnswer, Ingestor
 from streams.campaign_ids import notification_key
 from streams.campaigns import CHUNK_SIZE, Campaign, CampaignChange, CampaignStore
 from streams.events import (
     CampaignAudienceAdded,
     CampaignBatchGenerated,
-    CampaignState,
-    CampaignStateChanged,
 )
 from streams.vocabulary import Priority
 
@@ -88,10 +87,13 @@ class Generator:
         paced = _Pace()
         while await renew():
             campaign = await self.store.get(campaign_id)
-            if campaign is None or not await self._begin(campaign):
+            if campaign is None:
                 return
-            if campaign.state != "running":
-                continue  # it was scheduled: read it again as running
+            begun = await self._begin(campaign)
+            if begun == "stop":
+                return
+            if begun == "changed":
+                continue  # read it again: a later write must name the version now
             spec = specs.decode(campaign.spec)
             if spec.segment is not None and not campaign.selected:
                 await self._select(campaign, spec)
@@ -107,21 +109,25 @@ class Generator:
                 return
             await self._checkpoint(campaign, tally)
 
-    async def _begin(self, campaign: Campaign) -> bool:
-        """Whether to go on: a due scheduled campaign starts running (False when the
-        campaign is neither, or changed meanwhile)."""
+    async def _begin(self, campaign: Campaign) -> Literal["go", "changed", "stop"]:
+        """Whether to generate the campaign as read ("go"), to stop (it is neither running
+        nor due), or to read it again first ("changed": it was just started, a due scheduled
+        one made to run or a running one given its start time, or someone changed it
+        meanwhile)."""
+        now = self.ingestor.clock()
         if campaign.state == "running":
-            if campaign.started_ms == 0:
-                await self._write(campaign, CampaignChange(sets={"started_ms": self._now_ms()}))
-            return True
-        if campaign.state != "scheduled":
-            return False
-        spec = specs.decode(campaign.spec)
-        if spec.start_ms > self._now_ms():
-            return False
-        change = _state_change(campaign, "running", self.ingestor.clock())
-        change.sets["started_ms"] = self._now_ms()
-        return await self._write(campaign, change)
+            if campaign.started_ms:
+                return "go"
+            change = CampaignChange(sets={"started_ms": epoch_ms(now)})
+        elif campaign.state == "scheduled":
+            if specs.decode(campaign.spec).start_ms > epoch_ms(now):
+                return "stop"
+            change = state_change(campaign, "running", "generator", now)
+            change.sets["started_ms"] = epoch_ms(now)
+        else:
+            return "stop"
+        await self._write(campaign, change)
+        return "changed"
 
     async def _select(self, campaign: Campaign, spec: CampaignSpec) -> None:
         assert spec.segment is not None
@@ -245,9 +251,9 @@ class Generator:
         raise RuntimeError(f"campaign {campaign.id}: its checkpoint kept racing other changes")
 
     async def _complete(self, campaign: Campaign) -> None:
-        change = _state_change(campaign, "completed", self.ingestor.clock())
-        change.sets["ended_ms"] = self._now_ms()
-        change.due_ms = "remove"
+        now = self.ingestor.clock()
+        change = state_change(campaign, "completed", "generator", now, due_ms="remove")
+        change.sets["ended_ms"] = epoch_ms(now)
         if await self._write(campaign, change):
             log.info("campaign.completed", campaign_id=campaign.id, generated=campaign.generated)
 
@@ -255,22 +261,8 @@ class Generator:
         word, _ = await self.store.write(campaign.id, campaign.producer, campaign.version, change)
         return word == "OK"
 
-    def _now_ms(self) -> int:
-        return _ms(self.ingestor.clock())
-
     def _priority(self, spec: CampaignSpec) -> Priority:
         return spec.priority or self.ingestor.planner.catalog.types[spec.type].priority
-
-
-def _state_change(campaign: Campaign, state: CampaignState, now: datetime) -> CampaignChange:
-    event = CampaignStateChanged(
-        at=now, campaign_id=campaign.id, state=state, previous=campaign.state, by="generator"
-    )
-    return CampaignChange(sets={"state": state, "updated_ms": _ms(now)}, events=[event])
-
-
-def _ms(moment: datetime) -> int:
-    return int(moment.timestamp() * 1000)
 
 
 class _Pace:

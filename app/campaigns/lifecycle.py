@@ -13,12 +13,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Final
+from typing import Final, Literal
 
 from redis.asyncio import Redis
 
 from app.campaigns import specs
 from app.campaigns.specs import CampaignSpec
+from app.ingest.delivery_plan import epoch_ms
 from app.ingest.fanout import FanoutError, NotAllowed, Planner
 from streams.campaigns import CHUNK_SIZE, Campaign, CampaignChange, CampaignStore, encode_chunk
 from streams.events import (
@@ -75,7 +76,7 @@ class Campaigns:
         except FanoutError as error:
             raise CampaignError(422, str(error)) from None
         now = self.clock()
-        campaign_id = new_id(self.keys.campaigns_home(producer).shard, _ms(now))
+        campaign_id = new_id(self.keys.campaigns_home(producer).shard, epoch_ms(now))
         created = CampaignCreated(
             at=now,
             campaign_id=campaign_id,
@@ -90,10 +91,10 @@ class Campaigns:
                 "producer": producer,
                 "state": "draft",
                 "spec": specs.encode(spec),
-                "created_ms": _ms(now),
-                "updated_ms": _ms(now),
+                "created_ms": epoch_ms(now),
+                "updated_ms": epoch_ms(now),
             },
-            created_ms=_ms(now),
+            created_ms=epoch_ms(now),
             events=[created],
         )
         await self.store.write(campaign_id, producer, 0, change)
@@ -130,7 +131,7 @@ class Campaigns:
                 audience=campaign.audience + len(recipients),
             )
             return CampaignChange(
-                sets={"updated_ms": _ms(now)},
+                sets={"updated_ms": epoch_ms(now)},
                 increments={"audience": len(recipients), "chunks": len(chunks)},
                 chunks=chunks,
                 upload=upload_key,
@@ -175,7 +176,7 @@ class Campaigns:
                 return CampaignChange()  # only the markers below
             self._require(campaign, "cancel", {"draft", "paused", *WAITING})
             change = self._to(campaign, "cancelled", producer, due_ms="remove")
-            change.sets["ended_ms"] = _ms(self.clock())
+            change.sets["ended_ms"] = epoch_ms(self.clock())
             return change
 
         campaign, _ = await self._change(producer, campaign_id, decide)
@@ -191,7 +192,7 @@ class Campaigns:
 
     def _to_waiting(self, campaign: Campaign, spec: CampaignSpec, by: str) -> CampaignChange:
         """Due now, or scheduled until its start time."""
-        now_ms = _ms(self.clock())
+        now_ms = epoch_ms(self.clock())
         later = spec.start_ms > now_ms
         return self._to(
             campaign,
@@ -201,17 +202,9 @@ class Campaigns:
         )
 
     def _to(
-        self, campaign: Campaign, state: CampaignState, by: str, *, due_ms: int | str
+        self, campaign: Campaign, state: CampaignState, by: str, *, due_ms: int | Literal["remove"]
     ) -> CampaignChange:
-        now = self.clock()
-        event = CampaignStateChanged(
-            at=now, campaign_id=campaign.id, state=state, previous=campaign.state, by=by
-        )
-        return CampaignChange(
-            sets={"state": state, "updated_ms": _ms(now)},
-            due_ms=due_ms,  # type: ignore[arg-type]
-            events=[event],
-        )
+        return state_change(campaign, state, by, self.clock(), due_ms=due_ms)
 
     @staticmethod
     def _require(campaign: Campaign, action: str, states: set[str] | frozenset[str]) -> None:
@@ -239,5 +232,19 @@ class Campaigns:
         raise CampaignError(409, "campaign: changing too often to change now; retry")
 
 
-def _ms(moment: datetime) -> int:
-    return int(moment.timestamp() * 1000)
+def state_change(
+    campaign: Campaign,
+    state: CampaignState,
+    by: str,
+    now: datetime,
+    *,
+    due_ms: int | Literal["remove"] | None = None,
+) -> CampaignChange:
+    """The change that moves ``campaign`` to ``state``, with its event (``by``: the producer
+    that asked, or "generator"); ``due_ms`` as ``CampaignChange`` has it."""
+    event = CampaignStateChanged(
+        at=now, campaign_id=campaign.id, state=state, previous=campaign.state, by=by
+    )
+    return CampaignChange(
+        sets={"state": state, "updated_ms": epoch_ms(now)}, due_ms=due_ms, events=[event]
+    )

@@ -94,16 +94,14 @@ async def test_a_pause_stops_it_between_batches_and_resume_goes_on(
     await give_profiles(real_redis, keys, ids)
     campaigns, generator = parts(real_redis, keys, catalog)
     campaign = await started(campaigns, ids)
-    renewals = 0
 
-    async def pause_after_first_batch() -> bool:
-        nonlocal renewals
-        renewals += 1
-        if renewals == 3:  # the first renewal is before any batch
+    async def pause_after_two_batches() -> bool:
+        # Asked before every step: pausing here is pausing between two batches.
+        if (await campaigns.get("orders", campaign.id)).cursor == 2:
             await campaigns.pause("orders", campaign.id)
         return True
 
-    await generator.run(campaign.id, pause_after_first_batch)
+    await generator.run(campaign.id, pause_after_two_batches)
     paused = await campaigns.get("orders", campaign.id)
     assert (paused.state, paused.cursor) == ("paused", 2)
     assert await waiting(real_redis, keys) == 2000
