@@ -20,7 +20,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from streams.consumer_groups import DELIVERY_GROUP, EVENTS_GROUPS
-from streams.fairness import FAIR_PRIORITIES, waiting_producers
+from streams.fairness import FAIR_PRIORITIES
 from streams.keys import KeySpace, ShardKeys
 from streams.vocabulary import Priority
 
@@ -147,16 +147,26 @@ async def read_backlog(redis: Redis, keys: KeySpace) -> Backlog:
 
 
 async def _queued(redis: Redis, shard: ShardKeys) -> dict[str, int]:
-    """The shard's work items waiting in producers' queues, by producer."""
+    """The shard's work items waiting in producers' queues, by producer: the producers of
+    every fair priority in one round trip, their queues' lengths in another."""
+    async with redis.pipeline(transaction=False) as pipe:
+        for priority in FAIR_PRIORITIES:
+            pipe.smembers(shard.queued_producers(priority))
+        members: list[set[bytes]] = await pipe.execute()
+    queues = [
+        (name.decode(), priority)
+        for priority, names in zip(FAIR_PRIORITIES, members, strict=True)
+        for name in names
+    ]
+    if not queues:
+        return {}
+    async with redis.pipeline(transaction=False) as pipe:
+        for producer, priority in queues:
+            pipe.llen(shard.queued(priority, producer))
+        counts: list[int] = await pipe.execute()
     lengths: dict[str, int] = {}
-    for priority in FAIR_PRIORITIES:
-        producers = await waiting_producers(redis, shard, priority)
-        async with redis.pipeline(transaction=False) as pipe:
-            for producer in producers:
-                pipe.llen(shard.queued(priority, producer))
-            counts: list[int] = await pipe.execute()
-        for producer, count in zip(producers, counts, strict=True):
-            lengths[producer] = lengths.get(producer, 0) + count
+    for (producer, _), count in zip(queues, counts, strict=True):
+        lengths[producer] = lengths.get(producer, 0) + count
     return lengths
 
 
