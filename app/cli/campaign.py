@@ -8,14 +8,13 @@ statuses) directly, so it works while the API is down.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 
 import asyncpg
 import click
-from redis.exceptions import RedisError
 
 from app.campaigns.progress import progress_of, render
+from app.cli.status import run_reading_redis
 from app.processes.clients import redis_client
 from app.settings import Settings, SettingsError
 from projections.campaign_queries import campaign_counts
@@ -76,10 +75,4 @@ def status(campaign_id: str, interval: float, watch: bool) -> None:
         settings = Settings.from_env()
     except SettingsError as error:
         raise click.ClickException(str(error)) from None
-    try:
-        with contextlib.suppress(KeyboardInterrupt):  # how --watch ends
-            asyncio.run(_show(settings, campaign_id, interval, watch))
-    except (RedisError, OSError) as error:
-        raise click.ClickException(
-            f"cannot read Redis at CLARION_REDIS_URL: {type(error).__name__}: {error}"
-        ) from None
+    run_reading_redis(_show(settings, campaign_id, interval, watch))

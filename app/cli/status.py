@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Coroutine
+from typing import Any
 
 import click
 from redis.exceptions import RedisError
@@ -54,9 +56,15 @@ def status(interval: float, watch: bool) -> None:
         providers = guarded_providers(load_catalog(settings.config_path))
     except (SettingsError, CatalogError) as error:
         raise click.ClickException(str(error)) from None
+    run_reading_redis(_show(settings, interval, watch, providers))
+
+
+def run_reading_redis(reading: Coroutine[Any, Any, None]) -> None:
+    """Run a command that reads Redis until it ends or is interrupted (how ``--watch`` ends);
+    a Redis it cannot read is a ClickException naming it."""
     try:
-        with contextlib.suppress(KeyboardInterrupt):  # how --watch ends
-            asyncio.run(_show(settings, interval, watch, providers))
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(reading)
     except (RedisError, OSError) as error:
         raise click.ClickException(
             f"cannot read Redis at CLARION_REDIS_URL: {type(error).__name__}: {error}"
