@@ -190,8 +190,16 @@ class CampaignStore:
         """The producer's newest campaigns, newest first."""
         listed = self.keys.campaigns_home(producer).campaigns_of(producer)
         ids: Any = await self.redis.zrevrange(listed, 0, limit - 1)
-        found = [await self.get(raw.decode()) for raw in ids]
-        return [campaign for campaign in found if campaign is not None]
+        names = [raw.decode() for raw in ids]
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for campaign_id in names:
+                pipe.hgetall(self._home(campaign_id).campaign(campaign_id).record)
+            records: list[dict[bytes, bytes]] = await pipe.execute()
+        return [
+            Campaign.from_hash(campaign_id, raw)
+            for campaign_id, raw in zip(names, records, strict=True)
+            if raw
+        ]
 
     async def backlog(self, priority: Priority, producer: str) -> int:
         """Work items of a priority waiting for the producer, over all shards: in the work
