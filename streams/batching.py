@@ -94,6 +94,20 @@ class BatchedScript(Generic[Group, Item, Reply]):
             self._flusher = loop.create_task(self._flush())
         return await ticket.future
 
+    async def run_alone(self, items: Sequence[Item]) -> list[Reply | Exception]:
+        """Like ``run_settled``, but ``items`` go out at once in a pipeline of their own,
+        beside any write in flight.
+
+        For a caller that submits parts of its own work as it goes (a campaign's generator):
+        behind the shared pipeline, each part waited for the part before it to be answered,
+        and the last parts of a batch came back long after they were planned.
+        """
+        if not items:
+            return []
+        ticket: _Ticket[Item, Reply] = _Ticket(items, asyncio.get_running_loop().create_future())
+        await self._write([ticket])
+        return ticket.replies
+
     async def _flush(self) -> None:
         try:
             while self._waiting:

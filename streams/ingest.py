@@ -114,10 +114,13 @@ class IngestWriter:
 
         self._high, self._other = writer(), writer()
 
-    async def write(self, items: Sequence[IngestItem]) -> list[IngestReply | Exception]:
+    async def write(
+        self, items: Sequence[IngestItem], *, alone: bool = False
+    ) -> list[IngestReply | Exception]:
         """Write ``items``; their replies in the same order, or the error of an item whose
-        script call failed (nothing of that item was written)."""
-        replies = await self._write(items)
+        script call failed (nothing of that item was written). ``alone``: in a pipeline of
+        their own, sent at once (``BatchedScript.run_alone``), not in the shared one."""
+        replies = await (self._other.run_alone(items) if alone else self._write(items))
         duplicates = [
             index
             for index, reply in enumerate(replies)

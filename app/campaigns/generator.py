@@ -5,7 +5,8 @@ repeats: read the campaign; stop unless it is running (a pause or cancel takes e
 between batches); wait while the campaign's priority has more work queued than the backlog
 allows (a million-recipient campaign then holds only that much of itself in Redis); ingest
 the next chunk of up to 1000 recipients through the same ingest step as the API
-(``app.ingest.ingestor``); record the batch.
+(``app.ingest.ingestor``); record the batch. While a chunk is written, the next one and
+its recipients' settings are read.
 
 Nothing is generated twice. Each recipient's notification is ingested under the idempotency
 key ``campaign:<id>:<recipient>``, whose record the ingest script writes in the same atomic
@@ -19,9 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 import structlog
 
@@ -30,12 +31,14 @@ from app.campaigns.lifecycle import state_change
 from app.campaigns.specs import CampaignSpec
 from app.ingest.delivery_plan import epoch_ms
 from app.ingest.ingestor import IngestAnswer, Ingestor
+from app.ingest.requests import NotificationRequest
 from streams.campaign_ids import notification_key
 from streams.campaigns import CHUNK_SIZE, Campaign, CampaignChange, CampaignStore
 from streams.events import (
     CampaignAudienceAdded,
     CampaignBatchGenerated,
 )
+from streams.recipient_settings import RecipientSettings
 from streams.vocabulary import Priority
 
 log = structlog.get_logger(__name__)
@@ -72,6 +75,44 @@ class _Tally:
 
 
 Renew = Callable[[], Awaitable[bool]]
+_Entry = tuple[str, NotificationRequest]
+_Known = Mapping[str, RecipientSettings]
+
+
+@dataclass(frozen=True)
+class _Batch:
+    """One chunk's notifications (idempotency key, request) and their recipients' settings
+    as read before planning."""
+
+    entries: list[_Entry]
+    known: _Known
+
+
+class _Ahead:
+    """The next chunk, being read while the current one is written."""
+
+    def __init__(self) -> None:
+        self._cursor = -1
+        self._task: asyncio.Task[_Batch] | None = None
+
+    def start(self, cursor: int, read: Coroutine[Any, Any, _Batch]) -> None:
+        self.drop()
+        self._cursor, self._task = cursor, asyncio.ensure_future(read)
+
+    async def take(self, cursor: int) -> _Batch | None:
+        """The chunk read ahead if it is the one at ``cursor`` (None: read it now)."""
+        if self._task is None or self._cursor != cursor:
+            self.drop()
+            return None
+        task, self._task = self._task, None
+        return await task
+
+    def drop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            # A read that failed before it was dropped has nothing more to say.
+            task.add_done_callback(lambda done: done.cancelled() or done.exception())
 
 
 class Generator:
@@ -84,6 +125,13 @@ class Generator:
 
     async def run(self, campaign_id: str, renew: Renew) -> None:
         """Generate until the campaign is done, paused or cancelled, or the lease is lost."""
+        ahead = _Ahead()
+        try:
+            await self._run(campaign_id, renew, ahead)
+        finally:
+            ahead.drop()
+
+    async def _run(self, campaign_id: str, renew: Renew, ahead: _Ahead) -> None:
         paced = _Pace()
         while await renew():
             campaign = await self.store.get(campaign_id)
@@ -103,8 +151,12 @@ class Generator:
                 return
             if not await self._room(self._priority(spec), campaign.producer, renew):
                 return
-            recipients = await self.store.chunk(campaign_id, campaign.cursor)
-            tally = await self._generate(campaign, spec, recipients, paced, renew)
+            batch = await ahead.take(campaign.cursor) or await self._read(campaign, spec, 0)
+            if campaign.cursor + 1 < campaign.chunks:
+                # The next chunk and its recipients' settings are read while this one is
+                # written (a settings change meanwhile makes its round STALE, as ever).
+                ahead.start(campaign.cursor + 1, self._read(campaign, spec, 1))
+            tally = await self._generate(campaign, spec, batch, paced, renew)
             if tally is None:
                 return
             await self._checkpoint(campaign, tally)
@@ -159,11 +211,20 @@ class Generator:
                 last_renewal = time.monotonic()
         return True
 
+    async def _read(self, campaign: Campaign, spec: CampaignSpec, later: int) -> _Batch:
+        """The notifications of the chunk ``later`` chunks after the campaign's cursor, and
+        their recipients' settings."""
+        recipients = await self.store.chunk(campaign.id, campaign.cursor + later)
+        entries = [(notification_key(campaign.id, r), spec.notification(r)) for r in recipients]
+        # Campaign recipients have profiles: read their settings with the batch, so that
+        # each notification is planned once (see ``Ingestor.read_settings``).
+        return _Batch(entries, await self.ingestor.read_settings(campaign.producer, entries))
+
     async def _generate(
         self,
         campaign: Campaign,
         spec: CampaignSpec,
-        recipients: Sequence[str],
+        batch: _Batch,
         paced: _Pace,
         renew: Renew,
     ) -> _Tally | None:
@@ -172,31 +233,28 @@ class Generator:
         its recipients generated so far counted as repeated then)."""
         tally = _Tally()
         step = paced.step(spec.rate)
-        for start in range(0, len(recipients), step):
-            part = recipients[start : start + step]
+        for start in range(0, len(batch.entries), step):
+            part = batch.entries[start : start + step]
             await paced.wait(spec.rate, len(part))
             if spec.rate and not (
                 await renew() and await self.store.state(campaign.id) == "running"
             ):
                 return None
-            for answer in await self._ingest(campaign, spec, part):
+            for answer in await self._ingest(campaign, part, batch.known):
                 tally.count(answer)
         return tally
 
     async def _ingest(
-        self, campaign: Campaign, spec: CampaignSpec, recipients: Sequence[str]
+        self, campaign: Campaign, batch: Sequence[_Entry], known: _Known
     ) -> list[IngestAnswer]:
-        """The ingest answers for ``recipients``, retrying those that may still succeed."""
-        answers: list[IngestAnswer | None] = [None] * len(recipients)
-        waiting = list(range(len(recipients)))
+        """The ingest answers for ``batch``, retrying those that may still succeed (with
+        their recipients' settings read again)."""
+        answers: list[IngestAnswer | None] = [None] * len(batch)
+        waiting = list(range(len(batch)))
         for attempt in range(_RETRIES + 1):
-            entries = [
-                (notification_key(campaign.id, recipients[i]), spec.notification(recipients[i]))
-                for i in waiting
-            ]
-            # Campaign recipients have profiles: read their settings with the batch, so
-            # that each notification is planned once (see ``Ingestor.read_settings``).
-            known = await self.ingestor.read_settings(campaign.producer, entries)
+            entries = [batch[i] for i in waiting]
+            if attempt:
+                known = await self.ingestor.read_settings(campaign.producer, entries)
             results = await self.ingestor.ingest_many(
                 campaign.producer, entries, known, overlap=True
             )

@@ -134,7 +134,8 @@ class Ingestor:
         their answers in the same order. ``known``: recipients' settings as just read
         (``read_settings``), planned with from the first round on. ``overlap``: write each
         hundred as soon as it is planned, while the next is planned (a background caller's
-        throughput; the API leaves it off, as its HIGH requests waited longer beside it)."""
+        throughput; the API leaves it off, as its HIGH requests waited longer beside it),
+        each hundred in a pipeline of its own (``IngestWriter.write``'s ``alone``)."""
         now = self.clock()
         answers: list[IngestAnswer | None] = [None] * len(entries)
         pending: list[_Pending] = []
@@ -146,7 +147,8 @@ class Ingestor:
                     # milliseconds. With ``overlap``, what is planned goes to Redis now, and
                     # is written there while the rest is planned.
                     if pending and overlap:
-                        writing.append(asyncio.create_task(self._rounds(pending, answers, now)))
+                        written = self._rounds(pending, answers, now, alone=True)
+                        writing.append(asyncio.create_task(written))
                         pending = []
                     await asyncio.sleep(0)
                 if isinstance(request, IngestAnswer):
@@ -160,7 +162,7 @@ class Ingestor:
                     answers[index] = entry
                     continue
                 pending.append(entry)
-            await self._rounds(pending, answers, now)
+            await self._rounds(pending, answers, now, alone=overlap)
         finally:
             # Every write started is waited for, whatever happened to the rest (without
             # ``overlap`` none was: a single POST does not gather nothing).
@@ -172,14 +174,19 @@ class Ingestor:
         return answers  # type: ignore[return-value]
 
     async def _rounds(
-        self, pending: list[_Pending], answers: list[IngestAnswer | None], now: datetime
+        self,
+        pending: list[_Pending],
+        answers: list[IngestAnswer | None],
+        now: datetime,
+        *,
+        alone: bool = False,
     ) -> None:
         """Write ``pending`` and answer each, planning again those whose recipient's
         settings (or the suppression list) changed meanwhile, a few rounds at most."""
         for _ in range(MAX_ROUNDS):
             if not pending:
                 return
-            pending = await self._write(pending, answers, now)
+            pending = await self._write(pending, answers, now, alone=alone)
         for entry in pending:
             answers[entry.index] = IngestAnswer(
                 409, detail="recipient: settings changed while ingesting; retry the request"
@@ -236,11 +243,16 @@ class Ingestor:
         return _Pending(index, checked, plan, settings=settings, suppressions=view)
 
     async def _write(
-        self, pending: list[_Pending], answers: list[IngestAnswer | None], now: datetime
+        self,
+        pending: list[_Pending],
+        answers: list[IngestAnswer | None],
+        now: datetime,
+        *,
+        alone: bool = False,
     ) -> list[_Pending]:
         """One round of writes: answer each item, except those whose recipient's settings
         changed (STALE), which are planned again and returned for the next round."""
-        replies = await self.writer.write([entry.item for entry in pending])
+        replies = await self.writer.write([entry.item for entry in pending], alone=alone)
         again: list[_Pending] = []
         for entry, reply in zip(pending, replies, strict=True):
             if isinstance(reply, RedisError):

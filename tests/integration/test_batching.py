@@ -92,3 +92,34 @@ async def test_nothing_to_run_answers_at_once(redis: Redis) -> None:
     script, batched = _batched(redis)
     assert await batched.run([]) == []
     assert script.pipelines == 0
+
+
+async def test_items_run_alone_go_out_beside_a_write_in_flight(redis: Redis) -> None:
+    """Each ``run_alone`` call is a pipeline of its own, sent at once: five parts submitted
+    together are five pipelines in flight at the same time, where ``run_settled`` shares
+    one."""
+    script, batched = _batched(redis)
+    in_flight = most = 0
+    run_many = script.run_many
+
+    async def counted(*args: Any, **kwargs: Any) -> list[Any]:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        try:
+            return await run_many(*args, **kwargs)
+        finally:
+            in_flight -= 1
+
+    script.run_many = counted  # type: ignore[method-assign]
+    parts = [[("a", f"{n}-a"), ("bad", "x"), ("b", f"{n}-b")] for n in range(5)]
+
+    answers = await asyncio.gather(*(batched.run_alone(items) for items in parts))
+
+    assert (script.pipelines, most) == (5, 5)
+    for items, replies in zip(parts, answers, strict=True):
+        assert [replies[0], replies[2]] == [f"{items[0][1]}!", f"{items[2][1]}!"]
+        assert isinstance(replies[1], ResponseError)  # a failed call fails its items alone
+    await asyncio.gather(*(batched.run_settled(items) for items in parts))
+    assert (script.pipelines, most) == (5 + 1, 5)
+    assert await batched.run_alone([]) == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import msgspec
 from redis.asyncio import Redis
@@ -12,8 +13,15 @@ from redis.asyncio import Redis
 from app.catalog import Catalog
 from app.ingest.requests import NotificationRequest
 from streams.campaign_ids import notification_key
-from streams.events import CampaignBatchGenerated, CampaignStateChanged
+from streams.events import (
+    CampaignBatchGenerated,
+    CampaignStateChanged,
+    DeliverySuppressed,
+    NotificationAccepted,
+    PreferenceEntry,
+)
 from streams.keys import KeySpace
+from streams.recipient_settings import RecipientSettingsStore
 from streams.vocabulary import Priority
 from tests.conftest import stream_events
 from tests.integration.campaign_support import MARKETING, always, give_profiles, parts, started
@@ -175,3 +183,44 @@ async def test_a_paced_campaign_stops_within_its_batch_when_paused(
     done = await campaigns.get("orders", campaign.id)
     assert (done.state, done.accepted, done.repeated) == ("completed", 1000 - halfway, halfway)
     assert await waiting(real_redis, keys) == 1000
+
+
+async def test_settings_changed_after_a_batch_was_read_ahead_are_applied(
+    real_redis: Redis, key_prefix: str, catalog: Catalog
+) -> None:
+    """The next batch and its recipients' settings are read while a batch is written; a
+    recipient who opts out in between is planned again with the opt-out."""
+    keys = KeySpace(key_prefix)
+    ids = [f"user-{i}" for i in range(2000)]
+    await give_profiles(real_redis, keys, ids)
+    campaigns, generator = parts(real_redis, keys, catalog)
+    campaign = await started(campaigns, ids)
+    settings = RecipientSettingsStore(real_redis, keys)
+    opted_out = False
+
+    async def opt_out_before_the_second_batch() -> bool:
+        nonlocal opted_out
+        if not opted_out and (await campaigns.get("orders", campaign.id)).cursor == 1:
+            email_off = PreferenceEntry(type="marketing", channel="EMAIL", enabled=False)
+            await settings.set_preferences("user-1500", [email_off])
+            opted_out = True
+        return True
+
+    await generator.run(campaign.id, opt_out_before_the_second_batch)
+
+    assert opted_out
+    done = await campaigns.get("orders", campaign.id)
+    assert (done.state, done.accepted) == ("completed", 2000)
+    events = await stream_events(real_redis, keys.shard(0).events)
+    opt_outs = [e for e in events if isinstance(e, DeliverySuppressed) and e.reason == "opted_out"]
+    assert [(e.channel, e.notification_id) for e in opt_outs] == [
+        ("EMAIL", _notification_of(events, "user-1500"))
+    ]
+    assert await waiting(real_redis, keys) == 1999
+
+
+def _notification_of(events: list[Any], recipient_id: str) -> str:
+    (accepted,) = [
+        e for e in events if isinstance(e, NotificationAccepted) and e.recipient_id == recipient_id
+    ]
+    return accepted.notification_id

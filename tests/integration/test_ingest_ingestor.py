@@ -101,10 +101,10 @@ async def test_settings_read_beforehand_plan_each_notification_once(
     writes = 0
     write = ingestor.writer.write
 
-    async def counted(items: Any) -> Any:
+    async def counted(items: Any, **options: Any) -> Any:
         nonlocal writes
         writes += 1
-        return await write(items)
+        return await write(items, **options)
 
     ingestor.writer.write = counted  # type: ignore[method-assign]
     other = msgspec.structs.replace(
