@@ -133,10 +133,20 @@ class InboxHub:
         self._listeners: dict[str, set[Listener]] = {}
         self.subscribed = asyncio.Event()
         self.readers = asyncio.Semaphore(READERS)
+        # Set when the process stops: every stream ends (see ``close``).
+        self.closing = asyncio.Event()
 
     @property
     def clients(self) -> int:
         return sum(len(found) for found in self._listeners.values())
+
+    def close(self) -> None:
+        """End every client's stream: the process is stopping, and a stream never ends by
+        itself (its browser reconnects to another process, resuming where it was)."""
+        self.closing.set()
+        for listeners in list(self._listeners.values()):
+            for listener in list(listeners):
+                listener.wake.set()
 
     @contextlib.contextmanager
     def listening(self, recipient_id: str) -> Iterator[Listener]:

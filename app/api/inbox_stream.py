@@ -12,7 +12,8 @@ its inbox again. Events (``data`` is JSON):
 - ``reset``: ``{}``.
 
 A comment line every ``HEARTBEAT_S`` keeps proxies from closing an idle stream. The stream
-ends when the token expires: the app reconnects with a fresh one.
+ends when the token expires (the app reconnects with a fresh one) and when the API process
+stops (``InboxHub.close``; the browser reconnects and resumes).
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ async def _events(
             for change in await follower.catch_up():
                 if follower.fresh(change):
                     yield _change_event(follower, change)
-        while (left := ends - time.monotonic()) > 0:
+        while (left := ends - time.monotonic()) > 0 and not hub.closing.is_set():
             try:
                 await asyncio.wait_for(listener.wake.wait(), min(HEARTBEAT_S, left))
             except TimeoutError:

@@ -29,6 +29,11 @@ from projections.database import DatabaseNotReady
 
 log = structlog.get_logger(__name__)
 
+# After SIGTERM, how long the API lets requests in flight finish before it cancels them (the
+# inbox streams it ends at once: ``app.processes.api``). Without a limit, one request stuck
+# on a dependency would keep a stopping process running for ever.
+SHUTDOWN_GRACE_S = 5
+
 
 def _settings() -> Settings:
     try:
@@ -108,6 +113,7 @@ def api(workers: int) -> None:
         http="httptools",
         log_config=None,
         access_log=False,
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
     )
 
 

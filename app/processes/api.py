@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import signal
+import threading
+from collections.abc import Callable
 from functools import partial
+from types import FrameType
+from typing import Any
 
 import structlog
 from litestar import Litestar
@@ -19,9 +25,12 @@ from app.processes.redis_checks import check_redis
 from app.settings import Settings
 from projections.database import connect as connect_database
 from streams.consumer_groups import ensure_all_groups
+from streams.inbox_live import InboxHub
 from streams.keys import KeySpace
 
 log = structlog.get_logger(__name__)
+
+Handler = Callable[[int, FrameType | None], Any]
 
 
 def build() -> Litestar:
@@ -40,6 +49,7 @@ def build() -> Litestar:
         await check_redis(redis, settings.redis_url)
         await _make_groups(redis, app.state.key_space)
         await read_model.start()
+        _end_streams_on_stop(app.state.inbox_hub)
         tune_gc()
 
     async def on_shutdown() -> None:
@@ -49,6 +59,29 @@ def build() -> Litestar:
     app.on_startup.append(on_startup)
     app.on_shutdown.append(on_shutdown)
     return app
+
+
+def _end_streams_on_stop(hub: InboxHub) -> None:
+    """On SIGTERM or SIGINT, end the open inbox streams, then let the server stop as it would.
+
+    uvicorn stops by waiting for the answers in progress to end; an inbox stream never ends
+    by itself, so one open browser kept the process running until its token expired.
+    uvicorn has set its own handlers when the app starts (in the main thread); each is
+    called after the streams were told to end.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return  # not under uvicorn (an app in a test client): no signals to follow
+    loop = asyncio.get_running_loop()
+    for number in (signal.SIGTERM, signal.SIGINT):
+        previous = signal.getsignal(number)
+        if not callable(previous):
+            continue  # no server handler to go before
+
+        def stop(received: int, frame: FrameType | None, then: Handler = previous) -> None:
+            loop.call_soon_threadsafe(hub.close)
+            then(received, frame)
+
+        signal.signal(number, stop)
 
 
 async def _make_groups(redis: Redis, keys: KeySpace) -> None:

@@ -35,6 +35,13 @@ async def _prepare_database(url: str) -> None:
 def running_api() -> Iterator[str]:
     """The base URL of a running API; afterwards its keys and database are removed, and it
     must not have logged a traceback."""
+    with running_api_process() as (url, _):
+        yield url
+
+
+@contextmanager
+def running_api_process() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """Like ``running_api``, with the API's process (which the caller may stop first)."""
     prefix = f"fuzz-{uuid.uuid4().hex[:8]}"
     database = throwaway_name()
     database_url = with_database(TEST_SERVER_URL, database)
@@ -49,7 +56,7 @@ def running_api() -> Iterator[str]:
     try:
         wait_for_port(port, timeout=20)
         wait_healthy(f"http://127.0.0.1:{port}")
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", process
     finally:
         process.terminate()
         process.wait(timeout=30)

@@ -5,6 +5,7 @@ one whose feed no longer holds all it missed gets ``reset``; no token, no stream
 from __future__ import annotations
 
 import json
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from app.api.inbox_stream import _events
 from streams.inbox_live import InboxFollower, InboxHub
 from streams.keys import KeySpace
 from tests.conftest import REPO
+from tests.e2e.api_service import API_KEY, running_api_process
 from tests.e2e.test_api_inbox_demo import in_app_id, order, token_for
 from tests.e2e.test_api_unsubscribe import eventually, running_service, send
 
@@ -140,3 +142,25 @@ async def test_a_stream_ends_when_its_token_expires(real_redis: Redis, key_prefi
     assert 0.5 <= time.monotonic() - started < 2
     assert got[0].startswith(b"retry: ")
     assert b"event: counts" in got[1]
+
+
+def test_an_open_stream_ends_when_the_api_stops_and_the_api_stops_at_once() -> None:
+    """uvicorn stops by waiting for the answers in progress; an inbox stream never ends by
+    itself, so an open browser used to keep the API running until its token expired."""
+    with running_api_process() as (base_url, process):
+        with httpx.Client(base_url=base_url, timeout=10) as client:
+            answer = client.post(
+                "/v1/recipients/u-1/inbox-tokens",
+                json={},
+                headers={"Authorization": f"Bearer {API_KEY}"},
+            )
+            assert answer.status_code == 201, answer.text
+            token = answer.json()["token"]
+        with EventStream(base_url, token) as events:
+            assert next(events)["event"] == "counts"
+            stopped_at = time.monotonic()
+            process.send_signal(signal.SIGTERM)
+            assert list(events) == []  # the stream ends, with nothing more
+            assert process.wait(timeout=10) in (0, -signal.SIGTERM)  # uvicorn re-raises it
+        assert time.monotonic() - stopped_at < 5
+    # running_api_process: no traceback was logged
