@@ -48,11 +48,14 @@ class ReadModel:
         *,
         retry_interval_s: float = 5.0,
         wait_s: float = 1.0,
+        close_wait_s: float = 5.0,
     ) -> None:
         self._pool = pool
         self._connect = connect
         self._retry_interval_s = retry_interval_s
         self._wait_s = wait_s
+        # How long ``close`` waits for connections in use before it cuts them.
+        self._close_wait_s = close_wait_s
         self._attempt: asyncio.Task[None] | None = None
         self._next_attempt = 0.0
 
@@ -80,7 +83,12 @@ class ReadModel:
                 await attempt
         pool, self._pool = self._pool, None
         if pool is not None:
-            await pool.close()
+            try:
+                # Waits for the connections in use to come back; a query that hangs (a
+                # lock, a stalled server) would hold a stopping API for ever.
+                await asyncio.wait_for(pool.close(), self._close_wait_s)
+            except TimeoutError:
+                log.warning("read_model.close_forced", waited_s=self._close_wait_s)
 
     async def _wait_for_attempt(self, wait_s: float) -> None:
         if self._attempt is None and time.monotonic() >= self._next_attempt:

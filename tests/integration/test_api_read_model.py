@@ -3,7 +3,11 @@ is 503; given a way to connect, a later request connects."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 import asyncpg
+import pytest
 from redis.asyncio import Redis
 
 from app.api.app import create_app
@@ -51,3 +55,21 @@ async def test_without_the_read_model_the_write_model_answers_and_the_list_is_50
             assert len(attempts) == 2
         finally:
             await read_model.close()
+
+
+async def test_closing_cuts_a_connection_still_in_use_after_its_wait(database_url: str) -> None:
+    """A stopping API closes the pool; a query that never ends (here: a connection held
+    in a long sleep) must not hold it for ever."""
+    pool = await connect(database_url)
+    read_model = ReadModel(pool, close_wait_s=0.5)
+    held = await pool.acquire()
+    sleeping = asyncio.create_task(held.execute("SELECT pg_sleep(30)"))
+    await asyncio.sleep(0.1)
+    started = time.monotonic()
+
+    await read_model.close()
+
+    assert time.monotonic() - started < 5
+    assert pool.is_closing()
+    with pytest.raises((asyncpg.InterfaceError, asyncpg.ConnectionDoesNotExistError)):
+        await sleeping
