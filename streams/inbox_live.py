@@ -23,6 +23,7 @@ import structlog
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from streams.connection import being_cancelled
 from streams.keys import KeySpace
 
 log = structlog.get_logger(__name__)
@@ -177,6 +178,10 @@ class InboxHub:
             try:
                 await self._subscribed()
             except (RedisError, OSError) as error:
+                if being_cancelled():
+                    # The client turned the cancellation into an error of its own: looping
+                    # on would keep a stopping API process alive for ever.
+                    raise asyncio.CancelledError from error
                 log.warning("inbox.subscription_lost", error=str(error))
             # Whatever was published meanwhile is in the feeds: every client catches up.
             self.subscribed.clear()

@@ -9,6 +9,7 @@ import asyncio
 
 import pytest
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from streams.inbox_live import (
     Change,
@@ -123,3 +124,24 @@ async def test_a_follower_that_saw_an_empty_feed_reads_again_only_after_a_trim(
     feed = keys.shard(0).inbox("u-1").feed
     await real_redis.xtrim(feed, maxlen=1, approximate=False)
     assert not await InboxFollower(real_redis, keys, "u-1", {0: "0-0"}).start(resume=True)
+
+
+async def test_the_hub_stops_even_when_the_client_turns_its_cancellation_into_an_error(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    """redis-py may raise a connection error of its own when a read is cancelled: the hub
+    must still end, or a stopping API waits for it for ever."""
+    hub = InboxHub(real_redis, KeySpace(key_prefix))
+
+    async def subscribed() -> None:
+        hub.subscribed.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            raise RedisConnectionError("Connection closed by server.") from None
+
+    hub._subscribed = subscribed  # type: ignore[method-assign]
+    running = hub.running()
+    await running.__aenter__()
+    await asyncio.wait_for(hub.subscribed.wait(), 5)
+    await asyncio.wait_for(running.__aexit__(None, None, None), 5)
