@@ -57,13 +57,14 @@ import redis.asyncio as aredis
 # Clarion's own code. All of the harness's imports of it are here: when a product module
 # moves, this block is the harness's one place to follow it.
 from app.catalog import Catalog, parse_catalog
+from app.delivery.feeder import Feeder
 from app.delivery.worker import DeliveryWorker
 from app.ingest.fanout import Planner
 from app.ingest.ingestor import Ingestor
 from app.providers.registry import build_providers
 from projections.database import ensure_database, quote_identifier
 from streams import codec
-from streams.keys import KeySpace
+from streams.keys import KeySpace, ShardKeys
 from streams.recipient_settings import AddressDigest
 from streams.vocabulary import Channel, Priority
 
@@ -387,17 +388,40 @@ def log_findings(path: Path) -> dict[str, Any]:
 # --- the catalog ----------------------------------------------------------------------------
 
 
+@dataclass
+class FedWorker:
+    """A delivery worker with the fairness feeder beside it, as a worker process runs them:
+    without the feeder, work items queued behind a full work stream would never be sent."""
+
+    worker: DeliveryWorker
+    feeder: Feeder
+    shards: list[ShardKeys]
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def run(self) -> None:
+        feeding = asyncio.create_task(self.feeder.run(self.shards, self.stopping))
+        try:
+            await self.worker.run()
+        finally:
+            self.stopping.set()
+            await feeding
+
+    def stop(self) -> None:
+        self.worker.stop()
+        self.stopping.set()
+
+
 def in_process(
     client: aredis.Redis, keys: KeySpace, catalog: Catalog, idempotency_ttl_s: int = 3600
-) -> tuple[Ingestor, DeliveryWorker]:
-    """An ingestor and a delivery worker in this process, built as the API and a worker
-    process build theirs (with the sandbox providers of ``catalog``)."""
+) -> tuple[Ingestor, FedWorker]:
+    """An ingestor and a delivery worker (with its feeder) in this process, built as the API
+    and a worker process build theirs (with the sandbox providers of ``catalog``)."""
     ingestor = Ingestor(client, keys, Planner(catalog, BENCH_DIGEST), idempotency_ttl_s)
     providers = build_providers(catalog, client, keys)
     worker = DeliveryWorker(
         client, keys, catalog, providers, consumer="bench-0", address_digest=BENCH_DIGEST
     )
-    return ingestor, worker
+    return ingestor, FedWorker(worker, Feeder(client, catalog.fairness), keys.all_shards())
 
 
 def unlimited_catalog(source: Path, target: Path) -> list[str]:
