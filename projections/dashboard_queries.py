@@ -14,6 +14,7 @@ from typing import Any
 import asyncpg
 import msgspec
 
+from projections.partitions import ids_of_the_day_of
 from streams.delivery_state import DeliveryStatus
 
 # The statuses a failure rate is taken over: every terminal one but SUPPRESSED and CANCELLED,
@@ -72,7 +73,7 @@ WHERE id = $1 AND producer = $2
 _DELIVERIES_OF = """
 SELECT id, channel, status, reason, attempts, error_class, last_error, updated_at
 FROM delivery
-WHERE notification_id = $1
+WHERE notification_id = $1 AND id >= $2 AND id < $3  -- the partition of the notification's day
 ORDER BY channel, id
 """
 
@@ -227,7 +228,9 @@ async def timeline(
         head = await connection.fetchrow(_NOTIFICATION, notification_id, producer)
         if head is None:
             return None
-        deliveries = await connection.fetch(_DELIVERIES_OF, notification_id)
+        deliveries = await connection.fetch(
+            _DELIVERIES_OF, notification_id, *ids_of_the_day_of(notification_id)
+        )
         events = await connection.fetch(_EVENTS_OF, notification_id)
     return Timeline(
         notification=NotificationSummary(

@@ -1,32 +1,37 @@
-"""Daily partitions of ``delivery_event``: created ahead of time, dropped by retention.
+"""Daily partitions of the read model's growing tables: created ahead, dropped by retention.
 
-A day's partition ``delivery_event_YYYYMMDD`` holds the events whose ``at`` falls in that
-UTC day. Events outside every daily partition land in ``delivery_event_default``; when
-their day's partition is created later, they are moved into it in the same transaction.
-Creators and droppers serialise on one transaction-scoped advisory lock.
+Three tables grow with every notification, and each is partitioned by UTC day, the partition
+``<table>_YYYYMMDD`` holding one day:
+
+- ``delivery_event`` (every event) by its time, ``at``;
+- ``notification`` and ``delivery`` by ``id``. An id is a UUIDv7 whose first 48 bits are the
+  millisecond it was made (``streams.ids``), so a day is a range of ids and a lookup by id
+  reads one partition. A notification's deliveries get their ids in the same millisecond as
+  it does, so they share its day.
+
+Rows outside every daily partition land in ``<table>_default``; when their day's partition
+is created later, they are moved into it in the same transaction. Creators and droppers
+serialise on one transaction-scoped advisory lock.
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
+from typing import Any
 
 import asyncpg
 
-PARENT = "delivery_event"
-DEFAULT_PARTITION = "delivery_event_default"
-PREFIX = "delivery_event_"
-_DAILY = re.compile(r"^delivery_event_(\d{8})$")
 # The same derivation as the migration lock key: the first 8 bytes of SHA-256, signed.
 PARTITION_LOCK_KEY = int.from_bytes(
     hashlib.sha256(b"clarion.partitions").digest()[:8], "big", signed=True
 )
 
 
-def partition_name(day: date) -> str:
-    """``delivery_event_YYYYMMDD`` for ``day``."""
-    return f"{PREFIX}{day:%Y%m%d}"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def day_bounds(day: date) -> tuple[datetime, datetime]:
@@ -35,18 +40,84 @@ def day_bounds(day: date) -> tuple[datetime, datetime]:
     return start, start + timedelta(days=1)
 
 
-def _literal(instant: datetime) -> str:
+def first_id_at(instant: datetime) -> uuid.UUID:
+    """The smallest UUIDv7 made at or after ``instant``: its millisecond, then zeros."""
+    milliseconds = (instant - _EPOCH) // timedelta(milliseconds=1)
+    return uuid.UUID(int=milliseconds << 80)
+
+
+def ids_of_the_day_of(an_id: str | uuid.UUID) -> tuple[uuid.UUID, uuid.UUID]:
+    """The range of ids made on the UTC day ``an_id`` was made: the bounds of its partition.
+
+    A notification's deliveries are in it, so a query by ``notification_id`` that adds
+    ``id >= low AND id < high`` reads one partition of ``delivery`` instead of every one.
+    """
+    milliseconds = uuid.UUID(str(an_id)).int >> 80
+    made = _EPOCH + timedelta(milliseconds=milliseconds)
+    start, end = day_bounds(made.date())
+    return first_id_at(start), first_id_at(end)
+
+
+def _time_literal(instant: datetime) -> str:
     # An explicit +00 offset: a bare date would be read in the session's TimeZone.
     return f"'{instant:%Y-%m-%d %H:%M:%S}+00'"
 
 
-def _bounds_clause(day: date) -> str:
-    start, end = day_bounds(day)
-    return f"FOR VALUES FROM ({_literal(start)}) TO ({_literal(end)})"
+def _id_literal(instant: datetime) -> str:
+    return f"'{first_id_at(instant)}'"
 
 
-async def _partitions(connection: asyncpg.Connection) -> set[str]:
-    """Names of the tables attached to ``delivery_event`` as partitions."""
+def _same(instant: datetime) -> datetime:
+    return instant
+
+
+@dataclass(frozen=True, slots=True)
+class DailyTable:
+    """A table partitioned by UTC day on one column."""
+
+    parent: str
+    column: str
+    # The column's value where an instant's range starts, as a query parameter and as SQL.
+    value_at: Callable[[datetime], Any]
+    literal_at: Callable[[datetime], str]
+
+    @property
+    def default(self) -> str:
+        """The partition of rows outside every daily one."""
+        return f"{self.parent}_default"
+
+    def name(self, day: date) -> str:
+        """``<parent>_YYYYMMDD`` for ``day``."""
+        return f"{self.parent}_{day:%Y%m%d}"
+
+    def day_of(self, name: str) -> date | None:
+        """The day a partition's name stands for; None for any other name."""
+        digits = name.removeprefix(f"{self.parent}_")
+        if len(digits) != 8 or not digits.isascii() or not digits.isdigit():
+            return None  # not a day's name (the default partition, another parent's)
+        try:
+            return datetime.strptime(digits, "%Y%m%d").replace(tzinfo=UTC).date()
+        except ValueError:
+            return None
+
+    def bounds(self, day: date) -> tuple[Any, Any]:
+        """The column's values where ``day`` starts and where the next day starts."""
+        start, end = day_bounds(day)
+        return self.value_at(start), self.value_at(end)
+
+    def bounds_clause(self, day: date) -> str:
+        start, end = day_bounds(day)
+        return f"FOR VALUES FROM ({self.literal_at(start)}) TO ({self.literal_at(end)})"
+
+
+EVENTS = DailyTable("delivery_event", "at", _same, _time_literal)
+NOTIFICATIONS = DailyTable("notification", "id", first_id_at, _id_literal)
+DELIVERIES = DailyTable("delivery", "id", first_id_at, _id_literal)
+TABLES = (EVENTS, NOTIFICATIONS, DELIVERIES)
+
+
+async def partitions_of(connection: asyncpg.Connection, parent: str) -> set[str]:
+    """Names of the tables attached to ``parent`` as partitions."""
     rows = await connection.fetch(
         """
         SELECT child.relname
@@ -54,7 +125,7 @@ async def _partitions(connection: asyncpg.Connection) -> set[str]:
         JOIN pg_class AS child ON child.oid = link.inhrelid
         WHERE link.inhparent = $1::regclass
         """,
-        PARENT,
+        parent,
     )
     return {str(row["relname"]) for row in rows}
 
@@ -62,33 +133,36 @@ async def _partitions(connection: asyncpg.Connection) -> set[str]:
 async def ensure_partitions(
     connection: asyncpg.Connection, today: date, ahead_days: int = 3
 ) -> list[str]:
-    """Ensure the partitions for ``today`` - 1 ... ``today`` + ``ahead_days`` exist.
+    """Ensure every table's partitions for ``today`` - 1 ... ``today`` + ``ahead_days`` exist.
 
-    Returns the names of the partitions this call created.
+    Returns the names of the partitions this call created, table by table, oldest first.
     """
     if ahead_days < 0:
         raise ValueError(f"ahead_days must not be negative, got {ahead_days}")
     days = [today + timedelta(days=offset) for offset in range(-1, ahead_days + 1)]
-    existing = await _partitions(connection)
     created: list[str] = []
-    for day in days:
-        if partition_name(day) not in existing and await _ensure_partition(connection, day):
-            created.append(partition_name(day))
+    for table in TABLES:
+        existing = await partitions_of(connection, table.parent)
+        for day in days:
+            if table.name(day) not in existing and await _ensure_partition(connection, table, day):
+                created.append(table.name(day))
     return created
 
 
-async def _ensure_partition(connection: asyncpg.Connection, day: date) -> bool:
+async def _ensure_partition(connection: asyncpg.Connection, table: DailyTable, day: date) -> bool:
     """Create ``day``'s partition unless it exists; True when this call created it."""
-    name = partition_name(day)
-    start, end = day_bounds(day)
+    name = table.name(day)
+    start, end = table.bounds(day)
     async with connection.transaction():
         await connection.execute("SELECT pg_advisory_xact_lock($1)", PARTITION_LOCK_KEY)
-        if name in await _partitions(connection):
+        if name in await partitions_of(connection, table.parent):
             return False  # another process created it while this one waited
         if await connection.fetchval("SELECT to_regclass($1) IS NOT NULL", name):
-            raise RuntimeError(f"table {name} exists but is not a partition of {PARENT}")
+            raise RuntimeError(f"table {name} exists but is not a partition of {table.parent}")
+        # Names and columns are constants of this module, not input.
         stranded = await connection.fetchval(
-            "SELECT EXISTS (SELECT 1 FROM delivery_event_default WHERE at >= $1 AND at < $2)",
+            f"SELECT EXISTS (SELECT 1 FROM {table.default} "  # noqa: S608
+            f"WHERE {table.column} >= $1 AND {table.column} < $2)",
             start,
             end,
         )
@@ -96,60 +170,63 @@ async def _ensure_partition(connection: asyncpg.Connection, day: date) -> bool:
             try:
                 async with connection.transaction():  # a savepoint, for the fallback below
                     await connection.execute(
-                        f"CREATE TABLE IF NOT EXISTS {name} PARTITION OF {PARENT} "
-                        f"{_bounds_clause(day)}"
+                        f"CREATE TABLE IF NOT EXISTS {name} PARTITION OF {table.parent} "
+                        f"{table.bounds_clause(day)}"
                     )
             except asyncpg.CheckViolationError:
-                pass  # an event for this day reached the default partition meanwhile
+                pass  # a row for this day reached the default partition meanwhile
             else:
                 return True
-        await _move_and_attach(connection, day)
+        await _move_and_attach(connection, table, day)
         return True
 
 
-async def _move_and_attach(connection: asyncpg.Connection, day: date) -> None:
+async def _move_and_attach(connection: asyncpg.Connection, table: DailyTable, day: date) -> None:
     """Create ``day``'s table standalone, move its rows out of the default partition, attach it.
 
     Runs inside the caller's transaction. The default partition is locked first so that no
-    event for this day can slip into it between the move and the attach.
+    row for this day can slip into it between the move and the attach.
     """
-    name = partition_name(day)
+    name, parent, column = table.name(day), table.parent, table.column
     start, end = day_bounds(day)
-    await connection.execute(f"LOCK TABLE {DEFAULT_PARTITION} IN ACCESS EXCLUSIVE MODE")
+    await connection.execute(f"LOCK TABLE {table.default} IN ACCESS EXCLUSIVE MODE")
     rows = await connection.fetch(
         """
         SELECT attname FROM pg_attribute
         WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped
         ORDER BY attnum
         """,
-        PARENT,
+        parent,
     )
     columns = ", ".join(_quote(str(row["attname"])) for row in rows)
     await connection.execute(
-        f"CREATE TABLE {name} (LIKE {PARENT} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
+        f"CREATE TABLE {name} (LIKE {parent} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
     )
     # Identifiers only: a name made from a date, and quoted column names from the catalog.
     move = (
-        f"WITH moved AS (DELETE FROM {DEFAULT_PARTITION} WHERE at >= $1 AND at < $2 "  # noqa: S608
+        f"WITH moved AS (DELETE FROM {table.default} "  # noqa: S608
+        f"WHERE {column} >= $1 AND {column} < $2 "
         f"RETURNING {columns}) INSERT INTO {name} ({columns}) SELECT {columns} FROM moved"
     )
-    await connection.execute(move, start, end)
+    await connection.execute(move, *table.bounds(day))
     # A constraint equal to the partition bound lets ATTACH skip its validation scan.
     await connection.execute(
-        f"ALTER TABLE {name} ADD CONSTRAINT {name}_bound "
-        f"CHECK (at IS NOT NULL AND at >= {_literal(start)} AND at < {_literal(end)})"
+        f"ALTER TABLE {name} ADD CONSTRAINT {name}_bound CHECK ({column} IS NOT NULL AND "
+        f"{column} >= {table.literal_at(start)} AND {column} < {table.literal_at(end)})"
     )
-    await connection.execute(f"ALTER TABLE {PARENT} ATTACH PARTITION {name} {_bounds_clause(day)}")
+    await connection.execute(
+        f"ALTER TABLE {parent} ATTACH PARTITION {name} {table.bounds_clause(day)}"
+    )
     await connection.execute(f"ALTER TABLE {name} DROP CONSTRAINT {name}_bound")
 
 
 async def drop_expired_partitions(
     connection: asyncpg.Connection, today: date, retention_days: int
 ) -> list[str]:
-    """Drop the daily partitions wholly older than ``today`` - ``retention_days``.
+    """Drop every table's daily partitions wholly older than ``today`` - ``retention_days``.
 
-    Expired rows in the default partition are deleted too. Returns the dropped names, oldest
-    first.
+    Expired rows in the default partitions are deleted too. Returns the dropped names, table
+    by table, oldest first.
     """
     if retention_days < 0:
         raise ValueError(f"retention_days must not be negative, got {retention_days}")
@@ -157,25 +234,17 @@ async def drop_expired_partitions(
     dropped: list[str] = []
     async with connection.transaction():
         await connection.execute("SELECT pg_advisory_xact_lock($1)", PARTITION_LOCK_KEY)
-        for name in sorted(await _partitions(connection)):
-            day = _day_of(name)
-            if day is not None and day < cutoff:
-                await connection.execute(f"DROP TABLE {name}")
-                dropped.append(name)
-        await connection.execute(
-            "DELETE FROM delivery_event_default WHERE at < $1", day_bounds(cutoff)[0]
-        )
+        for table in TABLES:
+            for name in sorted(await partitions_of(connection, table.parent)):
+                day = table.day_of(name)
+                if day is not None and day < cutoff:
+                    await connection.execute(f"DROP TABLE {name}")
+                    dropped.append(name)
+            await connection.execute(
+                f"DELETE FROM {table.default} WHERE {table.column} < $1",  # noqa: S608
+                table.bounds(cutoff)[0],
+            )
     return dropped
-
-
-def _day_of(name: str) -> date | None:
-    match = _DAILY.match(name)
-    if match is None:
-        return None
-    try:
-        return datetime.strptime(match.group(1), "%Y%m%d").replace(tzinfo=UTC).date()
-    except ValueError:
-        return None
 
 
 def _quote(identifier: str) -> str:

@@ -16,6 +16,7 @@ import asyncpg
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
+from projections.partitions import ids_of_the_day_of
 from streams.consumer_groups import PROJECTOR_GROUP
 from streams.delivery_state import DeliveryStatus
 from streams.keys import KeySpace
@@ -80,7 +81,8 @@ SELECT id, producer, type, priority, recipient_id, created_at FROM notification 
 
 # In the order the notification listed them when it was accepted (the NotificationAccepted
 # event's delivery_ids; its time is the notification's created_at, which prunes the event
-# partitions); by id when that event is gone (retention).
+# partitions); by id when that event is gone (retention). The deliveries are in the partition
+# of the notification's day.
 _DELIVERIES_OF_NOTIFICATION = f"""
 WITH accepted AS (
     SELECT ARRAY(SELECT jsonb_array_elements_text(body -> 'delivery_ids')) AS ids
@@ -90,7 +92,7 @@ WITH accepted AS (
 )
 SELECT {_DELIVERY_COLUMNS}
 FROM delivery d LEFT JOIN accepted a ON true
-WHERE d.notification_id = $1
+WHERE d.notification_id = $1 AND d.id >= $3 AND d.id < $4
 ORDER BY array_position(a.ids, d.id::text) NULLS LAST, d.id
 """  # noqa: S608 (a constant column list)
 
@@ -121,7 +123,10 @@ async def notification_status(pool: asyncpg.Pool, notification_id: str) -> Notif
         if found is None:
             return None
         rows = await connection.fetch(
-            _DELIVERIES_OF_NOTIFICATION, notification_id, found["created_at"]
+            _DELIVERIES_OF_NOTIFICATION,
+            notification_id,
+            found["created_at"],
+            *ids_of_the_day_of(notification_id),
         )
     return NotificationRow(
         id=str(found["id"]),

@@ -67,6 +67,14 @@ SELECT (SELECT count(*) FROM notification) AS notifications_before,
 """  # noqa: S608
 
 
+# The rebuild's tables, quoted, parents first (SCHEMA is a constant).
+_NEW_TABLES = f"""
+SELECT quote_ident(relname) FROM pg_class
+WHERE relnamespace = '{SCHEMA}'::regnamespace AND relkind IN ('r', 'p')
+ORDER BY relkind DESC, relname
+"""  # noqa: S608
+
+
 # The privileges others hold on a live table (its owner's come with owning the new one),
 # with the grantee ready to name in a GRANT.
 _GRANTS = """
@@ -145,7 +153,8 @@ async def rebuild(
                 await guard.execute(f"DROP SCHEMA {SCHEMA} CASCADE")
                 return summary
             await guard.execute("DROP TABLE notification, delivery")
-            for table in TABLES:
+            # Every table of the schema: the two, and their partitions.
+            for (table,) in await guard.fetch(_NEW_TABLES):
                 await guard.execute(f"ALTER TABLE {SCHEMA}.{table} SET SCHEMA {live_schema}")
             await guard.execute(f"DROP SCHEMA {SCHEMA}")
         log.info("rebuild.swapped", **_loggable(summary))
@@ -188,8 +197,11 @@ async def _create_tables(connection: asyncpg.Connection, live_schema: str) -> No
     await connection.execute(f"CREATE SCHEMA {SCHEMA}")
     for table in TABLES:
         live = f"{live_schema}.{table}"
+        key = await connection.fetchval("SELECT pg_get_partkeydef($1::regclass)", live)
+        partitioned = f" PARTITION BY {key}" if key else ""
         await connection.execute(
             f"CREATE TABLE {SCHEMA}.{table} (LIKE {live} INCLUDING ALL EXCLUDING INDEXES)"
+            f"{partitioned}"
         )
         constraints = await connection.fetch(
             "SELECT conname, contype::text, pg_get_constraintdef(oid) AS definition "
@@ -208,6 +220,7 @@ async def _create_tables(connection: asyncpg.Connection, live_schema: str) -> No
                 f"ALTER TABLE {SCHEMA}.{table} ADD CONSTRAINT "
                 f"{_quote(constraint['conname'])} {constraint['definition']}"
             )
+        await _create_partitions(connection, live, table)
         # LIKE copies no privileges: without this, a role that reads the live table (a
         # dashboard's, a report's) would lose it at the swap.
         for grant in await connection.fetch(_GRANTS, live):
@@ -215,6 +228,20 @@ async def _create_tables(connection: asyncpg.Connection, live_schema: str) -> No
             await connection.execute(
                 f"GRANT {grant['privilege_type']} ON {SCHEMA}.{table} TO {grant['grantee']}{option}"
             )
+
+
+async def _create_partitions(connection: asyncpg.Connection, live: str, table: str) -> None:
+    """The live table's partitions (``projections.partitions``), same names and bounds."""
+    partitions = await connection.fetch(
+        "SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) AS bound FROM pg_inherits AS i "
+        "JOIN pg_class AS c ON c.oid = i.inhrelid WHERE i.inhparent = $1::regclass",
+        live,
+    )
+    for partition in partitions:
+        await connection.execute(
+            f"CREATE TABLE {SCHEMA}.{_quote(partition['relname'])} "
+            f"PARTITION OF {SCHEMA}.{table} {partition['bound']}"
+        )
 
 
 async def _create_indexes(connection: asyncpg.Connection, live_schema: str) -> None:
@@ -228,7 +255,9 @@ async def _create_indexes(connection: asyncpg.Connection, live_schema: str) -> N
             live,
         )
         for (definition,) in definitions:
-            target = f" ON {live} "
+            # A partitioned table's index is shown "ON ONLY" it; built on the new table
+            # without ONLY, it is built on every partition too.
+            target = f" ON ONLY {live} " if f" ON ONLY {live} " in definition else f" ON {live} "
             if definition.count(target) != 1:
                 raise RebuildError(f"cannot copy index of {live}: {definition}")
             await connection.execute(definition.replace(target, f" ON {SCHEMA}.{table} "))

@@ -20,7 +20,8 @@ from projections.database import (
     load_migrations,
     migrate,
 )
-from projections.partitions import partition_name
+from projections.partitions import DELIVERIES, EVENTS, NOTIFICATIONS, ensure_partitions
+from streams.ids import new_ids
 from tests.integration.partition_support import daily_partitions, days, insert_event
 from tests.pg import TEST_SERVER_URL, drop_database, throwaway_database, throwaway_name
 from tests.pg import with_database as url_for
@@ -122,6 +123,58 @@ async def test_migrations_apply_once(database_url: str) -> None:
         await connection.close()
 
 
+async def test_rows_are_kept_when_notification_and_delivery_become_partitioned(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    connection = await asyncpg.connect(database_url)
+    try:
+        earlier = [m for m in load_migrations() if m.version < 6]
+        monkeypatch.setattr(database, "load_migrations", lambda: earlier)
+        await migrate(connection)
+        now = datetime.now(UTC)
+        made = {}  # age in days -> (notification id, delivery id)
+        for age in (0, 1, 3):
+            at = now - timedelta(days=age)
+            made[age] = new_ids(1, 2, int(at.timestamp() * 1000))
+            await connection.execute(
+                "INSERT INTO notification VALUES ($1, 'p', $2, 't', 'HIGH', 'r', 'en', $3, $3)",
+                made[age][0],
+                f"k{age}",
+                at,
+            )
+            await connection.execute(
+                "INSERT INTO delivery (id, notification_id, status, updated_at, version) "
+                "VALUES ($1, $2, 'FAILED', $3, 1)",
+                made[age][1],
+                made[age][0],
+                at,
+            )
+        monkeypatch.undo()
+
+        assert await migrate(connection) == [6]
+        await ensure_partitions(connection, now.date())
+
+        for table, column in (("notification", 0), ("delivery", 1)):
+            rows = await connection.fetch(
+                f"SELECT id::text, tableoid::regclass::text AS p FROM {table}"
+            )
+            where = {row["id"]: row["p"] for row in rows}
+            # Today's and yesterday's rows moved into their days' partitions; older ones wait
+            # in the default partition for retention.
+            assert where == {
+                made[0][column]: f"{table}_{now:%Y%m%d}",
+                made[1][column]: f"{table}_{now - timedelta(days=1):%Y%m%d}",
+                made[3][column]: f"{table}_default",
+            }
+        failed = await connection.fetch(
+            "SELECT d.id::text FROM delivery d JOIN notification n ON n.id = d.notification_id "
+            "WHERE d.status = 'FAILED' ORDER BY d.updated_at DESC, d.id"
+        )
+        assert [row["id"] for row in failed] == [made[age][1] for age in (0, 1, 3)]
+    finally:
+        await connection.close()
+
+
 async def test_migrate_accepts_a_pool(database_url: str) -> None:
     async with asyncpg.create_pool(database_url, min_size=1, max_size=2) as pool:
         assert await migrate(pool) == VERSIONS
@@ -189,11 +242,12 @@ async def test_connect_prepares_everything_and_routes_todays_events(database_url
     try:
         async with pool.acquire() as connection:
             today = datetime.now(UTC).date()
-            assert await daily_partitions(connection) == days(
-                today - timedelta(1), today + timedelta(3)
-            )
+            for table in (EVENTS, NOTIFICATIONS, DELIVERIES):
+                assert await daily_partitions(connection, table) == days(
+                    today - timedelta(1), today + timedelta(3), table
+                )
             landed = await insert_event(connection, datetime.now(UTC), "0-1-0")
-            assert landed == partition_name(datetime.now(UTC).date())
+            assert landed == EVENTS.name(datetime.now(UTC).date())
             assert await connection.fetchval("SELECT count(*) FROM schema_migration") == len(
                 VERSIONS
             )

@@ -51,6 +51,27 @@ async def indexes(pool: asyncpg.Pool) -> list[tuple[str, str]]:
     return [(row["indexname"], row["indexdef"]) for row in rows]
 
 
+async def partitions(pool: asyncpg.Pool) -> list[tuple[str, str, str, str]]:
+    """Each partition of notification and delivery: its schema, name, parent and bounds."""
+    async with pool.acquire() as connection:
+        rows = await connection.fetch(
+            "SELECT c.relnamespace::regnamespace::text, c.relname::text, "
+            "i.inhparent::regclass::text, pg_get_expr(c.relpartbound, c.oid) "
+            "FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid "
+            "WHERE i.inhparent IN ('notification'::regclass, 'delivery'::regclass) ORDER BY 2"
+        )
+    return [tuple(row) for row in rows]
+
+
+async def partitions_holding_rows(pool: asyncpg.Pool) -> set[str]:
+    async with pool.acquire() as connection:
+        rows = await connection.fetch(
+            "SELECT tableoid::regclass::text AS p FROM notification "
+            "UNION SELECT tableoid::regclass::text FROM delivery"
+        )
+    return {row["p"] for row in rows}
+
+
 async def project_everything(redis: Redis, pool: asyncpg.Pool, keys: KeySpace) -> None:
     """Accept ``BODIES``, deliver them and project every event; the projector is stopped after."""
     catalog = fast_catalog()
@@ -100,6 +121,10 @@ async def test_a_rebuild_from_the_history_in_postgresql_equals_the_live_projecti
     keys = KeySpace(key_prefix)
     await project_everything(real_redis, pool, keys)
     live, live_indexes = await snapshot(pool), await indexes(pool)
+    live_partitions, live_holders = await partitions(pool), await partitions_holding_rows(pool)
+    # Five days and the default partition of each table; the rows are all in today's.
+    assert len(live_partitions) == 12
+    assert len(live_holders) == 2
     assert {row[6] for row in live["delivery"]} == {"SENT", "FAILED", "SUPPRESSED", "CANCELLED"}
     assert {row[-1] for row in live["delivery"]} == {None, "c-1"}  # campaign_id
     # Redis forgets everything the projector acknowledged: only PostgreSQL has it now.
@@ -117,6 +142,9 @@ async def test_a_rebuild_from_the_history_in_postgresql_equals_the_live_projecti
     assert summary.redis_entries == 0
     assert await snapshot(pool) == live
     assert await indexes(pool) == live_indexes
+    # Partitioned as before, every partition in the live schema, rows in their days'.
+    assert await partitions(pool) == live_partitions
+    assert await partitions_holding_rows(pool) == live_holders
     async with pool.acquire() as connection:
         assert await connection.fetchval("SELECT to_regnamespace('clarion_rebuild')") is None
 

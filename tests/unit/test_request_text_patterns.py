@@ -135,7 +135,6 @@ NOT_REQUEST_TEXT = {
     "app.settings._URL_CHARACTERS",
     "app.settings._ORIGIN",
     "projections.database._MIGRATION_FILE",
-    "projections.partitions._DAILY",
 }
 TESTED = {
     *(f"app.ingest.requests.{name}" for name in REQUEST_STRINGS),
