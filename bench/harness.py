@@ -651,7 +651,8 @@ def _text(value: bytes | str) -> str:
 
 
 async def work_state(client: aredis.Redis, keys: KeySpace) -> dict[str, Any]:
-    """Per work stream: length, pending entries and lag of the delivery group; delayed, dlq."""
+    """Per work stream: length, pending entries and lag of the delivery group; the producers
+    with items queued for it; delayed, dlq."""
     state: dict[str, Any] = {}
     for shard in keys.all_shards():
         for priority in Priority:
@@ -663,6 +664,9 @@ async def work_state(client: aredis.Redis, keys: KeySpace) -> dict[str, Any]:
                 "pending": int(group["pending"]) if group else None,
                 "lag": None if group is None or group["lag"] is None else int(group["lag"]),
             }
+            # Producers with items queued behind a full work stream (``streams.fairness``).
+            queued = shard.queued_producers(priority)
+            state[queued] = {"producers_waiting": await client.scard(queued)}
         state[shard.delayed] = {"zcard": await client.zcard(shard.delayed)}
         state[shard.dlq] = {"xlen": await client.xlen(shard.dlq)}
     return state
@@ -671,7 +675,8 @@ async def work_state(client: aredis.Redis, keys: KeySpace) -> dict[str, Any]:
 def remaining_work(
     state: dict[str, Any], priorities: tuple[Priority, ...] = tuple(Priority)
 ) -> int:
-    """Work not yet finished in ``state``: unread (lag), pending, delayed, dead-lettered."""
+    """Work not yet finished in ``state``: unread (lag), pending, queued for a work stream
+    (counted by producer), delayed."""
     suffixes = tuple(f":work:{p.value.lower()}" for p in priorities)
     total = 0
     for name, figures in state.items():
@@ -680,6 +685,10 @@ def remaining_work(
             total += (figures["pending"] or 0) + (1 if figures["lag"] is None else figures["lag"])
         elif name.endswith(":delayed"):
             total += figures["zcard"]
+        elif "producers_waiting" in figures and any(
+            name.endswith(f":queued:{p.stream_name}") for p in priorities
+        ):
+            total += figures["producers_waiting"]
     return total
 
 

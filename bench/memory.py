@@ -57,7 +57,9 @@ from bench.harness import (
     in_process,
     machine_info,
     print_problems,
+    remaining_work,
     unlimited_catalog,
+    work_state,
     write_result,
 )
 from streams.keys import KeySpace
@@ -135,14 +137,9 @@ async def acknowledge_events(client: aredis.Redis, keys: KeySpace, until: asynci
 
 
 async def settled(client: aredis.Redis, keys: KeySpace) -> bool:
-    """Every work entry acknowledged, nothing waiting in ``delayed``."""
-    shard = keys.shard(0)
-    for stream in shard.work_streams:
-        if await client.exists(stream):
-            for info in await client.xinfo_groups(stream):
-                if info["pending"] or info["lag"]:
-                    return False
-    return not await client.zcard(shard.delayed)
+    """Every work entry acknowledged, nothing queued for a work stream or waiting in
+    ``delayed``."""
+    return remaining_work(await work_state(client, keys)) == 0
 
 
 async def run(count: int, prefix: str) -> dict[str, Any]:

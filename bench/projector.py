@@ -46,7 +46,7 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +108,7 @@ from bench.harness import (
     write_result,
 )
 from projections.database import connect as connect_database
+from projections.partitions import ensure_partitions
 from projections.projector import BATCH_BYTES, READ_COUNT, Projector
 from projections.queries import projection_lag_ms
 from streams.consumer_groups import PROJECTOR_GROUP
@@ -296,6 +297,7 @@ async def measure_throughput(
         )
         projector = Projector(client, pool, keys, consumer="bench-projector")
         cpu_started = time.process_time()
+        postgres_started = cpu_snapshot({}, None)
         started = time.perf_counter()
         with timing_projector_steps() as (rows_time, apply_time):
             task = asyncio.create_task(projector.run())
@@ -308,9 +310,11 @@ async def measure_throughput(
                 await asyncio.sleep(POLL_S)
             elapsed = time.perf_counter() - started
             cpu = time.process_time() - cpu_started
+            postgres_cpu = cpu_snapshot({}, None).used(postgres_started)["postgresql"]
             projector.stop()
             await asyncio.wait_for(task, 30)
         counts = await row_counts(pool)
+        sizes = await table_bytes(pool)
     finally:
         await pool.close()
         await client.aclose()
@@ -340,6 +344,14 @@ async def measure_throughput(
         "events_per_s": round(contents.events / seconds, 1),
         "entries_per_s": round(contents.entries / seconds, 1),
         "process_cpu_s": round(cpu, 3),
+        # Tables with their indexes and partitions, per notification projected.
+        "read_model_bytes_per_notification": {
+            table: round(size / max(1, filled["notifications_accepted"]))
+            for table, size in sizes.items()
+        },
+        # Every postgres process of this machine: the server's work for the projector.
+        "postgresql_cpu_s": postgres_cpu,
+        "postgresql_us_per_event": round(postgres_cpu / max(1, contents.events) * 1e6, 2),
         "time_split_s": {
             "rows_of": round(rows_time.seconds, 3),
             "apply": round(apply_time.seconds, 3),
@@ -665,6 +677,16 @@ def print_report(result: dict[str, Any]) -> None:
         ["batches", f"{one['batches']:,}", f"{one['mean_events_per_batch']:.0f} events each"],
         ["elapsed", f"{one['elapsed_s']:.2f} s", f"CPU {one['process_cpu_s']:.2f} s"],
         [
+            "PostgreSQL bytes per notification",
+            f"{sum(one['read_model_bytes_per_notification'].values()):,}",
+            " · ".join(f"{k} {v:,}" for k, v in one["read_model_bytes_per_notification"].items()),
+        ],
+        [
+            "PostgreSQL CPU",
+            f"{one['postgresql_cpu_s']:.2f} s",
+            f"{one['postgresql_us_per_event']:.1f} µs/event",
+        ],
+        [
             "  a batch being written (apply)",
             f"{split['apply']:.2f} s",
             f"{one['apply_ms_per_batch']:.1f} ms/batch, "
@@ -757,6 +779,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--rate", type=float, default=DEFAULT_RATE, help="deliveries/s offered")
     parser.add_argument("--lag-seconds", type=int, default=None, help="seconds of load")
     parser.add_argument("--skip-lag", action="store_true", help="phase 1 only")
+    parser.add_argument(
+        "--history-days",
+        type=int,
+        default=30,
+        help="days of daily partitions made before the run (30: the default retention)",
+    )
     add_redis_url(parser, "the benchmark")
     args = parser.parse_args()
     quick = args.quick
@@ -777,6 +805,36 @@ async def postgres_version(database: Throwaway) -> str:
     finally:
         await connection.close()
     return f"{version} (synchronous_commit {commit})"
+
+
+async def table_bytes(pool: asyncpg.Pool) -> dict[str, int]:
+    """The bytes of each read-model table on disk: its partitions, indexes and TOAST."""
+    async with pool.acquire() as connection:
+        await connection.execute("VACUUM ANALYZE")  # the visibility and free-space maps too
+        return {
+            table: int(
+                await connection.fetchval(
+                    "SELECT coalesce(sum(pg_total_relation_size(relid)), 0) "
+                    "FROM pg_partition_tree($1::regclass)",
+                    table,
+                )
+            )
+            for table in ("notification", "delivery", "delivery_event")
+        }
+
+
+async def hold_history(database: Throwaway, days: int) -> None:
+    """The daily partitions of ``days`` days before today, as a service that has run that
+    long holds them (``CLARION_RETENTION_DAYS``, 30 by default): a query or an insert that
+    plans for every partition costs more with each one."""
+    pool = await connect_database(database.url, min_size=1, max_size=1)
+    try:
+        async with pool.acquire() as connection:
+            today = datetime.now(UTC).date()
+            for back in range(days, 0, -4):  # each call makes the day before and 3 after
+                await ensure_partitions(connection, today - timedelta(days=back))
+    finally:
+        await pool.close()
 
 
 async def reset(database: Throwaway) -> None:
@@ -817,8 +875,10 @@ def main() -> int:
     }
     database = asyncio.run(create_database())
     result["parameters"]["database"] = database.name
+    result["parameters"]["history_days"] = args.history_days
     try:
         result["postgres"] = asyncio.run(postgres_version(database))
+        asyncio.run(hold_history(database, args.history_days))
         with tempfile.TemporaryDirectory(prefix="clarion-projector-") as temp:
             catalog = Path(temp) / "clarion.toml"
             unlimited_catalog(REPO / "clarion.toml", catalog)

@@ -32,6 +32,8 @@ PARTITION_LOCK_KEY = int.from_bytes(
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_DAY_MS = 86_400_000
+_MAX_UUID = (1 << 128) - 1
 
 
 def day_bounds(day: date) -> tuple[datetime, datetime]:
@@ -53,9 +55,10 @@ def ids_of_the_day_of(an_id: str | uuid.UUID) -> tuple[uuid.UUID, uuid.UUID]:
     ``id >= low AND id < high`` reads one partition of ``delivery`` instead of every one.
     """
     milliseconds = uuid.UUID(str(an_id)).int >> 80
-    made = _EPOCH + timedelta(milliseconds=milliseconds)
-    start, end = day_bounds(made.date())
-    return first_id_at(start), first_id_at(end)
+    start = milliseconds - milliseconds % _DAY_MS  # a UTC day is 86,400,000 Unix ms
+    # Integers, not datetimes: an id of another kind may name a millisecond past year 9999.
+    end = min((start + _DAY_MS) << 80, _MAX_UUID)
+    return uuid.UUID(int=start << 80), uuid.UUID(int=end)
 
 
 def _time_literal(instant: datetime) -> str:

@@ -254,3 +254,6 @@ def test_the_ids_of_an_ids_day_are_its_partitions_bounds() -> None:
         assert ids_of_the_day_of(an_id) == (low, high)
         assert low <= uuid.UUID(an_id) < high
     assert ids_of_the_day_of(new_ids(3, 1, int(last.timestamp() * 1000) + 1)[0])[0] == high
+    # Not a UUIDv7 (a caller's guess): a range all the same, even past the year 9999.
+    low, high = ids_of_the_day_of("ffffffff-ffff-4fff-bfff-ffffffffffff")
+    assert low < uuid.UUID("ffffffff-ffff-4fff-bfff-ffffffffffff") <= high
