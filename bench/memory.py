@@ -62,11 +62,11 @@ from bench.harness import (
     work_state,
     write_result,
 )
+from streams.consumer_groups import EVENTS_GROUPS, PROJECTOR_GROUP
 from streams.keys import KeySpace
 from streams.retention import StreamRetention, policies, trim_all
 
 REDIS_URL = os.environ.get("CLARION_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
-PROJECTOR_GROUP = "projector"
 CHUNK = 500  # notifications per accept_many call
 DAY_S = 86400
 
@@ -121,9 +121,12 @@ async def memory_by_kind(client: aredis.Redis, prefix: str) -> dict[str, dict[st
 
 
 async def acknowledge_events(client: aredis.Redis, keys: KeySpace, until: asyncio.Event) -> int:
-    """A caught-up projector's effect on Redis: read every events entry and acknowledge it."""
+    """Caught-up readers' effect on Redis: the projector reads every events entry and
+    acknowledges it; every other group of ``events`` (status webhooks, with no producer's
+    webhook configured) has passed them all at the end, so retention may trim them."""
     stream = keys.shard(0).events
-    await client.xgroup_create(stream, PROJECTOR_GROUP, id="0", mkstream=True)
+    for group in EVENTS_GROUPS:
+        await client.xgroup_create(stream, group, id="0", mkstream=True)
     acknowledged = 0
     while True:
         reply: Any = await client.xreadgroup(
@@ -133,6 +136,9 @@ async def acknowledge_events(client: aredis.Redis, keys: KeySpace, until: asynci
         if ids:
             acknowledged += await client.xack(stream, PROJECTOR_GROUP, *ids)
         elif until.is_set():
+            for group in EVENTS_GROUPS:
+                if group != PROJECTOR_GROUP:
+                    await client.xgroup_setid(stream, group, "$")
             return acknowledged
 
 
