@@ -1,4 +1,5 @@
-"""Start-up checks of the Redis server: reachable, new enough, no eviction, durability."""
+"""Start-up checks of the Redis server: reachable, new enough, not a cluster's node, no
+eviction, durability."""
 
 from __future__ import annotations
 
@@ -26,6 +27,14 @@ async def check_redis(redis: Redis, url: str) -> str:
     version = str(info.get("redis_version", "0"))
     if tuple(int(part) for part in version.split(".")[:2]) < MIN_VERSION:
         raise RedisNotReady(f"Redis {version} is too old: Clarion needs Redis 7.0 or newer")
+    if _text(info.get("redis_mode", "standalone")) == "cluster":
+        # Its keys and scripts are laid out for a cluster, its client is not yet: the keys of
+        # another node's slots would be answered MOVED, some processes running and some not.
+        raise RedisNotReady(
+            f"Redis at {redact(url)} is a node of a Redis Cluster, and Clarion does not route "
+            "commands to a cluster's nodes yet: point CLARION_REDIS_URL at a standalone Redis "
+            "(a primary, with replicas if wanted)"
+        )
     try:
         config = await redis.config_get("maxmemory-policy")
         config |= await redis.config_get("appendonly")

@@ -29,6 +29,19 @@ async def test_eviction_policy_refuses_to_start(tmp_path: Path) -> None:
     assert "noeviction" in str(refused.value)  # says how to fix it
 
 
+async def test_a_cluster_node_refuses_to_start_by_name(tmp_path: Path) -> None:
+    nodes = tmp_path / "nodes.conf"
+    with (
+        redis_server(
+            tmp_path, "--cluster-enabled", "yes", "--cluster-config-file", str(nodes)
+        ) as url,
+        pytest.raises(RedisNotReady) as refused,
+    ):
+        await check(url)
+    assert "a node of a Redis Cluster" in str(refused.value)
+    assert "standalone Redis" in str(refused.value)  # says what to do instead
+
+
 @pytest.mark.parametrize(
     ("options", "words"),
     [
