@@ -6,8 +6,10 @@ Run from anywhere with the project's virtualenv::
     .venv/bin/python bench/projector.py --quick    # 10,000 notifications; 5 s
 
 It uses a throwaway PostgreSQL database (``clarion_bench_<hex>`` on
-``CLARION_BENCH_DATABASE_URL``'s server, by default the local one; dropped at the end) and
-measures, one after the other:
+``CLARION_BENCH_DATABASE_URL``'s server, by default the local one; dropped at the end),
+with the daily partitions of ``--history-days`` (30) days before today made first, as a
+service that has run for the default retention window holds them, and measures, one after
+the other:
 
 1. Throughput: a shard's ``events`` stream is filled first — notifications accepted through
    ``app.ingest.ingestor.Ingestor`` in this process (1 of 5 ``otp``: 2 events per
