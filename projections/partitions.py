@@ -178,6 +178,10 @@ async def _ensure_partition(connection: asyncpg.Connection, table: DailyTable, d
                     )
             except asyncpg.CheckViolationError:
                 pass  # a row for this day reached the default partition meanwhile
+            except asyncpg.InvalidObjectDefinitionError:
+                # It would overlap another partition: the day is in the range of the rows
+                # that were there before the table was partitioned (migration 006).
+                return False
             else:
                 return True
         await _move_and_attach(connection, table, day)

@@ -20,7 +20,13 @@ from projections.database import (
     load_migrations,
     migrate,
 )
-from projections.partitions import DELIVERIES, EVENTS, NOTIFICATIONS, ensure_partitions
+from projections.partitions import (
+    DELIVERIES,
+    EVENTS,
+    NOTIFICATIONS,
+    drop_expired_partitions,
+    ensure_partitions,
+)
 from streams.ids import new_ids
 from tests.integration.partition_support import daily_partitions, days, insert_event
 from tests.pg import TEST_SERVER_URL, drop_database, throwaway_database, throwaway_name
@@ -159,18 +165,26 @@ async def test_rows_are_kept_when_notification_and_delivery_become_partitioned(
                 f"SELECT id::text, tableoid::regclass::text AS p FROM {table}"
             )
             where = {row["id"]: row["p"] for row in rows}
-            # Today's and yesterday's rows moved into their days' partitions; older ones wait
-            # in the default partition for retention.
+            # Today's and yesterday's rows moved into their days' partitions; the old table
+            # holds the older ones as one partition, named after its last day (for retention).
             assert where == {
                 made[0][column]: f"{table}_{now:%Y%m%d}",
                 made[1][column]: f"{table}_{now - timedelta(days=1):%Y%m%d}",
-                made[3][column]: f"{table}_default",
+                made[3][column]: f"{table}_{now - timedelta(days=2):%Y%m%d}",
             }
         failed = await connection.fetch(
             "SELECT d.id::text FROM delivery d JOIN notification n ON n.id = d.notification_id "
             "WHERE d.status = 'FAILED' ORDER BY d.updated_at DESC, d.id"
         )
         assert [row["id"] for row in failed] == [made[age][1] for age in (0, 1, 3)]
+        # A day inside the old table's range is not made again, whoever asks for it.
+        assert await ensure_partitions(connection, now.date() - timedelta(days=5)) == [
+            f"delivery_event_{now - timedelta(days=days):%Y%m%d}" for days in (6, 5, 4, 3, 2)
+        ]
+        # It leaves whole once its last day has passed the retention.
+        dropped = await drop_expired_partitions(connection, now.date(), retention_days=1)
+        assert f"notification_{now - timedelta(days=2):%Y%m%d}" in dropped
+        assert f"delivery_{now - timedelta(days=2):%Y%m%d}" in dropped
     finally:
         await connection.close()
 
