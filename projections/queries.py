@@ -17,6 +17,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from projections.partitions import ids_of_the_day_of
+from streams.connection import queue_clock
 from streams.consumer_groups import PROJECTOR_GROUP
 from streams.delivery_state import DeliveryStatus
 from streams.keys import KeySpace
@@ -227,7 +228,7 @@ async def projection_lag_ms(redis: Redis, keys: KeySpace) -> int:
     """
     shards = keys.all_shards()
     pipe = redis.pipeline(transaction=False)
-    pipe.time()
+    queue_clock(pipe, shards[0].events)
     for shard in shards:
         pipe.xinfo_groups(shard.events)
         pipe.xpending(shard.events, PROJECTOR_GROUP)

@@ -19,6 +19,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
+from streams.connection import queue_clock
 from streams.consumer_groups import DELIVERY_GROUP, EVENTS_GROUPS
 from streams.fairness import FAIR_PRIORITIES
 from streams.keys import KeySpace, ShardKeys
@@ -112,7 +113,7 @@ async def read_backlog(redis: Redis, keys: KeySpace) -> Backlog:
     """The backlog of every shard."""
     streams = _watched(keys)
     pipe = redis.pipeline(transaction=False)
-    pipe.time()
+    queue_clock(pipe, keys.shard(0).events)
     for stream in streams:
         pipe.xlen(stream.key)
         pipe.xinfo_groups(stream.key)

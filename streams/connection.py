@@ -4,15 +4,19 @@ redis-py's synchronous client packs commands with hiredis, but its asyncio conne
 them in Python, at about a microsecond per argument; an ingest script call has hundreds of
 arguments. This connection class packs with hiredis, like the synchronous client (Clarion
 only sends str, bytes and int arguments, which hiredis packs as redis-py would).
+
+``connect_cluster`` makes a Redis Cluster client, and ``queue_clock``/``clock_ms`` read the
+Redis clock in a way a cluster's client can send.
 """
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
+from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.connection import Connection
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
@@ -76,3 +80,43 @@ def redact(url: str) -> str:
         pairs = parse_qsl(query, keep_blank_values=True)
         query = urlencode([(k, v) for k, v in pairs if k.lower() != "password"])
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def connect_cluster(url: str, **options: Any) -> RedisCluster:
+    """A Redis Cluster client for ``redis+cluster://[user:password@]host:port,host:port``
+    (``rediss+cluster://`` for TLS): any of the nodes, the client finds the others.
+
+    The streams layer's calls work through it: every script call names its keys, and the
+    keys of one call share a hash tag. The service's processes do not run on a cluster yet
+    (``app.processes.redis_checks`` refuses one).
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis+cluster", "rediss+cluster"):
+        raise ValueError(f"a cluster URL starts with redis+cluster://, got {redact(url)!r}")
+    userinfo, _, hosts = parts.netloc.rpartition("@")
+    nodes = []
+    for address in hosts.split(","):
+        host, _, port = address.rpartition(":")
+        nodes.append(ClusterNode(host, int(port)))
+    if userinfo:
+        user, _, password = userinfo.partition(":")
+        options.setdefault("username", unquote(user) or None)
+        options.setdefault("password", unquote(password) or None)
+    return RedisCluster(startup_nodes=nodes, ssl=parts.scheme == "rediss+cluster", **options)
+
+
+# The Redis clock through the node holding a key: TIME names no key, so a cluster's client
+# could not send it, and every node of a cluster has a clock of its own.
+_CLOCK = "return redis.call('TIME')"
+
+
+def queue_clock(pipe: Any, key: str) -> None:
+    """Queue a read of the Redis clock on ``pipe``, on the node that holds ``key``; its
+    reply is ``[seconds, microseconds]``, as TIME's."""
+    pipe.eval(_CLOCK, 1, key)
+
+
+async def clock_ms(redis: Redis, key: str) -> int:
+    """The Redis clock in ms, on the node that holds ``key``."""
+    seconds, micros = await redis.eval(_CLOCK, 1, key)
+    return int(seconds) * 1000 + int(micros) // 1000

@@ -90,7 +90,9 @@ class LuaScript:
     ) -> list[Any]:
         pipe = redis.pipeline(transaction=False)
         for keys, args in calls:
-            pipe.evalsha(self.sha, len(keys), *keys, *args)
+            # By name: redis-py's Redis Cluster pipeline refuses its evalsha method (a script
+            # may touch any key), while a call by name is routed by its declared keys.
+            pipe.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
         return list(await pipe.execute(raise_on_error=False))
 
 

@@ -21,6 +21,7 @@ from typing import Any
 import msgspec
 from redis.asyncio import Redis
 
+from streams.connection import queue_clock
 from streams.keys import KeySpace
 
 
@@ -98,7 +99,11 @@ class StatusWebhookStore:
         )
         if not producers:
             return {}
-        raw = await self.redis.mget([self.keys.status_webhooks(p).config for p in producers])
+        # One GET each, not an MGET: each producer's keys have a hash tag of their own.
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for producer in producers:
+                pipe.get(self.keys.status_webhooks(producer).config)
+            raw: list[Any] = await pipe.execute()
         return {
             producer: _decoder.decode(value)
             for producer, value in zip(producers, raw, strict=True)
@@ -121,7 +126,7 @@ async def read_outboxes(redis: Redis, keys: KeySpace) -> list[OutboxFigures]:
     trips)."""
     producers = sorted(_text(p) for p in await redis.smembers(keys.status_webhook_producers))
     async with redis.pipeline(transaction=False) as pipe:
-        pipe.time()
+        queue_clock(pipe, keys.status_webhook_producers)
         for producer in producers:
             hooks = keys.status_webhooks(producer)
             pipe.xlen(hooks.outbox)

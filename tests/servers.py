@@ -21,6 +21,22 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def free_cluster_port() -> int:
+    """A free port whose cluster bus port (10000 above it, at most 65535) is free too."""
+    while True:
+        port = free_port()
+        if port + 10000 > 65535:
+            port -= 20000  # the kernel hands out high ports; try one lower down
+        with contextlib.ExitStack() as held:
+            try:
+                for candidate in (port, port + 10000):
+                    probe = held.enter_context(socket.socket())
+                    probe.bind(("127.0.0.1", candidate))
+            except OSError:
+                continue
+            return port
+
+
 def wait_for_port(port: int, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -36,7 +52,7 @@ def redis_server(workdir: Path, *extra: str) -> Iterator[str]:
     binary = shutil.which("redis-server")
     if binary is None:
         raise RuntimeError("redis-server is not installed")
-    port = free_port()
+    port = free_cluster_port() if "--cluster-enabled" in extra else free_port()
     process = subprocess.Popen(
         [
             binary,
@@ -65,6 +81,46 @@ def redis_server(workdir: Path, *extra: str) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             os.kill(process.pid, signal.SIGKILL)
             process.wait()
+
+
+@contextlib.contextmanager
+def redis_cluster(workdir: Path, masters: int = 3) -> Iterator[str]:
+    """Start a Redis Cluster of ``masters`` nodes (no replicas) on free ports in
+    ``workdir``; yield its ``redis+cluster://`` URL naming every node; stop them by pid."""
+    cli = shutil.which("redis-cli")
+    if cli is None:
+        raise RuntimeError("redis-cli is not installed")
+    with contextlib.ExitStack() as nodes:
+        urls = []
+        for number in range(masters):
+            node_dir = workdir / f"node{number}"
+            node_dir.mkdir()
+            options = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+            urls.append(nodes.enter_context(redis_server(node_dir, *options)))
+        addresses = [url.removeprefix("redis://").removesuffix("/0") for url in urls]
+        subprocess.run(
+            [cli, "--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes"],
+            check=True,
+            capture_output=True,
+            timeout=30,
+        )
+        deadline = time.monotonic() + 10
+        for address in addresses:  # every node agrees on every slot's owner, and serves
+            host, port = address.split(":")
+            while not _cluster_node_ready(cli, host, port):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the cluster's node {address} is not ready")
+                time.sleep(0.05)
+        yield "redis+cluster://" + ",".join(addresses)
+
+
+def _cluster_node_ready(cli: str, host: str, port: str) -> bool:
+    def run(*command: str) -> bytes:
+        return subprocess.run([cli, *command], capture_output=True, check=False).stdout
+
+    return b"cluster_state:ok" in run("-h", host, "-p", port, "cluster", "info") and (
+        b"All nodes agree" in run("--cluster", "check", f"{host}:{port}")
+    )
 
 
 class PostgresServer:

@@ -137,10 +137,12 @@ class Owners:
         some are left and the read model could not be asked (none, or unreachable)."""
         if not missing:
             return True
-        notifications = list(dict.fromkeys(nid for nid, _ in missing))
-        records: list[Any] = await self.redis.mget(
-            [self.keys.notification_shard(nid).notification(nid) for nid in notifications]
-        )
+        # One GET each, not an MGET: on a Redis Cluster, records of other shards are on
+        # other nodes.
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for nid in dict.fromkeys(nid for nid, _ in missing):
+                pipe.get(self.keys.notification_shard(nid).notification(nid))
+            records: list[Any] = await pipe.execute()
         for raw in records:
             if raw is None:
                 continue

@@ -26,6 +26,7 @@ import msgspec
 from redis.asyncio import Redis
 
 from streams import codec, scripts
+from streams.connection import clock_ms
 from streams.dlq.entries import DeadLetter, resolution_mark
 from streams.dlq.scan import Selection, more_than, scan
 from streams.events import DeliveryDeferred, DeliveryReplayed, QuietHoursSetting
@@ -127,8 +128,7 @@ async def replay(
     """
     if not 1 <= order.limit <= MAX_REPLAY:
         raise ValueError(f"limit must be from 1 to {MAX_REPLAY}")
-    seconds, micros = await redis.time()
-    now = datetime.fromtimestamp(int(seconds) + int(micros) / 1_000_000, UTC)
+    now = datetime.fromtimestamp(await clock_ms(redis, keys.shard(0).dlq) / 1000, UTC)
     run = _ReplayRun(redis, keys, order, now, quiet_until, address_digest=address_digest)
     async for page in scan(redis, keys, order.selection, open_only=True, max_entries=REPLAY_SCAN):
         if await run.page(page):

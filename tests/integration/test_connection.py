@@ -1,19 +1,27 @@
 """Clarion's Redis client on real Redis: commands packed by hiredis arrive intact, and pooled
-connections outlive a Redis restart."""
+connections outlive a Redis restart. On a real three-master Redis Cluster: the streams
+layer's batched script calls, clock reads and multi-key reads through ``connect_cluster``."""
 
 from __future__ import annotations
 
 import asyncio
 import subprocess
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import cast
 
 import pytest
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
 
-from streams.connection import HiredisPackingConnection, connect
+from app.status_webhooks.owners import Owners
+from streams.backlog import read_backlog
+from streams.connection import HiredisPackingConnection, connect, connect_cluster
+from streams.keys import KeySpace, shard_from_id
+from streams.status_webhooks import StatusWebhookStore, read_outboxes
 from tests.conftest import REDIS_URL, delete_prefix
-from tests.servers import free_port, wait_for_port
+from tests.integration.delivery_support import accept, fast_catalog, running_worker, wait_until
+from tests.servers import free_port, redis_cluster, wait_for_port
 
 AWKWARD = [b"", b"\r\n", b"\x00\xff binary", "Grüße, 你好 ✉".encode(), b"$3\r\nSET", b"x" * 100_000]
 
@@ -97,3 +105,88 @@ async def test_pooled_connections_survive_a_redis_restart(tmp_path: Path) -> Non
         await redis.aclose()
         server.kill()
         server.wait()
+
+
+# A Redis Cluster: the streams layer's calls through ``connect_cluster``
+
+
+@pytest.fixture(scope="module")
+def cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A private three-master cluster for this module's tests."""
+    with redis_cluster(tmp_path_factory.mktemp("cluster")) as url:
+        yield url
+
+
+@pytest.fixture
+async def cluster(cluster_url: str) -> AsyncIterator[RedisCluster]:
+    client = connect_cluster(cluster_url)
+    await client.initialize()  # learns which node holds which slots
+    yield client
+    await client.aclose()
+
+
+def test_a_cluster_url_names_its_nodes_and_credentials_and_nothing_else_passes() -> None:
+    client = connect_cluster("redis+cluster://ops:p%40ss@10.0.0.1:7000,10.0.0.2:7001")
+    assert sorted(client.nodes_manager.startup_nodes) == ["10.0.0.1:7000", "10.0.0.2:7001"]
+    assert client.connection_kwargs["username"] == "ops"
+    assert client.connection_kwargs["password"] == "p@ss"
+    with pytest.raises(ValueError, match="redis\\+cluster://") as refused:
+        connect_cluster("redis://ops:secret@10.0.0.1:7000")
+    assert "secret" not in str(refused.value)
+
+
+async def test_notifications_of_every_shard_are_accepted_and_delivered_across_the_nodes(
+    cluster: RedisCluster, key_prefix: str
+) -> None:
+    keys = KeySpace(key_prefix, shards=8)
+    redis = cast(Redis, cluster)  # the commands the streams layer sends, it answers alike
+    nodes = {cluster.get_node_from_key(shard.events).name for shard in keys.all_shards()}
+    assert len(nodes) == 3  # the shards' hash tags fall on every master
+    catalog = fast_catalog()
+    # Batched script calls (one pipeline, several nodes), each node's scripts loaded on its
+    # first NOSCRIPT.
+    answers = await asyncio.gather(
+        *(
+            accept(redis, keys, catalog, {"recipient": {"id": f"u-{n}", "email": "a@b.example"},
+                                          "type": "order_confirmed", "data": {"order_id": n}},
+                   f"k{n}")
+            for n in range(40)
+        )
+    )  # fmt: skip
+    shards = {shard_from_id(answer["id"]) for answer in answers}
+    assert len(shards) > 4
+
+    async def all_sent() -> bool:
+        return int(await redis.xlen(keys.sandbox_sent)) == 40
+
+    async with running_worker(redis, keys, catalog):
+        await wait_until(all_sent, within=20)
+
+    backlog = await read_backlog(redis, keys)  # the Redis clock read through a key's node
+    assert abs(backlog.now_ms - time.time() * 1000) < 5000
+    assert len(backlog.shards) == 8
+    assert backlog.dlq_size == 0
+
+
+async def test_records_of_many_shards_and_producers_are_read_together(
+    cluster: RedisCluster, key_prefix: str
+) -> None:
+    keys = KeySpace(key_prefix, shards=8)
+    redis = cast(Redis, cluster)
+    store = StatusWebhookStore(redis, keys)
+    for producer in ("orders", "auth", "marketing"):  # each with a hash tag of its own
+        await store.put(producer, f"https://{producer}.example/hooks", "s" * 32)
+    assert sorted(await store.all()) == ["auth", "marketing", "orders"]
+    figures = await read_outboxes(redis, keys)  # the Redis clock read through a key's node
+    assert sorted(figure.producer for figure in figures) == ["auth", "marketing", "orders"]
+    catalog = fast_catalog()
+    answers = [
+        await accept(redis, keys, catalog, {"recipient": {"id": f"u-{n}", "email": "a@b.example"},
+                                            "type": "order_confirmed", "data": {"order_id": n}},
+                     f"o{n}")
+        for n in range(12)
+    ]  # fmt: skip
+    owners = Owners(redis, keys)
+    pairs = [(answer["id"], answer["deliveries"][0]["id"]) for answer in answers]
+    assert await owners.look_up(pairs)
+    assert {owners.owner(nid).producer for nid, _ in pairs} == {"orders"}  # type: ignore[union-attr]
