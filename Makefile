@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 DEV_KEYS := dev:dev-secret-key:send+read+recipients+admin
 DEV_DIGEST_SECRET := dev-digest-secret-not-for-production
 
-.PHONY: install browser run test lint typecheck pytest chaos bench bench-report bench-check clean
+.PHONY: install browser run test lint typecheck pytest test-cluster chaos bench bench-report bench-check clean
 
 $(BIN)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -48,6 +48,10 @@ typecheck: install
 
 pytest: install browser
 	$(BIN)/pytest -m "not chaos"
+
+## test-cluster: the integration suite against a private three-master Redis Cluster
+test-cluster: install
+	$(BIN)/python -m tests.on_cluster -m "not chaos" tests/integration
 
 ## chaos: the long fault-injection runs, kept out of the default suite
 chaos: install

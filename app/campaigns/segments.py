@@ -19,7 +19,7 @@ from redis.asyncio import Redis
 from app.campaigns.specs import Segment
 from app.ingest.profiles import decode as decode_profile
 from streams.campaigns import CHUNK_SIZE, CampaignStore, encode_chunk
-from streams.keys import KeySpace
+from streams.keys import KeySpace, ShardKeys
 
 # Keys a SCAN call looks at: a page of profiles is one pipeline of HGETs.
 SCAN_PAGE: Final = 1000
@@ -33,22 +33,40 @@ async def select(
     await store.select(campaign_id, [], first=True)
     found: list[str] = []
     selected = 0
-    cursor = 0
-    while True:
-        cursor, names = await redis.scan(cursor, match=shard.recipients_pattern, count=SCAN_PAGE)
-        if names:
-            async with redis.pipeline(transaction=False) as pipe:
-                for name in names:
-                    pipe.hget(name, "pf")
-                profiles: list[bytes | None] = await pipe.execute()
-            for name, raw in zip(names, profiles, strict=True):
-                profile = decode_profile(raw) if raw else None
-                if profile is not None and segment.matches(profile.attributes):
-                    found.append(shard.recipient_id_of(name))
-        while len(found) >= CHUNK_SIZE or (cursor == 0 and found):
-            chunk, found = found[:CHUNK_SIZE], found[CHUNK_SIZE:]
-            await store.select(campaign_id, [encode_chunk(chunk)], first=False)
-            selected += len(chunk)
-        if cursor == 0:
-            return selected
-        await asyncio.sleep(0)  # a big scan lets deliveries in between pages
+    page: list[bytes] = []
+    # scan_iter, not SCAN with a cursor: on a Redis Cluster it scans every node.
+    async for name in redis.scan_iter(match=shard.recipients_pattern, count=SCAN_PAGE):
+        page.append(name)
+        if len(page) >= SCAN_PAGE:
+            found += await _matching(redis, shard, segment, page)
+            page = []
+            while len(found) >= CHUNK_SIZE:
+                chunk, found = found[:CHUNK_SIZE], found[CHUNK_SIZE:]
+                await store.select(campaign_id, [encode_chunk(chunk)], first=False)
+                selected += len(chunk)
+            await asyncio.sleep(0)  # a big scan lets deliveries in between pages
+    found += await _matching(redis, shard, segment, page)
+    for start in range(0, len(found), CHUNK_SIZE):
+        chunk = found[start : start + CHUNK_SIZE]
+        await store.select(campaign_id, [encode_chunk(chunk)], first=False)
+        selected += len(chunk)
+    return selected
+
+
+async def _matching(
+    redis: Redis, shard: ShardKeys, segment: Segment, names: list[bytes]
+) -> list[str]:
+    """The ids of the recipients among ``names`` (keys of ``shard``) the segment selects."""
+    if not names:
+        return []
+    async with redis.pipeline(transaction=False) as pipe:
+        for name in names:
+            pipe.hget(name, "pf")
+        profiles: list[bytes | None] = await pipe.execute()
+    return [
+        shard.recipient_id_of(name)
+        for name, raw in zip(names, profiles, strict=True)
+        if raw
+        and (profile := decode_profile(raw)) is not None
+        and segment.matches(profile.attributes)
+    ]

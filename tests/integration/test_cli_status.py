@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from click.testing import CliRunner
 from redis import Redis
 
@@ -13,6 +14,7 @@ from streams.vocabulary import Priority
 from tests.conftest import REDIS_URL
 
 
+@pytest.mark.standalone_redis
 def test_status_prints_the_backlog_and_a_lag_hint(key_prefix: str) -> None:
     high = KeySpace(key_prefix).shard(0).work(Priority.HIGH)
     redis = Redis.from_url(REDIS_URL)

@@ -34,11 +34,13 @@ async def client(key_prefix: str) -> AsyncIterator[Redis]:
     await redis.aclose()
 
 
+@pytest.mark.standalone_redis
 async def test_a_tcp_url_gets_the_hiredis_packing_connection(client: Redis) -> None:
     assert client.connection_pool.connection_class is HiredisPackingConnection
     assert await client.ping()
 
 
+@pytest.mark.standalone_redis
 async def test_values_of_every_kind_arrive_byte_for_byte(client: Redis, key_prefix: str) -> None:
     for n, value in enumerate(AWKWARD):
         await client.set(f"{key_prefix}:bytes:{n}", value)
@@ -51,6 +53,7 @@ async def test_values_of_every_kind_arrive_byte_for_byte(client: Redis, key_pref
     assert await client.get(f"{key_prefix}:int") == b"-8"
 
 
+@pytest.mark.standalone_redis
 async def test_a_command_with_many_arguments_arrives_whole(client: Redis, key_prefix: str) -> None:
     fields = {f"field-{n}": f"value-{n}\r\n" for n in range(1000)}
     stream = f"{key_prefix}:stream"
@@ -59,6 +62,7 @@ async def test_a_command_with_many_arguments_arrives_whole(client: Redis, key_pr
     assert stored == {name.encode(): value.encode() for name, value in fields.items()}
 
 
+@pytest.mark.standalone_redis
 async def test_commands_named_in_two_words_are_understood(client: Redis, key_prefix: str) -> None:
     # redis-py sends these as one "WORD WORD" argument; Redis needs two.
     assert await client.config_get("maxmemory-policy")
@@ -69,6 +73,7 @@ async def test_commands_named_in_two_words_are_understood(client: Redis, key_pre
     assert await client.evalsha(sha, 0, b"\r\nok\x00") == b"\r\nok\x00"
 
 
+@pytest.mark.standalone_redis
 async def test_a_pipeline_is_packed_and_answered_in_order(client: Redis, key_prefix: str) -> None:
     async with client.pipeline(transaction=True) as pipe:
         for n, value in enumerate(AWKWARD):

@@ -21,6 +21,7 @@ from streams.inbox_live import (
     parse_published,
 )
 from streams.keys import KeySpace
+from tests.conftest import on_every_node
 from tests.integration.delivery_support import wait_until
 from tests.integration.test_providers_inbox import catalog, send
 
@@ -61,7 +62,7 @@ async def test_one_subscription_hands_each_change_to_its_recipients_listeners(
             assert (change.kind, change.message_id, change.unread) == ("new", delivery_id, 1)
             assert theirs.queue.empty()
             # The subscription is lost: every listener is told to catch up from the feeds.
-            await real_redis.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
+            await on_every_node(real_redis, "CLIENT", "KILL", "TYPE", "pubsub")
             await wait_until(_behind(mine))
             await asyncio.wait_for(hub.subscribed.wait(), 5)
     assert hub.clients == 0

@@ -65,7 +65,7 @@ async def test_idle_buckets_leave_nothing_behind(real_redis: Redis, key_prefix: 
     limiter = RateLimiter(real_redis, KeySpace(key_prefix))
     rate = Rate(per_second=1000, burst=5)
     await limiter.acquire_many([("sms", rate, p) for p in ("HIGH", "NORMAL", "LOW")])
-    keys = await real_redis.keys(f"{key_prefix}:*")
+    keys = [key async for key in real_redis.scan_iter(match=f"{key_prefix}:*")]
     assert len(keys) == 3
     # The backlogs are a few milliseconds; the keys go one second after.
     ttls = [await real_redis.pttl(key) for key in keys]
@@ -77,11 +77,13 @@ async def test_idle_buckets_leave_nothing_behind(real_redis: Redis, key_prefix: 
 WORKER = """
 import asyncio, json, sys, time
 from redis.asyncio import Redis
+from streams.connection import connect_cluster
 from streams.keys import KeySpace
 from streams.rate_limiter import Rate, RateLimiter
 
 async def main(url, prefix, per_second, burst, duration):
-    redis = Redis.from_url(url)
+    cluster = url.startswith("redis+cluster://")
+    redis = connect_cluster(url) if cluster else Redis.from_url(url)
     limiter = RateLimiter(redis, KeySpace(prefix))
     rate = Rate(per_second=per_second, burst=burst)
     await redis.ping()

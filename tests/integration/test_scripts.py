@@ -81,7 +81,7 @@ from streams.status_outbox import (
 )
 from streams.suppressions import Suppression, suppression_call
 from streams.vocabulary import Channel, ErrorClass, Priority
-from tests.conftest import DIGEST, REDIS_URL, Clock
+from tests.conftest import DIGEST, Clock, connect_test_redis, on_every_node
 
 WORKER = Worker("contract-worker", "test")
 ORDER = {
@@ -98,7 +98,8 @@ async def declared_only(admin: Redis, call: Call) -> AsyncIterator[Redis]:
     """A client of a Redis user that may touch exactly the keys ``call`` declares."""
     user, password = f"contract-{uuid.uuid4().hex[:12]}", uuid.uuid4().hex
     patterns = [f"~{_glob_escape(key)}" for key in call[0]]
-    await admin.execute_command(
+    await on_every_node(
+        admin,
         # Channels are no keys (a cluster broadcasts PUBLISH): any channel is allowed.
         "ACL",
         "SETUSER",
@@ -110,12 +111,12 @@ async def declared_only(admin: Redis, call: Call) -> AsyncIterator[Redis]:
         "+@all",
         *patterns,
     )
-    client = Redis.from_url(REDIS_URL, username=user, password=password)
+    client = connect_test_redis(username=user, password=password)
     try:
         yield client
     finally:
         await client.aclose()
-        await admin.execute_command("ACL", "DELUSER", user)
+        await on_every_node(admin, "ACL", "DELUSER", user)
 
 
 async def run(admin: Redis, script: LuaScript, call: Call) -> Any:
