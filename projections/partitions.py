@@ -61,13 +61,12 @@ def ids_of_the_day_of(an_id: str | uuid.UUID) -> tuple[uuid.UUID, uuid.UUID]:
     return uuid.UUID(int=start << 80), uuid.UUID(int=end)
 
 
-def _time_literal(instant: datetime) -> str:
-    # An explicit +00 offset: a bare date would be read in the session's TimeZone.
-    return f"'{instant:%Y-%m-%d %H:%M:%S}+00'"
-
-
-def _id_literal(instant: datetime) -> str:
-    return f"'{first_id_at(instant)}'"
+def _literal(value: datetime | uuid.UUID) -> str:
+    """A bound's value (a time or an id) as an SQL literal."""
+    if isinstance(value, datetime):
+        # An explicit +00 offset: a bare date would be read in the session's TimeZone.
+        return f"'{value:%Y-%m-%d %H:%M:%S}+00'"
+    return f"'{value}'"
 
 
 def _same(instant: datetime) -> datetime:
@@ -80,9 +79,8 @@ class DailyTable:
 
     parent: str
     column: str
-    # The column's value where an instant's range starts, as a query parameter and as SQL.
+    # The column's value where an instant's range starts (a time or an id).
     value_at: Callable[[datetime], Any]
-    literal_at: Callable[[datetime], str]
 
     @property
     def default(self) -> str:
@@ -109,13 +107,13 @@ class DailyTable:
         return self.value_at(start), self.value_at(end)
 
     def bounds_clause(self, day: date) -> str:
-        start, end = day_bounds(day)
-        return f"FOR VALUES FROM ({self.literal_at(start)}) TO ({self.literal_at(end)})"
+        low, high = self.bounds(day)
+        return f"FOR VALUES FROM ({_literal(low)}) TO ({_literal(high)})"
 
 
-EVENTS = DailyTable("delivery_event", "at", _same, _time_literal)
-NOTIFICATIONS = DailyTable("notification", "id", first_id_at, _id_literal)
-DELIVERIES = DailyTable("delivery", "id", first_id_at, _id_literal)
+EVENTS = DailyTable("delivery_event", "at", _same)
+NOTIFICATIONS = DailyTable("notification", "id", first_id_at)
+DELIVERIES = DailyTable("delivery", "id", first_id_at)
 TABLES = (EVENTS, NOTIFICATIONS, DELIVERIES)
 
 
@@ -195,7 +193,7 @@ async def _move_and_attach(connection: asyncpg.Connection, table: DailyTable, da
     row for this day can slip into it between the move and the attach.
     """
     name, parent, column = table.name(day), table.parent, table.column
-    start, end = day_bounds(day)
+    low, high = table.bounds(day)
     await connection.execute(f"LOCK TABLE {table.default} IN ACCESS EXCLUSIVE MODE")
     rows = await connection.fetch(
         """
@@ -215,11 +213,11 @@ async def _move_and_attach(connection: asyncpg.Connection, table: DailyTable, da
         f"WHERE {column} >= $1 AND {column} < $2 "
         f"RETURNING {columns}) INSERT INTO {name} ({columns}) SELECT {columns} FROM moved"
     )
-    await connection.execute(move, *table.bounds(day))
+    await connection.execute(move, low, high)
     # A constraint equal to the partition bound lets ATTACH skip its validation scan.
     await connection.execute(
         f"ALTER TABLE {name} ADD CONSTRAINT {name}_bound CHECK ({column} IS NOT NULL AND "
-        f"{column} >= {table.literal_at(start)} AND {column} < {table.literal_at(end)})"
+        f"{column} >= {_literal(low)} AND {column} < {_literal(high)})"
     )
     await connection.execute(
         f"ALTER TABLE {parent} ATTACH PARTITION {name} {table.bounds_clause(day)}"

@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from projections.partitions import ids_of_the_day_of
-from streams.connection import queue_clock
+from streams.connection import clock_reply_ms, queue_clock
 from streams.consumer_groups import PROJECTOR_GROUP
 from streams.delivery_state import DeliveryStatus
 from streams.keys import KeySpace
@@ -233,8 +233,7 @@ async def projection_lag_ms(redis: Redis, keys: KeySpace) -> int:
         pipe.xinfo_groups(shard.events)
         pipe.xpending(shard.events, PROJECTOR_GROUP)
     replies: list[Any] = await pipe.execute(raise_on_error=False)
-    now = _reply(replies[0])
-    now_ms = int(now[0]) * 1000 + int(now[1]) // 1000
+    now_ms = clock_reply_ms(_reply(replies[0]))
     oldest: list[int] = []
     unread_after: list[tuple[str, str]] = []
     for number, shard in enumerate(shards):

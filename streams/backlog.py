@@ -19,7 +19,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from streams.connection import queue_clock
+from streams.connection import clock_reply_ms, queue_clock
 from streams.consumer_groups import DELIVERY_GROUP, EVENTS_GROUPS
 from streams.fairness import FAIR_PRIORITIES
 from streams.keys import KeySpace, ShardKeys
@@ -122,8 +122,7 @@ async def read_backlog(redis: Redis, keys: KeySpace) -> Backlog:
         pipe.zcard(shard.delayed)
         pipe.zrange(shard.delayed, 0, 0, withscores=True)
     replies: list[Any] = await pipe.execute(raise_on_error=False)
-    seconds, micros = _ok(replies[0])
-    now_ms = int(seconds) * 1000 + int(micros) // 1000
+    now_ms = clock_reply_ms(_ok(replies[0]))
 
     # (stream, length, group name, group info or None when the group does not exist yet)
     found: list[tuple[_Stream, int, str, dict[str, Any] | None]] = []

@@ -116,7 +116,12 @@ def queue_clock(pipe: Any, key: str) -> None:
     pipe.eval(_CLOCK, 1, key)
 
 
+def clock_reply_ms(reply: Any) -> int:
+    """A reply of TIME (or of ``queue_clock``), ``[seconds, microseconds]``, in ms."""
+    seconds, micros = reply
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
 async def clock_ms(redis: Redis, key: str) -> int:
     """The Redis clock in ms, on the node that holds ``key``."""
-    seconds, micros = await redis.eval(_CLOCK, 1, key)
-    return int(seconds) * 1000 + int(micros) // 1000
+    return clock_reply_ms(await redis.eval(_CLOCK, 1, key))

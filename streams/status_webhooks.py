@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 from redis.asyncio import Redis
 
-from streams.connection import queue_clock
+from streams.connection import clock_reply_ms, queue_clock
 from streams.keys import KeySpace
 
 
@@ -133,8 +133,7 @@ async def read_outboxes(redis: Redis, keys: KeySpace) -> list[OutboxFigures]:
             pipe.xrange(hooks.outbox, "-", "+", count=1)
             pipe.xlen(hooks.dlq)
         replies: list[Any] = await pipe.execute()
-    seconds, micros = replies[0]
-    now_ms = int(seconds) * 1000 + int(micros) // 1000
+    now_ms = clock_reply_ms(replies[0])
     figures = []
     for number, producer in enumerate(producers):
         waiting, oldest, dead = replies[1 + 3 * number : 4 + 3 * number]
