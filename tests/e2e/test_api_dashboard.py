@@ -159,6 +159,17 @@ def browser_paths() -> tuple[str, str]:
     return chromium, driver
 
 
+class WebDriverError(AssertionError):
+    """A WebDriver command that failed; ``error`` is the W3C error code."""
+
+    def __init__(self, message: str, error: str | None) -> None:
+        super().__init__(message)
+        self.error = error
+
+
+STALE_ATTEMPTS = 5
+
+
 class Browser:
     """A minimal W3C WebDriver client for one chromedriver session."""
 
@@ -170,7 +181,8 @@ class Browser:
         response = self.http.request(method, f"/session/{self.session}{path}", json=body)
         value = response.json()["value"]
         if response.status_code != 200:
-            raise AssertionError(f"WebDriver {method} {path}: {value}")
+            error = value.get("error") if isinstance(value, dict) else None
+            raise WebDriverError(f"WebDriver {method} {path}: {value}", error)
         return value
 
     def cdp(self, command: str, params: dict[str, Any]) -> Any:
@@ -191,6 +203,18 @@ class Browser:
 
     def text(self, element: str) -> str:
         return str(self.call("GET", f"/element/{element}/text"))
+
+    def text_of(self, css: str) -> str:
+        """The text of the first element matching ``css``, looked up again when the page
+        replaced the element between finding and reading it (a navigation or a re-render)."""
+        for _ in range(STALE_ATTEMPTS):
+            element = self.find(css)
+            try:
+                return self.text(element)
+            except WebDriverError as error:
+                if error.error != "stale element reference":
+                    raise
+        raise AssertionError(f"{css} was replaced {STALE_ATTEMPTS} times while being read")
 
     def click(self, element: str) -> None:
         self.call("POST", f"/element/{element}/click", {})
@@ -282,17 +306,17 @@ def read_dashboard_in_chromium(base_url: str, failed: Failed, screenshots: Path)
         browser.cdp("Network.setExtraHTTPHeaders", {"headers": ORDERS_BASIC})
         browser.open(f"{base_url}/dashboard")
 
-        row = browser.text(browser.find(f'tr[data-delivery="{failed.delivery_id}"]'))
+        row = browser.text_of(f'tr[data-delivery="{failed.delivery_id}"]')
         assert REFUSED in row
         assert "SMS" in row
         assert "PERMANENT" in row
         assert "otp" in row
-        assert int(browser.text(browser.find("#dlq-size"))) >= 1
-        assert "100.0 %" in browser.text(browser.find("#rates"))
+        assert int(browser.text_of("#dlq-size")) >= 1
+        assert "100.0 %" in browser.text_of("#rates")
         shots.append(browser.screenshot(screenshots / "dashboard.png"))
 
         browser.click(browser.find(f'tr[data-delivery="{failed.delivery_id}"] a.timeline'))
-        events = browser.text(browser.find("#events"))
+        events = browser.text_of("#events")
         assert browser.url == f"{base_url}/dashboard/notifications/{failed.notification_id}"
         for event in ("NotificationAccepted", "DeliveryQueued", "DeliveryFailed",
                       "DeliveryDeadLettered"):  # fmt: skip

@@ -51,7 +51,7 @@ def delivery_status(client: httpx.Client, notification_id: str, delivery_id: str
 
 
 def unread_badge(browser: Browser) -> str:
-    return browser.text(browser.find("#unread"))
+    return browser.text_of("#unread")
 
 
 def test_a_message_appears_on_the_demo_page_live_and_is_read_there(
@@ -67,7 +67,7 @@ def test_a_message_appears_on_the_demo_page_live_and_is_read_there(
         token = token_for(client)
         earlier = in_app_id(send(client, "order-1", order("A-1")))
         browser.open(f"{base_url}/inbox/demo#token={token}")
-        eventually(lambda: browser.text(browser.find("#live")) == "live", 10, "the stream open")
+        eventually(lambda: browser.text_of("#live") == "live", 10, "the stream open")
         eventually(lambda: unread_badge(browser) == "1", 10, "the earlier message counted")
 
         answer = send(client, "order-2", order("A-2"))
@@ -83,7 +83,7 @@ def test_a_message_appears_on_the_demo_page_live_and_is_read_there(
 
         browser.click(browser.find(f"#m-{delivery_id} .toggle"))
         eventually(lambda: unread_badge(browser) == "1", 5, "the count after reading")
-        assert browser.text(browser.find(f"#m-{delivery_id} .toggle")) == "Mark unread"
+        assert browser.text_of(f"#m-{delivery_id} .toggle") == "Mark unread"
         eventually(
             lambda: delivery_status(client, answer["id"], delivery_id) == "READ", 30,
             "the delivery READ in the status API",

@@ -105,13 +105,11 @@ def send(client: httpx.Client, key: str, body: dict[str, Any]) -> dict[str, Any]
 def unsubscribe_in_chromium(browser: Browser, link: str, screenshots: Path) -> list[Path]:
     """What a recipient does: open the link, read what it is about, press the button."""
     browser.open(link)
-    assert browser.text(browser.find("#title")) == "Unsubscribe from “Order confirmations”?"
-    assert "Order confirmations by email" in browser.text(browser.find("#what"))
+    assert browser.text_of("#title") == "Unsubscribe from “Order confirmations”?"
+    assert "Order confirmations by email" in browser.text_of("#what")
     shots = [browser.screenshot(screenshots / "unsubscribe.png")]
     browser.click(browser.find("#unsubscribe"))
-    eventually(
-        lambda: browser.text(browser.find("#title")) == "You are unsubscribed", 10, "confirmed"
-    )
+    eventually(lambda: browser.text_of("#title") == "You are unsubscribed", 10, "confirmed")
     assert browser.url == link  # the form posted back to the link itself
     shots.append(browser.screenshot(screenshots / "unsubscribed.png"))
     return shots
