@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import urlsplit
 
-from streams.connection import redact
+from streams.connection import cluster_nodes, is_cluster_url, redact
 from streams.recipient_settings import AddressDigest
 
 # send: notifications; read: the producer's own notifications, deliveries, dead letters and
@@ -232,9 +232,15 @@ def _log_format(log_format: str) -> Literal["json", "console"]:
 
 
 def _redis_url(url: str) -> str:
-    if not url.startswith(("redis://", "rediss://", "unix://")):
+    if is_cluster_url(url):
+        try:
+            cluster_nodes(url)
+        except ValueError as error:
+            raise SettingsError(f"CLARION_REDIS_URL: {error}") from None
+    elif not url.startswith(("redis://", "rediss://", "unix://")):
         raise SettingsError(
-            f"CLARION_REDIS_URL must start with redis://, rediss:// or unix://, got {redact(url)!r}"
+            "CLARION_REDIS_URL must start with redis://, rediss://, unix:// or (a Redis "
+            f"Cluster) redis+cluster://, got {redact(url)!r}"
         )
     return url
 

@@ -5,19 +5,19 @@ them in Python, at about a microsecond per argument; an ingest script call has h
 arguments. This connection class packs with hiredis, like the synchronous client (Clarion
 only sends str, bytes and int arguments, which hiredis packs as redis-py would).
 
-``connect_cluster`` makes a Redis Cluster client, and ``queue_clock``/``clock_ms`` read the
-Redis clock in a way a cluster's client can send.
+``connect`` makes a Redis Cluster client for a ``redis+cluster://`` URL (``connect_cluster``),
+and ``queue_clock``/``clock_ms`` read the Redis clock in a way a cluster's client can send.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.cluster import ClusterNode
-from redis.asyncio.connection import Connection
+from redis.asyncio.connection import Connection, SSLConnection
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError
@@ -38,8 +38,44 @@ class HiredisPackingConnection(Connection):
         return [hiredis.pack_command(args)]
 
 
+CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+
+
+def is_cluster_url(url: str) -> bool:
+    """Whether ``url`` names a Redis Cluster (``redis+cluster://host:port,...``)."""
+    return urlsplit(url).scheme in CLUSTER_SCHEMES
+
+
+class _FailsAsClosed(Connection):
+    """A connection to a cluster's node on which a command that finds it closed under it
+    fails as a ``ConnectionError``.
+
+    When a command to a node fails to connect, redis-py's cluster client closes that node's
+    idle connections, and a task that has just taken one of them then meets a missing
+    socket writer (``AttributeError``) or a closed transport (uvloop's ``RuntimeError``),
+    which no handler of Redis errors catches: one ended a worker, the other a shard's
+    projection, when a master was killed. As a ``ConnectionError`` it is retried by the
+    client, after it asks the cluster which node serves the slot.
+    """
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        try:
+            await super().send_packed_command(command, check_health)
+        except (AttributeError, RuntimeError) as error:
+            raise ConnectionError(f"connection to {self.host}:{self.port} closed") from error
+
+
+class ClusterNodeConnection(_FailsAsClosed, HiredisPackingConnection):
+    """A TCP connection to a cluster's node, its commands packed by hiredis."""
+
+
+class TlsClusterNodeConnection(_FailsAsClosed, SSLConnection):
+    """A TLS connection to a cluster's node."""
+
+
 def connect(url: str, **options: Any) -> Redis:
-    """A client for ``url``; plain TCP URLs get the hiredis-packing connection.
+    """A client for ``url``; plain TCP URLs get the hiredis-packing connection, a
+    ``redis+cluster://`` URL a cluster's client (``connect_cluster``).
 
     A command that finds its pooled connection closed (Redis restarted since it was last
     used) is sent once more on a new one. A client made from a URL otherwise retries
@@ -47,7 +83,16 @@ def connect(url: str, **options: Any) -> Redis:
     long afterwards: a worker lost the outcome of a send it had made, and sent it again. A
     call repeated after it did run once is harmless here: the scripts are idempotent
     (ingest by its idempotency record, outcomes by the version they expect).
+
+    A cluster's client is typed as a ``Redis``: it answers every command Clarion sends as a
+    Redis does (every script call names its keys, and they share one hash tag; the
+    integration and end-to-end suites run on a cluster). Its own retry policy stays: it
+    retries a command on a connection error with backoff, after asking the cluster which
+    node now holds the slot (a failover).
     """
+    if is_cluster_url(url):
+        options.pop("retry", None)
+        return cast(Redis, connect_cluster(url, **options))
     if HIREDIS_AVAILABLE and url.startswith("redis://"):
         options.setdefault("connection_class", HiredisPackingConnection)
     options.setdefault("retry", Retry(NoBackoff(), 1))
@@ -86,23 +131,48 @@ def connect_cluster(url: str, **options: Any) -> RedisCluster:
     """A Redis Cluster client for ``redis+cluster://[user:password@]host:port,host:port``
     (``rediss+cluster://`` for TLS): any of the nodes, the client finds the others.
 
-    The streams layer's calls work through it: every script call names its keys, and the
-    keys of one call share a hash tag. The service's processes do not run on a cluster yet
-    (``app.processes.redis_checks`` refuses one).
+    ``max_connections`` bounds the connections to each node. A call whose keys span hash slots
+    is refused by the client before it is sent.
     """
     parts = urlsplit(url)
-    if parts.scheme not in ("redis+cluster", "rediss+cluster"):
-        raise ValueError(f"a cluster URL starts with redis+cluster://, got {redact(url)!r}")
-    userinfo, _, hosts = parts.netloc.rpartition("@")
-    nodes = []
-    for address in hosts.split(","):
-        host, _, port = address.rpartition(":")
-        nodes.append(ClusterNode(host, int(port)))
+    nodes = [ClusterNode(host, port) for host, port in cluster_nodes(url)]
+    userinfo = parts.netloc.rpartition("@")[0]
     if userinfo:
         user, _, password = userinfo.partition(":")
         options.setdefault("username", unquote(user) or None)
         options.setdefault("password", unquote(password) or None)
-    return RedisCluster(startup_nodes=nodes, ssl=parts.scheme == "rediss+cluster", **options)
+    tls = parts.scheme == "rediss+cluster"
+    client = RedisCluster(startup_nodes=nodes, ssl=tls, **options)
+    # RedisCluster takes no connection class: nodes it learns of later are made from these
+    # keyword arguments, and the start-up nodes were made already.
+    kind: type[Connection] = TlsClusterNodeConnection if tls else ClusterNodeConnection
+    if not HIREDIS_AVAILABLE and not tls:
+        kind = _FailsAsClosed
+    client.nodes_manager.connection_kwargs["connection_class"] = kind
+    for node in client.nodes_manager.startup_nodes.values():
+        node.connection_class = kind
+    return client
+
+
+def cluster_nodes(url: str) -> list[tuple[str, int]]:
+    """The ``host:port`` pairs a cluster URL names; ValueError (naming the URL without its
+    password) when it is not one."""
+    parts = urlsplit(url)
+    if parts.scheme not in CLUSTER_SCHEMES:
+        raise ValueError(f"a cluster URL starts with redis+cluster://, got {redact(url)!r}")
+    if parts.path not in ("", "/", "/0") or parts.query:
+        raise ValueError(
+            f"a cluster URL names only nodes (a cluster has one database), got {redact(url)!r}"
+        )
+    nodes = []
+    for address in parts.netloc.rpartition("@")[2].split(","):
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(
+                f"a cluster URL names its nodes as host:port,host:port, got {redact(url)!r}"
+            )
+        nodes.append((host, int(port)))
+    return nodes
 
 
 # The Redis clock through the node holding a key: TIME names no key, so a cluster's client

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import structlog
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import RedisError
 
 from streams.connection import being_cancelled
@@ -191,6 +191,10 @@ class InboxHub:
             await asyncio.sleep(_RETRY_S)
 
     async def _subscribed(self) -> None:
+        if isinstance(self.redis, RedisCluster):
+            # A cluster's pub/sub client picks its node from the slot table without filling
+            # it first (every other call does): before any command, it is empty.
+            await self.redis.initialize()
         async with self.redis.pubsub(ignore_subscribe_messages=True) as pubsub:
             await pubsub.subscribe(self.channel)
             self.subscribed.set()

@@ -13,10 +13,16 @@ from typing import cast
 
 import pytest
 from redis.asyncio import Redis, RedisCluster
+from redis.exceptions import ConnectionError
 
 from app.status_webhooks.owners import Owners
 from streams.backlog import read_backlog
-from streams.connection import HiredisPackingConnection, connect, connect_cluster
+from streams.connection import (
+    ClusterNodeConnection,
+    HiredisPackingConnection,
+    connect,
+    connect_cluster,
+)
 from streams.keys import KeySpace, shard_from_id
 from streams.status_webhooks import StatusWebhookStore, read_outboxes
 from tests.conftest import REDIS_URL, delete_prefix
@@ -138,6 +144,46 @@ def test_a_cluster_url_names_its_nodes_and_credentials_and_nothing_else_passes()
     with pytest.raises(ValueError, match="redis\\+cluster://") as refused:
         connect_cluster("redis://ops:secret@10.0.0.1:7000")
     assert "secret" not in str(refused.value)
+
+
+async def test_every_node_of_a_cluster_gets_the_hiredis_packing_connection(
+    cluster: RedisCluster, key_prefix: str
+) -> None:
+    keys = [f"{key_prefix}:{{{n}}}:k" for n in range(12)]  # hash tags on every master
+    assert len({cluster.get_node_from_key(key).name for key in keys}) == 3
+    for n, key in enumerate(keys):
+        await cluster.set(key, AWKWARD[n % len(AWKWARD)])
+    for n, key in enumerate(keys):
+        assert await cluster.get(key) == AWKWARD[n % len(AWKWARD)]
+    assert {node.connection_class for node in cluster.get_nodes()} == {ClusterNodeConnection}
+    await cluster.delete(*keys)
+
+
+async def test_a_connection_closed_under_a_command_fails_as_a_connection_error(
+    cluster: RedisCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """redis-py's cluster client closes a failed node's idle connections while another task
+    may be sending on one: that must be an error the client and Clarion retry."""
+    node = cluster.get_primaries()[0]
+    connection = ClusterNodeConnection(host=node.host, port=node.port)
+    await connection.connect()
+
+    async def closed_meanwhile() -> None:  # another task's disconnect during this await
+        await connection.disconnect()
+
+    monkeypatch.setattr(connection, "check_health", closed_meanwhile)
+    with pytest.raises(ConnectionError, match="closed"):
+        await connection.send_packed_command(connection.pack_command("PING"))
+
+    async def transport_closed(*_: object) -> None:  # how uvloop says it
+        raise RuntimeError("unable to perform operation on <TCPTransport closed=True>")
+
+    other = ClusterNodeConnection(host=node.host, port=node.port, socket_timeout=5)
+    await other.connect()
+    monkeypatch.setattr(other, "_send_packed_command", transport_closed)
+    with pytest.raises(ConnectionError, match="closed"):
+        await other.send_packed_command(other.pack_command("PING"))
+    await other.disconnect()
 
 
 async def test_notifications_of_every_shard_are_accepted_and_delivered_across_the_nodes(

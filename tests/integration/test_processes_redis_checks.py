@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
 
 from app.processes.redis_checks import RedisNotReady, check_redis
-from tests.servers import free_port, redis_server
+from streams.connection import connect
+from tests.servers import free_cluster_port, free_port, redis_cluster, redis_server
 
 
 async def check(url: str) -> str:
@@ -39,7 +41,7 @@ async def test_a_cluster_node_refuses_to_start_by_name(tmp_path: Path) -> None:
     ):
         await check(url)
     assert "a node of a Redis Cluster" in str(refused.value)
-    assert "standalone Redis" in str(refused.value)  # says what to do instead
+    assert "redis+cluster://" in str(refused.value)  # says how to name a cluster
 
 
 @pytest.mark.parametrize(
@@ -70,3 +72,57 @@ async def test_a_start_up_error_never_shows_the_redis_password() -> None:
         await check(url)
     assert "hunter2-secret" not in str(refused.value)
     assert "clarion@127.0.0.1" in str(refused.value)
+
+
+# A Redis Cluster: every master is checked.
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[tuple[RedisCluster, str]]:
+    with redis_cluster(tmp_path) as url:
+        client = connect(url)
+        assert isinstance(client, RedisCluster)
+        await client.initialize()
+        yield client, url
+        await client.aclose()
+
+
+async def set_on(cluster: RedisCluster, node: int | None, *setting: str) -> None:
+    """CONFIG SET on one master (by index) or on every one (None)."""
+    masters = sorted(cluster.get_primaries(), key=lambda n: n.port)
+    for target in masters if node is None else [masters[node]]:
+        await cluster.execute_command("CONFIG", "SET", *setting, target_nodes=target)
+
+
+async def test_a_cluster_states_the_guarantee_of_its_weakest_master(
+    cluster: tuple[RedisCluster, str],
+) -> None:
+    client, url = cluster
+    assert "no AOF" in await check_redis(client, url)
+    await set_on(client, None, "appendonly", "yes", "appendfsync", "always")
+    assert "no accepted notification is lost" in await check_redis(client, url)
+    await set_on(client, 1, "appendfsync", "everysec")
+    weakest = await check_redis(client, url)
+    node = sorted(client.get_primaries(), key=lambda n: n.port)[1].name
+    assert "up to 1 s" in weakest
+    assert f"on {node}; the nodes differ" in weakest
+
+
+async def test_an_evicting_master_of_a_cluster_refuses_to_start_by_name(
+    cluster: tuple[RedisCluster, str],
+) -> None:
+    client, url = cluster
+    await set_on(client, 2, "maxmemory-policy", "allkeys-lru")
+    with pytest.raises(RedisNotReady) as refused:
+        await check_redis(client, url)
+    node = sorted(client.get_primaries(), key=lambda n: n.port)[2].name
+    assert f"'allkeys-lru' on the cluster's node {node}" in str(refused.value)
+
+
+async def test_an_unreachable_cluster_is_a_clear_error_without_the_password() -> None:
+    url = f"redis+cluster://ops:hunter2-secret@127.0.0.1:{free_cluster_port()}"
+    client = connect(url)
+    with pytest.raises(RedisNotReady, match="not reachable or not ready") as refused:
+        await check_redis(client, url)
+    assert "hunter2-secret" not in str(refused.value)
+    await client.aclose()

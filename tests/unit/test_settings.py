@@ -166,6 +166,29 @@ def test_a_bad_redis_url_is_named_without_its_password() -> None:
     assert "hunter2" not in str(bad.value)
 
 
+def test_a_redis_cluster_is_named_by_its_nodes() -> None:
+    url = "redis+cluster://ops:hunter2@10.0.0.1:7000,10.0.0.2:7001"
+    assert Settings.from_env({"CLARION_REDIS_URL": url}).redis_url == url
+    tls = "rediss+cluster://redis-a.internal:6380"
+    assert Settings.from_env({"CLARION_REDIS_URL": tls}).redis_url == tls
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("redis+cluster://ops:hunter2@10.0.0.1", "host:port"),
+        ("redis+cluster://ops:hunter2@10.0.0.1:7000,:7001", "host:port"),
+        ("redis+cluster://ops:hunter2@10.0.0.1:99999", "host:port"),
+        ("redis+cluster://ops:hunter2@10.0.0.1:7000/2", "one database"),
+    ],
+)
+def test_a_bad_cluster_url_names_the_problem_without_its_password(url: str, problem: str) -> None:
+    with pytest.raises(SettingsError, match=problem) as bad:
+        Settings.from_env({"CLARION_REDIS_URL": url})
+    assert "CLARION_REDIS_URL" in str(bad.value)
+    assert "hunter2" not in str(bad.value)
+
+
 @pytest.mark.parametrize(
     ("value", "public_url"),
     [
