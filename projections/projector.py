@@ -54,10 +54,22 @@ class Projector:
         self._stopping = asyncio.Event()
 
     async def run(self) -> None:
-        """Project until ``stop()``; the batch in hand is finished first."""
+        """Project until ``stop()``; the batch in hand is finished first.
+
+        A shard's loop waits out Redis and PostgreSQL being away; one that fails otherwise
+        ends the run with its error (every other shard's loop stopped first), so that the
+        process exits and is restarted: it once went on with that shard's projection dead.
+        """
         tasks = [asyncio.create_task(self._project(shard)) for shard in self.keys.all_shards()]
-        await self._stopping.wait()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        stopped = asyncio.create_task(self._stopping.wait())
+        await asyncio.wait([stopped, *tasks], return_when=asyncio.FIRST_COMPLETED)
+        self._stopping.set()
+        outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+        await stopped
+        for outcome in outcomes:
+            if isinstance(outcome, Exception):
+                log.error("projector.failed", exc_info=outcome)
+                raise outcome
 
     def stop(self) -> None:
         self._stopping.set()

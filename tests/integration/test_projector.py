@@ -87,6 +87,26 @@ async def test_the_projector_goes_on_after_redis_was_unreachable(
     assert failed
 
 
+async def test_a_shard_whose_projection_fails_otherwise_ends_the_run_with_its_error(
+    real_redis: Redis, key_prefix: str, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not an outage it waits out: the process must exit and be restarted. One shard's
+    projection once ended so, silently, while the process and the other shards went on."""
+    keys = KeySpace(key_prefix, shards=3)
+    read = real_redis.xreadgroup
+    broken = keys.shard(1).events
+
+    async def fails_on_one_shard(group: Any, consumer: Any, streams: Any, **kwargs: Any) -> Any:
+        if broken in streams:
+            raise LookupError("not an outage")
+        return await read(group, consumer, streams, **kwargs)
+
+    monkeypatch.setattr(real_redis, "xreadgroup", fails_on_one_shard)
+    projector = Projector(real_redis, pool, keys, consumer="p")
+    with pytest.raises(LookupError, match="not an outage"):
+        await asyncio.wait_for(projector.run(), timeout=10)
+
+
 async def test_the_projector_makes_its_group_again_when_redis_lost_it(
     real_redis: Redis, key_prefix: str, pool: asyncpg.Pool
 ) -> None:
