@@ -49,9 +49,9 @@ typecheck: install
 pytest: install browser
 	$(BIN)/pytest -m "not chaos"
 
-## test-cluster: the integration suite against a private three-master Redis Cluster
-test-cluster: install
-	$(BIN)/python -m tests.on_cluster -m "not chaos" tests/integration
+## test-cluster: the integration and end-to-end suites against a private three-master Redis Cluster
+test-cluster: install browser
+	$(BIN)/python -m tests.on_cluster -m "not chaos" tests/integration tests/e2e
 
 ## chaos: the long fault-injection runs, kept out of the default suite
 chaos: install

@@ -16,6 +16,8 @@ import asyncpg
 import fakeredis
 import httpx
 import pytest
+import redis as sync_redis
+import redis.cluster as sync_cluster
 from litestar import Litestar
 from redis.asyncio import Redis, RedisCluster
 
@@ -25,7 +27,7 @@ from app.ingest.requests import NotificationRequest, Recipient
 from app.settings import Settings, parse_api_keys
 from projections.database import connect
 from streams import codec
-from streams.connection import connect_cluster
+from streams.connection import cluster_nodes, connect_cluster
 from streams.events import AnyEvent
 from streams.recipient_settings import AddressDigest
 from tests.pg import throwaway_database
@@ -106,8 +108,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     if not ON_CLUSTER:
         return
     skip = pytest.mark.skip(
-        reason="needs one Redis: the service's processes and CLI refuse a cluster until the "
-        "end-to-end and chaos suites pass on one; hiredis packing is for one Redis"
+        reason="needs one Redis: hiredis packing and restarting one server are for one Redis"
     )
     for item in items:
         if item.get_closest_marker("standalone_redis"):
@@ -120,6 +121,24 @@ def connect_test_redis(**options: Any) -> Redis:
     if ON_CLUSTER:
         return cast(Redis, connect_cluster(REDIS_URL, **options))
     return Redis.from_url(REDIS_URL, **options)
+
+
+def sync_test_redis(**options: Any) -> sync_redis.Redis:
+    """A synchronous client of the test Redis (a cluster's when ``ON_CLUSTER``)."""
+    if ON_CLUSTER:
+        nodes = [sync_cluster.ClusterNode(host, port) for host, port in cluster_nodes(REDIS_URL)]
+        return cast(sync_redis.Redis, sync_cluster.RedisCluster(startup_nodes=nodes, **options))
+    return sync_redis.Redis.from_url(REDIS_URL, **options)
+
+
+def unlink_prefix(prefix: str) -> None:
+    """Remove every key under ``prefix:`` from the test Redis (every node of a cluster)."""
+    redis = sync_test_redis()
+    try:
+        for key in redis.scan_iter(match=f"{prefix}:*", count=1000):
+            redis.unlink(key)
+    finally:
+        redis.close()
 
 
 async def on_every_node(redis: Redis, *command: Any) -> None:

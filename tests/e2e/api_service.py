@@ -9,10 +9,8 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from redis import Redis
-
 from projections.database import connect, ensure_database, migrate
-from tests.conftest import REDIS_URL, REPO
+from tests.conftest import REPO, unlink_prefix
 from tests.e2e.service_support import CLARION, Lines, service_env, wait_healthy
 from tests.pg import TEST_SERVER_URL, drop_database, throwaway_name, with_database
 from tests.servers import free_port, wait_for_port
@@ -61,10 +59,7 @@ def running_api_process() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
         process.terminate()
         process.wait(timeout=30)
         stderr.wait_closed()
-        redis = Redis.from_url(REDIS_URL)
-        for key in redis.scan_iter(match=f"{prefix}:*"):
-            redis.unlink(key)
-        redis.close()
+        unlink_prefix(prefix)
         asyncio.run(drop_database(database))
         logged = "\n".join(stderr.lines)
         assert "Traceback" not in logged, logged[-3000:]

@@ -13,14 +13,13 @@ import msgspec
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
-from redis.asyncio import Redis as AsyncRedis
 from schemathesis.config import ChecksConfig
 from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
 
 from app.api.app import create_app
 from app.catalog import load_catalog
 from app.settings import Settings, parse_api_keys
-from tests.conftest import DIGEST_SECRET, REDIS_URL, REPO
+from tests.conftest import DIGEST_SECRET, REPO, connect_test_redis
 from tests.e2e.api_service import API_KEY, API_KEYS, running_api
 
 BATCH_PATH = "/v1/notifications/batch"
@@ -40,7 +39,7 @@ def _documented_schema() -> dict[str, object]:
         api_keys=parse_api_keys(API_KEYS),
         digest_secret=DIGEST_SECRET,
     )
-    redis = AsyncRedis.from_url(REDIS_URL)  # not connected: building the app needs no I/O
+    redis = connect_test_redis()  # not connected: building the app needs no I/O
     app = create_app(settings, redis=redis, catalog=load_catalog(REPO / "clarion.toml"))
     # Through JSON, as /schema serves it: generated examples hold Python objects until then.
     return msgspec.json.decode(msgspec.json.encode(app.openapi_schema.to_schema()))  # type: ignore[no-any-return]

@@ -19,12 +19,11 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
-from redis import Redis
 
 from streams import codec
 from streams.events import PreferenceChanged
 from streams.keys import KeySpace
-from tests.conftest import REDIS_URL, REPO
+from tests.conftest import REPO, sync_test_redis, unlink_prefix
 from tests.e2e.service_support import CLARION, service_env, wait_healthy
 from tests.e2e.test_api_dashboard import Browser, browser_paths, chromium_browser
 from tests.peers.smtp import Received, SmtpPeer
@@ -78,10 +77,7 @@ def running_service(prefix: str, catalog: Path, log_path: Path) -> Iterator[tupl
         finally:
             process.terminate()
             process.wait(timeout=45)
-            redis = Redis.from_url(REDIS_URL)
-            for key in redis.scan_iter(match=f"{prefix}:*"):
-                redis.unlink(key)
-            redis.close()
+            unlink_prefix(prefix)
             asyncio.run(drop_database(database))
 
 
@@ -160,7 +156,7 @@ def email_link(email: Received, base_url: str) -> str:
 
 def assert_recorded(client: httpx.Client, key_prefix: str) -> None:
     """The opt-out is a PreferenceChanged event from the link, and in the recipient's settings."""
-    redis = Redis.from_url(REDIS_URL)
+    redis = sync_test_redis()
     try:
         stream = KeySpace(key_prefix).home_of_recipient("user-77").events
         changes = [

@@ -11,12 +11,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from redis import Redis
 
 from streams import codec
 from streams.events import DeliveryQueued, NotificationAccepted
 from streams.keys import KeySpace
-from tests.conftest import REDIS_URL, REPO
+from tests.conftest import REPO, sync_test_redis, unlink_prefix
 from tests.e2e.service_support import CLARION, service_env, wait_healthy
 from tests.pg import TEST_SERVER_URL, drop_database, throwaway_name, with_database
 from tests.servers import free_port, redis_server, wait_for_port
@@ -39,10 +38,7 @@ def service(key_prefix: str) -> Iterator[tuple[str, dict[str, str]]]:
     finally:
         process.terminate()
         _, stderr = process.communicate(timeout=45)  # the supervisor kills after 30 s
-        redis = Redis.from_url(REDIS_URL)
-        for key in redis.scan_iter(match=f"{key_prefix}:*"):
-            redis.unlink(key)
-        redis.close()
+        unlink_prefix(key_prefix)
         asyncio.run(drop_database(database))
         assert b"Traceback" not in stderr, stderr.decode()[-2000:]
         assert b"shop-secret-key" not in stderr
@@ -81,7 +77,7 @@ def test_send_shows_up_in_the_events_stream(
     assert sent.returncode == 0, sent.stdout + sent.stderr
     assert "HTTP 202" in sent.stdout
     answer = json.loads(sent.stdout.split("\n", 1)[1])
-    redis = Redis.from_url(REDIS_URL)
+    redis = sync_test_redis()
     entries = redis.xrange(KeySpace(key_prefix).shard(0).events)
     redis.close()
     events = [e for _, fields in entries for e in codec.decode_events(fields[b"e"])]
@@ -113,7 +109,7 @@ def test_concurrent_identical_posts_to_two_workers_make_one_notification(
     responses = asyncio.run(fire())
     assert {r.status_code for r in responses} <= {202, 409}
     assert len({r.json()["id"] for r in responses if r.status_code == 202}) == 1
-    redis = Redis.from_url(REDIS_URL)
+    redis = sync_test_redis()
     entries = redis.xrange(KeySpace(key_prefix).shard(0).events)
     redis.close()
     decoded = [e for _, fields in entries for e in codec.decode_events(fields[b"e"])]

@@ -13,9 +13,8 @@ from typing import Any
 
 import httpx
 import pytest
-from redis import Redis
 
-from tests.conftest import REDIS_URL, REPO
+from tests.conftest import REPO, unlink_prefix
 from tests.e2e.service_support import CLARION, service_env, wait_healthy
 from tests.pg import TEST_SERVER_URL, drop_database, throwaway_name, with_database
 from tests.servers import free_port, wait_for_port
@@ -86,10 +85,7 @@ def run_service_through_failures(key_prefix: str, tmp_path: Path) -> str:
         finally:
             process.terminate()
             process.wait(timeout=45)  # the supervisor kills its children after 30 s
-            redis = Redis.from_url(REDIS_URL)
-            for key in redis.scan_iter(match=f"{key_prefix}:*"):
-                redis.unlink(key)
-            redis.close()
+            unlink_prefix(key_prefix)
             asyncio.run(drop_database(database))
     return log_path.read_text()
 

@@ -12,14 +12,12 @@ from collections.abc import Iterator
 import asyncpg
 import msgspec
 import pytest
-from redis import Redis
-from redis.asyncio import Redis as AsyncRedis
 
 from app.catalog import load_catalog
 from app.ingest.fanout import Planner
 from app.ingest.ingestor import Ingestor
 from streams.keys import KeySpace
-from tests.conftest import DIGEST, REDIS_URL, REPO, REQUEST
+from tests.conftest import DIGEST, REPO, REQUEST, connect_test_redis, unlink_prefix
 from tests.e2e.service_support import CLARION, Lines, service_env
 from tests.pg import TEST_SERVER_URL, drop_database, throwaway_name, with_database
 from tests.servers import free_port
@@ -38,10 +36,7 @@ def database() -> Iterator[str]:
 @pytest.fixture
 def redis_keys(key_prefix: str) -> Iterator[KeySpace]:
     yield KeySpace(key_prefix)
-    redis = Redis.from_url(REDIS_URL)
-    for key in redis.scan_iter(match=f"{key_prefix}:*"):
-        redis.unlink(key)
-    redis.close()
+    unlink_prefix(key_prefix)
 
 
 def projector(key_prefix: str, database_url: str) -> subprocess.Popen[bytes]:
@@ -51,7 +46,7 @@ def projector(key_prefix: str, database_url: str) -> subprocess.Popen[bytes]:
 
 async def accept(keys: KeySpace, *idempotency_keys: str) -> list[str]:
     """Accept ``REQUEST`` under each key; the notification ids."""
-    redis = AsyncRedis.from_url(REDIS_URL)
+    redis = connect_test_redis()
     try:
         ingestor = Ingestor(redis, keys, Planner(load_catalog(REPO / "clarion.toml"), DIGEST), 3600)
         outcomes = [await ingestor.ingest("orders", key, REQUEST) for key in idempotency_keys]

@@ -27,7 +27,7 @@ from streams import codec
 from streams.events import AnyEvent
 from streams.ids import new_id
 from streams.keys import KeySpace
-from tests.conftest import REDIS_URL, REPO
+from tests.conftest import REPO, sync_test_redis, unlink_prefix
 from tests.e2e.service_support import CLARION, Lines, service_env, wait_healthy
 from tests.integration.delivery_support import catalog_text
 from tests.integration.projection_support import accepted, delivered
@@ -100,10 +100,7 @@ def clarion_run(key_prefix: str, catalog: Path) -> Iterator[str]:
         process.terminate()
         process.wait(timeout=45)
         logged.wait_closed()
-        redis = Redis.from_url(REDIS_URL)
-        for key in redis.scan_iter(match=f"{key_prefix}:*"):
-            redis.unlink(key)
-        redis.close()
+        unlink_prefix(key_prefix)
         asyncio.run(drop_database(database))
         text = "\n".join(logged.lines)
         assert "Traceback" not in text, text[-3000:]
@@ -119,7 +116,7 @@ def test_a_receiver_that_fails_then_recovers_gets_every_final_status_once_per_ve
     # A while of failing: 503s, then answers that come after the time limit (503 too).
     receiver.script("/shop", *[Answer(503)] * 40, *[Answer(503, hang_seconds=1.5)] * 12)
     keys = KeySpace(key_prefix)
-    redis = Redis.from_url(REDIS_URL)
+    redis = sync_test_redis()
     with serve(receiver) as served, clarion_run(key_prefix, catalog) as url:
         put = httpx.put(f"{url}/v1/status-webhook", headers=SHOP,
                         json={"url": served.url("/shop"), "secret": SECRET})  # fmt: skip
@@ -179,7 +176,7 @@ def test_a_process_killed_mid_run_loses_nothing(key_prefix: str, tmp_path: Path)
     catalog = tmp_path / "clarion.toml"
     catalog.write_text((REPO / "clarion.toml").read_text() + HOOKS + "lanes = 4\n")
     keys = KeySpace(key_prefix)
-    redis = Redis.from_url(REDIS_URL)
+    redis = sync_test_redis()
     receiver = Receiver(SECRET)
     receiver.script("/shop", *[Answer(200, hang_seconds=0.01)] * 4000)
     at = datetime.now(UTC)

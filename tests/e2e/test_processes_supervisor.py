@@ -10,9 +10,8 @@ import sys
 from collections.abc import Iterator
 
 import pytest
-from redis import Redis
 
-from tests.conftest import DIGEST_SECRET, REDIS_URL, REPO
+from tests.conftest import DIGEST_SECRET, REDIS_URL, REPO, unlink_prefix
 from tests.e2e.service_support import Lines
 
 pytestmark = pytest.mark.timeout(120)
@@ -51,10 +50,7 @@ def supervisor(key_prefix: str) -> Iterator[type[subprocess.Popen[bytes]]]:
             if process.poll() is None:
                 process.kill()
                 process.wait()
-        redis = Redis.from_url(REDIS_URL)
-        for key in redis.scan_iter(match=f"{key_prefix}:*"):
-            redis.unlink(key)
-        redis.close()
+        unlink_prefix(key_prefix)
 
 
 def test_a_child_that_dies_is_started_again(

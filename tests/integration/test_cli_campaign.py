@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
 from click.testing import CliRunner
 
 from app.catalog import load_catalog
@@ -47,7 +46,6 @@ def invoke(prefix: str, *args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-@pytest.mark.standalone_redis
 def test_status_shows_a_campaigns_progress_with_a_bar(key_prefix: str) -> None:
     campaign_id = asyncio.run(_generated(key_prefix, 1500))
     try:
@@ -62,7 +60,6 @@ def test_status_shows_a_campaigns_progress_with_a_bar(key_prefix: str) -> None:
     assert lines[3] == "deliveries: the read model is not reachable"
 
 
-@pytest.mark.standalone_redis
 def test_status_names_what_is_wrong(key_prefix: str) -> None:
     code, output = invoke(key_prefix, "not-an-id")
     assert code == 2

@@ -39,7 +39,6 @@ async def clarion(prefix: str, *args: str) -> tuple[int, str, str]:
     return process.returncode, stdout.decode(), stderr.decode()
 
 
-@pytest.mark.standalone_redis
 async def test_list_and_replay_from_the_shell(real_redis: Redis, key_prefix: str) -> None:
     keys = KeySpace(key_prefix)
     ids, _ = await dead_lettered(real_redis, keys, [otp(0), otp(1), EMAIL_BODY])
@@ -71,7 +70,6 @@ async def test_list_and_replay_from_the_shell(real_redis: Redis, key_prefix: str
     assert (json.loads(out)["open"], json.loads(out)["resolved"]) == (2, 1)
 
 
-@pytest.mark.standalone_redis
 @pytest.mark.parametrize(
     ("args", "named"),
     [

@@ -40,7 +40,6 @@ async def lose_a_notification(pool: asyncpg.Pool) -> None:
         )
 
 
-@pytest.mark.standalone_redis
 async def test_a_rebuild_with_nothing_to_lose_is_swapped_in(
     key_prefix: str, database_url: str, pool: asyncpg.Pool
 ) -> None:
@@ -51,7 +50,6 @@ async def test_a_rebuild_with_nothing_to_lose_is_swapped_in(
     assert result.output.rstrip().endswith("Rebuilt tables swapped in.")
 
 
-@pytest.mark.standalone_redis
 async def test_a_rebuild_that_would_lose_notifications_asks_first(
     key_prefix: str, database_url: str, pool: asyncpg.Pool
 ) -> None:

@@ -4,20 +4,17 @@ from __future__ import annotations
 
 import time
 
-import pytest
 from click.testing import CliRunner
-from redis import Redis
 
 from app.cli.main import main
 from streams.keys import KeySpace
 from streams.vocabulary import Priority
-from tests.conftest import REDIS_URL
+from tests.conftest import REDIS_URL, sync_test_redis
 
 
-@pytest.mark.standalone_redis
 def test_status_prints_the_backlog_and_a_lag_hint(key_prefix: str) -> None:
     high = KeySpace(key_prefix).shard(0).work(Priority.HIGH)
-    redis = Redis.from_url(REDIS_URL)
+    redis = sync_test_redis()
     try:
         # One OTP accepted ten seconds ago that no worker has taken: HIGH waits too long.
         redis.xadd(high, {"w": b"[]"}, id=f"{int(time.time() * 1000) - 10_000}-0")

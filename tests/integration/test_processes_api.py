@@ -11,7 +11,6 @@ from tests.conftest import API_KEYS, DIGEST_SECRET, REDIS_URL, REPO
 from tests.integration.api_support import OTP, accept, deliveries, status_of
 
 
-@pytest.mark.standalone_redis
 async def test_the_api_starts_and_serves_while_postgres_is_unreachable(
     monkeypatch: pytest.MonkeyPatch, key_prefix: str, real_redis: Redis
 ) -> None:
