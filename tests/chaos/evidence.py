@@ -16,7 +16,7 @@ import asyncpg
 from redis.asyncio import Redis
 
 from streams.consumer_groups import DELIVERY_GROUP, PROJECTOR_GROUP
-from streams.keys import KeySpace
+from streams.keys import KeySpace, ShardKeys
 from streams.records import decode_record
 from streams.vocabulary import Priority
 from tests.chaos.relay import Relayed
@@ -126,23 +126,31 @@ async def _pipelined(redis: Redis, calls: list[tuple[str, tuple[Any, ...]]]) -> 
 
 
 async def read_write_model(redis: Redis, keys: KeySpace) -> Evidence:
-    """Every notification record, idempotency record, delivery state and dead letter."""
+    """Every notification record, idempotency record, delivery state and dead letter, of
+    every shard."""
     evidence = Evidence()
-    shard = keys.shard(0)  # one shard: the service runs with the default CLARION_SHARDS
+    for shard in keys.all_shards():
+        await _read_shard(redis, shard, evidence)
+    return evidence
+
+
+async def _read_shard(redis: Redis, shard: ShardKeys, evidence: Evidence) -> None:
     record_keys = await _scan(redis, shard.notification("*"))
+    records = {}  # this shard's
     for raw in await _pipelined(redis, [("get", (key,)) for key in record_keys]):
         record = decode_record(raw)
-        evidence.records[record.id] = [(d.id, d.channel, d.status) for d in record.deliveries]
+        records[record.id] = [(d.id, d.channel, d.status) for d in record.deliveries]
+    evidence.records |= records
     idem_keys = await _scan(redis, shard.idempotency("*", "*"))
     for key, raw in zip(
         idem_keys, await _pipelined(redis, [("get", (k,)) for k in idem_keys]), strict=True
     ):
         kind, _, last = _text(raw).split(" ")  # "done <fingerprint> <id>" or an in-flight mark
         evidence.idempotency[_text(key).rsplit(":", 1)[1]] = last if kind == "done" else ""
-    evidence.state_hashes = {
+    evidence.state_hashes |= {
         _text(key).rsplit(":", 1)[1] for key in await _scan(redis, shard.delivery("*"))
     }
-    at_acceptance = {d[0]: d[2] for deliveries in evidence.records.values() for d in deliveries}
+    at_acceptance = {d[0]: d[2] for deliveries in records.values() for d in deliveries}
     fields = ("status", "attempts", "error_class", "provider_message_id")
     ids = sorted(at_acceptance)
     calls = [("hmget", (shard.delivery(i), *fields)) for i in ids]
@@ -168,11 +176,11 @@ async def read_write_model(redis: Redis, keys: KeySpace) -> Evidence:
         )
     for priority in Priority:
         summary = await redis.xpending(shard.work(priority), DELIVERY_GROUP)
-        evidence.pending[f"work:{priority.lower()}"] = int(summary["pending"])
+        name = f"work:{priority.lower()}"
+        evidence.pending[name] = evidence.pending.get(name, 0) + int(summary["pending"])
     summary = await redis.xpending(shard.events, PROJECTOR_GROUP)
-    evidence.pending["events"] = int(summary["pending"])
-    evidence.delayed = int(await redis.zcard(shard.delayed))
-    return evidence
+    evidence.pending["events"] = evidence.pending.get("events", 0) + int(summary["pending"])
+    evidence.delayed += int(await redis.zcard(shard.delayed))
 
 
 async def read_sandbox(redis: Redis, keys: KeySpace, evidence: Evidence) -> None:

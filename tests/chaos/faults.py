@@ -17,12 +17,13 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from tests.chaos.processes import DurableRedis, ServiceProcess
+from tests.chaos.processes import DurableCluster, DurableRedis, ServiceProcess
 from tests.servers import PostgresServer
 
 KILL_EVERY_S = 5.0
-# How ``clarion worker`` and ``clarion projector`` refuse to start without Redis.
-REDIS_REFUSAL = "Error: Redis at "
+# How ``clarion worker`` and ``clarion projector`` refuse to start without Redis (or without
+# a master of the cluster).
+REDIS_REFUSAL = ("Error: Redis at ", "Error: the Redis Cluster at ")
 RESPAWN_PAUSE_S = 1.0
 REDIS_DOWN_S = 2.0
 POSTGRES_DOWN_S = 3.0
@@ -46,7 +47,7 @@ class Fault:
     @property
     def interrupts_delivery(self) -> bool:
         """Whether a delivery in flight can be cut off by it (and so be sent again)."""
-        return self.target.startswith("worker") or self.target == "redis"
+        return self.target.startswith(("worker", "redis"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +65,7 @@ class FaultInjector:
 
     def __init__(
         self,
-        redis: DurableRedis,
+        redis: DurableRedis | DurableCluster,
         postgres: PostgresServer,
         workers: list[ServiceProcess],
         projector: ServiceProcess,
@@ -178,7 +179,7 @@ class FaultInjector:
         await asyncio.sleep(REDIS_DOWN_S)
         await asyncio.to_thread(self.redis.start)
         self._redis_up = True
-        self.faults.append(Fault("SIGKILL, restart from AOF", "redis", at, time.time()))
+        self.faults.append(Fault("SIGKILL, restart from AOF", self.redis.name, at, time.time()))
 
     async def _crash_postgres(self) -> None:
         at = time.time()

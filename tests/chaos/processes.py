@@ -22,7 +22,7 @@ import httpx
 import redis
 
 from tests.conftest import REPO
-from tests.servers import free_port
+from tests.servers import free_cluster_port, free_port
 
 STOP_TIMEOUT_S = 30.0
 
@@ -43,11 +43,16 @@ class DurableRedis:
     empty instead.
     """
 
-    def __init__(self, workdir: Path) -> None:
+    name = "redis"
+
+    def __init__(self, workdir: Path, *, cluster: bool = False) -> None:
         self.workdir = workdir
-        self.port = free_port()
+        # A cluster's node also listens on its port + 10000 (the cluster bus).
+        self.port = free_cluster_port() if cluster else free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.log_path = workdir / "redis.log"
+        self._cluster = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+        self._options = self._cluster if cluster else ()
         self._process: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 60.0) -> None:
@@ -59,7 +64,7 @@ class DurableRedis:
             self._process = subprocess.Popen(
                 [binary, "--port", str(self.port), "--bind", "127.0.0.1",
                  "--dir", str(self.workdir), "--appendonly", "yes", "--appendfsync", "always",
-                 "--save", "", "--daemonize", "no"],
+                 "--save", "", "--daemonize", "no", *self._options],
                 stdout=log, stderr=subprocess.STDOUT,
             )  # fmt: skip
         client = redis.Redis.from_url(self.url, socket_timeout=1, socket_connect_timeout=1)
@@ -100,6 +105,73 @@ class DurableRedis:
             except subprocess.TimeoutExpired:
                 self._process.kill()
                 self._process.wait()
+
+
+class DurableCluster:
+    """A Redis Cluster of three ``DurableRedis`` masters (no replicas), with the same
+    interface: ``kill`` SIGKILLs one master (the next in turn) while the others go on serving
+    their slots, and ``start`` brings it back from its AOF (and its ``nodes.conf``: the same
+    node, owning the same slots)."""
+
+    def __init__(self, workdir: Path, masters: int = 3) -> None:
+        self.nodes = []
+        for number in range(masters):
+            (workdir / f"node{number}").mkdir()
+            self.nodes.append(DurableRedis(workdir / f"node{number}", cluster=True))
+        self.url = "redis+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
+        self.name = "redis"  # which master: set by each kill
+        self._down: DurableRedis | None = None
+        self._kills = 0
+
+    def start(self, timeout: float = 60.0) -> None:
+        """The first time, start every node and form the cluster; after ``kill``, restart
+        the killed master. Either way, wait until every node sees every slot served."""
+        if self._down is not None:
+            self._down.start(timeout)
+            self._down = None
+        else:
+            for node in self.nodes:
+                node.start(timeout)
+            cli = _redis_cli()
+            addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
+            subprocess.run(
+                [cli, "--cluster", "create", *addresses, "--cluster-replicas", "0",
+                 "--cluster-yes"],
+                check=True, capture_output=True, timeout=30,
+            )  # fmt: skip
+        self._wait_until_served(timeout)
+
+    def kill(self) -> None:
+        node = self.nodes[self._kills % len(self.nodes)]
+        self._kills += 1
+        node.kill()
+        self._down = node
+        self.name = f"redis 127.0.0.1:{node.port}"
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+    def _wait_until_served(self, timeout: float) -> None:
+        cli = _redis_cli()
+        deadline = time.monotonic() + timeout
+        for node in self.nodes:
+            command = [cli, "-p", str(node.port), "cluster", "info"]
+            while b"cluster_state:ok" not in _output(command):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the cluster is not ready on port {node.port}")
+                time.sleep(0.1)
+
+
+def _output(command: list[str]) -> bytes:
+    return subprocess.run(command, check=False, capture_output=True).stdout
+
+
+def _redis_cli() -> str:
+    cli = shutil.which("redis-cli")
+    if cli is None:
+        raise RuntimeError("redis-cli is not installed")
+    return cli
 
 
 class ServiceProcess:

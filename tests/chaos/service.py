@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
+from streams.connection import connect
 from streams.keys import KeySpace
 from tests.chaos.evidence import (
     FINAL,
@@ -32,13 +33,15 @@ from tests.chaos.evidence import (
 )
 from tests.chaos.faults import Crash
 from tests.chaos.load import Acknowledged, Planned
-from tests.chaos.processes import DurableRedis, ServiceProcess, wait_for_api
+from tests.chaos.processes import DurableCluster, DurableRedis, ServiceProcess, wait_for_api
 from tests.chaos.relay import PASSWORD_ENV, RELAY, RELAY_CHANNEL, ChaosRelay
 from tests.chaos.verdict import Verdict, expectations
 from tests.integration.delivery_support import catalog_text
 from tests.servers import PostgresServer, free_port, postgres_server
 
 LEASE_MS = 5000
+# On a cluster: shards enough for each master to hold some (CRC16 of each hash tag decides).
+CLUSTER_SHARDS = 8
 # A worker is killed every few seconds, so a healthy work entry may be handed out many times
 # (each restart and takeover counts) before one worker gets to finish it; the default of 5
 # would dead-letter such entries as poison.
@@ -59,11 +62,12 @@ CONTACT = re.compile(r"user\d+@example\.com|\+49151\d{8}")
 
 @dataclass(slots=True)
 class Service:
-    redis: DurableRedis
+    redis: DurableRedis | DurableCluster
     postgres: PostgresServer
     relay: ChaosRelay
     database_url: str
     base_url: str
+    shards: int
     api: ServiceProcess
     workers: list[ServiceProcess]
     projector: ServiceProcess
@@ -97,9 +101,10 @@ def running_service(
     *,
     idempotent: bool,
     max_deliveries: int = MAX_DELIVERIES,
+    cluster: bool = False,
 ) -> Iterator[Service]:
-    """Redis, PostgreSQL, the relay (set up for ``plans``) and the service's processes,
-    stopped afterwards whatever happened."""
+    """Redis (a three-master cluster with ``cluster``), PostgreSQL, the relay (set up for
+    ``plans``) and the service's processes, stopped afterwards whatever happened."""
     mailboxes = {p.email: p.mailbox for p in plans if p.mailbox is not None}
     # Made per run, known only to the relay and (through the environment) the workers.
     password = secrets.token_urlsafe(18)
@@ -108,7 +113,9 @@ def running_service(
         catalog = workdir / "clarion.toml"
         catalog.write_text(chaos_catalog(relay, idempotent=idempotent))
         (workdir / "redis").mkdir()
-        redis = DurableRedis(workdir / "redis")
+        redis: DurableRedis | DurableCluster = (
+            DurableCluster(workdir / "redis") if cluster else DurableRedis(workdir / "redis")
+        )
         redis.start()
         try:
             with postgres_server() as postgres:
@@ -126,10 +133,11 @@ def running_service(
                     "CLARION_LEASE_MS": str(LEASE_MS),
                     "CLARION_MAX_DELIVERIES": str(max_deliveries),
                     PASSWORD_ENV: password,
+                    "CLARION_SHARDS": str(CLUSTER_SHARDS if cluster else 1),
                 }
                 service = Service(
                     redis, postgres, relay, database_url, f"http://127.0.0.1:{port}",
-                    *_processes(env, workdir),
+                    CLUSTER_SHARDS if cluster else 1, *_processes(env, workdir),
                 )  # fmt: skip
                 with _started(service):
                     yield service
@@ -192,9 +200,10 @@ async def drain(
 
 async def drained(service: Service, acknowledged: dict[str, Acknowledged]) -> Evidence:
     """``drain`` with a client of its own on the service's Redis."""
-    redis = Redis.from_url(service.redis.url)
+    redis = connect(service.redis.url)
     try:
-        evidence = await drain(redis, KeySpace(PREFIX), service.database_url, acknowledged)
+        keys = KeySpace(PREFIX, service.shards)
+        evidence = await drain(redis, keys, service.database_url, acknowledged)
     finally:
         await redis.aclose()
     evidence.relay = service.relay.record()

@@ -36,6 +36,7 @@ import pytest
 from tests.chaos.evidence import made_since
 from tests.chaos.faults import Fault
 from tests.chaos.load import Planned, Producer, plan
+from tests.chaos.processes import DurableRedis
 from tests.chaos.redis_faults import ReadinessProbe, RedisFaults, when_sent
 from tests.chaos.redis_verdict import judge_out_of_memory, made_after, no_poison, no_restarts
 from tests.chaos.report import render
@@ -70,6 +71,7 @@ class Run:
 async def observed(service: Service, *, readiness: bool) -> AsyncIterator[Run]:
     """A producer and the faults for ``service``; process exits (and, with ``readiness``,
     the readiness endpoint) watched until the block ends."""
+    assert isinstance(service.redis, DurableRedis)  # these faults are a single Redis's
     run = Run(
         Producer(service.base_url, API_SECRET),
         RedisFaults(service.redis, service.processes),
