@@ -45,7 +45,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import asyncpg
@@ -53,6 +53,7 @@ import httpx
 import msgspec
 import redis
 import redis.asyncio as aredis
+from redis.cluster import ClusterNode, RedisCluster
 
 # Clarion's own code. All of the harness's imports of it are here: when a product module
 # moves, this block is the harness's one place to follow it.
@@ -64,6 +65,7 @@ from app.ingest.ingestor import Ingestor
 from app.providers.registry import build_providers
 from projections.database import ensure_database, quote_identifier
 from streams import codec
+from streams.connection import cluster_nodes, is_cluster_url
 from streams.keys import KeySpace, ShardKeys
 from streams.recipient_settings import AddressDigest
 from streams.vocabulary import Channel, Priority
@@ -114,15 +116,30 @@ def git_commit() -> str | None:
     return (git_output("rev-parse", "--short", "HEAD") or "").strip() or None
 
 
+def sync_redis(url: str) -> redis.Redis:
+    """A synchronous client of ``url``: one Redis, or a Redis Cluster's
+    (``redis+cluster://host:port,...``, answering the benchmarks' commands alike)."""
+    if is_cluster_url(url):
+        nodes = [ClusterNode(host, port) for host, port in cluster_nodes(url)]
+        return cast(redis.Redis, RedisCluster(startup_nodes=nodes))
+    return redis.Redis.from_url(url)
+
+
 def machine_info(client: redis.Redis) -> dict[str, Any]:
     """What the numbers depend on: cores, versions, and how busy the machine already was."""
+    if isinstance(client, RedisCluster):
+        masters = client.get_primaries()
+        server = client.info("server", target_nodes=masters[0])
+    else:
+        masters, server = [None], client.info("server")
     return {
         "cpu_count": os.cpu_count(),
         # Anything else running on these cores lowers every figure.
         "load_average_at_start": [round(load, 2) for load in os.getloadavg()],
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "redis_version": client.info("server").get("redis_version"),
+        "redis_version": server.get("redis_version"),
+        "redis_masters": len(masters),
         "git_commit": git_commit(),
     }
 
@@ -330,9 +347,12 @@ def clarion_executable() -> Path:
     return clarion
 
 
-def service_env(prefix: str, redis_url: str, port: int, catalog: Path) -> dict[str, str]:
+def service_env(
+    prefix: str, redis_url: str, port: int, catalog: Path, shards: int = 1
+) -> dict[str, str]:
     """The environment of Clarion's processes in a benchmark: quiet, on their own prefix."""
     return {
+        "CLARION_SHARDS": str(shards),
         **os.environ,
         "CLARION_API_KEYS": f"bench:{API_KEY}:send+read",
         "CLARION_DIGEST_SECRET": BENCH_DIGEST_SECRET.decode(),

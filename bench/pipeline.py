@@ -55,7 +55,6 @@ from typing import Any
 
 import httpx
 import msgspec
-import redis
 import redis.asyncio as aredis
 
 if __package__ in {None, ""}:  # run as a script: make the ``bench`` package importable
@@ -92,6 +91,7 @@ from bench.harness import (
     result_head,
     running,
     service_env,
+    sync_redis,
     unlimited_catalog,
     verdict,
     wait_consumers,
@@ -100,6 +100,7 @@ from bench.harness import (
     write_result,
 )
 from streams import codec
+from streams.connection import connect
 from streams.events import DeliveryQueued
 from streams.keys import KeySpace
 from streams.vocabulary import Priority
@@ -321,7 +322,9 @@ async def measure_flood(
 ) -> tuple[dict[str, Any], list[str]]:
     """A LOW flood, drained while HIGH notifications arrive at HIGH_RATE; their latency."""
     after = await last_entry_id(client, keys.sandbox_sent)
-    events_after = await last_entry_id(client, keys.shard(0).events)
+    events_after = {
+        shard.events: await last_entry_id(client, shard.events) for shard in keys.all_shards()
+    }
     batches = max(1, flood // BATCH_SIZE)
     pieces = batch_pieces(BATCH_SIZE, flood_item)
     stopping = asyncio.Event()
@@ -359,7 +362,9 @@ async def measure_flood(
     # Where a HIGH delivery's time goes: the API (id created -> work entry written) and the
     # workers (work entry -> sandbox record), split by whether the API accepted it while the
     # flood was still being ingested or afterwards.
-    queued_ms = await read_queued_ms(client, keys.shard(0).events, events_after, set(high.sent_ms))
+    queued_ms: dict[str, int] = {}
+    for stream, since in events_after.items():
+        queued_ms |= await read_queued_ms(client, stream, since, set(high.sent_ms))
     done_high = [d for d in high.sent_ms if d in record.first_sent_ms and d in queued_ms]
     if len(done_high) < len(high.sent_ms):
         missing = len(high.sent_ms) - len(done_high)
@@ -439,7 +444,7 @@ def windows(samples: list[tuple[int, int]], start_ms: int, width_s: int = 5) -> 
 async def measure_config(
     base_url: str, redis_url: str, keys: KeySpace, args: argparse.Namespace
 ) -> dict[str, Any]:
-    client = aredis.Redis.from_url(redis_url)
+    client = connect(redis_url)
     try:
         print("  end to end ...", flush=True)
         e2e, e2e_problems = await measure_e2e(
@@ -469,13 +474,13 @@ def run_config(
 ) -> dict[str, Any]:
     """Start the API and ``workers`` delivery workers under a fresh prefix; measure; stop."""
     prefix = f"{base_prefix}-w{workers}"
-    keys = KeySpace(prefix)
+    keys = KeySpace(prefix, args.shards)
     port = free_port()
-    env = service_env(prefix, args.redis_url, port, catalog)
+    env = service_env(prefix, args.redis_url, port, catalog, args.shards)
     clarion = str(clarion_executable())
     api_log = logs / f"api-w{workers}.log"
     worker_logs = [logs / f"worker-w{workers}-{slot}.log" for slot in range(workers)]
-    client = redis.Redis.from_url(args.redis_url)
+    client = sync_redis(args.redis_url)
     print(f"{workers} delivery worker(s), API with {args.api_workers} uvicorn worker(s):")
     result: dict[str, Any] = {"workers": workers, "key_prefix": prefix}
     try:
@@ -645,6 +650,14 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--notifications", type=int, default=None, help="end-to-end count")
     parser.add_argument("--flood", type=int, default=None, help="LOW flood count")
     add_redis_url(parser, "the services")
+    parser.add_argument("--shards", type=int, default=1, help="CLARION_SHARDS (default 1)")
+    parser.add_argument(
+        "--cluster-masters",
+        type=int,
+        default=0,
+        help="run on a private Redis Cluster of this many masters, started and stopped here "
+        "(the result is pipeline_cluster<N>; --redis-url is not used)",
+    )
     args = parser.parse_args()
     if args.quick:
         args.duration = 3
@@ -663,14 +676,28 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> int:
     args = parse_args()
+    if not args.cluster_masters:
+        return run_benchmark(args, "pipeline")
+    from tests.servers import redis_cluster  # noqa: PLC0415 (needs the repository)
+
+    with (
+        tempfile.TemporaryDirectory(prefix="clarion-pipeline-cluster-") as workdir,
+        redis_cluster(Path(workdir), masters=args.cluster_masters) as url,
+    ):
+        args.redis_url = url
+        return run_benchmark(args, f"pipeline_cluster{args.cluster_masters}")
+
+
+def run_benchmark(args: argparse.Namespace, kind: str) -> int:
     started = datetime.now(UTC)
     base_prefix = f"bench-{secrets.token_hex(6)}"
     worker_counts = (args.workers,) if args.workers else WORKER_COUNTS
-    client = redis.Redis.from_url(args.redis_url)
+    client = sync_redis(args.redis_url)
     per_batch = expected_e2e_deliveries(BATCH_SIZE)
     result: dict[str, Any] = {
-        **result_head("pipeline", started, client),
+        **result_head(kind, started, client),
         "parameters": {
+            "shards": args.shards,
             "duration": args.duration,
             "cpu_count": os.cpu_count(),
             "api_workers": args.api_workers,
@@ -724,7 +751,7 @@ def main() -> int:
         for name in ("no_problems", "e2e_deliveries_per_s", "high_p99_ms")
     }
     print_report(result)
-    write_result("pipeline", result, started)
+    write_result(kind, result, started)
     return 1 if result["problems"] else 0
 
 

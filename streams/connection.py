@@ -27,7 +27,28 @@ if HIREDIS_AVAILABLE:
     import hiredis
 
 
-class HiredisPackingConnection(Connection):
+class _FailsAsClosed(Connection):
+    """A connection on which a command that finds it closed under it fails as a
+    ``ConnectionError``.
+
+    A connection can be closed while a command is on its way: redis-py's cluster client,
+    when a command to a node fails to connect, closes that node's idle connections, one of
+    which another task may have just taken; and a Redis that dies just after accepting a
+    connection closes it while the handshake is sent. The command then meets a missing
+    socket writer (``AttributeError``) or a closed transport (uvloop's ``RuntimeError``),
+    which no handler of Redis errors catches: they ended a worker and a projector when Redis
+    or a master was killed. As a ``ConnectionError`` it is retried like any lost connection
+    (a cluster's client first asks the cluster which node serves the slot).
+    """
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        try:
+            await super().send_packed_command(command, check_health)
+        except (AttributeError, RuntimeError) as error:
+            raise ConnectionError(f"connection to {self.host}:{self.port} closed") from error
+
+
+class HiredisPackingConnection(_FailsAsClosed):
     """A TCP connection whose commands are packed by hiredis."""
 
     def pack_command(self, *args: Any) -> list[bytes]:
@@ -38,39 +59,16 @@ class HiredisPackingConnection(Connection):
         return [hiredis.pack_command(args)]
 
 
+class TlsClusterNodeConnection(_FailsAsClosed, SSLConnection):
+    """A TLS connection to a cluster's node."""
+
+
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 
 
 def is_cluster_url(url: str) -> bool:
     """Whether ``url`` names a Redis Cluster (``redis+cluster://host:port,...``)."""
     return urlsplit(url).scheme in CLUSTER_SCHEMES
-
-
-class _FailsAsClosed(Connection):
-    """A connection to a cluster's node on which a command that finds it closed under it
-    fails as a ``ConnectionError``.
-
-    When a command to a node fails to connect, redis-py's cluster client closes that node's
-    idle connections, and a task that has just taken one of them then meets a missing
-    socket writer (``AttributeError``) or a closed transport (uvloop's ``RuntimeError``),
-    which no handler of Redis errors catches: one ended a worker, the other a shard's
-    projection, when a master was killed. As a ``ConnectionError`` it is retried by the
-    client, after it asks the cluster which node serves the slot.
-    """
-
-    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-        try:
-            await super().send_packed_command(command, check_health)
-        except (AttributeError, RuntimeError) as error:
-            raise ConnectionError(f"connection to {self.host}:{self.port} closed") from error
-
-
-class ClusterNodeConnection(_FailsAsClosed, HiredisPackingConnection):
-    """A TCP connection to a cluster's node, its commands packed by hiredis."""
-
-
-class TlsClusterNodeConnection(_FailsAsClosed, SSLConnection):
-    """A TLS connection to a cluster's node."""
 
 
 def connect(url: str, **options: Any) -> Redis:
@@ -145,7 +143,7 @@ def connect_cluster(url: str, **options: Any) -> RedisCluster:
     client = RedisCluster(startup_nodes=nodes, ssl=tls, **options)
     # RedisCluster takes no connection class: nodes it learns of later are made from these
     # keyword arguments, and the start-up nodes were made already.
-    kind: type[Connection] = TlsClusterNodeConnection if tls else ClusterNodeConnection
+    kind: type[Connection] = TlsClusterNodeConnection if tls else HiredisPackingConnection
     if not HIREDIS_AVAILABLE and not tls:
         kind = _FailsAsClosed
     client.nodes_manager.connection_kwargs["connection_class"] = kind

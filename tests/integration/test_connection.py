@@ -18,7 +18,6 @@ from redis.exceptions import ConnectionError
 from app.status_webhooks.owners import Owners
 from streams.backlog import read_backlog
 from streams.connection import (
-    ClusterNodeConnection,
     HiredisPackingConnection,
     connect,
     connect_cluster,
@@ -155,7 +154,7 @@ async def test_every_node_of_a_cluster_gets_the_hiredis_packing_connection(
         await cluster.set(key, AWKWARD[n % len(AWKWARD)])
     for n, key in enumerate(keys):
         assert await cluster.get(key) == AWKWARD[n % len(AWKWARD)]
-    assert {node.connection_class for node in cluster.get_nodes()} == {ClusterNodeConnection}
+    assert {node.connection_class for node in cluster.get_nodes()} == {HiredisPackingConnection}
     await cluster.delete(*keys)
 
 
@@ -163,9 +162,10 @@ async def test_a_connection_closed_under_a_command_fails_as_a_connection_error(
     cluster: RedisCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """redis-py's cluster client closes a failed node's idle connections while another task
-    may be sending on one: that must be an error the client and Clarion retry."""
+    may be sending on one, and a Redis that dies during a reconnect's handshake closes it
+    under the command: that must be an error the client and Clarion retry."""
     node = cluster.get_primaries()[0]
-    connection = ClusterNodeConnection(host=node.host, port=node.port)
+    connection = HiredisPackingConnection(host=node.host, port=node.port)
     await connection.connect()
 
     async def closed_meanwhile() -> None:  # another task's disconnect during this await
@@ -178,7 +178,7 @@ async def test_a_connection_closed_under_a_command_fails_as_a_connection_error(
     async def transport_closed(*_: object) -> None:  # how uvloop says it
         raise RuntimeError("unable to perform operation on <TCPTransport closed=True>")
 
-    other = ClusterNodeConnection(host=node.host, port=node.port, socket_timeout=5)
+    other = HiredisPackingConnection(host=node.host, port=node.port, socket_timeout=5)
     await other.connect()
     monkeypatch.setattr(other, "_send_packed_command", transport_closed)
     with pytest.raises(ConnectionError, match="closed"):
