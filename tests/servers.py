@@ -87,9 +87,6 @@ def redis_server(workdir: Path, *extra: str) -> Iterator[str]:
 def redis_cluster(workdir: Path, masters: int = 3) -> Iterator[str]:
     """Start a Redis Cluster of ``masters`` nodes (no replicas) on free ports in
     ``workdir``; yield its ``redis+cluster://`` URL naming every node; stop them by pid."""
-    cli = shutil.which("redis-cli")
-    if cli is None:
-        raise RuntimeError("redis-cli is not installed")
     with contextlib.ExitStack() as nodes:
         urls = []
         for number in range(masters):
@@ -98,21 +95,8 @@ def redis_cluster(workdir: Path, masters: int = 3) -> Iterator[str]:
             options = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
             urls.append(nodes.enter_context(redis_server(node_dir, *options)))
         addresses = [url.removeprefix("redis://").removesuffix("/0") for url in urls]
-        if masters >= MIN_CREATED_MASTERS:
-            subprocess.run(
-                [cli, "--cluster", "create", *addresses, "--cluster-replicas", "0",
-                 "--cluster-yes"],
-                check=True, capture_output=True, timeout=30,
-            )  # fmt: skip
-        else:
-            _form_small_cluster(cli, addresses)
-        deadline = time.monotonic() + 10
-        for address in addresses:  # every node agrees on every slot's owner, and serves
-            host, port = address.split(":")
-            while not _cluster_node_ready(cli, host, port):
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"the cluster's node {address} is not ready")
-                time.sleep(0.05)
+        form_cluster(addresses)
+        wait_until_cluster_serves(addresses, timeout=10)
         yield "redis+cluster://" + ",".join(addresses)
 
 
@@ -121,13 +105,30 @@ MIN_CREATED_MASTERS = 3
 HASH_SLOTS = 16384
 
 
-def _form_small_cluster(cli: str, addresses: list[str]) -> None:
-    """Give each node an equal range of the slots, and introduce the others to the first."""
+def redis_cli() -> str:
+    """The path of ``redis-cli``."""
+    cli = shutil.which("redis-cli")
+    if cli is None:
+        raise RuntimeError("redis-cli is not installed")
+    return cli
+
+
+def form_cluster(addresses: list[str]) -> None:
+    """Make the cluster-enabled servers at ``addresses`` (``host:port``) one cluster of
+    masters, the slots shared between them."""
+    cli = redis_cli()
+    if len(addresses) >= MIN_CREATED_MASTERS:
+        subprocess.run(
+            [cli, "--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes"],
+            check=True, capture_output=True, timeout=30,
+        )  # fmt: skip
+        return
 
     def run(address: str, *command: str) -> None:
         host, port = address.split(":")
         subprocess.run([cli, "-h", host, "-p", port, *command], check=True, capture_output=True)
 
+    # Each node an equal range of the slots; the others introduced to the first.
     share = HASH_SLOTS // len(addresses)
     for number, address in enumerate(addresses):
         last = HASH_SLOTS - 1 if number == len(addresses) - 1 else (number + 1) * share - 1
@@ -135,6 +136,18 @@ def _form_small_cluster(cli: str, addresses: list[str]) -> None:
     first_host, first_port = addresses[0].split(":")
     for address in addresses[1:]:
         run(address, "cluster", "meet", first_host, first_port)
+
+
+def wait_until_cluster_serves(addresses: list[str], timeout: float) -> None:
+    """Wait until every node agrees on every slot's owner and serves."""
+    cli = redis_cli()
+    deadline = time.monotonic() + timeout
+    for address in addresses:
+        host, port = address.split(":")
+        while not _cluster_node_ready(cli, host, port):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the cluster's node {address} is not ready")
+            time.sleep(0.05)
 
 
 def _cluster_node_ready(cli: str, host: str, port: str) -> bool:

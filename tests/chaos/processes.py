@@ -22,7 +22,7 @@ import httpx
 import redis
 
 from tests.conftest import REPO
-from tests.servers import free_cluster_port, free_port
+from tests.servers import form_cluster, free_cluster_port, free_port, wait_until_cluster_serves
 
 STOP_TIMEOUT_S = 30.0
 
@@ -118,7 +118,7 @@ class DurableCluster:
         for number in range(masters):
             (workdir / f"node{number}").mkdir()
             self.nodes.append(DurableRedis(workdir / f"node{number}", cluster=True))
-        self.url = "redis+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
+        self.url = "redis+cluster://" + ",".join(self._addresses)
         self.name = "redis"  # which master: set by each kill
         self._down: DurableRedis | None = None
         self._kills = 0
@@ -132,14 +132,12 @@ class DurableCluster:
         else:
             for node in self.nodes:
                 node.start(timeout)
-            cli = _redis_cli()
-            addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
-            subprocess.run(
-                [cli, "--cluster", "create", *addresses, "--cluster-replicas", "0",
-                 "--cluster-yes"],
-                check=True, capture_output=True, timeout=30,
-            )  # fmt: skip
-        self._wait_until_served(timeout)
+            form_cluster(self._addresses)
+        wait_until_cluster_serves(self._addresses, timeout)
+
+    @property
+    def _addresses(self) -> list[str]:
+        return [f"127.0.0.1:{node.port}" for node in self.nodes]
 
     def kill(self) -> None:
         node = self.nodes[self._kills % len(self.nodes)]
@@ -151,27 +149,6 @@ class DurableCluster:
     def stop(self) -> None:
         for node in self.nodes:
             node.stop()
-
-    def _wait_until_served(self, timeout: float) -> None:
-        cli = _redis_cli()
-        deadline = time.monotonic() + timeout
-        for node in self.nodes:
-            command = [cli, "-p", str(node.port), "cluster", "info"]
-            while b"cluster_state:ok" not in _output(command):
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"the cluster is not ready on port {node.port}")
-                time.sleep(0.1)
-
-
-def _output(command: list[str]) -> bytes:
-    return subprocess.run(command, check=False, capture_output=True).stdout
-
-
-def _redis_cli() -> str:
-    cli = shutil.which("redis-cli")
-    if cli is None:
-        raise RuntimeError("redis-cli is not installed")
-    return cli
 
 
 class ServiceProcess:
