@@ -45,7 +45,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Final, cast
+from typing import Any, Final
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import asyncpg
@@ -53,7 +53,7 @@ import httpx
 import msgspec
 import redis
 import redis.asyncio as aredis
-from redis.cluster import ClusterNode, RedisCluster
+from redis.cluster import RedisCluster
 
 # Clarion's own code. All of the harness's imports of it are here: when a product module
 # moves, this block is the harness's one place to follow it.
@@ -65,7 +65,6 @@ from app.ingest.ingestor import Ingestor
 from app.providers.registry import build_providers
 from projections.database import ensure_database, quote_identifier
 from streams import codec
-from streams.connection import cluster_nodes, is_cluster_url
 from streams.keys import KeySpace, ShardKeys
 from streams.recipient_settings import AddressDigest
 from streams.vocabulary import Channel, Priority
@@ -114,15 +113,6 @@ def git_output(*args: str) -> str | None:
 def git_commit() -> str | None:
     """The short commit hash of the work tree, or None (no git, no commit yet)."""
     return (git_output("rev-parse", "--short", "HEAD") or "").strip() or None
-
-
-def sync_redis(url: str) -> redis.Redis:
-    """A synchronous client of ``url``: one Redis, or a Redis Cluster's
-    (``redis+cluster://host:port,...``, answering the benchmarks' commands alike)."""
-    if is_cluster_url(url):
-        nodes = [ClusterNode(host, port) for host, port in cluster_nodes(url)]
-        return cast(redis.Redis, RedisCluster(startup_nodes=nodes))
-    return redis.Redis.from_url(url)
 
 
 def machine_info(client: redis.Redis) -> dict[str, Any]:

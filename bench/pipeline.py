@@ -91,7 +91,6 @@ from bench.harness import (
     result_head,
     running,
     service_env,
-    sync_redis,
     unlimited_catalog,
     verdict,
     wait_consumers,
@@ -100,7 +99,7 @@ from bench.harness import (
     write_result,
 )
 from streams import codec
-from streams.connection import connect
+from streams.connection import connect, connect_sync
 from streams.events import DeliveryQueued
 from streams.keys import KeySpace
 from streams.vocabulary import Priority
@@ -480,7 +479,7 @@ def run_config(
     clarion = str(clarion_executable())
     api_log = logs / f"api-w{workers}.log"
     worker_logs = [logs / f"worker-w{workers}-{slot}.log" for slot in range(workers)]
-    client = sync_redis(args.redis_url)
+    client = connect_sync(args.redis_url)
     print(f"{workers} delivery worker(s), API with {args.api_workers} uvicorn worker(s):")
     result: dict[str, Any] = {"workers": workers, "key_prefix": prefix}
     try:
@@ -692,7 +691,7 @@ def run_benchmark(args: argparse.Namespace, kind: str) -> int:
     started = datetime.now(UTC)
     base_prefix = f"bench-{secrets.token_hex(6)}"
     worker_counts = (args.workers,) if args.workers else WORKER_COUNTS
-    client = sync_redis(args.redis_url)
+    client = connect_sync(args.redis_url)
     per_batch = expected_e2e_deliveries(BATCH_SIZE)
     result: dict[str, Any] = {
         **result_head(kind, started, client),

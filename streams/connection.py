@@ -15,11 +15,14 @@ import asyncio
 from typing import Any, cast
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
+from redis import Redis as SyncRedis
 from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.connection import Connection, SSLConnection
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.cluster import ClusterNode as SyncClusterNode
+from redis.cluster import RedisCluster as SyncRedisCluster
 from redis.exceptions import ConnectionError
 from redis.utils import HIREDIS_AVAILABLE
 
@@ -132,14 +135,8 @@ def connect_cluster(url: str, **options: Any) -> RedisCluster:
     ``max_connections`` bounds the connections to each node. A call whose keys span hash slots
     is refused by the client before it is sent.
     """
-    parts = urlsplit(url)
     nodes = [ClusterNode(host, port) for host, port in cluster_nodes(url)]
-    userinfo = parts.netloc.rpartition("@")[0]
-    if userinfo:
-        user, _, password = userinfo.partition(":")
-        options.setdefault("username", unquote(user) or None)
-        options.setdefault("password", unquote(password) or None)
-    tls = parts.scheme == "rediss+cluster"
+    tls = _with_credentials(url, options)
     client = RedisCluster(startup_nodes=nodes, ssl=tls, **options)
     # RedisCluster takes no connection class: nodes it learns of later are made from these
     # keyword arguments, and the start-up nodes were made already.
@@ -150,6 +147,30 @@ def connect_cluster(url: str, **options: Any) -> RedisCluster:
     for node in client.nodes_manager.startup_nodes.values():
         node.connection_class = kind
     return client
+
+
+def connect_sync(url: str) -> SyncRedis:
+    """A synchronous client for ``url``, a cluster's for ``redis+cluster://`` (typed as a
+    ``Redis`` as ``connect``'s is): for tools and tests that run no event loop."""
+    if not is_cluster_url(url):
+        return SyncRedis.from_url(url)
+    options: dict[str, Any] = {}
+    tls = _with_credentials(url, options)
+    # redis-py leaves the synchronous ClusterNode untyped.
+    nodes = [SyncClusterNode(host, port) for host, port in cluster_nodes(url)]  # type: ignore[no-untyped-call]
+    return cast(SyncRedis, SyncRedisCluster(startup_nodes=nodes, ssl=tls, **options))
+
+
+def _with_credentials(url: str, options: dict[str, Any]) -> bool:
+    """Put a cluster URL's user and password into ``options`` (unless given); whether it
+    asks for TLS."""
+    parts = urlsplit(url)
+    userinfo = parts.netloc.rpartition("@")[0]
+    if userinfo:
+        user, _, password = userinfo.partition(":")
+        options.setdefault("username", unquote(user) or None)
+        options.setdefault("password", unquote(password) or None)
+    return parts.scheme == "rediss+cluster"
 
 
 def cluster_nodes(url: str) -> list[tuple[str, int]]:

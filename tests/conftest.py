@@ -17,7 +17,6 @@ import fakeredis
 import httpx
 import pytest
 import redis as sync_redis
-import redis.cluster as sync_cluster
 from litestar import Litestar
 from redis.asyncio import Redis, RedisCluster
 
@@ -27,7 +26,7 @@ from app.ingest.requests import NotificationRequest, Recipient
 from app.settings import Settings, parse_api_keys
 from projections.database import connect
 from streams import codec
-from streams.connection import cluster_nodes, connect_cluster
+from streams.connection import connect_cluster, connect_sync
 from streams.events import AnyEvent
 from streams.recipient_settings import AddressDigest
 from tests.pg import throwaway_database
@@ -123,12 +122,9 @@ def connect_test_redis(**options: Any) -> Redis:
     return Redis.from_url(REDIS_URL, **options)
 
 
-def sync_test_redis(**options: Any) -> sync_redis.Redis:
+def sync_test_redis() -> sync_redis.Redis:
     """A synchronous client of the test Redis (a cluster's when ``ON_CLUSTER``)."""
-    if ON_CLUSTER:
-        nodes = [sync_cluster.ClusterNode(host, port) for host, port in cluster_nodes(REDIS_URL)]
-        return cast(sync_redis.Redis, sync_cluster.RedisCluster(startup_nodes=nodes, **options))
-    return sync_redis.Redis.from_url(REDIS_URL, **options)
+    return connect_sync(REDIS_URL)
 
 
 def unlink_prefix(prefix: str) -> None:

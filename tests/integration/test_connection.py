@@ -13,6 +13,7 @@ from typing import cast
 
 import pytest
 from redis.asyncio import Redis, RedisCluster
+from redis.cluster import RedisCluster as SyncRedisCluster
 from redis.exceptions import ConnectionError
 
 from app.status_webhooks.owners import Owners
@@ -21,6 +22,7 @@ from streams.connection import (
     HiredisPackingConnection,
     connect,
     connect_cluster,
+    connect_sync,
 )
 from streams.keys import KeySpace, shard_from_id
 from streams.status_webhooks import StatusWebhookStore, read_outboxes
@@ -143,6 +145,20 @@ def test_a_cluster_url_names_its_nodes_and_credentials_and_nothing_else_passes()
     with pytest.raises(ValueError, match="redis\\+cluster://") as refused:
         connect_cluster("redis://ops:secret@10.0.0.1:7000")
     assert "secret" not in str(refused.value)
+
+
+def test_a_synchronous_client_of_a_cluster_reaches_every_node(
+    cluster_url: str, key_prefix: str
+) -> None:
+    client = connect_sync(cluster_url)
+    assert isinstance(client, SyncRedisCluster)
+    keys = [f"{key_prefix}:{{{n}}}:k" for n in range(12)]  # hash tags on every master
+    for key in keys:
+        client.set(key, key)
+    assert [client.get(key) for key in keys] == [key.encode() for key in keys]
+    assert sorted(client.scan_iter(match=f"{key_prefix}:*")) == sorted(k.encode() for k in keys)
+    client.delete(*keys)
+    client.close()
 
 
 async def test_every_node_of_a_cluster_gets_the_hiredis_packing_connection(
