@@ -37,9 +37,7 @@ async def check_redis(redis: Redis | RedisCluster, url: str) -> str:
         )
     _check_version(info, redact(url))
     try:
-        config = await redis.config_get("maxmemory-policy")
-        config |= await redis.config_get("appendonly")
-        config |= await redis.config_get("appendfsync")
+        config = await _durability_settings(redis)
     except ResponseError:
         return _unknown_durability()
     guarantee = _durability_of(config)
@@ -62,18 +60,25 @@ async def _check_cluster(cluster: RedisCluster, url: str) -> str:
     for node, info in zip(masters, infos, strict=True):
         _check_version(info, f"the cluster's node {node.name}")
         try:
-            config: dict[Any, Any] = {}
-            for name in DURABILITY_SETTINGS:
-                config |= await cluster.config_get(name, target_nodes=node)
+            config = await _durability_settings(cluster, target_nodes=node)
         except ResponseError:
             return _unknown_durability()
         guarantee = _durability_of(config, where=f" on the cluster's node {node.name}")
         guarantees.setdefault(guarantee, []).append(node.name)
-    weakest = min(guarantees, key=_strength)
+    weakest = min(guarantees, key=GUARANTEES_WEAKEST_FIRST.index)
     if len(guarantees) > 1:
         weakest = f"{weakest} (on {', '.join(guarantees[weakest])}; the nodes differ)"
     log.info("redis.durability", masters=len(masters), guarantee=weakest)
     return weakest
+
+
+async def _durability_settings(redis: Redis | RedisCluster, **target: Any) -> dict[Any, Any]:
+    """The settings the durability depends on, as CONFIG GET answers them (of one node of a
+    cluster: ``target_nodes``)."""
+    config: dict[Any, Any] = {}
+    for name in DURABILITY_SETTINGS:
+        config |= await redis.config_get(name, **target)
+    return config
 
 
 def _check_version(info: dict[str, Any], where: str) -> None:
@@ -104,31 +109,25 @@ def _unknown_durability() -> str:
     return guarantee
 
 
-def durability(appendonly: str, appendfsync: str) -> str:
-    """The acknowledgement guarantee that Redis's AOF settings give, in plain words."""
-    if appendonly != "yes":
-        return NO_AOF
-    if appendfsync == "always":
-        return "AOF fsync always: no accepted notification is lost on a crash"
-    if appendfsync == "everysec":
-        return "AOF fsync everysec: a crash can lose up to 1 s of accepted notifications"
-    return NO_FSYNC
-
-
 NO_AOF = (
     "no AOF: notifications accepted since the last snapshot are lost if Redis stops "
     "(turn on appendonly for production)"
 )
 NO_FSYNC = "AOF without fsync: a crash can lose what the OS had not yet written (tens of seconds)"
+FSYNC_EVERYSEC = "AOF fsync everysec: a crash can lose up to 1 s of accepted notifications"
+FSYNC_ALWAYS = "AOF fsync always: no accepted notification is lost on a crash"
+GUARANTEES_WEAKEST_FIRST = (NO_AOF, NO_FSYNC, FSYNC_EVERYSEC, FSYNC_ALWAYS)
 
 
-def _strength(guarantee: str) -> int:
-    """How much a guarantee keeps on a crash: the lower, the weaker."""
-    if guarantee == NO_AOF:
-        return 0
-    if guarantee == NO_FSYNC:
-        return 1
-    return 3 if guarantee.startswith("AOF fsync always") else 2
+def durability(appendonly: str, appendfsync: str) -> str:
+    """The acknowledgement guarantee that Redis's AOF settings give, in plain words."""
+    if appendonly != "yes":
+        return NO_AOF
+    if appendfsync == "always":
+        return FSYNC_ALWAYS
+    if appendfsync == "everysec":
+        return FSYNC_EVERYSEC
+    return NO_FSYNC
 
 
 def _text(value: object) -> str:
