@@ -40,17 +40,25 @@ async def select(
         if len(page) >= SCAN_PAGE:
             found += await _matching(redis, shard, segment, page)
             page = []
-            while len(found) >= CHUNK_SIZE:
-                chunk, found = found[:CHUNK_SIZE], found[CHUNK_SIZE:]
-                await store.select(campaign_id, [encode_chunk(chunk)], first=False)
-                selected += len(chunk)
+            found, stored = await _store_chunks(store, campaign_id, found, last=False)
+            selected += stored
             await asyncio.sleep(0)  # a big scan lets deliveries in between pages
     found += await _matching(redis, shard, segment, page)
-    for start in range(0, len(found), CHUNK_SIZE):
-        chunk = found[start : start + CHUNK_SIZE]
+    _, stored = await _store_chunks(store, campaign_id, found, last=True)
+    return selected + stored
+
+
+async def _store_chunks(
+    store: CampaignStore, campaign_id: str, found: list[str], *, last: bool
+) -> tuple[list[str], int]:
+    """Add ``found`` to the selection in whole chunks (and the part chunk too when
+    ``last``); what is left over, and how many were added."""
+    stored = 0
+    while len(found) >= CHUNK_SIZE or (last and found):
+        chunk, found = found[:CHUNK_SIZE], found[CHUNK_SIZE:]
         await store.select(campaign_id, [encode_chunk(chunk)], first=False)
-        selected += len(chunk)
-    return selected
+        stored += len(chunk)
+    return found, stored
 
 
 async def _matching(
