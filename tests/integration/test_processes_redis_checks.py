@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from redis.asyncio import Redis, RedisCluster
+from redis.asyncio.cluster import ClusterNode
 
 from app.processes.redis_checks import RedisNotReady, check_redis
 from streams.connection import connect
@@ -87,10 +88,14 @@ async def cluster(tmp_path: Path) -> AsyncIterator[tuple[RedisCluster, str]]:
         await client.aclose()
 
 
+def masters(cluster: RedisCluster) -> list[ClusterNode]:
+    """The masters, in the order of their ports."""
+    return sorted(cluster.get_primaries(), key=lambda n: n.port)
+
+
 async def set_on(cluster: RedisCluster, node: int | None, *setting: str) -> None:
     """CONFIG SET on one master (by index) or on every one (None)."""
-    masters = sorted(cluster.get_primaries(), key=lambda n: n.port)
-    for target in masters if node is None else [masters[node]]:
+    for target in masters(cluster) if node is None else [masters(cluster)[node]]:
         await cluster.execute_command("CONFIG", "SET", *setting, target_nodes=target)
 
 
@@ -103,7 +108,7 @@ async def test_a_cluster_states_the_guarantee_of_its_weakest_master(
     assert "no accepted notification is lost" in await check_redis(client, url)
     await set_on(client, 1, "appendfsync", "everysec")
     weakest = await check_redis(client, url)
-    node = sorted(client.get_primaries(), key=lambda n: n.port)[1].name
+    node = masters(client)[1].name
     assert "up to 1 s" in weakest
     assert f"on {node}; the nodes differ" in weakest
 
@@ -115,7 +120,7 @@ async def test_an_evicting_master_of_a_cluster_refuses_to_start_by_name(
     await set_on(client, 2, "maxmemory-policy", "allkeys-lru")
     with pytest.raises(RedisNotReady) as refused:
         await check_redis(client, url)
-    node = sorted(client.get_primaries(), key=lambda n: n.port)[2].name
+    node = masters(client)[2].name
     assert f"'allkeys-lru' on the cluster's node {node}" in str(refused.value)
 
 
