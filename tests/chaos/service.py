@@ -113,6 +113,7 @@ def running_service(
         catalog = workdir / "clarion.toml"
         catalog.write_text(chaos_catalog(relay, idempotent=idempotent))
         (workdir / "redis").mkdir()
+        shards = CLUSTER_SHARDS if cluster else 1
         redis: DurableRedis | DurableCluster = (
             DurableCluster(workdir / "redis") if cluster else DurableRedis(workdir / "redis")
         )
@@ -133,11 +134,11 @@ def running_service(
                     "CLARION_LEASE_MS": str(LEASE_MS),
                     "CLARION_MAX_DELIVERIES": str(max_deliveries),
                     PASSWORD_ENV: password,
-                    "CLARION_SHARDS": str(CLUSTER_SHARDS if cluster else 1),
+                    "CLARION_SHARDS": str(shards),
                 }
                 service = Service(
                     redis, postgres, relay, database_url, f"http://127.0.0.1:{port}",
-                    CLUSTER_SHARDS if cluster else 1, *_processes(env, workdir),
+                    shards, *_processes(env, workdir),
                 )  # fmt: skip
                 with _started(service):
                     yield service
