@@ -75,6 +75,10 @@ class Settings:
     # Seconds a delivery's state hash lives on in Redis after the delivery ended SENT,
     # EXPIRED or SUPPRESSED; a FAILED one's lives as long as its dead letter.
     delivery_state_retention_seconds: int = 86400
+    # Seconds an ended delivery's state stays in Redis once the read model has it (except a
+    # FAILED one's); the retention above is then only the safety net for a state the
+    # projector never reached (``streams.state_release``).
+    projected_state_retention_seconds: int = 300
     # The https base URL recipients reach Clarion at (CLARION_PUBLIC_URL, without a trailing
     # "/"): unsubscribe links start with it. "" adds no List-Unsubscribe header.
     public_url: str = ""
@@ -148,6 +152,7 @@ _INTEGER_VARIABLES: dict[str, tuple[str, int, int]] = {
     "stream_retention_seconds": ("CLARION_STREAM_RETENTION", 60, 30 * 86400),
     "dlq_retention_seconds": ("CLARION_DLQ_RETENTION", 3600, 3650 * 86400),
     "delivery_state_retention_seconds": ("CLARION_DELIVERY_STATE_RETENTION", 3600, 3650 * 86400),
+    "projected_state_retention_seconds": ("CLARION_PROJECTED_STATE_RETENTION", 0, 86400),
     "unsubscribe_ttl_seconds": ("CLARION_UNSUBSCRIBE_TTL", 3600, 3650 * 86400),
     "inbox_token_ttl_seconds": ("CLARION_INBOX_TOKEN_TTL", 60, 12 * 3600),
     "campaign_backlog": ("CLARION_CAMPAIGN_BACKLOG", 1000, 100_000_000),

@@ -5,9 +5,11 @@ one transaction (``projections.rows``: notifications inserted, delivery rows ups
 when the event's version is newer, every event appended to ``delivery_event``, the
 checkpoint saved) and acknowledged only after the commit. Projecting an entry again, in
 whole or in part, leaves the same rows; a crash between commit and XACK therefore costs a
-repeat, never a duplicate. While PostgreSQL is unreachable the batch is retried with
-backoff; ingest and delivery do not wait for the projector. A group that vanished (Redis
-restarted empty) is made again by the projector that finds it gone.
+repeat, never a duplicate. Once a batch is committed, the state hashes of the deliveries it
+ended for good are let go from Redis (``streams.state_release``). While PostgreSQL is
+unreachable the batch is retried with backoff; ingest and delivery do not wait for the
+projector. A group that vanished (Redis restarted empty) is made again by the projector
+that finds it gone.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from projections.rows import Rows
 from streams import codec
 from streams.consumer_groups import PROJECTOR_GROUP, autoclaim, ensure_group, is_missing_group
 from streams.keys import KeySpace, ShardKeys
+from streams.state_release import release_states
 
 log = structlog.get_logger(__name__)
 
@@ -41,16 +44,28 @@ BATCH_BYTES = 1_000_000
 READ_BLOCK_MS = 50
 MAX_BACKOFF_S = 5.0
 RECLAIM_IDLE_MS = 30_000
+# How long (ms) an ended delivery's state stays in Redis once projected, by default
+# (``CLARION_PROJECTED_STATE_RETENTION``).
+PROJECTED_STATE_RETENTION_MS = 300_000
 
 
 class Projector:
     """Projects every shard's events stream; one instance per projector process."""
 
-    def __init__(self, redis: Redis, pool: asyncpg.Pool, keys: KeySpace, consumer: str) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        pool: asyncpg.Pool,
+        keys: KeySpace,
+        consumer: str,
+        *,
+        projected_state_retention_ms: int = PROJECTED_STATE_RETENTION_MS,
+    ) -> None:
         self.redis = redis
         self.pool = pool
         self.keys = keys
         self.consumer = consumer
+        self.projected_state_retention_ms = projected_state_retention_ms
         self._stopping = asyncio.Event()
 
     async def run(self) -> None:
@@ -154,7 +169,8 @@ class Projector:
                 cursor = _text(read[-1][0])
 
     async def _write(self, shard: ShardKeys, batch: _Batch) -> None:
-        """Apply a batch (retrying while PostgreSQL is away), then acknowledge its entries."""
+        """Apply a batch (retrying while PostgreSQL is away), let go of the states it ended,
+        then acknowledge its entries."""
         backoff = 0.1
         while True:
             try:
@@ -166,6 +182,9 @@ class Projector:
                 log.warning("projector.postgres_unavailable", error=str(error), retry_in=backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(MAX_BACKOFF_S, backoff * 2)
+        await release_states(
+            self.redis, shard, batch.rows.ended(), self.projected_state_retention_ms
+        )
         await self.redis.xack(shard.events, PROJECTOR_GROUP, *batch.ids)
 
     async def _reclaim(self, shard: ShardKeys) -> None:

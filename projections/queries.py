@@ -311,3 +311,23 @@ async def deliveries_by_message(
         [message_id for _, message_id in messages],
     )
     return {(row[0], row[1]): SentDelivery(row[2], row[3], row[4], row[5]) for row in rows}
+
+
+async def feedback_applied(
+    pool: asyncpg.Pool, items: list[tuple[SentDelivery, str]]
+) -> set[tuple[str, str]]:
+    """The (delivery id, feedback id) pairs among ``items`` (a delivery and a provider's
+    feedback id) whose feedback the read model has recorded already."""
+    if not items:
+        return set()
+    rows = await pool.fetch(
+        "SELECT e.delivery_id::text, e.body->>'feedback_id' FROM delivery_event e"
+        " JOIN unnest($1::uuid[], $2::uuid[], $3::text[]) AS f(notification_id, delivery_id,"
+        " feedback_id) ON e.notification_id = f.notification_id"
+        " AND e.delivery_id = f.delivery_id AND e.type = 'ProviderFeedbackReceived'"
+        " AND e.body->>'feedback_id' = f.feedback_id",
+        [sent.notification_id for sent, _ in items],
+        [sent.id for sent, _ in items],
+        [feedback_id for _, feedback_id in items],
+    )
+    return {(row[0], row[1]) for row in rows}

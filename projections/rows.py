@@ -31,6 +31,7 @@ from streams.events import (
     NotificationAccepted,
     RecipientErased,
 )
+from streams.state_release import RELEASED_ONCE_PROJECTED
 
 log = structlog.get_logger(__name__)
 
@@ -96,7 +97,8 @@ _FIX_UNKNOWN_ATTEMPTS = """
 UPDATE delivery AS d SET attempts = 0 FROM {table} AS b WHERE d.id = b.id AND d.attempts < 0
 """
 
-_ATTEMPTS = 8  # the attempts column in a delivery row
+# Columns of a delivery row.
+_ID, _STATUS, _ATTEMPTS, _VERSION = 0, 6, 8, 17
 
 _INSERT_EVENTS = """
 INSERT INTO delivery_event SELECT * FROM batch_event ON CONFLICT (at, event_id) DO NOTHING
@@ -162,6 +164,20 @@ class Rows:
             self.deliveries.append(_delivery_row(event, context))
         if isinstance(event, _INBOX_EVENTS):
             self.inbox.add(event)
+
+    def ended(self) -> dict[str, int]:
+        """The deliveries whose newest change in this batch ends them for good
+        (``streams.state_release``), with that change's version."""
+        newest: dict[str, tuple[int, str]] = {}
+        for row in self.deliveries:
+            known = newest.get(row[_ID])
+            if known is None or row[_VERSION] > known[0]:
+                newest[row[_ID]] = (row[_VERSION], row[_STATUS])
+        return {
+            delivery_id: version
+            for delivery_id, (version, status) in newest.items()
+            if status in RELEASED_ONCE_PROJECTED
+        }
 
 
 def rows_of(shard: int, entries: Sequence[tuple[str, bytes]]) -> Rows:

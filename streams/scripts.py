@@ -124,6 +124,7 @@ FAIR_FEED = LuaScript("fair_feed")  # streams.fairness.fair_feed_call
 STATUS_OUTBOX_APPEND = LuaScript("status_outbox_append")
 # streams.status_outbox.status_dead_letter_call
 STATUS_DEAD_LETTER = LuaScript("status_dead_letter")
+RELEASE_STATES = LuaScript("release_states")  # streams.state_release.release_states_call
 ALL: tuple[LuaScript, ...] = (
     INGEST,
     DELIVERY_BEGIN,
@@ -149,4 +150,5 @@ ALL: tuple[LuaScript, ...] = (
     FAIR_FEED,
     STATUS_OUTBOX_APPEND,
     STATUS_DEAD_LETTER,
+    RELEASE_STATES,
 )

@@ -157,6 +157,9 @@ def _state(
         "key_space": keys,
         "address_digest": address_digest,
         "read_model": read_model,
+        # How soon an ended delivery's state may leave Redis once projected: the status API
+        # then needs the read model to answer for it.
+        "projected_state_retention_ms": settings.projected_state_retention_seconds * 1000,
         "eraser": _eraser(settings, redis, keys, read_model),
         "public_url": settings.public_url,
         "feedback_inbox": Inbox(redis, keys),

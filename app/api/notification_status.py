@@ -3,14 +3,16 @@
 Both read the read model in PostgreSQL. A notification the projector has not reached yet is
 answered from the Redis write model instead (its ``ntf:`` record, each delivery overlaid with
 its ``dlv:`` hash), so an accepted id is never a 404; the same happens while PostgreSQL is
-unreachable. The delivery list has no such fallback: it answers 503 then. Every answer
-reports the projection lag, how far the read model is behind the event log.
+unreachable, except for a notification whose ended deliveries' states may have left Redis
+since they were projected (``streams.state_release``): that one is a 503 rather than a
+delivery shown as still queued. The delivery list has no such fallback: it answers 503 then.
+Every answer reports the projection lag, how far the read model is behind the event log.
 """
 
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import msgspec
@@ -40,7 +42,7 @@ from app.api.read_model import UNAVAILABLE, ReadModel, read_model_unavailable
 from app.api.schemas import DeliveryListItem, DeliveryPage, DeliveryView, NotificationStatus
 from projections import queries
 from projections.queries import DELIVERY_STATUSES, DeliveryFilter, DeliveryRow, NotificationRow
-from streams.delivery_state import DeliveryState, read_states
+from streams.delivery_state import TERMINAL, DeliveryState, read_states
 from streams.ids import is_uuid
 from streams.keys import KeySpace
 from streams.records import DeliveryAtAcceptance, decode_record
@@ -111,7 +113,7 @@ _NOT_FOUND = "notification not found"
 
 @get(
     "/v1/notifications/{notification_id:str}",
-    raises=[*AUTHENTICATED, NotFound],
+    raises=[*AUTHENTICATED, NotFound, ReadModelUnavailable],
 )
 async def get_notification_status(
     request: Req, notification_id: NotificationId
@@ -129,7 +131,7 @@ async def get_notification_status(
     redis: Redis = request.app.state.redis
     keys: KeySpace = request.app.state.key_space
     read_model: ReadModel = request.app.state.read_model
-    lag, projected = await asyncio.gather(
+    lag, (projected, asked) = await asyncio.gather(
         queries.projection_lag_ms(redis, keys), _projected(read_model, notification_id)
     )
     if projected is not None:
@@ -139,7 +141,13 @@ async def get_notification_status(
     accepted = await _from_write_model(redis, keys, notification_id, caller.producer, lag)
     if accepted is None:
         raise NotFoundException(detail=_NOT_FOUND)
-    return accepted
+    status, untouched = accepted
+    # Not in the read model means not projected, so no state has left Redis; without an
+    # answer from it, a delivery without a state is only "as accepted" while it is young.
+    released_after_ms: int = request.app.state.projected_state_retention_ms
+    if untouched and not asked and _age_ms(status.created_at) >= released_after_ms:
+        raise read_model_unavailable()
+    return status
 
 
 @get(
@@ -195,17 +203,24 @@ async def list_deliveries(
     )
 
 
-async def _projected(read_model: ReadModel, notification_id: str) -> NotificationRow | None:
-    """The notification from the read model; None when not there or not reachable."""
+async def _projected(
+    read_model: ReadModel, notification_id: str
+) -> tuple[NotificationRow | None, bool]:
+    """The notification from the read model (None when not there or not reachable), and
+    whether the read model answered."""
     pool = await read_model.pool()
     if pool is None:
-        return None
+        return None, False
     try:
         async with asyncio.timeout(QUERY_TIMEOUT_S):
-            return await queries.notification_status(pool, notification_id)
+            return await queries.notification_status(pool, notification_id), True
     except UNAVAILABLE as error:
         log.warning("read_model.query_failed", error=str(error) or type(error).__name__)
-        return None
+        return None, False
+
+
+def _age_ms(created: datetime) -> int:
+    return int((datetime.now(UTC) - created).total_seconds() * 1000)
 
 
 def _from_read_model(row: NotificationRow, lag: int) -> NotificationStatus:
@@ -244,10 +259,11 @@ def _list_item(row: DeliveryRow) -> DeliveryListItem:
 
 async def _from_write_model(
     redis: Redis, keys: KeySpace, notification_id: str, producer: str, lag: int
-) -> NotificationStatus | None:
+) -> tuple[NotificationStatus, bool] | None:
     """The notification as Redis holds it: its record's deliveries at acceptance, each
-    overlaid with its state once a worker touched it. None when Redis does not know it (or
-    it is another producer's)."""
+    overlaid with its state once a worker touched it, and whether a delivery that had not
+    ended at acceptance has no state. None when Redis does not know it (or it is another
+    producer's)."""
     shard = keys.notification_shard(notification_id)
     raw: bytes | str | None = await redis.get(shard.notification(notification_id))
     if raw is None:
@@ -261,7 +277,7 @@ async def _from_write_model(
         return None
     states = await read_states(redis, shard, [delivery.id for delivery in record.deliveries])
     created = from_ms(record.created_ms)
-    return NotificationStatus(
+    status = NotificationStatus(
         id=record.id,
         type=record.type,
         priority=record.priority,
@@ -273,6 +289,11 @@ async def _from_write_model(
         ],
         projection_lag_ms=lag,
     )
+    untouched = any(
+        state is None and delivery.status not in TERMINAL
+        for delivery, state in zip(record.deliveries, states, strict=True)
+    )
+    return status, untouched
 
 
 def _view_of_state(

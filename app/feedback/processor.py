@@ -37,7 +37,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from app.metrics import FEEDBACK, FEEDBACK_UNMATCHED
-from projections.queries import SentDelivery, deliveries_by_message
+from projections.queries import SentDelivery, deliveries_by_message, feedback_applied
 from streams import scripts
 from streams.consumer_groups import ensure_group, is_missing_group
 from streams.delivery_state import DeliveryStatus, read_states
@@ -144,7 +144,7 @@ class FeedbackProcessor:
                 done.append(w.entry_id)
             else:
                 self._unmatched[w.entry_id] = w
-        done += await self._apply(matched)
+        done += await self._apply(pool, matched)
         if done:
             async with self.redis.pipeline(transaction=False) as pipe:
                 pipe.xack(self.keys.feedback_inbox, FEEDBACK_GROUP, *done)
@@ -166,28 +166,41 @@ class FeedbackProcessor:
                 self._unmatched.pop(entry_id, None)
         return decoded
 
-    async def _apply(self, matched: list[tuple[_Waiting, SentDelivery]]) -> list[str]:
+    async def _apply(
+        self, pool: asyncpg.Pool, matched: list[tuple[_Waiting, SentDelivery]]
+    ) -> list[str]:
         """Apply matched items, shard by shard; the entries that are done."""
         by_shard: dict[int, list[tuple[_Waiting, SentDelivery]]] = defaultdict(list)
         for pair in matched:
             by_shard[self.keys.notification_shard(pair[1].id).shard].append(pair)
         done: list[str] = []
         for number, pairs in by_shard.items():
-            done += await self._apply_on(number, pairs)
+            done += await self._apply_on(pool, number, pairs)
         return done
 
-    async def _apply_on(self, number: int, pairs: list[tuple[_Waiting, SentDelivery]]) -> list[str]:
+    async def _apply_on(
+        self, pool: asyncpg.Pool, number: int, pairs: list[tuple[_Waiting, SentDelivery]]
+    ) -> list[str]:
         shard = self.keys.shard(number)
         states = await read_states(self.redis, shard, [sent.id for _, sent in pairs])
-        changes = []
+        # A state that left Redis (``streams.state_release``) took its feedback marks with
+        # it: the read model's events tell whether this feedback was applied already.
+        released = [(w, sent) for (w, sent), state in zip(pairs, states, strict=True) if not state]
+        applied = await feedback_applied(pool, [(sent, w.item.feedback_id) for w, sent in released])
+        done, todo, changes = [], [], []
         for (w, sent), state in zip(pairs, states, strict=True):
+            if (sent.id, w.item.feedback_id) in applied:
+                done.append(w.entry_id)
+                continue
             status = state.status if state else sent.status
             version = state.version if state else sent.version
+            todo.append((w, sent))
             changes.append(self._change(w.item, sent, status, version))
+        if not changes:
+            return done
         call = feedback_apply_call(shard, changes, self.state_retention_ms)
         replies = await scripts.FEEDBACK_APPLY(self.redis, *call)
-        done = []
-        for (w, _), reply in zip(pairs, replies, strict=True):
+        for (w, _), reply in zip(todo, replies, strict=True):
             if reply == b"MOVED":
                 self._unmatched[w.entry_id] = w  # read again next time
                 continue

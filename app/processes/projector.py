@@ -60,7 +60,10 @@ async def serve(settings: Settings) -> None:
         if pool is None:
             return
         consumer = f"{socket.gethostname()}-projector"
-        projector = Projector(redis, pool, keys, consumer=consumer)
+        projector = Projector(
+            redis, pool, keys, consumer=consumer,
+            projected_state_retention_ms=settings.projected_state_retention_seconds * 1000,
+        )  # fmt: skip
         metrics = MetricsRecorder(redis, keys)
         feedback = _feedback_processor(
             settings, redis, keys, pool, consumer=consumer, metrics=metrics

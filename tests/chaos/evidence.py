@@ -4,6 +4,9 @@ with the providers' side: the sandbox's record and what the SMTP relay took (``r
 Nothing here judges; ``verdict`` compares. A delivery's state in the write model is its
 ``dlv:<id>`` hash, or, when no worker ever touched it (SUPPRESSED or EXPIRED at acceptance),
 its entry in the notification's ``ntf:<id>`` record — as ``app.api.notification_status`` derives it.
+A delivery that did not end at acceptance and has no hash any more had its state released
+once projected (``streams.state_release``): it is listed in ``released``, for the verdict to
+judge by the read model alone.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ class Evidence:
     idempotency: dict[str, str] = field(default_factory=dict)
     redis_states: dict[str, DeliveryState] = field(default_factory=dict)
     state_hashes: set[str] = field(default_factory=set)  # delivery ids with a dlv: hash
+    released: set[str] = field(default_factory=set)  # ids whose dlv: hash left once projected
     dead_letters: list[tuple[str, str]] = field(default_factory=list)  # (delivery, class)
     pending: dict[str, int] = field(default_factory=dict)  # stream -> entries not acked
     delayed: int = 0
@@ -86,6 +90,7 @@ def made_since(evidence: Evidence, since: float, keys_before: set[str]) -> Evide
         },
         redis_states=new(evidence.redis_states),
         state_hashes={i for i in evidence.state_hashes if minted_at(i) >= since},
+        released={i for i in evidence.released if minted_at(i) >= since},
         dead_letters=[
             (delivery_id, error_class)
             for delivery_id, error_class in evidence.dead_letters
@@ -157,6 +162,9 @@ async def _read_shard(redis: Redis, shard: ShardKeys, evidence: Evidence) -> Non
     for delivery_id, (status, attempts, error_class, message_id) in zip(
         ids, await _pipelined(redis, calls), strict=True
     ):
+        if status is None and at_acceptance[delivery_id] not in FINAL:
+            evidence.released.add(delivery_id)
+            continue
         if status is None:  # never touched by a worker: as accepted
             state = DeliveryState(at_acceptance[delivery_id], 0, None, None)
         else:

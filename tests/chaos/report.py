@@ -76,6 +76,7 @@ def _outcomes(verdict: Verdict) -> list[str]:
         ("lost (acknowledged, missing in Redis or PG)", 0, len(verdict.lost)),
         ("extra (exist, never acknowledged)", 0, len(verdict.extra)),
         ("deliveries final, PG = Redis = directives", verdict.deliveries, verdict.final_agreeing),
+        ("  of which released from Redis: PG only", "-", verdict.released),
         ("SENT deliveries through the sandbox", verdict.expected_sends, verdict.expected_sends),
         ("  received exactly once", once, verdict.sent_once),
         ("  received more than once (duplicates)", more, verdict.sent_more),

@@ -135,6 +135,10 @@ def running_service(
                     "CLARION_MAX_DELIVERIES": str(max_deliveries),
                     PASSWORD_ENV: password,
                     "CLARION_SHARDS": str(shards),
+                    # Ended deliveries' states leave Redis as soon as they are projected:
+                    # faults then meet deliveries whose state is gone (a worker back from a
+                    # pause, a reclaimed entry), and nothing may be sent again for them.
+                    "CLARION_PROJECTED_STATE_RETENTION": "0",
                 }
                 service = Service(
                     redis, postgres, relay, database_url, f"http://127.0.0.1:{port}",

@@ -36,6 +36,7 @@ import itertools
 from collections import Counter
 from dataclasses import dataclass, field
 
+from streams.state_release import RELEASED_ONCE_PROJECTED
 from tests.chaos.evidence import FINAL, DeliveryState, Evidence
 from tests.chaos.faults import Crash, Fault
 from tests.chaos.load import Acknowledged, ProducerStats
@@ -70,6 +71,7 @@ class Verdict:
     acknowledged: int = 0
     deliveries: int = 0
     final_agreeing: int = 0
+    released: int = 0  # of them, judged by PostgreSQL alone (their state left Redis)
     expected_sends: int = 0
     # Deliveries the recipient got once, and more than once: with an idempotent provider a
     # repeated call sends nothing, without one it sends again.
@@ -129,6 +131,7 @@ def judge(
     expected = expectations(acknowledged)
     verdict.deliveries = len(expected)
     _notifications(verdict, acknowledged, evidence)
+    _released(verdict, evidence)
     _states(verdict, expected, evidence)
     _sends(verdict, expected, evidence, faults)
     _relayed(verdict, expected, evidence, faults)
@@ -170,6 +173,18 @@ def _notifications(
         verdict.problem("acknowledged notification lost", nid)
     for what in verdict.extra:
         verdict.problem("notification that was never acknowledged", what)
+
+
+def _released(verdict: Verdict, evidence: Evidence) -> None:
+    """A state that left Redis once projected is judged by the read model alone: it must
+    have ended there for good (``streams.state_release``), and then stands for both."""
+    for delivery_id in sorted(evidence.released):
+        pg = evidence.pg_states.get(delivery_id)
+        if pg is None or pg.status not in RELEASED_ONCE_PROJECTED:
+            verdict.problem("state left Redis before its delivery ended", f"{delivery_id}: {pg}")
+            continue
+        evidence.redis_states[delivery_id] = pg
+        verdict.released += 1
 
 
 def _states(verdict: Verdict, expected: dict[str, Expected], evidence: Evidence) -> None:

@@ -7,10 +7,11 @@ import asyncpg
 
 from projections.rows import apply, rows_of, write_rows
 from streams.campaign_ids import notification_key
-from streams.events import DeliveryCancelled
+from streams.events import DeliveryCancelled, DeliveryFailed
 from streams.ids import new_id
 from tests.integration.projection_support import (
     DID,
+    NID,
     T0,
     accepted,
     delivered,
@@ -108,3 +109,16 @@ async def test_a_campaigns_deliveries_name_it_and_may_end_cancelled(pool: asyncp
             for row in await connection.fetch("SELECT * FROM delivery")
         }
     assert rows == {campaign_did: ("CANCELLED", "c-1", 2), own_did: ("QUEUED", None, 1)}
+
+
+def test_a_batch_names_the_deliveries_it_ends_for_good_with_their_newest_version() -> None:
+    accepted_, failed, sent = entries(story())
+    assert rows_of(0, [accepted_, failed]).ended() == {}  # queued, then a retry ahead
+    assert rows_of(0, [accepted_, failed, sent]).ended() == {DID: 3}
+    assert rows_of(0, [sent, failed]).ended() == {DID: 3}  # the newest version decides
+    refused = entries([[DeliveryFailed(
+        at=T0, notification_id=NID, delivery_id=DID, version=4, error_class="PERMANENT",
+        error="550", attempts=3,
+    )]], first=9)  # fmt: skip
+    # FAILED stays: its dead letter's replay reads its state.
+    assert rows_of(0, [sent, *refused]).ended() == {}

@@ -72,6 +72,7 @@ from streams.recipient_settings import (
 from streams.retention import StreamRetention, trim_stream_call
 from streams.scheduler import delayed_member, schedule_due_call
 from streams.scripts import Call, LuaScript
+from streams.state_release import release_states_call
 from streams.status_outbox import (
     DueStatus,
     GivenUp,
@@ -532,6 +533,41 @@ async def test_status_dead_letter(real_redis: Redis, key_prefix: str) -> None:
     [(_, letter)] = await real_redis.xrange(hooks.dlq)
     assert (letter[b"webhook_id"], letter[b"status_code"]) == (b"d1.3", b"503")
     assert 0 < await real_redis.pttl(hooks.dlq) <= 60_000
+
+
+async def test_release_states(real_redis: Redis, key_prefix: str) -> None:
+    shard = KeySpace(key_prefix).shard(0)
+    states = {
+        "sent": {"status": "SENT", "version": 3},  # projected: released
+        "moved": {"status": "DELIVERED", "version": 5},  # changed since: kept
+        "failed": {"status": "FAILED", "version": 4},  # its dead letter needs it: kept
+        "sending": {"status": "SENDING", "version": 2},  # never ended: kept
+    }
+    for delivery_id, fields in states.items():
+        await real_redis.hset(shard.delivery(delivery_id), mapping=fields)
+        await real_redis.pexpire(shard.delivery(delivery_id), 86_400_000)
+    await real_redis.set(shard.delivery("not-a-hash"), "x")
+    projected = {"sent": 3, "moved": 4, "failed": 4, "sending": 2, "not-a-hash": 1, "gone": 2}
+    call = release_states_call(shard, projected, 60_000)
+
+    assert await run(real_redis, scripts.RELEASE_STATES, call) == 1
+    assert 0 < await real_redis.pttl(shard.delivery("sent")) <= 60_000
+    for kept in ("moved", "failed"):
+        assert await real_redis.pttl(shard.delivery(kept)) > 60_000
+    assert await real_redis.pttl(shard.delivery("sending")) > 60_000
+    assert await real_redis.exists(shard.delivery("gone")) == 0
+    # A lifetime only gets shorter; 0 lets the state go at once.
+    assert (
+        await run(
+            real_redis, scripts.RELEASE_STATES, release_states_call(shard, projected, 120_000)
+        )
+        == 1
+    )
+    assert await real_redis.pttl(shard.delivery("sent")) <= 60_000
+    assert (
+        await run(real_redis, scripts.RELEASE_STATES, release_states_call(shard, projected, 0)) == 1
+    )
+    assert await real_redis.exists(shard.delivery("sent")) == 0
 
 
 async def in_the_inbox(redis: Redis, keys: KeySpace, catalog: Catalog) -> LeasedDelivery:
