@@ -117,11 +117,11 @@ def sent_to_inbox(
     *,
     keep: int,
     ttl_ms: int,
-    feed_length: int,
+    feed: tuple[int, int],
 ) -> Outcome:
     """An IN_APP delivery went to Clarion's own inbox (``provider``): SENT, with the message
-    in the recipient's inbox (keeping ``keep`` messages for ``ttl_ms``, ``feed_length``
-    changes to resume from), in one step."""
+    in the recipient's inbox (keeping ``keep`` messages for ``ttl_ms``; ``feed`` is how many
+    changes a client can resume from, for how long in ms after the newest), in one step."""
     item = leased.item
     event, fields = _sent(leased, provider, item.delivery_id, now_ms)
     created = InboxMessageCreated(
@@ -142,7 +142,8 @@ def sent_to_inbox(
         live=leased.shard.inbox_live,
         keep=keep,
         ttl_ms=ttl_ms,
-        feed_length=feed_length,
+        feed_length=feed[0],
+        feed_ttl_ms=feed[1],
     )
     outcome = _outcome(leased, [event, created], fields, now_ms=now_ms)
     return dataclasses.replace(outcome, inbox=inbox)

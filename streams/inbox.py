@@ -52,10 +52,11 @@ Action = Literal["read", "unread", "seen", "archive", "unarchive"]
 Listing = Literal["inbox", "unread", "archived"]
 
 # Defaults of the ``inbox`` provider: messages kept per recipient and shard, for how long,
-# and the changes a realtime client can resume from.
+# and the changes a realtime client can resume from, for how long after the last one.
 KEEP: Final = 200
 TTL_MS: Final = 30 * 86400 * 1000
 FEED_LENGTH: Final = 1000
+FEED_TTL_MS: Final = 3600 * 1000
 # Tries of a change that met another one made meanwhile.
 _TRIES: Final = 5
 
@@ -98,12 +99,13 @@ class InboxWrite:
     keep: int = KEEP
     ttl_ms: int = TTL_MS
     feed_length: int = FEED_LENGTH
+    feed_ttl_ms: int = FEED_TTL_MS
 
     def arguments(self) -> list[KeyOrArg]:
         """Its arguments, after its keys' position (see the script)."""
         return [
             self.message.id, encode(self.message), self.version, self.keep, self.ttl_ms,
-            self.feed_length, self.live, self.recipient_id,
+            self.feed_length, self.feed_ttl_ms, self.live, self.recipient_id,
         ]  # fmt: skip
 
 
@@ -177,10 +179,17 @@ def changed(
 class InboxStore:
     """Reads and changes recipients' inboxes across every shard."""
 
-    def __init__(self, redis: Redis, keys: KeySpace, feed_length: int = FEED_LENGTH) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        keys: KeySpace,
+        feed_length: int = FEED_LENGTH,
+        feed_ttl_ms: int = FEED_TTL_MS,
+    ) -> None:
         self.redis = redis
         self.keys = keys
         self.feed_length = feed_length
+        self.feed_ttl_ms = feed_ttl_ms
         # Concurrent requests' pages of one shard share a script call, and every shard's
         # calls a pipeline: under load one round trip serves many readers.
         self._pages: BatchedScript[ShardKeys, PageAsk, list[bytes]] = BatchedScript(
@@ -315,7 +324,9 @@ class InboxStore:
     async def _record(
         self, shard: ShardKeys, recipient_id: str, changes: Sequence[_Change]
     ) -> list[str]:
-        call = inbox_mark_call(shard, recipient_id, changes, self.feed_length, self.keys.inbox_live)
+        call = inbox_mark_call(
+            shard, recipient_id, changes, (self.feed_length, self.feed_ttl_ms), self.keys.inbox_live
+        )
         return [reply.decode() for reply in await scripts.INBOX_MARK(self.redis, *call)]
 
 
@@ -354,13 +365,14 @@ def inbox_mark_call(
     shard: ShardKeys,
     recipient_id: str,
     changes: Sequence[_Change],
-    feed_length: int,
+    feed: tuple[int, int],
     live: str,
 ) -> Call:
-    """The keys and arguments of one ``lua/inbox_mark.lua`` call."""
+    """The keys and arguments of one ``lua/inbox_mark.lua`` call; ``feed`` is the feed's
+    length and how long (ms) it lives after its newest change."""
     inbox = shard.inbox(recipient_id)
     keys: list[KeyOrArg] = [inbox.messages, inbox.feed, shard.events]
-    args: list[KeyOrArg] = [feed_length, live, recipient_id]
+    args: list[KeyOrArg] = [*feed, live, recipient_id]
     for change in changes:
         keys.append(shard.delivery(change.message_id))
         args += change.arguments()

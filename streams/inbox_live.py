@@ -240,30 +240,35 @@ class InboxFollower:
         async with self.redis.pipeline(transaction=False) as pipe:
             for shard in shards:
                 inbox = shard.inbox(self.recipient_id)
-                pipe.hmget(inbox.messages, "unread", "unseen")
+                pipe.hmget(inbox.messages, "unread", "unseen", "feed", "lost")
                 pipe.xinfo_stream(inbox.feed)
             replies = await pipe.execute(raise_on_error=False)
         whole = True
-        for shard, counts, info in zip(shards, replies[::2], replies[1::2], strict=True):
-            if isinstance(counts, Exception):
-                raise counts
-            self.counts[shard.shard] = (int(counts[0] or 0), int(counts[1] or 0))
-            feed = info if isinstance(info, dict) else {}  # an error: no feed yet
+        for shard, known, info in zip(shards, replies[::2], replies[1::2], strict=True):
+            if isinstance(known, Exception):
+                raise known
+            unread, unseen, newest, lost = known
+            self.counts[shard.shard] = (int(unread or 0), int(unseen or 0))
+            feed = info if isinstance(info, dict) else {}  # an error: no feed (any more)
             if not resume:
-                newest = feed.get("last-entry")
-                self.cursor[shard.shard] = newest[0].decode() if newest else "0-0"
-            elif not await self._holds_all_after(shard.shard, feed):
+                last = feed.get("last-entry")
+                self.cursor[shard.shard] = last[0].decode() if last else "0-0"
+            elif not await self._holds_all_after(shard.shard, feed, _text(newest), _text(lost)):
                 whole = False
         return whole
 
-    async def _holds_all_after(self, shard: int, feed: dict[str, Any]) -> bool:
+    async def _holds_all_after(
+        self, shard: int, feed: dict[str, Any], newest: str, lost: str
+    ) -> bool:
         """Whether a feed (as XINFO STREAM tells it) still holds every entry after the
-        cursor. Trimming drops the oldest entries: nothing after the cursor is gone when the
-        cursor's own entry is still there, or nothing was ever trimmed; a cursor of "0-0"
-        (the feed was empty when the client looked) needs the latter."""
+        cursor (see ``_known_whole`` for ``newest`` and ``lost``). Trimming drops the
+        oldest entries: nothing after the cursor is gone when the cursor's own entry is
+        still there, or nothing was ever trimmed; a cursor of "0-0" (the feed was empty when
+        the client looked) needs the latter."""
         seen = self.cursor[shard]
-        if not feed or feed.get("entries-added", 0) == feed.get("length", 0):
-            return True
+        known = _known_whole(seen, feed, newest, lost)
+        if known is not None:
+            return known
         oldest = feed.get("first-entry")
         if seen == "0-0" or oldest is None:
             return False
@@ -305,3 +310,25 @@ def _change_of(shard: int, entry: str, fields: dict[bytes, bytes]) -> Change:
         shard, entry, fields[b"k"].decode(), fields[b"id"].decode(), int(fields[b"u"]),
         int(fields[b"s"]), fields[b"b"],
     )  # fmt: skip
+
+
+def _known_whole(seen: str, feed: dict[str, Any], newest: str, lost: str) -> bool | None:
+    """Whether nothing after the cursor ``seen`` is missing, as far as the inbox hash tells
+    (``newest``: the newest change ever fed; ``lost``: the last entry of a feed that expired
+    before a change made it anew; "" for none, see ``lua/shared.lua``'s ``inbox_feed``)
+    and the feed's counters; None when only the feed's entries can tell."""
+    if newest and entry_order(newest) <= entry_order(seen):
+        return True  # nothing came after the cursor
+    if lost and entry_order(seen) < entry_order(lost):
+        return False  # an expired feed took changes the client had not had
+    if not feed:  # what came after the cursor expired with its feed (unknown: nothing came)
+        return not newest
+    if feed.get("entries-added", 0) == feed.get("length", 0):
+        return True  # this feed holds every change since it was made, and nothing was lost
+    return None
+
+
+def _text(value: bytes | str | None) -> str:
+    if value is None:
+        return ""
+    return value.decode() if isinstance(value, bytes) else value

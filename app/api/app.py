@@ -40,6 +40,7 @@ from app.api.suppressions import Suppressions, look_up_suppression, remove_suppr
 from app.api.unsubscribe import UNSUBSCRIBE_ROUTES
 from app.campaigns.lifecycle import Campaigns
 from app.catalog import Catalog, feedback_secrets
+from app.catalog.providers import InboxConfig
 from app.feedback.callbacks import schemes
 from app.inbox_tokens import InboxTokens
 from app.ingest.fanout import Planner, utc_now
@@ -58,6 +59,7 @@ from streams.metrics_recorder import MetricsRecorder
 from streams.recipient_settings import RecipientSettingsStore
 from streams.status_webhooks import StatusWebhookStore
 from streams.suppressions import SuppressionStore
+from streams.vocabulary import Channel
 
 
 async def bind_request_context(request: Request[Any, Any, Any]) -> None:
@@ -111,6 +113,15 @@ def openapi_config() -> OpenAPIConfig:
         path="/schema",
         render_plugins=[JsonRenderPlugin(path=["/", "/openapi.json"]), YamlRenderPlugin()],
     )
+
+
+def _inbox_store(redis: Redis, keys: KeySpace, catalog: Catalog) -> InboxStore:
+    """The inboxes, their feeds kept as the IN_APP channel's inbox provider says."""
+    channel = catalog.channels.get(Channel.IN_APP)
+    config = catalog.providers.get(channel.provider or "") if channel else None
+    if isinstance(config, InboxConfig):
+        return InboxStore(redis, keys, config.feed_length, config.feed_minutes * 60_000)
+    return InboxStore(redis, keys)
 
 
 def _eraser(settings: Settings, redis: Redis, keys: KeySpace, read_model: ReadModel) -> Eraser:
@@ -169,7 +180,7 @@ def _state(
         # A batch item may be as large as a single POST's body.
         "max_item_bytes": settings.max_body_bytes,
         "unsubscribe_tokens": UnsubscribeTokens(settings.digest_secret),
-        "inbox": InboxStore(redis, keys),
+        "inbox": _inbox_store(redis, keys, catalog),
         "inbox_hub": InboxHub(redis, keys),
         "inbox_tokens": InboxTokens(settings.digest_secret),
         "inbox_token_ttl_seconds": settings.inbox_token_ttl_seconds,

@@ -125,8 +125,10 @@ class InboxConfig(ProviderLimits, frozen=True, tag_field="kind", tag="inbox"):
     keep: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 200
     # How long a recipient's inbox stays in Redis after its newest message came.
     keep_days: Annotated[int, msgspec.Meta(ge=1, le=3650)] = 30
-    # Changes a realtime client can resume from after a reconnect (per recipient).
+    # Changes a realtime client can resume from after a reconnect (per recipient), and for
+    # how long after the newest change: one away longer reads its inbox again.
     feed_length: Annotated[int, msgspec.Meta(ge=10, le=100_000)] = 1000
+    feed_minutes: Annotated[int, msgspec.Meta(ge=1, le=30 * 24 * 60)] = 60
     # Writing to Redis needs neither a bulkhead nor a breaker.
     max_in_flight: Annotated[int, msgspec.Meta(ge=0, le=10_000)] = 0
     circuit: CircuitConfig = CircuitConfig(enabled=False)

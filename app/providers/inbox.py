@@ -44,7 +44,8 @@ class InboxProvider:
         config = self.config
         return delivery_outcomes.sent_to_inbox(
             leased, self.name, stored, now_ms,
-            keep=config.keep, ttl_ms=config.keep_days * _DAY_MS, feed_length=config.feed_length,
+            keep=config.keep, ttl_ms=config.keep_days * _DAY_MS,
+            feed=(config.feed_length, config.feed_minutes * 60_000),
         )  # fmt: skip
 
     async def send(self, message: Message) -> str:

@@ -15,8 +15,8 @@
 --   field/value pairs, dead-letter field count, field/value pairs (0 for none), the
 --   position in KEYS of the inbox hash it writes a message to (0: none; its order and feed
 --   follow it), and for one: the message id, the message, the delivery's version, how many
---   messages the inbox keeps, how long it lives (ms), the feed's length, the Pub/Sub
---   channel and the recipient
+--   messages the inbox keeps, how long it lives (ms), the feed's length and how long (ms)
+--   it lives after its newest change, the Pub/Sub channel and the recipient
 --
 -- The events of the recorded items go into one ``events`` entry (one atomic write, one
 -- entry, as at ingest): the joined array as it came when every item is recorded, else each
@@ -59,7 +59,8 @@ end
 local function inbox_add(at)
   local messages, order, feed = KEYS[at], KEYS[at + 1], KEYS[at + 2]
   local id, message, version = next_arg(), next_arg(), next_arg()
-  local keep, ttl_ms, feed_length = tonumber(next_arg()), next_arg(), next_arg()
+  local keep, ttl_ms = tonumber(next_arg()), next_arg()
+  local feed_spec = { next_arg(), next_arg() }
   local live, recipient = next_arg(), next_arg()
   if redis.call("HSETNX", messages, "m:" .. id, message) == 0 then
     return
@@ -85,8 +86,7 @@ local function inbox_add(at)
   for _, key in ipairs({ messages, order }) do
     redis.call("PEXPIRE", key, ttl_ms)
   end
-  inbox_feed(messages, feed, feed_length, live, recipient, "new", id, message)
-  redis.call("PEXPIRE", feed, ttl_ms)
+  inbox_feed(messages, feed, feed_spec, live, recipient, "new", id, message)
 end
 
 local broken = wrong_type({ "stream", "stream", "zset", "stream" })
@@ -139,7 +139,7 @@ for i = 5, 4 + tonumber(ARGV[6]) do
     if reply == "OK" then
       inbox_add(inbox_at)
     else
-      take(8) -- the message's arguments, unused
+      take(9) -- the message's arguments, unused
     end
   end
   if reply ~= "OK" then

@@ -5,7 +5,8 @@
 -- Keys and arguments: ``streams.inbox.inbox_mark_call`` lays them out.
 -- KEYS: the inbox hash, its feed, the shard's events, then per change the delivery's state
 --       hash
--- ARGV: the feed's length, the Pub/Sub channel, the recipient, then per change: the
+-- ARGV: the feed's length, how long (ms) it lives after its newest change, the Pub/Sub
+--       channel, the recipient, then per change: the
 --       message id, the kind (read, unread, seen, archived, unarchived), the state the
 --       caller read, the new state, the change of the unread and of the unseen count, the
 --       delivery's version the caller read ("" when it found no state hash), the status
@@ -16,8 +17,8 @@
 -- left the inbox.
 
 local messages, feed, events = KEYS[1], KEYS[2], KEYS[3]
-local feed_length, live, recipient = ARGV[1], ARGV[2], ARGV[3]
-local next_arg = arguments(4)
+local feed_length, feed_ttl_ms, live, recipient = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local next_arg = arguments(5)
 
 local replies = {}
 for i = 4, #KEYS do
@@ -41,7 +42,7 @@ for i = 4, #KEYS do
       redis.call("HSET", state_key, "status", status, "version", after)
     end
     redis.call("XADD", events, "*", "e", event)
-    inbox_feed(messages, feed, feed_length, live, recipient, kind, id, new)
+    inbox_feed(messages, feed, { feed_length, feed_ttl_ms }, live, recipient, kind, id, new)
   end
   replies[#replies + 1] = reply
 end

@@ -102,16 +102,28 @@ local function inbox_state(text)
   return tonumber(read), tonumber(seen), tonumber(archived), tonumber(version)
 end
 
--- Record an inbox change in the recipient's feed (capped at ``feed_length`` entries) and
--- publish it on ``live`` for the API processes' realtime streams: the recipient, the feed
--- key, the entry id, the kind, the message id, the counts after it and ``body`` (the
--- message for "new", its state otherwise), separated by the unit separator.
-local function inbox_feed(messages, feed, feed_length, live, recipient, kind, id, body)
-  local counts = redis.call("HMGET", messages, "unread", "unseen")
-  local unread, unseen = counts[1] or "0", counts[2] or "0"
+-- Record an inbox change in the recipient's feed and publish it on ``live`` for the API
+-- processes' realtime streams: the recipient, the feed key, the entry id, the kind, the
+-- message id, the counts after it and ``body`` (the message for "new", its state
+-- otherwise), separated by the unit separator. ``spec`` is { length, ttl_ms }: the feed
+-- keeps that many entries, and lives that long after its newest (a stream takes a few KB
+-- even with one entry, too much to keep for every recipient as long as the messages).
+-- The inbox hash remembers the newest entry (``feed``) and, when the feed had expired
+-- before this change made it anew, the last entry of the one that went (``lost``): a
+-- client resuming from before ``lost`` missed changes no feed holds (``streams.inbox_live``).
+local function inbox_feed(messages, feed, spec, live, recipient, kind, id, body)
+  local counts = redis.call("HMGET", messages, "unread", "unseen", "feed")
+  local unread, unseen, newest = counts[1] or "0", counts[2] or "0", counts[3]
+  local gone = newest and redis.call("EXISTS", feed) == 0
   local entry = redis.call(
-    "XADD", feed, "MAXLEN", "~", feed_length, "*",
+    "XADD", feed, "MAXLEN", "~", spec[1], "*",
     "k", kind, "id", id, "u", unread, "s", unseen, "b", body)
+  redis.call("PEXPIRE", feed, spec[2])
+  if gone then
+    redis.call("HSET", messages, "feed", entry, "lost", newest)
+  else
+    redis.call("HSET", messages, "feed", entry)
+  end
   local sep = "\31"
   redis.call("PUBLISH", live, table.concat(
     { recipient, feed, entry, kind, id, unread, unseen, body }, sep))

@@ -127,6 +127,33 @@ async def test_a_follower_that_saw_an_empty_feed_reads_again_only_after_a_trim(
     assert not await InboxFollower(real_redis, keys, "u-1", {0: "0-0"}).start(resume=True)
 
 
+async def test_a_follower_away_longer_than_its_feed_lived_reads_again_only_if_it_missed_a_change(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    """A feed lives an hour after its newest change (``feed_minutes``), the inbox 30 days:
+    a client back after its feed expired knows from the inbox hash whether it missed one."""
+    keys = KeySpace(key_prefix)
+    feed = keys.shard(0).inbox("u-1").feed
+    await send(real_redis, keys, catalog(), ["X-1"])
+    follower = InboxFollower(real_redis, keys, "u-1", {0: "0-0"})
+    await follower.start(resume=False)
+    saw_all, saw_none = dict(follower.cursor), {0: "0-0"}
+    assert 0 < await real_redis.pttl(feed) <= 3_600_000
+    await real_redis.delete(feed)  # the hour passed
+    # Nothing came after what it saw: it goes on; one that saw nothing missed X-1.
+    assert await InboxFollower(real_redis, keys, "u-1", dict(saw_all)).start(resume=True)
+    assert not await InboxFollower(real_redis, keys, "u-1", dict(saw_none)).start(resume=True)
+    # A later change makes a new feed: what the old one took is still known to be gone.
+    await send(real_redis, keys, catalog(), ["X-2"])
+    assert not await InboxFollower(real_redis, keys, "u-1", dict(saw_none)).start(resume=True)
+    back = InboxFollower(real_redis, keys, "u-1", dict(saw_all))
+    assert await back.start(resume=True)
+    assert [c.message_id for c in await back.catch_up() if back.fresh(c)] != []
+    # The new feed expires too, with X-2 unseen by the client that saw X-1.
+    await real_redis.delete(feed)
+    assert not await InboxFollower(real_redis, keys, "u-1", dict(saw_all)).start(resume=True)
+
+
 async def test_the_hub_stops_even_when_the_client_turns_its_cancellation_into_an_error(
     real_redis: Redis, key_prefix: str
 ) -> None:

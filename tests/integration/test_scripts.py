@@ -581,10 +581,15 @@ async def in_the_inbox(redis: Redis, keys: KeySpace, catalog: Catalog) -> Leased
         created_at=datetime.fromtimestamp(1, UTC),
     )  # fmt: skip
     outcome = delivery_outcomes.sent_to_inbox(
-        in_app, "inbox", message, 1_000, keep=10, ttl_ms=60_000, feed_length=100
+        in_app, "inbox", message, 1_000, keep=10, ttl_ms=60_000, feed=(100, 30_000)
     )
     call = delivery_finish_call(keys.shard(0), Priority.NORMAL, [outcome], (60_000, 120_000))
     assert await run(redis, scripts.DELIVERY_FINISH, call) == [b"OK"]
+    inbox = keys.shard(0).inbox(in_app.item.recipient_id)
+    assert 0 < await redis.pttl(inbox.feed) <= 30_000  # the feed's own lifetime
+    assert 30_000 < await redis.pttl(inbox.messages) <= 60_000
+    [(newest, _)] = await redis.xrange(inbox.feed)
+    assert await redis.hget(inbox.messages, "feed") == newest
     return in_app
 
 
@@ -611,8 +616,15 @@ async def test_inbox_mark(real_redis: Redis, key_prefix: str, catalog: Catalog) 
     assert stored is not None
     change = inbox_changed("read", stored, recipient, "3", 2_000)
     assert change is not None
-    call = inbox_mark_call(shard, recipient, [change], 100, keys.inbox_live)
+    inbox = shard.inbox(recipient)
+    await real_redis.delete(inbox.feed)  # it expired since the message came
+    call = inbox_mark_call(shard, recipient, [change], (100, 20_000), keys.inbox_live)
     assert await run(real_redis, scripts.INBOX_MARK, call) == [b"OK"]
+    # A feed made anew lives its own while; the hash knows the last entry of the one lost.
+    assert 0 < await real_redis.pttl(inbox.feed) <= 20_000
+    [(newest, _)] = await real_redis.xrange(inbox.feed)
+    assert await real_redis.hget(inbox.messages, "feed") == newest
+    assert await real_redis.hget(inbox.messages, "lost") not in {None, newest}
     assert await real_redis.hget(shard.delivery(in_app.item.delivery_id), "status") == b"READ"
     assert await run(real_redis, scripts.INBOX_MARK, call) == [b"MOVED"]  # read already
 
