@@ -24,6 +24,7 @@ from redis.asyncio import Redis
 
 from streams.connection import connect
 from streams.keys import KeySpace
+from streams.state_release import RELEASED_ONCE_PROJECTED
 from tests.chaos.evidence import (
     FINAL,
     Evidence,
@@ -178,8 +179,14 @@ def _started(service: Service) -> Iterator[None]:
 
 
 def settled(evidence: Evidence, expected_ids: set[str]) -> bool:
-    """Every delivery final in Redis and the same in PostgreSQL; nothing pending anywhere."""
+    """Every delivery final in Redis and the same in PostgreSQL (one whose state left Redis
+    once projected: ended for good there); nothing pending anywhere."""
     for delivery_id in expected_ids:
+        if delivery_id in evidence.released:
+            projected = evidence.pg_states.get(delivery_id)
+            if projected is None or projected.status not in RELEASED_ONCE_PROJECTED:
+                return False
+            continue
         state = evidence.redis_states.get(delivery_id)
         if state is None or state.status not in FINAL:
             return False
