@@ -434,9 +434,9 @@ def in_process(
     return ingestor, FedWorker(worker, Feeder(client, catalog.fairness), keys.all_shards())
 
 
-def unlimited_catalog(source: Path, target: Path) -> list[str]:
+def unlimited_catalog(source: Path, target: Path, *, inbox: bool = False) -> list[str]:
     """Copy ``source`` to ``target`` without any provider's rate limit, and with IN_APP on the
-    sandbox; the providers whose limit went.
+    sandbox unless ``inbox``; the providers whose limit went.
 
     The ``rate_limit = ...`` lines are dropped as text (the catalog keeps its comments and
     order); the copy is then parsed to make sure nothing else changed. IN_APP goes to the
@@ -447,7 +447,7 @@ def unlimited_catalog(source: Path, target: Path) -> list[str]:
     text = source.read_text()
     kept = [line for line in text.splitlines() if not re.match(r"\s*rate_limit\s*=", line)]
     copy = "\n".join(kept) + "\n"
-    target.write_text(copy.replace(IN_APP_INBOX, IN_APP_SANDBOX))
+    target.write_text(copy if inbox else copy.replace(IN_APP_INBOX, IN_APP_SANDBOX))
     before = parse_catalog(text, str(source))
     after = parse_catalog(target.read_text(), str(target))
     if any(provider.rate_limit is not None for provider in after.providers.values()):
@@ -458,7 +458,7 @@ def unlimited_catalog(source: Path, target: Path) -> list[str]:
         in_app: None,
     }:
         raise BenchError(f"{source}: removing the rate limits changed more than them")
-    if in_app in after.channels and after.channels[in_app].provider != "sandbox":
+    if not inbox and in_app in after.channels and after.channels[in_app].provider != "sandbox":
         raise BenchError(f"{source}: IN_APP is not on the inbox; cannot move it to the sandbox")
     return sorted(name for name, p in before.providers.items() if p.rate_limit is not None)
 

@@ -1,6 +1,6 @@
 """Redis memory per accepted notification in steady state, by key kind.
 
-Run from anywhere with the project's virtualenv::
+Run from anywhere with the project's virtualenv (it needs Redis and PostgreSQL)::
 
     .venv/bin/python bench/memory.py             # 20,000 notifications
     .venv/bin/python bench/memory.py --count 2000
@@ -8,21 +8,27 @@ Run from anywhere with the project's virtualenv::
 Notifications (``order_confirmed`` with an email address and one push token: EMAIL, PUSH
 and IN_APP, three deliveries each) are ingested through ``app.ingest.ingestor.Ingestor``, the
 path the HTTP API takes, while a delivery worker in this process sends them to a zero-latency
-sandbox. A stand-in for a caught-up projector reads and acknowledges every ``events`` entry
-(no PostgreSQL needed: the projector only acknowledges). When everything is delivered and
-acknowledged, ``MEMORY USAGE`` (every key, ``SAMPLES 0``) is summed per key kind and divided
-by the number of notifications; then the streams are trimmed as the retention would once
-their entries are older than it, and measured again.
+sandbox and the projector (``projections.projector``, as the projector process runs it, into
+a throwaway PostgreSQL database) projects their events, which lets go of the ended
+deliveries' states (``streams.state_release``). When everything is delivered and projected,
+``MEMORY USAGE`` (every key, ``SAMPLES 0``) and the time to live of every key are summed per
+key kind; then the streams are trimmed as the retention would once their entries are older
+than it, and measured again.
 
-What a deployment holds in steady state follows from how long each kind lives:
-idempotency record and notification record ``CLARION_IDEMPOTENCY_TTL`` (24 h), delivery
-state ``CLARION_DELIVERY_STATE_RETENTION`` (24 h) after the delivery ended, stream
-entries ``CLARION_STREAM_RETENTION`` (1 h) after every group is done with them. The sandbox's
-own keys are a stand-in provider's and are reported apart.
+What a deployment holds in steady state follows from how long each kind lives: a kind whose
+keys expire lives as long as the longest time to live found among them (idempotency and
+notification records ``CLARION_IDEMPOTENCY_TTL``, 24 h; a projected delivery state
+``CLARION_PROJECTED_STATE_RETENTION``, 5 min), stream entries ``CLARION_STREAM_RETENTION``
+(1 h) after every group is done with them. The figure to hold against the target is the
+steady state divided by a day's notifications: bytes of Redis per notification of daily
+volume. The sandbox's own keys are a stand-in provider's and are reported apart, and so is
+the inbox (IN_APP goes to it, as by default): it is the recipients' mailbox, the newest
+``keep`` messages of each recipient for ``keep_days``, and grows with the recipients, not
+with the notifications in flight; its bytes per message are reported.
 
-All keys live under a random ``bench-<hex>`` prefix and are deleted at the end; the result
-is printed and written to ``bench/results/memory-<UTC timestamp>.json``, which replaces the
-older memory results there.
+All keys live under a random ``bench-<hex>`` prefix and are deleted at the end, as is the
+database; the result is printed and written to ``bench/results/memory-<UTC timestamp>.json``,
+which replaces the older memory results there.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import msgspec
 import redis
 import redis.asyncio as aredis
@@ -52,7 +59,9 @@ from app.logging import configure_logging
 from app.settings import Settings
 from bench.harness import (
     REPO,
+    create_database,
     delete_prefix,
+    drop_database,
     format_table,
     in_process,
     machine_info,
@@ -62,6 +71,8 @@ from bench.harness import (
     work_state,
     write_result,
 )
+from projections.database import connect as connect_database
+from projections.projector import Projector
 from streams.consumer_groups import EVENTS_GROUPS, PROJECTOR_GROUP
 from streams.keys import KeySpace
 from streams.retention import StreamRetention, policies, trim_all
@@ -69,6 +80,10 @@ from streams.retention import StreamRetention, policies, trim_all
 REDIS_URL = os.environ.get("CLARION_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 CHUNK = 500  # notifications per accept_many call
 DAY_S = 86400
+TARGET_BYTES = 1024  # of Redis per notification of daily volume, in steady state
+SANDBOX = "sandbox (provider stand-in)"
+INBOX, INBOX_FEED = "inbox", "inbox feed"
+APART = frozenset({SANDBOX, INBOX, INBOX_FEED})  # kinds not held against the target (above)
 
 
 def body(i: int) -> NotificationRequest:
@@ -90,26 +105,33 @@ def kind_of(key: str, prefix: str) -> str:
     """The kind of a key: ``idem``, ``ntf``, ``dlv``, ``events``, ``work:normal``, …"""
     rest = key.removeprefix(prefix + ":")
     if rest.startswith("sandbox:") or "{" + prefix + ":sandbox:sent}" in rest:
-        return "sandbox (provider stand-in)"
+        return SANDBOX
     parts = rest.split(":")
     if parts[0].startswith("{s"):
         name = parts[1]
+        if name == "inbox":
+            return INBOX_FEED if parts[-1] == "feed" else INBOX
         return f"work:{parts[2]}" if name == "work" else name
     return parts[0]
 
 
 async def memory_by_kind(client: aredis.Redis, prefix: str) -> dict[str, dict[str, int]]:
-    """Keys and bytes (MEMORY USAGE, SAMPLES 0) per kind of key under ``prefix``."""
-    found: dict[str, dict[str, int]] = defaultdict(lambda: {"keys": 0, "bytes": 0})
+    """Keys, bytes (MEMORY USAGE, SAMPLES 0) and the longest time to live (s; 0 when none
+    expires) per kind of key under ``prefix``."""
+    found: dict[str, dict[str, int]] = defaultdict(lambda: {"keys": 0, "bytes": 0, "ttl_s": 0})
     batch: list[str] = []
 
     async def measure() -> None:
         pipe = client.pipeline(transaction=False)
         for key in batch:
             pipe.memory_usage(key, samples=0)
-        for key, size in zip(batch, await pipe.execute(), strict=True):
-            found[kind_of(key, prefix)]["keys"] += 1
-            found[kind_of(key, prefix)]["bytes"] += int(size or 0)
+            pipe.pttl(key)
+        replies = await pipe.execute()
+        for key, size, ttl_ms in zip(batch, replies[::2], replies[1::2], strict=True):
+            kind = found[kind_of(key, prefix)]
+            kind["keys"] += 1
+            kind["bytes"] += int(size or 0)
+            kind["ttl_s"] = max(kind["ttl_s"], -(-int(ttl_ms) // 1000) if ttl_ms > 0 else 0)
         batch.clear()
 
     async for raw in client.scan_iter(match=f"{prefix}:*", count=1000):
@@ -120,26 +142,37 @@ async def memory_by_kind(client: aredis.Redis, prefix: str) -> dict[str, dict[st
     return dict(found)
 
 
-async def acknowledge_events(client: aredis.Redis, keys: KeySpace, until: asyncio.Event) -> int:
-    """Caught-up readers' effect on Redis: the projector reads every events entry and
-    acknowledges it; every other group of ``events`` (status webhooks, with no producer's
-    webhook configured) has passed them all at the end, so retention may trim them."""
+async def projected(client: aredis.Redis, stream: str) -> bool:
+    """The projector read every entry of ``stream`` and acknowledged it (so committed it)."""
+    groups: Any = await client.xinfo_groups(stream)
+    [group] = [g for g in groups if g["name"] == PROJECTOR_GROUP.encode()]
+    last: Any = await client.xrevrange(stream, count=1)
+    return group["pending"] == 0 and (not last or group["last-delivered-id"] == last[0][0])
+
+
+async def project(
+    client: aredis.Redis, keys: KeySpace, pool: asyncpg.Pool, settings: Settings,
+    until: asyncio.Event,
+) -> None:  # fmt: skip
+    """Run the projector until ``until`` is set and it projected everything. Every other
+    group of ``events`` (status webhooks, with no producer's webhook configured) has passed
+    every entry at the end, so retention may trim them."""
     stream = keys.shard(0).events
     for group in EVENTS_GROUPS:
         await client.xgroup_create(stream, group, id="0", mkstream=True)
-    acknowledged = 0
-    while True:
-        reply: Any = await client.xreadgroup(
-            PROJECTOR_GROUP, "bench", {stream: ">"}, count=2000, block=50
-        )
-        ids = [entry_id for entry_id, _ in reply[0][1]] if reply else []
-        if ids:
-            acknowledged += await client.xack(stream, PROJECTOR_GROUP, *ids)
-        elif until.is_set():
-            for group in EVENTS_GROUPS:
-                if group != PROJECTOR_GROUP:
-                    await client.xgroup_setid(stream, group, "$")
-            return acknowledged
+    projector = Projector(
+        client, pool, keys, consumer="bench",
+        projected_state_retention_ms=settings.projected_state_retention_seconds * 1000,
+    )  # fmt: skip
+    running = asyncio.create_task(projector.run())
+    await until.wait()
+    while not await projected(client, stream):  # noqa: ASYNC110 - state in Redis: poll it
+        await asyncio.sleep(0.1)
+    projector.stop()
+    await running
+    for group in EVENTS_GROUPS:
+        if group != PROJECTOR_GROUP:
+            await client.xgroup_setid(stream, group, "$")
 
 
 async def settled(client: aredis.Redis, keys: KeySpace) -> bool:
@@ -149,17 +182,29 @@ async def settled(client: aredis.Redis, keys: KeySpace) -> bool:
 
 
 async def run(count: int, prefix: str) -> dict[str, Any]:
+    database = await create_database()
+    try:
+        pool = await connect_database(database.url, max_size=4)
+        try:
+            return await measure(count, prefix, pool)
+        finally:
+            await pool.close()
+    finally:
+        await drop_database(database)
+
+
+async def measure(count: int, prefix: str, pool: asyncpg.Pool) -> dict[str, Any]:
     client = aredis.Redis.from_url(REDIS_URL)
     keys = KeySpace(prefix)
     settings = Settings()
     with tempfile.TemporaryDirectory() as directory:
         catalog_path = Path(directory) / "clarion.toml"
-        unlimited_catalog(REPO / "clarion.toml", catalog_path)
+        unlimited_catalog(REPO / "clarion.toml", catalog_path, inbox=True)
         catalog = load_catalog(catalog_path)
     ingestor, worker = in_process(client, keys, catalog, settings.idempotency_ttl_seconds)
     done_accepting = asyncio.Event()
     used_before = (await client.info("memory"))["used_memory"]
-    projector = asyncio.create_task(acknowledge_events(client, keys, done_accepting))
+    projecting = asyncio.create_task(project(client, keys, pool, settings, done_accepting))
     working = asyncio.create_task(worker.run())
     deliveries = 0
     for start in range(0, count, CHUNK):
@@ -171,10 +216,11 @@ async def run(count: int, prefix: str) -> dict[str, Any]:
     while not await settled(client, keys):  # noqa: ASYNC110 - state in Redis: poll it
         await asyncio.sleep(0.1)
     done_accepting.set()
-    acknowledged = await projector
+    await projecting
     worker.stop()
     await working
     used_after = (await client.info("memory"))["used_memory"]
+    events_entries = await client.xlen(keys.shard(0).events)
     within = await memory_by_kind(client, prefix)
     # Once the entries are older than the retention: trim as the projector process would.
     aged = [
@@ -187,38 +233,43 @@ async def run(count: int, prefix: str) -> dict[str, Any]:
     ]
     trimmed = sum(result.removed for result in await trim_all(client, aged))
     after_trim = await memory_by_kind(client, prefix)
+    projected_rows = await pool.fetchval("SELECT count(*) FROM delivery")
     await client.aclose()
     return {
         "notifications": count,
         "deliveries": deliveries,
-        "events_entries_acknowledged": acknowledged,
+        "deliveries_projected": projected_rows,
+        "events_entries": events_entries,
         "stream_entries_trimmed": trimmed,
         "used_memory_delta_bytes": used_after - used_before,
         "within_retention": within,
         "after_trim": after_trim,
-        "lifetimes_s": {
-            "idem": settings.idempotency_ttl_seconds,
-            "ntf": settings.idempotency_ttl_seconds,
-            "dlv": settings.delivery_state_retention_seconds,
-            "streams": settings.stream_retention_seconds,
+        "settings_s": {
+            "idempotency_ttl": settings.idempotency_ttl_seconds,
+            "delivery_state_retention": settings.delivery_state_retention_seconds,
+            "projected_state_retention": settings.projected_state_retention_seconds,
+            "stream_retention": settings.stream_retention_seconds,
         },
     }
 
 
 def steady_state(result: dict[str, Any], rate: float) -> dict[str, float]:
-    """Bytes held at ``rate`` notifications/s with the default lifetimes, per kind."""
-    count, within, lifetimes = (
-        result["notifications"],
-        result["within_retention"],
-        result["lifetimes_s"],
-    )
+    """Bytes held at ``rate`` notifications/s, per kind: what a notification leaves of it
+    times how long that lives (its keys' longest time to live; a stream's retention)."""
+    count, within = result["notifications"], result["within_retention"]
+    streams_s = result["settings_s"]["stream_retention"]
     held: dict[str, float] = {}
     for kind, size in within.items():
-        if kind.startswith("sandbox"):
+        if kind in APART:
             continue
-        lifetime = lifetimes.get(kind, lifetimes["streams"])
+        lifetime = size["ttl_s"] or streams_s
         held[kind] = size["bytes"] / count * rate * lifetime
     return held
+
+
+def per_daily_notification(held: dict[str, float], rate: float) -> float:
+    """Bytes of Redis in steady state per notification of a day's volume."""
+    return sum(held.values()) / (rate * DAY_S)
 
 
 def report(result: dict[str, Any]) -> None:
@@ -233,19 +284,29 @@ def report(result: dict[str, Any]) -> None:
                 f"{size['keys']:,}",
                 f"{size['bytes'] / count:,.0f}",
                 f"{trimmed['bytes'] / count:,.0f}",
+                f"{size['ttl_s']:,}" if size["ttl_s"] else "-",
             ]
         )
-    print(f"{count:,} notifications, {result['deliveries']:,} deliveries")
-    print(format_table(["key kind", "keys", "bytes/notification", "after trim"], rows))
+    print(f"{count:,} notifications, {result['deliveries']:,} deliveries "
+          f"({result['deliveries_projected']:,} projected)")  # fmt: skip
+    header = ["key kind", "keys", "bytes/notification", "after trim", "longest ttl (s)"]
+    print(format_table(header, rows))
     print(
         f"used_memory grew by {result['used_memory_delta_bytes'] / count:,.0f} bytes/notification"
     )
     rate = 100.0
     held = steady_state(result, rate)
-    print(f"steady state at {rate:.0f} notifications/s with the default lifetimes:")
+    print(f"steady state at {rate:.0f} notifications/s with the default settings:")
     for kind, size in sorted(held.items()):
-        print(f"  {kind:<14} {size / 2**30:8.2f} GiB")
-    print(f"  {'total':<14} {sum(held.values()) / 2**30:8.2f} GiB")
+        print(f"  {kind:<14} {size / 2**30:8.3f} GiB")
+    print(f"  {'total':<14} {sum(held.values()) / 2**30:8.3f} GiB")
+    per = per_daily_notification(held, rate)
+    print(f"bytes per notification of daily volume: {per:,.0f} (target <= {TARGET_BYTES:,})")
+    for kind in (INBOX, INBOX_FEED):
+        size = result["within_retention"].get(kind)
+        if size:
+            print(f"{kind} (apart): {size['bytes'] / count:,.0f} bytes per message (one message "
+                  f"per recipient), for up to {size['ttl_s']:,} s")  # fmt: skip
 
 
 def parse_args() -> argparse.Namespace:
@@ -269,7 +330,11 @@ def main() -> int:
     finally:
         delete_prefix(sync, prefix)
     if result:
-        result["steady_state_bytes_at_100_per_s"] = steady_state(result, 100.0)
+        held = steady_state(result, 100.0)
+        result["steady_state_bytes_at_100_per_s"] = held
+        per = result["bytes_per_daily_notification"] = per_daily_notification(held, 100.0)
+        result["targets"] = {"bytes_per_daily_notification": TARGET_BYTES}
+        result["pass"] = {"bytes_per_daily_notification": per <= TARGET_BYTES}
         result["machine"] = machine_info(sync)
         result["started"] = started.isoformat()
         report(result)
