@@ -321,7 +321,7 @@ def _known_whole(seen: str, feed: dict[str, Any], newest: str, lost: str) -> boo
         return True  # nothing came after the cursor
     if lost and entry_order(seen) < entry_order(lost):
         return False  # an expired feed took changes the client had not had
-    if not feed:  # what came after the cursor expired with its feed (unknown: nothing came)
+    if not feed:  # a change after the cursor went with its feed; none recorded: none came
         return not newest
     if feed.get("entries-added", 0) == feed.get("length", 0):
         return True  # this feed holds every change since it was made, and nothing was lost
