@@ -65,6 +65,7 @@ from app.ingest.ingestor import Ingestor
 from app.providers.registry import build_providers
 from projections.database import ensure_database, quote_identifier
 from streams import codec
+from streams.consumer_groups import PROJECTOR_GROUP
 from streams.keys import KeySpace, ShardKeys
 from streams.recipient_settings import AddressDigest
 from streams.vocabulary import Channel, Priority
@@ -648,6 +649,15 @@ def delete_prefix(client: redis.Redis, prefix: str) -> int:
         if batch:
             deleted += client.unlink(*batch)
     return deleted
+
+
+async def group_done(client: aredis.Redis, stream: str) -> bool:
+    """True once the projector group has read every entry and acknowledged them all."""
+    groups: Any = await client.xinfo_groups(stream)
+    for group in groups:
+        if group["name"] in (PROJECTOR_GROUP, PROJECTOR_GROUP.encode()):
+            return int(group["pending"]) == 0 and group["lag"] is not None and group["lag"] == 0
+    return False
 
 
 async def last_entry_id(client: aredis.Redis, stream: str) -> str:

@@ -63,6 +63,7 @@ from bench.harness import (
     delete_prefix,
     drop_database,
     format_table,
+    group_done,
     in_process,
     machine_info,
     print_problems,
@@ -142,14 +143,6 @@ async def memory_by_kind(client: aredis.Redis, prefix: str) -> dict[str, dict[st
     return dict(found)
 
 
-async def projected(client: aredis.Redis, stream: str) -> bool:
-    """The projector read every entry of ``stream`` and acknowledged it (so committed it)."""
-    groups: Any = await client.xinfo_groups(stream)
-    [group] = [g for g in groups if g["name"] == PROJECTOR_GROUP.encode()]
-    last: Any = await client.xrevrange(stream, count=1)
-    return group["pending"] == 0 and (not last or group["last-delivered-id"] == last[0][0])
-
-
 async def project(
     client: aredis.Redis, keys: KeySpace, pool: asyncpg.Pool, settings: Settings,
     until: asyncio.Event,
@@ -166,7 +159,7 @@ async def project(
     )  # fmt: skip
     running = asyncio.create_task(projector.run())
     await until.wait()
-    while not await projected(client, stream):  # noqa: ASYNC110 - state in Redis: poll it
+    while not await group_done(client, stream):  # noqa: ASYNC110 - state in Redis: poll it
         await asyncio.sleep(0.1)
     projector.stop()
     await running

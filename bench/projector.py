@@ -85,6 +85,7 @@ from bench.harness import (
     expected_e2e_deliveries,
     format_table,
     free_port,
+    group_done,
     in_process,
     last_entry_id,
     latency_summary,
@@ -267,15 +268,6 @@ async def wait_for(check: Callable[[], Awaitable[bool]], within: float) -> bool:
             return False
         await asyncio.sleep(0.05)
     return True
-
-
-async def group_done(client: aredis.Redis, stream: str) -> bool:
-    """True once the projector group has read every entry and acknowledged them all."""
-    groups: Any = await client.xinfo_groups(stream)
-    for group in groups:
-        if group["name"] in (PROJECTOR_GROUP, PROJECTOR_GROUP.encode()):
-            return int(group["pending"]) == 0 and group["lag"] is not None and group["lag"] == 0
-    return False
 
 
 async def measure_throughput(
