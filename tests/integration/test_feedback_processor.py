@@ -28,7 +28,7 @@ from app.feedback import processor as feedback_processor
 from app.feedback.processor import FeedbackProcessor
 from app.metrics import FEEDBACK, FEEDBACK_UNMATCHED
 from app.settings import Settings
-from projections.projector import Projector
+from projections.projector import PROJECTED_STATE_RETENTION_MS, Projector
 from streams.events import ProviderFeedbackReceived
 from streams.keys import KeySpace
 from streams.metrics_recorder import MetricsRecorder, read_counters
@@ -80,14 +80,25 @@ async def sent_message(redis: Redis, keys: KeySpace, delivery_id: str) -> str:
 
 
 class Running:
-    """The projector and the feedback processor, running until the block ends."""
+    """The projector (letting projected states go after ``projected_state_retention_ms``)
+    and the feedback processor, running until the block ends."""
 
-    def __init__(self, redis: Redis, pool: asyncpg.Pool, keys: KeySpace) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        pool: asyncpg.Pool,
+        keys: KeySpace,
+        *,
+        projected_state_retention_ms: int = PROJECTED_STATE_RETENTION_MS,
+    ) -> None:
         async def pool_of() -> asyncpg.Pool:
             return pool
 
         self.metrics = MetricsRecorder(redis, keys)
-        self.projector = Projector(redis, pool, keys, consumer="p")
+        self.projector = Projector(
+            redis, pool, keys, consumer="p",
+            projected_state_retention_ms=projected_state_retention_ms,
+        )  # fmt: skip
         self.processor = FeedbackProcessor(
             redis, keys, pool_of, consumer="f", state_retention_ms=60_000, metrics=self.metrics
         )

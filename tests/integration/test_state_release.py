@@ -7,8 +7,6 @@ callback) is recognised in the read model and applied once."""
 
 from __future__ import annotations
 
-import asyncio
-import base64
 import dataclasses
 import time
 from collections.abc import AsyncIterator
@@ -20,32 +18,27 @@ import pytest
 from redis.asyncio import Redis
 
 from app.api.app import create_app
-from app.catalog import Catalog, parse_catalog
-from app.feedback.processor import FeedbackProcessor
 from app.settings import Settings
-from projections.projector import Projector
 from streams.events import ProviderFeedbackReceived
 from streams.feedback import Feedback, Inbox, VerifiedCallback
 from streams.keys import KeySpace
 from tests.conftest import http_client, stream_events
 from tests.integration.api_support import accept, status_of
-from tests.integration.delivery_support import catalog_text, running_worker, state, wait_until
+from tests.integration.delivery_support import running_worker, state, wait_until
+from tests.integration.test_feedback_processor import (
+    SECRET,
+    Running,
+    feedback_catalog,
+    status_is,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
-SECRET = "whsec_" + base64.b64encode(b"release-secret-for-tests-1234").decode()
 ORDER = {
     "recipient": {"id": "u-r", "email": "anna@example.com"},
     "type": "order_confirmed", "channels": ["EMAIL"], "data": {"order_id": "A-1"},
 }  # fmt: skip
 REFUSED = {**ORDER, "data": {"order_id": "A-2", "sandbox": {"EMAIL": {"fail_permanent": 1}}}}
-
-
-def sandbox_catalog() -> Catalog:
-    text = catalog_text(attempts=1).replace(
-        'kind = "sandbox"\n', 'kind = "sandbox"\nfeedback_secret_env = "SANDBOX_FEEDBACK"\n', 1
-    )
-    return parse_catalog(text, "release.toml")
 
 
 @pytest.fixture
@@ -57,34 +50,15 @@ def keys(key_prefix: str) -> KeySpace:
 async def api(
     real_redis: Redis, settings: Settings, pool: asyncpg.Pool
 ) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(settings, redis=real_redis, catalog=sandbox_catalog(), db=pool,
+    app = create_app(settings, redis=real_redis, catalog=feedback_catalog(), db=pool,
                      environ={"SANDBOX_FEEDBACK": SECRET})  # fmt: skip
     async with http_client(app) as client:
         yield client
 
 
-class Releasing:
+def releasing(redis: Redis, pool: asyncpg.Pool, keys: KeySpace) -> Running:
     """The projector, letting projected states go at once, and the feedback processor."""
-
-    def __init__(self, redis: Redis, pool: asyncpg.Pool, keys: KeySpace) -> None:
-        async def pool_of() -> asyncpg.Pool:
-            return pool
-
-        self.projector = Projector(redis, pool, keys, consumer="p", projected_state_retention_ms=0)
-        self.processor = FeedbackProcessor(
-            redis, keys, pool_of, consumer="f", state_retention_ms=86_400_000
-        )
-        self.tasks: list[asyncio.Task[None]] = []
-
-    async def __aenter__(self) -> Releasing:
-        self.tasks = [asyncio.create_task(self.projector.run()),
-                      asyncio.create_task(self.processor.run())]  # fmt: skip
-        return self
-
-    async def __aexit__(self, *_: object) -> None:
-        self.projector.stop()
-        self.processor.stop()
-        await asyncio.gather(*self.tasks)
+    return Running(redis, pool, keys, projected_state_retention_ms=0)
 
 
 async def projected(pool: asyncpg.Pool, delivery_id: str) -> asyncpg.Record | None:
@@ -98,16 +72,9 @@ async def released(redis: Redis, keys: KeySpace, delivery_id: str) -> bool:
     return not await redis.exists(keys.notification_shard(delivery_id).delivery(delivery_id))
 
 
-async def settled(
-    redis: Redis, keys: KeySpace, pool: asyncpg.Pool, delivery_id: str, status: str
-) -> None:
+async def settled(pool: asyncpg.Pool, delivery_id: str, status: str) -> None:
     """Wait until the read model has the delivery in ``status``."""
-
-    async def there() -> bool:
-        row = await projected(pool, delivery_id)
-        return row is not None and row["status"] == status
-
-    await wait_until(there, within=20)
+    await wait_until(lambda: status_is(pool, delivery_id, status), within=20)
 
 
 def receipt(message_id: str, feedback_id: str) -> Feedback:
@@ -124,11 +91,11 @@ async def test_a_projected_end_leaves_redis_and_the_read_model_answers_for_it(
     refused = await accept(api, REFUSED, "r-2")
     sent_id, refused_id = sent["deliveries"][0]["id"], refused["deliveries"][0]["id"]
     async with (
-        running_worker(real_redis, keys, sandbox_catalog()),
-        Releasing(real_redis, pool, keys),
+        running_worker(real_redis, keys, feedback_catalog()),
+        releasing(real_redis, pool, keys),
     ):
-        await settled(real_redis, keys, pool, sent_id, "SENT")
-        await settled(real_redis, keys, pool, refused_id, "FAILED")
+        await settled(pool, sent_id, "SENT")
+        await settled(pool, refused_id, "FAILED")
         await wait_until(lambda: released(real_redis, keys, sent_id))
 
     # The FAILED state stays: its dead letter's replay re-checks it.
@@ -152,16 +119,16 @@ async def test_without_the_read_model_a_released_notification_is_503_not_queued(
 ) -> None:
     sent = await accept(api, ORDER, "r-1")
     async with (
-        running_worker(real_redis, keys, sandbox_catalog()),
-        Releasing(real_redis, pool, keys),
+        running_worker(real_redis, keys, feedback_catalog()),
+        releasing(real_redis, pool, keys),
     ):
-        await settled(real_redis, keys, pool, sent["deliveries"][0]["id"], "SENT")
+        await settled(pool, sent["deliveries"][0]["id"], "SENT")
         await wait_until(lambda: released(real_redis, keys, sent["deliveries"][0]["id"]))
     fresh = await accept(api, {**ORDER, "data": {"order_id": "A-3"}}, "r-3")
 
     async def status_without_read_model(retention_s: int, notification_id: str) -> Any:
         no_read_model = dataclasses.replace(settings, projected_state_retention_seconds=retention_s)
-        app = create_app(no_read_model, redis=real_redis, catalog=sandbox_catalog(),
+        app = create_app(no_read_model, redis=real_redis, catalog=feedback_catalog(),
                          environ={"SANDBOX_FEEDBACK": SECRET})  # fmt: skip
         async with http_client(app) as client:
             return await status_of(client, notification_id)
@@ -183,17 +150,17 @@ async def test_a_receipt_for_a_released_delivery_is_applied_once(
     delivery_id = sent["deliveries"][0]["id"]
     inbox = Inbox(real_redis, keys)
     async with (
-        running_worker(real_redis, keys, sandbox_catalog()),
-        Releasing(real_redis, pool, keys),
+        running_worker(real_redis, keys, feedback_catalog()),
+        releasing(real_redis, pool, keys),
     ):
-        await settled(real_redis, keys, pool, delivery_id, "SENT")
+        await settled(pool, delivery_id, "SENT")
         await wait_until(lambda: released(real_redis, keys, delivery_id))
         row = await projected(pool, delivery_id)
         assert row is not None
         message_id = row["provider_message_id"]
         item = receipt(message_id, "evt-1")
         assert await inbox.take(VerifiedCallback("sandbox", "callback-1", 60_000, [item]))
-        await settled(real_redis, keys, pool, delivery_id, "DELIVERED")
+        await settled(pool, delivery_id, "DELIVERED")
         await wait_until(lambda: released(real_redis, keys, delivery_id))
         # The provider sends the same event again, in another callback (a retried batch):
         # its mark left with the state, the read model still knows it.
