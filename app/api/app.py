@@ -120,7 +120,7 @@ def _inbox_store(redis: Redis, keys: KeySpace, catalog: Catalog) -> InboxStore:
     channel = catalog.channels.get(Channel.IN_APP)
     config = catalog.providers.get(channel.provider or "") if channel else None
     if isinstance(config, InboxConfig):
-        return InboxStore(redis, keys, config.feed_length, config.feed_minutes * 60_000)
+        return InboxStore(redis, keys, *config.feed)
     return InboxStore(redis, keys)
 
 

@@ -133,6 +133,11 @@ class InboxConfig(ProviderLimits, frozen=True, tag_field="kind", tag="inbox"):
     max_in_flight: Annotated[int, msgspec.Meta(ge=0, le=10_000)] = 0
     circuit: CircuitConfig = CircuitConfig(enabled=False)
 
+    @property
+    def feed(self) -> tuple[int, int]:
+        """The feed's length and how long (ms) it lives after its newest change."""
+        return self.feed_length, self.feed_minutes * 60_000
+
 
 class SmtpConfig(ProviderLimits, frozen=True, tag_field="kind", tag="smtp"):
     """Email over SMTP (RFC 5321), through a relay such as Postfix, SES or Mailgun."""

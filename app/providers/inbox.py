@@ -45,7 +45,7 @@ class InboxProvider:
         return delivery_outcomes.sent_to_inbox(
             leased, self.name, stored, now_ms,
             keep=config.keep, ttl_ms=config.keep_days * _DAY_MS,
-            feed=(config.feed_length, config.feed_minutes * 60_000),
+            feed=config.feed,
         )  # fmt: skip
 
     async def send(self, message: Message) -> str:
