@@ -108,17 +108,22 @@ class DeliveryStore:
     async def begin(
         self,
         shard: ShardKeys,
-        items: Sequence[WorkItem],
+        priority: Priority,
+        entries: Sequence[tuple[str, WorkItem]],
         consumer: str,
+        *,
         lease_ms: int,
         max_leases: int,
     ) -> list[Lease]:
-        """Lease the deliveries of ``items`` for ``consumer``, for ``lease_ms``; a delivery
-        leased more than ``max_leases`` times without an outcome comes back POISON, one of a
-        cancelled campaign CANCELLED."""
-        if not items:
+        """Lease the deliveries of work ``entries`` (id and item) read from the shard's work
+        stream of ``priority`` for
+        ``consumer``, for ``lease_ms``; a delivery leased more than ``max_leases`` times
+        without an outcome comes back POISON, one of a cancelled campaign CANCELLED."""
+        if not entries:
             return []
-        call = delivery_begin_call(shard, items, consumer, lease_ms, max_leases)
+        call = delivery_begin_call(
+            shard.work(priority), shard, entries, consumer, lease=(lease_ms, max_leases)
+        )
         flat = iter(await scripts.DELIVERY_BEGIN(self.redis, *call))
         per_item = zip(flat, flat, flat, flat, flat, flat, strict=True)  # six values per item
         return [
@@ -144,20 +149,26 @@ class DeliveryStore:
 
 
 def delivery_begin_call(
-    shard: ShardKeys, items: Sequence[WorkItem], consumer: str, lease_ms: int, max_leases: int
+    stream: str,
+    shard: ShardKeys,
+    entries: Sequence[tuple[str, WorkItem]],
+    consumer: str,
+    lease: tuple[int, int],
 ) -> Call:
     """The keys and arguments of one ``lua/delivery_begin.lua`` call.
 
-    KEYS: each delivery's state hash, then the data hash of each item with shared data and
-    the cancel marker of each campaign the items belong to (once per campaign), as the items
-    come. ARGV: the consumer, the lease's length (ms), the leases allowed without an outcome,
-    then per delivery its notification id and channel (for a state hash created fresh) and
-    the positions in KEYS of its data hash and of its campaign's marker (0 for none).
+    KEYS: the work stream, each delivery's state hash, then the data hash of each item with
+    shared data and the cancel marker of each campaign the items belong to (once per
+    campaign), as the items come. ARGV: the consumer, the lease's length (ms) and the leases
+    allowed without an outcome (``lease``), then per delivery its work entry id, its
+    notification id and channel (for a state hash created fresh) and the positions in KEYS
+    of its data hash and of its campaign's marker (0 for none).
     """
-    keys: list[KeyOrArg] = [shard.delivery(item.delivery_id) for item in items]
-    args: list[KeyOrArg] = [consumer, lease_ms, max_leases]
+    keys: list[KeyOrArg] = [stream]
+    keys += [shard.delivery(item.delivery_id) for _, item in entries]
+    args: list[KeyOrArg] = [consumer, *lease]
     markers: dict[str, int] = {}
-    for item in items:
+    for entry_id, item in entries:
         data_at = marker_at = 0
         if item.shared_data:
             keys.append(shard.data(item.notification_id))
@@ -167,7 +178,7 @@ def delivery_begin_call(
             if not marker_at:
                 keys.append(shard.campaign_cancelled(item.campaign))
                 marker_at = markers[item.campaign] = len(keys)
-        args += [item.notification_id, item.channel, data_at, marker_at]
+        args += [entry_id, item.notification_id, item.channel, data_at, marker_at]
     return keys, args
 
 

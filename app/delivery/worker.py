@@ -252,9 +252,10 @@ class DeliveryWorker:
         options = self.options
         leases = await self.store.begin(
             shard,
-            [item for _, item in items],
+            priority,
+            items,
             self.consumer,
-            options.lease_ms,
+            lease_ms=options.lease_ms,
             max_leases=options.max_deliveries,
         )
         held = [

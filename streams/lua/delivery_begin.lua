@@ -1,12 +1,13 @@
 -- Take the lease of each delivery a worker is about to send, or say why not.
 --
 -- Keys and arguments: ``streams.delivery_store.delivery_begin_call`` lays them out.
--- KEYS: per item: the delivery's state hash; then the ``data:<id>`` hash of each item whose
---       template data is shared (``streams.work_items``) and the cancel marker of each
---       campaign the items belong to (once per campaign), in item order.
+-- KEYS: the work stream the items were read from, then per item: the delivery's state hash;
+--       then the ``data:<id>`` hash of each item whose template data is shared
+--       (``streams.work_items``) and the cancel marker of each campaign the items belong to
+--       (once per campaign), in item order.
 -- ARGV: consumer name, lease length (ms), leases allowed without an outcome, then per item:
---       notification id, channel, the position in KEYS of its data hash (0: none), the
---       position in KEYS of its campaign's cancel marker (0: none).
+--       its work entry id, notification id, channel, the position in KEYS of its data hash
+--       (0: none), the position in KEYS of its campaign's cancel marker (0: none).
 --
 -- Reply: one flat list, six values per item (a list per item would cost Lua a table, Redis
 -- a nested array and the client a list each): verdict, version, attempts, now_ms,
@@ -23,7 +24,11 @@
 --             it: the item is then a second work entry of a delivery leased in this batch,
 --             being sent, or leased before this consumer restarted; a second GO would send
 --             it twice. The reclaimer hands the item out again once the lease has run out.
--- A missing hash means "as accepted": version 1, no attempts yet; it is created here.
+-- A missing hash means "as accepted": version 1, no attempts yet; it is created here. Unless
+-- the item's work entry is gone from the stream too: then another worker ended the delivery
+-- with it (an entry is deleted in the step that records its outcome) and the projector
+-- released the ended state (``release_states.lua``) while this worker held the entry
+-- without leasing it (stopped between reading and leasing, say): TERMINAL, not sent again.
 --
 -- ``leases`` counts the leases taken since the last recorded outcome (the finish script
 -- resets it). Only a lease this script really wrote counts: a call that Redis refuses (out
@@ -32,7 +37,8 @@
 
 local consumer, lease_ms, max_leases = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local now = now_ms()
-local items = (#ARGV - 3) / 4 -- KEYS may hold data hashes and markers after the states
+local stream = KEYS[1]
+local items = (#ARGV - 3) / 5 -- KEYS may hold data hashes and markers after the states
 local next_arg = arguments(4)
 
 local replies = {}
@@ -56,14 +62,16 @@ local function cancelled(marker_at)
 end
 
 for i = 1, items do
-  local key = KEYS[i]
-  local nid, channel = next_arg(), next_arg()
+  local key = KEYS[i + 1]
+  local entry_id, nid, channel = next_arg(), next_arg(), next_arg()
   local data_at, marker_at = tonumber(next_arg()), tonumber(next_arg())
   local state = redis.call("HMGET", key, "status", "version", "attempts", "lease_owner",
     "lease_until", "first_attempt_ms", "leases")
   local status = state[1]
   local verdict, version, attempts, first = "GO", 1, 0, 0
-  if not status then
+  if not status and #redis.call("XRANGE", stream, entry_id, entry_id) == 0 then
+    verdict = "TERMINAL"
+  elseif not status then
     -- The first worker to touch a delivery creates its state, leased: one write.
     redis.call("HSET", key, "status", STATUS.SENDING, "version", 1, "attempts", 0,
       "notification_id", nid, "channel", channel, "lease_owner", consumer,

@@ -27,7 +27,9 @@
 -- busy worker finishes dozens of deliveries per call, so each command saved is Redis time
 -- saved.
 --
--- Reply per item: "OK"; "ENDED" when the delivery had already ended, or "MOVED" when another
+-- Reply per item: "OK"; "ENDED" when the delivery had already ended (or its state is gone:
+-- every outcome follows a lease, which ``delivery_begin.lua`` writes into the state, so a
+-- state that is missing was an ended one, released since), or "MOVED" when another
 -- worker recorded something for it since this one read its version: then only the work
 -- entry is acknowledged, nothing is recorded twice; "BROKEN" when its state key holds
 -- something other than a hash.
@@ -111,9 +113,11 @@ for i = 5, 4 + tonumber(ARGV[6]) do
   if state.err then
     reply = "BROKEN"
     entry_id = ""
-  elseif state[1] and TERMINAL[state[1]] then
+  elseif not state[1] or TERMINAL[state[1]] then
+    -- No state: the worker's lease created one, so it was an ended delivery's, released
+    -- since (``release_states.lua``) or expired long after the end.
     reply = "ENDED"
-  elseif (state[2] or "1") ~= expected then
+  elseif state[2] ~= expected then
     reply = "MOVED"
   else
     redis.call("HSET", key, unpack(fields))

@@ -58,14 +58,17 @@ async def test_a_delivery_leased_too_often_without_an_outcome_is_dead_lettered(
     delivery_id = (await accept(real_redis, keys, catalog, otp(), "k"))["deliveries"][0]["id"]
     shard, stream = keys.shard(0), keys.shard(0).work(Priority.HIGH)
     await ensure_group(real_redis, stream, DELIVERY_GROUP)
-    [[_, [(_, fields)]]] = await real_redis.xreadgroup(
+    [[_, [(entry_id, fields)]]] = await real_redis.xreadgroup(
         DELIVERY_GROUP, "ghost", {stream: ">"}, count=1
     )
     item = codec.decode_work_item(fields[b"w"])
     # Five workers lease it and die before recording anything, as crashing workers would.
     store = DeliveryStore(real_redis)
     for _ in range(FAST.max_deliveries):
-        [lease] = await store.begin(shard, [item], "ghost", lease_ms=1, max_leases=5)
+        entries = [(entry_id.decode(), item)]
+        [lease] = await store.begin(
+            shard, Priority.HIGH, entries, "ghost", lease_ms=1, max_leases=5
+        )
         assert lease.verdict == "GO"
         await asyncio.sleep(0.005)
     async with running_worker(real_redis, keys, catalog):

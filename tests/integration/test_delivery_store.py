@@ -47,7 +47,7 @@ async def leased_steps(redis: Redis, keys: KeySpace, count: int) -> list[LeasedD
     [(_, entries)] = await redis.xreadgroup(DELIVERY_GROUP, "w", {stream: ">"}, count=count)
     items = [(entry.decode(), codec.decode_work_item(fields[b"w"])) for entry, fields in entries]
     store = DeliveryStore(redis)
-    leases = await store.begin(shard, [item for _, item in items], "w", 60_000, max_leases=5)
+    leases = await store.begin(shard, Priority.HIGH, items, "w", lease_ms=60_000, max_leases=5)
     assert [lease.verdict for lease in leases] == ["GO"] * count
     return [
         LeasedDelivery.taken(shard, item, entry_id, lease, Worker("w", "test"))
@@ -126,18 +126,20 @@ async def test_a_cancelled_campaigns_delivery_is_leased_to_be_cancelled_unless_h
     real_redis: Redis, key_prefix: str
 ) -> None:
     shard, store = KeySpace(key_prefix).shard(0), DeliveryStore(real_redis)
+    stream = shard.work(Priority.LOW)
     await real_redis.set(shard.campaign_cancelled("c-1"), "1")
     items = [
         msgspec.structs.replace(ITEM, delivery_id=f"d-{n}", campaign=campaign)
         for n, campaign in enumerate(["c-1", "c-1", "c-1", "c-1", "c-1", "c-2", ""])
     ]
+    entries = [(await _entry(real_redis, stream, item), item) for item in items]
     ended, held, poisoned = (shard.delivery(item.delivery_id) for item in items[2:5])
     leased_once = {"status": "SENDING", "version": 1, "attempts": 0}
     await real_redis.hset(ended, mapping={**leased_once, "status": "SENT", "version": 2})
     await real_redis.hset(held, mapping={**leased_once, "lease_until": 2**50})
     await real_redis.hset(poisoned, mapping={**leased_once, "leases": 5})  # the sixth lease
 
-    leases = await store.begin(shard, items, "w", 60_000, max_leases=5)
+    leases = await store.begin(shard, Priority.LOW, entries, "w", lease_ms=60_000, max_leases=5)
 
     assert [lease.verdict for lease in leases] == [
         "CANCELLED", "CANCELLED", "TERMINAL", "LEASED", "CANCELLED", "GO", "GO",
@@ -148,8 +150,15 @@ async def test_a_cancelled_campaigns_delivery_is_leased_to_be_cancelled_unless_h
     leased = LeasedDelivery.taken(shard, items[0], "", leases[0], Worker("w", "test"))
     [recorded] = await store.finish([delivery_outcomes.cancelled(leased, leases[0].now_ms)])
     assert recorded == "OK"
-    [again] = await store.begin(shard, items[:1], "w", 60_000, max_leases=5)
+    [again] = await store.begin(
+        shard, Priority.LOW, entries[:1], "w", lease_ms=60_000, max_leases=5
+    )
     assert again.verdict == "TERMINAL"
     state = await store.state(shard, items[0].delivery_id)
     assert state is not None
     assert (state.status, state.version) == ("CANCELLED", 2)
+
+
+async def _entry(redis: Redis, stream: str, item: WorkItem) -> str:
+    """Add a work entry of ``item`` to ``stream``; its id."""
+    return (await redis.xadd(stream, {"w": codec.encode(item)})).decode()

@@ -112,7 +112,11 @@ async def test_one_being_sent_or_changed_since_is_left_for_a_second_look(
     email, in_app = sorted(
         await find_waiting(real_redis, shard, "anna"), key=lambda f: f.item.channel
     )
-    await DeliveryStore(real_redis).begin(shard, [email.item], "worker-1", 60_000, 5)
+    entries = [(email.entry.decode(), email.item)]
+    store = DeliveryStore(real_redis)
+    await store.begin(
+        shard, email.item.priority, entries, "worker-1", lease_ms=60_000, max_leases=5
+    )
     call = erase_call(shard, [email, in_app], [1, 7], 1_700_000_000_000, 60_000)
     assert await scripts.ERASE(real_redis, *call) == [b"IN_FLIGHT", b"MOVED"]
     assert len(await find_waiting(real_redis, shard, "anna")) == 2

@@ -156,7 +156,9 @@ async def leased(
     await ensure_group(redis, stream, DELIVERY_GROUP)
     [(_, entries)] = await redis.xreadgroup(DELIVERY_GROUP, "w", {stream: ">"})
     items = [(e.decode(), codec.decode_work_item(f[b"w"])) for e, f in entries]
-    leases = await DeliveryStore(redis).begin(shard, [i for _, i in items], "w", 60_000, 5)
+    leases = await DeliveryStore(redis).begin(
+        shard, Priority.NORMAL, items, "w", lease_ms=60_000, max_leases=5
+    )
     return [
         LeasedDelivery.taken(shard, item, entry_id, lease, WORKER)
         for (entry_id, item), lease in zip(items, leases, strict=True)
@@ -203,18 +205,25 @@ async def test_delivery_begin(real_redis: Redis, key_prefix: str, catalog: Catal
     keys = KeySpace(key_prefix)
     items = [plan(catalog, keys, "b0", ORDER), plan(catalog, keys, "b1", LARGE_ORDER)]
     await scripts.INGEST(real_redis, *ingest_call(keys.shard(0), items, 60_000, 10_000, 2000))
-    work = [codec.decode_work_item(w.item) for item in items for w in item.work]
-    call = delivery_begin_call(keys.shard(0), work, "w", 60_000, 5)
+    stream = keys.shard(0).work(Priority.NORMAL)
+    work = [
+        (e.decode(), codec.decode_work_item(f[b"w"])) for e, f in await real_redis.xrange(stream)
+    ]
+    # A fifth entry was read, but its delivery ended through another entry and its state was
+    # released since: the entry is gone from the stream, and there is no state.
+    gone = ("1-1", msgspec.structs.replace(work[0][1], delivery_id="gone"))
+    call = delivery_begin_call(stream, keys.shard(0), [*work, gone], "w", (60_000, 5))
 
     reply = await run(real_redis, scripts.DELIVERY_BEGIN, call)
 
-    assert len(reply) == 6 * len(work)  # six values per delivery
-    assert reply[0::6] == [b"GO"] * len(work)
-    assert reply[5::6] == [b"", b"", items[1].shared_data, items[1].shared_data]
-    state = await DeliveryStore(real_redis).state(keys.shard(0), work[0].delivery_id)
+    assert len(reply) == 6 * (len(work) + 1)  # six values per delivery
+    assert reply[0::6] == [b"GO"] * len(work) + [b"TERMINAL"]
+    assert reply[5::6] == [b"", b"", items[1].shared_data, items[1].shared_data, b""]
+    state = await DeliveryStore(real_redis).state(keys.shard(0), work[0][1].delivery_id)
     assert state is not None
-    assert (state.status, state.lease_owner, state.channel) == ("SENDING", "w", work[0].channel)
+    assert (state.status, state.lease_owner, state.channel) == ("SENDING", "w", work[0][1].channel)
     assert state.leases == 1
+    assert not await real_redis.exists(keys.shard(0).delivery("gone"))
 
 
 async def test_delivery_begin_and_finish_of_a_cancelled_campaign(
@@ -232,7 +241,7 @@ async def test_delivery_begin_and_finish_of_a_cancelled_campaign(
     [(_, entries)] = await real_redis.xreadgroup(DELIVERY_GROUP, "w", {stream: ">"})
     work = [(e.decode(), codec.decode_work_item(f[b"w"])) for e, f in entries]
     await real_redis.set(shard.campaign_cancelled("c-1"), "1")
-    call = delivery_begin_call(shard, [item for _, item in work], "w", 60_000, 5)
+    call = delivery_begin_call(stream, shard, work, "w", (60_000, 5))
     markers = [shard.campaign_cancelled("c-1"), shard.campaign_cancelled("c-2")]
     assert [key for key in call[0] if str(key).endswith(":cancelled")] == markers
 

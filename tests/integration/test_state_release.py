@@ -3,10 +3,12 @@ real Redis, PostgreSQL, a worker, the projector and the feedback processor: a SE
 a FAILED one (whose dead letter a replay re-checks) stays; the status API then answers from
 the read model, and answers 503 rather than "as accepted" while the read model is away; a
 receipt for a released delivery still moves it, and the same receipt again (in another
-callback) is recognised in the read model and applied once."""
+callback) is recognised in the read model and applied once; a worker that wakes after the
+release (stopped meanwhile) neither sends nor records anything."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from collections.abc import AsyncIterator
@@ -19,9 +21,15 @@ from redis.asyncio import Redis
 
 from app.api.app import create_app
 from app.settings import Settings
+from streams import codec, delivery_outcomes
+from streams.consumer_groups import DELIVERY_GROUP, ensure_group
+from streams.delivery_outcomes import LeasedDelivery
+from streams.delivery_store import DeliveryStore
+from streams.dlq.entries import Worker
 from streams.events import ProviderFeedbackReceived
 from streams.feedback import Feedback, Inbox, VerifiedCallback
 from streams.keys import KeySpace
+from streams.vocabulary import ErrorClass, Priority
 from tests.conftest import http_client, stream_events
 from tests.integration.api_support import accept, status_of
 from tests.integration.delivery_support import running_worker, state, wait_until
@@ -178,3 +186,44 @@ async def test_a_receipt_for_a_released_delivery_is_applied_once(
     assert after is not None
     assert (after["status"], after["version"]) == ("DELIVERED", row["version"] + 1)
     assert await released(real_redis, keys, delivery_id)
+
+
+async def test_a_stopped_worker_waking_after_the_release_changes_nothing(
+    api: httpx.AsyncClient, real_redis: Redis, keys: KeySpace, pool: asyncpg.Pool
+) -> None:
+    """Workers stopped (SIGSTOP, say) around an entry wake after another worker ended its
+    delivery with that entry and the projector released the state: the one stopped between
+    reading and leasing finds the entry gone (TERMINAL: nothing sent), the one stopped
+    between leasing and recording finds no state (ENDED: nothing recorded). Neither brings
+    the state back nor appends an event."""
+    sent = await accept(api, ORDER, "r-1")
+    [delivery_id] = [d["id"] for d in sent["deliveries"]]
+    shard, priority = keys.notification_shard(delivery_id), Priority.NORMAL
+    stream, store = shard.work(priority), DeliveryStore(real_redis)
+    await ensure_group(real_redis, stream, DELIVERY_GROUP)
+    [[_, [(raw_id, fields)]]] = await real_redis.xreadgroup(DELIVERY_GROUP, "r", {stream: ">"})
+    entry = [(raw_id.decode(), codec.decode_work_item(fields[b"w"]))]
+
+    async def lease(consumer: str) -> LeasedDelivery:
+        [taken] = await store.begin(shard, priority, entry, consumer, lease_ms=1, max_leases=5)
+        return LeasedDelivery.taken(shard, entry[0][1], entry[0][0], taken, Worker(consumer, "t"))
+
+    stopped = await lease("stopped")  # leased, then stopped before its outcome
+    await asyncio.sleep(0.01)  # its lease runs out; another worker takes the entry over
+    other = await lease("other")
+    assert await store.finish([delivery_outcomes.sent(other, "sandbox", "m-1", 1)]) == ["OK"]
+    async with releasing(real_redis, pool, keys):
+        await settled(pool, delivery_id, "SENT")
+        await wait_until(lambda: released(real_redis, keys, delivery_id))
+    events = await real_redis.xlen(shard.events)
+
+    [woken] = await store.begin(shard, priority, entry, "r", lease_ms=60_000, max_leases=5)
+    failed = delivery_outcomes.failed(stopped, ErrorClass.PERMANENT, "late", 2, attempts=1)
+
+    assert woken.verdict == "TERMINAL"
+    assert await store.finish([failed]) == ["ENDED"]
+    assert await released(real_redis, keys, delivery_id)
+    assert await real_redis.xlen(shard.events) == events
+    row = await projected(pool, delivery_id)
+    assert row is not None
+    assert (row["status"], row["provider_message_id"]) == ("SENT", "m-1")
