@@ -73,6 +73,7 @@ from bench.harness import (
 PRODUCER = "bench"
 VALGRIND = ["valgrind", "--tool=callgrind", "--instr-atstart=no"]
 START_TIMEOUT_S = 600.0
+DRAIN_TIMEOUT_S = 900.0
 
 
 # --- the workloads, each run in a child process under callgrind ------------------------------
@@ -122,10 +123,21 @@ async def _workload(kind: str, units: int, redis_url: str, catalog_path: Path) -
             address_digest=BENCH_DIGEST,
         )
 
+    def new_feeder() -> Any:
+        """What moves queued work items into the work streams, as a worker process runs it
+        beside its delivery worker (None for a checkout from before producers' fair
+        shares, whose ingest writes the work streams itself)."""
+        try:
+            from app.delivery.feeder import Feeder  # noqa: PLC0415 (the measured checkout's)
+        except ImportError:
+            return None
+        feeder = Feeder(redis, catalog.fairness)
+        return lambda stop: feeder.run(keys.all_shards(), stop)
+
     # A warm-up batch, not counted: scripts loaded, caches filled, the worker path run once.
     warm_up = await accept(_bodies(1, "warm-up"))
     if kind == "delivery":
-        await _drain(new_worker(), redis, keys.sandbox_sent, warm_up)
+        await _drain(new_worker(), new_feeder(), redis, keys.sandbox_sent, warm_up)
     _tune_gc_as_the_processes_do()
     bodies = _bodies(units, "measured")
     queued = await accept(bodies) if kind == "delivery" else 0
@@ -134,7 +146,8 @@ async def _workload(kind: str, units: int, redis_url: str, catalog_path: Path) -
         await accept(bodies)
         count = units * BATCH_SIZE
     else:
-        count = await _drain(new_worker(), redis, keys.sandbox_sent, warm_up + queued)
+        expected = warm_up + queued
+        count = await _drain(new_worker(), new_feeder(), redis, keys.sandbox_sent, expected)
     _handshake(f"done {count}")
     await redis.aclose()
 
@@ -147,15 +160,22 @@ def _tune_gc_as_the_processes_do() -> None:
     tune_gc()
 
 
-async def _drain(worker: Any, redis: Any, sent_stream: str, expected: int) -> int:
-    """Run ``worker`` until the sandbox has recorded ``expected`` calls in all; how many of
-    them it made."""
+async def _drain(worker: Any, feed: Any, redis: Any, sent_stream: str, expected: int) -> int:
+    """Run ``worker`` (and ``feed``, the feeder, if any) until the sandbox has recorded
+    ``expected`` calls in all; how many of them it made."""
     before = await redis.xlen(sent_stream)
-    task = asyncio.create_task(worker.run())
-    while await redis.xlen(sent_stream) < expected:  # noqa: ASYNC110 (polls Redis)
+    stop_feeding = asyncio.Event()
+    tasks = [asyncio.create_task(worker.run())]
+    if feed is not None:
+        tasks.append(asyncio.create_task(feed(stop_feeding)))
+    deadline = time.monotonic() + DRAIN_TIMEOUT_S
+    while await redis.xlen(sent_stream) < expected:  # polls Redis
+        if time.monotonic() > deadline:
+            raise BenchError(f"fewer than {expected} sends within {DRAIN_TIMEOUT_S:.0f} s")
         await asyncio.sleep(0.01)
     worker.stop()
-    await task
+    stop_feeding.set()
+    await asyncio.gather(*tasks)
     return int(await redis.xlen(sent_stream)) - int(before)
 
 
