@@ -71,6 +71,9 @@ class IngestItem(msgspec.Struct, frozen=True, kw_only=True):
     shared_data: bytes = b""
     # When the notification expires (ms): shared data is of no use after that.
     expires_ms: int = 0
+    # The channel and reason of each delivery suppressed at acceptance (for the metrics; not
+    # written).
+    suppressed: list[tuple[str, str]] = []
 
 
 class IngestReply(msgspec.Struct, frozen=True):

@@ -16,7 +16,6 @@ from __future__ import annotations
 import hmac
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -47,14 +46,18 @@ QUIET_HOURS_EXEMPT: frozenset[Channel] = frozenset({Channel.IN_APP, Channel.WEBH
 Source = Literal["api", "unsubscribe_link"]
 
 
-@dataclass(frozen=True, slots=True)
-class RecipientSettings:
+_NONE: frozenset[tuple[str, str]] = frozenset()
+
+
+# A Struct, not a dataclass: ingest builds one per recipient it reads, and a frozen
+# dataclass's constructor costs several times a Struct's.
+class RecipientSettings(msgspec.Struct, frozen=True):
     version: int = 0
     # (type, channel) pairs the recipient switched off.
-    disabled: frozenset[tuple[str, str]] = field(default_factory=frozenset)
+    disabled: frozenset[tuple[str, str]] = _NONE
     quiet_hours: QuietHoursSetting | None = None
     # (channel, address digest) of addresses a provider reported dead.
-    invalid: frozenset[tuple[str, str]] = field(default_factory=frozenset)
+    invalid: frozenset[tuple[str, str]] = _NONE
     # The recipient's profile as stored (JSON), b"" when it has none.
     profile: bytes = b""
 
@@ -62,7 +65,9 @@ class RecipientSettings:
     def from_hash(cls, flat: list[Any] | dict[Any, Any]) -> RecipientSettings:
         """Build from HGETALL's reply (a flat list inside Lua, a dict from redis-py)."""
         pairs = flat.items() if isinstance(flat, dict) else zip(flat[::2], flat[1::2], strict=True)
-        version, disabled, invalid, quiet_hours, profile = 0, set(), set(), None, b""
+        version, quiet_hours, profile = 0, None, b""
+        disabled: set[tuple[str, str]] = set()
+        invalid: set[tuple[str, str]] = set()
         for raw_name, raw_value in pairs:
             name = raw_name.decode()
             if name == "v":
@@ -77,7 +82,13 @@ class RecipientSettings:
             elif name.startswith("x:"):
                 channel, _, digest = name[2:].partition(":")
                 invalid.add((channel, digest))
-        return cls(version, frozenset(disabled), quiet_hours, frozenset(invalid), profile)
+        return cls(
+            version,
+            frozenset(disabled) if disabled else _NONE,
+            quiet_hours,
+            frozenset(invalid) if invalid else _NONE,
+            profile,
+        )
 
     def preference_entries(self) -> list[PreferenceEntry]:
         return [

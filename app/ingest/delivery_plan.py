@@ -93,19 +93,17 @@ class NotificationPlan(msgspec.Struct, frozen=True, kw_only=True):
 
     def deliveries(
         self, identity: Identity, events: list[Event]
-    ) -> tuple[list[DeliveryAtAcceptance], list[PlannedWork], bytes]:
-        """Each delivery's state at ingest (suppressed, expired, deferred by quiet hours or
-        queued), its work item unless it ended, and the encoded template data when the work
-        items share it (else b""); its first event (version 1) is added to ``events``.
-
-        One loop in one method: it runs for every delivery of every notification, and a
-        method call per delivery cost fan-out an eighth more instructions.
-        """
+    ) -> tuple[list[DeliveryAtAcceptance], list[PlannedWork], bytes, list[tuple[str, str]]]:
+        """Each delivery's state at ingest, its work item unless it ended, the encoded data
+        its work items share (else b"") and each suppressed one's channel and reason; first
+        events go to ``events``. One loop in one method: a call per delivery cost fan-out an
+        eighth more instructions."""
         nid, now, priority, quiet_until = self.id, self.now, self.priority, self.quiet_until
         type_name, disabled, invalid = self.request.type, self.disabled, self.invalid
         unroutable, suppressed = self.unroutable, self.suppressed
         # Decided for every delivery getting a work item, which is at most one per pair.
         shared = self._shared_data(len(identity.pairs))
+        suppressed_at: list[tuple[str, str]] = []
         at_acceptance: list[DeliveryAtAcceptance] = []
         work: list[PlannedWork] = []
         for (channel, address), did in zip(identity.pairs, identity.delivery_ids, strict=True):
@@ -127,6 +125,7 @@ class NotificationPlan(msgspec.Struct, frozen=True, kw_only=True):
                 DeliveryAtAcceptance(id=did, channel=channel, status=status, reason=reason)
             )
             if status is _SUPPRESSED:
+                suppressed_at.append((channel, reason))
                 events.append(DeliverySuppressed(
                     at=now, notification_id=nid, delivery_id=did, version=1,
                     channel=channel, reason=reason,  # type: ignore[arg-type]
@@ -150,7 +149,7 @@ class NotificationPlan(msgspec.Struct, frozen=True, kw_only=True):
                     channel=channel, priority=priority,
                 ))  # fmt: skip
                 work.append(PlannedWork(priority, self._work_item(did, channel, address, shared)))
-        return at_acceptance, work, shared if work else b""
+        return at_acceptance, work, shared if work else b"", suppressed_at
 
     def _shared_data(self, work_items: int) -> bytes:
         """The encoded data when ``work_items`` items share it, else b"" (each carries it)."""

@@ -246,7 +246,7 @@ class Planner:
             campaign=campaign_of(idempotency_key),
         )
         events: list[Event] = [notification.accepted(producer, idempotency_key, identity)]
-        at_acceptance, work, shared_data = notification.deliveries(identity, events)
+        at_acceptance, work, shared_data, suppressed_at = notification.deliveries(identity, events)
         record = NotificationRecord(
             id=notification.id,
             type=request.type,
@@ -277,6 +277,7 @@ class Planner:
             work=work,
             shared_data=shared_data,
             expires_ms=notification.expires_ms,
+            suppressed=suppressed_at,
         )
 
     def _notification(

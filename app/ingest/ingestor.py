@@ -29,7 +29,7 @@ from app.ingest.fanout import (
 )
 from app.ingest.profiles import decode as decode_profile
 from app.ingest.profiles import merged
-from app.ingest.requests import Accepted, NotificationRequest
+from app.ingest.requests import NotificationRequest
 from app.metrics import OPT_OUTS, SUPPRESSED
 from streams.ingest import IngestItem, IngestReply, IngestWriter
 from streams.keys import KeySpace, ShardKeys
@@ -57,8 +57,6 @@ class IngestAnswer(msgspec.Struct, frozen=True):
     detail: str = ""
     replayed: bool = False  # an earlier answer for the same key and body
 
-
-_accepted = msgspec.json.Decoder(Accepted)
 
 UNAVAILABLE = IngestAnswer(503, detail="the event log (Redis) is unavailable; retry shortly")
 
@@ -314,18 +312,16 @@ class Ingestor:
         return _answer_of(entry.item, reply)
 
     def _count_suppressed(self, entry: _Pending) -> None:
-        """Count the deliveries suppressed at acceptance. The 202 body names each one's
-        reason: searching its few hundred bytes costs far less than asking the fan-out
-        again, and decoding it happens only when something was suppressed. A replay (DUP)
-        does not count twice."""
-        response = entry.item.response
-        if b'"SUPPRESSED"' not in response:
+        """Count the deliveries suppressed at acceptance, as the plan found them. A replay
+        (DUP) does not count twice."""
+        suppressed = entry.item.suppressed
+        if not suppressed:
             return
         assert self.metrics is not None
-        for delivery in _accepted.decode(response).deliveries:
-            if delivery.status == "SUPPRESSED":
-                self.metrics.inc(SUPPRESSED, (delivery.channel, delivery.reason))
-        opted_out = response.count(b'"opted_out"')
+        opted_out = 0
+        for channel, reason in suppressed:
+            self.metrics.inc(SUPPRESSED, (channel, reason))
+            opted_out += reason == "opted_out"
         if opted_out:
             self.metrics.inc(OPT_OUTS, (entry.request.body.type,), opted_out)
 
