@@ -40,6 +40,8 @@ async def check_redis(redis: Redis | RedisCluster, url: str) -> str:
         config = await _durability_settings(redis)
     except ResponseError:
         return _unknown_durability()
+    except (RedisError, OSError) as error:  # it went away (or stalled) since INFO answered
+        raise RedisNotReady(f"Redis at {redact(url)} is not reachable: {error}") from None
     guarantee = _durability_of(config)
     log.info("redis.durability", redis_version=_text(info["redis_version"]), guarantee=guarantee)
     return guarantee
@@ -63,6 +65,10 @@ async def _check_cluster(cluster: RedisCluster, url: str) -> str:
             config = await _durability_settings(cluster, target_nodes=node)
         except ResponseError:
             return _unknown_durability()
+        except (RedisError, RedisClusterException, OSError) as error:  # restarting, say
+            raise RedisNotReady(
+                f"the Redis Cluster at {redact(url)} is not reachable or not ready: {error}"
+            ) from None
         guarantee = _durability_of(config, where=f" on the cluster's node {node.name}")
         guarantees.setdefault(guarantee, []).append(node.name)
     weakest = min(guarantees, key=GUARANTEES_WEAKEST_FIRST.index)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.cluster import ClusterNode
+from redis.exceptions import TimeoutError as RedisTimeout
 
 from app.processes.redis_checks import RedisNotReady, check_redis
 from streams.connection import connect
@@ -75,6 +76,23 @@ async def test_a_start_up_error_never_shows_the_redis_password() -> None:
     assert "clarion@127.0.0.1" in str(refused.value)
 
 
+async def stalled(*_: object, **__: object) -> None:
+    """A CONFIG GET that times out: the server stopped answering after INFO (it is being
+    restarted, say)."""
+    raise RedisTimeout("Timeout reading from 127.0.0.1")
+
+
+async def test_a_redis_that_stops_answering_during_the_checks_is_not_ready(
+    tmp_path: Path,
+) -> None:
+    with redis_server(tmp_path) as url:
+        redis = Redis.from_url(url)
+        redis.config_get = stalled  # type: ignore[method-assign]
+        with pytest.raises(RedisNotReady, match="not reachable"):
+            await check_redis(redis, url)
+        await redis.aclose()
+
+
 # A Redis Cluster: every master is checked.
 
 
@@ -131,3 +149,14 @@ async def test_an_unreachable_cluster_is_a_clear_error_without_the_password() ->
         await check_redis(client, url)
     assert "hunter2-secret" not in str(refused.value)
     await client.aclose()
+
+
+async def test_a_master_that_stops_answering_during_the_checks_is_not_ready(
+    cluster: tuple[RedisCluster, str],
+) -> None:
+    """A worker once crashed with a traceback here while the chaos suite restarted a master:
+    a start refused is retried by whoever starts it, a crash is not."""
+    client, url = cluster
+    client.config_get = stalled  # type: ignore[method-assign]
+    with pytest.raises(RedisNotReady, match="not reachable or not ready"):
+        await check_redis(client, url)
