@@ -115,15 +115,13 @@ class DeliveryStore:
         lease_ms: int,
         max_leases: int,
     ) -> list[Lease]:
-        """Lease the deliveries of work ``entries`` (id and item) read from the shard's work
-        stream of ``priority`` for
-        ``consumer``, for ``lease_ms``; a delivery leased more than ``max_leases`` times
-        without an outcome comes back POISON, one of a cancelled campaign CANCELLED."""
+        """Lease the deliveries of work ``entries`` (id and item), read from the shard's work
+        stream of ``priority``, for ``consumer``, for ``lease_ms``; a delivery leased more
+        than ``max_leases`` times without an outcome comes back POISON, one of a cancelled
+        campaign CANCELLED."""
         if not entries:
             return []
-        call = delivery_begin_call(
-            shard.work(priority), shard, entries, consumer, lease=(lease_ms, max_leases)
-        )
+        call = delivery_begin_call(shard, priority, entries, consumer, (lease_ms, max_leases))
         flat = iter(await scripts.DELIVERY_BEGIN(self.redis, *call))
         per_item = zip(flat, flat, flat, flat, flat, flat, strict=True)  # six values per item
         return [
@@ -149,22 +147,22 @@ class DeliveryStore:
 
 
 def delivery_begin_call(
-    stream: str,
     shard: ShardKeys,
+    priority: Priority,
     entries: Sequence[tuple[str, WorkItem]],
     consumer: str,
     lease: tuple[int, int],
 ) -> Call:
     """The keys and arguments of one ``lua/delivery_begin.lua`` call.
 
-    KEYS: the work stream, each delivery's state hash, then the data hash of each item with
-    shared data and the cancel marker of each campaign the items belong to (once per
-    campaign), as the items come. ARGV: the consumer, the lease's length (ms) and the leases
-    allowed without an outcome (``lease``), then per delivery its work entry id, its
-    notification id and channel (for a state hash created fresh) and the positions in KEYS
-    of its data hash and of its campaign's marker (0 for none).
+    KEYS: the work stream of ``priority``, each delivery's state hash, then the data hash of
+    each item with shared data and the cancel marker of each campaign the items belong to
+    (once per campaign), as the items come. ARGV: the consumer, the lease's length (ms) and
+    the leases allowed without an outcome (``lease``), then per delivery its work entry id,
+    its notification id and channel (for a state hash created fresh) and the positions in
+    KEYS of its data hash and of its campaign's marker (0 for none).
     """
-    keys: list[KeyOrArg] = [stream]
+    keys: list[KeyOrArg] = [shard.work(priority)]
     keys += [shard.delivery(item.delivery_id) for _, item in entries]
     args: list[KeyOrArg] = [consumer, *lease]
     markers: dict[str, int] = {}

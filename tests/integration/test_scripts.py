@@ -212,7 +212,7 @@ async def test_delivery_begin(real_redis: Redis, key_prefix: str, catalog: Catal
     # A fifth entry was read, but its delivery ended through another entry and its state was
     # released since: the entry is gone from the stream, and there is no state.
     gone = ("1-1", msgspec.structs.replace(work[0][1], delivery_id="gone"))
-    call = delivery_begin_call(stream, keys.shard(0), [*work, gone], "w", (60_000, 5))
+    call = delivery_begin_call(keys.shard(0), Priority.NORMAL, [*work, gone], "w", (60_000, 5))
 
     reply = await run(real_redis, scripts.DELIVERY_BEGIN, call)
 
@@ -241,7 +241,7 @@ async def test_delivery_begin_and_finish_of_a_cancelled_campaign(
     [(_, entries)] = await real_redis.xreadgroup(DELIVERY_GROUP, "w", {stream: ">"})
     work = [(e.decode(), codec.decode_work_item(f[b"w"])) for e, f in entries]
     await real_redis.set(shard.campaign_cancelled("c-1"), "1")
-    call = delivery_begin_call(stream, shard, work, "w", (60_000, 5))
+    call = delivery_begin_call(shard, Priority.NORMAL, work, "w", (60_000, 5))
     markers = [shard.campaign_cancelled("c-1"), shard.campaign_cancelled("c-2")]
     assert [key for key in call[0] if str(key).endswith(":cancelled")] == markers
 
