@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 DEV_KEYS := dev:dev-secret-key:send+read+recipients+admin
 DEV_DIGEST_SECRET := dev-digest-secret-not-for-production
 
-.PHONY: install browser run test lint typecheck pytest test-cluster chaos bench bench-report bench-check clean
+.PHONY: install browser promtool run test lint typecheck pytest test-cluster chaos bench bench-report bench-check clean
 
 $(BIN)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -28,6 +28,22 @@ browser:
 			apt-get install -y -qq chromium chromium-driver >/dev/null; \
 	fi
 
+## promtool: Prometheus's rule checker, which the alert rules' test runs. Only the promtool
+## binary is taken from Debian's prometheus package (apt verifies the download): installing the
+## package itself would start a Prometheus server and add a system user.
+promtool:
+	@if ! command -v promtool >/dev/null 2>&1; then \
+		if [ "$$(id -u)" != 0 ]; then \
+			echo "the alert rules' test needs promtool: sudo make promtool"; exit 1; \
+		fi; \
+		echo "installing promtool (from Debian's prometheus package) in /usr/local/bin"; \
+		dir=$$(mktemp -d) && apt-get update -qq && \
+		(cd $$dir && apt-get download -qq -o APT::Sandbox::User=root prometheus) && \
+		dpkg-deb --fsys-tarfile $$dir/prometheus_*.deb | tar -xO ./usr/bin/promtool \
+			> $$dir/promtool && install -m 755 $$dir/promtool /usr/local/bin/promtool; \
+		status=$$?; rm -rf $$dir; exit $$status; \
+	fi
+
 ## run: install, then run the whole service against local Redis (sandbox provider)
 run: install
 	CLARION_API_KEYS="$${CLARION_API_KEYS:-$(DEV_KEYS)}" \
@@ -46,7 +62,7 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-pytest: install browser
+pytest: install browser promtool
 	$(BIN)/pytest -m "not chaos"
 
 ## test-cluster: the integration and end-to-end suites against a private three-master Redis Cluster
