@@ -56,6 +56,8 @@ class Query:
 
 
 def parse(expr: str) -> Query:
+    """Enough of PromQL for these files: a name not followed by ``(`` or ``by`` is a metric
+    (a function or an aggregation otherwise), braces after it hold its label matchers."""
     tokens = [token.group() for token in TOKEN.finditer(expr)]
     query, n = Query(), 0
     while n < len(tokens):
@@ -117,12 +119,10 @@ def exported_by(text: str) -> Exported:
             "counter": [f"{family.name}_total"],
             "histogram": [f"{family.name}_{suffix}" for suffix in ("bucket", "count", "sum")],
         }.get(family.type, [family.name])
-        for name in names:
-            exported[name] = None
         labelled = specs.get(family.name, specs.get(f"{family.name}_total"))
         for name in names:
-            if labelled is not None:
-                exported[name] = labelled | ({"le"} if name.endswith("_bucket") else set())
+            bucket = {"le"} if name.endswith("_bucket") else set()
+            exported[name] = None if labelled is None else labelled | bucket
         for sample in family.samples:
             exported[sample.name] = (exported[sample.name] or set()) | set(sample.labels)
     return exported
