@@ -1,12 +1,13 @@
 """A typed client for Clarion's producer API: ``Clarion`` (blocking) and ``AsyncClarion``.
 
 It owns the HTTP calls a producer makes: sending notifications, one or in batches of any
-size, and reading their status; idempotency keys and retries. It imports nothing of the
+size, reading their status, and campaigns (create, upload recipients, start, progress);
+idempotency keys and retries. It imports nothing of the
 server: only httpx and msgspec.
 """
 
 from clarion_client.async_client import AsyncClarion
-from clarion_client.batches import BATCH_LIMIT
+from clarion_client.batches import BATCH_LIMIT, UPLOAD_LIMIT
 from clarion_client.errors import (
     AuthError,
     ClarionError,
@@ -23,13 +24,17 @@ from clarion_client.models import (
     ApnsTarget,
     BatchItem,
     BatchResult,
+    CampaignSpec,
     DeliveryAtAcceptance,
     DeliveryView,
     FcmTarget,
     Notification,
     NotificationStatus,
+    Progress,
     Recipient,
+    Segment,
     SubscriptionKeys,
+    UploadAnswer,
     WebPushTarget,
 )
 from clarion_client.retry import NO_RETRIES, RetryPolicy
@@ -38,12 +43,14 @@ from clarion_client.sync_client import Clarion
 __all__ = [
     "BATCH_LIMIT",
     "NO_RETRIES",
+    "UPLOAD_LIMIT",
     "Accepted",
     "ApnsTarget",
     "AsyncClarion",
     "AuthError",
     "BatchItem",
     "BatchResult",
+    "CampaignSpec",
     "Clarion",
     "ClarionError",
     "ConflictError",
@@ -55,11 +62,14 @@ __all__ = [
     "NotFoundError",
     "Notification",
     "NotificationStatus",
+    "Progress",
     "RateLimitedError",
     "Recipient",
     "RetryPolicy",
+    "Segment",
     "ServerError",
     "SubscriptionKeys",
     "UnavailableError",
+    "UploadAnswer",
     "WebPushTarget",
 ]

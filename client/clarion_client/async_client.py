@@ -10,20 +10,26 @@ from types import TracebackType
 import httpx
 
 from clarion_client import calls
-from clarion_client.batches import PartProgress, keyed_items, parts
+from clarion_client.batches import PartProgress, keyed_items, parts, upload_parts
 from clarion_client.errors import ConnectionFailedError, error_for
 from clarion_client.models import (
     Accepted,
     BatchItem,
     BatchResponse,
     BatchResult,
+    CampaignSpec,
     Notification,
     NotificationStatus,
+    Progress,
+    Upload,
+    UploadAnswer,
 )
 from clarion_client.retry import (
-    RETRIED_FAILURES,
-    RETRIED_STATUSES,
+    IDEMPOTENT,
+    UNREPEATABLE,
+    UPLOAD,
     Attempts,
+    Retried,
     RetryPolicy,
     retry_after_s,
 )
@@ -79,6 +85,43 @@ class AsyncClarion:
         response = await self._call("GET", calls.status_path(notification_id))
         return calls.decoded(response, NotificationStatus)
 
+    async def create_campaign(self, spec: CampaignSpec) -> Progress:
+        """Create a draft campaign. It takes no idempotency key, so it is tried again only
+        when the connection was never made."""
+        body = calls.encode(spec)
+        response = await self._call("POST", calls.CAMPAIGNS, body=body, retried=UNREPEATABLE)
+        return calls.decoded(response, Progress)
+
+    async def upload_recipients(
+        self, campaign_id: str, recipients: Sequence[str], *, idempotency_key: str | None = None
+    ) -> UploadAnswer:
+        """Add recipient ids to a draft, ``UPLOAD_LIMIT`` per request, part ``p`` under
+        ``<idempotency_key>:<p>``: the same upload again adds nobody twice. The answer: how
+        many all parts added, and the audience after the last."""
+        if not recipients:
+            raise ValueError("recipients: at least one recipient id is required")
+        base_key = idempotency_key if idempotency_key is not None else calls.new_key()
+        path = calls.campaign_path(campaign_id, "recipients")
+        added = audience = 0
+        for key, ids in upload_parts(recipients, base_key):
+            body = calls.encode(Upload(recipients=ids))
+            response = await self._call("POST", path, body=body, key=key, retried=UPLOAD)
+            answer = calls.decoded(response, UploadAnswer)
+            added, audience = added + answer.added, answer.audience
+        return UploadAnswer(added=added, audience=audience)
+
+    async def start_campaign(self, campaign_id: str) -> Progress:
+        """Start a draft: generated now, or from its ``start_at`` (tried again only when the
+        connection was never made; ConflictError when it is no draft)."""
+        path = calls.campaign_path(campaign_id, "start")
+        response = await self._call("POST", path, retried=UNREPEATABLE)
+        return calls.decoded(response, Progress)
+
+    async def get_campaign(self, campaign_id: str) -> Progress:
+        """A campaign's progress."""
+        response = await self._call("GET", calls.campaign_path(campaign_id))
+        return calls.decoded(response, Progress)
+
     async def aclose(self) -> None:
         """Close the connections, unless the caller gave the HTTP client."""
         if self._owns_http:
@@ -118,15 +161,17 @@ class AsyncClarion:
         body: bytes | None = None,
         key: str | None = None,
         attempts: Attempts | None = None,
+        retried: Retried = IDEMPOTENT,
     ) -> httpx.Response:
-        """The success answer to one call, retried as ``retry`` says; else its error."""
+        """The success answer to one call, tried again after what ``retried`` names, as
+        often as the policy lets; else its error."""
         attempts = attempts or Attempts(self._retry)
         headers = calls.headers(self._api_key, key, json_body=body is not None)
         url = self._base_url + path
         while True:
             try:
                 response = await self._http.request(method, url, content=body, headers=headers)
-            except RETRIED_FAILURES as failure:
+            except retried.failures as failure:
                 delay = attempts.next_delay(None)
                 if delay is None:
                     raise ConnectionFailedError(f"{method} {url}: {failure!r}") from failure
@@ -134,8 +179,8 @@ class AsyncClarion:
                 if response.is_success:
                     return response
                 wait = retry_after_s(response)
-                retried = response.status_code in RETRIED_STATUSES
-                delay = attempts.next_delay(wait) if retried else None
+                again = response.status_code in retried.statuses
+                delay = attempts.next_delay(wait) if again else None
                 if delay is None:
                     raise error_for(response.status_code, response.content, wait)
             await asyncio.sleep(delay)

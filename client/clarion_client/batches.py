@@ -1,4 +1,5 @@
-"""Sending a list of any length through ``POST /v1/notifications/batch``.
+"""Sending a list of any length through ``POST /v1/notifications/batch``, and uploading a
+campaign's recipients of any number through ``POST /v1/campaigns/{id}/recipients``.
 
 The server takes at most ``BATCH_LIMIT`` notifications per request and an idempotency key
 per item, not per request. So a list is cut into parts of at most ``BATCH_LIMIT``, and item
@@ -9,6 +10,10 @@ accepted the first time and sends only what was not.
 
 An item answered 409 (its key in flight) or 503 is sent again, alone with the others of its
 part that were; the rest of the part is settled.
+
+An upload takes at most ``UPLOAD_LIMIT`` recipient ids and one idempotency key per request:
+part ``p`` (counted from 0) is sent under ``<base key>:<p>``, so a repeated upload of the same
+list adds nobody twice.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import msgspec
 from clarion_client.models import BatchItem, BatchRequest, BatchResult, Notification, with_key
 
 BATCH_LIMIT = 1000
+UPLOAD_LIMIT = 10_000
 RETRIED_ITEM_STATUSES = frozenset({409, 503})
 _encoder = msgspec.json.Encoder()
 
@@ -35,6 +41,14 @@ def keyed_items(notifications: Sequence[Notification], base_key: str) -> list[Ba
 def parts(items: Sequence[BatchItem], limit: int = BATCH_LIMIT) -> list[list[BatchItem]]:
     """``items`` in order, cut into requests of at most ``limit``."""
     return [list(items[start : start + limit]) for start in range(0, len(items), limit)]
+
+
+def upload_parts(recipients: Sequence[str], base_key: str) -> list[tuple[str, list[str]]]:
+    """The upload requests for ``recipients``: each part's key and ids, in order."""
+    return [
+        (f"{base_key}:{number}", list(recipients[start : start + UPLOAD_LIMIT]))
+        for number, start in enumerate(range(0, len(recipients), UPLOAD_LIMIT))
+    ]
 
 
 class PartProgress:

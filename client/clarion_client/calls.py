@@ -16,6 +16,7 @@ T = TypeVar("T")
 
 NOTIFICATIONS = "/v1/notifications"
 BATCH = "/v1/notifications/batch"
+CAMPAIGNS = "/v1/campaigns"
 USER_AGENT = "clarion-client/0.1.0"
 _decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
 encode = msgspec.json.Encoder().encode
@@ -39,6 +40,12 @@ def checked_api_key(api_key: str) -> str:
 def status_path(notification_id: str) -> str:
     """The path of ``GET /v1/notifications/{id}``, the id quoted whatever it holds."""
     return f"{NOTIFICATIONS}/{quote(notification_id, safe='')}"
+
+
+def campaign_path(campaign_id: str, action: str = "") -> str:
+    """The path of a campaign, or of an action on it (``recipients``, ``start``)."""
+    path = f"{CAMPAIGNS}/{quote(campaign_id, safe='')}"
+    return f"{path}/{action}" if action else path
 
 
 def new_key() -> str:

@@ -148,6 +148,73 @@ class NotificationStatus(msgspec.Struct, frozen=True, kw_only=True):
     projection_lag_ms: int
 
 
+AttributeValue = str | int | float | bool
+
+
+class Segment(msgspec.Struct, frozen=True, kw_only=True):
+    """Recipients whose profile has every attribute named with the value given, or one of
+    the values a list gives: ``Segment(attributes={"plan": "pro", "country": ["DE", "AT"]})``."""
+
+    attributes: dict[str, AttributeValue | list[AttributeValue]]
+
+
+class CampaignSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Body of ``POST /v1/campaigns``: one notification of ``type`` to each recipient,
+    uploaded or selected by ``segment``; from ``start_at``, at most ``rate`` a second."""
+
+    type: str
+    name: str = ""
+    data: dict[str, Any] = {}
+    priority: Priority | None = None
+    channels: list[Channel] | None = None
+    locale: str | None = None
+    ttl_seconds: int | None = None
+    segment: Segment | None = None
+    start_at: datetime | None = None
+    rate: int | None = None
+
+
+class Upload(msgspec.Struct, frozen=True, kw_only=True):
+    """Body of ``POST /v1/campaigns/{id}/recipients``: at most ``UPLOAD_LIMIT`` ids."""
+
+    recipients: list[str]
+
+
+class UploadAnswer(msgspec.Struct, frozen=True, kw_only=True):
+    """Recipients an upload added (a repeated one: what the first added) and the audience."""
+
+    added: int
+    audience: int
+
+
+class Progress(msgspec.Struct, frozen=True, kw_only=True):
+    """A campaign and how far it got; ``deliveries`` is null while the read model is away,
+    ``eta_seconds`` unless it is generating."""
+
+    id: str
+    name: str
+    type: str
+    state: str  # draft, scheduled, running, paused, cancelled or completed
+    audience: int
+    generated: int
+    skipped: int
+    repeated: int
+    remaining: int
+    deliveries: dict[str, int] | None
+    sent: int
+    delivered: int
+    failed: int
+    suppressed: int
+    cancelled: int
+    rate: float
+    eta_seconds: float | None
+    rate_limit: int | None
+    created_at: datetime
+    start_at: datetime | None
+    started_at: datetime | None
+    ended_at: datetime | None
+
+
 class ErrorBody(msgspec.Struct, frozen=True, kw_only=True):
     """Every error answer: ``{"status_code": …, "detail": "<what is wrong>"}``."""
 

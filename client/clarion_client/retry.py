@@ -6,6 +6,9 @@ nothing of such a request was written, or what was is answered again for the sam
 call that got no answer at all (refused, reset, timed out) is tried again too: it carries
 the same idempotency key, so a request that did arrive is not accepted twice. Any other
 error answer is final.
+
+Creating and starting a campaign take no idempotency key: they are tried again only when
+the connection was never made, and a 409 there is the campaign's state, not a key in flight.
 """
 
 from __future__ import annotations
@@ -17,9 +20,27 @@ from dataclasses import dataclass
 
 import httpx
 
-RETRIED_STATUSES = frozenset({409, 429, 503})
+
+@dataclass(frozen=True)
+class Retried:
+    """What a kind of call is tried again after: these answers, these failures."""
+
+    statuses: frozenset[int]
+    failures: tuple[type[Exception], ...]
+
+
 # Failures after which the request may or may not have arrived; its key makes a retry safe.
-RETRIED_FAILURES = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
+LOST = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
+# Failures before any of the request was sent.
+NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout)
+
+# A call with an idempotency key, or a read.
+IDEMPOTENT = Retried(frozenset({409, 429, 503}), LOST)
+# A campaign's recipients upload, with its key: there 409 means "no longer a draft", final.
+UPLOAD = Retried(frozenset({503}), LOST)
+# A call without a key that changes something (creating or starting a campaign): tried
+# again only when it certainly never arrived, so it is never made twice.
+UNREPEATABLE = Retried(frozenset(), NEVER_SENT)
 
 
 @dataclass(frozen=True, kw_only=True)

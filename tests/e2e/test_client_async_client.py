@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import json
 import time
 from collections.abc import Iterator
@@ -17,6 +18,8 @@ from clarion_client import (
     BATCH_LIMIT,
     AsyncClarion,
     AuthError,
+    CampaignSpec,
+    Clarion,
     ConflictError,
     InvalidRequestError,
     NotFoundError,
@@ -83,6 +86,35 @@ async def test_errors_carry_the_servers_status_and_detail(api_url: str) -> None:
         with pytest.raises(AuthError) as refused:
             await stranger.get_notification("0192f0c4-0000-7000-8000-000000000000")
     assert (refused.value.status_code, refused.value.detail) == (401, AUTH_DETAIL)
+
+
+async def test_a_campaign_from_draft_to_running(api_url: str) -> None:
+    spec = CampaignSpec(type="marketing", data={"subject": "S", "body": "B"}, rate=100)
+    async with AsyncClarion(api_url, API_KEY) as clarion:
+        draft = await clarion.create_campaign(spec)
+        uploaded = await clarion.upload_recipients(draft.id, ["u-1", "u-2", "u-1"])
+        started = await clarion.start_campaign(draft.id)
+        with pytest.raises(ConflictError, match="cannot start a campaign that is"):
+            await clarion.start_campaign(draft.id)
+        progress = await clarion.get_campaign(draft.id)
+    assert (draft.state, draft.rate_limit) == ("draft", 100)
+    assert uploaded.audience == 3
+    assert started.state in ("running", "completed")
+    assert (progress.id, progress.audience) == (draft.id, 3)
+
+
+def test_both_clients_offer_the_same_calls() -> None:
+    def calls(client: type[object]) -> dict[str, inspect.Signature]:
+        return {
+            name: inspect.signature(method)
+            for name, method in vars(client).items()
+            if callable(method) and not name.startswith("_") and name not in ("close", "aclose")
+        }
+
+    assert calls(AsyncClarion) == calls(Clarion)
+    assert all(
+        inspect.iscoroutinefunction(getattr(AsyncClarion, name)) for name in calls(AsyncClarion)
+    )
 
 
 @pytest.fixture

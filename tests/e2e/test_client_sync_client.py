@@ -1,7 +1,7 @@
 """``Clarion``, the blocking client, against a running ``clarion api`` (its own key prefix and
 database, real Redis and PostgreSQL): sending, batches cut at the server's limit, status,
-idempotent repeats and errors with the server's detail. Its retries against the local
-Clarion of ``tests.peers.clarion``, which fails on demand."""
+idempotent repeats, campaigns, and errors with the server's detail. Its retries against the
+local Clarion of ``tests.peers.clarion``, which fails on demand."""
 
 from __future__ import annotations
 
@@ -15,9 +15,12 @@ import pytest
 
 from clarion_client import (
     BATCH_LIMIT,
+    UPLOAD_LIMIT,
     AuthError,
     BatchItem,
+    CampaignSpec,
     Clarion,
+    ConflictError,
     ConnectionFailedError,
     InvalidRequestError,
     NotFoundError,
@@ -120,6 +123,30 @@ def test_errors_carry_the_servers_status_and_detail(clarion: Clarion, api_url: s
     assert (refused.value.status_code, refused.value.detail) == (401, AUTH_DETAIL)
 
 
+def test_a_campaign_from_draft_to_running(api_url: str) -> None:
+    sent: list[httpx.Request] = []
+    recipients = [f"user-{i}" for i in range(UPLOAD_LIMIT + 2000)]
+    spec = CampaignSpec(type="marketing", name="Spring sale", data={"subject": "S", "body": "B"})
+    with httpx.Client(event_hooks={"request": [sent.append]}) as http:
+        clarion = Clarion(api_url, API_KEY, http_client=http)
+        draft = clarion.create_campaign(spec)
+        with pytest.raises(ConflictError, match="upload its recipients before starting it"):
+            clarion.start_campaign(draft.id)  # a 409 of a campaign is its state: not retried
+        assert len(sent) == 2
+        uploaded = clarion.upload_recipients(draft.id, recipients, idempotency_key="spring-1")
+        assert [r.headers["Idempotency-Key"] for r in sent[2:]] == ["spring-1:0", "spring-1:1"]
+        repeated = clarion.upload_recipients(draft.id, recipients, idempotency_key="spring-1")
+        started = clarion.start_campaign(draft.id)
+        progress = clarion.get_campaign(draft.id)
+        with pytest.raises(NotFoundError, match="campaign: no campaign"):
+            clarion.get_campaign("no-such-campaign")
+    assert (draft.name, draft.state, draft.audience) == ("Spring sale", "draft", 0)
+    assert (uploaded.added, uploaded.audience) == (12_000, 12_000)
+    assert repeated.audience == 12_000  # the same upload again added nobody
+    assert started.state in ("running", "completed")
+    assert (progress.id, progress.audience) == (draft.id, 12_000)
+
+
 @pytest.fixture
 def peer() -> ClarionPeer:
     return ClarionPeer("peer-key")
@@ -163,6 +190,14 @@ def test_when_attempts_run_out_the_last_error_is_raised(peer: ClarionPeer, peer_
     peer.answer_next(503, "unavailable", retry_after="60")
     with Clarion(peer_url, "peer-key", retry=FAST) as clarion, pytest.raises(UnavailableError):
         clarion.send(otp())  # a wait past the time budget is not started
+
+
+def test_a_campaign_is_not_created_again_after_an_answer(peer: ClarionPeer, peer_url: str) -> None:
+    peer.answer_next(503, "the event log (Redis) is unavailable", retry_after="0")
+    clarion = Clarion(peer_url, "peer-key", retry=FAST)
+    with clarion, pytest.raises(UnavailableError, match="unavailable"):
+        clarion.create_campaign(CampaignSpec(type="marketing"))
+    assert len(peer.seen) == 1  # it may have been made: only the caller can tell
 
 
 def test_other_errors_are_not_retried(peer: ClarionPeer, peer_url: str) -> None:

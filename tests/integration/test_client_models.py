@@ -22,9 +22,13 @@ from clarion_client.models import (
     Accepted,
     BatchRequest,
     BatchResponse,
+    CampaignSpec,
     ErrorBody,
     Notification,
     NotificationStatus,
+    Progress,
+    Upload,
+    UploadAnswer,
 )
 from tests.conftest import API_KEYS, DIGEST_SECRET, REPO, connect_test_redis
 
@@ -32,6 +36,8 @@ Schema = dict[str, Any]
 STATUS_PATH = "/v1/notifications/{notification_id}"
 NOTIFICATIONS = "/v1/notifications"
 BATCH = "/v1/notifications/batch"
+CAMPAIGNS = "/v1/campaigns"
+CAMPAIGN = "/v1/campaigns/{campaign_id}"
 
 
 @pytest.fixture(scope="module")
@@ -79,6 +85,9 @@ def type_of(schema: Schema) -> str:
     return "object" if "properties" in schema else ""
 
 
+NUMBER = {"integer": ("number",)}
+
+
 def tag_of(schema: Schema) -> tuple[str, Any] | None:
     """A tagged object's tag (``platform``: ``webpush``), or None."""
     for name, prop in schema.get("properties", {}).items():
@@ -100,7 +109,8 @@ def request_problems(client: Schema, server: Schema, where: str, docs: Documents
     problems = []
     for alt in alternatives(client, docs[0]):
         kind = type_of(alt)
-        matches = [s for s in server_alts if type_of(s) == kind]
+        # An integer is a number too.
+        matches = [s for s in server_alts if type_of(s) in (kind, *NUMBER.get(kind, ()))]
         if not matches:
             problems.append(f"{where}: the client sends {kind or 'any value'}, the server "
                             f"takes {sorted(taken)}")  # fmt: skip
@@ -124,6 +134,11 @@ def object_problems(client: Schema, server: Schema, where: str, docs: Documents)
             problems.append(f"{where}.{name}: not in the server's schema")
             continue
         problems += request_problems(prop, server_fields[name], f"{where}.{name}", docs)
+    client_values, server_values = (
+        side.get("additionalProperties") for side in (client, server)
+    )  # the values of a map (``data``, a segment's attributes)
+    if isinstance(client_values, dict) and client_values and isinstance(server_values, dict):
+        problems += request_problems(client_values, server_values, f"{where}{{}}", docs)
     client_required = set(client.get("required", []))
     server_required = set(server.get("required", []))
     if client_required != server_required:
@@ -148,7 +163,15 @@ def check_request(model: type[Any], server: Schema, served: Schema) -> list[str]
     return request_problems(schema, server, model.__name__, (document, served))
 
 
-@pytest.mark.parametrize(("model", "path"), [(Notification, NOTIFICATIONS), (BatchRequest, BATCH)])
+REQUESTS = [
+    (Notification, NOTIFICATIONS),
+    (BatchRequest, BATCH),
+    (CampaignSpec, CAMPAIGNS),
+    (Upload, f"{CAMPAIGN}/recipients"),
+]
+
+
+@pytest.mark.parametrize(("model", "path"), REQUESTS)
 def test_every_field_the_client_sends_is_in_the_servers_schema(
     served: Schema, model: type[Any], path: str
 ) -> None:
@@ -194,6 +217,10 @@ ANSWERS = [
     (Accepted, NOTIFICATIONS, "post", "202"),
     (BatchResponse, BATCH, "post", "200"),
     (NotificationStatus, STATUS_PATH, "get", "200"),
+    (Progress, CAMPAIGNS, "post", "201"),
+    (UploadAnswer, f"{CAMPAIGN}/recipients", "post", "200"),
+    (Progress, f"{CAMPAIGN}/start", "post", "200"),
+    (Progress, CAMPAIGN, "get", "200"),
     (ErrorBody, NOTIFICATIONS, "post", "422"),
     (ErrorBody, STATUS_PATH, "get", "404"),
 ]
@@ -235,6 +262,18 @@ def test_a_channel_or_platform_the_server_no_longer_takes_is_caught(served: Sche
         "Notification.recipient.push_targets[].token: the client sends string, "
         "the server takes ['integer']",
         "Notification.channels[]: ['SMS'] not taken",
+    ]
+
+
+def test_a_segment_value_the_server_no_longer_takes_is_caught(served: Schema) -> None:
+    changed = copy.deepcopy(served)
+    attributes = changed["components"]["schemas"]["Segment"]["properties"]["attributes"]
+    attributes["additionalProperties"] = {"type": "string"}
+    problems = check_request(CampaignSpec, request_schema(changed, CAMPAIGNS), changed)
+    where = "CampaignSpec.segment.attributes{}"
+    assert problems == [
+        f"{where}: the client sends {kind}, the server takes ['string']"
+        for kind in ("integer", "number", "boolean", "array")
     ]
 
 

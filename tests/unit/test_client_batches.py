@@ -6,7 +6,14 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from clarion_client.batches import BATCH_LIMIT, PartProgress, keyed_items, parts
+from clarion_client.batches import (
+    BATCH_LIMIT,
+    UPLOAD_LIMIT,
+    PartProgress,
+    keyed_items,
+    parts,
+    upload_parts,
+)
 from clarion_client.models import BatchItem, BatchResult, Notification, Recipient
 
 OTP = Notification(recipient=Recipient(id="u-1", phone="+4915112345678"), type="otp")
@@ -80,3 +87,11 @@ def test_unset_fields_are_left_out_so_the_server_applies_its_defaults() -> None:
         "type": "otp",
         "idempotency_key": "k:0",
     }
+
+
+def test_an_upload_is_cut_at_the_limit_with_a_key_per_part() -> None:
+    recipients = [f"user-{i}" for i in range(UPLOAD_LIMIT + 1)]
+    [(first_key, first), (second_key, second)] = upload_parts(recipients, "spring")
+    assert (first_key, second_key) == ("spring:0", "spring:1")
+    assert (first, second) == (recipients[:UPLOAD_LIMIT], recipients[UPLOAD_LIMIT:])
+    assert upload_parts(["u-1"], "k") == [("k:0", ["u-1"])]

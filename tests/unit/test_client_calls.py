@@ -8,6 +8,7 @@ import httpx
 import pytest
 
 from clarion_client.calls import (
+    campaign_path,
     checked_api_key,
     checked_base_url,
     decoded,
@@ -47,6 +48,12 @@ def test_headers_carry_the_key_as_bearer_and_the_idempotency_key_when_given() ->
 def test_status_path_quotes_whatever_the_id_holds() -> None:
     assert status_path("0192-ab") == "/v1/notifications/0192-ab"
     assert status_path("../ops/lag?x=1") == "/v1/notifications/..%2Fops%2Flag%3Fx%3D1"
+
+
+def test_campaign_paths_quote_the_id() -> None:
+    assert campaign_path("019ae") == "/v1/campaigns/019ae"
+    assert campaign_path("019ae", "start") == "/v1/campaigns/019ae/start"
+    assert campaign_path("a/b", "recipients") == "/v1/campaigns/a%2Fb/recipients"
 
 
 def test_new_keys_are_fresh_uuids() -> None:
