@@ -171,8 +171,9 @@ class AsyncClarion:
         while True:
             try:
                 response = await self._http.request(method, url, content=body, headers=headers)
-            except retried.failures as failure:
-                delay = attempts.next_delay(None)
+            except httpx.TransportError as failure:
+                again = isinstance(failure, retried.failures)
+                delay = attempts.next_delay(None) if again else None
                 if delay is None:
                     raise ConnectionFailedError(f"{method} {url}: {failure!r}") from failure
             else:

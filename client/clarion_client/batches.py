@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 import msgspec
 
+from clarion_client.errors import ServerError
 from clarion_client.models import BatchItem, BatchRequest, BatchResult, Notification, with_key
 
 BATCH_LIMIT = 1000
@@ -70,11 +71,11 @@ class PartProgress:
         return _encoder.encode(BatchRequest(notifications=items))
 
     def record(self, results: Sequence[BatchResult]) -> None:
-        """Take the answer to ``body()``: one result per item sent, in order."""
+        """Take the answer to ``body()``: one result per item sent, in order (ServerError
+        for an answer with another number of them)."""
         if len(results) != len(self._unsettled):
-            raise ValueError(
-                f"the batch answer has {len(results)} results for {len(self._unsettled)} items"
-            )
+            detail = f"the batch answer has {len(results)} results for {len(self._unsettled)} items"
+            raise ServerError(200, detail)
         again = []
         for position, result in zip(self._unsettled, results, strict=True):
             self._results[position] = result

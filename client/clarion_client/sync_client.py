@@ -166,8 +166,9 @@ class Clarion:
         while True:
             try:
                 response = self._http.request(method, url, content=body, headers=headers)
-            except retried.failures as failure:
-                delay = attempts.next_delay(None)
+            except httpx.TransportError as failure:
+                again = isinstance(failure, retried.failures)
+                delay = attempts.next_delay(None) if again else None
                 if delay is None:
                     raise ConnectionFailedError(f"{method} {url}: {failure!r}") from failure
             else:

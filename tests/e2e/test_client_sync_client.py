@@ -32,7 +32,7 @@ from clarion_client import (
 )
 from tests.e2e.api_service import API_KEY, running_api
 from tests.peers.clarion import AUTH_DETAIL, BATCH, ClarionPeer, accepted
-from tests.peers.serving import serve
+from tests.peers.serving import Fault, serve
 from tests.servers import free_port
 
 FAST = RetryPolicy(max_attempts=4, max_elapsed_s=20, base_delay_s=0.01, max_delay_s=0.05)
@@ -198,6 +198,19 @@ def test_a_campaign_is_not_created_again_after_an_answer(peer: ClarionPeer, peer
     with clarion, pytest.raises(UnavailableError, match="unavailable"):
         clarion.create_campaign(CampaignSpec(type="marketing"))
     assert len(peer.seen) == 1  # it may have been made: only the caller can tell
+
+
+def test_a_lost_answer_is_retried_under_the_same_key_but_not_for_a_campaign(
+    peer: ClarionPeer, peer_url: str
+) -> None:
+    peer.fail(Fault.HANG, times=1)  # the first request is read, and never answered
+    with Clarion(peer_url, "peer-key", retry=FAST, timeout_s=2) as clarion:
+        clarion.send(otp(), idempotency_key="k-3")
+        assert (peer.requests, peer.accepted) == (2, ["k-3"])
+        peer.fail(Fault.HANG, times=1)
+        with pytest.raises(ConnectionFailedError, match="ReadTimeout"):
+            clarion.create_campaign(CampaignSpec(type="marketing"))
+    assert peer.requests == 3
 
 
 def test_other_errors_are_not_retried(peer: ClarionPeer, peer_url: str) -> None:

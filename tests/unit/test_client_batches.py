@@ -14,6 +14,7 @@ from clarion_client.batches import (
     parts,
     upload_parts,
 )
+from clarion_client.errors import ServerError
 from clarion_client.models import BatchItem, BatchResult, Notification, Recipient
 
 OTP = Notification(recipient=Recipient(id="u-1", phone="+4915112345678"), type="otp")
@@ -74,7 +75,7 @@ def test_when_retries_run_out_the_last_answers_stand() -> None:
 
 def test_an_answer_with_the_wrong_number_of_results_is_refused() -> None:
     progress = PartProgress(keyed_items([otp(0), otp(1)], "k"))
-    with pytest.raises(ValueError, match="the batch answer has 1 results for 2 items"):
+    with pytest.raises(ServerError, match="the batch answer has 1 results for 2 items"):
         progress.record([result("k:0", 202)])
     with pytest.raises(ValueError, match="no result yet for the items with keys"):
         progress.results()
