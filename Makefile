@@ -8,10 +8,11 @@ DEV_DIGEST_SECRET := dev-digest-secret-not-for-production
 
 .PHONY: install browser promtool run test lint typecheck pytest test-cluster chaos bench bench-report bench-check clean
 
-$(BIN)/.installed: pyproject.toml
+# The Python client (client/) is installed editable beside the server, so the tests import it.
+$(BIN)/.installed: pyproject.toml client/pyproject.toml
 	python3 -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev]' -e ./client
 	touch $@
 
 install: $(BIN)/.installed

@@ -211,11 +211,12 @@ class Served:
 
 
 @contextlib.contextmanager
-def serve(peer: HttpPeer) -> Iterator[Served]:
-    """Serve ``peer`` on a free port of 127.0.0.1 in a thread; stop it afterwards."""
+def serve(peer: HttpPeer, port: int = 0) -> Iterator[Served]:
+    """Serve ``peer`` on 127.0.0.1 in a thread, on ``port`` (a free one if 0); stop it
+    afterwards."""
     listener = socket.socket()
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("127.0.0.1", 0))
+    listener.bind(("127.0.0.1", port))
     server = uvicorn.Server(_config(peer))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
     thread.start()

@@ -5,6 +5,7 @@ states its rules; this test keeps them true."""
 from __future__ import annotations
 
 import ast
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +13,13 @@ import pytest
 
 from tests.conftest import REPO
 
-PACKAGES = ("app", "streams", "projections")
+PACKAGES = ("app", "streams", "projections", "clarion_client")
+# Where a package lives when not at the top of the repository: the Python client is a
+# distribution of its own, installed without the server.
+SOURCE_ROOTS = {"clarion_client": REPO / "client"}
+# What the client may import besides itself and the standard library: its dependencies in
+# client/pyproject.toml.
+CLIENT_DEPENDENCIES = {"httpx", "msgspec"}
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
 
@@ -44,6 +51,7 @@ ALLOWED: dict[str, set[str]] = {
         *SHARED_APP, "app.processes", "app.api", "app.campaigns", "app.delivery", "app.providers",
         "app.feedback", "app.status_webhooks", "projections", "streams",
     },
+    "clarion_client": {"clarion_client"},
     "app.cli": {
         *SHARED_APP, "app.cli", "app.api", "app.campaigns", "app.ingest", "app.delivery",
         "app.providers",
@@ -54,12 +62,14 @@ ALLOWED: dict[str, set[str]] = {
 # Only the HTTP layer (and the process that serves it) knows HTTP.
 HTTP_LIBRARIES = ("litestar",)
 KNOWS_HTTP = ("app.api", "app.processes.api")
+CLIENT = "clarion_client"
 
 
 def modules() -> Iterator[tuple[str, Path]]:
     for package in PACKAGES:
-        for path in sorted((REPO / package).rglob("*.py")):
-            parts = path.relative_to(REPO).with_suffix("").parts
+        root = SOURCE_ROOTS.get(package, REPO)
+        for path in sorted((root / package).rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
             name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
             yield name, path
 
@@ -118,6 +128,19 @@ def _is_name_of(target: str, rules: set[str]) -> bool:
     return target not in MODULES and allowed(target.rpartition(".")[0], rules)
 
 
+@pytest.mark.parametrize(
+    ("module", "path"), [pytest.param(*m, id=m[0]) for m in modules() if m[0].startswith(CLIENT)]
+)
+def test_the_client_imports_only_its_dependencies(module: str, path: Path) -> None:
+    outside = {
+        target
+        for _, target in imports(path)
+        if (top := target.split(".")[0]) not in {CLIENT, *CLIENT_DEPENDENCIES}
+        and top not in sys.stdlib_module_names
+    }
+    assert not outside, f"{module} imports {outside}: add them to client/pyproject.toml first"
+
+
 @pytest.mark.parametrize(("module", "path"), [pytest.param(*m, id=m[0]) for m in modules()])
 def test_only_the_http_layer_imports_http(module: str, path: Path) -> None:
     if module.startswith(KNOWS_HTTP):
@@ -166,13 +189,19 @@ DECLARATIONS_ONLY = {
     "streams.vocabulary",  # channels, priorities and error classes
 }
 TIERS = ("unit", "integration", "e2e")
+# The client's tests are named after its modules behind a word of their own, so that
+# ``test_errors.py`` is never taken for the client's ``errors`` or an app's.
+TEST_PREFIX = {CLIENT: "client"}
 
 
 def mirror_of(module: str) -> str:
     """The test file named after ``module``: its package path without the top package, joined
     by "_" (``app.api.auth`` → ``test_api_auth.py``, ``app.settings`` → ``test_settings.py``,
-    ``streams.dlq.scan`` → ``test_dlq_scan.py``, ``projections.rows`` → ``test_rows.py``)."""
-    return "test_" + "_".join(module.split(".")[1:]) + ".py"
+    ``streams.dlq.scan`` → ``test_dlq_scan.py``, ``projections.rows`` → ``test_rows.py``), the
+    client's behind "client" (``clarion_client.retry`` → ``test_client_retry.py``)."""
+    top, *rest = module.split(".")
+    words = [TEST_PREFIX[top], *rest] if top in TEST_PREFIX else rest
+    return "test_" + "_".join(words) + ".py"
 
 
 def test_every_module_with_logic_has_a_test_file_named_after_it() -> None:

@@ -1,0 +1,75 @@
+"""A typed client for Clarion's producer API: ``Clarion`` (blocking) and ``AsyncClarion``.
+
+It owns the HTTP calls a producer makes: sending notifications, one or in batches of any
+size, reading their status, and campaigns (create, upload recipients, start, progress);
+idempotency keys and retries. It imports nothing of the
+server: only httpx and msgspec.
+"""
+
+from clarion_client.async_client import AsyncClarion
+from clarion_client.batches import BATCH_LIMIT, UPLOAD_LIMIT
+from clarion_client.errors import (
+    AuthError,
+    ClarionError,
+    ConflictError,
+    ConnectionFailedError,
+    InvalidRequestError,
+    NotFoundError,
+    RateLimitedError,
+    ServerError,
+    UnavailableError,
+)
+from clarion_client.models import (
+    Accepted,
+    ApnsTarget,
+    BatchItem,
+    BatchResult,
+    CampaignSpec,
+    DeliveryAtAcceptance,
+    DeliveryView,
+    FcmTarget,
+    Notification,
+    NotificationStatus,
+    Progress,
+    Recipient,
+    Segment,
+    SubscriptionKeys,
+    UploadAnswer,
+    WebPushTarget,
+)
+from clarion_client.retry import NO_RETRIES, RetryPolicy
+from clarion_client.sync_client import Clarion
+
+__all__ = [
+    "BATCH_LIMIT",
+    "NO_RETRIES",
+    "UPLOAD_LIMIT",
+    "Accepted",
+    "ApnsTarget",
+    "AsyncClarion",
+    "AuthError",
+    "BatchItem",
+    "BatchResult",
+    "CampaignSpec",
+    "Clarion",
+    "ClarionError",
+    "ConflictError",
+    "ConnectionFailedError",
+    "DeliveryAtAcceptance",
+    "DeliveryView",
+    "FcmTarget",
+    "InvalidRequestError",
+    "NotFoundError",
+    "Notification",
+    "NotificationStatus",
+    "Progress",
+    "RateLimitedError",
+    "Recipient",
+    "RetryPolicy",
+    "Segment",
+    "ServerError",
+    "SubscriptionKeys",
+    "UnavailableError",
+    "UploadAnswer",
+    "WebPushTarget",
+]

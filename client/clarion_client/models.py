@@ -1,0 +1,227 @@
+"""The request and answer bodies of Clarion's producer API, as msgspec Structs.
+
+They mirror the server's OpenAPI schema (``/schema``); a test compares the two field by
+field. Requests leave out what is unset, so the server applies its defaults (the type's
+priority, channels and TTL). Answers ignore fields they do not know, and keep statuses and
+channels as plain strings, so a server that learns a new status does not break this client.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+import msgspec
+
+Channel = Literal["PUSH", "EMAIL", "SMS", "IN_APP", "WEBHOOK"]
+Priority = Literal["HIGH", "NORMAL", "LOW"]
+
+
+class FcmTarget(msgspec.Struct, frozen=True, kw_only=True, tag_field="platform", tag="fcm"):
+    """An FCM registration token."""
+
+    token: str
+
+
+class ApnsTarget(msgspec.Struct, frozen=True, kw_only=True, tag_field="platform", tag="apns"):
+    """An APNs device token (64 hex digits today)."""
+
+    token: str
+
+
+class SubscriptionKeys(msgspec.Struct, frozen=True, kw_only=True):
+    p256dh: str
+    auth: str
+
+
+class WebPushTarget(
+    msgspec.Struct,
+    frozen=True,
+    kw_only=True,
+    omit_defaults=True,
+    tag_field="platform",
+    tag="webpush",
+    rename={"expiration_time": "expirationTime"},
+):
+    """A browser's ``PushSubscription.toJSON()``."""
+
+    endpoint: str
+    keys: SubscriptionKeys
+    expiration_time: int | None = None
+
+
+PushTarget = FcmTarget | ApnsTarget | WebPushTarget
+
+
+class Recipient(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Who a notification is for; addresses given here win over the recipient's profile."""
+
+    id: str
+    email: str | None = None
+    phone: str | None = None
+    push_tokens: list[str] = []
+    webhook_url: str | None = None
+    push_targets: list[PushTarget] = []
+
+
+class Notification(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Body of ``POST /v1/notifications``: only ``recipient`` and ``type`` are required."""
+
+    recipient: Recipient
+    type: str
+    priority: Priority | None = None
+    channels: list[Channel] | None = None
+    locale: str | None = None
+    ttl_seconds: int | None = None
+    data: dict[str, Any] = {}
+
+
+class BatchItem(Notification, frozen=True, kw_only=True, omit_defaults=True):
+    """A notification in a batch, with the idempotency key the server takes per item."""
+
+    idempotency_key: str
+
+
+class BatchRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """Body of ``POST /v1/notifications/batch``: at most ``BATCH_LIMIT`` items."""
+
+    notifications: list[BatchItem]
+
+
+class DeliveryAtAcceptance(msgspec.Struct, frozen=True, kw_only=True):
+    """A delivery as ingest planned it: QUEUED, SCHEDULED, SUPPRESSED or EXPIRED."""
+
+    id: str
+    channel: str
+    status: str
+    reason: str = ""
+
+
+class Accepted(msgspec.Struct, frozen=True, kw_only=True):
+    """The 202 answer: the notification's id and one delivery per channel and address."""
+
+    id: str
+    deliveries: list[DeliveryAtAcceptance]
+
+
+class BatchResult(msgspec.Struct, frozen=True, kw_only=True):
+    """One item's answer: 202 with ``id`` and ``deliveries``, or an error ``detail``."""
+
+    idempotency_key: str
+    status_code: int
+    id: str | None = None
+    deliveries: list[DeliveryAtAcceptance] | None = None
+    detail: str | None = None
+
+    @property
+    def accepted(self) -> bool:
+        """Whether the server took this item (now, or at an earlier call with its key)."""
+        return self.status_code == 202
+
+
+class BatchResponse(msgspec.Struct, frozen=True, kw_only=True):
+    results: list[BatchResult]
+
+
+class DeliveryView(msgspec.Struct, frozen=True, kw_only=True):
+    """A delivery's current state; the error fields are from its latest failed attempt."""
+
+    id: str
+    channel: str | None
+    status: str
+    attempts: int
+    error_class: str | None
+    last_error: str | None
+    provider_message_id: str | None
+    updated_at: datetime
+
+
+class NotificationStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """``GET /v1/notifications/{id}``: the notification and each delivery's state."""
+
+    id: str
+    type: str
+    priority: str
+    recipient_id: str
+    created_at: datetime
+    deliveries: list[DeliveryView]
+    projection_lag_ms: int
+
+
+AttributeValue = str | int | float | bool
+
+
+class Segment(msgspec.Struct, frozen=True, kw_only=True):
+    """Recipients whose profile has every attribute named with the value given, or one of
+    the values a list gives: ``Segment(attributes={"plan": "pro", "country": ["DE", "AT"]})``."""
+
+    attributes: dict[str, AttributeValue | list[AttributeValue]]
+
+
+class CampaignSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Body of ``POST /v1/campaigns``: one notification of ``type`` to each recipient,
+    uploaded or selected by ``segment``; from ``start_at``, at most ``rate`` a second."""
+
+    type: str
+    name: str = ""
+    data: dict[str, Any] = {}
+    priority: Priority | None = None
+    channels: list[Channel] | None = None
+    locale: str | None = None
+    ttl_seconds: int | None = None
+    segment: Segment | None = None
+    start_at: datetime | None = None
+    rate: int | None = None
+
+
+class Upload(msgspec.Struct, frozen=True, kw_only=True):
+    """Body of ``POST /v1/campaigns/{id}/recipients``: at most ``UPLOAD_LIMIT`` ids."""
+
+    recipients: list[str]
+
+
+class UploadAnswer(msgspec.Struct, frozen=True, kw_only=True):
+    """Recipients an upload added (a repeated one: what the first added) and the audience."""
+
+    added: int
+    audience: int
+
+
+class Progress(msgspec.Struct, frozen=True, kw_only=True):
+    """A campaign and how far it got; ``deliveries`` is null while the read model is away,
+    ``eta_seconds`` unless it is generating."""
+
+    id: str
+    name: str
+    type: str
+    state: str  # draft, scheduled, running, paused, cancelled or completed
+    audience: int
+    generated: int
+    skipped: int
+    repeated: int
+    remaining: int
+    deliveries: dict[str, int] | None
+    sent: int
+    delivered: int
+    failed: int
+    suppressed: int
+    cancelled: int
+    rate: float
+    eta_seconds: float | None
+    rate_limit: int | None
+    created_at: datetime
+    start_at: datetime | None
+    started_at: datetime | None
+    ended_at: datetime | None
+
+
+class ErrorBody(msgspec.Struct, frozen=True, kw_only=True):
+    """Every error answer: ``{"status_code": …, "detail": "<what is wrong>"}``."""
+
+    status_code: int
+    detail: str
+
+
+def with_key(notification: Notification, key: str) -> BatchItem:
+    """``notification`` as a batch item under ``key``."""
+    return BatchItem(**msgspec.structs.asdict(notification), idempotency_key=key)
