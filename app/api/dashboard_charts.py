@@ -128,7 +128,12 @@ def circuit_chart(circuits: dict[str, Circuit] | None) -> str:
     if not circuits:
         return empty_chart(title, "no provider has a circuit breaker", 480, 80)
     bars = [
-        Bar(name, circuit.opened, note=circuit.state.value, color=_STATE_COLORS[circuit.state])
+        Bar(
+            name,
+            circuit.opened,
+            note=f"({circuit.state.value} now)",
+            color=_STATE_COLORS[circuit.state],
+        )
         for name, circuit in circuits.items()
     ]
     return bar_chart(title, bars)

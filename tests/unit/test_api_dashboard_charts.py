@@ -94,7 +94,7 @@ def test_circuits_are_coloured_by_their_state() -> None:
         {"twilio": Circuit(CircuitState.OPEN, opened=3), "ses": Circuit(opened=0)}
     )
     assert 'data-label="twilio"' in chart
-    assert "3 open" in chart
+    assert "3 (open now)" in chart
     assert "#b42318" in chart  # open: red
     assert "no provider has a circuit breaker" in circuit_chart({})
     assert REDIS_UNAVAILABLE in circuit_chart(None)
