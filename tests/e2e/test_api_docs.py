@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from pathlib import Path
 from urllib.parse import urljoin, urlsplit
 
 import httpx
@@ -84,7 +85,7 @@ def wait_for_operations(browser: Browser, within: float = 30) -> list[str]:
 
 
 def test_the_docs_page_renders_the_operations_in_chromium_from_this_host_only(
-    tmp_path: object,
+    tmp_path: Path,
 ) -> None:
     browser_paths()  # fail before starting the service when Chromium is missing
     with running_api() as base_url, chromium_browser(logs=("performance", "browser")) as browser:
@@ -93,6 +94,8 @@ def test_the_docs_page_renders_the_operations_in_chromium_from_this_host_only(
         for operation in OPERATIONS:
             assert operation in paths, paths
         assert "Clarion" in browser.text_of(".info .title")
+        shot = browser.screenshot(tmp_path / "api-docs.png")
+        assert shot.stat().st_size > 10_000, "the docs page looks empty"
 
         sent = requests_sent(browser, base_url)
         assert any(url.endswith("/schema/openapi.json") for url in sent), sent
