@@ -22,6 +22,7 @@ from app.api.auth import KeyRing
 from app.api.campaigns import CAMPAIGN_ROUTES
 from app.api.dashboard import DASHBOARD_ROUTES
 from app.api.dlq import get_dlq, replay_dlq
+from app.api.docs import LocalSwaggerPlugin, schema_router
 from app.api.errors import internal_error, redis_unavailable
 from app.api.feedback import receive_feedback
 from app.api.http_metrics import HttpMetrics
@@ -105,13 +106,19 @@ ROUTES: list[ControllerRouterHandler] = [
 
 
 def openapi_config() -> OpenAPIConfig:
-    """The API's description at ``/schema``: public, as JSON and YAML only (Litestar's HTML
-    viewers would load scripts from a CDN onto the dashboard's origin)."""
+    """The API's description at ``/schema``: public, as JSON and YAML, and as interactive docs
+    at ``/schema/swagger`` whose files Clarion serves itself (Litestar's own HTML viewers load
+    scripts from a CDN onto the dashboard's origin)."""
     return OpenAPIConfig(
         title="Clarion",
         version="1",
         path="/schema",
-        render_plugins=[JsonRenderPlugin(path=["/", "/openapi.json"]), YamlRenderPlugin()],
+        openapi_router=schema_router(),
+        render_plugins=[
+            JsonRenderPlugin(path=["/", "/openapi.json"]),
+            YamlRenderPlugin(),
+            LocalSwaggerPlugin(),
+        ],
     )
 
 

@@ -35,6 +35,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from app.api.auth import authorize
+from app.api.dashboard_charts import read_charts
 from app.api.read_model import ReadModel
 from app.campaigns.progress import Progress, progress_of
 from projections.campaign_queries import campaign_counts
@@ -57,6 +58,8 @@ log = structlog.get_logger(__name__)
 Req = Request[Any, Any, State]
 
 _MAX_FILTER = 255
+# The dashboard page reloads itself this often (a meta refresh: the page has no script).
+REFRESH_SECONDS = 60
 DASHBOARD_CAMPAIGNS = 10
 READ_MODEL_UNAVAILABLE = "the read model (PostgreSQL) is unavailable; retry shortly"
 # Fields every event has, shown in their own columns of the timeline.
@@ -222,7 +225,8 @@ async def dashboard(
     notification_type: Annotated[str | None, QueryParameter(name="type")] = None,
     error_class: FromQuery[str | None] = None,
 ) -> Response[str]:
-    """Failure rates, failures by error class, the FAILED list and the dead-letter queue."""
+    """Charts of the last day, failure rates, failures by error class, the FAILED list, the
+    dead-letter queue and the campaigns."""
     key = authorize(request, "read", challenge="Basic")
     where = FailureFilter(
         channel=_choice("channel", channel, CHANNELS),
@@ -230,17 +234,18 @@ async def dashboard(
         error_class=_choice("error_class", error_class, ERROR_CLASSES),
     )
     pool = await _pool(request)
+    now = time.time()
     try:
         rates = await failure_rates(pool, key.producer)
         classes = await failures_by_error_class(pool, key.producer)
         failed = await failed_deliveries(pool, key.producer, where)
-        campaigns = await _campaigns(request, pool, key.producer, now_ms=int(time.time() * 1000))
+        campaigns = await _campaigns(request, pool, key.producer, now_ms=int(now * 1000))
+        charts = await read_charts(request.app.state, pool, key.producer, campaigns, now)
     except _PG_ERRORS as error:
         log.warning("dashboard.read_model_unavailable", error=type(error).__name__)
         raise ServiceUnavailableException(
             detail=READ_MODEL_UNAVAILABLE, headers={"Retry-After": "5"}
         ) from None
-    now = time.time()
     try:
         dlq: DeadLetters | None = await dead_letters(
             request.app.state.redis, request.app.state.key_space, int(now * 1000)
@@ -263,6 +268,8 @@ async def dashboard(
         ended_statuses=RATED_STATUSES,
         dlq=dlq,
         campaigns=campaigns,
+        charts=charts,
+        refresh_seconds=REFRESH_SECONDS,
         generated_at=datetime.fromtimestamp(now, UTC),
     )
 

@@ -219,14 +219,24 @@ class Browser:
     def click(self, element: str) -> None:
         self.call("POST", f"/element/{element}/click", {})
 
+    def log(self, kind: str) -> list[dict[str, Any]]:
+        """The entries of log ``kind`` since it was last read (chromedriver's log command)."""
+        return list(self.call("POST", "/se/log", {"type": kind}))
+
+    def script(self, source: str) -> Any:
+        """What ``source``, a function body, returns when run in the page."""
+        return self.call("POST", "/execute/sync", {"script": source, "args": []})
+
     def screenshot(self, path: Path) -> Path:
         path.write_bytes(base64.b64decode(self.call("GET", "/screenshot")))
         return path
 
 
 @contextlib.contextmanager
-def chromium_browser() -> Iterator[Browser]:
-    """Headless Chromium driven by a chromedriver process of its own."""
+def chromium_browser(logs: tuple[str, ...] = ()) -> Iterator[Browser]:
+    """Headless Chromium driven by a chromedriver process of its own; ``logs`` names the
+    logs it keeps for ``Browser.log`` ("browser": the console, "performance": DevTools
+    events, every request among them)."""
     chromium, chromedriver = browser_paths()
     port = free_port()
     driver = subprocess.Popen(
@@ -253,9 +263,12 @@ def chromium_browser() -> Iterator[Browser]:
                 "--disable-sync", f"--user-data-dir={profile.name}", "--window-size=1440,1000",
             ],
         }  # fmt: skip
+        capabilities = {
+            "goog:chromeOptions": options,
+            "goog:loggingPrefs": dict.fromkeys(logs, "ALL"),
+        }
         created = http.post(
-            "/session",
-            json={"capabilities": {"alwaysMatch": {"goog:chromeOptions": options}}},
+            "/session", json={"capabilities": {"alwaysMatch": capabilities}}
         ).json()["value"]
         assert "sessionId" in created, f"chromedriver refused the session: {created}"
         browser = Browser(http, created["sessionId"])
