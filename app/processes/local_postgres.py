@@ -168,14 +168,16 @@ def private_postgres(home: Path, say: Callable[[str], None]) -> Iterator[int]:
     initialise(bindir, home, user)
     port = choose_port(home)
     # No unix socket: its path could exceed the 107-byte limit in a deep checkout.
-    command = [str(bindir / "postgres"), "-D", str((home / "data").resolve()), "-p", str(port),
+    command = [str(bindir / "postgres"), "-D", str(home / "data"), "-p", str(port),
                "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="]  # fmt: skip
     log = home / "postgres.log"
-    with (
-        log.open("ab") as output,
-        owned_process(home, command, signal.SIGINT, output, **as_user(user)) as process,
-    ):
-        wait_until_ready(process, home / "data", log)
-        say(f"started a private PostgreSQL ({bindir}) on 127.0.0.1:{port} (data in {home})")
-        yield port
-    say("stopped the private PostgreSQL")
+    try:
+        with (
+            log.open("ab") as output,
+            owned_process(home, command, signal.SIGINT, output, **as_user(user)) as process,
+        ):
+            wait_until_ready(process, home / "data", log)
+            say(f"started a private PostgreSQL ({bindir}) on 127.0.0.1:{port} (data in {home})")
+            yield port
+    finally:
+        say("stopped the private PostgreSQL")

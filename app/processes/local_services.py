@@ -164,15 +164,17 @@ def private_redis(home: Path, say: Say) -> Iterator[int]:
     port = choose_port(home)
     # The settings Clarion's start-up check asks for (docker-compose.yml's): AOF, noeviction.
     command = [
-        binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(home.resolve()),
+        binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(home),
         "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
         "--maxmemory-policy", "noeviction", "--logfile", "redis.log",
     ]  # fmt: skip
-    with owned_process(home, command, signal.SIGTERM) as process:
-        wait_for_redis(process, port, home)
-        say(f"started a private Redis {version} on 127.0.0.1:{port} (data in {home})")
-        yield port
-    say("stopped the private Redis")
+    try:
+        with owned_process(home, command, signal.SIGTERM) as process:
+            wait_for_redis(process, port, home)
+            say(f"started a private Redis {version} on 127.0.0.1:{port} (data in {home})")
+            yield port
+    finally:
+        say("stopped the private Redis")
 
 
 @contextlib.contextmanager
@@ -182,6 +184,7 @@ def private_services(
     """Start what the defaults lack; yield the variables naming the private servers (none
     when every server answers or is configured); stop what was started on exit."""
     exports: dict[str, str] = {}
+    home = home.resolve()  # the servers run in their own directories
     with contextlib.ExitStack() as stack:
         if needs_private(env, profile.redis_variable, profile.redis_default):
             port = stack.enter_context(private_redis(home / "redis", say))
