@@ -74,6 +74,8 @@ def exec_command(profile: str, home: Path, command: tuple[str, ...]) -> None:
             status = run_child(list(command), {**os.environ, **exports})
     except LocalServiceError as error:
         raise click.ClickException(str(error)) from None
+    except KeyboardInterrupt:  # Ctrl-C while a server started: it has been stopped again
+        raise SystemExit(130) from None
     raise SystemExit(status)
 
 

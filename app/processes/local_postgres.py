@@ -122,6 +122,12 @@ def as_user(user: str | None) -> dict[str, Any]:
     return {} if user is None else {"user": user, "group": user, "extra_groups": []}
 
 
+def server() -> tuple[Path, str | None]:
+    """The server binaries and the user they run as; ``LocalServiceError`` when there are
+    none or they cannot run here."""
+    return server_bindir(), server_user()
+
+
 def initialise(bindir: Path, home: Path, user: str | None) -> None:
     """Create the database cluster in ``home/data`` unless it exists (superuser ``postgres``,
     trust for local connections: it listens on loopback only)."""
@@ -158,15 +164,17 @@ def wait_until_ready(process: subprocess.Popen[bytes], data: Path, log: Path) ->
 
 
 @contextlib.contextmanager
-def private_postgres(home: Path, say: Callable[[str], None]) -> Iterator[int]:
-    """A private PostgreSQL on a loopback port with its data in ``home/data``; yields the port."""
+def private_postgres(
+    home: Path, found: tuple[Path, str | None], say: Callable[[str], None]
+) -> Iterator[int]:
+    """A private PostgreSQL (``found``: ``server()``'s answer) on a loopback port with its
+    data in ``home/data``; yields the port."""
     running = reusable(home)
     if running is not None:
         say(f"using the private PostgreSQL already running on 127.0.0.1:{running} ({home})")
         yield running
         return
-    bindir = server_bindir()
-    user = server_user()
+    bindir, user = found
     initialise(bindir, home, user)
     port = choose_port(home)
     # No unix socket: its path could exceed the 107-byte limit in a deep checkout.

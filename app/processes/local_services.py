@@ -152,9 +152,10 @@ def wait_for_redis(process: subprocess.Popen[bytes], port: int, home: Path) -> N
 
 
 @contextlib.contextmanager
-def private_redis(home: Path, say: Say) -> Iterator[int]:
-    """A private Redis on a loopback port with its AOF in ``home``; yields the port."""
-    binary, version = redis_binary()
+def private_redis(home: Path, found: tuple[str, str], say: Say) -> Iterator[int]:
+    """A private Redis (``found``: ``redis_binary()``'s answer) on a loopback port with its
+    AOF in ``home``; yields the port."""
+    binary, version = found
     running = reusable(home)
     if running is not None:
         say(f"using the private Redis already running on 127.0.0.1:{running} ({home})")
@@ -185,12 +186,18 @@ def private_services(
     when every server answers or is configured); stop what was started on exit."""
     exports: dict[str, str] = {}
     home = home.resolve()  # the servers run in their own directories
+    need_redis = needs_private(env, profile.redis_variable, profile.redis_default)
+    need_postgres = needs_private(env, profile.database_variable, profile.database_default)
+    # What may be missing is looked for before anything starts.
+    redis_found = redis_binary() if need_redis else None
+    postgres_found = local_postgres.server() if need_postgres else None
     with contextlib.ExitStack() as stack:
-        if needs_private(env, profile.redis_variable, profile.redis_default):
-            port = stack.enter_context(private_redis(home / "redis", say))
+        if redis_found is not None:
+            port = stack.enter_context(private_redis(home / "redis", redis_found, say))
             exports[profile.redis_variable] = f"redis://127.0.0.1:{port}/0"
-        if needs_private(env, profile.database_variable, profile.database_default):
-            port = stack.enter_context(local_postgres.private_postgres(home / "postgres", say))
+        if postgres_found is not None:
+            servers = local_postgres.private_postgres(home / "postgres", postgres_found, say)
+            port = stack.enter_context(servers)
             exports[profile.database_variable] = (
                 f"postgresql://postgres@127.0.0.1:{port}/{profile.database_name}"
             )
@@ -198,11 +205,13 @@ def private_services(
 
 
 def stop_left_running(home: Path, say: Say) -> None:
-    """Stop the private servers a killed command left running in ``home`` (by their pid)."""
+    """Stop the private servers a killed command left running in ``home``: by the pid in the
+    pid file, and only while that process lives and the recorded port answers (a stale pid
+    file must not stop a process that took the number since)."""
     stops = {"redis": signal.SIGTERM, "postgres": signal.SIGINT}
     for name, stop_signal in stops.items():
         pid = read_number(home / name / "pid")
-        if pid is None or not alive(pid):
+        if pid is None or reusable(home / name) is None:
             say(f"no private {name} runs in {home / name}")
             continue
         os.kill(pid, stop_signal)

@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from app.processes import local_postgres
 from app.processes.local_processes import (
     LocalServiceError,
     choose_port,
+    free_port,
     package_manager,
     port_is_free,
     read_number,
@@ -20,12 +22,15 @@ from app.processes.local_services import (
     APP,
     REDIS_INSTALL,
     TESTS,
+    Profile,
     checked_redis_version,
     is_default,
     missing_message,
     needs_private,
     parse_redis_version,
+    private_services,
     redis_binary,
+    stop_left_running,
 )
 from app.settings import Settings
 from tests import conftest, pg
@@ -171,3 +176,41 @@ def test_the_install_command_is_the_platforms(
         f"redis-server is not installed and no server answers at the default URL: {command}, "
         "or run everything in containers with 'docker compose up'"
     )
+
+
+def test_down_leaves_a_process_alone_whose_pid_a_stale_file_names(tmp_path: Path) -> None:
+    """After a reboot the pid in a pid file may be another process's: only a live process
+    whose recorded port answers is stopped."""
+    for name in ("redis", "postgres"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "pid").write_text(f"{os.getpid()}\n")  # this very test: alive
+        (tmp_path / name / "port").write_text(f"{free_port()}\n")  # nothing answers there
+    lines: list[str] = []
+    stop_left_running(tmp_path, lines.append)
+    assert lines == [
+        f"no private redis runs in {tmp_path / 'redis'}",
+        f"no private postgres runs in {tmp_path / 'postgres'}",
+    ]
+
+
+def test_nothing_starts_when_a_needed_server_is_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis is not started only to be stopped again because PostgreSQL is missing."""
+
+    def no_postgres() -> tuple[Path, str | None]:
+        raise LocalServiceError("the PostgreSQL server (postgres, initdb) is not installed")
+
+    monkeypatch.setattr(local_postgres, "server", no_postgres)
+    nothing = Profile(
+        "R", f"redis://127.0.0.1:{free_port()}/0",
+        "D", f"postgresql://postgres@127.0.0.1:{free_port()}/postgres", "postgres",
+    )  # fmt: skip
+    lines: list[str] = []
+    with (
+        pytest.raises(LocalServiceError, match="PostgreSQL server"),
+        private_services(tmp_path / ".clarion", nothing, {}, lines.append),
+    ):
+        pytest.fail("the servers were started")
+    assert lines == []
+    assert not (tmp_path / ".clarion").exists()
