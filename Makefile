@@ -5,8 +5,12 @@ BIN := $(VENV)/bin
 # production.
 DEV_KEYS := dev:dev-secret-key:send+read+recipients+admin
 DEV_DIGEST_SECRET := dev-digest-secret-not-for-production
+# Redis and PostgreSQL: those at the default URLs when they answer (or the URLs you set), else
+# private ones under .clarion/, started for the command and stopped after it (README, Quick
+# start). --for tests: the tests' variables, CLARION_TEST_REDIS_URL and CLARION_TEST_DATABASE_URL.
+SERVICES := $(BIN)/clarion services exec
 
-.PHONY: install browser promtool run test lint typecheck pytest test-cluster chaos bench bench-report bench-check clean
+.PHONY: install browser promtool run test lint typecheck pytest test-cluster chaos bench bench-report bench-check services-down clean
 
 # The Python client (client/) is installed editable beside the server, so the tests import it.
 $(BIN)/.installed: pyproject.toml client/pyproject.toml
@@ -45,13 +49,13 @@ promtool:
 		status=$$?; rm -rf $$dir; exit $$status; \
 	fi
 
-## run: install, then run the whole service against local Redis (sandbox provider)
+## run: install, then run the whole service against local Redis and PostgreSQL (sandbox provider)
 run: install
 	CLARION_API_KEYS="$${CLARION_API_KEYS:-$(DEV_KEYS)}" \
 	CLARION_DIGEST_SECRET="$${CLARION_DIGEST_SECRET:-$(DEV_DIGEST_SECRET)}" \
 	CLARION_PUBLIC_URL="$${CLARION_PUBLIC_URL:-http://127.0.0.1:8000}" \
 	CLARION_LOG_FORMAT="$${CLARION_LOG_FORMAT:-console}" \
-	$(BIN)/clarion run
+	$(SERVICES) -- $(BIN)/clarion run
 
 ## test: install, then lint, type-check and run the default test suite
 test: install lint typecheck pytest
@@ -64,11 +68,11 @@ typecheck: install
 	$(BIN)/mypy
 
 pytest: install browser promtool
-	$(BIN)/pytest -m "not chaos"
+	$(SERVICES) --for tests -- $(BIN)/pytest -m "not chaos"
 
 ## test-cluster: the integration and end-to-end suites against a private three-master Redis Cluster
 test-cluster: install browser
-	$(BIN)/python -m tests.on_cluster -m "not chaos" tests/integration tests/e2e
+	$(SERVICES) --for tests -- $(BIN)/python -m tests.on_cluster -m "not chaos" tests/integration tests/e2e
 
 ## chaos: the long fault-injection runs, kept out of the default suite
 chaos: install
@@ -90,6 +94,10 @@ bench-check: install
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python -c 'from bench.peers import ensure_arq_environment; ensure_arq_environment()'
 	$(BIN)/pytest bench/test_peers.py
+
+## services-down: stop the private Redis and PostgreSQL a killed make run or make test left running
+services-down: install
+	$(BIN)/clarion services down
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
