@@ -50,6 +50,10 @@ class WorkItem(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     # The campaign whose notification this is ("" for none; ``streams.campaign_ids``): the
     # worker checks, before a send, that it was not cancelled.
     campaign: str = ""
+    # The W3C ``traceparent`` of the request that made it ("" when tracing is off): each
+    # attempt's span joins that trace (``app.tracing``). Kept through retries, deferrals and
+    # dead-letter replays, which re-queue the item as it is.
+    trace: str = ""
 
 
 def share_data(encoded_data_size: int, work_items: int) -> bool:

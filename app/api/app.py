@@ -18,6 +18,7 @@ from litestar.types import ControllerRouterHandler
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from app import tracing
 from app.api.auth import KeyRing
 from app.api.campaigns import CAMPAIGN_ROUTES
 from app.api.dashboard import DASHBOARD_ROUTES
@@ -36,6 +37,7 @@ from app.api.ops import lag, live, metrics, ready
 from app.api.read_model import ReadModel, read_model_unavailable
 from app.api.recipient_profiles import RecipientProfile, patch_push_targets
 from app.api.recipients import QuietHours, get_recipient_settings, put_preferences
+from app.api.request_spans import RequestSpans
 from app.api.status_webhook import StatusWebhook
 from app.api.suppressions import Suppressions, look_up_suppression, remove_suppression
 from app.api.unsubscribe import UNSUBSCRIBE_ROUTES
@@ -232,6 +234,7 @@ def create_app(
         middleware=[
             DefineMiddleware(InboxCors, origins=settings.inbox_origins),
             DefineMiddleware(HttpMetrics, recorder=recorder),
+            *([DefineMiddleware(RequestSpans)] if tracing.ENABLED else []),
         ],
         lifespan=[recorder.flushing(), state["inbox_hub"].running()],
         openapi_config=openapi_config(),

@@ -23,7 +23,7 @@ import structlog
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from app import __version__
+from app import __version__, tracing
 from app.catalog import Catalog
 from app.delivery.attempt import Attempts
 from app.delivery.dead_addresses import DeadAddresses
@@ -31,6 +31,7 @@ from app.delivery.provider_timeouts import ProviderTimeouts
 from app.delivery.recovery import Recovery, RecoveryOptions
 from app.delivery.routing import Bulkheads, Route, Router, circuit_policies
 from app.delivery.scheduler import Scheduler
+from app.delivery.tracing import TracedAttempts
 from app.metrics import DELIVERY_FAILURES, record_outcome
 from app.providers.base import Provider
 from app.unsubscribe import UnsubscribeLinks
@@ -115,7 +116,8 @@ class DeliveryWorker:
         dead = DeadAddresses(
             self.recipient_settings, SuppressionStore(redis, keys), address_digest, now_ms
         )
-        self._attempts = Attempts(
+        # With tracing on, each attempt is a span (decided once: off, a send costs no more).
+        self._attempts = (TracedAttempts if tracing.ENABLED else Attempts)(
             catalog, providers, self._timeouts, now_ms, dead.forget, links=options.unsubscribe
         )
         self._scheduler = Scheduler(redis, keys.all_shards())

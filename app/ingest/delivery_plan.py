@@ -73,6 +73,8 @@ class NotificationPlan(msgspec.Struct, frozen=True, kw_only=True):
     unroutable: frozenset[str] = frozenset()
     # The campaign it belongs to, by its idempotency key ("" for none): each work item says.
     campaign: str = ""
+    # The W3C ``traceparent`` its work items carry ("" when tracing is off).
+    trace: str = ""
 
     def accepted(
         self, producer: str, idempotency_key: str, identity: Identity
@@ -176,6 +178,7 @@ class NotificationPlan(msgspec.Struct, frozen=True, kw_only=True):
                 producer=self.producer,
                 shared_data=bool(shared),
                 campaign=self.campaign,
+                trace=self.trace,
             )
         )
 

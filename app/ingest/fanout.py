@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 
+from app import tracing
 from app.catalog import Catalog
 from app.ingest.delivery_plan import Identity, NotificationPlan, epoch_ms
 from app.ingest.quiet_hours import window_end
@@ -319,6 +320,7 @@ class Planner:
             address_digest=self.address_digest,
             unroutable=self._unroutable(identity) if self._push_gaps else frozenset(),
             campaign=campaign,
+            trace=tracing.traceparent() if tracing.ENABLED else "",
         )
 
     def _suppressed(

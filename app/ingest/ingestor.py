@@ -18,6 +18,7 @@ import structlog
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from app import tracing
 from app.ingest.delivery_plan import Identity
 from app.ingest.fanout import (
     FanoutError,
@@ -47,6 +48,14 @@ IN_FLIGHT_TTL_MS = 10_000
 MAX_ROUNDS = 4
 PLAN_CHUNK = 100
 _NO_SETTINGS = RecipientSettings()
+
+
+class _AcceptedId(msgspec.Struct):
+    id: str
+
+
+# The id in a 202 body, for the request's span (tracing on only).
+_accepted_id = msgspec.json.Decoder(_AcceptedId)
 
 
 class IngestAnswer(msgspec.Struct, frozen=True):
@@ -169,6 +178,8 @@ class Ingestor:
             if isinstance(result, BaseException):
                 raise result
         assert all(answer is not None for answer in answers)  # every index is answered
+        if tracing.ENABLED:
+            self._note_on_span(producer, entries, answers)  # type: ignore[arg-type]
         return answers  # type: ignore[return-value]
 
     async def _rounds(
@@ -310,6 +321,26 @@ class Ingestor:
         if reply.kind == "OK" and self.metrics is not None:
             self._count_suppressed(entry)
         return _answer_of(entry.item, reply)
+
+    def _note_on_span(
+        self,
+        producer: str,
+        entries: Sequence[tuple[str, NotificationRequest | IngestAnswer]],
+        answers: Sequence[IngestAnswer],
+    ) -> None:
+        """Describe the request on its trace's span (tracing on only)."""
+        types = self.planner.catalog.types
+        kinds = [
+            (request.type, str(request.priority or types[request.type].priority))
+            for _, request in entries
+            if isinstance(request, NotificationRequest) and request.type in types
+        ]
+        accepted = [
+            _accepted_id.decode(answer.response).id
+            for answer in answers
+            if answer.status_code == 202
+        ]
+        tracing.note_ingest(producer, kinds, accepted, len(entries))
 
     def _count_suppressed(self, entry: _Pending) -> None:
         """Count the deliveries suppressed at acceptance, as the plan found them. A replay

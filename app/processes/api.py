@@ -15,6 +15,7 @@ from litestar import Litestar
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from app import tracing
 from app.api.app import create_app
 from app.api.read_model import ReadModel
 from app.catalog import load_catalog
@@ -37,6 +38,7 @@ def build() -> Litestar:
     """Build the app for uvicorn (``factory=True``): one per worker process."""
     settings = Settings.from_env()
     configure_logging(settings.log_format, settings.log_level)
+    tracing.setup("api")  # before the app: it adds the request spans only when on
     catalog = load_catalog(settings.config_path)
     redis = redis_client(settings)
     app = create_app(settings, redis=redis, catalog=catalog)
@@ -55,6 +57,7 @@ def build() -> Litestar:
     async def on_shutdown() -> None:
         await read_model.close()
         await redis.aclose()
+        tracing.shutdown()  # export what is left while the process can
 
     app.on_startup.append(on_startup)
     app.on_shutdown.append(on_shutdown)

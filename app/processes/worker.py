@@ -9,6 +9,7 @@ import socket
 import structlog
 import uvloop
 
+from app import tracing
 from app.campaigns.runner import campaign_runner
 from app.catalog import Catalog, load_catalog
 from app.delivery.feeder import Feeder
@@ -123,5 +124,9 @@ def main(slot: int) -> None:
     """Process entry point (also the target of ``clarion run``'s worker processes)."""
     settings = Settings.from_env()
     configure_logging(settings.log_format, settings.log_level)
+    tracing.setup("worker")  # before the worker is built: it traces its attempts only when on
     tune_gc()
-    uvloop.run(serve(settings, slot))
+    try:
+        uvloop.run(serve(settings, slot))
+    finally:
+        tracing.shutdown()  # export the last attempts' spans

@@ -45,12 +45,15 @@ WORK_FIELDS = list(WorkItem.__struct_fields__)
 def test_work_items_written_before_later_fields_existed_still_decode() -> None:
     # Work items are arrays in field order: fields added later come last, with defaults.
     stored = json.loads(codec.encode(work_item()))
-    assert WORK_FIELDS[-5:] == ["attempts", "producer", "shared_data", "failover", "campaign"]
-    before_attempts = codec.decode_work_item(json.dumps(stored[:-5]))
+    assert WORK_FIELDS[-6:] == [
+        "attempts", "producer", "shared_data", "failover", "campaign", "trace",
+    ]  # fmt: skip
+    before_attempts = codec.decode_work_item(json.dumps(stored[:-6]))
     assert (before_attempts.attempts, before_attempts.producer) == (0, "")
-    assert not codec.decode_work_item(json.dumps(stored[:-3])).shared_data
-    assert codec.decode_work_item(json.dumps(stored[:-2])).failover == 0
-    assert codec.decode_work_item(json.dumps(stored[:-1])).campaign == ""
+    assert not codec.decode_work_item(json.dumps(stored[:-4])).shared_data
+    assert codec.decode_work_item(json.dumps(stored[:-3])).failover == 0
+    assert codec.decode_work_item(json.dumps(stored[:-2])).campaign == ""
+    assert codec.decode_work_item(json.dumps(stored[:-1])).trace == ""
 
 
 def test_a_work_item_with_a_bad_channel_is_refused() -> None:

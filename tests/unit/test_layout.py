@@ -26,7 +26,7 @@ MAX_FUNCTION_LINES = 60
 # The app modules every part of the app shares: they import no app sub-package.
 SHARED_APP = {
     "app", "app.settings", "app.catalog", "app.logging", "app.validation", "app.metrics",
-    "app.unsubscribe", "app.inbox_tokens", "app.signed_tokens",
+    "app.unsubscribe", "app.inbox_tokens", "app.signed_tokens", "app.tracing",
 }  # fmt: skip
 # What each part may import from this repository (itself always; a prefix covers a package).
 ALLOWED: dict[str, set[str]] = {

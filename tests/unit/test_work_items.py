@@ -33,3 +33,43 @@ def test_a_work_item_encoded_before_campaigns_still_decodes() -> None:
     item = codec.decode_work_item(BEFORE_CAMPAIGNS)
     assert (item.delivery_id, item.producer, item.data) == ("d-1", "orders", {"order_id": "A-1"})
     assert item.campaign == ""
+
+
+# The same item as encoded before items carried a trace.
+BEFORE_TRACES = BEFORE_CAMPAIGNS[:-1] + b',""]'
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def test_an_item_without_a_trace_costs_three_bytes_more_than_before() -> None:
+    """msgspec omits no default of an array-like struct, trailing ones included (checked for
+    0.22: ``omit_defaults=True`` changes nothing here), so the field is always written: an
+    item of a deployment without tracing grows by ``,""``, and nothing else changes."""
+    old = codec.decode_work_item(BEFORE_TRACES)
+    assert old.trace == ""
+    assert codec.encode(old) == BEFORE_TRACES[:-1] + b',""]'
+
+    class Trimmed(msgspec.Struct, array_like=True, omit_defaults=True):
+        kept: int
+        trailing: str = ""
+
+    assert msgspec.json.encode(Trimmed(1)) == b'[1,""]'
+
+
+def test_a_traced_item_keeps_its_trace_when_it_is_queued_again() -> None:
+    item = msgspec.structs.replace(codec.decode_work_item(BEFORE_TRACES), trace=TRACEPARENT)
+    encoded = codec.encode(item)
+    assert encoded == BEFORE_TRACES[:-1] + b',"' + TRACEPARENT.encode() + b'"]'
+    retried = msgspec.structs.replace(item, attempts=1, failover=1)  # as a retry re-queues it
+    assert codec.decode_work_item(codec.encode(retried)).trace == TRACEPARENT
+
+
+def test_an_item_with_a_trace_is_read_by_a_worker_that_knows_none() -> None:
+    """During an upgrade an older worker reads items written by a newer API: msgspec ignores
+    the trailing field it does not know."""
+
+    class Earlier(msgspec.Struct, array_like=True):
+        delivery_id: str
+        notification_id: str
+
+    earlier = msgspec.json.decode(b'["d-1","n-1","' + TRACEPARENT.encode() + b'"]', type=Earlier)
+    assert earlier == Earlier("d-1", "n-1")
