@@ -25,6 +25,19 @@ def encode(value: msgspec.Struct) -> bytes:
     return _encoder.encode(value)
 
 
+# How an item without a trace ends when msgspec encodes it: msgspec writes every field of an
+# array-like struct, trailing defaults too (``omit_defaults`` does not apply to arrays).
+_UNTRACED_END = b',""]'
+
+
+def encode_work_item(item: WorkItem) -> bytes:
+    """Encode a work item. One without a trace (tracing off) is written without that last,
+    empty field, byte for byte as before items carried traces: the decoder's default
+    restores it."""
+    encoded = _encoder.encode(item)
+    return encoded if item.trace else encoded[: -len(_UNTRACED_END)] + b"]"
+
+
 def encode_events(events: Sequence[Event]) -> bytes:
     """Encode a list of events as one JSON array (a part of, or a whole, ``events`` entry)."""
     return _encoder.encode(events)

@@ -177,7 +177,7 @@ def deferred(
         reason=reason,
         until=_at(until_ms),
     )
-    member = delayed_member(leased.priority, codec.encode(leased.item))
+    member = delayed_member(leased.priority, codec.encode_work_item(leased.item))
     fields: dict[str, KeyOrArg] = {"status": DeliveryStatus.SCHEDULED, "due_ms": until_ms}
     return _outcome(leased, [event], fields, now_ms=now_ms, delayed=(member, until_ms))
 
@@ -206,7 +206,7 @@ def retry_later(
     )
     failover = leased.item.failover + fail_over
     item = msgspec.structs.replace(leased.item, attempts=attempt, failover=failover)
-    member = delayed_member(item.priority, codec.encode(item))
+    member = delayed_member(item.priority, codec.encode_work_item(item))
     fields: dict[str, KeyOrArg] = {
         "status": DeliveryStatus.SCHEDULED,
         "attempts": attempt,

@@ -162,7 +162,7 @@ class NotificationPlan(msgspec.Struct, frozen=True, kw_only=True):
 
     def _work_item(self, did: str, channel: Channel, address: str, shared: bytes) -> bytes:
         """The encoded work item of one delivery."""
-        return codec.encode(
+        return codec.encode_work_item(
             WorkItem(
                 delivery_id=did,
                 notification_id=self.id,

@@ -109,7 +109,7 @@ def failed_delivery_entry(
         "worker_version": worker.version,
         "version": version,
         "work_entry_id": work_entry_id,
-        "work": codec.encode(item),
+        "work": codec.encode_work_item(item),
     }
 
 

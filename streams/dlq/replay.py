@@ -312,7 +312,7 @@ def _replayed_work(
         operator=order.operator,
         reason=order.reason,
     )
-    item = codec.encode(msgspec.structs.replace(work, attempts=0))
+    item = codec.encode_work_item(msgspec.structs.replace(work, attempts=0))
     if candidate.quiet_end is None:
         return [work.priority.stream_name, codec.encode_events([replayed]), item]
     # Replayed, then held back by quiet hours: two changes, two versions.

@@ -133,7 +133,7 @@ def test_a_failure_ends_the_delivery_and_dead_letters_it_with_its_context() -> N
         "last_error": "no such number",
         "attempts": 3, "first_attempt_ms": 4_000, "last_attempt_ms": NOW, "worker": "w",
         "worker_version": "1", "version": 4, "work_entry_id": "1-0",
-        "work": codec.encode(ITEM),
+        "work": codec.encode_work_item(ITEM),
     }  # fmt: skip
     assert outcome.delayed_member == b""
 
