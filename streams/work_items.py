@@ -26,7 +26,12 @@ from streams.vocabulary import Channel, Priority
 DATA_KEY_OVERHEAD = 200
 
 
-class WorkItem(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+class UntracedWorkItem(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+    """A work item's fields but its trace: what ingest encodes for an item without one
+    (tracing off), byte for byte as before items carried traces, at no cost. msgspec writes
+    every field of an array-like struct, trailing defaults too, so a ``WorkItem`` with an
+    empty trace would end in ``,""``; decoders read both as a ``WorkItem``."""
+
     delivery_id: str
     notification_id: str
     notification_type: str
@@ -50,9 +55,14 @@ class WorkItem(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     # The campaign whose notification this is ("" for none; ``streams.campaign_ids``): the
     # worker checks, before a send, that it was not cancelled.
     campaign: str = ""
+
+
+class WorkItem(UntracedWorkItem, frozen=True, kw_only=True, array_like=True):
+    """A delivery's work item, as workers read it (``UntracedWorkItem`` says why two)."""
+
     # The W3C ``traceparent`` of the request that made it ("" when tracing is off): each
     # attempt's span joins that trace (``app.tracing``). Kept through retries, deferrals and
-    # dead-letter replays, which re-queue the item as it is.
+    # dead-letter replays, which re-queue the item as it is (``codec.encode_work_item``).
     trace: str = ""
 
 

@@ -12,6 +12,7 @@ from zoneinfo import ZoneInfo
 import msgspec
 import pytest
 
+from app import tracing
 from app.api.schemas import BatchItem
 from app.catalog import load_catalog, parse_catalog
 from app.ingest.fanout import FanoutError, Planner, fingerprint
@@ -35,8 +36,10 @@ from streams.scheduler import work_item_of_member
 from streams.vocabulary import Priority
 from streams.work_items import WorkItem
 from tests.conftest import DIGEST, REQUEST
+from tests.unit.tracing_support import tracing_on
 
 REPO = Path(__file__).resolve().parents[2]
+__all__ = ["tracing_on"]  # the fixture, used by name
 BERLIN = ZoneInfo("Europe/Berlin")
 SHARD = ShardKeys("t", 0)
 NOON = datetime(2026, 6, 1, 12, 0, tzinfo=BERLIN)
@@ -486,3 +489,21 @@ def test_the_work_items_of_a_campaigns_notification_name_the_campaign(planner: P
     for key in ("order-1001", "campaign-c-7", "campaign:c-7"):  # a producer's own keys
         work = [work for _, _, work in deliveries(plan(planner, req, key=key)) if work]
         assert {w.campaign for w in work} == {""}
+
+
+@pytest.mark.usefixtures("tracing_on")
+def test_inside_a_request_span_each_work_item_carries_its_traceparent(planner: Planner) -> None:
+    parent = tracing.context_of("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+    with tracing.tracer().start_as_current_span("request", context=parent):
+        written = tracing.traceparent()
+        item = plan(planner, order(email="anna@example.com"))
+    traces = {codec.decode_work_item(planned.item).trace for planned in item.work}
+    assert traces == {written}
+    assert written.startswith("00-4bf92f3577b34da6a3ce929d0e0e4736-")
+
+
+def test_without_tracing_work_items_are_written_as_before_traces(planner: Planner) -> None:
+    item = plan(planner, order(email="anna@example.com"))
+    for planned in item.work:
+        assert json.loads(planned.item)[-1] == ""  # the campaign, the last field before traces
+        assert len(json.loads(planned.item)) == len(WorkItem.__struct_fields__) - 1
