@@ -35,7 +35,10 @@ def encode_work_item(item: WorkItem) -> bytes:
     empty field, byte for byte as before items carried traces: the decoder's default
     restores it."""
     encoded = _encoder.encode(item)
-    return encoded if item.trace else encoded[: -len(_UNTRACED_END)] + b"]"
+    if item.trace or not encoded.endswith(_UNTRACED_END):
+        return encoded
+    # The last field is an empty default, whichever it is: the decoder restores it.
+    return encoded[: -len(_UNTRACED_END)] + b"]"
 
 
 def encode_events(events: Sequence[Event]) -> bytes:

@@ -4,7 +4,8 @@ Work items sit in ``work:<priority>`` streams and in the ``delayed`` set. Unlike
 carry the address and, unless it is shared, the template data; they live only until the
 delivery ends (the finish script deletes a work entry with its acknowledgement). They are
 encoded as JSON arrays (field order, no names): a third smaller and faster to write and
-read. So a new field may only be appended at the end, with a default.
+read. So a new field may only be appended at the end, with a default: after ``trace``, in
+``WorkItem`` (an item written by an earlier version must still decode field by field).
 
 A notification's template data travels in each of its work items while it is small. When
 copies would cost more than a key of its own (``DATA_KEY_OVERHEAD``), ingest writes the data
