@@ -7,8 +7,10 @@ import time
 from collections.abc import Callable
 
 SIZE = 64 * 1024
-# A linear pattern reads 64 KiB in well under a millisecond; a quadratic one takes seconds.
-BOUND_S = 0.020
+# A linear pattern reads 64 KiB in about a millisecond, and a loop over its matches (tens of
+# thousands of them for some shapes) in tens of milliseconds on a busy machine; a quadratic
+# one takes seconds. The bound sits between the two, far from both.
+BOUND_S = 0.25
 
 
 def _repeat(unit: str, head: str = "", tail: str = "") -> str:
