@@ -1,7 +1,7 @@
 """Every regular expression applied to what a request carries runs in time linear in it: on
 64 KiB of any adversarial shape it takes under a quarter of a second (best of three runs),
-where one that backtracks takes seconds. ``mask()``, which logs and error texts pass through, is tested
-the same way in test_logging.py.
+where one that backtracks takes seconds. ``mask()``, which logs and error texts pass
+through, is tested the same way in test_logging.py.
 
 A new pattern in ``app`` or ``streams`` fails the last test until it is added here, either
 to the patterns tested or to those never applied to request text."""
