@@ -341,10 +341,13 @@ def clarion_executable() -> Path:
 def service_env(
     prefix: str, redis_url: str, port: int, catalog: Path, shards: int = 1
 ) -> dict[str, str]:
-    """The environment of Clarion's processes in a benchmark: quiet, on their own prefix."""
+    """The environment of Clarion's processes in a benchmark: quiet, on their own prefix and
+    their own database (``prefix_database``; ``delete_prefix`` drops it), never the machine's
+    ``clarion`` database."""
     return {
         "CLARION_SHARDS": str(shards),
         **os.environ,
+        "CLARION_DATABASE_URL": prefix_database(prefix).url,
         "CLARION_API_KEYS": f"bench:{API_KEY}:send+read",
         "CLARION_DIGEST_SECRET": BENCH_DIGEST_SECRET.decode(),
         "CLARION_KEY_PREFIX": prefix,
@@ -634,11 +637,13 @@ async def post_batches(
 
 
 def delete_prefix(client: redis.Redis, prefix: str) -> int:
-    """UNLINK every key of ``prefix``: ``prefix…`` and hash-tagged ``{prefix…`` names.
+    """UNLINK every key of ``prefix``: ``prefix…`` and hash-tagged ``{prefix…`` names; and
+    drop the database the services of that prefix used (``service_env``).
 
     ``prefix…`` also covers the runs a benchmark keys under ``<prefix>-<run>``.
     """
     deleted = 0
+    drop_prefix_database(prefix)
     for pattern in (f"{prefix}*", f"{{{prefix}*"):
         batch: list[bytes] = []
         for key in client.scan_iter(match=pattern, count=5000):
@@ -998,6 +1003,23 @@ async def create_database(server_url: str = SERVER_URL) -> Throwaway:
     url = with_database(server_url, name)
     await ensure_database(url)
     return Throwaway(name, url, server_url)
+
+
+def prefix_database(prefix: str) -> Throwaway:
+    """The database of the services run under ``prefix``, named for it (``clarion_bench_…``),
+    so that the run's clean-up finds it by the prefix alone. The API creates it on start."""
+    name = "clarion_" + re.sub(r"[^a-z0-9_]", "_", prefix.lower())
+    return Throwaway(name, with_database(SERVER_URL, name), SERVER_URL)
+
+
+def drop_prefix_database(prefix: str) -> None:
+    """Drop ``prefix_database(prefix)`` if it exists; a server that cannot be reached is
+    reported, not raised (a benchmark that used no database still cleans up its keys)."""
+    database = prefix_database(prefix)
+    try:
+        asyncio.run(drop_database(database))
+    except (OSError, asyncpg.PostgresError) as error:
+        print(f"could not drop the database {database.name}: {error}", file=sys.stderr)
 
 
 async def drop_database(database: Throwaway) -> None:
