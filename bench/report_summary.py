@@ -13,7 +13,6 @@ from typing import Any, Final
 TARGET_WORKERS: Final = 2  # the pipeline's targets are judged on its two-worker run
 PEER_NAMES: Final = {"clarion": "Clarion", "celery": "Celery", "arq": "arq"}
 MAX_PROBLEMS_SHOWN: Final = 10
-SKIPPED_KEYS: Final = frozenset({"machine", "parameters", "targets", "pass", "problems"})
 
 Figure = dict[str, Any]
 
@@ -151,29 +150,28 @@ def instructions_figures(result: dict[str, Any]) -> list[Figure]:
             figure("instructions", f"{kind}: Python per {unit}", run["python_per_unit"], "instr"),
             figure("instructions", f"{kind}: Redis per {unit}", run["redis_per_unit"], "instr"),
         ]
+        for side, spread in run.get("spread_pct", {}).items():
+            name = f"{kind}: {side.capitalize()} spread between runs"
+            figures.append(figure("instructions", name, spread, "%"))
     return figures
 
 
-def numeric_leaves(value: Any, path: str = "") -> list[tuple[str, float]]:
-    """Every number in a result, by dotted path (booleans are verdicts, not figures)."""
-    if isinstance(value, bool):
-        return []
-    if isinstance(value, int | float):
-        return [(path, float(value))]
-    if isinstance(value, dict):
-        return [
-            leaf
-            for key, item in value.items()
-            if not (path == "" and key in SKIPPED_KEYS)
-            for leaf in numeric_leaves(item, f"{path}.{key}" if path else str(key))
-        ]
-    return []
-
-
 def memory_figures(result: dict[str, Any]) -> list[Figure]:
-    """``bench/memory.py``'s numbers by their path in its result, then its own verdicts."""
+    """``bench/memory.py``'s bytes per notification by key kind, its steady state at the
+    seeds' daily volume, then its own verdicts (the raw totals stay in its result)."""
     targets = result.get("targets", {})
-    figures = [figure("memory", path, value, "") for path, value in numeric_leaves(result)]
+    figures = [
+        figure("memory", f"{kind}: bytes per notification", value, "B")
+        for kind, value in result.get("bytes_per_notification_by_kind", {}).items()
+    ]
+    steady = result.get("steady_state_at_50m_per_day")
+    if steady:
+        figures.append(
+            figure("memory", "steady state at 50 M notifications/day", steady["total_bytes"], "B")
+        )
+    if "bytes_per_daily_notification" in result:
+        value = round(result["bytes_per_daily_notification"], 1)
+        figures.append(figure("memory", "bytes per notification of daily volume", value, "B"))
     for name, passed in result.get("pass", {}).items():
         verdict = figure("memory", f"verdict: {name}", None, "", passed=bool(passed))
         if name in targets:  # its comparison is the benchmark's own; show the value only
