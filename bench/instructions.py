@@ -4,6 +4,7 @@ Run from anywhere with the project's virtualenv (valgrind must be installed)::
 
     .venv/bin/python bench/instructions.py                  # 2,000 notifications each
     .venv/bin/python bench/instructions.py --source ../old  # another checkout's code
+    .venv/bin/python bench/instructions.py --runs 5         # each workload five times
 
 Seconds measured on a shared two-core machine swing by a factor of two or more from one hour
 to the next; instruction counts do not. Each workload runs in a Python process of its own
@@ -294,9 +295,37 @@ def measure(kind: str, units: int, source: Path, catalog: Path, work: Path) -> d
     }
 
 
+def measure_runs(
+    kind: str, runs: int, units: int, source: Path, catalog: Path, work: Path
+) -> dict[str, Any]:
+    """Run one workload ``runs`` times (each in a directory of its own): the median run's
+    figures, every run's counts per unit, and their spread (largest minus smallest, in per
+    cent of the median): counts of the same code differ by a per cent or two from run to
+    run, so a difference smaller than the spread means nothing."""
+    results = []
+    for run in range(runs):
+        directory = work / f"{kind}-{run}"
+        directory.mkdir()
+        results.append(measure(kind, units, source, catalog, directory))
+    results.sort(key=lambda result: result["python_per_unit"] + result["redis_per_unit"])
+    median = results[len(results) // 2]
+    spread = {}
+    for side in ("python", "redis"):
+        counts = [result[f"{side}_per_unit"] for result in results]
+        spread[side] = round(
+            (max(counts) - min(counts)) / max(1, median[f"{side}_per_unit"]) * 100, 2
+        )
+    per_run = [
+        {"python_per_unit": r["python_per_unit"], "redis_per_unit": r["redis_per_unit"]}
+        for r in results
+    ]
+    return {**median, "runs": per_run, "spread_pct": spread}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--units", type=int, default=2, help="batches of 1000 notifications")
+    parser.add_argument("--runs", type=int, default=3, help="runs of each workload (median kept)")
     parser.add_argument("--source", type=Path, default=Path(__file__).resolve().parent.parent,
                         help="the checkout whose code is measured (default: this one)")  # fmt: skip
     parser.add_argument("--workload", choices=["ingest", "delivery"], help=argparse.SUPPRESS)
@@ -308,10 +337,10 @@ def main() -> int:
 
         uvloop.run(_workload(args.workload, args.units, args.redis_url, args.catalog))
         return 0
-    return _parent(args.units, args.source.resolve())
+    return _parent(args.units, args.source.resolve(), max(1, args.runs))
 
 
-def _parent(units: int, source: Path) -> int:
+def _parent(units: int, source: Path, runs: int) -> int:
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         print("valgrind (with callgrind_control) is not installed", file=sys.stderr)
         return 2
@@ -334,6 +363,7 @@ def _parent(units: int, source: Path) -> int:
             git_output("-C", str(source), "rev-parse", "--short", "HEAD") or ""
         ).strip(),
         "notifications": units * BATCH_SIZE,
+        "runs": runs,
         "workloads": {},
     }
     with tempfile.TemporaryDirectory(prefix="clarion-instructions-") as temp:
@@ -341,20 +371,23 @@ def _parent(units: int, source: Path) -> int:
         catalog = work / "clarion.toml"
         unlimited_catalog(REPO / "clarion.toml", catalog)
         for kind in ("ingest", "delivery"):
-            print(f"{kind}: {units * BATCH_SIZE:,} notifications under callgrind ...", flush=True)
-            result["workloads"][kind] = measure(kind, units, source, catalog, work)
+            print(f"{kind}: {units * BATCH_SIZE:,} notifications under callgrind, {runs} "
+                  "run(s) ...", flush=True)  # fmt: skip
+            result["workloads"][kind] = measure_runs(kind, runs, units, source, catalog, work)
     plural = {"notification": "notifications", "delivery": "deliveries"}
     rows = [
         [kind, f"{w['count']:,} {plural[w['unit']]}", f"{w['python_per_unit']:,}",
-         f"{w['redis_per_unit']:,}", f"{w['python_per_unit'] + w['redis_per_unit']:,}"]
+         f"{w['spread_pct']['python']:.2f} %", f"{w['redis_per_unit']:,}",
+         f"{w['spread_pct']['redis']:.2f} %", f"{w['python_per_unit'] + w['redis_per_unit']:,}"]
         for kind, w in result["workloads"].items()
     ]  # fmt: skip
     print(
-        f"\nInstructions counted by callgrind; code of {result['source']} "
-        f"({result['source_commit']})\n"
+        f"\nInstructions counted by callgrind (the median of {runs} run(s), and the spread "
+        f"between runs); code of {result['source']} ({result['source_commit']})\n"
     )
-    print(format_table(["workload", "measured", "Python per unit", "Redis per unit", "total"],
-                       rows))  # fmt: skip
+    header = ["workload", "measured", "Python per unit", "spread", "Redis per unit", "spread",
+              "total"]  # fmt: skip
+    print(format_table(header, rows))
     write_result("instructions", result, started)
     return 0
 
