@@ -194,6 +194,13 @@ class Planner:
         required = frozenset().union(*(fields for _, _, fields in templates))
         return _Route(channels, tuple(templates), required)
 
+    def is_high(self, request: NotificationRequest) -> bool:
+        """Whether ``request`` is planned HIGH (False for a type not in the catalog: it will
+        be refused)."""
+        type_config = self.catalog.types.get(request.type)
+        priority = request.priority or (type_config.priority if type_config else None)
+        return priority == _HIGH
+
     def check_sender(self, producer: str, type_name: str) -> None:
         """Raise ``NotAllowed`` unless ``producer`` may send notifications of ``type_name``
         (an unknown type is left to ``identity`` to name)."""

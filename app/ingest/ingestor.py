@@ -28,6 +28,7 @@ from app.ingest.fanout import (
     fingerprint,
     utc_now,
 )
+from app.ingest.high_first import HighFirst
 from app.ingest.profiles import decode as decode_profile
 from app.ingest.profiles import merged
 from app.ingest.requests import NotificationRequest
@@ -46,6 +47,12 @@ IN_FLIGHT_TTL_MS = 10_000
 # Rounds before giving up on a recipient whose settings (or the suppression list) keep
 # changing under us: one more than a settings change and a list change need.
 MAX_ROUNDS = 4
+# A batch yields the event loop every ``SLICE`` items planned (about a millisecond: a HIGH
+# request that arrives meanwhile waits no longer), writes what it planned in pipelines of
+# ``WRITE_CHUNK`` items (answering a thousand at once blocked the loop for milliseconds), and
+# with ``overlap`` writes each ``PLAN_CHUNK`` planned while it plans the next.
+SLICE = 25
+WRITE_CHUNK = 250
 PLAN_CHUNK = 100
 _NO_SETTINGS = RecipientSettings()
 
@@ -124,6 +131,8 @@ class Ingestor:
         # Each shard's suppression list version as the last reply said: a plan assumes it, and
         # the script answers SUPPRESSIONS when the list moved since.
         self._list_versions: dict[int, int] = {}
+        # HIGH single requests being served, which a batch waits for between its slices.
+        self.high_first = HighFirst()
 
     async def ingest(self, producer: str, key: str, request: NotificationRequest) -> IngestAnswer:
         """Ingest one notification."""
@@ -149,15 +158,16 @@ class Ingestor:
         writing: list[asyncio.Task[None]] = []
         try:
             for index, (key, request) in enumerate(entries):
-                if index % PLAN_CHUNK == PLAN_CHUNK - 1:
-                    # Single requests get in between: planning a big batch takes
-                    # milliseconds. With ``overlap``, what is planned goes to Redis now, and
-                    # is written there while the rest is planned.
-                    if pending and overlap:
+                if index % SLICE == SLICE - 1:
+                    # Single requests get in between, HIGH ones first (``HighFirst``):
+                    # planning a big batch takes milliseconds. With ``overlap``, what is
+                    # planned goes to Redis now, and is written there while the rest is
+                    # planned.
+                    if overlap and len(pending) >= PLAN_CHUNK:
                         written = self._rounds(pending, answers, now, alone=True)
                         writing.append(asyncio.create_task(written))
                         pending = []
-                    await asyncio.sleep(0)
+                    await self.high_first.batch_turn()
                 if isinstance(request, IngestAnswer):
                     answers[index] = request
                     continue
@@ -169,7 +179,9 @@ class Ingestor:
                     answers[index] = entry
                     continue
                 pending.append(entry)
-            await self._rounds(pending, answers, now, alone=overlap)
+            for start in range(0, len(pending), WRITE_CHUNK):
+                part = pending[start : start + WRITE_CHUNK]
+                await self._rounds(part, answers, now, alone=overlap)
         finally:
             # Every write started is waited for, whatever happened to the rest (without
             # ``overlap`` none was: a single POST does not gather nothing).

@@ -15,8 +15,8 @@ from redis.asyncio import Redis
 
 from app.api.app import create_app
 from app.api.notifications import _entry_of_raw
-from app.catalog import parse_catalog
-from app.ingest.ingestor import IngestAnswer
+from app.catalog import Catalog, parse_catalog
+from app.ingest.ingestor import IngestAnswer, Ingestor
 from app.settings import Settings
 from streams import codec
 from streams.events import DeliveryQueued, NotificationAccepted
@@ -409,3 +409,25 @@ async def test_a_key_of_the_form_campaigns_use_is_refused_with_422(
         (202, None),  # only the prefix is reserved
     ]
     assert await accepted_count(redis, key_prefix) == 1
+
+
+async def test_a_high_request_goes_ahead_of_batches_and_a_normal_one_does_not(
+    redis: Redis, settings: Settings, catalog: Catalog
+) -> None:
+    app = create_app(settings, redis=redis, catalog=catalog)
+    ingestor: Ingestor = app.state.ingestor
+    busy_while_ingested: list[bool] = []
+    ingest = ingestor.ingest
+
+    async def watched(*args: Any) -> IngestAnswer:
+        busy_while_ingested.append(ingestor.high_first.busy)
+        return await ingest(*args)
+
+    ingestor.ingest = watched  # type: ignore[method-assign]
+    async with http_client(app) as client:
+        high = await post(client, OTP, key="h-1")
+        normal = await post(client, ORDER, key="n-1")
+        invalid = await post(client, {**OTP, "data": {}}, key="h-2")
+    assert [high.status_code, normal.status_code, invalid.status_code] == [202, 202, 422]
+    assert busy_while_ingested == [True, False, True]
+    assert not ingestor.high_first.busy  # every turn ended, the refused one's too

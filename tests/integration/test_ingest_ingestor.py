@@ -13,8 +13,9 @@ from redis.asyncio import Redis
 
 from app.catalog import Catalog
 from app.ingest.fanout import Planner
-from app.ingest.ingestor import Ingestor
-from app.ingest.requests import Recipient
+from app.ingest.high_first import HighFirst
+from app.ingest.ingestor import WRITE_CHUNK, IngestAnswer, Ingestor
+from app.ingest.requests import NotificationRequest, Recipient
 from streams.events import PreferenceEntry
 from streams.keys import KeySpace
 from streams.recipient_settings import RecipientSettingsStore
@@ -117,3 +118,47 @@ async def test_settings_read_beforehand_plan_each_notification_once(
     assert writes == 1  # no second round for the recipient with settings
     assert b'"PUSH","status":"SUPPRESSED"' in outcomes[0].response
     assert [o.status_code for o in outcomes] == [202, 202]
+
+
+def _batch(count: int) -> list[tuple[str, NotificationRequest | IngestAnswer]]:
+    return [
+        (f"k{i}", msgspec.structs.replace(REQUEST, recipient=Recipient(id=f"user-{i}")))
+        for i in range(count)
+    ]
+
+
+async def test_a_batch_waits_between_its_slices_while_a_high_request_is_served(
+    redis: Redis, key_prefix: str, catalog: Catalog, clock: Clock
+) -> None:
+    keys = KeySpace(key_prefix)
+    ingestor = Ingestor(redis, keys, Planner(catalog, DIGEST), 3600, clock)
+    ingestor.high_first = HighFirst(max_wait_s=30)
+    with ingestor.high_first.serving():
+        batch = asyncio.create_task(ingestor.ingest_many("orders", _batch(300)))
+        await asyncio.sleep(0.3)
+        assert not batch.done()
+        assert await redis.xlen(keys.shard(0).events) == 0  # it stopped while planning
+    async with asyncio.timeout(10):
+        outcomes = await batch
+    assert [o.status_code for o in outcomes] == [202] * 300
+
+
+async def test_a_batch_is_written_in_parts(
+    redis: Redis, key_prefix: str, catalog: Catalog, clock: Clock
+) -> None:
+    keys = KeySpace(key_prefix)
+    ingestor = Ingestor(redis, keys, Planner(catalog, DIGEST), 3600, clock)
+    sizes: list[int] = []
+    write = ingestor.writer.write
+
+    async def recorded(items: Any, *, alone: bool = False) -> Any:
+        sizes.append(len(items))
+        return await write(items, alone=alone)
+
+    ingestor.writer.write = recorded  # type: ignore[method-assign]
+    outcomes = await ingestor.ingest_many("orders", _batch(WRITE_CHUNK * 2 + 7))
+    assert sizes == [WRITE_CHUNK, WRITE_CHUNK, 7]
+    assert [o.status_code for o in outcomes] == [202] * (WRITE_CHUNK * 2 + 7)
+    again = await ingestor.ingest_many("orders", _batch(WRITE_CHUNK * 2 + 7))
+    assert all(o.replayed for o in again)  # every part was written
+    assert [o.response for o in again] == [o.response for o in outcomes]

@@ -507,3 +507,14 @@ def test_without_tracing_work_items_are_written_as_before_traces(planner: Planne
     for planned in item.work:
         assert json.loads(planned.item)[-1] == ""  # the campaign, the last field before traces
         assert len(json.loads(planned.item)) == len(WorkItem.__struct_fields__) - 1
+
+
+def test_is_high_follows_the_type_and_a_priority_given_in_the_request(planner: Planner) -> None:
+    otp = NotificationRequest(
+        recipient=Recipient(id="u", phone="+4915112345678"), type="otp", data={"code": "1"}
+    )
+    assert planner.is_high(otp)
+    assert not planner.is_high(REQUEST)  # marketing: LOW
+    assert planner.is_high(msgspec.structs.replace(REQUEST, priority=Priority.HIGH))
+    assert not planner.is_high(msgspec.structs.replace(otp, priority=Priority.NORMAL))
+    assert not planner.is_high(msgspec.structs.replace(REQUEST, type="no-such-type"))
