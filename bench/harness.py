@@ -553,7 +553,8 @@ class Ingested:
     first_problem: str = ""
     queued: dict[str, str] = field(default_factory=dict)  # delivery id -> channel
     not_queued: Counter[str] = field(default_factory=Counter)  # status -> count
-    first_accept_ms: int | None = None
+    first_accept_ms: int | None = None  # the ms in the first accepted notification's id
+    first_send_ms: int | None = None  # wall clock when the first request was sent
     elapsed_s: float = 0.0
 
     def note(self, notification_id: str, deliveries: list[Delivery]) -> None:
@@ -610,6 +611,8 @@ async def post_batches(
     async def loop() -> None:
         for number in numbers:
             body = f"{tag}-b{number}".encode().join(pieces)
+            if result.first_send_ms is None:
+                result.first_send_ms = time.time_ns() // 1_000_000
             try:
                 response = await client.post(BATCH_PATH, content=body)
             except httpx.HTTPError as error:

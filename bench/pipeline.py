@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import multiprocessing
 import os
 import random
 import secrets
@@ -50,6 +51,7 @@ from collections.abc import Callable
 from contextlib import ExitStack, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +69,8 @@ from bench.harness import (
     REPO,
     SCAN_CHUNK,
     SINGLE_PATH,
+    STOP_TIMEOUT_S,
+    BenchError,
     Delivery,
     add_redis_url,
     api_client,
@@ -106,21 +110,21 @@ from streams.vocabulary import Priority
 
 DEFAULT_DURATION = 10
 E2E_PER_SECOND = 3_000  # end-to-end notifications per --duration second
-FLOOD_PER_SECOND = 20_000  # LOW flood notifications per --duration second
+FLOOD_PER_SECOND = 100_000  # LOW flood notifications per --duration second
 E2E_CONCURRENCY = 4  # batch requests in flight while ingesting end to end
 FLOOD_CONCURRENCY = 4  # ... and while flooding
 HIGH_RATE = 50.0  # single HIGH notifications per second during the flood
 HIGH_MAX_IN_FLIGHT = 64
 API_WORKERS = 2  # uvicorn workers of the API (see --api-workers)
-WORKER_COUNTS = (1, 2)
+WORKER_COUNTS = (2,)  # the configuration Clarion ships for two cores
 
 STALL_TIMEOUT_S = 20.0  # no progress this long: stop waiting (longer than the 15 s lease)
 POLL_S = 0.05
 SAMPLE_STATES = 1000
 PRINT_LINE_CHARS = 400
 
-TARGET_E2E_RATE = 10_000.0
-TARGET_HIGH_P99_MS = 100.0
+TARGET_E2E_RATE = 20_000.0
+TARGET_HIGH_P99_MS = 50.0  # from the client, during a 1,000,000 LOW flood
 
 
 # --- request bodies and answers (the rest are in bench/harness.py) -------------------------
@@ -222,7 +226,7 @@ async def measure_e2e(
     drained, state = await wait_until_done(client, keys, done, time.monotonic() + timeout)
     record = await read_sandbox(client, keys.sandbox_sent, after)
     figures, problems = check_deliveries(ingested.queued, record, "end to end")
-    first_ms = ingested.first_accept_ms or 0
+    first_ms = ingested.first_send_ms or 0  # the clock starts before the first request
     span_s = (record.last_sent_ms - first_ms) / 1000 if record.last_sent_ms else 0.0
     delivered = sum(1 for d in ingested.queued if d in record.first_sent_ms)
     rate = delivered / span_s if span_s > 0 else 0.0
@@ -316,6 +320,26 @@ async def send_high(
         await asyncio.wait(in_flight)
 
 
+def high_sender(base_url: str, tag: str, stop: Any, results: Connection) -> None:
+    """The HIGH producer, in a process of its own as an auth service is a service of its own:
+    in the flood's process its sends would wait for the flood client's own work. Sends
+    ``"ready"``, POSTs until ``stop`` (a multiprocessing event) is set, then sends its
+    ``HighSent``."""
+
+    async def run() -> HighSent:
+        stopping = asyncio.Event()
+        high = HighSent()
+        async with api_client(base_url, HIGH_MAX_IN_FLIGHT) as http:
+            task = asyncio.create_task(send_high(http, stopping, tag, high))
+            results.send("ready")
+            await asyncio.to_thread(stop.wait)
+            stopping.set()
+            await task
+        return high
+
+    results.send(asyncio.run(run()))
+
+
 async def measure_flood(
     base_url: str, client: aredis.Redis, keys: KeySpace, flood: int, tag: str
 ) -> tuple[dict[str, Any], list[str]]:
@@ -326,26 +350,28 @@ async def measure_flood(
     }
     batches = max(1, flood // BATCH_SIZE)
     pieces = batch_pieces(BATCH_SIZE, flood_item)
-    stopping = asyncio.Event()
-    high = HighSent()
-    async with (
-        api_client(base_url, FLOOD_CONCURRENCY, keepalive=False) as flood_http,
-        api_client(base_url, HIGH_MAX_IN_FLIGHT) as high_http,
-    ):
-        high_task = asyncio.create_task(send_high(high_http, stopping, tag, high))
-        try:
+    context = multiprocessing.get_context("spawn")
+    stop = context.Event()
+    receiving, sending = context.Pipe(duplex=False)
+    sender = context.Process(target=high_sender, args=(base_url, tag, stop, sending))
+    sender.start()
+    try:
+        if await asyncio.to_thread(receiving.recv) != "ready":
+            raise BenchError("the HIGH sender did not start")
+        async with api_client(base_url, FLOOD_CONCURRENCY, keepalive=False) as flood_http:
             flood_started = time.monotonic()
             ingested = await post_batches(flood_http, pieces, batches, tag, FLOOD_CONCURRENCY)
-            ingest_done_ms = time.time_ns() // 1_000_000
+        ingest_done_ms = time.time_ns() // 1_000_000
 
-            def low_done(state: dict[str, Any], _: int) -> bool:
-                return remaining_work(state, (Priority.LOW,)) == 0
+        def low_done(state: dict[str, Any], _: int) -> bool:
+            return remaining_work(state, (Priority.LOW,)) == 0
 
-            timeout = 60.0 + len(ingested.queued) / 1000
-            drained, _ = await wait_until_done(client, keys, low_done, flood_started + timeout)
-        finally:
-            stopping.set()
-            await high_task
+        timeout = 60.0 + len(ingested.queued) / 1000
+        drained, _ = await wait_until_done(client, keys, low_done, flood_started + timeout)
+    finally:
+        stop.set()
+    high: HighSent = await asyncio.to_thread(receiving.recv)
+    await asyncio.to_thread(sender.join, STOP_TIMEOUT_S)
     # The last HIGH notifications were accepted after the flood drained: let them finish.
     finished, state = await wait_until_done(
         client, keys, lambda s, _: remaining_work(s) == 0, time.monotonic() + 30
@@ -356,11 +382,8 @@ async def measure_flood(
         {**low, **dict.fromkeys(high.sent_ms, "SMS")}, record, "flood"
     )
     low_sent = [record.first_sent_ms[d] for d in low if d in record.first_sent_ms]
-    first_ms = ingested.first_accept_ms or 0
+    first_ms = ingested.first_send_ms or 0
     drain_s = (max(low_sent) - first_ms) / 1000 if low_sent else 0.0
-    # Where a HIGH delivery's time goes: the API (id created -> work entry written) and the
-    # workers (work entry -> sandbox record), split by whether the API accepted it while the
-    # flood was still being ingested or afterwards.
     queued_ms: dict[str, int] = {}
     for stream, since in events_after.items():
         queued_ms |= await read_queued_ms(client, stream, since, set(high.sent_ms))
@@ -368,27 +391,7 @@ async def measure_flood(
     if len(done_high) < len(high.sent_ms):
         missing = len(high.sent_ms) - len(done_high)
         problems.append(f"HIGH: {missing} of {len(high.sent_ms)} accepted could not be timed")
-    latencies = [float(record.first_sent_ms[d] - id_ms(d)) for d in done_high]
-    breakdown: dict[str, Any] = {}
-    for label, chosen in (
-        ("all", done_high),
-        ("while_flood_ingested", [d for d in done_high if id_ms(d) <= ingest_done_ms]),
-        ("after_flood_ingested", [d for d in done_high if id_ms(d) > ingest_done_ms]),
-    ):
-        breakdown[label] = {
-            "total": latency_summary([float(record.first_sent_ms[d] - id_ms(d)) for d in chosen]),
-            "api_id_to_work_entry": latency_summary(
-                [float(queued_ms[d] - id_ms(d)) for d in chosen]
-            ),
-            "worker_work_entry_to_sandbox": latency_summary(
-                [float(record.first_sent_ms[d] - queued_ms[d]) for d in chosen]
-            ),
-        }
-    from_client = [
-        float(record.first_sent_ms[d] - ms)
-        for d, ms in high.sent_ms.items()
-        if d in record.first_sent_ms
-    ]
+    breakdown = high_breakdown(high.sent_ms, queued_ms, record.first_sent_ms, ingest_done_ms)
     pending = pending_total(state)
     if ingested.refused or ingested.failed_requests:
         problems.append(f"flood ingest: {ingested.first_problem}")
@@ -408,17 +411,45 @@ async def measure_flood(
         "high_accepted": len(high.sent_ms),
         "high_refused": high.refused,
         "high_behind_schedule": high.behind_schedule,
-        "high_delivered": len(latencies),
-        "high_latency_ms": latency_summary(latencies),
+        "high_delivered": len(done_high),
+        # From the client's send (before its POST) to the provider call: the figure judged.
+        "high_latency_ms": breakdown["all"]["total"],
         "high_latency_breakdown_ms": breakdown,
         "high_latency_by_5s_window": windows(
-            [(id_ms(d), record.first_sent_ms[d] - id_ms(d)) for d in done_high], first_ms
+            [(high.sent_ms[d], record.first_sent_ms[d] - high.sent_ms[d]) for d in done_high],
+            first_ms,
         ),
-        "high_latency_from_client_send_ms": latency_summary(from_client),
         "high_post_round_trip_ms": latency_summary(high.answer_ms),
         "work_streams_at_end": state,
         "pending_at_end": pending,
     }, problems
+
+
+def high_breakdown(
+    sent_ms: dict[str, int], queued_ms: dict[str, int], sandbox_ms: dict[str, int], split_ms: int
+) -> dict[str, Any]:
+    """Where each HIGH delivery's time went, from the client's send to the provider call:
+    before the API made its id (the request travelling and waiting to be handled), in the
+    API (id made -> work entry written), in the workers (work entry -> sandbox record).
+    Split by whether the client sent it while the flood was still being ingested (before
+    ``split_ms``) or afterwards. Deliveries missing a timestamp are left out."""
+    timed = [d for d in sent_ms if d in sandbox_ms and d in queued_ms]
+    breakdown: dict[str, Any] = {}
+    for label, chosen in (
+        ("all", timed),
+        ("while_flood_ingested", [d for d in timed if sent_ms[d] <= split_ms]),
+        ("after_flood_ingested", [d for d in timed if sent_ms[d] > split_ms]),
+    ):
+        parts = {
+            "total": [sandbox_ms[d] - sent_ms[d] for d in chosen],
+            "client_send_to_id": [id_ms(d) - sent_ms[d] for d in chosen],
+            "api_id_to_work_entry": [queued_ms[d] - id_ms(d) for d in chosen],
+            "worker_work_entry_to_sandbox": [sandbox_ms[d] - queued_ms[d] for d in chosen],
+        }
+        breakdown[label] = {
+            name: latency_summary([float(ms) for ms in values]) for name, values in parts.items()
+        }
+    return breakdown
 
 
 def windows(samples: list[tuple[int, int]], start_ms: int, width_s: int = 5) -> list[str]:
@@ -556,7 +587,6 @@ def print_report(result: dict[str, Any]) -> None:
                 f"{lat['p50']:.0f}",
                 f"{lat['p99']:.0f}",
                 f"{lat['max']:.0f}",
-                f"{flood['high_latency_from_client_send_ms']['p99']:.0f}",
                 str(flood["deliveries_missing"]),
                 str(flood["pending_at_end"]),
             ]
@@ -582,14 +612,16 @@ def print_report(result: dict[str, Any]) -> None:
     print(f"End to end ({mix}):")
     print(format_table(header, e2e_rows) + "\n")
     header = ["workers", "LOW notif", "ingest/s", "LOW sent", "drained", "LOW/s", "HIGH n"]
-    header += ["p50 ms", "p99 ms", "max ms", "p99 client", "lost", "pending"]
+    header += ["p50 ms", "p99 ms", "max ms", "lost", "pending"]
     print(
         f"LOW flood ({params['flood_notifications']:,} marketing, 1 EMAIL each) with HIGH otp "
-        f"at {params['high_rate_per_s']:.0f}/s; latency = sandbox record - delivery id ms:"
+        f"at {params['high_rate_per_s']:.0f}/s; HIGH latency from the client's send (before "
+        "its POST) to the sandbox record:"
     )
     print(format_table(header, flood_rows))
-    print("HIGH latency in ms, p50/p99/max, split into API (id -> work entry written) and")
-    print("workers (work entry -> sandbox record), by when the API accepted the notification:")
+    print("HIGH latency in ms, p50/p99/max, split into before the API (client send -> id made),")
+    print("API (id -> work entry written) and workers (work entry -> sandbox record), by")
+    print("whether the client sent it while the flood was being ingested:")
     rows = []
     for run in result["runs"]:
         breakdown = run["flood"]["high_latency_breakdown_ms"]
@@ -606,13 +638,15 @@ def print_report(result: dict[str, Any]) -> None:
                         "{p50:.0f}/{p99:.0f}/{max:.0f}".format(**part[name])
                         for name in (
                             "total",
+                            "client_send_to_id",
                             "api_id_to_work_entry",
                             "worker_work_entry_to_sandbox",
                         )
                     ),
                 ]
             )
-    print(format_table(["HIGH otp", "n", "total", "API", "workers"], rows) + "\n")
+    header = ["HIGH otp", "n", "total", "before API", "API", "workers"]
+    print(format_table(header, rows) + "\n")
     print(format_table(["target", "measured", "wanted", "verdict"], target_rows) + "\n")
     for run in result["runs"]:
         for name, found in run.get("logs", {}).items():
@@ -641,7 +675,7 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--quick", action="store_true", help="--duration 3")
     parser.add_argument(
-        "--workers", type=int, default=None, help="delivery worker processes (default: 1, then 2)"
+        "--workers", type=int, default=None, help="delivery worker processes (default: 2)"
     )
     parser.add_argument(
         "--api-workers", type=int, default=API_WORKERS, help="uvicorn workers of the API"
