@@ -47,13 +47,9 @@ IN_FLIGHT_TTL_MS = 10_000
 # Rounds before giving up on a recipient whose settings (or the suppression list) keep
 # changing under us: one more than a settings change and a list change need.
 MAX_ROUNDS = 4
-# A batch yields the event loop every ``SLICE`` items planned (about a millisecond: a HIGH
-# request that arrives meanwhile waits no longer), writes what it planned in pipelines of
-# ``WRITE_CHUNK`` items (answering a thousand at once blocked the loop for milliseconds), and
-# with ``overlap`` writes each ``PLAN_CHUNK`` planned while it plans the next.
-SLICE = 25
-WRITE_CHUNK = 250
-PLAN_CHUNK = 100
+# A batch yields every ``SLICE`` items planned (about 1 ms), writes in parts of
+# ``WRITE_CHUNK`` (answering 1000 at once took milliseconds); with ``overlap``, in ``PLAN_CHUNK``.
+SLICE, WRITE_CHUNK, PLAN_CHUNK = 25, 250, 100
 _NO_SETTINGS = RecipientSettings()
 
 
