@@ -2,8 +2,8 @@
 
 Run from anywhere with the project's virtualenv::
 
-    .venv/bin/python bench/projector.py            # 50,000 notifications; 20 s at 10,000/s
-    .venv/bin/python bench/projector.py --quick    # 10,000 notifications; 5 s
+    .venv/bin/python bench/projector.py            # 50,000 notifications; 30 s of load
+    .venv/bin/python bench/projector.py --quick    # 10,000 notifications; 10 s
 
 It uses a throwaway PostgreSQL database (``clarion_bench_<hex>`` on
 ``CLARION_BENCH_DATABASE_URL``'s server, by default the local one; dropped at the end),
@@ -23,12 +23,30 @@ the other:
    in the stream. The time inside ``rows_of`` and ``apply`` is recorded by wrapping them (the
    projector calls them through ``projections.rows``); the next batch is read and turned into rows
    while one is written, so the two overlap.
-2. Lag under load: the API (``clarion api --workers 2``), two delivery workers and
-   ``clarion projector`` run as processes against the database; batches of 1000
-   notifications (pipeline.py's end-to-end mix, 2.6 deliveries each) are posted at a steady
-   pace for ``--lag-seconds`` to reach ``--rate`` deliveries/s, and
-   ``projections.queries.projection_lag_ms`` is sampled every 100 ms until everything is
-   delivered and projected. Then the read model is compared with the stream.
+2. Projection lag at a sustainable rate: the API (``clarion api --workers 2``), two
+   delivery workers and ``clarion projector`` run as processes against the database.
+   First their end-to-end capacity: ``--capacity-batches`` (30; 8 with ``--quick``) batches
+   of 1000 notifications (pipeline.py's end-to-end mix, 2.6 deliveries each) posted
+   unpaced, 4 at a time, and deliveries/s from the first batch's send to the last sandbox
+   ``sent`` record; the projector runs meanwhile and is waited for. Then 70 % of that
+   capacity (or ``--rate`` deliveries/s) is offered in batches at a steady pace for
+   ``--lag-seconds`` (30; 10), until everything is delivered and projected; the read model
+   is then compared with the stream. (Offered a fixed rate above what it can do, the
+   pipeline builds a backlog, and a lag figure then measures mostly work waiting for the
+   workers, not the projection.)
+
+   The projection's own lag, per event: from the event written (its ``events`` entry id's
+   ms) until its row is visible in PostgreSQL. A probe (``VisibilityProbe``) reads every
+   5th entry of the stream as it is written and looks for its first event's
+   ``delivery_event`` row every 20 ms, all the entries it waits for in one query; the time
+   the answer came back is the entry's "visible" time. So the figure is late by at most
+   the gap between two queries (reported as ``resolution_ms``: 20 ms and more when the
+   machine is busy) and counts each probed entry once per event it holds. The target:
+   p99 < 500 ms. Beside it, ``projections.queries.projection_lag_ms`` is sampled every
+   100 ms, as before, under its meaning: the age of the oldest event not yet projected,
+   which includes any backlog (``oldest_unprojected_age_ms``). The CPU each process used
+   during the steady load is read from ``/proc``, per delivery and scaled to 10,000
+   deliveries/s.
 
 The providers have no rate limit in either phase. All Redis keys live under a random
 ``bench-<hex>`` prefix and are deleted at the end; the result is printed and written to
@@ -48,6 +66,7 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -70,7 +89,10 @@ from bench.harness import (
     HEALTH_PATH,
     REPO,
     BenchError,
+    CpuSnapshot,
     Ingested,
+    SandboxRecord,
+    StreamEvents,
     Throwaway,
     add_redis_url,
     api_client,
@@ -82,6 +104,7 @@ from bench.harness import (
     delete_prefix,
     drop_database,
     e2e_item,
+    entry_ms,
     expected_e2e_deliveries,
     format_table,
     free_port,
@@ -92,6 +115,7 @@ from bench.harness import (
     log_findings,
     log_tail,
     pending_total,
+    percentile,
     post_batches,
     print_problems,
     read_sandbox,
@@ -114,26 +138,35 @@ from projections.database import connect as connect_database
 from projections.partitions import ensure_partitions
 from projections.projector import BATCH_BYTES, READ_COUNT, Projector
 from projections.queries import projection_lag_ms
+from streams import codec
 from streams.consumer_groups import PROJECTOR_GROUP
-from streams.keys import KeySpace
+from streams.keys import KeySpace, ShardKeys
 
 DEFAULT_NOTIFICATIONS = 50_000
 QUICK_NOTIFICATIONS = 10_000
-DEFAULT_RATE = 10_000.0  # deliveries/s offered in the lag phase
-DEFAULT_LAG_SECONDS = 20
-QUICK_LAG_SECONDS = 5
+DEFAULT_LAG_SECONDS = 30
+QUICK_LAG_SECONDS = 10
+DEFAULT_CAPACITY_BATCHES = 30  # of 1000 notifications (2,600 deliveries) each
+QUICK_CAPACITY_BATCHES = 8
+CAPACITY_CONCURRENCY = 4  # batch requests in flight while measuring capacity (pipeline.py's)
+LOAD_SHARE = 0.7  # of the measured end-to-end capacity offered in the lag phase
 INGEST_CHUNK = 1000  # notifications per ingest_many call
 LAG_CONCURRENCY = 8  # batch requests in flight at most while pacing
-LAG_SAMPLE_S = 0.1
+PROBE_EVERY = 5  # every 5th entry of the events stream is followed into PostgreSQL
+PROBE_POLL_S = 0.02  # how often the probe looks for its entries' rows
+PROBE_READ_COUNT = 500  # entries per XRANGE while the probe reads new entries
+OLDEST_SAMPLE_S = 0.1  # how often projection_lag_ms (the oldest unprojected event) is read
 POLL_S = 0.01  # how often phase 1 checks whether the projector is done
 DELIVERY_WORKERS = 2
 API_WORKERS = 2
 STALL_TIMEOUT_S = 30.0
 PRODUCER = "bench"
 
-TARGET_EVENTS_PER_S = 30_000.0
-TARGET_LAG_P99_MS = 1000.0
-TARGET_RATE = 10_000.0  # deliveries/s the lag target is set for
+TARGET_EVENTS_PER_S = 50_000.0
+TARGET_LAG_P99_MS = 500.0
+# The rate the lag phase's CPU per delivery is scaled to (pipeline.py's end-to-end target):
+# the cores each part would need for it.
+CPU_REFERENCE_RATE = 10_000.0
 
 
 # --- phase 1: projector throughput ---------------------------------------------------------
@@ -376,10 +409,13 @@ def merge(total: Ingested, part: Ingested) -> None:
         )
 
 
-async def paced_ingest(base_url: str, rate: float, seconds: int, tag: str) -> tuple[Ingested, int]:
+async def paced_ingest(
+    base_url: str, rate: float, seconds: int, tag: str
+) -> tuple[Ingested, int, float]:
     """Post 1000-item batches evenly spaced to offer ``rate`` deliveries/s for ``seconds``.
 
-    Returns what was accepted and how many batches started late (all slots were busy).
+    Returns what was accepted, how many batches started late (all slots were busy) and the
+    seconds the batches were offered for (one interval each: about ``seconds``).
     """
     per_batch = expected_e2e_deliveries(BATCH_SIZE)
     interval = per_batch / rate
@@ -410,11 +446,17 @@ async def paced_ingest(base_url: str, rate: float, seconds: int, tag: str) -> tu
             tasks.append(asyncio.create_task(one(number)))
         await asyncio.gather(*tasks)
         total.elapsed_s = loop.time() - started
-    return total, late
+    return total, late, batches * interval
 
 
-class LagSampler:
-    """``projection_lag_ms`` every ``LAG_SAMPLE_S`` s: (seconds since start, lag ms)."""
+class OldestUnprojectedSampler:
+    """``projection_lag_ms`` every ``OLDEST_SAMPLE_S`` s: (seconds since start, ms).
+
+    That figure (what ``GET /v1/ops/lag`` and ``clarion status`` report) is the age of the
+    oldest event the projector has not finished: it includes the time an event waits behind
+    others, so it measures backlog as much as projection. Kept beside the probe's figure
+    (``VisibilityProbe``), which is the projection's own lag.
+    """
 
     def __init__(self, client: aredis.Redis, keys: KeySpace) -> None:
         self.client = client
@@ -424,6 +466,9 @@ class LagSampler:
         self.started = time.monotonic()
         self._stop = asyncio.Event()
 
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
     async def run(self) -> None:
         next_at = time.monotonic()
         while not self._stop.is_set():
@@ -432,8 +477,8 @@ class LagSampler:
             except redis.RedisError:
                 self.errors += 1
             else:
-                self.samples.append((time.monotonic() - self.started, lag))
-            next_at += LAG_SAMPLE_S
+                self.samples.append((self.elapsed(), lag))
+            next_at += OLDEST_SAMPLE_S
             await asyncio.sleep(max(0.0, next_at - time.monotonic()))
 
     def stop(self) -> None:
@@ -444,103 +489,360 @@ class LagSampler:
         return latency_summary(values)
 
 
-async def drive_lag(
-    base_url: str, redis_url: str, database: Throwaway, keys: KeySpace, args: argparse.Namespace
-) -> tuple[dict[str, Any], list[str]]:
-    """Load the running services, sample the projection lag, then check the read model."""
-    client = aredis.Redis.from_url(redis_url)
-    pool = await asyncpg.create_pool(database.url, min_size=1, max_size=2)
-    problems: list[str] = []
-    stream = keys.shard(0).events
-    try:
-        after = await last_entry_id(client, keys.sandbox_sent)
-        sampler = LagSampler(client, keys)
-        sampling = asyncio.create_task(sampler.run())
-        print(
-            f"  offering {args.rate:,.0f} deliveries/s for {args.lag_seconds} s "
-            f"(batches of {BATCH_SIZE}) ...",
-            flush=True,
+# Which of the probed events' rows are visible. ``at`` leads delivery_event's primary key
+# (at, event_id) and picks the day's partition: the lookup is a few index probes.
+VISIBLE_EVENTS = """
+SELECT event_id FROM delivery_event WHERE at = ANY($1::timestamptz[]) AND event_id = ANY($2)
+"""
+
+
+class _Timed(msgspec.Struct):
+    at: datetime  # an event's time; every other field is skipped
+
+
+_event_times = msgspec.json.Decoder(list[_Timed])
+
+
+@dataclass(frozen=True, slots=True)
+class _Probe:
+    """A probed entry: its first event's row key, when it was written, how many events."""
+
+    at: datetime
+    written_ms: int
+    events: int
+
+
+class VisibilityProbe:
+    """The projection's own lag: from an event written to the ``events`` stream until its
+    row is visible in PostgreSQL, for every ``PROBE_EVERY``-th entry after ``after``.
+
+    Every ``PROBE_POLL_S`` a round reads the entries written since the last one (XRANGE,
+    outside the projector's group), keeps every ``PROBE_EVERY``-th, and asks PostgreSQL in
+    one query which of the kept entries not seen yet have their first event's
+    ``delivery_event`` row (``projections.rows.event_id``). The projector writes all rows of
+    an entry, and its checkpoint, in one transaction, so that row stands for the entry's
+    other rows (``notification``, ``delivery``). The lag is the time the answer came back
+    minus the entry id's ms (Redis stamped it on this machine's clock): an upper bound, late
+    by at most about the gap from one query's start to the next one's answer (reported as
+    ``resolution_ms``: ``PROBE_POLL_S`` plus the query, more while this process is busy
+    posting batches). It counts once per event of the entry.
+
+    The rows themselves are looked for rather than a time the projector records: the read
+    model has no commit time (the checkpoint's ``updated_at`` is ``now()``, the
+    transaction's start), and the figure then rests on nothing the projector says about
+    itself.
+    """
+
+    def __init__(
+        self, client: aredis.Redis, pool: asyncpg.Pool, shard: ShardKeys, after: str
+    ) -> None:
+        self.client = client
+        self.pool = pool
+        self.stream = shard.events
+        self.shard = shard.shard
+        self.last_id = after
+        self.entries_read = 0
+        self.waiting: dict[str, _Probe] = {}  # event id of an entry's first event -> probe
+        self.seen: list[tuple[float, int]] = []  # (lag ms, events of the entry)
+        self.query_ms: list[float] = []
+        self.gaps_ms: list[float] = []  # from one query's start to the next one's answer
+        self._asked_ms: float | None = None
+        self._stop = asyncio.Event()
+
+    async def run(self) -> None:
+        """Probe until ``stop()``, then one more round for what was written meanwhile."""
+        async with self.pool.acquire() as connection:
+            while True:
+                stopping = self._stop.is_set()
+                round_ends = time.monotonic() + PROBE_POLL_S
+                await self._read_new()
+                if self.waiting:
+                    await self._look(connection)
+                else:
+                    self._asked_ms = None  # the next query's gap starts anew
+                if stopping:
+                    return
+                await asyncio.sleep(max(0.0, round_ends - time.monotonic()))
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def _read_new(self) -> None:
+        field = codec.EVENT_FIELD.encode()
+        while True:
+            chunk: Any = await self.client.xrange(
+                self.stream, f"({self.last_id}", "+", count=PROBE_READ_COUNT
+            )
+            for raw_id, fields in chunk:
+                self.entries_read += 1
+                if self.entries_read % PROBE_EVERY:
+                    continue
+                entry_id = raw_id.decode()
+                events = _event_times.decode(fields.get(field, b"[]"))
+                if events:
+                    first = rows_module.event_id(self.shard, entry_id, 0)
+                    self.waiting[first] = _Probe(events[0].at, entry_ms(entry_id), len(events))
+            if chunk:
+                self.last_id = chunk[-1][0].decode()
+            if len(chunk) < PROBE_READ_COUNT:
+                return
+
+    async def _look(self, connection: asyncpg.Connection) -> None:
+        ids = list(self.waiting)
+        ats = [self.waiting[event].at for event in ids]
+        asked_ms = time.time() * 1000
+        visible = await connection.fetch(VISIBLE_EVENTS, ats, ids)
+        answered_ms = time.time() * 1000
+        self.query_ms.append(answered_ms - asked_ms)
+        if self._asked_ms is not None:
+            self.gaps_ms.append(answered_ms - self._asked_ms)
+        self._asked_ms = asked_ms
+        for row in visible:
+            probe = self.waiting.pop(row["event_id"])
+            self.seen.append((answered_ms - probe.written_ms, probe.events))
+
+    def summary(self) -> dict[str, Any]:
+        per_event = [lag for lag, events in self.seen for _ in range(events)]
+        return {
+            **latency_summary(per_event),
+            "p95": round(percentile(per_event, 95), 1),
+            "entries_read": self.entries_read,
+            "entries_probed": len(self.seen) + len(self.waiting),
+            "entries_never_seen": len(self.waiting),
+            "probe_every_entries": PROBE_EVERY,
+            "poll_interval_ms": PROBE_POLL_S * 1000,
+            "queries": len(self.query_ms),
+            "query_ms": latency_summary(self.query_ms),
+            # A row seen in one answer was not there when the query before it started:
+            # this gap bounds how late the answer can be.
+            "resolution_ms": latency_summary(self.gaps_ms),
+        }
+
+
+async def wait_delivered(client: aredis.Redis, keys: KeySpace, target: int) -> bool:
+    """Wait until the sandbox holds ``target`` records and no work is left."""
+
+    async def delivered() -> bool:
+        sent = await client.xlen(keys.sandbox_sent)
+        return sent >= target and remaining_work(await work_state(client, keys)) == 0
+
+    return await wait_for(delivered, STALL_TIMEOUT_S + target / 2000)
+
+
+async def wait_projected(
+    client: aredis.Redis, pool: asyncpg.Pool, keys: KeySpace
+) -> tuple[bool, StreamEvents]:
+    """Wait until the projector has every event of the stream in ``delivery_event``."""
+    contents = await stream_events(client, keys.shard(0).events)
+
+    async def projected() -> bool:
+        if await projection_lag_ms(client, keys):
+            return False
+        async with pool.acquire() as connection:
+            rows = await connection.fetchval("SELECT count(*) FROM delivery_event")
+        return int(rows) >= contents.events
+
+    caught_up = await wait_for(projected, STALL_TIMEOUT_S + contents.events / 10_000)
+    return caught_up, contents
+
+
+def deliveries_per_s(
+    queued: dict[str, str], record: SandboxRecord, from_ms: float, at_least_s: float = 0.0
+) -> float:
+    """The ``queued`` deliveries sent, per second from ``from_ms`` (wall clock) to the last
+    sent record, or per ``at_least_s`` if that is longer: a paced load's deliveries count
+    over the time they were offered in, even when its last batch is all sent sooner."""
+    sending_s = (record.last_sent_ms - from_ms) / 1000 if record.last_sent_ms else 0.0
+    span_s = max(sending_s, at_least_s)
+    sent = sum(1 for d in queued if d in record.first_sent_ms)
+    return round(sent / span_s, 1) if span_s > 0 else 0.0
+
+
+async def measure_capacity(
+    base_url: str, client: aredis.Redis, keys: KeySpace, batches: int
+) -> tuple[dict[str, Any], Ingested, list[str]]:
+    """End-to-end capacity with every service running (the projector too): ``batches``
+    batches of pipeline.py's mix posted unpaced, ``CAPACITY_CONCURRENCY`` at a time;
+    deliveries/s from the first batch's send to the last sandbox ``sent`` record."""
+    after = await last_entry_id(client, keys.sandbox_sent)
+    target = await client.xlen(keys.sandbox_sent)
+    pieces = batch_pieces(BATCH_SIZE, e2e_item)
+    print(f"  measuring capacity: {batches} batches of {BATCH_SIZE} unpaced ...", flush=True)
+    sent_from_ms = time.time() * 1000
+    async with api_client(base_url, CAPACITY_CONCURRENCY, keepalive=False) as http:
+        ingested = await post_batches(
+            http, pieces, batches, f"{keys.prefix}-capacity", CAPACITY_CONCURRENCY
         )
-        ingested, late = await paced_ingest(base_url, args.rate, args.lag_seconds, keys.prefix)
-        load_end = time.monotonic() - sampler.started
-        queued = len(ingested.queued)
-
-        async def delivered() -> bool:
-            sent = await client.xlen(keys.sandbox_sent)
-            return sent >= queued and remaining_work(await work_state(client, keys)) == 0
-
-        drained = await wait_for(delivered, STALL_TIMEOUT_S + queued / 2000)
-        drained_at = time.monotonic() - sampler.started
-        contents = await stream_events(client, stream)
-
-        async def projected() -> bool:
-            if await projection_lag_ms(client, keys):
-                return False
-            async with pool.acquire() as connection:
-                rows = await connection.fetchval("SELECT count(*) FROM delivery_event")
-            return int(rows) >= contents.events
-
-        caught_up = await wait_for(projected, STALL_TIMEOUT_S + contents.events / 10_000)
-        caught_up_at = time.monotonic() - sampler.started
-        sampler.stop()
-        await sampling
-        final_lag = await projection_lag_ms(client, keys)
-        counts = await row_counts(pool)
-        record = await read_sandbox(client, keys.sandbox_sent, after)
-        state = await work_state(client, keys)
-    finally:
-        await pool.close()
-        await client.aclose()
-    checked, delivery_problems = check_deliveries(ingested.queued, record, "lag phase")
-    problems += delivery_problems
-    first_ms = ingested.first_accept_ms or 0
-    span_s = (record.last_sent_ms - first_ms) / 1000 if record.last_sent_ms else 0.0
-    sent = sum(1 for d in ingested.queued if d in record.first_sent_ms)
+    drained = await wait_delivered(client, keys, target + len(ingested.queued))
+    record = await read_sandbox(client, keys.sandbox_sent, after)
+    checked, problems = check_deliveries(ingested.queued, record, "capacity burst")
     if ingested.refused or ingested.failed_requests:
-        problems.append(f"lag phase ingest: {ingested.first_problem}")
+        problems.append(f"capacity burst ingest: {ingested.first_problem}")
     if not drained:
-        problems.append("lag phase: the delivery workers did not finish within the timeout")
-    if not caught_up:
-        problems.append("lag phase: the projector did not catch up within the timeout")
-    if counts["delivery_event"] != contents.events:
-        problems.append(
-            f"lag phase: {counts['delivery_event']} rows in delivery_event, "
-            f"{contents.events} events in the stream"
-        )
-    if counts["notification"] != ingested.notifications:
-        problems.append(f"lag phase: {counts['notification']} notification rows")
-    if counts["delivery_by_status"].get("SENT", 0) != queued:
-        problems.append(f"lag phase: delivery rows by status {counts['delivery_by_status']}")
-    if sampler.errors:
-        problems.append(f"lag phase: {sampler.errors} lag samples failed")
-    return {
+        problems.append("capacity burst: the delivery workers did not finish in time")
+    return (
+        {
+            **ingested.summary(),
+            **checked,
+            "batches": batches,
+            "concurrency": CAPACITY_CONCURRENCY,
+            "span_s": round((record.last_sent_ms - sent_from_ms) / 1000, 3),
+            "deliveries_per_s": deliveries_per_s(ingested.queued, record, sent_from_ms),
+        },
+        ingested,
+        problems,
+    )
+
+
+async def steady_load(
+    base_url: str,
+    client: aredis.Redis,
+    pool: asyncpg.Pool,
+    keys: KeySpace,
+    load: tuple[float, int],
+    read_cpu: Callable[[], CpuSnapshot],
+) -> tuple[dict[str, Any], Ingested, list[str]]:
+    """Offer ``load`` (deliveries/s, seconds) at a steady pace with the probe and the
+    sampler running, until everything is delivered and projected; the CPU each process used
+    meanwhile."""
+    rate, seconds = load
+    stream = keys.shard(0).events
+    after = await last_entry_id(client, keys.sandbox_sent)
+    target = await client.xlen(keys.sandbox_sent)
+    probe = VisibilityProbe(client, pool, keys.shard(0), await last_entry_id(client, stream))
+    oldest = OldestUnprojectedSampler(client, keys)
+    tasks = [asyncio.create_task(probe.run()), asyncio.create_task(oldest.run())]
+    print(f"  offering {rate:,.0f} deliveries/s for {seconds} s ...", flush=True)
+    cpu_before = read_cpu()
+    sent_from_ms = time.time() * 1000
+    ingested, late, offered_s = await paced_ingest(base_url, rate, seconds, keys.prefix)
+    load_end = oldest.elapsed()
+    drained = await wait_delivered(client, keys, target + len(ingested.queued))
+    drained_at = oldest.elapsed()
+    caught_up, contents = await wait_projected(client, pool, keys)
+    caught_up_at = oldest.elapsed()
+    cpu = cpu_budget(read_cpu().used(cpu_before), len(ingested.queued))
+    probe.stop()
+    oldest.stop()
+    await asyncio.gather(*tasks)
+    record = await read_sandbox(client, keys.sandbox_sent, after)
+    checked, problems = check_deliveries(ingested.queued, record, "lag phase")
+    result = {
         **ingested.summary(),
-        "batches_started_late": late,
-        "offered_deliveries_per_s": args.rate,
-        "ingest_deliveries_per_s": round(queued / (ingested.elapsed_s or float("inf")), 1),
         **checked,
-        "end_to_end_span_s": round(span_s, 3),
-        "end_to_end_deliveries_per_s": round(sent / span_s, 1) if span_s > 0 else 0.0,
-        "stream": contents.summary(),
+        "batches_started_late": late,
+        "ingest_deliveries_per_s": round(len(ingested.queued) / ingested.elapsed_s, 1),
+        "offered_for_s": round(offered_s, 3),
+        "end_to_end_deliveries_per_s": deliveries_per_s(
+            ingested.queued, record, sent_from_ms, offered_s
+        ),
         "load_end_s": round(load_end, 3),
         "drained": drained,
         "delivered_all_at_s": round(drained_at, 3),
         "caught_up": caught_up,
         "caught_up_at_s": round(caught_up_at, 3),
-        "projected_events_per_s": round(contents.events / caught_up_at, 1) if caught_up else 0,
-        "final_lag_ms": final_lag,
-        "lag_samples": len(sampler.samples),
-        "lag_ms": sampler.summary(),
-        "lag_ms_during_load": sampler.summary(load_end),
-        "lag_ms_by_second": lag_by_second(sampler.samples),
+        "stream": contents.summary(),
+        "projection_lag_ms": probe.summary(),
+        "oldest_unprojected_age_ms": oldest.summary(),
+        "oldest_unprojected_age_ms_during_load": oldest.summary(load_end),
+        "oldest_unprojected_age_ms_by_second": worst_by_second(oldest.samples),
+        "oldest_unprojected_sample_errors": oldest.errors,
+        "cpu": cpu,
+    }
+    return result, ingested, problems + steady_problems(result)
+
+
+def steady_problems(result: dict[str, Any]) -> list[str]:
+    """What makes the steady load's figures untrustworthy, from its result."""
+    problems = []
+    lag = result["projection_lag_ms"]
+    if result["items_refused"] or result["failed_requests"]:
+        problems.append(f"lag phase ingest: {result['first_problem']}")
+    if not result["drained"]:
+        problems.append("lag phase: the delivery workers did not finish within the timeout")
+    if not result["caught_up"]:
+        problems.append("lag phase: the projector did not catch up within the timeout")
+    if lag["entries_never_seen"] or not lag["count"]:
+        problems.append(
+            f"lag phase: {lag['entries_probed']} entries probed, the rows of "
+            f"{lag['entries_never_seen']} never seen"
+        )
+    if result["oldest_unprojected_sample_errors"]:
+        problems.append(
+            f"lag phase: {result['oldest_unprojected_sample_errors']} samples of "
+            "projection_lag_ms failed"
+        )
+    return problems
+
+
+def read_model_problems(counts: dict[str, Any], events: int, parts: list[Ingested]) -> list[str]:
+    """The read model against the ``events`` of the stream and what the API accepted in
+    ``parts``."""
+    problems = []
+    if counts["delivery_event"] != events:
+        problems.append(
+            f"lag phase: {counts['delivery_event']} rows in delivery_event, "
+            f"{events} events in the stream"
+        )
+    if counts["notification"] != sum(part.notifications for part in parts):
+        problems.append(f"lag phase: {counts['notification']} notification rows")
+    if counts["delivery_by_status"].get("SENT", 0) != sum(len(part.queued) for part in parts):
+        problems.append(f"lag phase: delivery rows by status {counts['delivery_by_status']}")
+    return problems
+
+
+async def drive_lag(
+    base_url: str,
+    redis_url: str,
+    database: Throwaway,
+    keys: KeySpace,
+    args: argparse.Namespace,
+    read_cpu: Callable[[], CpuSnapshot],
+) -> tuple[dict[str, Any], list[str]]:
+    """Measure the capacity, offer ``LOAD_SHARE`` of it (or ``--rate``) at a steady pace,
+    then check the read model against the stream."""
+    client = aredis.Redis.from_url(redis_url)
+    pool = await asyncpg.create_pool(database.url, min_size=1, max_size=3)
+    try:
+        capacity, burst, problems = await measure_capacity(
+            base_url, client, keys, args.capacity_batches
+        )
+        settled, before = await wait_projected(client, pool, keys)
+        if not settled:
+            problems.append("capacity burst: the projector did not catch up within the timeout")
+        rate = args.rate or round(LOAD_SHARE * capacity["deliveries_per_s"], 1)
+        if rate <= 0:
+            raise BenchError(f"the capacity burst delivered nothing: {problems}")
+        steady, ingested, more = await steady_load(
+            base_url, client, pool, keys, (rate, args.lag_seconds), read_cpu
+        )
+        counts = await row_counts(pool)
+        state = await work_state(client, keys)
+    finally:
+        await pool.close()
+        await client.aclose()
+    events = steady["stream"]["events"]
+    problems += more + read_model_problems(counts, events, [burst, ingested])
+    return {
+        "capacity": capacity,
+        "capacity_deliveries_per_s": capacity["deliveries_per_s"],
+        "rate_from": "--rate" if args.rate else f"{LOAD_SHARE:.0%} of the measured capacity",
+        "offered_deliveries_per_s": rate,
+        **steady,
+        # The events the steady load made, per second until its last delivery was sent.
+        "events_written": events - before.events,
+        "events_per_s_written": round(
+            (events - before.events) / max(steady["delivered_all_at_s"], 1e-3), 1
+        ),
         "rows": counts,
         "pending_work_at_end": pending_total(state),
     }, problems
 
 
 def cpu_budget(used: dict[str, float], deliveries: int) -> dict[str, Any]:
-    """CPU seconds each part used for the lag phase (from the first request until the
-    projector caught up), per delivery, and the cores each part needs at the target rate."""
+    """CPU seconds each part used for the steady load (from the first request until the
+    projector caught up), per delivery, and the cores each part would need at
+    ``CPU_REFERENCE_RATE``."""
     parts = {name: seconds for name, seconds in used.items() if name != "bench"}
     per_delivery = {
         name: round(seconds * 1e6 / max(1, deliveries), 1) for name, seconds in parts.items()
@@ -549,21 +851,23 @@ def cpu_budget(used: dict[str, float], deliveries: int) -> dict[str, Any]:
     return {
         "seconds": used,
         "us_per_delivery": per_delivery,
-        "cores_at_target_rate": {
-            name: round(seconds * TARGET_RATE / max(1, deliveries), 2)
+        "reference_deliveries_per_s": CPU_REFERENCE_RATE,
+        "cores_at_reference_rate": {
+            name: round(seconds * CPU_REFERENCE_RATE / max(1, deliveries), 2)
             for name, seconds in parts.items()
         },
         "total_us_per_delivery": round(total * 1e6 / max(1, deliveries), 1),
-        "total_cores_at_target_rate": round(total * TARGET_RATE / max(1, deliveries), 2),
-        "note": "bench (the load generator) is not counted in the totals",
+        "total_cores_at_reference_rate": round(total * CPU_REFERENCE_RATE / max(1, deliveries), 2),
+        "note": "bench (the load generator and the probe) is not counted in the totals; "
+        "postgresql includes the probe's queries",
     }
 
 
-def lag_by_second(samples: list[tuple[float, int]]) -> list[int]:
-    """The largest lag sample of each second since sampling started."""
+def worst_by_second(samples: list[tuple[float, int]]) -> list[int]:
+    """The largest sample of each second since sampling started."""
     worst: dict[int, int] = {}
-    for at, lag in samples:
-        worst[int(at)] = max(worst.get(int(at), 0), lag)
+    for at, value in samples:
+        worst[int(at)] = max(worst.get(int(at), 0), value)
     return [worst.get(second, 0) for second in range(max(worst, default=-1) + 1)]
 
 
@@ -620,13 +924,12 @@ def measure_lag(
                 "projector": [projector.pid],
             }
             server = redis_pid(args.redis_url)
-            before = cpu_snapshot(services, server)
             result, problems = asyncio.run(
-                drive_lag(base_url, args.redis_url, database, keys, args)
-            )
-            result["cpu"] = cpu_budget(
-                cpu_snapshot(services, server).used(before), result["deliveries_queued"]
-            )
+                drive_lag(
+                    base_url, args.redis_url, database, keys, args,
+                    lambda: cpu_snapshot(services, server),
+                )
+            )  # fmt: skip
             for process, name in [(api, "API"), (projector, "projector")] + [
                 (w, "worker") for w in workers
             ]:
@@ -691,50 +994,7 @@ def print_report(result: dict[str, Any]) -> None:
     print(format_table(["what", "count", "rate"], rows) + "\n")
     two = result["lag"]
     if two:
-        lag, during = two["lag_ms"], two["lag_ms_during_load"]
-        print(
-            f"2. Pipeline as processes (API x{API_WORKERS}, {DELIVERY_WORKERS} workers, "
-            f"projector), {two['offered_deliveries_per_s']:,.0f} deliveries/s offered for "
-            f"{params['lag_seconds']} s; lag sampled every {LAG_SAMPLE_S * 1000:.0f} ms"
-        )
-        rows = [
-            ["deliveries queued", f"{two['deliveries_queued']:,}"],
-            ["ingest deliveries/s (achieved)", f"{two['ingest_deliveries_per_s']:,.0f}"],
-            ["end-to-end deliveries/s (to SENT)", f"{two['end_to_end_deliveries_per_s']:,.0f}"],
-            ["batches started late", str(two["batches_started_late"])],
-            ["events in stream / rows", f"{two['stream']['events']:,} / "
-             f"{two['rows']['delivery_event']:,}"],
-            ["lag p50/p99/max, whole run", f"{lag['p50']:.0f} / {lag['p99']:.0f} / "
-             f"{lag['max']:.0f} ms ({lag['count']} samples)"],
-            ["lag p50/p99/max, during load", f"{during['p50']:.0f} / {during['p99']:.0f} / "
-             f"{during['max']:.0f} ms"],
-            ["load ended / delivered / caught up", f"{two['load_end_s']:.1f} / "
-             f"{two['delivered_all_at_s']:.1f} / {two['caught_up_at_s']:.1f} s"],
-            ["caught up (lag 0, rows = events)", "yes" if two["caught_up"] else "NO"],
-            ["projector events/s (events / caught-up time)",
-             f"{two['projected_events_per_s']:,.0f}"],
-            ["lost / duplicated deliveries", f"{two['deliveries_missing']} / "
-             f"{two['repeated_sends'] + two['sandbox_flagged_duplicates']}"],
-        ]  # fmt: skip
-        print(format_table(["what", "measured"], rows))
-        print(f"max lag per second (ms): {two['lag_ms_by_second']}\n")
-        budget = two["cpu"]
-        print(
-            f"CPU used from the first request until caught up, per delivery, and the cores "
-            f"each part needs at {TARGET_RATE:,.0f} deliveries/s ({params['cpu_count']} here):"
-        )
-        rows = [
-            [name, f"{seconds:.2f}", f"{budget['us_per_delivery'][name]:,.0f}",
-             f"{budget['cores_at_target_rate'][name]:.2f}"]
-            for name, seconds in budget["seconds"].items() if name != "bench"
-        ]  # fmt: skip
-        rows.append(
-            ["total", f"{sum(float(r[1]) for r in rows):.2f}",
-             f"{budget['total_us_per_delivery']:,.0f}",
-             f"{budget['total_cores_at_target_rate']:.2f}"]
-        )  # fmt: skip
-        print(format_table(["part", "CPU s", "us per delivery", "cores needed"], rows))
-        print(f"(the load generator itself used {budget['seconds'].get('bench', 0):.2f} s)\n")
+        print_lag(two, params)
     passed = result["pass"]
     targets = [
         [
@@ -747,8 +1007,8 @@ def print_report(result: dict[str, Any]) -> None:
     if two:
         targets.append(
             [
-                f"lag p99 at {two['offered_deliveries_per_s']:,.0f} deliveries/s offered",
-                f"{two['lag_ms']['p99']:.0f} ms",
+                f"projection lag p99 at {two['offered_deliveries_per_s']:,.0f} deliveries/s",
+                f"{two['projection_lag_ms']['p99']:.0f} ms",
                 f"< {TARGET_LAG_P99_MS:,.0f} ms",
                 verdict(passed["lag_p99_ms"]),
             ]
@@ -763,15 +1023,82 @@ def print_report(result: dict[str, Any]) -> None:
     print_problems(result["problems"])
 
 
+def print_lag(two: dict[str, Any], params: dict[str, Any]) -> None:
+    """Phase 2's part of the report: capacity, the steady load, the lag, the CPU."""
+    capacity, lag = two["capacity"], two["projection_lag_ms"]
+    oldest, during = two["oldest_unprojected_age_ms"], two["oldest_unprojected_age_ms_during_load"]
+    print(
+        f"2. Pipeline as processes (API x{API_WORKERS}, {DELIVERY_WORKERS} workers, "
+        f"projector): capacity {two['capacity_deliveries_per_s']:,.0f} deliveries/s "
+        f"({capacity['batches']} batches unpaced, {capacity['deliveries_queued']:,} deliveries "
+        f"in {capacity['span_s']:.1f} s); then {two['offered_deliveries_per_s']:,.0f}/s "
+        f"offered ({two['rate_from']}) for {params['lag_seconds']} s"
+    )
+    rows = [
+        ["deliveries queued", f"{two['deliveries_queued']:,}"],
+        ["ingest deliveries/s (achieved)", f"{two['ingest_deliveries_per_s']:,.0f}"],
+        ["end-to-end deliveries/s (to SENT)", f"{two['end_to_end_deliveries_per_s']:,.0f}"],
+        ["batches started late", str(two["batches_started_late"])],
+        ["events in stream / rows", f"{two['stream']['events']:,} / "
+         f"{two['rows']['delivery_event']:,}"],
+        ["projection lag p50/p95/p99/max", f"{lag['p50']:.0f} / {lag['p95']:.0f} / "
+         f"{lag['p99']:.0f} / {lag['max']:.0f} ms"],
+        ["  probed", f"{lag['entries_probed']:,} of {lag['entries_read']:,} entries, "
+         f"{lag['count']:,} events; every {lag['poll_interval_ms']:.0f} ms, query p50 "
+         f"{lag['query_ms']['p50']:.1f} ms"],
+        ["oldest unprojected age p50/p99/max", f"{oldest['p50']:.0f} / {oldest['p99']:.0f} / "
+         f"{oldest['max']:.0f} ms (during load: p99 {during['p99']:.0f} ms)"],
+        ["load ended / delivered / caught up", f"{two['load_end_s']:.1f} / "
+         f"{two['delivered_all_at_s']:.1f} / {two['caught_up_at_s']:.1f} s"],
+        ["caught up (lag 0, rows = events)", "yes" if two["caught_up"] else "NO"],
+        ["lost / duplicated deliveries", f"{two['deliveries_missing']} / "
+         f"{two['repeated_sends'] + two['sandbox_flagged_duplicates']}"],
+    ]  # fmt: skip
+    print(format_table(["what", "measured"], rows))
+    print(f"oldest unprojected age, max per second (ms): "
+          f"{two['oldest_unprojected_age_ms_by_second']}\n")  # fmt: skip
+    budget = two["cpu"]
+    print(
+        f"CPU used from the first paced request until caught up, per delivery, and the cores "
+        f"each part would need at {CPU_REFERENCE_RATE:,.0f} deliveries/s "
+        f"({params['cpu_count']} here):"
+    )
+    rows = [
+        [name, f"{seconds:.2f}", f"{budget['us_per_delivery'][name]:,.0f}",
+         f"{budget['cores_at_reference_rate'][name]:.2f}"]
+        for name, seconds in budget["seconds"].items() if name != "bench"
+    ]  # fmt: skip
+    rows.append(
+        ["total", f"{sum(float(r[1]) for r in rows):.2f}",
+         f"{budget['total_us_per_delivery']:,.0f}",
+         f"{budget['total_cores_at_reference_rate']:.2f}"]
+    )  # fmt: skip
+    print(format_table(["part", "CPU s", "us per delivery", "cores needed"], rows))
+    print(f"(the load generator and the probe used {budget['seconds'].get('bench', 0):.2f} s)\n")
+
+
 # --- main ----------------------------------------------------------------------------------
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--quick", action="store_true", help="smaller counts, 5 s of load")
+    parser.add_argument("--quick", action="store_true", help="smaller counts, 10 s of steady load")
     parser.add_argument("--notifications", type=int, default=None, help="phase 1 notifications")
-    parser.add_argument("--rate", type=float, default=DEFAULT_RATE, help="deliveries/s offered")
-    parser.add_argument("--lag-seconds", type=int, default=None, help="seconds of load")
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=None,
+        help=f"deliveries/s offered in the lag phase (default: {LOAD_SHARE:.0%} of the "
+        "capacity it measures first)",
+    )
+    parser.add_argument("--lag-seconds", type=int, default=None, help="seconds of steady load")
+    parser.add_argument(
+        "--capacity-batches",
+        type=int,
+        default=None,
+        help=f"batches of {BATCH_SIZE} posted unpaced to measure the capacity "
+        f"(default {DEFAULT_CAPACITY_BATCHES}, --quick {QUICK_CAPACITY_BATCHES})",
+    )
     parser.add_argument("--skip-lag", action="store_true", help="phase 1 only")
     parser.add_argument(
         "--history-days",
@@ -786,8 +1113,15 @@ def parse_args() -> argparse.Namespace:
         QUICK_NOTIFICATIONS if quick else DEFAULT_NOTIFICATIONS
     )
     args.lag_seconds = args.lag_seconds or (QUICK_LAG_SECONDS if quick else DEFAULT_LAG_SECONDS)
-    if args.notifications < 1 or args.lag_seconds < 1 or args.rate <= 0:
-        parser.error("--notifications, --lag-seconds and --rate must be positive")
+    args.capacity_batches = args.capacity_batches or (
+        QUICK_CAPACITY_BATCHES if quick else DEFAULT_CAPACITY_BATCHES
+    )
+    if min(args.notifications, args.lag_seconds, args.capacity_batches) < 1 or (
+        args.rate is not None and args.rate <= 0
+    ):
+        parser.error(
+            "--notifications, --lag-seconds, --capacity-batches and --rate must be positive"
+        )
     return args
 
 
@@ -851,10 +1185,15 @@ def main() -> int:
             "notifications": args.notifications,
             "throughput_mix": "1/5 otp (2 events per notification), 1/5 order_confirmed with "
             "2 push tokens (5), 3/5 order_confirmed with 1 (4); one DeliverySent per delivery",
-            "offered_deliveries_per_s": args.rate,
+            "rate": args.rate,
+            "load_share": LOAD_SHARE,
+            "capacity_batches": args.capacity_batches,
+            "capacity_concurrency": CAPACITY_CONCURRENCY,
             "lag_seconds": args.lag_seconds,
             "lag_mix": "pipeline.py end to end: 4/5 order_confirmed (3 deliveries), 1/5 otp",
-            "lag_sample_ms": LAG_SAMPLE_S * 1000,
+            "probe_every_entries": PROBE_EVERY,
+            "probe_poll_ms": PROBE_POLL_S * 1000,
+            "oldest_unprojected_sample_ms": OLDEST_SAMPLE_S * 1000,
             "api_workers": API_WORKERS,
             "delivery_workers": DELIVERY_WORKERS,
             "catalog": "clarion.toml without provider rate limits",
@@ -902,7 +1241,7 @@ def main() -> int:
     result["pass"] = {
         "no_problems": ok,
         "events_per_s": ok and result["throughput"]["events_per_s"] >= TARGET_EVENTS_PER_S,
-        "lag_p99_ms": ok and bool(lag) and lag["lag_ms"]["p99"] < TARGET_LAG_P99_MS,
+        "lag_p99_ms": ok and bool(lag) and lag["projection_lag_ms"]["p99"] < TARGET_LAG_P99_MS,
     }
     print_report(result)
     write_result("projector", result, started)
