@@ -83,7 +83,7 @@ WARMUP_SECONDS = 1  # first requests pay for imports, pool connections and SCRIP
 BATCH_CONCURRENCY = 8
 
 TARGET_RATIO = 0.70
-TARGET_BATCH_RATE = 30_000.0
+TARGET_BATCH_RATE = 50_000.0
 
 
 # --- wrk: single POSTs -------------------------------------------------------------------

@@ -71,12 +71,14 @@ from bench.harness import (
     SINGLE_PATH,
     STOP_TIMEOUT_S,
     BenchError,
+    CpuSnapshot,
     Delivery,
     add_redis_url,
     api_client,
     batch_pieces,
     check_deliveries,
     clarion_executable,
+    cpu_snapshot,
     delete_prefix,
     e2e_item,
     entry_ms,
@@ -91,6 +93,7 @@ from bench.harness import (
     post_batches,
     print_problems,
     read_sandbox,
+    redis_pid,
     remaining_work,
     result_head,
     running,
@@ -208,13 +211,21 @@ async def wait_until_done(
 
 
 async def measure_e2e(
-    base_url: str, client: aredis.Redis, keys: KeySpace, notifications: int, tag: str
+    base_url: str,
+    client: aredis.Redis,
+    keys: KeySpace,
+    notifications: int,
+    tag: str,
+    *,
+    snapshot: Callable[[], CpuSnapshot],
 ) -> tuple[dict[str, Any], list[str]]:
-    """Ingest ``notifications`` in batches while the workers run; deliveries/s end to end."""
+    """Ingest ``notifications`` in batches while the workers run; deliveries/s end to end,
+    and the CPU each group of processes spent per delivery (``snapshot``)."""
     after = await last_entry_id(client, keys.sandbox_sent)
     base_len = await client.xlen(keys.sandbox_sent)
     batches = max(1, notifications // BATCH_SIZE)
     pieces = batch_pieces(BATCH_SIZE, e2e_item)
+    cpu_before = snapshot()
     async with api_client(base_url, E2E_CONCURRENCY, keepalive=False) as http:
         ingested = await post_batches(http, pieces, batches, tag, E2E_CONCURRENCY)
     target = base_len + len(ingested.queued)
@@ -224,6 +235,7 @@ async def measure_e2e(
 
     timeout = 60.0 + len(ingested.queued) / 1000
     drained, state = await wait_until_done(client, keys, done, time.monotonic() + timeout)
+    cpu_s = snapshot().used(cpu_before)
     record = await read_sandbox(client, keys.sandbox_sent, after)
     figures, problems = check_deliveries(ingested.queued, record, "end to end")
     first_ms = ingested.first_send_ms or 0  # the clock starts before the first request
@@ -252,6 +264,12 @@ async def measure_e2e(
         "drained": drained,
         "span_s": round(span_s, 3),
         "deliveries_per_s": round(rate, 1),
+        "cpu_s": cpu_s,
+        # The services' CPU per delivery (the load generator, ``bench``, left out of the total).
+        "cpu_us_per_delivery": per_delivery_us(cpu_s, delivered),
+        "cores_used": round(sum(v for k, v in cpu_s.items() if k != "bench") / span_s, 2)
+        if span_s > 0
+        else 0.0,
         "sampled_states": states,
         "work_streams_at_end": state,
         "pending_at_end": pending,
@@ -425,6 +443,16 @@ async def measure_flood(
     }, problems
 
 
+def per_delivery_us(cpu_s: dict[str, float], deliveries: int) -> dict[str, float]:
+    """CPU µs per delivery of each group, and of the services together (``total``: all
+    but the load generator, ``bench``)."""
+    if not deliveries:
+        return {}
+    per = {group: round(seconds * 1e6 / deliveries, 1) for group, seconds in cpu_s.items()}
+    per["total"] = round(sum(v for k, v in per.items() if k != "bench"), 1)
+    return per
+
+
 def high_breakdown(
     sent_ms: dict[str, int], queued_ms: dict[str, int], sandbox_ms: dict[str, int], split_ms: int
 ) -> dict[str, Any]:
@@ -472,13 +500,17 @@ def windows(samples: list[tuple[int, int]], start_ms: int, width_s: int = 5) -> 
 
 
 async def measure_config(
-    base_url: str, redis_url: str, keys: KeySpace, args: argparse.Namespace
+    base_url: str,
+    redis_url: str,
+    keys: KeySpace,
+    args: argparse.Namespace,
+    snapshot: Callable[[], CpuSnapshot],
 ) -> dict[str, Any]:
     client = connect(redis_url)
     try:
         print("  end to end ...", flush=True)
         e2e, e2e_problems = await measure_e2e(
-            base_url, client, keys, args.notifications, f"{keys.prefix}-e2e"
+            base_url, client, keys, args.notifications, f"{keys.prefix}-e2e", snapshot=snapshot
         )
         print(
             f"  end to end: {e2e['deliveries_sent']:,} deliveries, "
@@ -527,7 +559,13 @@ def run_config(
             base_url = f"http://127.0.0.1:{port}"
             wait_healthy(api, base_url + HEALTH_PATH, api_log)
             wait_consumers(client, keys, procs, worker_logs)
-            result |= asyncio.run(measure_config(base_url, args.redis_url, keys, args))
+            services = {"api": [api.pid], "workers": [p.pid for p in procs]}
+            server = redis_pid(args.redis_url)
+
+            def snapshot() -> CpuSnapshot:
+                return cpu_snapshot(services, server, postgres=False)
+
+            result |= asyncio.run(measure_config(base_url, args.redis_url, keys, args, snapshot))
             for process, name in [(api, "API"), *((p, "worker") for p in procs)]:
                 if process.poll() is not None:
                     result["problems"].append(f"{name} exited with {process.returncode}")
@@ -610,7 +648,15 @@ def print_report(result: dict[str, Any]) -> None:
     header = ["workers", "notif", "ingest/s", "queued", "sent", "lost", "dup", "span s"]
     header += ["deliv/s", "SENT sample", "pending"]
     print(f"End to end ({mix}):")
-    print(format_table(header, e2e_rows) + "\n")
+    print(format_table(header, e2e_rows))
+    for run in result["runs"]:
+        spent = run["e2e"]["cpu_us_per_delivery"]
+        parts = ", ".join(f"{k} {v:,.1f}" for k, v in spent.items() if k != "total")
+        print(
+            f"{run['workers']} worker(s): CPU µs per delivery: {parts}; services' total "
+            f"{spent.get('total', 0):,.1f} ({run['e2e']['cores_used']} cores busy)"
+        )
+    print()
     header = ["workers", "LOW notif", "ingest/s", "LOW sent", "drained", "LOW/s", "HIGH n"]
     header += ["p50 ms", "p99 ms", "max ms", "lost", "pending"]
     print(
@@ -721,6 +767,16 @@ def main() -> int:
         return run_benchmark(args, f"pipeline_cluster{args.cluster_masters}")
 
 
+def high_latency_met(flood: dict[str, Any]) -> bool:
+    """HIGH p99 from the client under the target, for all HIGH notifications and for those
+    sent while the flood was being ingested through the batch API."""
+    parts = flood["high_latency_breakdown_ms"]
+    return all(
+        parts[part]["total"]["count"] > 0 and parts[part]["total"]["p99"] < TARGET_HIGH_P99_MS
+        for part in ("all", "while_flood_ingested")
+    )
+
+
 def run_benchmark(args: argparse.Namespace, kind: str) -> int:
     started = datetime.now(UTC)
     base_prefix = f"bench-{secrets.token_hex(6)}"
@@ -769,9 +825,7 @@ def run_benchmark(args: argparse.Namespace, kind: str) -> int:
                     "no_problems": ok,
                     "e2e_deliveries_per_s": ok
                     and run["e2e"]["deliveries_per_s"] >= TARGET_E2E_RATE,
-                    "high_p99_ms": ok
-                    and run["flood"]["high_latency_ms"]["count"] > 0
-                    and run["flood"]["high_latency_ms"]["p99"] < TARGET_HIGH_P99_MS,
+                    "high_p99_ms": ok and high_latency_met(run["flood"]),
                 }
                 result["runs"].append(run)
                 result["problems"] += [f"{workers} worker(s): {p}" for p in run["problems"]]
