@@ -554,9 +554,12 @@ class Ingested:
     queued: dict[str, str] = field(default_factory=dict)  # delivery id -> channel
     not_queued: Counter[str] = field(default_factory=Counter)  # status -> count
     first_accept_ms: int | None = None
+    # Queued delivery id -> wall-clock ms at which the client sent the batch carrying it:
+    # when the delivery's clock starts in bench/peers.py, before the API saw it.
+    sent_ms: dict[str, int] = field(default_factory=dict)
     elapsed_s: float = 0.0
 
-    def note(self, notification_id: str, deliveries: list[Delivery]) -> None:
+    def note(self, notification_id: str, deliveries: list[Delivery], sent_ms: int = 0) -> None:
         self.notifications += 1
         ms = id_ms(notification_id)
         if self.first_accept_ms is None or ms < self.first_accept_ms:
@@ -564,6 +567,7 @@ class Ingested:
         for delivery in deliveries:
             if delivery.status == "QUEUED":
                 self.queued[delivery.id] = delivery.channel
+                self.sent_ms[delivery.id] = sent_ms
             else:
                 self.not_queued[delivery.status] += 1
 
@@ -610,6 +614,7 @@ async def post_batches(
     async def loop() -> None:
         for number in numbers:
             body = f"{tag}-b{number}".encode().join(pieces)
+            sent_ms = time.time_ns() // 1_000_000
             try:
                 response = await client.post(BATCH_PATH, content=body)
             except httpx.HTTPError as error:
@@ -622,7 +627,7 @@ async def post_batches(
                 continue
             for item in decoder.decode(response.content).results:
                 if item.status_code == 202 and item.id is not None:
-                    result.note(item.id, item.deliveries or [])
+                    result.note(item.id, item.deliveries or [], sent_ms)
                 else:
                     result.refused += 1
                     result.problem(f"item {item.idempotency_key}: {item.status_code} {item.detail}")
