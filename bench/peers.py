@@ -197,7 +197,7 @@ def tally(
     sent = record.first_sent_ms
 
     def start(delivery_id: str) -> int:
-        return sent_ms[delivery_id] if sent_ms else id_ms(delivery_id)
+        return (sent_ms or {}).get(delivery_id) or id_ms(delivery_id)
 
     first_ms = min(sent_ms.values()) if sent_ms else min((id_ms(d) for d in sent), default=0)
     span_s = (record.last_sent_ms - first_ms) / 1000 if sent else 0.0
