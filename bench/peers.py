@@ -19,16 +19,17 @@ with the same policy (a copy of ``clarion.toml`` says so). arq needs redis-py < 
 in its own virtual environment (created on first use from ``bench/arq-requirements.txt``).
 
 The configurations run one after the other. For each, after a warm-up of ``WARMUP_JOBS``
-jobs, its N jobs are enqueued while the workers run. **Every clock starts before the
-enqueue**: a peer's job at the ms of its UUIDv7 delivery id, minted by the enqueuing process
-right before it enqueues the job; a Clarion job at the wall-clock ms at which the client
-sent the batch request carrying it, taken right before the request (the API mints its ids
-later). Deliveries/s run from the first job's clock start to the last ``sent`` record of the
-sandbox, so enqueueing is included (its own rate is reported too); latency per job runs from
-its clock start to its ``sent`` record, with all N jobs queued at once, so it is mostly the
-job's place in the queue divided by the rate. Nothing may be lost: every job must have
-exactly one ``sent`` record and the injected failures exactly one ``transient`` record each;
-a configuration that loses, repeats or fails a job is not eligible as its peer's best.
+jobs (a peer's N when fewer), its N jobs are enqueued while the workers run. **Every clock
+starts before the enqueue**: a peer's job at the ms of its UUIDv7 delivery id, minted by the
+enqueuing process right before it enqueues the job; a Clarion job at the wall-clock ms at
+which the client sent the batch request carrying it, taken right before the request (the API
+mints its ids later). Deliveries/s run from the first job's clock start to the last ``sent``
+record of the sandbox, so enqueueing is included (its own rate is reported too); latency per
+job runs from its clock start to its ``sent`` record, with all N jobs queued at once, so it
+is mostly the job's place in the queue divided by the rate. Nothing may be lost: every job
+must have exactly one ``sent`` record and the injected failures exactly one ``transient``
+record each; a configuration that loses, repeats or fails a job is not eligible as its
+peer's best.
 
 The result has every configuration's figures, the best of each peer, and Clarion ÷ best
 Celery and Clarion ÷ best arq deliveries/s against the goals (``GOALS``: at least 20 and
