@@ -88,8 +88,9 @@ bench-report: install
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python bench/report.py $(REPORT_ARGS)
 
-## bench-check: the benchmarks' own test, kept out of the default suite: the Celery and arq
-## peers of bench/peers.py run their job on real Redis (installs both peers first)
+## bench-check: the benchmarks' own test, kept out of the default suite: every configuration
+## of the Celery and arq peers of bench/peers.py runs their job on real Redis (installs both
+## peers first)
 bench-check: install
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python -c 'from bench.peers import ensure_arq_environment; ensure_arq_environment()'

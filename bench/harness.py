@@ -555,9 +555,12 @@ class Ingested:
     not_queued: Counter[str] = field(default_factory=Counter)  # status -> count
     first_accept_ms: int | None = None  # the ms in the first accepted notification's id
     first_send_ms: int | None = None  # wall clock when the first request was sent
+    # Queued delivery id -> wall-clock ms at which the client sent the batch carrying it:
+    # when the delivery's clock starts in bench/peers.py, before the API saw it.
+    sent_ms: dict[str, int] = field(default_factory=dict)
     elapsed_s: float = 0.0
 
-    def note(self, notification_id: str, deliveries: list[Delivery]) -> None:
+    def note(self, notification_id: str, deliveries: list[Delivery], sent_ms: int = 0) -> None:
         self.notifications += 1
         ms = id_ms(notification_id)
         if self.first_accept_ms is None or ms < self.first_accept_ms:
@@ -565,6 +568,7 @@ class Ingested:
         for delivery in deliveries:
             if delivery.status == "QUEUED":
                 self.queued[delivery.id] = delivery.channel
+                self.sent_ms[delivery.id] = sent_ms
             else:
                 self.not_queued[delivery.status] += 1
 
@@ -611,8 +615,9 @@ async def post_batches(
     async def loop() -> None:
         for number in numbers:
             body = f"{tag}-b{number}".encode().join(pieces)
+            sent_ms = time.time_ns() // 1_000_000
             if result.first_send_ms is None:
-                result.first_send_ms = time.time_ns() // 1_000_000
+                result.first_send_ms = sent_ms
             try:
                 response = await client.post(BATCH_PATH, content=body)
             except httpx.HTTPError as error:
@@ -625,7 +630,7 @@ async def post_batches(
                 continue
             for item in decoder.decode(response.content).results:
                 if item.status_code == 202 and item.id is not None:
-                    result.note(item.id, item.deliveries or [])
+                    result.note(item.id, item.deliveries or [], sent_ms)
                 else:
                     result.refused += 1
                     result.problem(f"item {item.idempotency_key}: {item.status_code} {item.detail}")

@@ -2,22 +2,22 @@
 
 arq pins redis-py below 6, so this module runs in its own virtual environment (see
 ``bench/arq-requirements.txt``) with the repository on ``PYTHONPATH``. ``bench/peers.py``
-starts two worker processes::
+starts the worker processes of a configuration (``bench/peer_configs.py``) as::
 
-    python -m bench.peer_arq work
+    python -m bench.peer_arq work --max-jobs 128 --poll-delay 0.05
 
 (arq's own ``arq bench.peer_arq.WorkerSettings`` would log every job at INFO; these log
-warnings only, as Clarion's workers do in the benchmarks) and enqueues with
-``python -m bench.peer_arq enqueue --count N --tag T``, which prints one JSON line:
-``{"enqueued": N, "seconds": S}``. Settings come from ``BENCH_PEER_REDIS_URL``,
-``BENCH_PEER_PREFIX`` and ``BENCH_PEER_CATALOG``. The queue is named after the prefix and job
-ids start with it, so every arq key of a run (``arq:job:<id>``, ``arq:retry:<id>``, …)
-contains the prefix.
+warnings only, as Clarion's workers do in the benchmarks) and the enqueuing processes as
+``python -m bench.peer_arq enqueue --count N --tag T --producer K --producers P
+--concurrency C`` (see ``bench/peer_job.py``, ``enqueueing``). Settings come from
+``BENCH_PEER_REDIS_URL``, ``BENCH_PEER_PREFIX`` and ``BENCH_PEER_CATALOG``. The queue is
+named after the prefix and job ids start with it, so every arq key of a run
+(``arq:job:<id>``, ``arq:retry:<id>``, …) contains the prefix.
 
 Settings that differ from arq's defaults, and why:
-- ``max_jobs = 32``: as many jobs in flight per process as a Clarion worker's NORMAL lane.
-- ``poll_delay = 0.05`` s: arq polls its queue; the default 0.5 s would add up to half a
-  second to every job that arrives while a worker is idle.
+- ``max_jobs`` (jobs in flight per process) and ``poll_delay`` (seconds between reads of the
+  queue; the default 0.5 s would add up to half a second to every job that arrives while a
+  worker is idle) are the configuration's.
 - ``keep_result = 0``: nobody reads results (Clarion's outcome is the sandbox record too).
 A retry is ``Retry(defer=...)``: arq puts the job back with that delay.
 """
@@ -26,11 +26,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import os
 import sys
-import time
 from typing import Any, Final
 
 from arq import Retry, create_pool, run_worker  # type: ignore[import-not-found]  # not in Clarion's venv
@@ -43,12 +41,12 @@ from bench.peer_job import (
     RETRY,
     Payload,
     PeerJob,
+    Share,
+    enqueueing,
     payload,
+    producer_arguments,
+    share_of,
 )
-
-MAX_JOBS: Final = 32
-POLL_DELAY_S: Final = 0.05
-ENQUEUE_CONCURRENCY: Final = 32  # enqueue_job calls in flight (each is a few round trips)
 
 
 def queue_name(prefix: str) -> str:
@@ -79,55 +77,55 @@ def redis_settings() -> Any:
 
 
 class WorkerSettings:
-    """What ``arq bench.peer_arq.WorkerSettings`` runs (read when the worker starts)."""
+    """What every worker runs; ``max_jobs`` and ``poll_delay`` come from the command line."""
 
     functions: Final = [deliver]
     on_startup: Final = startup
     on_shutdown: Final = shutdown
     redis_settings: Final = redis_settings() if REDIS_URL_ENV in os.environ else None
     queue_name: Final = queue_name(os.environ.get(PREFIX_ENV, "bench-peer"))
-    max_jobs: Final = MAX_JOBS
     max_tries: Final = RETRY.max_attempts
-    poll_delay: Final = POLL_DELAY_S
     keep_result: Final = 0
     handle_signals: Final = True
 
 
-async def enqueue(count: int, tag: str) -> dict[str, Any]:
-    """Enqueue jobs 0..count-1 from ``ENQUEUE_CONCURRENCY`` loops; how long it took."""
+async def enqueue(share: Share, concurrency: int) -> None:
+    """Enqueue this process's share of the jobs from ``concurrency`` loops, on a pool
+    connected before the go; each job's id is minted right before its ``enqueue_job``."""
     prefix = os.environ[PREFIX_ENV]
     pool = await create_pool(redis_settings())
-    numbers = iter(range(count))
+    numbers = iter(share.numbers())
 
     async def loop() -> None:
         for number in numbers:
             await pool.enqueue_job(
                 "deliver",
-                payload(number, tag),
-                _job_id=f"{prefix}-{tag}-{number}",
+                payload(number, share.tag),
+                _job_id=f"{prefix}-{share.tag}-{number}",
                 _queue_name=queue_name(prefix),
             )
 
-    started = time.perf_counter()
     try:
-        await asyncio.gather(*(loop() for _ in range(ENQUEUE_CONCURRENCY)))
+        with enqueueing(share):
+            await asyncio.gather(*(loop() for _ in range(concurrency)))
     finally:
         await pool.aclose()
-    return {"enqueued": count, "seconds": time.perf_counter() - started}
 
 
 def main() -> int:
-    """``work``: run a worker; ``enqueue --count N --tag T``: print what was enqueued."""
+    """``work``: run a worker; ``enqueue``: enqueue a share of a run's jobs."""
     parser = argparse.ArgumentParser(description="the arq peer's worker and enqueuer")
     parser.add_argument("command", choices=["work", "enqueue"])
-    parser.add_argument("--count", type=int, default=0)
-    parser.add_argument("--tag", default="")
+    parser.add_argument("--max-jobs", type=int, default=128, help="work: jobs in flight")
+    parser.add_argument("--poll-delay", type=float, default=0.05, help="work: seconds")
+    parser.add_argument("--concurrency", type=int, default=64, help="enqueue: calls in flight")
+    producer_arguments(parser)
     args = parser.parse_args()
     if args.command == "work":
         logging.basicConfig(level=logging.WARNING)
-        run_worker(WorkerSettings)
+        run_worker(WorkerSettings, max_jobs=args.max_jobs, poll_delay=args.poll_delay)
     else:
-        print(json.dumps(asyncio.run(enqueue(args.count, args.tag))))
+        asyncio.run(enqueue(share_of(args), args.concurrency))
     return 0
 
 

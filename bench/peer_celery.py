@@ -1,35 +1,51 @@
 """The Celery peer of ``bench/peers.py``: the peer job as a Celery task on a Redis broker.
 
-A worker is started by ``bench/peers.py`` as::
+``bench/peers.py`` starts the worker processes of a configuration (``bench/peer_configs.py``)
+as::
 
-    python -m celery -A bench.peer_celery:celery_app worker --pool prefork --concurrency 2 ...
+    python -m celery --app bench.peer_celery:celery_app worker --pool solo ...
 
-with ``BENCH_PEER_REDIS_URL``, ``BENCH_PEER_PREFIX`` and ``BENCH_PEER_CATALOG`` set. Every
-broker key carries ``<prefix>:`` (kombu's ``global_keyprefix``) and the queue is named after
-the prefix, so a run shares Redis with nothing else. There is no result backend: like
-Clarion, the job's outcome is its sandbox record.
+and the enqueuing processes as ``python -m bench.peer_celery enqueue --count N --tag T
+--producer K --producers P`` (see ``bench/peer_job.py``, ``enqueueing``), all with
+``BENCH_PEER_REDIS_URL``, ``BENCH_PEER_PREFIX`` and ``BENCH_PEER_CATALOG`` set. Every broker
+key carries ``<prefix>:`` (kombu's ``global_keyprefix``) and the queue is named after the
+prefix, so a run shares Redis with nothing else. There is no result backend: like Clarion,
+the job's outcome is its sandbox record.
 
 Settings that differ from Celery's defaults, and why:
 - ``task_acks_late``: a message is acknowledged after the task ran, so a worker that dies
   mid-task does not lose it — the guarantee Clarion gives (XACK after the outcome).
-- ``worker_prefetch_multiplier = 16``: the tasks take well under a millisecond; with the
-  default of 4 the pool idles between fetches.
+- the pool, its concurrency, the prefetch multiplier and ``-O fair`` are the
+  configuration's, given on the worker's command line.
 A retry is ``self.retry(countdown=...)``: a new message with an ETA that the worker holds
 until it is due.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
-from typing import Any, Final
+import sys
+import threading
+from typing import Any
 
 from celery import Celery, Task  # type: ignore[import-untyped]  # Celery ships no types
 from celery.signals import worker_ready  # type: ignore[import-untyped]
 
-from bench.peer_job import PREFIX_ENV, READY_LINE, REDIS_URL_ENV, RETRY, Payload, PeerJob
-
-PREFETCH_MULTIPLIER: Final = 16
+from bench.peer_job import (
+    PREFIX_ENV,
+    READY_LINE,
+    REDIS_URL_ENV,
+    RETRY,
+    Payload,
+    PeerJob,
+    Share,
+    enqueueing,
+    payload,
+    producer_arguments,
+    share_of,
+)
 
 
 def queue_name(prefix: str) -> str:
@@ -48,30 +64,36 @@ def make_app(redis_url: str, prefix: str) -> Any:
         accept_content=["json"],
         task_ignore_result=True,
         task_acks_late=True,
-        worker_prefetch_multiplier=PREFETCH_MULTIPLIER,
         worker_hijack_root_logger=False,
     )
     return celery
 
 
-# The worker's app; its settings come from the environment bench/peers.py sets.
+# The workers' and the enqueuers' app; its settings come from the environment
+# bench/peers.py sets.
 celery_app = make_app(
     os.environ.get(REDIS_URL_ENV, "redis://127.0.0.1:6379/0"),
     os.environ.get(PREFIX_ENV, "bench-peer"),
 )
 
-# Each prefork child builds its own event loop and job (with its own Redis client) on its
-# first task: nothing asynchronous may cross the fork.
-_loop: asyncio.AbstractEventLoop | None = None
-_job: PeerJob | None = None
+
+class _ThreadJob(threading.local):
+    """An event loop and a job (with its own Redis client) per thread that runs tasks, made
+    on its first task: nothing asynchronous may cross a prefork child's fork or be shared by
+    the threads of the threads pool."""
+
+    loop: asyncio.AbstractEventLoop | None = None
+    job: PeerJob | None = None
+
+
+_local = _ThreadJob()
 
 
 def _run_attempt(job: Payload, attempt: int) -> float | None:
-    global _loop, _job  # noqa: PLW0603  # one loop and one job per worker process
-    if _loop is None or _job is None:
-        _loop = asyncio.new_event_loop()
-        _job = PeerJob.from_environment()
-    return _loop.run_until_complete(_job.attempt(job, attempt))
+    if _local.loop is None or _local.job is None:
+        _local.loop = asyncio.new_event_loop()
+        _local.job = PeerJob.from_environment()
+    return _local.loop.run_until_complete(_local.job.attempt(job, attempt))
 
 
 @celery_app.task(bind=True, name="bench.deliver", max_retries=RETRY.max_attempts - 1)  # type: ignore[untyped-decorator]
@@ -86,3 +108,27 @@ def deliver(self: Task, job: Payload) -> None:
 def _announce_ready(**_: Any) -> None:
     """Tell bench/peers.py the worker consumes (it runs with --loglevel WARNING)."""
     print(READY_LINE, flush=True)
+
+
+def enqueue(share: Share) -> None:
+    """Send this process's share of the jobs, one ``send_task`` after another, on one
+    connection made before the go; each job's id is minted right before its send."""
+    with celery_app.producer_or_acquire() as producer:
+        producer.connection.ensure_connection()
+        with enqueueing(share):
+            for number in share.numbers():
+                job = payload(number, share.tag)
+                celery_app.send_task("bench.deliver", args=[job], producer=producer)
+
+
+def main() -> int:
+    """``enqueue``: enqueue a share of a run's jobs (the workers run under ``celery``)."""
+    parser = argparse.ArgumentParser(description="the Celery peer's enqueuer")
+    parser.add_argument("command", choices=["enqueue"])
+    producer_arguments(parser)
+    enqueue(share_of(parser.parse_args()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

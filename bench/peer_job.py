@@ -12,16 +12,29 @@ attempt fails with a TRANSIENT error and the system must retry it after
 ``app.delivery.retry_policy.retry_delay`` (exponential backoff, full jitter) under ``RETRY`` — the
 same policy ``bench/peers.py`` writes into Clarion's catalog for EMAIL.
 
+A peer's jobs are enqueued by several processes at once (``enqueueing``): each makes its
+connections, prints ``PRODUCER_READY_LINE`` and waits for a line on its stdin, so that
+``bench/peers.py`` starts them all together once every one is ready; each then enqueues its
+share (job numbers ``producer``, ``producer + producers``, …) and prints one JSON line with
+when it started and ended.
+
 This module imports nothing outside Clarion's own dependencies (redis-py and msgspec), so it
 also runs in the arq peer's environment, whose redis-py is older.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final, TypedDict
 
+import msgspec
 from redis.asyncio import Redis
 
 from app.catalog import Catalog, RetryPolicy, load_catalog
@@ -46,12 +59,16 @@ PREFIX_ENV: Final = "BENCH_PEER_PREFIX"
 CATALOG_ENV: Final = "BENCH_PEER_CATALOG"
 # What a peer's worker prints once it takes jobs.
 READY_LINE: Final = "bench peer worker ready"
+# What an enqueuing process prints once connected; it starts on a line from its stdin.
+PRODUCER_READY_LINE: Final = "bench peer producer ready"
 
 
 class Payload(TypedDict):
     """One job's arguments, as plain JSON values (Celery sends JSON, arq pickles)."""
 
-    delivery_id: str  # a UUIDv7 minted right before enqueueing: its ms is the enqueue time
+    delivery_id: (
+        str  # a UUIDv7 minted right before enqueueing: its ms is when the job's clock starts
+    )
     recipient_id: str
     address: str
     data: dict[str, Any]
@@ -73,6 +90,45 @@ def payload(number: int, tag: str) -> Payload:
 def transient_failures(jobs: int) -> int:
     """How many of ``jobs`` numbered 0.. carry the fail-once directive."""
     return len(range(0, jobs, FAIL_EVERY))
+
+
+class Share(msgspec.Struct, frozen=True):
+    """What one enqueuing process enqueues: job numbers ``producer``, ``producer +
+    producers``, … below ``count``, of the run ``tag``."""
+
+    count: int
+    tag: str
+    producer: int = 0
+    producers: int = 1
+
+    def numbers(self) -> range:
+        return range(self.producer, self.count, self.producers)
+
+
+def producer_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of an enqueuing process (``Share``'s fields)."""
+    parser.add_argument("--count", type=int, default=0)
+    parser.add_argument("--tag", default="")
+    parser.add_argument("--producer", type=int, default=0)
+    parser.add_argument("--producers", type=int, default=1)
+
+
+def share_of(args: argparse.Namespace) -> Share:
+    return Share(args.count, args.tag, args.producer, args.producers)
+
+
+@contextmanager
+def enqueueing(share: Share) -> Iterator[None]:
+    """Around a process's enqueueing: say it is ready and wait until ``bench/peers.py`` says
+    go (a line on stdin); afterwards print the JSON line ``bench/peers.py`` reads: how many
+    jobs, and the wall-clock seconds the enqueueing started and ended."""
+    print(PRODUCER_READY_LINE, flush=True)
+    sys.stdin.readline()
+    started = time.time()
+    yield
+    ended = time.time()
+    line = {"enqueued": len(share.numbers()), "started": started, "ended": ended}
+    print(json.dumps(line), flush=True)
 
 
 class PeerJob:

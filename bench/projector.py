@@ -402,6 +402,7 @@ def merge(total: Ingested, part: Ingested) -> None:
     total.failed_requests += part.failed_requests
     total.first_problem = total.first_problem or part.first_problem
     total.queued.update(part.queued)
+    total.sent_ms.update(part.sent_ms)
     total.not_queued.update(part.not_queued)
     if part.first_accept_ms is not None:
         total.first_accept_ms = min(

@@ -9,7 +9,7 @@ Run from anywhere with the project's virtualenv (``make bench-report`` installs 
 It runs, one after the other and never two at once (each would measure the others), the
 benchmark scripts of this directory as subprocesses with this python: ``ingest.py``,
 ``pipeline.py`` (end to end, and HIGH latency under a LOW flood), ``projector.py``,
-``memory.py``, ``peers.py`` (Clarion beside Celery and arq) and
+``memory.py``, ``peers.py`` (Clarion beside the best of several Celery and arq setups) and
 ``instructions.py`` (instruction counts under valgrind, which do not depend on how busy the
 machine is). Their output is passed through; each writes its JSON result into a scratch
 directory (``CLARION_BENCH_RESULTS``, see ``bench/harness.py``), which the report reads and
