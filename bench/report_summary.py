@@ -159,6 +159,13 @@ def projector_figures(result: dict[str, Any]) -> list[Figure]:
             ),
             figure(
                 "projector",
+                "CPU µs per delivery end to end, projection included "
+                "(API, workers, projector, Redis, PostgreSQL)",
+                lag["cpu"]["total_us_per_delivery"],
+                "µs",
+            ),
+            figure(
+                "projector",
                 f"CPU cores the whole pipeline needs at "
                 f"{lag['cpu']['reference_deliveries_per_s']:,.0f} deliveries/s",
                 lag["cpu"]["total_cores_at_reference_rate"],
