@@ -75,6 +75,10 @@ PRODUCER = "bench"
 VALGRIND = ["valgrind", "--tool=callgrind", "--instr-atstart=no"]
 START_TIMEOUT_S = 600.0
 DRAIN_TIMEOUT_S = 900.0
+# How long a stopped delivery worker may take to return under valgrind (its grace for
+# sends in flight is 10 s), and the workload's exit status when it takes longer.
+STOP_TIMEOUT_S = 120.0
+STOP_HUNG = 3
 
 
 # --- the workloads, each run in a child process under callgrind ------------------------------
@@ -138,7 +142,9 @@ async def _workload(kind: str, units: int, redis_url: str, catalog_path: Path) -
     # A warm-up batch, not counted: scripts loaded, caches filled, the worker path run once.
     warm_up = await accept(_bodies(1, "warm-up"))
     if kind == "delivery":
-        await _drain(new_worker(), new_feeder(), redis, keys.sandbox_sent, warm_up)
+        warming = _Running(new_worker(), new_feeder())
+        await _drain(warming, redis, keys.sandbox_sent, warm_up)
+        await warming.stop()
     _tune_gc_as_the_processes_do()
     bodies = _bodies(units, "measured")
     queued = await accept(bodies) if kind == "delivery" else 0
@@ -146,10 +152,12 @@ async def _workload(kind: str, units: int, redis_url: str, catalog_path: Path) -
     if kind == "ingest":
         await accept(bodies)
         count = units * BATCH_SIZE
+        _handshake(f"done {count}")
     else:
-        expected = warm_up + queued
-        count = await _drain(new_worker(), new_feeder(), redis, keys.sandbox_sent, expected)
-    _handshake(f"done {count}")
+        measured = _Running(new_worker(), new_feeder())
+        count = await _drain(measured, redis, keys.sandbox_sent, warm_up + queued)
+        _handshake(f"done {count}")  # the worker's stop is not counted
+        await measured.stop()
     await redis.aclose()
 
 
@@ -161,22 +169,43 @@ def _tune_gc_as_the_processes_do() -> None:
     tune_gc()
 
 
-async def _drain(worker: Any, feed: Any, redis: Any, sent_stream: str, expected: int) -> int:
-    """Run ``worker`` (and ``feed``, the feeder, if any) until the sandbox has recorded
-    ``expected`` calls in all; how many of them it made."""
+class _Running:
+    """A delivery worker and its feeder (``feed``, if any) running until ``stop``."""
+
+    def __init__(self, worker: Any, feed: Any) -> None:
+        self.worker = worker
+        self.stop_feeding = asyncio.Event()
+        self.tasks = [asyncio.create_task(worker.run())]
+        if feed is not None:
+            self.tasks.append(asyncio.create_task(feed(self.stop_feeding)))
+
+    async def stop(self) -> None:
+        """Stop both. A worker that has not stopped within ``STOP_TIMEOUT_S`` is a finding:
+        the stack of every unfinished task goes to stderr (``measure`` keeps it), and the
+        process exits with ``STOP_HUNG`` (the counts, taken before, stand)."""
+        self.worker.stop()
+        self.stop_feeding.set()
+        _, pending = await asyncio.wait(self.tasks, timeout=STOP_TIMEOUT_S)
+        if not pending:
+            return
+        print(f"the delivery worker did not stop within {STOP_TIMEOUT_S:.0f} s", file=sys.stderr)
+        for task in asyncio.all_tasks():
+            if task is not asyncio.current_task():
+                print(f"--- {task!r}", file=sys.stderr)
+                task.print_stack(file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(STOP_HUNG)
+
+
+async def _drain(running: _Running, redis: Any, sent_stream: str, expected: int) -> int:
+    """Let ``running`` deliver until the sandbox has recorded ``expected`` calls in all; how
+    many of them it made."""
     before = await redis.xlen(sent_stream)
-    stop_feeding = asyncio.Event()
-    tasks = [asyncio.create_task(worker.run())]
-    if feed is not None:
-        tasks.append(asyncio.create_task(feed(stop_feeding)))
     deadline = time.monotonic() + DRAIN_TIMEOUT_S
     while await redis.xlen(sent_stream) < expected:  # polls Redis
         if time.monotonic() > deadline:
             raise BenchError(f"fewer than {expected} sends within {DRAIN_TIMEOUT_S:.0f} s")
         await asyncio.sleep(0.01)
-    worker.stop()
-    stop_feeding.set()
-    await asyncio.gather(*tasks)
     return int(await redis.xlen(sent_stream)) - int(before)
 
 
@@ -254,12 +283,13 @@ def measure(kind: str, units: int, source: Path, catalog: Path, work: Path) -> d
     """Run one workload; its counted instructions, Python's and Redis's."""
     with _private_redis(work) as (redis_url, redis_process, redis_out):
         python_out = work / f"python-{kind}.cg"
+        errors = work / f"python-{kind}.stderr"
         env = {**os.environ, "CLARION_BENCH_SOURCE": str(source)}
         child = subprocess.Popen(
-            [*VALGRIND, f"--callgrind-out-file={python_out}", sys.executable, __file__,
-             "--workload", kind, "--units", str(units), "--redis-url", redis_url,
-             "--catalog", str(catalog)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            [*VALGRIND, f"--callgrind-out-file={python_out}", f"--log-file={work}/valgrind.log",
+             sys.executable, __file__, "--workload", kind, "--units", str(units),
+             "--redis-url", redis_url, "--catalog", str(catalog)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors.open("w"),
             text=True, env=env, cwd=source,
         )  # fmt: skip
         assert child.stdin is not None
@@ -284,7 +314,11 @@ def measure(kind: str, units: int, source: Path, catalog: Path, work: Path) -> d
                 child.kill()
     count = int(done.split()[1])
     python, redis = _instructions(python_out), _instructions(redis_out)
+    hung = child.returncode == STOP_HUNG
+    if hung:  # counted before the stop: the figures stand, the finding is reported
+        print(f"{kind}: {errors.read_text()}", flush=True)
     return {
+        "worker_stop_hung": errors.read_text()[-20_000:] if hung else None,
         "count": count,
         "unit": "notification" if kind == "ingest" else "delivery",
         "python_instructions": python,
@@ -319,7 +353,9 @@ def measure_runs(
         {"python_per_unit": r["python_per_unit"], "redis_per_unit": r["redis_per_unit"]}
         for r in results
     ]
-    return {**median, "runs": per_run, "spread_pct": spread}
+    # A product finding, not a measuring error: how many runs' workers did not stop.
+    hangs = sum(1 for result in results if result["worker_stop_hung"])
+    return {**median, "runs": per_run, "spread_pct": spread, "worker_stop_hangs": hangs}
 
 
 def main() -> int:
@@ -388,6 +424,13 @@ def _parent(units: int, source: Path, runs: int) -> int:
     header = ["workload", "measured", "Python per unit", "spread", "Redis per unit", "spread",
               "total"]  # fmt: skip
     print(format_table(header, rows))
+    for kind, workload in result["workloads"].items():
+        if workload.get("worker_stop_hangs"):
+            print(
+                f"\nFINDING: in {workload['worker_stop_hangs']} of {runs} {kind} run(s) the "
+                f"delivery worker did not stop within {STOP_TIMEOUT_S:.0f} s (counts taken "
+                "before; the tasks' stacks are in the result)"
+            )
     write_result("instructions", result, started)
     return 0
 
