@@ -27,6 +27,7 @@ import structlog
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from streams.connection import being_cancelled
 from streams.keys import KeySpace
 from streams.scripts import CIRCUIT, KeyOrArg
 
@@ -165,6 +166,10 @@ class CircuitBreakers:
                 await self.report()
             except (RedisError, OSError) as error:
                 log.warning("circuit.report_failed", error=type(error).__name__)
+            if being_cancelled():
+                # A cancellation the client turned into an error, or swallowed: the sleep
+                # would not be interrupted again, and the worker would never stop.
+                raise asyncio.CancelledError
             await asyncio.sleep(self.interval_s)
 
     async def _call(

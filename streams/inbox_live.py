@@ -183,6 +183,10 @@ class InboxHub:
                     # on would keep a stopping API process alive for ever.
                     raise asyncio.CancelledError from error
                 log.warning("inbox.subscription_lost", error=str(error))
+            if being_cancelled():
+                # The client swallowed the cancellation: subscribing again would wait for
+                # ever, and so would a stopping API process.
+                raise asyncio.CancelledError
             # Whatever was published meanwhile is in the feeds: every client catches up.
             self.subscribed.clear()
             for listeners in list(self._listeners.values()):

@@ -131,6 +131,11 @@ class MetricsRecorder:
                     if failing:
                         log.info("metrics.flush_recovered")
                     failing = False
+                if being_cancelled():
+                    # The client swallowed our cancellation and the flush went on to the
+                    # end: the next sleep would not be interrupted, and a stopping worker
+                    # would wait for this loop for ever.
+                    raise asyncio.CancelledError
         finally:
             try:
                 async with asyncio.timeout(FINAL_FLUSH_TIMEOUT_S):

@@ -127,3 +127,28 @@ async def test_status_views_read_circuits_without_changing_them(
     assert circuits["mail"].state is CircuitState.CLOSED
     assert circuits["never_called"].state is CircuitState.CLOSED
     assert not await redis.exists(keys.circuit("never_called"))
+
+
+async def test_a_cancelled_reporter_ends_though_the_client_swallowed_the_cancellation(
+    redis: Redis, key_prefix: str
+) -> None:
+    """A report that finishes although it was cancelled mid-write must not leave the
+    reporter looping: a stopping worker waits for it."""
+    breaker = breakers(redis, key_prefix)
+    breaker.interval_s = 0.01
+
+    async def swallowing_report() -> None:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            return
+
+    breaker.report = swallowing_report  # type: ignore[method-assign]
+    task = asyncio.create_task(breaker.run())
+    await asyncio.sleep(0.05)  # in the middle of a report
+
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=5)
+
+    assert done, "the reporter kept looping after it was cancelled"
+    assert task.cancelled()

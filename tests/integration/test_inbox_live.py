@@ -6,6 +6,7 @@ skips what it has seen and knows when its feed no longer holds what it missed.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 from redis.asyncio import Redis
@@ -167,6 +168,25 @@ async def test_the_hub_stops_even_when_the_client_turns_its_cancellation_into_an
             await asyncio.Event().wait()
         except asyncio.CancelledError:
             raise RedisConnectionError("Connection closed by server.") from None
+
+    hub._subscribed = subscribed  # type: ignore[method-assign]
+    running = hub.running()
+    await running.__aenter__()
+    await asyncio.wait_for(hub.subscribed.wait(), 5)
+    await asyncio.wait_for(running.__aexit__(None, None, None), 5)
+
+
+async def test_the_hub_stops_even_when_the_client_swallows_its_cancellation(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    """A subscription that ends quietly although it was cancelled must not be made again:
+    the next wait would not be interrupted, and a stopping API would wait for ever."""
+    hub = InboxHub(real_redis, KeySpace(key_prefix))
+
+    async def subscribed() -> None:
+        hub.subscribed.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.Event().wait()
 
     hub._subscribed = subscribed  # type: ignore[method-assign]
     running = hub.running()
