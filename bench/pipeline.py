@@ -415,7 +415,9 @@ async def measure_flood(
     if len(done_high) < len(high.sent_ms):
         missing = len(high.sent_ms) - len(done_high)
         problems.append(f"HIGH: {missing} of {len(high.sent_ms)} accepted could not be timed")
-    breakdown = high_breakdown(high.sent_ms, queued_ms, record.first_sent_ms, ingest_done_ms)
+    breakdown = high_breakdown(
+        done_high, high.sent_ms, queued_ms, record.first_sent_ms, ingest_done_ms
+    )
     pending = pending_total(state)
     if ingested.refused or ingested.failed_requests:
         problems.append(f"flood ingest: {ingested.first_problem}")
@@ -460,14 +462,17 @@ def per_delivery_us(cpu_s: dict[str, float], deliveries: int) -> dict[str, float
 
 
 def high_breakdown(
-    sent_ms: dict[str, int], queued_ms: dict[str, int], sandbox_ms: dict[str, int], split_ms: int
+    timed: list[str],
+    sent_ms: dict[str, int],
+    queued_ms: dict[str, int],
+    sandbox_ms: dict[str, int],
+    split_ms: int,
 ) -> dict[str, Any]:
-    """Where each HIGH delivery's time went, from the client's send to the provider call:
-    before the API made its id (the request travelling and waiting to be handled), in the
-    API (id made -> work entry written), in the workers (work entry -> sandbox record).
-    Split by whether the client sent it while the flood was still being ingested (before
-    ``split_ms``) or afterwards. Deliveries missing a timestamp are left out."""
-    timed = [d for d in sent_ms if d in sandbox_ms and d in queued_ms]
+    """Where the time of each ``timed`` HIGH delivery (one with all three timestamps) went,
+    from the client's send to the provider call: before the API made its id (the request
+    travelling and waiting to be handled), in the API (id made -> work entry written), in
+    the workers (work entry -> sandbox record). Split by whether the client sent it while
+    the flood was still being ingested (before ``split_ms``) or afterwards."""
     breakdown: dict[str, Any] = {}
     for label, chosen in (
         ("all", timed),
