@@ -1,9 +1,10 @@
 """HIGH single requests ahead of batch work, in one process's event loop.
 
 An API process serves single POSTs and 1000-item batches on one event loop. Planning and
-writing a batch takes tens of milliseconds of CPU, done in slices of a hundred items; a
-single request needs only a few short steps, but between each of them (it awaits the ingest
-quota, then the write) every batch in flight could run a slice. During a LOW flood through
+writing a batch takes tens of milliseconds of CPU, done in slices (``Ingestor.ingest_many``
+and the batch handler's decoding); a single request needs only a few short steps, but
+between each of them (it awaits the ingest quota, then the write) every batch in flight
+could run a slice. During a LOW flood through
 the batch API that made an OTP wait behind marketing at the front door.
 
 So a HIGH single request is ``serving`` while it is handled, and a batch awaits
@@ -54,7 +55,7 @@ class HighFirst:
         """Between two slices of batch work: let whatever is ready run, then wait while a
         HIGH request is being served (``max_wait_s`` at most)."""
         await asyncio.sleep(0)
-        if self._serving:
+        if self.busy:
             try:
                 async with asyncio.timeout(self.max_wait_s):
                     await self._idle.wait()
