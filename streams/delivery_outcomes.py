@@ -270,6 +270,20 @@ def acknowledge_only(leased: LeasedDelivery) -> Outcome:
     return _about(leased, events=b"", fields={})
 
 
+def not_to_send(leased: LeasedDelivery, max_leases: int) -> Outcome:
+    """The outcome of a delivery whose lease says not to send it: a duplicate of one that
+    already ended (TERMINAL) is only acknowledged; one of a cancelled campaign ends
+    CANCELLED; one that workers keep dying on (POISON: leased more than ``max_leases`` times
+    without an outcome) fails into the dead-letter queue."""
+    lease = leased.lease
+    if lease.verdict == "TERMINAL":
+        return acknowledge_only(leased)
+    if lease.verdict == "CANCELLED":
+        return cancelled(leased, lease.now_ms)
+    reason = f"leased {max_leases + 1} times without an outcome: workers keep failing on it"
+    return failed(leased, ErrorClass.POISON, reason, lease.now_ms, attempts=lease.attempts)
+
+
 def _outcome(
     leased: LeasedDelivery,
     events: list[Event],

@@ -1,10 +1,12 @@
 """The delivery worker: reads work items per priority lane and hands them to providers.
 
 Per shard and priority one reader task takes entries from ``work:<priority>`` with the
-consumer group ``delivery``; every priority has its own bound on sends in flight, so LOW can
-never take HIGH's capacity. A batch read is leased in one script call and rate-limited in
-one; each send is a task of its own (``attempt``), and the outcomes of concurrent sends are
-recorded in shared pipelines. On start a consumer first drains its own pending entries.
+consumer group ``delivery``; every priority has its own bound on sends in flight (``lanes``:
+a place is taken before a delivery is leased), so LOW can never take HIGH's capacity. A batch
+read is leased in one script call and rate-limited in one; each send is a task of its own
+(``attempt``), started only while its lease covers the provider's time limit, and the
+outcomes of concurrent sends are recorded in shared pipelines. On start a consumer first
+drains its own pending entries.
 Beside the lanes run ``recovery`` (abandoned and poison entries) and the ``scheduler`` (due
 ``delayed`` members) of every shard.
 """
@@ -27,7 +29,9 @@ from app import __version__, tracing
 from app.catalog import Catalog
 from app.delivery.attempt import Attempts
 from app.delivery.dead_addresses import DeadAddresses
-from app.delivery.provider_timeouts import ProviderTimeouts
+from app.delivery.lanes import Lanes
+from app.delivery.provider_quota import ProviderQuota
+from app.delivery.provider_timeouts import ProviderTimeouts, start_within_ms
 from app.delivery.recovery import Recovery, RecoveryOptions
 from app.delivery.routing import Bulkheads, Route, Router, circuit_policies
 from app.delivery.scheduler import Scheduler
@@ -49,7 +53,7 @@ from streams.dlq.entries import Worker
 from streams.events import DeferReason
 from streams.keys import KeySpace, ShardKeys
 from streams.metrics_recorder import MetricsRecorder
-from streams.rate_limiter import Rate, RateLimiter
+from streams.rate_limiter import RateLimiter
 from streams.recipient_settings import AddressDigest, RecipientSettingsStore
 from streams.suppressions import SuppressionStore
 from streams.vocabulary import ErrorClass, Priority
@@ -128,13 +132,14 @@ class DeliveryWorker:
             worker=self.worker,
             options=RecoveryOptions(options.lease_ms, options.reclaim_interval_s),
             metrics=self.metrics,
-            handle=self.handle_entries,
+            handle=self._handle_taken_over,
         )
         self.breakers = CircuitBreakers(redis, keys, circuit_policies(catalog))
         bounds = {name: config.max_in_flight for name, config in catalog.providers.items()}
         self._router = Router(catalog, self.breakers, Bulkheads(bounds))
-        self._rates = _rates_by_provider(catalog)
-        self._lanes = {p: asyncio.Semaphore(n) for p, n in options.lanes.items()}
+        self._quota = ProviderQuota(self.rate_limiter, catalog)
+        self._lanes = Lanes(options.lanes)
+        self._start_within_ms = start_within_ms(catalog, options.lease_ms)
         self._in_flight: set[asyncio.Task[None]] = set()
         self._stopping = asyncio.Event()
 
@@ -194,22 +199,12 @@ class DeliveryWorker:
 
     async def _read_lane(self, shard: ShardKeys, priority: Priority) -> None:
         stream = shard.work(priority)
-        lane = self._lanes[priority]
         cursor = "0"  # first this consumer's own pending entries, then new ones
         # Every loop also checks the flag: a client library that turns a cancellation into
         # an error of its own must not keep a stopping worker alive.
         while not self._stopping.is_set():
-            free = await self._wait_for_room(lane)
             try:
-                reply: Any = await self.redis.xreadgroup(
-                    DELIVERY_GROUP,
-                    self.consumer,
-                    {stream: cursor},
-                    count=free,
-                    block=None if cursor != ">" else READ_BLOCK_MS,
-                )
-                read = reply[0][1] if reply else []
-                entries = [(_text(entry_id), fields) for entry_id, fields in read]
+                entries = await self._read(stream, cursor, priority)
                 if cursor != ">":
                     if not entries:
                         cursor = ">"
@@ -232,69 +227,95 @@ class DeliveryWorker:
                 log.exception("worker.read_failed", stream=stream)
                 await asyncio.sleep(1)
 
-    async def _wait_for_room(self, lane: asyncio.Semaphore) -> int:
-        """Wait until the lane has a free slot; how many are free."""
-        async with lane:  # blocks while the lane is full
-            pass
-        return max(1, lane._value)
+    async def _read(self, stream: str, cursor: str, priority: Priority) -> list[Entry]:
+        """Entries after ``cursor``, each in a lane place taken for it (the rest go back)."""
+        places = await self._lanes.take(priority)
+        entries: list[Entry] = []
+        try:
+            reply: Any = await self.redis.xreadgroup(
+                DELIVERY_GROUP,
+                self.consumer,
+                {stream: cursor},
+                count=places,
+                block=None if cursor != ">" else READ_BLOCK_MS,
+            )
+            read = reply[0][1] if reply else []
+            entries = [(_text(entry_id), fields) for entry_id, fields in read]
+            return entries
+        finally:
+            self._lanes.give_back(priority, places - len(entries))
+
+    async def _handle_taken_over(
+        self, shard: ShardKeys, priority: Priority, entries: Sequence[Entry]
+    ) -> None:
+        """Entries recovery took over, handled a lane's room at a time (see ``lanes``)."""
+        done = 0
+        while done < len(entries):
+            places = await self._lanes.take(priority, len(entries) - done)
+            await self.handle_entries(shard, priority, entries[done : done + places])
+            done += places
 
     async def handle_entries(
         self, shard: ShardKeys, priority: Priority, entries: Sequence[Entry]
     ) -> None:
-        """Lease the deliveries of these work entries and start the ones leased to us."""
-        items: list[tuple[str, WorkItem]] = []
-        for entry_id, fields in entries:
-            try:
-                items.append((entry_id, codec.decode_work_item(fields[_WORK_FIELD])))
-            except (KeyError, msgspec.DecodeError, msgspec.ValidationError) as error:
-                reason = f"undecodable: {error}"
-                await self._recovery.poison(shard, priority, entry_id, fields, reason)
-        if not items:
-            return
+        """Lease the deliveries of these work entries and start the ones leased to us. The
+        caller holds a place in the lane for each entry: a send takes its place over, the
+        other places are given back here."""
+        places = len(entries)
+        try:
+            items: list[tuple[str, WorkItem]] = []
+            for entry_id, fields in entries:
+                try:
+                    items.append((entry_id, codec.decode_work_item(fields[_WORK_FIELD])))
+                except (KeyError, msgspec.DecodeError, msgspec.ValidationError) as error:
+                    reason = f"undecodable: {error}"
+                    await self._recovery.poison(shard, priority, entry_id, fields, reason)
+            if items:
+                leased_at = self.now_ms()  # the leases begin in Redis after this
+                go = await self._lease(shard, priority, items)
+                places -= len(go)  # ``_start`` hands their places to sends or gives them back
+                await self._start(priority, go, leased_at)
+        finally:
+            self._lanes.give_back(priority, places)
+
+    async def _lease(
+        self, shard: ShardKeys, priority: Priority, items: list[tuple[str, WorkItem]]
+    ) -> list[LeasedDelivery]:
+        """Lease the items' deliveries in one call, record what is not to be sent; the
+        deliveries leased to us to send. LEASED items stay pending: their holder finishes
+        them or recovery hands them out again."""
         options = self.options
         leases = await self.store.begin(
-            shard,
-            priority,
-            items,
-            self.consumer,
-            lease_ms=options.lease_ms,
-            max_leases=options.max_deliveries,
-        )
+            shard, priority, items, self.consumer,
+            lease_ms=options.lease_ms, max_leases=options.max_deliveries,
+        )  # fmt: skip
         held = [
             LeasedDelivery.taken(shard, item, entry_id, lease, self.worker)
             for (entry_id, item), lease in zip(items, leases, strict=True)
         ]
-        # LEASED items stay pending: their holder finishes them or recovery returns them.
         dropped = [self._unsent(leased) for leased in held if leased.lease.verdict in _UNSENT]
         if dropped:
             await self.store.finish(dropped)
-        await self._start([leased for leased in held if leased.lease.verdict == "GO"])
+        return [leased for leased in held if leased.lease.verdict == "GO"]
 
     def _unsent(self, leased: LeasedDelivery) -> Outcome:
-        """The outcome of a delivery its lease says not to send: a duplicate of one that
-        already ended is dropped; one of a cancelled campaign ends CANCELLED; one that
-        workers keep dying on fails into the dead-letter queue, as POISON."""
-        if leased.lease.verdict == "TERMINAL":
-            return delivery_outcomes.acknowledge_only(leased)
-        if leased.lease.verdict == "CANCELLED":
-            return delivery_outcomes.cancelled(leased, leased.lease.now_ms)
-        limit = self.options.max_deliveries
-        log.warning("delivery.poison", delivery_id=leased.item.delivery_id, leases=limit + 1)
-        self.metrics.inc(DELIVERY_FAILURES, (leased.item.channel, ErrorClass.POISON))
-        reason = f"leased {limit + 1} times without an outcome: workers keep failing on it"
-        return delivery_outcomes.failed(
-            leased, ErrorClass.POISON, reason, leased.lease.now_ms, attempts=leased.lease.attempts
-        )
+        """The outcome of a delivery its lease says not to send (TERMINAL, CANCELLED, POISON)."""
+        if leased.lease.verdict == "POISON":
+            limit = self.options.max_deliveries
+            log.warning("delivery.poison", delivery_id=leased.item.delivery_id, leases=limit + 1)
+            self.metrics.inc(DELIVERY_FAILURES, (leased.item.channel, ErrorClass.POISON))
+        return delivery_outcomes.not_to_send(leased, self.options.max_deliveries)
 
-    async def _start(self, held: list[LeasedDelivery]) -> None:
+    async def _start(self, priority: Priority, held: list[LeasedDelivery], leased_at: int) -> None:
         """Expire what is past its TTL, route the rest to providers, defer what has no
-        provider or quota now, send the rest."""
+        provider or quota now, send the rest: each in a lane place the caller holds."""
         now = self.now_ms()
         ready: list[tuple[LeasedDelivery, Route]] = []
         outcomes: list[Outcome] = []
         # Bulkhead places routing took and no send has taken over yet: whatever ends this
         # call early (Redis refusing the quota call, a stop) must not keep them for ever.
         owed: Counter[str] = Counter()
+        sending = 0
         try:
             for leased in held:
                 if now >= leased.item.expires_ms:
@@ -308,20 +329,25 @@ class DeliveryWorker:
                     owed[route.provider] += 1
                 else:
                     outcomes.append(self._deferred(leased, route.until_ms, now, route.reason))
-            waits = await self._quota(ready)
+            waits = await self._quota.waits([(route.provider, priority) for _, route in ready])
+            started_at = self.now_ms()
             for (leased, route), wait in zip(ready, waits, strict=True):
+                # A probe not made here is made by another delivery once its lease ends.
                 if wait > 0:
-                    # A probe not made here is made by another delivery once its lease ends.
                     until = now + max(1, round(wait * 1000))
                     outcomes.append(self._deferred(leased, until, now, "rate_limited"))
-                    continue
-                lane = self._lanes[leased.priority]
-                await lane.acquire()
-                task = asyncio.create_task(self._send(leased, route, lane))
-                owed[route.provider] -= 1  # the send gives its place back when it ends
-                self._in_flight.add(task)
-                task.add_done_callback(self._in_flight.discard)
+                elif started_at - leased_at > self._start_within_ms[route.provider]:
+                    # Its time limit would outlast the lease: another worker could lease and
+                    # send it meanwhile. It stays pending; recovery hands it out again.
+                    log.warning("delivery.lease_too_short", delivery_id=leased.item.delivery_id)
+                else:
+                    task = asyncio.create_task(self._send(leased, route))
+                    sending += 1  # the send gives its lane place back when it ends
+                    owed[route.provider] -= 1  # and its bulkhead place
+                    self._in_flight.add(task)
+                    task.add_done_callback(self._in_flight.discard)
         finally:
+            self._lanes.give_back(priority, len(held) - sending)
             for provider, places in owed.items():
                 for _ in range(places):
                     self._router.done(provider)
@@ -334,25 +360,9 @@ class DeliveryWorker:
         self._scheduler.wake(leased.shard)
         return delivery_outcomes.deferred(leased, until, now, reason)
 
-    async def _quota(self, ready: list[tuple[LeasedDelivery, Route]]) -> list[float]:
-        """Seconds each delivery must wait for its provider's quota (0: go now)."""
-        waits = [0.0] * len(ready)
-        requests: list[tuple[str, Rate, Priority]] = []
-        limited: list[int] = []
-        for index, (leased, route) in enumerate(ready):
-            rate = self._rates.get(route.provider)
-            if rate is not None:
-                requests.append((route.provider, rate, leased.priority))
-                limited.append(index)
-        if requests:
-            granted = await self.rate_limiter.acquire_many(requests)
-            for index, wait in zip(limited, granted, strict=True):
-                waits[index] = wait
-        return waits
-
     # --- one delivery ----------------------------------------------------------------------
 
-    async def _send(self, leased: LeasedDelivery, route: Route, lane: asyncio.Semaphore) -> None:
+    async def _send(self, leased: LeasedDelivery, route: Route) -> None:
         item = leased.item
         # Each send is a task of its own, so these ids reach every line logged about it.
         structlog.contextvars.bind_contextvars(
@@ -380,19 +390,10 @@ class DeliveryWorker:
             # dead-letters it if this keeps happening.
             log.exception("worker.step_failed", delivery_id=item.delivery_id)
         finally:
-            lane.release()
+            self._lanes.give_back(leased.priority)
             self._router.done(route.provider)
             if route.probe:
                 await self.breakers.probe_done(route.provider, ok=provider_failed is not True)
-
-
-def _rates_by_provider(catalog: Catalog) -> dict[str, Rate]:
-    """Each rate-limited provider's rate, made once."""
-    return {
-        name: Rate(limit.per_second, limit.burst, limit.normal_share, limit.low_share)
-        for name, config in catalog.providers.items()
-        if (limit := config.rate_limit) is not None
-    }
 
 
 def _text(value: bytes | str) -> str:

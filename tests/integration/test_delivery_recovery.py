@@ -5,8 +5,12 @@ leases (an out-of-memory Redis) count for nothing."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
+import structlog
 from redis.asyncio import Redis
 
 from streams import codec
@@ -125,3 +129,58 @@ async def test_an_out_of_memory_redis_delays_deliveries_but_fails_none(tmp_path:
             assert await dead_letters(redis, keys) == []
         finally:
             await redis.aclose()
+
+
+async def test_work_taken_over_in_bulk_is_leased_only_as_the_lane_has_room(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    """A worker that takes over more entries than its lane can send at once must not lease
+    them all at once: the last would wait behind the others until their leases ran out, and
+    another worker would lease and send them again meanwhile."""
+    keys, catalog = KeySpace(key_prefix), fast_catalog(idempotent=False)
+    slow = otp(directives={"latency_ms": 400})
+    ids = [
+        (await accept(real_redis, keys, catalog, slow, f"k-{n}"))["deliveries"][0]["id"]
+        for n in range(12)
+    ]
+    stream = keys.shard(0).work(Priority.HIGH)
+    await ensure_group(real_redis, stream, DELIVERY_GROUP)
+    # A worker that read them all and died: the others take them over once their lease ends.
+    await real_redis.xreadgroup(DELIVERY_GROUP, "ghost", {stream: ">"}, count=100)
+    narrow = dataclasses.replace(FAST, lanes={**FAST.lanes, Priority.HIGH: 2})
+    async with (
+        running_worker(real_redis, keys, catalog, consumer="a", options=narrow),
+        running_worker(real_redis, keys, catalog, consumer="b", options=narrow),
+    ):
+        for delivery_id in ids:
+            assert (await final_state(real_redis, keys, delivery_id))["status"] == "SENT"
+    calls = Counter(call["delivery_id"] for call in await sandbox_calls(real_redis, keys))
+    assert calls == dict.fromkeys(ids, 1)
+
+
+async def test_a_send_whose_lease_ran_short_before_it_could_start_is_left_to_recovery(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    """A worker held up between leasing and sending (a stalled event loop, say) must not
+    start a call that could outlast its lease: it leaves the delivery to be handed out
+    again, and it is sent once."""
+    keys, catalog = KeySpace(key_prefix), fast_catalog(idempotent=False)
+    delivery_id = (await accept(real_redis, keys, catalog, otp(), "k"))["deliveries"][0]["id"]
+    with structlog.testing.capture_logs() as logs:
+        async with running_worker(real_redis, keys, catalog) as worker:
+            begin = worker.store.begin
+            held_up = [True]
+
+            async def begin_then_stall(*args: Any, **kwargs: Any) -> Any:
+                leases = await begin(*args, **kwargs)
+                if held_up.pop() if held_up else False:
+                    # FAST: a 1.5 s lease with a limit no shorter, so sends start within 0.75 s.
+                    await asyncio.sleep(0.8)
+                return leases
+
+            worker.store.begin = begin_then_stall  # type: ignore[method-assign]
+            assert (await final_state(real_redis, keys, delivery_id))["status"] == "SENT"
+    short = [log for log in logs if log["event"] == "delivery.lease_too_short"]
+    assert [log["delivery_id"] for log in short] == [delivery_id]
+    [call] = await sandbox_calls(real_redis, keys)
+    assert call["delivery_id"] == delivery_id

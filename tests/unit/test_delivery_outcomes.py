@@ -186,3 +186,17 @@ def test_an_ending_outcome_releases_the_shared_data_and_a_dead_letter_keeps_a_co
     failed = delivery_outcomes.failed(held, ErrorClass.PERMANENT, "no", NOW, attempts=2)
     kept = codec.decode_work_item(failed.dead_letter["work"])  # type: ignore[arg-type]
     assert (kept.shared_data, kept.data) == (False, {"code": "9"})
+
+
+def test_a_lease_that_says_not_to_send_has_an_outcome_of_its_own() -> None:
+    def verdict(name: str) -> Outcome:
+        held = leased(attempts=2)
+        lease = dataclasses.replace(held.lease, verdict=name)
+        return delivery_outcomes.not_to_send(dataclasses.replace(held, lease=lease), 5)
+
+    assert verdict("TERMINAL").events == b""  # already ended: only acknowledged
+    assert verdict("CANCELLED").status == "CANCELLED"
+    poison = verdict("POISON")
+    assert (poison.status, poison.dead_letter["error_class"]) == ("FAILED", "POISON")
+    assert poison.dead_letter["last_error"].startswith("leased 6 times without an outcome")
+    assert poison.dead_letter["attempts"] == 2  # leases are not attempts

@@ -8,7 +8,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from app.delivery.provider_timeouts import ProviderTimeouts
+from app.catalog import parse_catalog
+from app.delivery.provider_timeouts import ProviderTimeouts, start_within_ms
+from tests.conftest import REPO
 
 
 @pytest.fixture
@@ -68,3 +70,13 @@ async def test_many_calls_keep_their_own_limits(timeouts: ProviderTimeouts) -> N
 
     results = await asyncio.gather(*(call(0.01 if n % 2 else 5) for n in range(20)))
     assert results == ["timeout", "done"] * 10
+
+
+def test_a_send_may_start_only_while_its_time_limit_ends_inside_the_lease() -> None:
+    text = (REPO / "clarion.toml").read_text()
+    assert "timeout_seconds = 10" in text, "clarion.toml changed: update this test"
+    catalog = parse_catalog(text.replace("timeout_seconds = 10", "timeout_seconds = 4"), "t")
+    within = start_within_ms(catalog, lease_ms=15_000)
+    assert within["sandbox"] == 11_000
+    # A limit as long as the lease (processes refuse one): half the lease.
+    assert start_within_ms(catalog, lease_ms=4_000)["sandbox"] == 2_000
