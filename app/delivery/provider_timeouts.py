@@ -22,14 +22,15 @@ T = TypeVar("T")
 
 
 def start_within_ms(catalog: Catalog, lease_ms: int) -> dict[str, int]:
-    """Per provider, how long after a delivery's lease was taken its send may still start:
-    the call's time limit must end inside the lease, or another worker could lease the
-    delivery and send it again meanwhile. (Processes refuse a limit as long as the lease; a
-    worker made with one, as tests make, starts sends within half the lease.)"""
+    """Per provider, how long after a delivery's lease was taken its send may still start.
+    The call's time limit and the recording of its outcome must end inside the lease, or
+    another worker could lease the delivery and send it again meanwhile: of the lease left
+    beyond the limit, half is for starting, half for recording. (Processes refuse a limit as
+    long as the lease; a worker made with one, as tests make, starts within half the lease.)"""
     within = {}
     for name, config in catalog.providers.items():
         limit_ms = round(config.timeout_seconds * 1000)
-        within[name] = lease_ms - limit_ms if limit_ms < lease_ms else lease_ms // 2
+        within[name] = (lease_ms - limit_ms) // 2 if limit_ms < lease_ms else lease_ms // 2
     return within
 
 
