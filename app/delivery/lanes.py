@@ -19,31 +19,43 @@ from streams.vocabulary import Priority
 
 
 class Lanes:
-    """The places in flight of each priority's lane."""
+    """The free places of each priority's lane. Taking and giving back cost the same however
+    many places change hands: a reader takes a whole lane at a time and gives back most of
+    it when little is waiting in the stream."""
 
     def __init__(self, sizes: Mapping[Priority, int]) -> None:
         self.sizes = dict(sizes)
-        self._places = {priority: asyncio.Semaphore(size) for priority, size in sizes.items()}
+        self._free = dict(sizes)
+        # Takers have their turn first come, first served: a reader that gives its places
+        # back and takes again at once must not starve recovery waiting for one.
+        self._turns = {priority: asyncio.Lock() for priority in sizes}
+        # What the taker whose turn it is waits on while the lane is full.
+        self._room: dict[Priority, asyncio.Future[None] | None] = dict.fromkeys(sizes)
 
     async def take(self, priority: Priority, most: int = 0) -> int:
         """Wait until the lane has a free place, then take every free one up to ``most``
         (0: the lane's size); how many were taken. Cancelled while it waits, it took none."""
-        places = self._places[priority]
-        most = most or self.sizes[priority]
-        await places.acquire()
-        taken = 1
-        # A free place is taken without waiting: no other task runs in between.
-        while taken < most and not places.locked():
-            await places.acquire()
-            taken += 1
-        return taken
+        async with self._turns[priority]:
+            while not self._free[priority]:
+                room = asyncio.get_running_loop().create_future()
+                self._room[priority] = room
+                try:
+                    await room
+                finally:
+                    self._room[priority] = None
+            taken = min(most or self.sizes[priority], self._free[priority])
+            self._free[priority] -= taken
+            return taken
 
     def give_back(self, priority: Priority, count: int = 1) -> None:
         """Return ``count`` places taken with ``take``."""
-        places = self._places[priority]
-        for _ in range(count):
-            places.release()
+        if count <= 0:
+            return
+        self._free[priority] += count
+        room = self._room[priority]
+        if room is not None and not room.done():
+            room.set_result(None)
 
     def free(self, priority: Priority) -> int:
         """How many places of the lane nobody holds now."""
-        return self._places[priority]._value
+        return self._free[priority]

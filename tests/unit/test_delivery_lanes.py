@@ -45,3 +45,17 @@ async def test_a_taker_cancelled_while_it_waits_took_no_place() -> None:
         await waiting
     lanes.give_back(Priority.LOW)
     assert lanes.free(Priority.LOW) == 1
+
+
+async def test_takers_have_their_turn_in_order_so_a_reader_cannot_starve_recovery() -> None:
+    lanes = Lanes({Priority.HIGH: 2})
+    await lanes.take(Priority.HIGH)  # a reader holds the whole lane
+    recovery = asyncio.create_task(lanes.take(Priority.HIGH, 1))
+    await asyncio.sleep(0.01)
+    # The reader gives its places back and at once wants the whole lane again.
+    lanes.give_back(Priority.HIGH, 2)
+    reader = asyncio.create_task(lanes.take(Priority.HIGH))
+    assert await asyncio.wait_for(recovery, 1) == 1
+    assert await asyncio.wait_for(reader, 1) == 1  # what recovery left
+    lanes.give_back(Priority.HIGH, 0)  # nothing to return: nothing changes
+    assert lanes.free(Priority.HIGH) == 0
