@@ -21,7 +21,7 @@ from litestar.params import FromPath
 
 from app.catalog.providers import MAX_FEEDBACK_BYTES
 from app.feedback.callbacks import Scheme, now_ms
-from app.feedback.requests import Callback, Refused
+from app.feedback.requests import Callback, Refused, too_large
 from streams.feedback import Inbox, VerifiedCallback
 
 Req = Request[Any, Any, State]
@@ -50,12 +50,12 @@ async def body(request: Req, max_bytes: int) -> bytes:
     most its provider's bound."""
     announced = request.content_length  # a malformed Content-Length is Litestar's 400
     if announced is not None and announced > max_bytes:
-        raise Refused(413, f"body: larger than {max_bytes} bytes, this provider's bound")
+        raise too_large(max_bytes)
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > max_bytes:
-            raise Refused(413, f"body: larger than {max_bytes} bytes, this provider's bound")
+            raise too_large(max_bytes)
         chunks.append(chunk)
     return b"".join(chunks)
 

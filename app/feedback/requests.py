@@ -63,4 +63,9 @@ def signed_time(callback: Callback, name: str) -> bytes:
 def within(callback: Callback, max_bytes: int) -> None:
     """``Refused`` (413) when the body is over its scheme's bound."""
     if len(callback.body) > max_bytes:
-        raise Refused(413, f"body: larger than {max_bytes} bytes, this provider's bound")
+        raise too_large(max_bytes)
+
+
+def too_large(max_bytes: int) -> Refused:
+    """The refusal of a body over its provider's bound of ``max_bytes``."""
+    return Refused(413, f"body: larger than {max_bytes} bytes, this provider's bound")
