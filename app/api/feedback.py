@@ -36,10 +36,14 @@ class FeedbackAnswer(msgspec.Struct, frozen=True):
 
 def callback_url(request: Req) -> str:
     """The URL the provider called: the public URL Clarion is reached at, when it is set
-    (behind a proxy the request's own URL differs from what the provider signed)."""
+    (behind a proxy the request's own URL differs from what the provider signed); else the
+    request's own, which a ``Host`` such as ``x:99999`` leaves without a valid URL (400)."""
     public: str = request.app.state.public_url
     if not public:
-        return str(request.url)
+        try:
+            return str(request.url)
+        except ValueError:  # urllib's "Port out of range"
+            raise Refused(400, "Host: not a host and port a URL can hold") from None
     query = request.scope.get("query_string", b"").decode("latin-1")
     return public + request.url.path + (f"?{query}" if query else "")
 
@@ -77,8 +81,8 @@ async def receive_feedback(request: Req, provider: FromPath[str]) -> FeedbackAns
     headers = {
         name.decode("latin-1"): value.decode("latin-1") for name, value in request.scope["headers"]
     }
-    url = callback_url(request) if scheme.signs_url else ""
     try:
+        url = callback_url(request) if scheme.signs_url else ""
         callback = Callback(url, headers, await body(request, scheme.max_bytes), now_ms())
         taken = scheme.read(callback)
     except Refused as refused:

@@ -357,3 +357,15 @@ def test_a_signed_sendgrid_batch_sent_again_under_its_twin_signature_is_a_replay
         response = feedback_api.post("/v1/feedback/mail", content=EVENTS, headers=headers)
         statuses.append(response.status_code)
     assert statuses == [200, 409]
+
+
+@pytest.mark.parametrize("host", [b"x:99999", b"[::1]:65536"])
+def test_a_host_no_url_can_hold_is_refused_where_twilio_signs_the_url(
+    feedback_api: httpx.Client, host: bytes
+) -> None:
+    # Without CLARION_PUBLIC_URL the URL Twilio signed is the request's own, made from Host.
+    url = str(feedback_api.base_url).rstrip("/")
+    head = b"POST /v1/feedback/sms HTTP/1.1\r\nHost: %s\r\nX-Twilio-Signature: abc\r\n" % host
+    answer = raw_answer(url, head + b"Content-Length: %d\r\n\r\n" % len(STATUS), [STATUS])
+    assert answer.startswith(b"HTTP/1.1 400"), answer
+    assert b"Host: not a host and port" in answer, answer
