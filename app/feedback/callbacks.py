@@ -239,11 +239,14 @@ class SendgridEvents(_Addresses):
             kind = "undelivered" if event.type == "blocked" else "bounced"
         if kind is None or not event.sg_message_id or not event.sg_event_id:
             return None
+        # An event's own time, unless no clock could have read it (before 1970, or after the
+        # batch was signed): then when it came, so the event it becomes has a date.
+        at_ms = event.timestamp * 1000
+        at_ms = at_ms if 0 < at_ms <= received_ms + MAX_AGE_S * 1000 else received_ms
         item = Feedback(
             provider=self.provider, feedback_id=event.sg_event_id,
             message_id=event.sg_message_id.split(".", 1)[0], kind=kind,
-            detail=_detail(event.reason or event.event), at_ms=event.timestamp * 1000,
-            received_ms=received_ms,
+            detail=_detail(event.reason or event.event), at_ms=at_ms, received_ms=received_ms,
         )  # fmt: skip
         return self.item(item, SUPPRESSION_OF.get(kind, ""), Channel.EMAIL, event.email)
 

@@ -319,3 +319,12 @@ feedback_secret_env = "RELAY_SECRET"
     assert {name: scheme.max_bytes for name, scheme in found.items()} == {
         "sms": TWILIO_MAX_BYTES, "mail": 2 * 1024 * 1024, "relay": STANDARD_WEBHOOKS_MAX_BYTES,
     }  # fmt: skip
+
+
+@pytest.mark.parametrize("timestamp", [253_402_300_800, 2**62, -1, 0])
+def test_a_sendgrid_event_time_no_clock_could_read_is_when_it_came(timestamp: int) -> None:
+    # Its event's date (``datetime.fromtimestamp``) would be past the year 9999 or before 1970.
+    scheme = SendgridEvents("mail", SENDGRID_KEY.public_key(), DIGEST)
+    signed = sendgrid([event("delivered", 1, timestamp=timestamp)])
+    [item] = scheme.read(signed).items
+    assert item.at_ms == signed.received_ms
