@@ -8,6 +8,7 @@ API logs no traceback meanwhile (``running_api``)."""
 from __future__ import annotations
 
 import base64
+import re
 import socket
 import time
 from collections.abc import Iterator
@@ -327,7 +328,17 @@ def raw_answer(url: str, head: bytes, chunks: list[bytes]) -> bytes:
         connection.sendall(head)
         for chunk in chunks:
             connection.sendall(chunk)
-        return connection.recv(4096)
+        answer = b""
+        while not answer_complete(answer) and (more := connection.recv(4096)):
+            answer += more
+        return answer
+
+
+def answer_complete(answer: bytes) -> bool:
+    """Whether ``answer`` holds a whole answer: its head and the body its head announces."""
+    head, found, body = answer.partition(b"\r\n\r\n")
+    length = re.search(rb"(?im)^content-length: *(\d+)", head)
+    return bool(found) and (length is None or len(body) >= int(length[1]))
 
 
 def test_a_callback_over_its_bound_is_refused_before_the_rest_is_read(
