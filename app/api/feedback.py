@@ -4,8 +4,9 @@ No API key: each callback is authenticated by its provider's signature (``app.fe
 A verified, fresh callback is taken into the feedback inbox and answered 200 with how many
 items it held, even when no delivery has the message it names: a provider must not retry a
 callback for ever. Refused: an unknown provider or one that takes no feedback (404), a
-missing or wrong signature (401), a stale callback or a body that is not the scheme's (400),
-a replay of a callback already taken (409).
+missing, malformed or wrong signature or signed time (401, naming the header), a stale
+callback or a body that is not the scheme's (400), a replay of a callback already taken (409),
+a body over the provider's bound (413: the scheme's ``max_bytes``; the rest is never read).
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ from litestar.datastructures import State
 from litestar.exceptions import HTTPException, NotFoundException
 from litestar.params import FromPath
 
-from app.feedback.callbacks import Callback, Refused, Scheme, now_ms
+from app.catalog.providers import MAX_FEEDBACK_BYTES
+from app.feedback.callbacks import Scheme, now_ms
+from app.feedback.requests import Callback, Refused, too_large
 from streams.feedback import Inbox, VerifiedCallback
 
 Req = Request[Any, Any, State]
-# A SendGrid batch holds up to some thousands of events.
-MAX_CALLBACK_BYTES = 4 * 1024 * 1024
+# The route's bound, over every provider's: each scheme reads up to its own (``body``).
+MAX_CALLBACK_BYTES = MAX_FEEDBACK_BYTES
 
 
 class FeedbackAnswer(msgspec.Struct, frozen=True):
@@ -33,12 +36,32 @@ class FeedbackAnswer(msgspec.Struct, frozen=True):
 
 def callback_url(request: Req) -> str:
     """The URL the provider called: the public URL Clarion is reached at, when it is set
-    (behind a proxy the request's own URL differs from what the provider signed)."""
+    (behind a proxy the request's own URL differs from what the provider signed); else the
+    request's own, which a ``Host`` such as ``x:99999`` leaves without a valid URL (400)."""
     public: str = request.app.state.public_url
     if not public:
-        return str(request.url)
+        try:
+            return str(request.url)
+        except ValueError:  # urllib's "Port out of range"
+            raise Refused(400, "Host: not a host and port a URL can hold") from None
     query = request.scope.get("query_string", b"").decode("latin-1")
     return public + request.url.path + (f"?{query}" if query else "")
+
+
+async def body(request: Req, max_bytes: int) -> bytes:
+    """The request's body, read only while it stays within ``max_bytes``: a callback announced
+    or found larger is refused (413) before the rest is read, so an unsigned body costs at
+    most its provider's bound."""
+    announced = request.content_length  # a malformed Content-Length is Litestar's 400
+    if announced is not None and announced > max_bytes:
+        raise too_large(max_bytes)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_bytes:
+            raise too_large(max_bytes)
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 @post(
@@ -58,9 +81,9 @@ async def receive_feedback(request: Req, provider: FromPath[str]) -> FeedbackAns
     headers = {
         name.decode("latin-1"): value.decode("latin-1") for name, value in request.scope["headers"]
     }
-    url = callback_url(request) if scheme.signs_url else ""
-    callback = Callback(url, headers, await request.body(), now_ms())
     try:
+        url = callback_url(request) if scheme.signs_url else ""
+        callback = Callback(url, headers, await body(request, scheme.max_bytes), now_ms())
         taken = scheme.read(callback)
     except Refused as refused:
         raise HTTPException(status_code=refused.status, detail=refused.detail) from None

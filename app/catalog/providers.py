@@ -19,6 +19,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 # An environment variable's name, as a secret's ``*_env`` key gives it.
 EnvName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
 Seconds = Annotated[float, msgspec.Meta(gt=0, le=3600)]
+# The most ``feedback_max_bytes`` may say: the feedback route's own bound.
+MAX_FEEDBACK_BYTES = 4 * 1024 * 1024
 # An HTTP API's root: scheme and host (a local peer or a regional endpoint), no trailing slash.
 BaseUrl = Annotated[str, msgspec.Meta(pattern=r"^https?://[^/?#\s]+(/[^?#\s]*[^/?#\s])?$")]
 
@@ -68,6 +70,10 @@ class ProviderLimits(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
     # ``/v1/feedback/<name>`` with (``app.feedback``); kinds with a scheme of their own
     # (Twilio, SendGrid) need none.
     feedback_secret_env: EnvName | None = None
+    # The largest feedback callback body taken from the provider (over it: 413, the rest
+    # unread); unset, its scheme's own (``app.feedback.callbacks``: Twilio 32 KiB, SendGrid
+    # 4 MiB, Standard Webhooks 1 MiB).
+    feedback_max_bytes: Annotated[int, msgspec.Meta(ge=1024, le=MAX_FEEDBACK_BYTES)] | None = None
 
     @property
     def kind(self) -> str:

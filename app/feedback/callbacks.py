@@ -29,8 +29,15 @@ Three schemes, chosen by the provider's kind in the catalog:
   token naming the address puts it on the suppression list.
 
 A signed time older than ``MAX_AGE_S`` (or as far ahead) is stale. A callback is taken once:
-its replay is refused for twice ``MAX_AGE_S`` after (a day for Twilio). Texts a provider sends
-back are masked like any log text and cut short.
+its replay is refused for twice ``MAX_AGE_S`` after (a day for Twilio). The replay is known by
+what was signed, never by how the signature is written: an ECDSA signature (r, s) has a twin
+(r, n - s) that verifies the same body, and base64 has more than one spelling of some bytes.
+Texts a provider sends back are masked like any log text and cut short.
+
+Headers are checked before they are used (``requests``: missing, too long or not ASCII is
+401 naming the header) and signatures compared as bytes. A body is read only up to its
+scheme's ``max_bytes`` (the catalog's ``feedback_max_bytes``, else the scheme's default):
+Twilio's status callbacks are a few form fields, SendGrid's event batches can be large.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -57,6 +65,7 @@ from app.catalog.providers import (
     event_webhook_key,
     signing_key,
 )
+from app.feedback.requests import Callback, Refused, header, signed_time, within
 from app.logging import mask
 from app.recipients.addresses import masked
 from streams.feedback import Feedback, FeedbackKind
@@ -64,6 +73,15 @@ from streams.recipient_settings import AddressDigest
 from streams.vocabulary import Channel
 
 MAX_AGE_S: Final = 300
+# The largest body each scheme reads, unless the catalog's ``feedback_max_bytes`` says other.
+# Twilio's status callbacks hold a subset of its standard request fields (the largest, a
+# Body of up to 1600 characters, is under 20 KB percent-encoded) plus MessageStatus and
+# ErrorCode; SendGrid's batches hold up to some thousands of events; a Standard Webhooks
+# callback holds one event or a forwarder's batch.
+TWILIO_MAX_BYTES: Final = 32 * 1024
+SENDGRID_MAX_BYTES: Final = 4 * 1024 * 1024
+STANDARD_WEBHOOKS_MAX_BYTES: Final = 1024 * 1024
+MAX_WEBHOOK_ID_CHARS: Final = 256
 TWILIO_GUARD_MS: Final = 86_400_000
 MAX_DETAIL: Final = 200
 MAX_EVENTS: Final = 10_000  # in one SendGrid batch
@@ -74,25 +92,6 @@ SUPPRESSION_OF: Final[dict[str, str]] = {
     "token_invalid": "invalid_token",
 }  # fmt: skip
 _KINDS: Final = frozenset(SUPPRESSION_OF) | {"delivered", "undelivered"}
-
-
-class Refused(Exception):
-    """The callback is not taken: ``status`` and what is wrong with it."""
-
-    def __init__(self, status: int, detail: str) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.detail = detail
-
-
-@dataclass(frozen=True, slots=True)
-class Callback:
-    """An HTTP request a provider made to ``/v1/feedback/<name>``."""
-
-    url: str  # as the provider called it (the public URL), query included
-    headers: Mapping[str, str]  # lower-case names
-    body: bytes
-    received_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,10 +125,8 @@ class _Addresses:
         )  # fmt: skip
 
 
-def _fresh(timestamp: str, now_ms: int) -> int:
-    """The signed time in ms; ``Refused`` when it is no number or stale."""
-    if not timestamp.isdigit() or len(timestamp) > 12:
-        raise Refused(400, "timestamp: a Unix time in seconds is required")
+def _fresh(timestamp: bytes, now_ms: int) -> int:
+    """The signed time (checked by ``signed_time``) in ms; ``Refused`` when it is stale."""
     at_ms = int(timestamp) * 1000
     if abs(now_ms - at_ms) > MAX_AGE_S * 1000:
         raise Refused(400, f"timestamp: more than {MAX_AGE_S} s away from now (stale)")
@@ -141,18 +138,23 @@ class TwilioStatus(_Addresses):
 
     signs_url: Final = True  # the signature covers the URL Twilio called
 
-    def __init__(self, provider: str, auth_token: str, digest: AddressDigest) -> None:
+    def __init__(
+        self, provider: str, auth_token: str, digest: AddressDigest,
+        max_bytes: int = TWILIO_MAX_BYTES,
+    ) -> None:  # fmt: skip
         super().__init__(digest)
         self.provider = provider
+        self.max_bytes = max_bytes
         self._token = auth_token.encode()
 
     def read(self, callback: Callback) -> Taken:
+        given = header(callback, "X-Twilio-Signature")
+        within(callback, self.max_bytes)
         fields = parse_qsl(callback.body.decode("utf-8", "replace"), keep_blank_values=True)
         signed = callback.url + "".join(name + value for name, value in sorted(fields))
-        expected = base64.b64encode(hmac.digest(self._token, signed.encode(), "sha1")).decode()
-        given = callback.headers.get("x-twilio-signature", "")
-        if not given or not hmac.compare_digest(given, expected):
-            raise Refused(401, "X-Twilio-Signature: missing or not the callback's signature")
+        expected = base64.b64encode(hmac.digest(self._token, signed.encode(), "sha1"))
+        if not hmac.compare_digest(given, expected):
+            raise Refused(401, "X-Twilio-Signature: not the callback's signature")
         values = dict(fields)
         sid, status = values.get("MessageSid", ""), values.get("MessageStatus", "")
         if not sid or not status:
@@ -185,6 +187,7 @@ class _SendgridEvent(msgspec.Struct, frozen=True):
 
 
 _events = msgspec.json.Decoder(list[_SendgridEvent])
+_SIGNATURE: Final = "X-Twilio-Email-Event-Webhook-Signature"
 _SENDGRID_KINDS: Final[dict[str, FeedbackKind]] = {
     "delivered": "delivered", "dropped": "undelivered", "spamreport": "complained",
     "unsubscribe": "unsubscribed", "group_unsubscribe": "unsubscribed",
@@ -196,19 +199,28 @@ class SendgridEvents(_Addresses):
 
     signs_url: Final = False
 
-    def __init__(self, provider: str, public_key: ec.EllipticCurvePublicKey, digest: AddressDigest):
+    def __init__(
+        self, provider: str, public_key: ec.EllipticCurvePublicKey, digest: AddressDigest,
+        max_bytes: int = SENDGRID_MAX_BYTES,
+    ) -> None:  # fmt: skip
         super().__init__(digest)
         self.provider = provider
+        self.max_bytes = max_bytes
         self._key = public_key
 
     def read(self, callback: Callback) -> Taken:
-        signature = callback.headers.get("x-twilio-email-event-webhook-signature", "")
-        timestamp = callback.headers.get("x-twilio-email-event-webhook-timestamp", "")
+        signature = header(callback, _SIGNATURE)
+        timestamp = signed_time(callback, "X-Twilio-Email-Event-Webhook-Timestamp")
+        within(callback, self.max_bytes)
+        signed = timestamp + callback.body
         try:
             der = base64.b64decode(signature, validate=True)
-            self._key.verify(der, timestamp.encode() + callback.body, ec.ECDSA(hashes.SHA256()))
-        except (binascii.Error, ValueError, InvalidSignature):
-            raise Refused(401, "X-Twilio-Email-Event-Webhook-Signature: not the body's") from None
+        except binascii.Error:
+            raise Refused(401, f"{_SIGNATURE}: not base64") from None
+        try:
+            self._key.verify(der, signed, ec.ECDSA(hashes.SHA256()))
+        except (ValueError, InvalidSignature):
+            raise Refused(401, f"{_SIGNATURE}: not the body's signature") from None
         _fresh(timestamp, callback.received_ms)
         try:
             events = _events.decode(callback.body)
@@ -217,7 +229,8 @@ class SendgridEvents(_Addresses):
         if len(events) > MAX_EVENTS:
             raise Refused(413, f"body: at most {MAX_EVENTS} events in one callback")
         items = [self._item(event, callback.received_ms) for event in events]
-        replay = hashlib.sha256(signature.encode()).hexdigest()[:32]
+        # What was signed, not the signature: its malleable twin is the same batch.
+        replay = hashlib.sha256(signed).hexdigest()[:32]
         return Taken(replay, 2 * MAX_AGE_S * 1000, [item for item in items if item])
 
     def _item(self, event: _SendgridEvent, received_ms: int) -> Feedback | None:
@@ -226,11 +239,14 @@ class SendgridEvents(_Addresses):
             kind = "undelivered" if event.type == "blocked" else "bounced"
         if kind is None or not event.sg_message_id or not event.sg_event_id:
             return None
+        # An event's own time, unless no clock could have read it (before 1970, or after the
+        # batch was signed): then when it came, so the event it becomes has a date.
+        at_ms = event.timestamp * 1000
+        at_ms = at_ms if 0 < at_ms <= received_ms + MAX_AGE_S * 1000 else received_ms
         item = Feedback(
             provider=self.provider, feedback_id=event.sg_event_id,
             message_id=event.sg_message_id.split(".", 1)[0], kind=kind,
-            detail=_detail(event.reason or event.event), at_ms=event.timestamp * 1000,
-            received_ms=received_ms,
+            detail=_detail(event.reason or event.event), at_ms=at_ms, received_ms=received_ms,
         )  # fmt: skip
         return self.item(item, SUPPRESSION_OF.get(kind, ""), Channel.EMAIL, event.email)
 
@@ -244,6 +260,7 @@ class _Event(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 _events_or_one = msgspec.json.Decoder(_Event | list[_Event])
+_VISIBLE: Final = re.compile(rb"[\x21-\x7e]+")  # a webhook-id's characters
 _CHANNEL_NAMES: Final = frozenset(channel.value for channel in Channel)
 
 
@@ -253,37 +270,50 @@ class StandardWebhook(_Addresses):
 
     signs_url: Final = False
 
-    def __init__(self, provider: str, secret: str, digest: AddressDigest) -> None:
+    def __init__(
+        self, provider: str, secret: str, digest: AddressDigest,
+        max_bytes: int = STANDARD_WEBHOOKS_MAX_BYTES,
+    ) -> None:  # fmt: skip
         super().__init__(digest)
         self.provider = provider
+        self.max_bytes = max_bytes
         self._key = signing_key(secret)
 
     def read(self, callback: Callback) -> Taken:
-        headers = callback.headers
-        webhook_id = headers.get("webhook-id", "")
-        timestamp = headers.get("webhook-timestamp", "")
-        if not webhook_id or len(webhook_id) > 256 or not timestamp.isdigit():
-            raise Refused(401, "webhook-id and webhook-timestamp are required")
-        signed = b"%s.%s.%s" % (webhook_id.encode(), timestamp.encode(), callback.body)
-        expected = base64.b64encode(hmac.digest(self._key, signed, "sha256")).decode()
-        offered = [part.partition(",")[2] for part in headers.get("webhook-signature", "").split()]
-        if not any(hmac.compare_digest(sig, expected) for sig in offered if sig):
+        webhook_id = header(callback, "webhook-id", MAX_WEBHOOK_ID_CHARS)
+        if not _VISIBLE.fullmatch(webhook_id):
+            raise Refused(401, "webhook-id: only visible ASCII characters, no spaces")
+        timestamp = signed_time(callback, "webhook-timestamp")
+        # Space-separated ``<version>,<base64>``; ``v1`` is HMAC-SHA256, other versions
+        # (asymmetric ones) are not this scheme's and are passed over.
+        parts = header(callback, "webhook-signature").split()
+        offered = [
+            sig for version, _, sig in (p.partition(b",") for p in parts) if version == b"v1"
+        ]
+        if not any(offered):
+            raise Refused(401, "webhook-signature: no v1 signature (v1,<base64>)")
+        within(callback, self.max_bytes)
+        signed = b"%s.%s.%s" % (webhook_id, timestamp, callback.body)
+        expected = base64.b64encode(hmac.digest(self._key, signed, "sha256"))
+        if not any(hmac.compare_digest(signature, expected) for signature in offered):
             raise Refused(401, "webhook-signature: none is the callback's signature")
         at_ms = _fresh(timestamp, callback.received_ms)
+        webhook_id_text = webhook_id.decode("ascii")
         try:
             decoded = _events_or_one.decode(callback.body)
         except (msgspec.DecodeError, msgspec.ValidationError) as error:
             raise Refused(400, f"body: {error}") from None
         if isinstance(decoded, _Event):
-            items = [self._item(decoded, webhook_id, at_ms, callback.received_ms)]
+            items = [self._item(decoded, webhook_id_text, at_ms, callback.received_ms)]
         elif len(decoded) > MAX_EVENTS:
             raise Refused(413, f"body: at most {MAX_EVENTS} events in one callback")
         else:
             items = [
-                self._item(event, f"{webhook_id}:{n}", at_ms, callback.received_ms)
+                self._item(event, f"{webhook_id_text}:{n}", at_ms, callback.received_ms)
                 for n, event in enumerate(decoded)
             ]
-        return Taken(webhook_id, 2 * MAX_AGE_S * 1000, items)
+        # The webhook-id is signed and stays the same across the sender's retries.
+        return Taken(webhook_id_text, 2 * MAX_AGE_S * 1000, items)
 
     def _item(self, event: _Event, feedback_id: str, at_ms: int, received_ms: int) -> Feedback:
         if event.feedback not in _KINDS or not event.message_id:
@@ -307,13 +337,16 @@ def schemes(
     found: dict[str, Scheme] = {}
     for name, config in catalog.providers.items():
         own: Mapping[str, Any] = secrets.get(name, {})
+        bound = config.feedback_max_bytes
         if isinstance(config, TwilioConfig):
-            found[name] = TwilioStatus(name, own["auth_token_env"], digest)
+            token = own["auth_token_env"]
+            found[name] = TwilioStatus(name, token, digest, bound or TWILIO_MAX_BYTES)
         elif isinstance(config, SendgridConfig) and config.event_webhook_public_key:
             key = event_webhook_key(config.event_webhook_public_key)
-            found[name] = SendgridEvents(name, key, digest)
+            found[name] = SendgridEvents(name, key, digest, bound or SENDGRID_MAX_BYTES)
         elif config.feedback_secret_env:
-            found[name] = StandardWebhook(name, own["feedback_secret_env"], digest)
+            secret, bound = own["feedback_secret_env"], bound or STANDARD_WEBHOOKS_MAX_BYTES
+            found[name] = StandardWebhook(name, secret, digest, bound)
     return found
 
 

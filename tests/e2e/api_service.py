@@ -30,24 +30,27 @@ async def _prepare_database(url: str) -> None:
 
 
 @contextmanager
-def running_api() -> Iterator[str]:
-    """The base URL of a running API; afterwards its keys and database are removed, and it
-    must not have logged a traceback."""
-    with running_api_process() as (url, _):
+def running_api(**env: str) -> Iterator[str]:
+    """The base URL of a running API (``env``: variables to set or override, such as
+    ``CLARION_CONFIG``); afterwards its keys and database are removed, and it must not have
+    logged a traceback."""
+    with running_api_process(**env) as (url, _):
         yield url
 
 
 @contextmanager
-def running_api_process() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+def running_api_process(**env: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """Like ``running_api``, with the API's process (which the caller may stop first)."""
     prefix = f"fuzz-{uuid.uuid4().hex[:8]}"
     database = throwaway_name()
     database_url = with_database(TEST_SERVER_URL, database)
     asyncio.run(_prepare_database(database_url))
     port = free_port()
-    env = service_env(prefix, port, CLARION_DATABASE_URL=database_url, CLARION_API_KEYS=API_KEYS)
+    environ = service_env(
+        prefix, port, CLARION_DATABASE_URL=database_url, CLARION_API_KEYS=API_KEYS, **env
+    )
     process = subprocess.Popen(
-        [*CLARION, "api", "--workers", "1"], env=env, cwd=REPO, stderr=subprocess.PIPE
+        [*CLARION, "api", "--workers", "1"], env=environ, cwd=REPO, stderr=subprocess.PIPE
     )
     assert process.stderr is not None
     stderr = Lines(process.stderr)  # read as it comes, so a full pipe never blocks the API

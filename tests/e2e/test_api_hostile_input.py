@@ -7,13 +7,24 @@ API logs no traceback meanwhile (``running_api``)."""
 
 from __future__ import annotations
 
+import base64
+import re
+import socket
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import msgspec
 import pytest
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.utils import (
+    decode_dss_signature,
+    encode_dss_signature,
+)
 
+from tests.conftest import REPO
 from tests.e2e.api_service import API_KEY, running_api
 
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
@@ -210,3 +221,162 @@ def test_a_key_that_is_not_utf8_is_only_a_key(api: httpx.Client) -> None:
 def test_a_dashboard_filter_that_is_not_utf8_is_refused(api: httpx.Client) -> None:
     response = api.get("/dashboard?channel=%FF&type=%FE", headers=AUTH)
     assert 400 <= response.status_code < 500, response.text
+
+
+# Provider feedback (``/v1/feedback/<name>``) faces the internet without an API key: every
+# header a scheme reads is hostile until the signature is checked, and every body is read only
+# up to the provider's bound. Each is refused with a 4xx naming what is wrong, never a 5xx.
+HOOK_SECRET = "whsec_" + base64.b64encode(b"hostile-input-feedback-secret-32").decode()
+EVENT_SIGNER = ec.generate_private_key(ec.SECP256R1())  # SendGrid's, for the twin below
+EVENT_KEY = base64.b64encode(
+    EVENT_SIGNER.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+).decode()
+FEEDBACK_PROVIDERS = f"""
+[providers.sms]
+kind = "twilio"
+account_sid = "AC{"0" * 32}"
+auth_token_env = "HOSTILE_TWILIO_TOKEN"
+from = "+15005550006"
+
+[providers.mail]
+kind = "sendgrid"
+api_key_env = "HOSTILE_SENDGRID_KEY"
+from = "no-reply@example.com"
+event_webhook_public_key = "{EVENT_KEY}"
+
+[providers.hooks]
+kind = "sandbox"
+feedback_secret_env = "HOSTILE_HOOK_SECRET"
+"""
+STATUS = b"MessageSid=SM1&MessageStatus=delivered"
+EVENTS = b'[{"event": "spamreport", "sg_event_id": "e1", "sg_message_id": "m1"}]'
+HOOK = b'{"message_id": "m1", "feedback": "complained"}'
+SG_SIGNATURE = b"X-Twilio-Email-Event-Webhook-Signature"
+SG_TIME = b"X-Twilio-Email-Event-Webhook-Timestamp"
+SG_SIGNED = "X-Twilio-Email-Event-Webhook-Signature: "
+SG_TIMED = "X-Twilio-Email-Event-Webhook-Timestamp: "
+NOW = b"<now>"  # replaced by the current Unix time when sent
+SIGNATURES = [b"\xe9abc", b"v1,\xe9x", b"\xff\xfe", b"a" * 5000, b"!!!!", b"=", b"v1,"]
+TIMES = [b"\xe9", b"\xb2", b"\xb9\xb2\xb3", b"-1", b"1e9", b"1" * 13, b"0x10"]
+
+# (provider, headers, body, status, what the detail starts with)
+FEEDBACK: list[tuple[str, dict[bytes, bytes], bytes, int, str]] = [
+    *[("sms", {b"X-Twilio-Signature": s}, STATUS, 401, "X-Twilio-Signature: ") for s in SIGNATURES],
+    ("sms", {}, STATUS, 401, "X-Twilio-Signature: missing"),
+    ("sms", {b"X-Twilio-Signature": b"abc"}, b"\xff\xfe=\xc3\x28&%%%", 401, "X-Twilio-Signature: "),
+    ("sms", {b"X-Twilio-Signature": b"abc"}, b"a=&" * 11_000, 413, "body: larger than 32768"),
+    *[("mail", {SG_SIGNATURE: s, SG_TIME: NOW}, EVENTS, 401, SG_SIGNED)
+      for s in [*SIGNATURES, base64.b64encode(b"\x30\x00"), b"AAAA" * 20]],
+    *[("mail", {SG_SIGNATURE: b"AAAA", SG_TIME: t}, EVENTS, 401, SG_TIMED)
+      for t in TIMES],
+    ("mail", {SG_SIGNATURE: b"AAAA", SG_TIME: NOW}, DEEP, 401, SG_SIGNED),
+    ("mail", {SG_SIGNATURE: b"AAAA", SG_TIME: NOW}, b" " * (4 * 1024 * 1024 + 1), 413, "body: "),
+    *[("hooks", {b"webhook-id": b"msg_1", b"webhook-timestamp": NOW, b"webhook-signature": s},
+       HOOK, 401, "webhook-signature: ")
+      for s in [*SIGNATURES, b",", b"v1a,abc", b"v2,x ,,, v1", b"v1," + b"A" * 2000]],
+    *[("hooks", {b"webhook-id": i, b"webhook-timestamp": NOW, b"webhook-signature": b"v1,abc"},
+       HOOK, 401, "webhook-id: ")
+      for i in [b"\xff", b"a b", b"m" * 300]],
+    *[("hooks", {b"webhook-id": b"msg_1", b"webhook-timestamp": t, b"webhook-signature": b"v1,abc"},
+       HOOK, 401, "webhook-timestamp: ")
+      for t in TIMES],
+    ("hooks", {b"webhook-id": b"msg_1", b"webhook-timestamp": NOW, b"webhook-signature": b"v1,abc"},
+     b"[" + b" " * (1024 * 1024) + b"]", 413, "body: larger than 1048576"),
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def feedback_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
+    """A running API whose catalog has a provider of each callback scheme."""
+    catalog = tmp_path_factory.mktemp("feedback") / "clarion.toml"
+    shipped = (REPO / "clarion.toml").read_text()
+    catalog.write_text(
+        shipped.replace("[channels.PUSH]", FEEDBACK_PROVIDERS + "\n[channels.PUSH]", 1)
+    )
+    secrets = {"HOSTILE_TWILIO_TOKEN": "hostile-twilio-token", "HOSTILE_SENDGRID_KEY": "SG.x",
+               "HOSTILE_HOOK_SECRET": HOOK_SECRET}  # fmt: skip
+    with (
+        running_api(CLARION_CONFIG=str(catalog), **secrets) as url,
+        httpx.Client(base_url=url, timeout=30) as client,
+    ):
+        yield client
+
+
+@pytest.mark.parametrize(
+    ("provider", "headers", "body", "status", "detail"),
+    [pytest.param(*case, id=f"{case[0]} #{n}") for n, case in enumerate(FEEDBACK)],
+)
+def test_a_hostile_feedback_callback_is_refused_saying_why(
+    feedback_api: httpx.Client, provider: str, headers: dict[bytes, bytes], body: bytes,
+    status: int, detail: str,
+) -> None:  # fmt: skip
+    now = str(int(time.time())).encode()
+    sent = {name: now if value == NOW else value for name, value in headers.items()}
+    response = feedback_api.post(f"/v1/feedback/{provider}", content=body, headers=sent)
+    assert response.status_code == status, response.text
+    assert_refused(response)
+    assert response.json()["detail"].startswith(detail), response.text
+
+
+def raw_answer(url: str, head: bytes, chunks: list[bytes]) -> bytes:
+    """The first bytes answered to a request sent as ``head`` and ``chunks`` over a socket,
+    the body never finished: an answer shows the server did not wait for the rest."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as connection:
+        connection.sendall(head)
+        for chunk in chunks:
+            connection.sendall(chunk)
+        answer = b""
+        while not answer_complete(answer) and (more := connection.recv(4096)):
+            answer += more
+        return answer
+
+
+def answer_complete(answer: bytes) -> bool:
+    """Whether ``answer`` holds a whole answer: its head and the body its head announces."""
+    head, found, body = answer.partition(b"\r\n\r\n")
+    length = re.search(rb"(?im)^content-length: *(\d+)", head)
+    return bool(found) and (length is None or len(body) >= int(length[1]))
+
+
+def test_a_callback_over_its_bound_is_refused_before_the_rest_is_read(
+    feedback_api: httpx.Client,
+) -> None:
+    url = str(feedback_api.base_url).rstrip("/")
+    path = b"POST /v1/feedback/sms HTTP/1.1\r\nHost: x\r\nX-Twilio-Signature: abc\r\n"
+    announced = raw_answer(url, path + b"Content-Length: 100000000\r\n\r\n", [b"a=b"])
+    assert announced.startswith(b"HTTP/1.1 413"), announced
+    # Chunked, past Twilio's 32 KiB, and never ended.
+    chunk = b"2000\r\n" + b"a" * 0x2000 + b"\r\n"
+    streamed = raw_answer(url, path + b"Transfer-Encoding: chunked\r\n\r\n", [chunk] * 5)
+    assert streamed.startswith(b"HTTP/1.1 413"), streamed
+
+
+def test_a_signed_sendgrid_batch_sent_again_under_its_twin_signature_is_a_replay(
+    feedback_api: httpx.Client,
+) -> None:
+    # Whoever saw a signed batch can respell its signature (r, s) as (r, n - s), which
+    # verifies as well; the batch is the same, so it is refused as a replay.
+    now = str(int(time.time())).encode()
+    r, s = decode_dss_signature(EVENT_SIGNER.sign(now + EVENTS, ec.ECDSA(hashes.SHA256())))
+    n = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551  # P-256's order
+    statuses = []
+    for signature in (encode_dss_signature(r, s), encode_dss_signature(r, n - s)):
+        headers = {SG_SIGNATURE: base64.b64encode(signature), SG_TIME: now}
+        response = feedback_api.post("/v1/feedback/mail", content=EVENTS, headers=headers)
+        statuses.append(response.status_code)
+    assert statuses == [200, 409]
+
+
+@pytest.mark.parametrize("host", [b"x:99999", b"[::1]:65536"])
+def test_a_host_no_url_can_hold_is_refused_where_twilio_signs_the_url(
+    feedback_api: httpx.Client, host: bytes
+) -> None:
+    # Without CLARION_PUBLIC_URL the URL Twilio signed is the request's own, made from Host.
+    url = str(feedback_api.base_url).rstrip("/")
+    head = b"POST /v1/feedback/sms HTTP/1.1\r\nHost: %s\r\nX-Twilio-Signature: abc\r\n" % host
+    answer = raw_answer(url, head + b"Content-Length: %d\r\n\r\n" % len(STATUS), [STATUS])
+    assert answer.startswith(b"HTTP/1.1 400"), answer
+    assert b"Host: not a host and port" in answer, answer

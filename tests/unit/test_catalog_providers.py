@@ -68,6 +68,10 @@ def test_each_kind_gets_its_keys_and_a_channel_its_failover_order() -> None:
     assert catalog.channels["EMAIL"].provider_order == ("mail",)
     # The sandbox has no breaker unless asked for; real kinds have one.
     assert guarded_providers(catalog) == ["twilio", "mail"]
+    # Feedback bodies are bounded by each scheme's own default unless the file says other.
+    assert twilio.feedback_max_bytes is None
+    bounded = parse_catalog(TWO_SMS.replace("timeout_seconds = 5", "feedback_max_bytes = 8192"))
+    assert bounded.providers["twilio"].feedback_max_bytes == 8192
 
 
 @pytest.mark.parametrize(
@@ -87,6 +91,10 @@ def test_each_kind_gets_its_keys_and_a_channel_its_failover_order() -> None:
          "channels.SMS.providers: missing: name the channel's provider"),
         (('provider = "mail"', 'provider = "twilio"'),
          "channels.EMAIL.provider: provider 'twilio' is of kind twilio, which cannot send EMAIL"),
+        (("timeout_seconds = 5", "feedback_max_bytes = 1023"),
+         "providers.twilio.feedback_max_bytes"),
+        (("timeout_seconds = 5", "feedback_max_bytes = 4194305"),
+         "providers.twilio.feedback_max_bytes"),
     ],
 )  # fmt: skip
 def test_a_wrong_provider_or_channel_is_refused_naming_it(
