@@ -37,6 +37,7 @@ from redis.exceptions import RedisError
 from app.api.auth import authorize
 from app.api.dashboard_charts import read_charts
 from app.api.read_model import ReadModel
+from app.campaigns.lifecycle import by_segment
 from app.campaigns.progress import Progress, progress_of
 from projections.campaign_queries import campaign_counts
 from projections.dashboard_queries import (
@@ -239,7 +240,9 @@ async def dashboard(
         rates = await failure_rates(pool, key.producer)
         classes = await failures_by_error_class(pool, key.producer)
         failed = await failed_deliveries(pool, key.producer, where)
-        campaigns = await _campaigns(request, pool, key.producer, now_ms=int(now * 1000))
+        campaigns = await _campaigns(
+            request, pool, key.producer, now_ms=int(now * 1000), segments="recipients" in key.scopes
+        )
         charts = await read_charts(request.app.state, pool, key.producer, campaigns, now)
     except _PG_ERRORS as error:
         log.warning("dashboard.read_model_unavailable", error=type(error).__name__)
@@ -275,9 +278,11 @@ async def dashboard(
 
 
 async def _campaigns(
-    request: Req, pool: asyncpg.Pool, producer: str, now_ms: int
+    request: Req, pool: asyncpg.Pool, producer: str, now_ms: int, *, segments: bool
 ) -> list[Progress] | None:
-    """The producer's newest campaigns with their progress (None: Redis is unavailable)."""
+    """The producer's newest campaigns with their progress (None: Redis is unavailable);
+    those selecting by segment only with ``segments`` (a key with the ``recipients``
+    scope: their audience tells how many recipients match)."""
     store = CampaignStore(request.app.state.redis, request.app.state.key_space)
     try:
         mine = await store.recent(producer, DASHBOARD_CAMPAIGNS)
@@ -285,7 +290,9 @@ async def _campaigns(
         log.warning("dashboard.redis_unavailable", error=type(error).__name__)
         return None
     return [
-        progress_of(campaign, await campaign_counts(pool, campaign.id), now_ms) for campaign in mine
+        progress_of(campaign, await campaign_counts(pool, campaign.id), now_ms)
+        for campaign in mine
+        if segments or not by_segment(campaign)
     ]
 
 
