@@ -44,7 +44,7 @@ from app.api.params import (
 )
 from app.api.read_model import UNAVAILABLE, ReadModel, read_model_unavailable
 from app.api.schemas import DeliveryListItem, DeliveryPage, DeliveryView, NotificationStatus
-from app.campaigns.lifecycle import by_segment
+from app.campaigns import segments
 from app.settings import ApiKey
 from projections import queries
 from projections.queries import DELIVERY_STATUSES, DeliveryFilter, DeliveryRow, NotificationRow
@@ -224,8 +224,7 @@ async def _shown_recipient(
     read only for a campaign's notification shown to such a key."""
     if not campaign_id or "recipients" in caller.scopes:
         return status
-    campaign = await CampaignStore(redis, keys).get(campaign_id) if is_uuid(campaign_id) else None
-    if campaign is not None and campaign.producer == caller.producer and not by_segment(campaign):
+    if not await segments.chose(CampaignStore(redis, keys), caller.producer, campaign_id):
         return status
     return msgspec.structs.replace(status, recipient_id=None)
 

@@ -156,6 +156,11 @@ def test_a_send_key_cannot_select_recipients_by_segment(service: Service) -> Non
     listed = service.get("mkt", "/v1/campaigns").json()["campaigns"]
     assert campaign["id"] not in [c["id"] for c in listed]
     assert service.get("crm", path).json()["state"] == "draft"  # the refused start did nothing
+    # Nor does the dashboard show it (its audience) to the read key; to the other it does.
+    for secret, shows in (("mkt-secret-key", False), ("mkt-crm-secret-key", True)):
+        page = service.client.get("/dashboard", auth=("mkt", secret))
+        assert page.status_code == 200, page.text
+        assert (campaign["id"] in page.text) is shows
 
 
 def test_the_status_api_hides_recipients_a_segment_chose(service: Service) -> None:
@@ -171,13 +176,22 @@ def test_the_status_api_hides_recipients_a_segment_chose(service: Service) -> No
         ids = {d["notification_id"] for d in page["deliveries"]}
         return ids if len(ids) >= len(PRO_IDS) + 1 else set()
 
-    shown = {}
+    shown, on_dashboard = {}, {}
     for notification_id in eventually(notifications, what="the campaigns' deliveries"):
         as_mkt = service.get("mkt", f"/v1/notifications/{notification_id}").json()
         as_crm = service.get("crm", f"/v1/notifications/{notification_id}").json()
-        shown[as_crm["recipient_id"]] = as_mkt["recipient_id"]
+        recipient_id = as_crm["recipient_id"]
+        shown[recipient_id] = as_mkt["recipient_id"]
+        # The dashboard's timeline (its recipient, and the events' recipient_id and
+        # idempotency key, which ends with the recipient's id) keeps it hidden too.
+        page = service.client.get(
+            f"/dashboard/notifications/{notification_id}", auth=("mkt", "mkt-secret-key")
+        )
+        assert page.status_code == 200, page.text
+        on_dashboard[recipient_id] = recipient_id in page.text
     # Whom the segment chose stays hidden from the send+read key; its own upload does not.
     assert shown == {**dict.fromkeys(PRO_IDS), "free-1": "free-1"}
+    assert on_dashboard == {**dict.fromkeys(PRO_IDS, False), "free-1": True}
 
 
 def test_campaign_calls_count_against_the_request_quota(service: Service) -> None:
