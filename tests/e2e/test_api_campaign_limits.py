@@ -255,3 +255,20 @@ def test_generation_keeps_to_the_notifications_quota(service: Service) -> None:
 
 def _seconds(at: str) -> float:
     return datetime.fromisoformat(at).timestamp()
+
+
+def test_dead_letters_hide_recipients_a_segment_chose(service: Service) -> None:
+    failing = {"sandbox": {"EMAIL": {"fail_permanent": "refused by the test"}}}
+    body = {**CAMPAIGN, "data": {**CAMPAIGN["data"], **failing}, "segment": PRO}
+    campaign = service.create("crm", body)
+    assert service.post("crm", f"/v1/campaigns/{campaign['id']}/start").status_code == 200
+
+    def samples(who: str) -> list[dict[str, Any]]:
+        answer = service.get(who, "/v1/dlq?type=marketing&samples=20")
+        assert answer.status_code == 200, answer.text
+        found: list[dict[str, Any]] = answer.json()["samples"]
+        return found if len(found) >= len(PRO_IDS) else []
+
+    eventually(lambda: samples("crm"), what="the campaign's dead letters")
+    assert sorted(s["recipient_id"] for s in samples("crm")) == PRO_IDS
+    assert [s["recipient_id"] for s in samples("mkt")] == [None] * len(PRO_IDS)
