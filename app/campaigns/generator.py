@@ -254,11 +254,14 @@ class Generator:
 
     async def _take_quota(self, producer: str, count: int, renew: Renew) -> bool:
         """Wait until the producer's notifications quota gives ``count`` (False: the lease
-        was lost meanwhile). Waits of more than a second renew the lease each second."""
+        was lost meanwhile). A long wait renews the lease each second."""
+        last_renewal = time.monotonic()
         while (wait := await self.quota.take(producer, count)) > 0:
             await asyncio.sleep(min(wait, 1.0))
-            if not await renew():
-                return False
+            if time.monotonic() - last_renewal > 1.0:
+                if not await renew():
+                    return False
+                last_renewal = time.monotonic()
         return True
 
     async def _ingest(

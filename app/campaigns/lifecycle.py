@@ -260,7 +260,7 @@ def _refuse_over_limit(written: WriteResult) -> None:
         raise CampaignError(
             429,
             f"campaigns: the producer has {limit:,} open campaigns, its limit "
-            "(quotas campaigns.open); start, complete or cancel one first",
+            "(quotas campaigns.open); one must complete or be cancelled first",
         )
     if word == "AUDIENCE":
         raise CampaignError(
