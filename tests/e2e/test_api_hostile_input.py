@@ -144,6 +144,8 @@ BODIES: dict[tuple[str, str], list[bytes]] = {
         obj(b'"recipients": [1, null, []]'),
         obj(b'"recipients": ["u-1"], "recipients": 7'),
         obj(b'"recipients": ["u-1"], "segment": {"attributes": {"plan": "pro"}}'),
+        # The flood's upload, whole: read and checked, then 404 for the campaign.
+        obj(b'"recipients": [%s]' % b",".join(b'"u-%d"' % i for i in range(10_000))),
     ],
 }
 
