@@ -65,7 +65,7 @@ LIMIT $5
 """
 
 _NOTIFICATION = """
-SELECT id, type, priority, recipient_id, locale, created_at, expires_at
+SELECT id, type, priority, recipient_id, locale, created_at, expires_at, idempotency_key
 FROM notification
 WHERE id = $1 AND producer = $2
 """
@@ -133,6 +133,7 @@ class NotificationSummary:
     locale: str
     created_at: datetime
     expires_at: datetime
+    idempotency_key: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,6 +242,7 @@ async def timeline(
             locale=head["locale"],
             created_at=head["created_at"],
             expires_at=head["expires_at"],
+            idempotency_key=head["idempotency_key"],
         ),
         deliveries=[
             DeliverySummary(

@@ -54,6 +54,7 @@ class NotificationRow:
     recipient_id: str
     created_at: datetime
     deliveries: list[DeliveryRow]
+    idempotency_key: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +78,8 @@ d.error_class, d.last_error, d.provider_message_id, d.updated_at
 """
 
 _NOTIFICATION = """
-SELECT id, producer, type, priority, recipient_id, created_at FROM notification WHERE id = $1
+SELECT id, producer, type, priority, recipient_id, created_at, idempotency_key
+FROM notification WHERE id = $1
 """
 
 # In the order the notification listed them when it was accepted (the NotificationAccepted
@@ -137,6 +139,7 @@ async def notification_status(pool: asyncpg.Pool, notification_id: str) -> Notif
         recipient_id=found["recipient_id"],
         created_at=found["created_at"],
         deliveries=[_delivery(row) for row in rows],
+        idempotency_key=found["idempotency_key"],
     )
 
 

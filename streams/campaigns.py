@@ -73,6 +73,21 @@ class Campaign(msgspec.Struct, frozen=True, kw_only=True):
         return self.accepted + self.repeated
 
 
+@dataclass(frozen=True)
+class OpenLimits:
+    """What a producer's open campaigns may hold (``lua/campaign_write.lua`` checks them
+    with a change that opens a campaign or uploads recipients): campaigns, recipients of
+    one campaign, recipients of all of them."""
+
+    campaigns: int
+    audience: int
+    open_audience: int
+
+
+# For changes that open nothing and upload nothing (the limits are not looked at).
+UNCHECKED: Final = OpenLimits(0, 0, 0)
+
+
 @dataclass
 class CampaignChange:
     """What one change writes (see ``lua/campaign_write.lua``)."""
@@ -87,9 +102,14 @@ class CampaignChange:
     due_ms: int | Literal["remove"] | None = None  # None: unchanged
     created_ms: int | None = None  # list the campaign (on creation)
     events: Sequence[Event] = ()
+    # The change to the producer's open campaigns (1: created, -1: ended) and to the
+    # recipients uploaded to them, checked against ``limits``.
+    opened: int = 0
+    uploaded: int = 0
+    limits: OpenLimits = UNCHECKED
 
 
-WriteResult = tuple[Literal["OK", "MOVED", "UPLOADED"], int]
+WriteResult = tuple[Literal["OK", "MOVED", "UPLOADED", "OPEN", "AUDIENCE", "OPEN_AUDIENCE"], int]
 
 
 def encode_chunk(recipient_ids: Sequence[str]) -> bytes:
@@ -122,6 +142,11 @@ def campaign_write_call(
         due,
         "" if change.created_ms is None else change.created_ms,
         codec.encode_events(change.events) if change.events else "",
+        change.opened,
+        change.uploaded,
+        change.limits.campaigns,
+        change.limits.audience,
+        change.limits.open_audience,
     ]
     return [
         keys.record,
@@ -131,6 +156,7 @@ def campaign_write_call(
         shard.campaigns_due,
         shard.events,
         keys.audience_draft,
+        shard.campaigns_open(producer),
     ], args
 
 
@@ -149,8 +175,9 @@ class CampaignStore:
         self, campaign_id: str, producer: str, version: int, change: CampaignChange
     ) -> WriteResult:
         """Write ``change`` if the producer's campaign is still at ``version`` (0: if it does
-        not exist yet); ("OK", the new version), ("MOVED", the version now) or, for an upload
-        key recorded before, ("UPLOADED", the recipients that upload added)."""
+        not exist yet); ("OK", the new version), ("MOVED", the version now), for an upload
+        key recorded before ("UPLOADED", the recipients that upload added), or for a change
+        past one of its ``limits`` the limit's word and number (nothing written)."""
         call = campaign_write_call(self._home(campaign_id), campaign_id, producer, version, change)
         word, number = await scripts.CAMPAIGN_WRITE(self.redis, *call)
         return word.decode(), int(number)

@@ -121,6 +121,11 @@ class ShardKeys:
         the producer's campaigns live: ``KeySpace.campaigns_home``)."""
         return f"{self.tag}:cmps:by:{producer}"
 
+    def campaigns_open(self, producer: str) -> str:
+        """How many campaigns a producer has open and the recipients uploaded to them (a
+        hash, next to ``campaigns_of``), which its campaign limits cap."""
+        return f"{self.tag}:cmps:open:{producer}"
+
     @property
     def campaigns_due(self) -> str:
         """The campaigns of this shard that a generator should run, by when (a sorted set)."""

@@ -20,7 +20,7 @@ class DeliveryAtAcceptance(msgspec.Struct, frozen=True, kw_only=True, omit_defau
     reason: str = ""
 
 
-class NotificationRecord(msgspec.Struct, frozen=True, kw_only=True):
+class NotificationRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     id: str
     type: str
     priority: Priority
@@ -29,6 +29,9 @@ class NotificationRecord(msgspec.Struct, frozen=True, kw_only=True):
     created_ms: int
     expires_ms: int
     deliveries: list[DeliveryAtAcceptance]
+    # The campaign that generated it ("": none), which says whether the producer chose its
+    # recipient (the status API shows a segment's recipients only to the ``recipients`` scope).
+    campaign_id: str = ""
 
 
 _encoder = msgspec.json.Encoder()

@@ -35,9 +35,12 @@ REPO = Path(__file__).resolve().parent.parent
 REDIS_URL = os.environ.get("CLARION_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 API_KEYS = (
     "orders:orders-secret:send+read,auth:auth-secret:send,viewer:viewer-secret:read,"
-    "profiles:profiles-secret:recipients,ops:ops-secret:admin"
+    "profiles:profiles-secret:recipients,ops:ops-secret:admin,"
+    "orders:orders-crm-secret:send+read+recipients"
 )
 ORDERS = {"Authorization": "Bearer orders-secret"}
+# The same producer's key that may also choose recipients by their profiles (segments).
+ORDERS_CRM = {"Authorization": "Bearer orders-crm-secret"}
 AUTH = {"Authorization": "Bearer auth-secret"}
 VIEWER = {"Authorization": "Bearer viewer-secret"}
 # A user-profile service: may read and change recipients' settings, nothing else.

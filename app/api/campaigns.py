@@ -1,6 +1,14 @@
 """The campaigns API (scope ``send``): create a campaign, upload its recipients, start,
 pause, resume or cancel it, and follow its progress.
 
+Recipients belong to the deployment, not to a producer: a campaign that selects them by a
+``segment`` of their profiles (and so its audience, its counts and its progress) is for
+keys with the ``recipients`` scope as well; to others it is a 403 naming that scope, and
+the list leaves it out. A ``send`` key runs campaigns over the ids it uploads itself. Every
+``POST`` counts one request against the producer's ingest quota (429 with ``Retry-After``
+over it), and its campaigns have limits (``app.catalog.CampaignLimits``: 429 for too many
+open campaigns, 413 for too many recipients, nothing written).
+
 ``POST /v1/campaigns`` creates a draft; ``POST /v1/campaigns/{id}/recipients`` appends up to
 10,000 recipient ids per call (an ``Idempotency-Key`` makes a retried upload add nothing
 twice); ``POST /v1/campaigns/{id}/start`` hands it to the workers' generator, at its
@@ -12,25 +20,27 @@ the pace and the time left. A campaign is its producer's alone: to others it is 
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 import msgspec
 import structlog
 from litestar import Controller, Request, Response, get, post, route
 from litestar.datastructures import State
 from litestar.enums import HttpMethod
-from litestar.exceptions import ClientException, NotFoundException
+from litestar.exceptions import ClientException, NotFoundException, PermissionDeniedException
 from litestar.params import FromPath, HeaderParameter, QueryParameter
 
 from app.api.auth import authorize
 from app.api.body import decode_body, documented_body
-from app.api.errors import AUTHENTICATED, BodyTooLarge
+from app.api.errors import AUTHENTICATED, BodyTooLarge, OverQuota
 from app.api.methods import allowed
 from app.api.notifications import check_key
 from app.api.read_model import UNAVAILABLE, ReadModel
-from app.campaigns.lifecycle import CampaignError, Campaigns
+from app.campaigns.lifecycle import CampaignError, Campaigns, by_segment
 from app.campaigns.progress import Progress, progress_of
 from app.campaigns.specs import CampaignSpec, Upload
+from app.ingest.quotas import IngestQuotas
+from app.settings import ApiKey
 from projections.campaign_queries import campaign_counts
 from streams.campaigns import Campaign
 
@@ -78,13 +88,46 @@ async def _progress(request: Req, campaign: Campaign) -> Progress:
 
 
 async def _act(request: Req, campaign_id: str, action: str) -> Progress:
-    producer = authorize(request, "send").producer
+    key = authorize(request, "send")
     campaigns = _campaigns(request)
     try:
-        campaign = await getattr(campaigns, action)(producer, campaign_id)
+        # A campaign's origin never changes: checked once, before the change.
+        _may_see(key, await campaigns.get(key.producer, campaign_id))
+        await _take_request(request, key.producer)
+        campaign = await getattr(campaigns, action)(key.producer, campaign_id)
     except CampaignError as error:
         raise _refusal(error) from None
     return await _progress(request, campaign)
+
+
+SEGMENT_SCOPE: Final = "recipients"
+_SEGMENT_REFUSAL = (
+    "segment: a campaign that selects recipients by their profiles needs an API key with "
+    f"the {SEGMENT_SCOPE!r} scope as well as 'send' (without it, upload your own recipients)"
+)
+
+
+def _may_select(key: ApiKey) -> bool:
+    """Whether ``key`` may create, run and see campaigns that select by segment."""
+    return SEGMENT_SCOPE in key.scopes
+
+
+def _may_see(key: ApiKey, campaign: Campaign) -> None:
+    """403 for a segment campaign unless ``key`` has the ``recipients`` scope."""
+    if not _may_select(key) and by_segment(campaign):
+        raise PermissionDeniedException(detail=_SEGMENT_REFUSAL)
+
+
+async def _take_request(request: Req, producer: str) -> None:
+    """Count one request against the producer's ingest quota; 429 over it."""
+    quotas: IngestQuotas = request.app.state.ingest_quotas
+    refusal = await quotas.admit_request(producer)
+    if refusal is not None:
+        raise ClientException(
+            status_code=refusal.status_code,
+            detail=refusal.detail,
+            headers={"Retry-After": str(refusal.retry_after_s)},
+        )
 
 
 def _refusal(error: CampaignError) -> ClientException:
@@ -93,7 +136,7 @@ def _refusal(error: CampaignError) -> ClientException:
     return ClientException(status_code=error.status, detail=error.detail)
 
 
-_RAISES = [*AUTHENTICATED, NotFoundException]
+_RAISES = [*AUTHENTICATED, NotFoundException, OverQuota]
 
 
 class CampaignCollection(Controller):
@@ -113,15 +156,18 @@ class CampaignCollection(Controller):
     @post(
         status_code=201,
         dependencies=documented_body(CampaignSpec),
-        raises=[*AUTHENTICATED, BodyTooLarge],
+        raises=[*AUTHENTICATED, BodyTooLarge, OverQuota],
     )
     async def create_campaign(self, request: Req) -> Progress:
         """Create a campaign (a draft: upload its recipients, or give a segment, then start
-        it)."""
-        producer = authorize(request, "send").producer
+        it). A segment needs the ``recipients`` scope."""
+        key = authorize(request, "send")
         spec = decode_body(await request.body(), CampaignSpec)
+        if spec.segment is not None and not _may_select(key):
+            raise PermissionDeniedException(detail=_SEGMENT_REFUSAL)
+        await _take_request(request, key.producer)
         try:
-            campaign = await _campaigns(request).create(producer, spec)
+            campaign = await _campaigns(request).create(key.producer, spec)
         except CampaignError as error:
             raise _refusal(error) from None
         return await _progress(request, campaign)
@@ -134,22 +180,25 @@ class CampaignCollection(Controller):
             int, QueryParameter(description=f"Campaigns to show, newest first (<= {MAX_LIST})")
         ] = 20,
     ) -> CampaignList:
-        """The producer's newest campaigns with their progress."""
-        producer = authorize(request, "send").producer
+        """The producer's newest campaigns with their progress (those selecting by segment
+        only for a key with the ``recipients`` scope)."""
+        key = authorize(request, "send")
         if not 1 <= limit <= MAX_LIST:
             raise ClientException(status_code=422, detail=f"limit: from 1 to {MAX_LIST}")
-        mine = await _campaigns(request).store.recent(producer, limit)
-        return CampaignList(campaigns=[await _progress(request, c) for c in mine])
+        mine = await _campaigns(request).store.recent(key.producer, limit)
+        shown = [c for c in mine if _may_select(key) or not by_segment(c)]
+        return CampaignList(campaigns=[await _progress(request, c) for c in shown])
 
 
 @get("/v1/campaigns/{campaign_id:str}", raises=_RAISES)
 async def get_campaign(request: Req, campaign_id: FromPath[str]) -> Progress:
-    """A campaign's progress."""
-    producer = authorize(request, "send").producer
+    """A campaign's progress (one selecting by segment: for the ``recipients`` scope)."""
+    key = authorize(request, "send")
     try:
-        campaign = await _campaigns(request).get(producer, campaign_id)
+        campaign = await _campaigns(request).get(key.producer, campaign_id)
     except CampaignError as error:
         raise _refusal(error) from None
+    _may_see(key, campaign)
     return await _progress(request, campaign)
 
 
@@ -163,10 +212,12 @@ async def get_campaign(request: Req, campaign_id: FromPath[str]) -> Progress:
 async def upload_recipients(
     request: Req, campaign_id: FromPath[str], idempotency_key: UploadKey = None
 ) -> UploadAnswer:
-    """Append recipient ids to a draft campaign's audience (up to 10,000 per call)."""
+    """Append recipient ids to a draft campaign's audience (up to 10,000 per call; all of
+    them or, past a limit, none)."""
     producer = authorize(request, "send").producer
     key = "" if idempotency_key is None else check_key(idempotency_key)
     upload = decode_body(await request.body(), Upload)
+    await _take_request(request, producer)
     try:
         added, campaign = await _campaigns(request).add_recipients(
             producer, campaign_id, upload.recipients, key

@@ -11,6 +11,7 @@ and ``key_space`` (the dead-letter streams), and ``catalog`` (type names for the
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from collections.abc import Mapping
@@ -37,7 +38,10 @@ from redis.exceptions import RedisError
 from app.api.auth import authorize
 from app.api.dashboard_charts import read_charts
 from app.api.read_model import ReadModel
+from app.campaigns import segments
+from app.campaigns.lifecycle import by_segment
 from app.campaigns.progress import Progress, progress_of
+from app.settings import ApiKey
 from projections.campaign_queries import campaign_counts
 from projections.dashboard_queries import (
     FAILED_LIMIT,
@@ -49,6 +53,7 @@ from projections.dashboard_queries import (
     failures_by_error_class,
     timeline,
 )
+from streams.campaign_ids import campaign_of
 from streams.campaigns import CampaignStore
 from streams.keys import KeySpace
 from streams.vocabulary import CHANNELS, ERROR_CLASSES
@@ -66,6 +71,9 @@ READ_MODEL_UNAVAILABLE = "the read model (PostgreSQL) is unavailable; retry shor
 _EVENT_COLUMNS = frozenset({"type", "at", "notification_id", "delivery_id", "version"})
 # Fields of an event body that say why a delivery is where it is: highlighted.
 _NOTABLE_FIELDS = frozenset({"error", "error_class", "reason", "feedback", "detail"})
+# Event fields that name the recipient (a campaign's idempotency key ends with its id).
+_RECIPIENT_FIELDS = frozenset({"recipient_id", "idempotency_key"})
+HIDDEN_RECIPIENT = "(chosen by a campaign's segment: needs the recipients scope)"
 _PG_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
 
 # No script at all; styles only inline; forms only to this site; never framed.
@@ -239,7 +247,9 @@ async def dashboard(
         rates = await failure_rates(pool, key.producer)
         classes = await failures_by_error_class(pool, key.producer)
         failed = await failed_deliveries(pool, key.producer, where)
-        campaigns = await _campaigns(request, pool, key.producer, now_ms=int(now * 1000))
+        campaigns = await _campaigns(
+            request, pool, key.producer, now_ms=int(now * 1000), segments="recipients" in key.scopes
+        )
         charts = await read_charts(request.app.state, pool, key.producer, campaigns, now)
     except _PG_ERRORS as error:
         log.warning("dashboard.read_model_unavailable", error=type(error).__name__)
@@ -275,9 +285,11 @@ async def dashboard(
 
 
 async def _campaigns(
-    request: Req, pool: asyncpg.Pool, producer: str, now_ms: int
+    request: Req, pool: asyncpg.Pool, producer: str, now_ms: int, *, segments: bool
 ) -> list[Progress] | None:
-    """The producer's newest campaigns with their progress (None: Redis is unavailable)."""
+    """The producer's newest campaigns with their progress (None: Redis is unavailable);
+    those selecting by segment only with ``segments`` (a key with the ``recipients``
+    scope: their audience tells how many recipients match)."""
     store = CampaignStore(request.app.state.redis, request.app.state.key_space)
     try:
         mine = await store.recent(producer, DASHBOARD_CAMPAIGNS)
@@ -285,7 +297,9 @@ async def _campaigns(
         log.warning("dashboard.redis_unavailable", error=type(error).__name__)
         return None
     return [
-        progress_of(campaign, await campaign_counts(pool, campaign.id), now_ms) for campaign in mine
+        progress_of(campaign, await campaign_counts(pool, campaign.id), now_ms)
+        for campaign in mine
+        if segments or not by_segment(campaign)
     ]
 
 
@@ -322,6 +336,10 @@ async def notification_timeline(request: Req, notification_id: FromPath[str]) ->
     if found is None:
         # Also for another producer's notification: its existence is not theirs to know.
         raise NotFoundException(detail="no such notification")
+    notification = found.notification
+    hidden = await _segment_chose(request, key, notification.idempotency_key)
+    if hidden:
+        notification = dataclasses.replace(notification, recipient_id=HIDDEN_RECIPIENT)
     events = [
         {
             "at": event.at,
@@ -331,7 +349,7 @@ async def notification_timeline(request: Req, notification_id: FromPath[str]) ->
             "fields": [
                 (name, _value(value), name in _NOTABLE_FIELDS)
                 for name, value in sorted(event.body.items())
-                if name not in _EVENT_COLUMNS
+                if name not in _EVENT_COLUMNS and not (hidden and name in _RECIPIENT_FIELDS)
             ],
         }
         for event in found.events
@@ -339,10 +357,24 @@ async def notification_timeline(request: Req, notification_id: FromPath[str]) ->
     return render(
         "timeline.html",
         producer=key.producer,
-        notification=found.notification,
+        notification=notification,
         deliveries=found.deliveries,
         events=events,
     )
+
+
+async def _segment_chose(request: Req, key: ApiKey, idempotency_key: str) -> bool:
+    """Whether the timeline must not show its recipient: a campaign's segment chose it and
+    the key lacks the ``recipients`` scope (also when Redis cannot tell)."""
+    campaign_id = campaign_of(idempotency_key)
+    if not campaign_id or "recipients" in key.scopes:
+        return False
+    store = CampaignStore(request.app.state.redis, request.app.state.key_space)
+    try:
+        return await segments.chose(store, key.producer, campaign_id)
+    except (RedisError, OSError) as error:
+        log.warning("dashboard.redis_unavailable", error=type(error).__name__)
+        return True
 
 
 DASHBOARD_ROUTES = [dashboard, notification_timeline]

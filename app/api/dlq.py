@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
+import msgspec
 import structlog
 from litestar import Request, get, post
 from litestar.datastructures import State
@@ -23,11 +24,13 @@ from app.api.auth import authorize
 from app.api.body import decode_body, documented_body
 from app.api.errors import AUTHENTICATED, BodyTooLarge
 from app.api.params import ChannelFilter, ErrorClassFilter, query_schema
+from app.campaigns import segments
 from app.catalog import Catalog
 from app.ingest import quiet_hours
 from app.operations.dlq import (
     DEFAULT_SAMPLES,
     MAX_SAMPLES,
+    DeadLetterView,
     DlqRequestError,
     DlqSummaryView,
     ReplayBody,
@@ -39,8 +42,9 @@ from app.operations.dlq import (
     summary_view,
 )
 from app.settings import ApiKey
+from streams.campaigns import CampaignStore
 from streams.dlq.replay import replay
-from streams.dlq.scan import summarize
+from streams.dlq.scan import Summary, summarize
 from streams.keys import KeySpace
 from streams.recipient_settings import AddressDigest
 
@@ -93,7 +97,9 @@ async def get_dlq(
 ) -> DlqSummaryView:
     """The open dead letters counted by error class, channel and type, with samples in the
     order a replay takes them (oldest first). ``resolved`` counts entries a replay settled.
-    Without an ``admin`` key, only the caller's own entries count."""
+    Without an ``admin`` key, only the caller's own entries count, and a sample's
+    ``recipient_id`` is null where a campaign's segment chose the recipient, unless the key
+    has the ``recipients`` scope."""
     caller = authorize(request, "read", "admin")
     catalog: Catalog = request.app.state.catalog
     try:
@@ -111,7 +117,29 @@ async def get_dlq(
         raise ClientException(status_code=422, detail=str(error)) from None
     redis: Redis = request.app.state.redis
     keys: KeySpace = request.app.state.key_space
-    return summary_view(await summarize(redis, keys, chosen, samples=count))
+    summary = await summarize(redis, keys, chosen, samples=count)
+    view = summary_view(summary)
+    if caller.scopes.isdisjoint({"recipients", "admin"}):
+        store = CampaignStore(redis, keys)
+        shown = await _recipients_shown(store, caller.producer, summary, view)
+        view = msgspec.structs.replace(view, samples=shown)
+    return view
+
+
+async def _recipients_shown(
+    store: CampaignStore, producer: str, summary: Summary, view: DlqSummaryView
+) -> list[DeadLetterView]:
+    """The samples without the recipient ids a campaign's segment chose (for a key with
+    neither ``recipients`` nor ``admin``): a producer sees only the recipients it named."""
+    chose: dict[str, bool] = {}
+    shown = []
+    for letter, sample in zip(summary.samples, view.samples, strict=True):
+        campaign_id = letter.work.campaign if letter.work else ""
+        if campaign_id and campaign_id not in chose:
+            chose[campaign_id] = await segments.chose(store, producer, campaign_id)
+        hidden = bool(campaign_id) and chose[campaign_id]
+        shown.append(msgspec.structs.replace(sample, recipient_id=None) if hidden else sample)
+    return shown
 
 
 @post(

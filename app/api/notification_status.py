@@ -7,6 +7,10 @@ unreachable, except for a notification whose ended deliveries' states may have l
 since they were projected (``streams.state_release``): that one is a 503 rather than a
 delivery shown as still queued. The delivery list has no such fallback: it answers 503 then.
 Every answer reports the projection lag, how far the read model is behind the event log.
+
+A producer never sees a recipient id it did not name itself: a notification a campaign
+generated for a recipient its segment selected shows ``recipient_id`` null to a key without
+the ``recipients`` scope (``_shown_recipient``).
 """
 
 from __future__ import annotations
@@ -40,8 +44,12 @@ from app.api.params import (
 )
 from app.api.read_model import UNAVAILABLE, ReadModel, read_model_unavailable
 from app.api.schemas import DeliveryListItem, DeliveryPage, DeliveryView, NotificationStatus
+from app.campaigns import segments
+from app.settings import ApiKey
 from projections import queries
 from projections.queries import DELIVERY_STATUSES, DeliveryFilter, DeliveryRow, NotificationRow
+from streams.campaign_ids import campaign_of
+from streams.campaigns import CampaignStore
 from streams.delivery_state import TERMINAL, DeliveryState, read_states
 from streams.ids import is_uuid
 from streams.keys import KeySpace
@@ -137,11 +145,15 @@ async def get_notification_status(
     if projected is not None:
         if projected.producer != caller.producer:
             raise NotFoundException(detail=_NOT_FOUND)
-        return _from_read_model(projected, lag)
+        campaign_id = campaign_of(projected.idempotency_key)
+        return await _shown_recipient(
+            redis, keys, caller, campaign_id, _from_read_model(projected, lag)
+        )
     accepted = await _from_write_model(redis, keys, notification_id, caller.producer, lag)
     if accepted is None:
         raise NotFoundException(detail=_NOT_FOUND)
-    status, untouched = accepted
+    status, untouched, campaign_id = accepted
+    status = await _shown_recipient(redis, keys, caller, campaign_id, status)
     # Not in the read model means not projected, so no state has left Redis; without an
     # answer from it, a delivery without a state is only "as accepted" while it is young.
     released_after_ms: int = request.app.state.projected_state_retention_ms
@@ -203,6 +215,20 @@ async def list_deliveries(
     )
 
 
+async def _shown_recipient(
+    redis: Redis, keys: KeySpace, caller: ApiKey, campaign_id: str, status: NotificationStatus
+) -> NotificationStatus:
+    """``status`` as ``caller`` may see it: without its recipient id when a campaign's
+    segment chose the recipient and the key lacks the ``recipients`` scope (so does a
+    campaign that is no longer known: when in doubt, the id is not shown). Costs a Redis
+    read only for a campaign's notification shown to such a key."""
+    if not campaign_id or "recipients" in caller.scopes:
+        return status
+    if not await segments.chose(CampaignStore(redis, keys), caller.producer, campaign_id):
+        return status
+    return msgspec.structs.replace(status, recipient_id=None)
+
+
 async def _projected(
     read_model: ReadModel, notification_id: str
 ) -> tuple[NotificationRow | None, bool]:
@@ -259,11 +285,11 @@ def _list_item(row: DeliveryRow) -> DeliveryListItem:
 
 async def _from_write_model(
     redis: Redis, keys: KeySpace, notification_id: str, producer: str, lag: int
-) -> tuple[NotificationStatus, bool] | None:
+) -> tuple[NotificationStatus, bool, str] | None:
     """The notification as Redis holds it: its record's deliveries at acceptance, each
-    overlaid with its state once a worker touched it, and whether a delivery that had not
-    ended at acceptance has no state. None when Redis does not know it (or it is another
-    producer's)."""
+    overlaid with its state once a worker touched it, whether a delivery that had not
+    ended at acceptance has no state, and its campaign ("": none). None when Redis does
+    not know it (or it is another producer's)."""
     shard = keys.notification_shard(notification_id)
     raw: bytes | str | None = await redis.get(shard.notification(notification_id))
     if raw is None:
@@ -293,7 +319,7 @@ async def _from_write_model(
         state is None and delivery.status not in TERMINAL
         for delivery, state in zip(record.deliveries, states, strict=True)
     )
-    return status, untouched
+    return status, untouched, record.campaign_id
 
 
 def _view_of_state(

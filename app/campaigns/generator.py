@@ -5,8 +5,9 @@ repeats: read the campaign; stop unless it is running (a pause or cancel takes e
 between batches); wait while the campaign's priority has more work queued than the backlog
 allows (a million-recipient campaign then holds only that much of itself in Redis); ingest
 the next chunk of up to 1000 recipients through the same ingest step as the API
-(``app.ingest.ingestor``); record the batch. While a chunk is written, the next one and
-its recipients' settings are read.
+(``app.ingest.ingestor``), taking each part from the producer's notifications quota first
+and waiting while it is spent (``app.ingest.quotas.NotificationQuota``); record the batch.
+While a chunk is written, the next one and its recipients' settings are read.
 
 Nothing is generated twice. Each recipient's notification is ingested under the idempotency
 key ``campaign:<id>:<recipient>``, whose record the ingest script writes in the same atomic
@@ -31,6 +32,7 @@ from app.campaigns.lifecycle import state_change
 from app.campaigns.specs import CampaignSpec
 from app.ingest.delivery_plan import epoch_ms
 from app.ingest.ingestor import IngestAnswer, Ingestor
+from app.ingest.quotas import NotificationQuota
 from app.ingest.requests import NotificationRequest
 from streams.campaign_ids import notification_key
 from streams.campaigns import CHUNK_SIZE, Campaign, CampaignChange, CampaignStore
@@ -122,6 +124,9 @@ class Generator:
         self.ingestor = ingestor
         self.store = store
         self.options = options
+        self.quota = NotificationQuota(
+            ingestor.redis, ingestor.keys, ingestor.planner.catalog.quotas
+        )
 
     async def run(self, campaign_id: str, renew: Renew) -> None:
         """Generate until the campaign is done, paused or cancelled, or the lease is lost."""
@@ -232,10 +237,13 @@ class Generator:
         or, for a paced campaign, it was paused or cancelled: the chunk runs again on resume,
         its recipients generated so far counted as repeated then)."""
         tally = _Tally()
-        step = paced.step(spec.rate)
+        burst = self.quota.burst(campaign.producer)
+        step = min(paced.step(spec.rate), burst or CHUNK_SIZE)
         for start in range(0, len(batch.entries), step):
             part = batch.entries[start : start + step]
             await paced.wait(spec.rate, len(part))
+            if not await self._take_quota(campaign.producer, len(part), renew):
+                return None
             if spec.rate and not (
                 await renew() and await self.store.state(campaign.id) == "running"
             ):
@@ -243,6 +251,18 @@ class Generator:
             for answer in await self._ingest(campaign, part, batch.known):
                 tally.count(answer)
         return tally
+
+    async def _take_quota(self, producer: str, count: int, renew: Renew) -> bool:
+        """Wait until the producer's notifications quota gives ``count`` (False: the lease
+        was lost meanwhile). A long wait renews the lease each second."""
+        last_renewal = time.monotonic()
+        while (wait := await self.quota.take(producer, count)) > 0:
+            await asyncio.sleep(min(wait, 1.0))
+            if time.monotonic() - last_renewal > 1.0:
+                if not await renew():
+                    return False
+                last_renewal = time.monotonic()
+        return True
 
     async def _ingest(
         self, campaign: Campaign, batch: Sequence[_Entry], known: _Known

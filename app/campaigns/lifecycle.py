@@ -21,7 +21,15 @@ from app.campaigns import specs
 from app.campaigns.specs import CampaignSpec
 from app.ingest.delivery_plan import epoch_ms
 from app.ingest.fanout import FanoutError, NotAllowed, Planner
-from streams.campaigns import CHUNK_SIZE, Campaign, CampaignChange, CampaignStore, encode_chunk
+from streams.campaigns import (
+    CHUNK_SIZE,
+    Campaign,
+    CampaignChange,
+    CampaignStore,
+    OpenLimits,
+    WriteResult,
+    encode_chunk,
+)
 from streams.events import (
     CampaignAudienceAdded,
     CampaignCreated,
@@ -36,10 +44,12 @@ _TRIES: Final = 20
 # A cancelled campaign's markers outlive any delivery it could still have waiting.
 CANCEL_MARKER_SECONDS: Final = 31 * 86400
 WAITING: Final[frozenset[CampaignState]] = frozenset({"scheduled", "running"})
+ENDED: Final[frozenset[CampaignState]] = frozenset({"completed", "cancelled"})
 
 
 class CampaignError(Exception):
-    """A change that cannot be made: ``status`` (403, 404, 409, 422) and what to say."""
+    """A change that cannot be made: ``status`` (403, 404, 409, 413, 422, 429) and what to
+    say."""
 
     def __init__(self, status: int, detail: str) -> None:
         super().__init__(detail)
@@ -96,9 +106,15 @@ class Campaigns:
             },
             created_ms=epoch_ms(now),
             events=[created],
+            opened=1,
+            limits=self._limits(producer),
         )
-        await self.store.write(campaign_id, producer, 0, change)
+        _refuse_over_limit(await self.store.write(campaign_id, producer, 0, change))
         return await self.get(producer, campaign_id)
+
+    def _limits(self, producer: str) -> OpenLimits:
+        limits = self.planner.catalog.quotas.campaigns_of(producer)
+        return OpenLimits(limits.open, limits.audience, limits.open_audience)
 
     async def get(self, producer: str, campaign_id: str) -> Campaign:
         campaign = await self.store.get(campaign_id) if is_uuid(campaign_id) else None
@@ -137,6 +153,8 @@ class Campaigns:
                 upload=upload_key,
                 added=len(recipients),
                 events=[added],
+                uploaded=len(recipients),
+                limits=self._limits(producer),
             )
 
         campaign, uploaded = await self._change(producer, campaign_id, decide)
@@ -223,13 +241,39 @@ class Campaigns:
             change = decide(campaign)
             if not change.events and not change.sets:
                 return campaign, None
-            word, number = await self.store.write(campaign_id, producer, campaign.version, change)
+            written = await self.store.write(campaign_id, producer, campaign.version, change)
+            _refuse_over_limit(written)
+            word, number = written
             if word == "UPLOADED":
                 return await self.get(producer, campaign_id), number
             if word == "OK":
                 return await self.get(producer, campaign_id), None
             await asyncio.sleep(0.001 * attempt)
         raise CampaignError(409, "campaign: changing too often to change now; retry")
+
+
+def _refuse_over_limit(written: WriteResult) -> None:
+    """The refusal of a change past one of the producer's campaign limits (see
+    ``app.catalog.CampaignLimits``; nothing was written)."""
+    word, limit = written
+    if word == "OPEN":
+        raise CampaignError(
+            429,
+            f"campaigns: the producer has {limit:,} open campaigns, its limit "
+            "(quotas campaigns.open); one must complete or be cancelled first",
+        )
+    if word == "AUDIENCE":
+        raise CampaignError(
+            413,
+            f"recipients: a campaign may have at most {limit:,} "
+            "(quotas campaigns.audience); nothing of this upload was added",
+        )
+    if word == "OPEN_AUDIENCE":
+        raise CampaignError(
+            413,
+            f"recipients: the producer's open campaigns may have at most {limit:,} together "
+            "(quotas campaigns.open_audience); nothing of this upload was added",
+        )
 
 
 def state_change(
@@ -245,6 +289,17 @@ def state_change(
     event = CampaignStateChanged(
         at=now, campaign_id=campaign.id, state=state, previous=campaign.state, by=by
     )
-    return CampaignChange(
+    change = CampaignChange(
         sets={"state": state, "updated_ms": epoch_ms(now)}, due_ms=due_ms, events=[event]
     )
+    if state in ENDED and campaign.state not in ENDED:
+        # It no longer counts against its producer's open campaigns, nor do its uploads.
+        change.opened = -1
+        # (A segment's recipients are selected, not uploaded.)
+        change.uploaded = 0 if by_segment(campaign) else -campaign.audience
+    return change
+
+
+def by_segment(campaign: Campaign) -> bool:
+    """Whether the campaign selects its recipients by a segment of profiles."""
+    return specs.decode(campaign.spec).segment is not None

@@ -16,13 +16,28 @@ from typing import Final
 
 from redis.asyncio import Redis
 
+from app.campaigns import specs
 from app.campaigns.specs import Segment
 from app.ingest.profiles import decode as decode_profile
 from streams.campaigns import CHUNK_SIZE, CampaignStore, encode_chunk
+from streams.ids import is_uuid
 from streams.keys import KeySpace, ShardKeys
 
 # Keys a SCAN call looks at: a page of profiles is one pipeline of HGETs.
 SCAN_PAGE: Final = 1000
+
+
+async def chose(store: CampaignStore, producer: str, campaign_id: str) -> bool:
+    """Whether the recipients of ``producer``'s notifications from ``campaign_id`` (""
+    for none) were chosen by a segment, not named by the producer: then only a key with the
+    ``recipients`` scope may see who they are. A campaign that cannot be found counts as
+    one with a segment: when in doubt, the recipient is not shown."""
+    if not campaign_id:
+        return False
+    campaign = await store.get(campaign_id) if is_uuid(campaign_id) else None
+    if campaign is None or campaign.producer != producer:
+        return True
+    return specs.decode(campaign.spec).segment is not None
 
 
 async def select(

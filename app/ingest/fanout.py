@@ -244,14 +244,9 @@ class Planner:
         as the last round found it)."""
         opt_out = self.catalog.types[request.type].opt_out
         checks, known, suppressed = self._suppressed(identity, suppressions, opt_out)
+        campaign = campaign_of(idempotency_key)
         notification = self._notification(
-            producer,
-            request,
-            identity,
-            settings,
-            now,
-            suppressed=suppressed,
-            campaign=campaign_of(idempotency_key),
+            producer, request, identity, settings, now, suppressed=suppressed, campaign=campaign
         )
         events: list[Event] = [notification.accepted(producer, idempotency_key, identity)]
         at_acceptance, work, shared_data, suppressed_at = notification.deliveries(identity, events)
@@ -264,6 +259,7 @@ class Planner:
             created_ms=notification.now_ms,
             expires_ms=notification.expires_ms,
             deliveries=at_acceptance,
+            campaign_id=campaign,
         )
         return IngestItem(
             shard=shard,

@@ -6,6 +6,7 @@ and is refused as too large (413). A producer without a quota costs nothing: no 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -48,8 +49,19 @@ class IngestQuotas:
                 f"may send at most {rates.notifications_burst} at once; send smaller batches",
             )
         wait = await take_quota(self.redis, self.keys, producer, rates, notifications)
-        if wait <= 0:
+        return None if wait <= 0 else self._over(producer, wait)
+
+    async def admit_request(self, producer: str) -> Refusal | None:
+        """Take one request that carries no notification (a campaign call) from
+        ``producer``'s quota; None when it may go on, else why not (429)."""
+        rates = self._rates_of(producer)
+        if rates is None or not rates.requests_per_second:
             return None
+        requests_only = dataclasses.replace(rates, notifications_per_second=0.0)
+        wait = await take_quota(self.redis, self.keys, producer, requests_only, 0)
+        return None if wait <= 0 else self._over(producer, wait)
+
+    def _over(self, producer: str, wait: float) -> Refusal:
         return Refusal(
             429,
             f"producer {producer!r} is over its ingest quota; retry in {wait:.1f} s",
@@ -72,3 +84,34 @@ def _rates(quota: IngestQuota | None) -> QuotaRates | None:
         notifications_per_second=notifications.per_second if notifications else 0.0,
         notifications_burst=notifications.burst if notifications else 1,
     )
+
+
+class NotificationQuota:
+    """A producer's notifications quota as a campaign's generator takes it: each
+    notification it generates counts as one ingested through the API (its requests quota
+    is the API's alone), so a campaign goes no faster than its producer's quota allows, and
+    what it may not generate yet waits rather than being dropped."""
+
+    def __init__(self, redis: Redis, keys: KeySpace, quotas: Quotas) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.quotas = quotas
+
+    def burst(self, producer: str) -> int | None:
+        """The most notifications ``producer`` may take at once; None: not limited."""
+        rates = self._rates_of(producer)
+        return None if rates is None else rates.notifications_burst
+
+    async def take(self, producer: str, count: int) -> float:
+        """Take ``count`` (at most ``burst``) notifications: 0.0 when taken, else the
+        seconds until they would fit (nothing was taken)."""
+        rates = self._rates_of(producer)
+        if rates is None:
+            return 0.0
+        return await take_quota(self.redis, self.keys, producer, rates, count)
+
+    def _rates_of(self, producer: str) -> QuotaRates | None:
+        rates = _rates(self.quotas.of(producer))
+        if rates is None or not rates.notifications_per_second:
+            return None
+        return dataclasses.replace(rates, requests_per_second=0.0)

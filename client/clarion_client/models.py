@@ -137,12 +137,14 @@ class DeliveryView(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class NotificationStatus(msgspec.Struct, frozen=True, kw_only=True):
-    """``GET /v1/notifications/{id}``: the notification and each delivery's state."""
+    """``GET /v1/notifications/{id}``: the notification and each delivery's state;
+    ``recipient_id`` is null for a recipient a campaign's segment selected, unless the API
+    key has the ``recipients`` scope."""
 
     id: str
     type: str
     priority: str
-    recipient_id: str
+    recipient_id: str | None
     created_at: datetime
     deliveries: list[DeliveryView]
     projection_lag_ms: int

@@ -8,7 +8,9 @@ the same idempotency key, so a request that did arrive is not accepted twice. An
 error answer is final.
 
 Creating and starting a campaign take no idempotency key: they are tried again only when
-the connection was never made, and a 409 there is the campaign's state, not a key in flight.
+the connection was never made, or after a 429 with ``Retry-After`` (over the ingest quota:
+nothing was done), and a 409 there is the campaign's state, not a key in flight. A 429
+without ``Retry-After`` (too many open campaigns) is final.
 """
 
 from __future__ import annotations
@@ -27,6 +29,12 @@ class Retried:
 
     statuses: frozenset[int]
     failures: tuple[type[Exception], ...]
+    # Answers tried again only when they say when (``Retry-After``).
+    when_told: frozenset[int] = frozenset()
+
+    def again(self, status: int, retry_after: float | None) -> bool:
+        """Whether an answer of ``status`` (with that ``Retry-After``) is tried again."""
+        return status in self.statuses or (status in self.when_told and retry_after is not None)
 
 
 # Failures after which the request may or may not have arrived; its key makes a retry safe.
@@ -37,10 +45,11 @@ NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout)
 # A call with an idempotency key, or a read.
 IDEMPOTENT = Retried(frozenset({409, 429, 503}), LOST)
 # A campaign's recipients upload, with its key: there 409 means "no longer a draft", final.
-UPLOAD = Retried(frozenset({503}), LOST)
+UPLOAD = Retried(frozenset({503}), LOST, frozenset({429}))
 # A call without a key that changes something (creating or starting a campaign): tried
-# again only when it certainly never arrived, so it is never made twice.
-UNREPEATABLE = Retried(frozenset(), NEVER_SENT)
+# again only when it certainly never arrived, so it is never made twice, or was refused
+# over the ingest quota before anything was done.
+UNREPEATABLE = Retried(frozenset(), NEVER_SENT, frozenset({429}))
 
 
 @dataclass(frozen=True, kw_only=True)

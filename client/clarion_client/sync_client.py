@@ -175,7 +175,7 @@ class Clarion:
                 if response.is_success:
                     return response
                 wait = retry_after_s(response)
-                again = response.status_code in retried.statuses
+                again = retried.again(response.status_code, wait)
                 delay = attempts.next_delay(wait) if again else None
                 if delay is None:
                     raise error_for(response.status_code, response.content, wait)

@@ -9,7 +9,8 @@
 -- Keys and arguments: ``streams.campaigns.campaign_write_call`` lays them out.
 -- KEYS: the campaign's hash, its audience (a list), its upload keys (a hash), the shard's
 --       campaigns (a sorted set by creation), the shard's due campaigns (a sorted set),
---       the shard's events, the audience a segment is being selected into (a list)
+--       the shard's events, the audience a segment is being selected into (a list), the
+--       producer's open campaigns and the recipients uploaded to them (a hash)
 -- ARGV: the version read (0: the campaign must not exist yet), the campaign's id, the
 --       number of field/value pairs to set, the pairs, the number of field/increment
 --       pairs, the pairs, the number of chunks to append to the audience, the chunks, the
@@ -17,13 +18,18 @@
 --       the selected audience the audience (a segment's selection is complete), the upload
 --       key to record ("": none) and what it added, the due time ("": unchanged, "-": not
 --       due), the creation time to list it by ("": already listed), the encoded events
---       ("": none)
+--       ("": none), the change to the producer's open campaigns (1 created, -1 ended, 0)
+--       and to the recipients uploaded to them, and the limits: open campaigns, recipients
+--       of one campaign, recipients of all open campaigns
 --
 -- Reply: {"OK", version} when written; {"MOVED", version} when the campaign is not at the
 -- version read (0: it does not exist), nothing written; {"UPLOADED", added} when the upload
--- key was recorded before (nothing written: the upload was a retry).
+-- key was recorded before (nothing written: the upload was a retry); {"OPEN", limit},
+-- {"AUDIENCE", limit} or {"OPEN_AUDIENCE", limit} when the change would pass that limit,
+-- nothing written. The limits are checked here, with the write, so that two uploads racing
+-- cannot pass one together.
 
-local record, audience, uploads, listed, due, events, selected = unpack(KEYS)
+local record, audience, uploads, listed, due, events, selected, open = unpack(KEYS)
 local next_arg = arguments(1)
 local expected, id = next_arg(), next_arg()
 
@@ -46,12 +52,38 @@ for _ = 1, tonumber(next_arg()) do
 end
 local emptied, adopt, upload, added = next_arg(), next_arg(), next_arg(), next_arg()
 local due_at, created, encoded = next_arg(), next_arg(), next_arg()
+local opened, uploaded = tonumber(next_arg()), tonumber(next_arg())
+local max_open, max_audience, max_open_audience =
+  tonumber(next_arg()), tonumber(next_arg()), tonumber(next_arg())
 
 if upload ~= "" then
   local earlier = redis.call("HGET", uploads, upload)
   if earlier then
     return { "UPLOADED", tonumber(earlier) }
   end
+end
+
+if opened ~= 0 or uploaded ~= 0 then
+  local campaigns = tonumber(redis.call("HGET", open, "campaigns") or "0")
+  local recipients = tonumber(redis.call("HGET", open, "recipients") or "0")
+  if opened > 0 and campaigns + opened > max_open then
+    return { "OPEN", max_open }
+  end
+  if uploaded > 0 then
+    local had = tonumber(redis.call("HGET", record, "audience") or "0")
+    if had + uploaded > max_audience then
+      return { "AUDIENCE", max_audience }
+    end
+    if recipients + uploaded > max_open_audience then
+      return { "OPEN_AUDIENCE", max_open_audience }
+    end
+  end
+  -- Campaigns opened before the limits were counted are not in the tally: never below 0.
+  redis.call("HSET", open, "campaigns", math.max(0, campaigns + opened),
+    "recipients", math.max(0, recipients + uploaded))
+end
+
+if upload ~= "" then
   redis.call("HSET", uploads, upload, added)
 end
 

@@ -36,6 +36,9 @@ REPLAY = b'"limit": 1, "operator": "fuzz", "reason": "hostile input", "dry_run":
 RECIPIENT = "/v1/recipients/u-1"
 FIRST = "0001-01-01T00:00:00%2B14:00"  # before year 1 in UTC
 LAST = "9999-12-31T23:59:59-14:00"  # after year 9999 in UTC
+CAMPAIGN = b'"type": "marketing", "data": {"subject": "s", "body": "b"}'
+# A campaign that does not exist: an upload's body is read before the campaign is looked up.
+UPLOAD = "/v1/campaigns/01900000-0000-7000-8000-000000000000/recipients"
 
 
 @pytest.fixture(scope="module")
@@ -128,6 +131,32 @@ BODIES: dict[tuple[str, str], list[bytes]] = {
         obj(b'"notifications": [%s]' % obj(ITEM, b'"ttl_seconds": NaN')),
         obj(b'"notifications": [1, "x", null, [], %s]' % DEEP),
         obj(b'"notifications": [%s], "notifications": 7' % obj(ITEM)),
+    ],
+    ("POST", "/v1/campaigns"): [
+        obj(CAMPAIGN, b'"segment": %s' % DEEP),
+        obj(CAMPAIGN, b'"segment": {"attributes": %s}' % DEEP),
+        obj(CAMPAIGN, b'"segment": {"attributes": {}}'),
+        obj(CAMPAIGN, b'"segment": {"attributes": {"plan": []}}'),
+        obj(CAMPAIGN, b'"segment": {"attributes": {"plan": [%s]}}' % b",".join([b"1"] * 101)),
+        obj(CAMPAIGN, b'"segment": {"attributes": {"\xff": "pro"}}'),
+        obj(CAMPAIGN, b'"segment": {"attributes": {"plan": "\xff"}}'),
+        obj(CAMPAIGN, b'"segment": {"attributes": {"plan": {"nested": 1}}}'),
+        obj(CAMPAIGN, b'"segment": {"attributes": {"plan": "pro"}, "upload": true}'),
+        obj(CAMPAIGN, b'"segment": {"attributes": {"plan": 1e400}}'),
+        obj(CAMPAIGN, b'"rate": 18446744073709551616'),
+        obj(CAMPAIGN, b'"rate": NaN'),
+    ],
+    ("POST", UPLOAD): [
+        obj(b'"recipients": %s' % DEEP),
+        obj(b'"recipients": []'),
+        obj(b'"recipients": [%s]' % b",".join(b'"u-%d"' % i for i in range(10_001))),
+        obj(b'"recipients": ["%s"]' % (b"x" * 300)),
+        obj(b'"recipients": ["u-\xe2\x82"]'),
+        obj(b'"recipients": [1, null, []]'),
+        obj(b'"recipients": ["u-1"], "recipients": 7'),
+        obj(b'"recipients": ["u-1"], "segment": {"attributes": {"plan": "pro"}}'),
+        # The flood's upload, whole: read and checked, then 404 for the campaign.
+        obj(b'"recipients": [%s]' % b",".join(b'"u-%d"' % i for i in range(10_000))),
     ],
 }
 

@@ -8,21 +8,25 @@ from typing import Any
 
 import httpx
 
-from tests.conftest import AUTH, ORDERS, PROFILES
+from tests.conftest import AUTH, ORDERS, ORDERS_CRM, PROFILES
 
 Client = httpx.AsyncClient
 CAMPAIGN = {"type": "marketing", "name": "Spring", "data": {"subject": "Sale", "body": "Now"}}
 
 
-async def create(client: Client, body: dict[str, Any] | None = None) -> dict[str, Any]:
-    answer = await client.post("/v1/campaigns", json=body or CAMPAIGN, headers=ORDERS)
+async def create(
+    client: Client, body: dict[str, Any] | None = None, headers: dict[str, str] = ORDERS
+) -> dict[str, Any]:
+    answer = await client.post("/v1/campaigns", json=body or CAMPAIGN, headers=headers)
     assert answer.status_code == 201, answer.text
     created: dict[str, Any] = answer.json()
     return created
 
 
-async def act(client: Client, campaign_id: str, action: str) -> httpx.Response:
-    return await client.post(f"/v1/campaigns/{campaign_id}/{action}", headers=ORDERS)
+async def act(
+    client: Client, campaign_id: str, action: str, headers: dict[str, str] = ORDERS
+) -> httpx.Response:
+    return await client.post(f"/v1/campaigns/{campaign_id}/{action}", headers=headers)
 
 
 async def test_a_campaign_goes_from_draft_to_cancelled(client: Client) -> None:
@@ -112,11 +116,12 @@ async def test_a_segment_campaign_takes_no_uploads_and_may_wait_for_its_start(
 ) -> None:
     later = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
     segment = {"attributes": {"plan": "pro", "country": ["DE", "AT"]}}
-    campaign = await create(client, {**CAMPAIGN, "segment": segment, "start_at": later})
+    body = {**CAMPAIGN, "segment": segment, "start_at": later}
+    campaign = await create(client, body, ORDERS_CRM)
     upload = await client.post(
         f"/v1/campaigns/{campaign['id']}/recipients", json={"recipients": ["a"]}, headers=ORDERS
     )
     assert upload.status_code == 409
-    started = (await act(client, campaign["id"], "start")).json()
+    started = (await act(client, campaign["id"], "start", ORDERS_CRM)).json()
     assert started["state"] == "scheduled"
     assert started["start_at"] is not None

@@ -56,3 +56,18 @@ async def test_without_quotas_nothing_is_asked_of_redis(redis: Redis, key_prefix
     unlimited = IngestQuotas(redis, KeySpace(key_prefix), catalog.quotas)
     assert await unlimited.admit("orders", 10_000) is None
     assert await redis.keys(f"{key_prefix}:*") == []
+
+
+async def test_a_campaign_call_takes_a_request_and_no_notification(
+    redis: Redis, key_prefix: str
+) -> None:
+    limits = quotas(redis, key_prefix)
+    assert await limits.admit_request("orders") is None
+    assert await limits.admit_request("orders") is None
+    refusal = await limits.admit_request("orders")  # the burst of 2 requests is used up
+    assert refusal is not None
+    assert (refusal.status_code, refusal.retry_after_s) == (429, 1)
+    # Marketing has no request limit: a campaign call costs it nothing, not even a call.
+    assert await limits.admit_request("marketing") is None
+    assert await limits.admit("marketing", 500) is None  # its notifications are all there
+    assert not await redis.exists(KeySpace(key_prefix).quota_bucket("marketing", "requests"))

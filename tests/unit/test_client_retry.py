@@ -6,7 +6,15 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from clarion_client.retry import NO_RETRIES, Attempts, RetryPolicy, retry_after_s
+from clarion_client.retry import (
+    IDEMPOTENT,
+    NO_RETRIES,
+    UNREPEATABLE,
+    UPLOAD,
+    Attempts,
+    RetryPolicy,
+    retry_after_s,
+)
 
 
 class FakeClock:
@@ -70,3 +78,13 @@ def test_a_policy_that_cannot_work_is_refused_naming_the_setting() -> None:
         RetryPolicy(max_attempts=0)
     with pytest.raises(ValueError, match="may not be negative"):
         RetryPolicy(base_delay_s=-1)
+
+
+def test_a_campaign_call_is_tried_again_after_a_429_only_when_told_when() -> None:
+    # Over the ingest quota (Retry-After): nothing was done, so even a call without a key
+    # is tried again. Too many open campaigns (no Retry-After) is final.
+    for retried in (UPLOAD, UNREPEATABLE):
+        assert retried.again(429, 1.0)
+        assert not retried.again(429, None)
+        assert not retried.again(409, 1.0)
+    assert IDEMPOTENT.again(429, None)
