@@ -50,13 +50,13 @@ VERIFIED_TOKENS: Final = 10_000
 _HEAD = struct.Struct(">BIQ")  # version, expiry, epoch
 _SHORTEST = _HEAD.size + 1  # a recipient id of one byte
 
-Why = Literal["malformed", "forged", "expired", "revoked"]
+Why = Literal["malformed", "forged", "expired"]
 
 
 class TokenRefused(Exception):
     """A token that grants nothing: malformed, forged (changed, or signed with a key this
-    deployment does not hold, e.g. one rotated out), expired or revoked. The message never
-    holds the token."""
+    deployment does not hold, e.g. one rotated out) or expired (a revoked one is refused by
+    the inbox's reads: ``streams.inbox_revocation``). The message never holds the token."""
 
     def __init__(self, why: Why) -> None:
         super().__init__(f"recipient token {why}")
