@@ -86,6 +86,9 @@ class Settings:
     unsubscribe_ttl_seconds: int = 60 * 86400
     # Seconds a recipient token works when its request asks for no other (CLARION_INBOX_TOKEN_TTL).
     inbox_token_ttl_seconds: int = 3600
+    # The keys that sign recipient tokens, (key id, secret), the first signing
+    # (CLARION_INBOX_TOKEN_KEYS); none: one derived from the digest secret. Never printed.
+    inbox_token_keys: tuple[tuple[str, bytes], ...] = field(default=(), repr=False)
     # Web origins whose pages may call the inbox API (CLARION_INBOX_ORIGINS, comma-separated,
     # e.g. "https://app.example.com"); none: only same-origin pages (the demo) may.
     inbox_origins: tuple[str, ...] = ()
@@ -114,6 +117,7 @@ class Settings:
             config_path=text("CLARION_CONFIG", defaults.config_path),
             api_keys=parse_api_keys(env.get("CLARION_API_KEYS", "")),
             digest_secret=_digest_secret(env.get("CLARION_DIGEST_SECRET", "")),
+            inbox_token_keys=parse_inbox_token_keys(env.get("CLARION_INBOX_TOKEN_KEYS", "")),
             host=text("CLARION_HOST", defaults.host),
             public_url=_public_url(env.get("CLARION_PUBLIC_URL", "")),
             inbox_origins=_origins(env.get("CLARION_INBOX_ORIGINS", "")),
@@ -183,6 +187,34 @@ def _digest_secret(raw: str) -> bytes:
             f"CLARION_DIGEST_SECRET must have at least {MIN_DIGEST_SECRET} characters"
         )
     return secret.encode()
+
+
+MAX_INBOX_TOKEN_KEYS = 8
+_KEY_ID = re.compile(r"^[A-Za-z0-9_-]{1,16}$")
+
+
+def parse_inbox_token_keys(raw: str) -> tuple[tuple[str, bytes], ...]:
+    """Parse ``id:secret,…`` (the first signs recipient tokens, every one verifies them)."""
+    keys: list[tuple[str, bytes]] = []
+    for position, entry in enumerate(filter(None, (e.strip() for e in raw.split(","))), 1):
+        key_id, colon, secret = entry.partition(":")
+        # Name the entry by position and key id only: the secret must not reach any log.
+        where = f"CLARION_INBOX_TOKEN_KEYS entry {position}"
+        if not colon or not _KEY_ID.match(key_id):
+            raise SettingsError(
+                f"{where} must look like <key id>:<secret>, the id 1-16 letters, digits, "
+                "'_' or '-' (e.g. k2:$(openssl rand -hex 32))"
+            )
+        if len(secret.strip()) < MIN_DIGEST_SECRET:
+            raise SettingsError(
+                f"{where} ({key_id}): the secret needs at least {MIN_DIGEST_SECRET} characters"
+            )
+        if any(key_id == known for known, _ in keys):
+            raise SettingsError(f"{where}: the key id {key_id!r} is given twice")
+        keys.append((key_id, secret.strip().encode()))
+    if len(keys) > MAX_INBOX_TOKEN_KEYS:
+        raise SettingsError(f"CLARION_INBOX_TOKEN_KEYS: at most {MAX_INBOX_TOKEN_KEYS} keys")
+    return tuple(keys)
 
 
 # What a public URL may hold: RFC 3986's characters, but nothing that would end the

@@ -45,11 +45,12 @@ from streams.inbox_messages import (
     is_message_id,
     state_json,
 )
+from streams.inbox_pages import Listing, PageAsk, inbox_page_call
+from streams.inbox_revocation import REVOKED_PAGE, TokensRevoked, revoked
 from streams.keys import InboxKeys, KeySpace, ShardKeys, shard_from_id
 from streams.scripts import Call, KeyOrArg
 
 Action = Literal["read", "unread", "seen", "archive", "unarchive"]
-Listing = Literal["inbox", "unread", "archived"]
 
 # Defaults of the ``inbox`` provider: messages kept per recipient and shard, for how long,
 # and the changes a realtime client can resume from, for how long after the last one.
@@ -204,31 +205,44 @@ class InboxStore:
         self, recipient_id: str, *, before: str = "", limit: int = 20, listing: Listing = "inbox"
     ) -> Page:
         """The newest ``limit`` messages older than message ``before`` ("": the newest)."""
-        rows, counts = await self._rows(recipient_id, before, limit + 1, listing)
+        rows, counts = await self._rows(recipient_id, before, limit + 1, listing, None)
         found = [
             StoredMessage(decode(message), MessageState.parse(state)) for _, message, state in rows
         ]
         return Page(found[:limit], len(found) > limit, counts)
 
     async def page_json(
-        self, recipient_id: str, *, before: str = "", limit: int = 20, listing: Listing = "inbox"
+        self,
+        recipient_id: str,
+        epoch: int,
+        *,
+        before: str = "",
+        limit: int = 20,
+        listing: Listing = "inbox",
     ) -> JsonPage:
-        """``page`` as the API answers it, spliced from the stored JSON (nothing decoded)."""
-        rows, counts = await self._rows(recipient_id, before, limit + 1, listing)
+        """``page`` as the API answers it, spliced from the stored JSON (nothing decoded), for
+        a token of ``epoch``: ``TokensRevoked`` if it was revoked."""
+        rows, counts = await self._rows(recipient_id, before, limit + 1, listing, epoch)
         shown = rows[:limit]
         parts = [message[:-1] + state_json(state) for _, message, state in shown]
         following = shown[-1][0].decode() if len(rows) > limit else ""
         return JsonPage(b"[" + b",".join(parts) + b"]", following, counts)
 
     async def _rows(
-        self, recipient_id: str, before: str, limit: int, listing: Listing
+        self, recipient_id: str, before: str, limit: int, listing: Listing, epoch: int | None
     ) -> tuple[list[tuple[bytes, bytes, bytes]], Counts]:
         """Up to ``limit`` (id, message, state) over every shard, newest first, and the
-        counts."""
+        counts; the recipient's home shard checks a token's ``epoch`` (None: no token)."""
+        home = self.keys.home_of_recipient(recipient_id).shard
         asks = [
-            PageAsk(shard, recipient_id, before, limit, listing) for shard in self.keys.all_shards()
+            PageAsk(
+                shard, recipient_id, before, limit, listing, epoch if shard.shard == home else None
+            )
+            for shard in self.keys.all_shards()
         ]
         replies = await self._pages.run(asks)
+        if any(reply[0] == REVOKED_PAGE for reply in replies):
+            raise TokensRevoked
         rows: list[tuple[bytes, bytes, bytes]] = []
         unread = unseen = 0
         for reply in replies:
@@ -239,9 +253,10 @@ class InboxStore:
             rows.sort(reverse=True)  # by id: UUIDv7, so newest first
         return rows[:limit], Counts(unread, unseen)
 
-    async def counts(self, recipient_id: str) -> Counts:
-        """The unread and unseen messages (archived ones count for neither)."""
-        _, counts = await self._rows(recipient_id, "", 0, "inbox")
+    async def counts(self, recipient_id: str, epoch: int | None = None) -> Counts:
+        """The unread and unseen messages (archived ones count for neither); for a token of
+        ``epoch``, ``TokensRevoked`` if it was revoked."""
+        _, counts = await self._rows(recipient_id, "", 0, "inbox", epoch)
         return counts
 
     async def message(self, recipient_id: str, message_id: str) -> StoredMessage | None:
@@ -253,14 +268,21 @@ class InboxStore:
         return stored[0]
 
     async def mark(
-        self, recipient_id: str, message_id: str, action: Action, now_ms: int
+        self,
+        recipient_id: str,
+        message_id: str,
+        action: Action,
+        now_ms: int,
+        epoch: int | None = None,
     ) -> StoredMessage | None:
-        """Do ``action`` to one message; the message as it is after (None: not there)."""
+        """Do ``action`` to one message; the message as it is after (None: not there). For
+        a token of ``epoch``, ``TokensRevoked`` if it was revoked."""
         shard = self._shard_of(message_id)
         if shard is None:
+            await self._read(self.keys.shard(0), recipient_id, [], epoch)
             return None
         for _ in range(_TRIES):
-            [stored], [version] = await self._read(shard, recipient_id, [message_id])
+            [stored], [version] = await self._read(shard, recipient_id, [message_id], epoch)
             if stored is None:
                 return None
             change = changed(action, stored, recipient_id, version, now_ms)
@@ -273,14 +295,15 @@ class InboxStore:
                 return StoredMessage(stored.message, change.after)
         raise InboxBusy(message_id)
 
-    async def read_all(self, recipient_id: str, now_ms: int) -> int:
-        """Mark every unread message read; how many were."""
+    async def read_all(self, recipient_id: str, now_ms: int, epoch: int | None = None) -> int:
+        """Mark every unread message read; how many were. For a token of ``epoch``,
+        ``TokensRevoked`` if it was revoked."""
         marked = 0
         for shard in self.keys.all_shards():
             for _ in range(_TRIES):
                 order = shard.inbox(recipient_id).order
                 message_ids = [_text(raw) for raw in await self.redis.zrange(order, 0, -1)]
-                stored, versions = await self._read(shard, recipient_id, message_ids)
+                stored, versions = await self._read(shard, recipient_id, message_ids, epoch)
                 changes = [
                     change
                     for found, version in zip(stored, versions, strict=True)
@@ -301,16 +324,27 @@ class InboxStore:
         return self.keys.shard(shard) if shard < self.keys.shards else None
 
     async def _read(
-        self, shard: ShardKeys, recipient_id: str, message_ids: Sequence[str]
+        self,
+        shard: ShardKeys,
+        recipient_id: str,
+        message_ids: Sequence[str],
+        epoch: int | None = None,
     ) -> tuple[list[StoredMessage | None], list[str]]:
         """Each message with its state (None: not there) and its delivery state's version
-        ("" when the state hash is gone)."""
+        ("" when the state hash is gone); ``TokensRevoked`` first if a token of ``epoch``
+        (None: none) was revoked, read in the same round trip."""
         inbox = shard.inbox(recipient_id)
         async with self.redis.pipeline(transaction=False) as pipe:
+            if epoch is not None:
+                pipe.get(self.keys.home_of_recipient(recipient_id).inbox(recipient_id).revoked)
             for message_id in message_ids:
                 pipe.hmget(inbox.messages, f"m:{message_id}", f"f:{message_id}")
                 pipe.hget(shard.delivery(message_id), "version")
             replies = await pipe.execute()
+        if epoch is not None:
+            if revoked(replies[0], epoch):
+                raise TokensRevoked
+            replies = replies[1:]
         stored: list[StoredMessage | None] = []
         versions: list[str] = []
         for (message, state), version in zip(replies[::2], replies[1::2], strict=True):
@@ -336,29 +370,6 @@ def _text(raw: object) -> str:
 
 class InboxBusy(Exception):
     """A message kept changing while it was being marked (other changes won each time)."""
-
-
-@dataclass(frozen=True, slots=True)
-class PageAsk:
-    """One page of one recipient's inbox on one shard: newest first, older than message
-    ``before`` ("": from the newest), at most ``limit`` messages of ``listing``."""
-
-    shard: ShardKeys
-    recipient_id: str
-    before: str
-    limit: int
-    listing: Listing
-
-
-def inbox_page_call(asks: Sequence[PageAsk]) -> Call:
-    """The keys and arguments of one ``lua/inbox_page.lua`` call (pages of one shard)."""
-    keys: list[KeyOrArg] = []
-    args: list[KeyOrArg] = []
-    for ask in asks:
-        inbox = ask.shard.inbox(ask.recipient_id)
-        keys += [inbox.messages, inbox.order]
-        args += [f"({ask.before}" if ask.before else "+", ask.limit, ask.listing]
-    return keys, args
 
 
 def inbox_mark_call(

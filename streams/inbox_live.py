@@ -24,6 +24,7 @@ from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import RedisError
 
 from streams.connection import being_cancelled
+from streams.inbox_revocation import REVOKED_PREFIX
 from streams.keys import KeySpace
 
 log = structlog.get_logger(__name__)
@@ -108,11 +109,14 @@ def _shard_of_feed(feed: str) -> int | None:
 
 @dataclass(eq=False, slots=True)
 class Listener:
-    """One client's waiting changes; ``behind``: some were dropped, catch up from the feeds."""
+    """One client's waiting changes; ``behind``: some were dropped, catch up from the feeds;
+    ``ended``: the recipient's tokens were revoked, end the stream (a client whose token is
+    still good reconnects and resumes)."""
 
     queue: asyncio.Queue[Change] = field(default_factory=lambda: asyncio.Queue(QUEUE_SIZE))
     behind: bool = False
     wake: asyncio.Event = field(default_factory=asyncio.Event)
+    ended: bool = False
 
     def offer(self, change: Change | None) -> None:
         if change is None:
@@ -148,6 +152,12 @@ class InboxHub:
         for listeners in list(self._listeners.values()):
             for listener in list(listeners):
                 listener.wake.set()
+
+    def end(self, recipient_id: str) -> None:
+        """End the streams of a recipient whose tokens were revoked."""
+        for listener in list(self._listeners.get(recipient_id, ())):
+            listener.ended = True
+            listener.wake.set()
 
     @contextlib.contextmanager
     def listening(self, recipient_id: str) -> Iterator[Listener]:
@@ -205,6 +215,9 @@ class InboxHub:
             while True:
                 message = await pubsub.get_message(timeout=None)
                 if message is None or message.get("type") != "message":
+                    continue
+                if message["data"].startswith(REVOKED_PREFIX):
+                    self.end(message["data"][len(REVOKED_PREFIX) :].decode(errors="replace"))
                     continue
                 parsed = parse_published(message["data"])
                 if parsed is None:

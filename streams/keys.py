@@ -317,6 +317,12 @@ class InboxKeys:
         """Every change, in order (a capped stream): what a realtime client resumes from."""
         return f"{self.tag}:feed"
 
+    @property
+    def revoked(self) -> str:
+        """The recipient's revocation epoch (a string, on its home shard only): its tokens
+        of an older epoch are refused (``streams.inbox_revocation``)."""
+        return f"{self.tag}:revoked"
+
 
 @dataclass(frozen=True, slots=True)
 class StatusWebhookKeys:

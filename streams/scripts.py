@@ -115,6 +115,7 @@ FEEDBACK_TAKE = LuaScript("feedback_take")  # streams.feedback.feedback_take_cal
 FEEDBACK_APPLY = LuaScript("feedback_apply")  # streams.feedback.feedback_apply_call
 INBOX_PAGE = LuaScript("inbox_page")  # streams.inbox.inbox_page_call
 INBOX_MARK = LuaScript("inbox_mark")  # streams.inbox.inbox_mark_call
+INBOX_REVOKE = LuaScript("inbox_revoke")  # streams.inbox_revocation.inbox_revoke_call
 LEASE = LuaScript("lease")  # streams.leases.lease_call
 CAMPAIGN_WRITE = LuaScript("campaign_write")  # streams.campaigns.campaign_write_call
 # streams.recipient_settings.recipients_read_call
@@ -144,6 +145,7 @@ ALL: tuple[LuaScript, ...] = (
     FEEDBACK_APPLY,
     INBOX_PAGE,
     INBOX_MARK,
+    INBOX_REVOKE,
     LEASE,
     CAMPAIGN_WRITE,
     RECIPIENTS_READ,

@@ -57,6 +57,7 @@ from projections.queries import recipient_deliveries
 from streams.feedback import Inbox
 from streams.inbox import InboxStore
 from streams.inbox_live import InboxHub
+from streams.inbox_revocation import InboxRevocations
 from streams.keys import KeySpace
 from streams.metrics_recorder import MetricsRecorder
 from streams.recipient_settings import RecipientSettingsStore
@@ -191,7 +192,8 @@ def _state(
         "unsubscribe_tokens": UnsubscribeTokens(settings.digest_secret),
         "inbox": _inbox_store(redis, keys, catalog),
         "inbox_hub": InboxHub(redis, keys),
-        "inbox_tokens": InboxTokens(settings.digest_secret),
+        "inbox_tokens": InboxTokens(settings.digest_secret, keys=settings.inbox_token_keys),
+        "inbox_revocations": InboxRevocations(redis, keys),
         "inbox_token_ttl_seconds": settings.inbox_token_ttl_seconds,
         "clock": clock,
         "campaigns": Campaigns(redis, keys, planner, clock),

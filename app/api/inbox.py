@@ -2,15 +2,22 @@
 reads with one.
 
 ``POST /v1/recipients/{id}/inbox-tokens`` (scope ``recipients``) makes a recipient token
-(``app.inbox_tokens``). Every ``/v1/inbox`` endpoint takes one, as ``Authorization: Bearer
-<token>`` or, where a browser cannot set headers (``EventSource``), as ``?token=``: it
-grants that recipient's inbox and nothing else (a message of another recipient is 404, a
-missing, changed or expired token 401). The messages are served from Redis
-(``streams.inbox``), newest first, paged by the last message id seen (``before``).
+(``app.inbox_tokens``); ``POST /v1/recipients/{id}/inbox-tokens/revoke`` (the same scope: who
+may hand out a recipient's tokens may take them back) refuses every token of the recipient
+made until then, as erasing the recipient does (``streams.inbox_revocation``). Every
+``/v1/inbox`` endpoint takes a token as ``Authorization: Bearer <token>``; only the realtime
+stream (``GET /v1/inbox/stream``) also takes ``?token=``, because a browser's ``EventSource``
+cannot set headers (a token in a URL ends up in access logs and browser history, so nothing
+else accepts one there). A token grants that recipient's inbox and nothing else: a message of
+another recipient is 404, a missing, changed, expired or revoked token 401. The messages are
+served from Redis (``streams.inbox``), newest first, paged by the last message id seen
+(``before``); a revoked token is found in the same script call that reads the page.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Annotated, Any, cast
 
@@ -31,8 +38,10 @@ from app.api.body import decode_body, documented_body
 from app.api.errors import AUTHENTICATED, BodyTooLarge, RedisUnavailable
 from app.api.recipients import recipient_id_of
 from app.inbox_tokens import MAX_TTL_SECONDS, Grant, InboxTokens, TokenRefused
-from streams.inbox import Action, Counts, InboxBusy, InboxStore, Listing
+from streams.inbox import Action, Counts, InboxBusy, InboxStore
 from streams.inbox_messages import StoredMessage
+from streams.inbox_pages import Listing
+from streams.inbox_revocation import InboxRevocations, TokensRevoked
 
 Req = Request[Any, Any, State]
 _json = msgspec.json.Encoder()
@@ -91,6 +100,12 @@ class ReadAllView(msgspec.Struct, frozen=True):
     marked: int
 
 
+class RevokedView(msgspec.Struct, frozen=True):
+    recipient_id: str
+    # Every token of the recipient made before this moment is refused from now on.
+    revoked_before: datetime
+
+
 def message_view(stored: StoredMessage) -> MessageView:
     message, state = stored.message, stored.state
     return MessageView(
@@ -112,28 +127,52 @@ def counts_view(counts: Counts) -> CountsView:
     return CountsView(unread=counts.unread, unseen=counts.unseen)
 
 
-def recipient_of(request: Req) -> str:
-    """The recipient whose token the request presents; 401 without a valid one."""
-    return grant_of(request).recipient_id
-
-
-def grant_of(request: Req) -> Grant:
-    """What the request's recipient token grants; 401 without a valid one."""
+def grant_of(request: Req, *, in_query: bool = False) -> Grant:
+    """What the request's recipient token grants, as far as its signature and expiry tell
+    (its epoch is checked by the inbox's reads); 401 without a valid one. ``in_query``: the
+    token may come as ``?token=`` (the realtime stream's ``EventSource``)."""
     token = ""
     for name, value in request.scope["headers"]:
         if name == b"authorization":
             scheme, _, secret = value.decode("latin-1").partition(" ")
             token = secret.strip() if scheme.lower() == "bearer" else ""
-    token = token or request.query_params.get("token", "")
+    if not token and in_query:
+        token = request.query_params.get("token", "")
     if not token:
         raise NotAuthorizedException(
-            detail="a recipient token is required: 'Authorization: Bearer <token>' or ?token="
+            detail=_MISSING[in_query or "token" not in request.query_params]
         )
     tokens: InboxTokens = request.app.state.inbox_tokens
     try:
         return tokens.read(token, now_of(request).timestamp())
     except TokenRefused as refused:
         raise NotAuthorizedException(detail=f"the recipient token is {refused.why}") from None
+
+
+_MISSING = {
+    True: "a recipient token is required: 'Authorization: Bearer <token>' (?token= on "
+    "/v1/inbox/stream only)",
+    False: "?token= is taken by /v1/inbox/stream only (for EventSource): send the recipient "
+    "token as 'Authorization: Bearer <token>'",
+}
+
+
+async def checked_grant(request: Req, *, in_query: bool = False) -> Grant:
+    """``grant_of``, its epoch checked too (a read of its own): 401 if it was revoked."""
+    grant = grant_of(request, in_query=in_query)
+    revocations: InboxRevocations = request.app.state.inbox_revocations
+    with unless_revoked():
+        await revocations.check(grant.recipient_id, grant.epoch)
+    return grant
+
+
+@contextmanager
+def unless_revoked() -> Iterator[None]:
+    """A revoked token's read (``TokensRevoked``) answers 401."""
+    try:
+        yield
+    except TokensRevoked:
+        raise NotAuthorizedException(detail="the recipient token is revoked") from None
 
 
 @post(
@@ -152,8 +191,26 @@ async def create_inbox_token(request: Req, recipient_id: FromPath[str]) -> Token
     ttl = asked.ttl_seconds or request.app.state.inbox_token_ttl_seconds
     expires_at = int(now_of(request).timestamp()) + ttl
     tokens: InboxTokens = request.app.state.inbox_tokens
-    token = tokens.make(Grant(recipient_id, expires_at))
+    revocations: InboxRevocations = request.app.state.inbox_revocations
+    epoch = await revocations.epoch(recipient_id)
+    token = tokens.make(Grant(recipient_id, expires_at, epoch))
     return TokenView(recipient_id, token, datetime.fromtimestamp(expires_at, UTC))
+
+
+@post(
+    "/v1/recipients/{recipient_id:str}/inbox-tokens/revoke",
+    status_code=200,
+    raises=AUTHENTICATED,
+)
+async def revoke_inbox_tokens(request: Req, recipient_id: FromPath[str]) -> RevokedView:
+    """Refuse every token of the recipient made until now, on every inbox endpoint, and end
+    its open realtime streams (an app with a token made later reconnects). Tokens made from
+    now on work. No body."""
+    authorize(request, "recipients")
+    recipient_id = recipient_id_of(recipient_id)
+    revocations: InboxRevocations = request.app.state.inbox_revocations
+    epoch = await revocations.revoke(recipient_id)
+    return RevokedView(recipient_id, datetime.fromtimestamp(epoch / 1000, UTC))
 
 
 @get("/v1/inbox", raises=RECIPIENT_AUTH)
@@ -165,9 +222,12 @@ async def list_inbox(
 ) -> Response[PageView]:
     """The recipient's messages, newest first: ``filter`` inbox (not archived), unread or
     archived; ``before`` the ``next`` of the previous page."""
-    recipient_id = recipient_of(request)
+    grant = grant_of(request)
     store: InboxStore = request.app.state.inbox
-    page = await store.page_json(recipient_id, before=before or "", limit=limit, listing=listing)
+    with unless_revoked():
+        page = await store.page_json(
+            grant.recipient_id, grant.epoch, before=before or "", limit=limit, listing=listing
+        )
     # The stored messages are spliced into the answer as they are (``InboxStore.page_json``):
     # its shape is PageView's, which the schema documents.
     following = _json.encode(page.next or None)
@@ -179,17 +239,20 @@ async def list_inbox(
 @get("/v1/inbox/counts", raises=RECIPIENT_AUTH)
 async def inbox_counts(request: Req) -> CountsView:
     """How many messages are unread and unseen (archived ones count for neither)."""
-    recipient_id = recipient_of(request)
+    grant = grant_of(request)
     store: InboxStore = request.app.state.inbox
-    return counts_view(await store.counts(recipient_id))
+    with unless_revoked():
+        return counts_view(await store.counts(grant.recipient_id, grant.epoch))
 
 
 @post("/v1/inbox/read-all", status_code=200, raises=RECIPIENT_AUTH)
 async def read_all(request: Req) -> ReadAllView:
     """Mark every unread message read."""
-    recipient_id = recipient_of(request)
+    grant = grant_of(request)
     store: InboxStore = request.app.state.inbox
-    return ReadAllView(marked=await store.read_all(recipient_id, _now_ms(request)))
+    with unless_revoked():
+        marked = await store.read_all(grant.recipient_id, _now_ms(request), grant.epoch)
+    return ReadAllView(marked=marked)
 
 
 @post(
@@ -202,12 +265,15 @@ async def mark_message(
 ) -> MessageView:
     """``read``, ``unread``, ``seen``, ``archive`` or ``unarchive`` one message; the message
     after it. Doing what is done already changes nothing."""
-    recipient_id = recipient_of(request)
+    grant = grant_of(request)
     if action not in _ACTIONS:
         raise NotFoundException(detail=f"action: {action[:40]!r} is none of {', '.join(_ACTIONS)}")
     store: InboxStore = request.app.state.inbox
     try:
-        stored = await store.mark(recipient_id, message_id, _ACTIONS[action], _now_ms(request))
+        with unless_revoked():
+            stored = await store.mark(
+                grant.recipient_id, message_id, _ACTIONS[action], _now_ms(request), grant.epoch
+            )
     except InboxBusy:
         raise MessageBusy(detail="message: changing too fast; retry") from None
     if stored is None:
@@ -236,4 +302,6 @@ def time_of(ms: int) -> datetime | None:
     return datetime.fromtimestamp(ms / 1000, UTC) if ms else None
 
 
-INBOX_ROUTES = [create_inbox_token, list_inbox, inbox_counts, read_all, mark_message]
+INBOX_ROUTES = [
+    create_inbox_token, revoke_inbox_tokens, list_inbox, inbox_counts, read_all, mark_message,
+]  # fmt: skip

@@ -12,7 +12,8 @@ its inbox again. Events (``data`` is JSON):
 - ``reset``: ``{}``.
 
 A comment line every ``HEARTBEAT_S`` keeps proxies from closing an idle stream. The stream
-ends when the token expires (the app reconnects with a fresh one) and when the API process
+ends when the token expires (the app reconnects with a fresh one), when the recipient's tokens
+are revoked (``InboxHub.end``; a reconnect with a revoked token is 401) and when the API process
 stops (``InboxHub.close``; the browser reconnects and resumes).
 """
 
@@ -34,7 +35,7 @@ from redis.exceptions import RedisError
 from app.api.inbox import (
     RECIPIENT_AUTH,
     CountsView,
-    grant_of,
+    checked_grant,
     message_view,
     now_of,
     time_of,
@@ -74,7 +75,7 @@ class NewMessage(msgspec.Struct, frozen=True):
 )
 async def inbox_stream(request: Req) -> Stream:
     """The recipient's inbox changes as Server-Sent Events (resumable with Last-Event-ID)."""
-    grant = grant_of(request)
+    grant = await checked_grant(request, in_query=True)  # EventSource sends no header
     keys: KeySpace = request.app.state.key_space
     last = str(
         request.headers.get("last-event-id") or request.query_params.get("last_event_id") or ""
@@ -109,7 +110,9 @@ async def _events(
             for change in await follower.catch_up():
                 if follower.fresh(change):
                     yield _change_event(follower, change)
-        while (left := ends - time.monotonic()) > 0 and not hub.closing.is_set():
+        while (left := ends - time.monotonic()) > 0 and not (
+            hub.closing.is_set() or listener.ended
+        ):
             try:
                 await asyncio.wait_for(listener.wake.wait(), min(HEARTBEAT_S, left))
             except TimeoutError:

@@ -4,9 +4,12 @@ The link comes in an email (``List-Unsubscribe``, made by the delivery worker, s
 ``app.unsubscribe``). Its token is the only credential, so no API key is asked for. ``GET``
 shows a small page naming what the link switches off, with one button; it changes nothing, so
 a mail scanner that follows links does no harm. ``POST`` (that button, or a mail client's
-one-click POST of ``List-Unsubscribe=One-Click``) switches the recipient's (type, channel)
-pair off, recorded as a ``PreferenceChanged`` event with source ``unsubscribe_link``, and
-answers a short confirmation page; repeated, it changes nothing more.
+one-click POST) switches the recipient's (type, channel) pair off only when its body is the
+form RFC 8058 names, ``List-Unsubscribe=One-Click`` (``application/x-www-form-urlencoded``, as
+the page's button sends it, or ``multipart/form-data``); any other body is answered 400 and
+changes nothing. The change is recorded as a ``PreferenceChanged`` event with source
+``unsubscribe_link``, and a short confirmation page answers; repeated, it changes nothing
+more.
 
 A token that is cut short, changed, signed with another key or expired is answered 404 with
 a page saying so; nothing here answers a 5xx but an outage (503). The token is never logged
@@ -60,18 +63,22 @@ _REFUSED = {
                 "your account."),
     "unknown_type": ("Nothing to unsubscribe from", "These notifications are no longer sent: "
                      "there is nothing to unsubscribe from."),
+    "not_one_click": ("This did not work", "An unsubscribe request must send the form "
+                      "List-Unsubscribe=One-Click (RFC 8058). Nothing was changed: open the "
+                      "link and press the button."),
     "not_opt_out": ("This cannot be switched off", "These notifications cannot be switched off: "
                     "they are ones you need for your account, such as sign-in codes."),
 }  # fmt: skip
 
 
 class LinkRefused(HTTPException):
-    """A link that switches nothing off: 404 (400 for a type that cannot be switched off),
-    with the page's title."""
+    """A link that switches nothing off: 404 (400 for a type that cannot be switched off,
+    or a POST that is no one-click request), with the page's title."""
 
     def __init__(self, why: str) -> None:
         self.title, detail = _REFUSED[why]
-        super().__init__(detail=detail, status_code=400 if why == "not_opt_out" else 404)
+        status = 400 if why in ("not_opt_out", "not_one_click") else 404
+        super().__init__(detail=detail, status_code=status)
         self.why = why
 
 
@@ -98,6 +105,20 @@ def _unsubscribing(request: Req, token: str) -> Unsubscribing:
     if not type_config.opt_out:  # the catalog changed since the email was sent
         raise LinkRefused("not_opt_out")
     return Unsubscribing(opt_out, type_config.label_of(opt_out.notification_type))
+
+
+async def _one_click(request: Req) -> None:
+    """``LinkRefused`` unless the body is RFC 8058's form: one field ``List-Unsubscribe``
+    whose value is ``One-Click`` (other fields are ignored). Litestar parses the form, urlencoded
+    (``urllib.parse.parse_qsl``) or multipart (the ``multipart`` package), both in linear time,
+    within MAX_BODY_BYTES (413 beyond); a body no form (or another content type) is refused."""
+    await request.body()  # whatever its type: 413 beyond MAX_BODY_BYTES
+    try:
+        form = await request.form()
+    except (UnicodeDecodeError, LookupError):  # a part in bytes its charset does not decode
+        raise LinkRefused("not_one_click") from None
+    if form.getall("List-Unsubscribe", []) != ["One-Click"]:
+        raise LinkRefused("not_one_click")
 
 
 # --- pages for what went wrong: never the token in a log line ------------------------------
@@ -181,7 +202,7 @@ class Unsubscribe(Controller):
     async def unsubscribe(self, request: Req, token: FromPath[str]) -> Response[str]:
         """Switch the pair off (again: no change) and confirm it."""
         what = _unsubscribing(request, token)
-        await request.body()  # read only to hold it to MAX_BODY_BYTES (413 beyond)
+        await _one_click(request)
         store: RecipientSettingsStore = request.app.state.recipient_settings
         opt_out = what.opt_out
         settings = await store.switch_off(

@@ -123,6 +123,14 @@ class SandboxConfig(ProviderLimits, frozen=True, tag_field="kind", tag="sandbox"
     circuit: CircuitConfig = CircuitConfig(enabled=False)
 
 
+# A URL scheme (RFC 3986), in lower case as link_schemes names them.
+LinkScheme = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9+.-]{0,31}$")]
+# Schemes no app's own link uses: a browser runs or embeds what follows them.
+SCRIPT_SCHEMES = frozenset(
+    {"javascript", "data", "vbscript", "blob", "file", "about", "filesystem"}
+)
+
+
 class InboxConfig(ProviderLimits, frozen=True, tag_field="kind", tag="inbox"):
     """Clarion's own inbox (IN_APP): each message goes into its recipient's inbox, which the
     recipient's app reads through ``/v1/inbox`` and follows live."""
@@ -135,9 +143,17 @@ class InboxConfig(ProviderLimits, frozen=True, tag_field="kind", tag="inbox"):
     # how long after the newest change: one away longer reads its inbox again.
     feed_length: Annotated[int, msgspec.Meta(ge=10, le=100_000)] = 1000
     feed_minutes: Annotated[int, msgspec.Meta(ge=1, le=30 * 24 * 60)] = 60
+    # URL schemes an IN_APP message's link may have besides https, e.g. ["myapp"] for a
+    # mobile app's own links; a message whose link has another is not sent (FAILED).
+    link_schemes: Annotated[list[LinkScheme], msgspec.Meta(max_length=16)] = []
     # Writing to Redis needs neither a bulkhead nor a breaker.
     max_in_flight: Annotated[int, msgspec.Meta(ge=0, le=10_000)] = 0
     circuit: CircuitConfig = CircuitConfig(enabled=False)
+
+    def __post_init__(self) -> None:
+        for scheme in self.link_schemes:
+            if scheme in SCRIPT_SCHEMES:
+                raise ValueError(f"link_schemes: {scheme!r} runs or embeds content in a browser")
 
     @property
     def feed(self) -> tuple[int, int]:

@@ -16,6 +16,7 @@ from app.catalog import CatalogError, check_for_workers, load_catalog
 from app.cli.campaign import campaign
 from app.cli.dlq import dlq
 from app.cli.projection import projection
+from app.cli.recipient import recipient
 from app.cli.services import services
 from app.cli.status import status
 from app.logging import configure_logging
@@ -230,3 +231,4 @@ main.add_command(campaign)
 main.add_command(projection)
 main.add_command(dlq)
 main.add_command(services)
+main.add_command(recipient)

@@ -93,7 +93,7 @@ class Attempts:
         )
         provider = self.providers[provider_name]
         if isinstance(provider, InboxProvider):
-            return Attempted(provider.outcome(leased, message, self.now_ms()), False)
+            return await self._to_inbox(leased, provider, message)
         timeout = self.catalog.providers[provider_name].timeout_seconds
         try:
             message_id = await self.timeouts.limit(timeout, provider.send(message))
@@ -115,6 +115,16 @@ class Attempts:
             leased, provider_name, message_id, self.now_ms(), rendered.sms_segments
         )
         return Attempted(outcome, False)
+
+    async def _to_inbox(
+        self, leased: LeasedDelivery, provider: InboxProvider, message: Message
+    ) -> Attempted:
+        """The outcome of an IN_APP delivery through Clarion's own inbox: SENT, or FAILED
+        when the inbox refuses the message (a link that is no safe action URL)."""
+        try:
+            return Attempted(provider.outcome(leased, message, self.now_ms()), False)
+        except ProviderError as error:
+            return await self._refused(leased, provider.name, error)
 
     def _unsubscribe_url(self, item: WorkItem) -> str:
         """The one-click unsubscribe link of an EMAIL of a type recipients may switch off,

@@ -4,11 +4,20 @@ There is nobody to call: the worker asks this adapter for the delivery's outcome
 (``outcome``), which records it SENT and puts its message into the recipient's inbox in one
 step. The message is the IN_APP template's title and body, with its ``link`` as the action
 URL and its ``data`` for the app.
+
+An app opens the action URL when the recipient taps the message, so only links that cannot
+run script there are written: ``https://<host>…``, or a scheme the provider's
+``link_schemes`` names (an app's own, e.g. ``myapp:``); no link at all is fine too. Anything
+else (``javascript:``, ``data:``, ``http:``, a relative or scheme-less link, one holding a
+space or control character, which browsers strip before they read the scheme) fails the
+delivery PERMANENT, naming only the scheme.
 """
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
+from urllib.parse import urlsplit
 
 from app.catalog.providers import InboxConfig
 from app.providers.base import Message, ProviderError
@@ -19,6 +28,33 @@ from streams.inbox_messages import InboxMessage
 from streams.vocabulary import ErrorClass
 
 _DAY_MS = 86_400_000
+# What a link may not hold anywhere: C0 controls, space and DEL (browsers drop tabs and
+# line breaks inside a scheme, so "java\tscript:" would run).
+_UNSAFE_CHARACTER = re.compile(r"[\x00-\x20\x7f]")
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
+
+
+def link_refusal(link: str, schemes: frozenset[str]) -> str:
+    """Why an IN_APP message may not carry ``link`` as its action URL ("": it may): it is
+    https with a host, or of one of ``schemes`` (lower case), or empty. Linear time."""
+    if not link:
+        return ""
+    if _UNSAFE_CHARACTER.search(link):
+        return "link: holds a space or control character"
+    scheme, colon, _ = link.partition(":")
+    if not colon or not _SCHEME.fullmatch(scheme):
+        return "link: not an absolute URL (https://…, or a scheme of the provider's link_schemes)"
+    scheme = scheme.lower()
+    if scheme == "https":
+        try:
+            host = urlsplit(link).hostname
+        except ValueError:
+            host = None
+        return "" if host else "link: an https link without a host"
+    if scheme in schemes:
+        return ""
+    allowed = "https, or the provider's link_schemes"
+    return f"link: the scheme {scheme[:20]!r} is not allowed ({allowed})"
 
 
 class InboxProvider:
@@ -27,9 +63,14 @@ class InboxProvider:
     def __init__(self, name: str, config: InboxConfig) -> None:
         self.name = name
         self.config = config
+        self._schemes = frozenset(config.link_schemes)
 
     def outcome(self, leased: LeasedDelivery, message: Message, now_ms: int) -> Outcome:
-        """SENT, with ``message`` in its recipient's inbox."""
+        """SENT, with ``message`` in its recipient's inbox; ``ProviderError`` (PERMANENT)
+        when its link may not be an action URL."""
+        refusal = link_refusal(message.push.link, self._schemes)
+        if refusal:
+            raise ProviderError(ErrorClass.PERMANENT, f"{self.name}: {refusal}")
         item = leased.item
         stored = InboxMessage(
             id=item.delivery_id,

@@ -1,18 +1,19 @@
 """Erasing a recipient (``DELETE /v1/recipients/{id}``): its profile, settings and addresses,
 wherever Clarion kept them.
 
-In order: the recipient's settings hash goes from every shard (profile, preferences, quiet
-hours, dead-address marks), so a notification accepted from then on is one for an unknown
-recipient; each delivery still waiting ends SUPPRESSED ("erased") and its work item, which
-holds the address, is removed (``streams.erasure``); one a worker is sending right now is
-waited for (at most a lease) and then looked at again, so a retry it schedules is erased
-too; dead letters of the recipient are deleted, and its inbox on every shard (the read
-model's copy goes when the projector meets ``RecipientErased``); the sandbox's records of
-calls to its addresses or for its deliveries (the read model names them) are deleted. Last, a
-``RecipientErased`` event, which carries no personal data. The read model never held an
-address (events carry none, error texts are masked), and the suppression list names
-addresses by keyed digest only, so both keep what they have: an address that bounced stays
-suppressed after its owner was erased.
+In order: the recipient's inbox tokens are revoked (``streams.inbox_revocation``: every
+token made until now is refused, and its open realtime streams end); its settings hash goes
+from every shard (profile, preferences, quiet hours, dead-address marks), so a notification
+accepted from then on is one for an unknown recipient; each delivery still waiting ends
+SUPPRESSED ("erased") and its work item, which holds the address, is removed
+(``streams.erasure``); one a worker is sending right now is waited for (at most a lease) and
+then looked at again, so a retry it schedules is erased too; dead letters of the recipient
+are deleted, and its inbox on every shard (the read model's copy goes when the projector
+meets ``RecipientErased``); the sandbox's records of calls to its addresses or for its
+deliveries (the read model names them) are deleted. Last, a ``RecipientErased`` event, which
+carries no personal data. The read model never held an address (events carry none, error
+texts are masked), and the suppression list names addresses by keyed digest only, so both
+keep what they have: an address that bounced stays suppressed after its owner was erased.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from streams.erasure import (
     remove_sandbox_records,
 )
 from streams.events import RecipientErased
+from streams.inbox_revocation import InboxRevocations
 from streams.keys import KeySpace, ShardKeys
 from streams.recipient_settings import RecipientSettingsStore
 
@@ -94,6 +96,9 @@ class Eraser:
     async def erase(self, recipient_id: str) -> Erasure:
         """Erase the recipient; what was done."""
         done = Erasure()
+        # First, so no token reads what is being erased; a token made from now on finds an
+        # empty inbox.
+        await InboxRevocations(self.redis, self.keys).revoke(recipient_id)
         home = self.keys.home_of_recipient(recipient_id)
         settings = RecipientSettingsStore(self.redis, self.keys)
         stored = await settings.get(recipient_id)

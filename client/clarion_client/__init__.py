@@ -1,9 +1,9 @@
 """A typed client for Clarion's producer API: ``Clarion`` (blocking) and ``AsyncClarion``.
 
 It owns the HTTP calls a producer makes: sending notifications, one or in batches of any
-size, reading their status, and campaigns (create, upload recipients, start, progress);
-idempotency keys and retries. It imports nothing of the
-server: only httpx and msgspec.
+size, reading their status, campaigns (create, upload recipients, start, progress), and
+recipient tokens for the inbox (make, revoke); idempotency keys and retries. It imports
+nothing of the server: only httpx and msgspec.
 """
 
 from clarion_client.async_client import AsyncClarion
@@ -28,6 +28,8 @@ from clarion_client.models import (
     DeliveryAtAcceptance,
     DeliveryView,
     FcmTarget,
+    InboxToken,
+    InboxTokensRevoked,
     Notification,
     NotificationStatus,
     Progress,
@@ -58,6 +60,8 @@ __all__ = [
     "DeliveryAtAcceptance",
     "DeliveryView",
     "FcmTarget",
+    "InboxToken",
+    "InboxTokensRevoked",
     "InvalidRequestError",
     "NotFoundError",
     "Notification",

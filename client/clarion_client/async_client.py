@@ -18,6 +18,8 @@ from clarion_client.models import (
     BatchResponse,
     BatchResult,
     CampaignSpec,
+    InboxToken,
+    InboxTokensRevoked,
     Notification,
     NotificationStatus,
     Progress,
@@ -121,6 +123,24 @@ class AsyncClarion:
         """A campaign's progress."""
         response = await self._call("GET", calls.campaign_path(campaign_id))
         return calls.decoded(response, Progress)
+
+    async def create_inbox_token(
+        self, recipient_id: str, *, ttl_seconds: int | None = None
+    ) -> InboxToken:
+        """A token for the recipient's app (scope ``recipients``): it reads that recipient's
+        inbox until it expires (``ttl_seconds``, 60 s to 12 h; default the server's) or is
+        revoked. Each call makes a new one; the earlier ones keep working."""
+        body = calls.encode({"ttl_seconds": ttl_seconds} if ttl_seconds is not None else {})
+        path = calls.inbox_tokens_path(recipient_id)
+        response = await self._call("POST", path, body=body)
+        return calls.decoded(response, InboxToken)
+
+    async def revoke_inbox_tokens(self, recipient_id: str) -> InboxTokensRevoked:
+        """Refuse every token of the recipient made until now (scope ``recipients``), e.g.
+        when it signs out everywhere: its apps' requests are 401 and their open streams end.
+        Tokens made afterwards work. Repeating it is harmless."""
+        response = await self._call("POST", calls.inbox_tokens_path(recipient_id, "revoke"))
+        return calls.decoded(response, InboxTokensRevoked)
 
     async def aclose(self) -> None:
         """Close the connections, unless the caller gave the HTTP client."""

@@ -48,6 +48,12 @@ def campaign_path(campaign_id: str, action: str = "") -> str:
     return f"{path}/{action}" if action else path
 
 
+def inbox_tokens_path(recipient_id: str, action: str = "") -> str:
+    """The path of a recipient's inbox tokens, or of an action on them (``revoke``)."""
+    path = f"/v1/recipients/{quote(recipient_id, safe='')}/inbox-tokens"
+    return f"{path}/{action}" if action else path
+
+
 def new_key() -> str:
     """A fresh idempotency key, for a call whose caller gave none."""
     return str(uuid.uuid4())

@@ -217,6 +217,22 @@ class Progress(msgspec.Struct, frozen=True, kw_only=True):
     ended_at: datetime | None
 
 
+class InboxToken(msgspec.Struct, frozen=True, kw_only=True):
+    """A recipient token, for that recipient's app: it reads the recipient's inbox
+    (``Authorization: Bearer <token>``) until ``expires_at`` or until revoked."""
+
+    recipient_id: str
+    token: str
+    expires_at: datetime
+
+
+class InboxTokensRevoked(msgspec.Struct, frozen=True, kw_only=True):
+    """Every token of the recipient made before ``revoked_before`` is refused from now on."""
+
+    recipient_id: str
+    revoked_before: datetime
+
+
 class ErrorBody(msgspec.Struct, frozen=True, kw_only=True):
     """Every error answer: ``{"status_code": …, "detail": "<what is wrong>"}``."""
 

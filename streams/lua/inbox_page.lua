@@ -2,14 +2,17 @@
 -- carries the pages concurrent requests asked for (``streams.batching``).
 --
 -- Keys and arguments: ``streams.inbox.inbox_page_call`` lays them out.
--- KEYS: per page: the inbox hash, its order
+-- KEYS: per page: the inbox hash, its order, the recipient's revocation epoch (on its home
+--       shard; on any other, a key never written)
 -- ARGV: per page: where to start (``+`` for the newest, else ``(<id>``: older than that
 --       message), how many messages at most (0: only the counts), which ones: "inbox" (not
---       archived), "unread" (not read and not archived) or "archived"
+--       archived), "unread" (not read and not archived) or "archived", and the epoch of the
+--       token asking ("": none to check, see ``streams.inbox_revocation``)
 --
 -- Reply: per page a list: the unread and unseen counts, then per message its id, the
--- message and its state. Messages are walked newest first in chunks, so a filter that skips
--- many still ends.
+-- message and its state; or only "revoked" when the token's epoch is older than the
+-- recipient's. Messages are walked newest first in chunks, so a filter that skips many
+-- still ends.
 
 local function page(messages, order, start, limit, which)
   local counts = redis.call("HMGET", messages, "unread", "unseen")
@@ -46,9 +49,21 @@ local function page(messages, order, start, limit, which)
   return reply
 end
 
+local function revoked(key, epoch)
+  if epoch == "" then
+    return false
+  end
+  local current = redis.call("GET", key)
+  return current ~= false and tonumber(current) > tonumber(epoch)
+end
+
 local pages = {}
-for i = 1, #KEYS / 2 do
-  local at = 3 * (i - 1)
-  pages[i] = page(KEYS[2 * i - 1], KEYS[2 * i], ARGV[at + 1], tonumber(ARGV[at + 2]), ARGV[at + 3])
+for i = 1, #KEYS / 3 do
+  local k, at = 3 * (i - 1), 4 * (i - 1)
+  if revoked(KEYS[k + 3], ARGV[at + 4]) then
+    pages[i] = { "revoked" }
+  else
+    pages[i] = page(KEYS[k + 1], KEYS[k + 2], ARGV[at + 1], tonumber(ARGV[at + 2]), ARGV[at + 3])
+  end
 end
 return pages

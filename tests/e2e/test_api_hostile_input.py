@@ -24,7 +24,9 @@ from cryptography.hazmat.primitives.asymmetric.utils import (
     encode_dss_signature,
 )
 
-from tests.conftest import REPO
+from app.unsubscribe import OptOut, UnsubscribeTokens
+from streams.vocabulary import Channel
+from tests.conftest import DIGEST_SECRET, REPO
 from tests.e2e.api_service import API_KEY, running_api
 
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
@@ -409,3 +411,104 @@ def test_a_host_no_url_can_hold_is_refused_where_twilio_signs_the_url(
     answer = raw_answer(url, head + b"Content-Length: %d\r\n\r\n" % len(STATUS), [STATUS])
     assert answer.startswith(b"HTTP/1.1 400"), answer
     assert b"Host: not a host and port" in answer, answer
+
+
+# --- recipient tokens, revocation and one-click unsubscribe ---------------------------------
+
+INBOX_ENDPOINTS = [
+    ("GET", "/v1/inbox"),
+    ("GET", "/v1/inbox/counts"),
+    ("GET", "/v1/inbox/stream"),
+    ("POST", "/v1/inbox/read-all"),
+    ("POST", "/v1/inbox/0190a7c0-0000-7000-8000-000000000000/read"),
+]
+# Recipient tokens that grant nothing, as the Authorization header's bytes.
+HOSTILE_TOKENS = [
+    b"Bearer d.", b"Bearer .AAAA", b"Bearer d.\xff\xfe", b"Bearer \xc3\x28.AAAA",
+    b"Bearer zz.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", b"Bearer d." + b"A" * 5000,
+    b"Bearer " + b"k" * 40 + b".AAAA", b"Bearer d.####", b"Bearer d.AQ..AQ",
+    b"Bearer AWtJ7oB1c2VyLTQyq6urq6urq6urq6urq6urqw",  # the format before key ids
+    b"Bearer", b"bearer  d.AAAA", b"Basic \xff",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("method", "path"), INBOX_ENDPOINTS)
+@pytest.mark.parametrize("authorization", HOSTILE_TOKENS)
+def test_a_hostile_recipient_token_is_refused_saying_why(
+    api: httpx.Client, method: str, path: str, authorization: bytes
+) -> None:
+    response = api.request(method, path, headers={b"Authorization": authorization})
+    assert response.status_code == 401, response.text
+    assert_refused(response)
+
+
+def recipient_token(api: httpx.Client, recipient_id: str = "u-1") -> str:
+    made = api.post(f"{RECIPIENT[:-3]}/{recipient_id}/inbox-tokens", json={}, headers=AUTH)
+    assert made.status_code == 201, made.text
+    return str(made.json()["token"])
+
+
+@pytest.mark.parametrize(("method", "path"), INBOX_ENDPOINTS)
+def test_a_revoked_or_query_token_is_refused_saying_why(
+    api: httpx.Client, method: str, path: str
+) -> None:
+    token = recipient_token(api, "u-hostile")
+    if not path.endswith("/stream"):  # ?token= is for EventSource only
+        response = api.request(method, f"{path}?token={token}")
+        assert response.status_code == 401, response.text
+        assert_refused(response)
+    revoked = api.post("/v1/recipients/u-hostile/inbox-tokens/revoke", headers=AUTH)
+    assert revoked.status_code == 200, revoked.text
+    response = api.request(method, path, headers={"Authorization": f"Bearer {token}"})
+    assert response.status_code == 401, response.text
+    assert_refused(response)
+
+
+# (Any 1-255 printable characters are a recipient id, as when a token is made.)
+@pytest.mark.parametrize("recipient", ["a" * 300, "%00", "u-1%0D%0AX: y", "%7F", "%1B[31m"])
+def test_a_revoke_for_a_hostile_recipient_id_is_refused_saying_why(
+    api: httpx.Client, recipient: str
+) -> None:
+    response = api.post(f"/v1/recipients/{recipient}/inbox-tokens/revoke", headers=AUTH)
+    assert 400 <= response.status_code < 500, response.text
+    assert_refused(response)
+
+
+def unsubscribe_path() -> str:
+    """A working one-click link of the running API (its digest secret is the tests')."""
+    tokens = UnsubscribeTokens(DIGEST_SECRET)
+    opt_out = OptOut("u-hostile", "order_confirmed", Channel.EMAIL, int(time.time()) + 3600)
+    return f"/v1/unsubscribe/{tokens.make(opt_out)}"
+
+
+FORM = "application/x-www-form-urlencoded"
+# One-click POSTs that are not RFC 8058's form: (body, content type; None: no header).
+NOT_ONE_CLICK: list[tuple[bytes, str | None]] = [
+    (b"", None), (b"", FORM), (b"foo=bar", FORM), (b"List-Unsubscribe=One-Click", "text/plain"),
+    (b"List-Unsubscribe=One-Click", None), (b"List-Unsubscribe=one-click", FORM),
+    (b"List-Unsubscribe=One-Click&List-Unsubscribe=One-Click", FORM),
+    (b"List-Unsubscribe=One-Click\xff", FORM), (b"%ZZ=%ZZ&" * 100, FORM),
+    (b"=" * 1000, FORM), (b"&" * 1000, FORM), (b'{"List-Unsubscribe": "One-Click"}',
+    "application/json"), (b"garbage", "multipart/form-data; boundary=x"),
+    (b"List-Unsubscribe=One-Click", "multipart/form-data"),
+    (b'--x\r\nContent-Disposition: form-data; name="List-Unsubscribe"\r\n'
+     b"Content-Type: text/plain; charset=utf-8\r\n\r\nOne-Click\xe9\r\n--x--\r\n",
+     "multipart/form-data; boundary=x"),
+    (b'--x\r\nContent-Disposition: form-data; name="List-Unsubscribe"\r\n'
+     b"Content-Type: text/plain; charset=no-such-charset\r\n\r\nOne-Click\r\n--x--\r\n",
+     "multipart/form-data; boundary=x"),
+    (b"--x\r\n" * 200, "multipart/form-data; boundary=x"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("body", "content_type"), NOT_ONE_CLICK)
+def test_an_unsubscribe_post_without_the_one_click_form_changes_nothing(
+    api: httpx.Client, body: bytes, content_type: str | None
+) -> None:
+    path = unsubscribe_path()
+    headers = {"Content-Type": content_type} if content_type else {}
+    response = api.post(path, content=body, headers=headers)
+    assert 400 <= response.status_code < 500, response.text
+    assert response.headers["content-type"].startswith("text/html")
+    settings = api.get("/v1/recipients/u-hostile/settings", headers=AUTH)
+    assert settings.status_code == 404 or settings.json()["version"] == 0, settings.text

@@ -57,6 +57,18 @@ async def test_send_repeat_and_read_back(api_url: str) -> None:
     assert [d.channel for d in status.deliveries] == ["SMS"]
 
 
+async def test_a_recipient_token_is_made_and_revoked(api_url: str) -> None:
+    async with AsyncClarion(api_url, API_KEY) as clarion:
+        made = await clarion.create_inbox_token("user-43")
+        before = await clarion.revoke_inbox_tokens("user-43")
+        later = await clarion.create_inbox_token("user-43")
+    assert before.recipient_id == made.recipient_id == "user-43"
+    async with httpx.AsyncClient(base_url=api_url) as app:
+        for token, status in ((made.token, 401), (later.token, 200)):
+            answer = await app.get("/v1/inbox", headers={"Authorization": f"Bearer {token}"})
+            assert answer.status_code == status
+
+
 async def test_a_batch_past_the_limit_goes_in_parts(api_url: str) -> None:
     batch_requests = []
 

@@ -9,6 +9,7 @@ import contextlib
 import json
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
@@ -63,6 +64,21 @@ def test_a_sent_notification_can_be_read_back(clarion: Clarion) -> None:
     status = clarion.get_notification(accepted.id)
     assert (status.id, status.type, status.recipient_id) == (accepted.id, "otp", "user-42")
     assert [d.id for d in status.deliveries] == [delivery.id]
+
+
+def test_a_recipient_token_is_made_and_revoked(clarion: Clarion, api_url: str) -> None:
+    made = clarion.create_inbox_token("user-42", ttl_seconds=600)
+    assert (made.recipient_id, made.token.startswith("d.")) == ("user-42", True)
+    assert 590 <= (made.expires_at - datetime.now(UTC)).total_seconds() <= 600
+    inbox = f"{api_url}/v1/inbox"
+    app = {"Authorization": f"Bearer {made.token}"}
+    assert httpx.get(inbox, headers=app).status_code == 200
+    revoked = clarion.revoke_inbox_tokens("user-42")
+    assert revoked.recipient_id == "user-42"
+    assert revoked.revoked_before <= datetime.now(UTC) + timedelta(seconds=5)
+    assert httpx.get(inbox, headers=app).status_code == 401
+    later = clarion.create_inbox_token("user-42")
+    assert httpx.get(inbox, headers={"Authorization": f"Bearer {later.token}"}).status_code == 200
 
 
 def test_the_same_key_answers_the_same_notification(clarion: Clarion) -> None:

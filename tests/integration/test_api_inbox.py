@@ -18,9 +18,10 @@ from app.api.app import create_app
 from app.catalog import Catalog
 from app.settings import Settings
 from streams.keys import KeySpace
-from tests.conftest import ORDERS, PROFILES, Clock, http_client
+from tests.conftest import ORDERS, PROFILES, Clock, http_client, stream_events
 from tests.integration.api_support import post
 from tests.integration.delivery_support import running_worker, state, wait_until
+from tests.integration.test_api_unsubscribe import link as unsubscribe_link
 
 Client = httpx.AsyncClient
 ORIGIN = "https://app.example.com"
@@ -161,7 +162,7 @@ async def test_a_missing_tampered_or_expired_token_is_401(
         response = await client.get("/v1/inbox", headers=bearer(tampered))
         assert response.status_code == 401
         assert "forged" in response.json()["detail"] or "malformed" in response.json()["detail"]
-        assert (await client.get(f"/v1/inbox/counts?token={token}")).status_code == 200
+        assert (await client.get("/v1/inbox/counts", headers=bearer(token))).status_code == 200
         clock.now += timedelta(seconds=61)
         response = await client.get("/v1/inbox", headers=bearer(token))
         assert response.status_code == 401
@@ -181,3 +182,93 @@ async def test_the_demo_page_and_its_script_are_served_with_a_strict_policy(
     assert "default-src 'none'" in policy
     assert '<script src="/inbox/demo.js">' in page.text
     assert "EventSource" in script.text
+
+
+async def test_a_token_in_the_query_is_taken_by_the_stream_only(client: Client) -> None:
+    token = await token_for(client, "u-1")
+    for method, path in (
+        ("GET", "/v1/inbox"),
+        ("GET", "/v1/inbox/counts"),
+        ("POST", "/v1/inbox/read-all"),
+        ("POST", "/v1/inbox/0190a7c0-0000-7000-8000-000000000000/read"),
+    ):
+        response = await client.request(method, f"{path}?token={token}")
+        assert response.status_code == 401, path
+        assert "Authorization: Bearer" in response.json()["detail"], path
+        assert "stream only" in response.json()["detail"], path
+    assert (await client.get("/v1/inbox", headers=bearer(token))).status_code == 200
+
+
+async def revoke(client: Client, recipient: str, headers: dict[str, str] = PROFILES) -> Any:
+    return await client.post(f"/v1/recipients/{recipient}/inbox-tokens/revoke", headers=headers)
+
+
+async def test_revoking_refuses_every_token_made_before_on_every_endpoint(
+    client: Client, real_redis: Redis, key_prefix: str, catalog: Catalog
+) -> None:
+    [message_id] = await deliver(client, real_redis, key_prefix, catalog, [("u-1", "V-1")])
+    old, others = await token_for(client, "u-1"), await token_for(client, "u-2")
+    assert (await client.get("/v1/inbox/counts", headers=bearer(old))).json()["unread"] == 1
+    assert (await revoke(client, "u-1", ORDERS)).status_code == 403  # send+read only
+    answer = await revoke(client, "u-1")
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["recipient_id"] == "u-1"
+    assert "revoked_before" in answer.json()
+    for method, path in (
+        ("GET", "/v1/inbox"),
+        ("GET", "/v1/inbox/counts"),
+        ("POST", "/v1/inbox/read-all"),
+        ("POST", f"/v1/inbox/{message_id}/read"),
+        ("POST", "/v1/inbox/not-a-message/read"),
+        ("GET", "/v1/inbox/stream"),
+    ):
+        response = await client.request(method, path, headers=bearer(old))
+        assert response.status_code == 401, path
+        assert response.json()["detail"] == "the recipient token is revoked", path
+    events = await stream_events(real_redis, KeySpace(key_prefix).shard(0).events)
+    assert not any(type(event).__name__ == "InboxMessageRead" for event in events)
+    # A token made after it works; another recipient's never stopped working.
+    new = await token_for(client, "u-1")
+    assert (await client.get("/v1/inbox/counts", headers=bearer(new))).json()["unread"] == 1
+    assert (await client.get("/v1/inbox", headers=bearer(others))).status_code == 200
+
+
+async def test_a_revoke_names_a_recipient_as_a_token_request_does(client: Client) -> None:
+    assert (await revoke(client, "u-1", {})).status_code == 401
+    assert (await revoke(client, "x" * 300)).status_code == 422
+
+
+async def test_recipient_token_keys_rotate_without_touching_unsubscribe_links_or_digests(
+    real_redis: Redis, settings: Settings, catalog: Catalog, clock: Clock
+) -> None:
+    old_key, new_key = (
+        ("k1", b"the-old-recipient-token-key"),
+        ("k2", b"the-new-recipient-token-key"),
+    )
+
+    def app_with(*keys: tuple[str, bytes]) -> Litestar:
+        return create_app(
+            dataclasses.replace(settings, inbox_token_keys=keys),
+            redis=real_redis, catalog=catalog, clock=clock,
+        )  # fmt: skip
+
+    async with http_client(app_with()) as derived:
+        from_digest = await token_for(derived, "u-1")
+    async with http_client(app_with(old_key)) as before:
+        made_before = await token_for(before, "u-1")
+    async with http_client(app_with(new_key, old_key)) as rotating:
+        made_during = await token_for(rotating, "u-1")
+        assert (made_before[:3], made_during[:3]) == ("k1.", "k2.")
+        for token in (made_before, made_during):
+            assert (await rotating.get("/v1/inbox", headers=bearer(token))).status_code == 200
+        # Configured keys replace the one derived from the digest secret.
+        response = await rotating.get("/v1/inbox", headers=bearer(from_digest))
+        assert response.status_code == 401
+    async with http_client(app_with(new_key)) as after:
+        assert (await after.get("/v1/inbox", headers=bearer(made_during))).status_code == 200
+        response = await after.get("/v1/inbox", headers=bearer(made_before))
+        assert (response.status_code, response.json()["detail"]) == (
+            401, "the recipient token is forged",
+        )  # fmt: skip
+        # An unsubscribe link (signed under the digest secret) still works.
+        assert (await after.get(unsubscribe_link(clock))).status_code == 200

@@ -130,7 +130,7 @@ async def test_repeating_it_is_harmless_and_records_nothing_more(
 ) -> None:
     path = link(clock)
     first = await client.post(path, **ONE_CLICK)
-    again = await client.post(path)  # the page's button sends the same; any small body does
+    again = await client.post(path, **ONE_CLICK)  # the page's button sends the same
     assert (first.status_code, again.status_code) == (200, 200)
     assert "You are unsubscribed" in again.text
     assert len(await events(redis, key_prefix)) == 1
@@ -212,6 +212,63 @@ async def test_a_type_that_can_no_longer_be_switched_off_is_refused(
         assert response.status_code == 400
         assert "cannot be switched off" in response.text
     assert await events(redis, key_prefix) == []
+
+
+MULTIPART = "multipart/form-data; boundary=b0undary"
+
+
+def multipart(name: bytes, value: bytes) -> bytes:
+    return (
+        b'--b0undary\r\nContent-Disposition: form-data; name="' + name + b'"\r\n'
+        b"Content-Type: text/plain; charset=utf-8\r\n\r\n" + value + b"\r\n--b0undary--\r\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type"),
+    [
+        (b"", None),
+        (b"", "application/x-www-form-urlencoded"),
+        (b"foo=bar", "application/x-www-form-urlencoded"),
+        (b"List-Unsubscribe=One-Click", "text/plain"),
+        (b"List-Unsubscribe=One-Click", None),
+        (b"List-Unsubscribe=one-click", "application/x-www-form-urlencoded"),
+        (b"List-Unsubscribe=One-Click&List-Unsubscribe=No", "application/x-www-form-urlencoded"),
+        (b"List-Unsubscribe", "application/x-www-form-urlencoded"),
+        (b"List-Unsubscribe=One-Click\xff", "application/x-www-form-urlencoded"),
+        (b'{"List-Unsubscribe": "One-Click"}', "application/json"),
+        (b"garbage", MULTIPART),
+        (b"--b0undary\r\n\r\n", MULTIPART),
+        (multipart(b"foo", b"bar"), MULTIPART),
+        (multipart(b"List-Unsubscribe", b"One-Click\xe9"), MULTIPART),
+        (b"List-Unsubscribe=One-Click", "multipart/form-data"),  # no boundary
+    ],
+)
+async def test_a_post_without_the_one_click_form_changes_nothing(
+    client: Client,
+    clock: Clock,
+    redis: Redis,
+    key_prefix: str,
+    body: bytes,
+    content_type: str | None,
+) -> None:
+    headers = {"Content-Type": content_type} if content_type else {}
+    response = await client.post(link(clock), content=body, headers=headers)
+    assert response.status_code == 400
+    assert_safe_page(response)
+    assert "Nothing was changed" in response.text or "multipart" in response.text
+    assert await events(redis, key_prefix) == []
+    assert (await settings_of(client))["version"] == 0
+
+
+async def test_a_multipart_one_click_post_unsubscribes(
+    client: Client, clock: Clock, redis: Redis, key_prefix: str
+) -> None:
+    body = multipart(b"List-Unsubscribe", b"One-Click")
+    response = await client.post(link(clock), content=body, headers={"Content-Type": MULTIPART})
+    assert response.status_code == 200
+    assert "You are unsubscribed" in response.text
+    assert len(await events(redis, key_prefix)) == 1
 
 
 async def test_a_body_larger_than_a_one_click_post_is_refused(

@@ -158,3 +158,76 @@ async def test_the_inbox_keeps_only_its_newest_messages(real_redis: Redis, key_p
     inbox = keys.shard(0).inbox("u-1")
     assert 0 < await real_redis.pttl(inbox.messages) <= 30 * 86400 * 1000
     assert await real_redis.xlen(inbox.feed) == 5
+
+
+LINKED = """
+[providers.inbox]
+kind = "inbox"
+link_schemes = ["myapp"]
+
+[channels.IN_APP]
+provider = "inbox"
+
+[types.linked]
+channels = ["IN_APP"]
+priority = "NORMAL"
+ttl_seconds = 300
+opt_out = true
+
+[types.linked.templates.en.IN_APP]
+title = "See"
+body = "Open it."
+link = "{{ url }}"
+"""
+# Each link a notification's data may make, and whether the inbox takes it.
+LINKS = {
+    "https://shop.example/o/1": True,
+    "HTTPS://shop.example/o/2": True,
+    "myapp://orders/3": True,
+    "": True,
+    "javascript:alert(1)": False,
+    "JavaScript:alert(1)": False,
+    "java\tscript:alert(1)": False,
+    " javascript:alert(1)": False,
+    "data:text/html,<script>alert(1)</script>": False,
+    "vbscript:msgbox(1)": False,
+    "http://shop.example/o/1": False,
+    "/orders/1": False,
+    "//evil.example/o/1": False,
+    "https:///no-host": False,
+    "otherapp://x": False,
+}
+
+
+async def test_only_https_and_configured_links_reach_the_inbox(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    keys = KeySpace(key_prefix)
+    linked = parse_catalog(LINKED)
+    ids = {}
+    for number, link in enumerate(LINKS):
+        body = {"recipient": {"id": "u-1"}, "type": "linked", "data": {"url": link}}
+        answer = await accept(real_redis, keys, linked, body, f"k-{number}")
+        ids[link] = answer["deliveries"][0]["id"]
+
+    async def all_ended() -> bool:
+        states = [await state(real_redis, keys, delivery_id) for delivery_id in ids.values()]
+        return all(found.get("status") in ("SENT", "FAILED") for found in states)
+
+    async with running_worker(real_redis, keys, linked):
+        await wait_until(all_ended)
+    page = await InboxStore(real_redis, keys).page("u-1", limit=100)
+    assert sorted(stored.message.action_url for stored in page.messages) == sorted(
+        link for link, taken in LINKS.items() if taken
+    )
+    for link, taken in LINKS.items():
+        found = await state(real_redis, keys, ids[link])
+        if taken:
+            assert found["status"] == "SENT", link
+        else:
+            # One attempt, no retry: the delivery failed for good, saying why.
+            assert (found["status"], found["attempts"]) == ("FAILED", "1"), link
+            assert found["error_class"] == "PERMANENT", link
+            assert "inbox: link: " in found["last_error"], link
+            assert "alert" not in found["last_error"]
+            assert "shop.example" not in found["last_error"]

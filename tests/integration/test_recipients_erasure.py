@@ -120,8 +120,17 @@ async def test_an_erased_recipient_s_addresses_are_nowhere_afterwards(
     assert all(address in before for address in ADDRESSES)  # the search finds them there
     assert await real_redis.exists(keys.shard(0).inbox("erika").messages) == 1
 
+    made = await api.post("/v1/recipients/erika/inbox-tokens", json={}, headers=PROFILES)
+    app_token = {"Authorization": f"Bearer {made.json()['token']}"}
+    assert (await api.get("/v1/inbox", headers=app_token)).status_code == 200
+
     erased = await api.delete("/v1/recipients/erika", headers=PROFILES)
     assert erased.status_code == 200
+    # Its app's token no longer reads anything, even what arrives for the id afterwards.
+    refused = await api.get("/v1/inbox", headers=app_token)
+    assert (refused.status_code, refused.json()["detail"]) == (
+        401, "the recipient token is revoked",
+    )  # fmt: skip
     assert erased.json() == {
         "recipient_id": "erika", "deliveries_ended": len(waiting["deliveries"]),
         "dead_letters_removed": 1, "still_in_flight": 0,

@@ -54,10 +54,12 @@ from streams.feedback import (
     feedback_apply_call,
     feedback_take_call,
 )
-from streams.inbox import InboxStore, PageAsk, inbox_mark_call, inbox_page_call
+from streams.inbox import InboxStore, inbox_mark_call
 from streams.inbox import changed as inbox_changed
 from streams.inbox_messages import InboxMessage
 from streams.inbox_messages import decode as decode_inbox_message
+from streams.inbox_pages import PageAsk, inbox_page_call
+from streams.inbox_revocation import inbox_revoke_call
 from streams.ingest import IngestItem, ingest_call
 from streams.ingest_quota import QuotaRates, ingest_quota_call
 from streams.keys import KeySpace
@@ -614,6 +616,36 @@ async def test_inbox_page(real_redis: Redis, key_prefix: str, catalog: Catalog) 
     assert reply[:2] == [b"1", b"1"]  # unread, unseen
     assert (reply[2].decode(), reply[4]) == (in_app.item.delivery_id, b"0 0 0 3")
     assert decode_inbox_message(reply[3]).title == "t"
+    # A token's epoch is checked against the recipient's: older is refused, nothing read.
+    revoked = keys.shard(0).inbox(in_app.item.recipient_id).revoked
+    await real_redis.set(revoked, 1_000)
+    asks = [PageAsk(keys.shard(0), in_app.item.recipient_id, "", 5, "inbox", epoch)
+            for epoch in (999, 1_000)]  # fmt: skip
+    assert await run(real_redis, scripts.INBOX_PAGE, inbox_page_call(asks)) == [[b"revoked"], reply]
+
+
+async def test_inbox_revoke(real_redis: Redis, key_prefix: str) -> None:
+    keys = KeySpace(key_prefix)
+    key = keys.shard(0).inbox("u-1").revoked
+    async with real_redis.pubsub() as pubsub:
+        await pubsub.subscribe(keys.inbox_live)
+        first = await run(
+            real_redis, scripts.INBOX_REVOKE, inbox_revoke_call(key, keys.inbox_live, "u-1")
+        )
+        again = await run(
+            real_redis, scripts.INBOX_REVOKE, inbox_revoke_call(key, keys.inbox_live, "u-1")
+        )
+        assert first > 1_700_000_000_000  # the Redis clock in ms
+        assert again > first
+        assert await real_redis.get(key) == str(again).encode()
+        published = []
+        for _ in range(10):  # at most 20 s
+            if len(published) == 2:
+                break
+            message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=2)
+            if message is not None:
+                published.append(message["data"])
+    assert published == [b"\x1frevoked\x1fu-1"] * 2
 
 
 async def test_inbox_mark(real_redis: Redis, key_prefix: str, catalog: Catalog) -> None:

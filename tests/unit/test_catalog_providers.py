@@ -139,3 +139,20 @@ def test_the_inbox_calls_nobody_so_its_time_limit_does_not_meet_the_lease() -> N
         "x.toml",
     )
     assert check_for_workers(catalog, {}, lease_ms=2_000) == {"inbox": {}}
+
+
+@pytest.mark.parametrize(
+    ("schemes", "refused"),
+    [
+        ('["javascript"]', "runs or embeds content"),
+        ('["data"]', "runs or embeds content"),
+        ('["MyApp"]', "link_schemes"),
+        ('["my app"]', "link_schemes"),
+    ],
+)
+def test_an_inbox_takes_only_app_schemes_for_its_links(schemes: str, refused: str) -> None:
+    text = f'[providers.inbox]\nkind = "inbox"\nlink_schemes = {schemes}\n'
+    with pytest.raises(CatalogError) as caught:
+        parse_catalog(text)
+    assert refused in str(caught.value)
+    parse_catalog('[providers.inbox]\nkind = "inbox"\nlink_schemes = ["myapp", "http"]\n')

@@ -13,6 +13,7 @@ from clarion_client.calls import (
     checked_base_url,
     decoded,
     headers,
+    inbox_tokens_path,
     new_key,
     status_path,
 )
@@ -54,6 +55,11 @@ def test_campaign_paths_quote_the_id() -> None:
     assert campaign_path("019ae") == "/v1/campaigns/019ae"
     assert campaign_path("019ae", "start") == "/v1/campaigns/019ae/start"
     assert campaign_path("a/b", "recipients") == "/v1/campaigns/a%2Fb/recipients"
+
+
+def test_inbox_token_paths_quote_the_recipient_id() -> None:
+    assert inbox_tokens_path("u-1") == "/v1/recipients/u-1/inbox-tokens"
+    assert inbox_tokens_path("a/b?c", "revoke") == "/v1/recipients/a%2Fb%3Fc/inbox-tokens/revoke"
 
 
 def test_new_keys_are_fresh_uuids() -> None:

@@ -237,3 +237,34 @@ def test_unsubscribe_links_last_60_days_unless_told_otherwise() -> None:
     assert Settings.from_env({}).unsubscribe_ttl_seconds == 60 * 86400
     settings = Settings.from_env({"CLARION_UNSUBSCRIBE_TTL": "86400"})
     assert settings.unsubscribe_ttl_seconds == 86400
+
+
+def test_recipient_token_keys_are_read_in_order_and_never_shown() -> None:
+    env = {"CLARION_INBOX_TOKEN_KEYS": " k2:the-newest-token-secret , k1:an-older-token-secret"}
+    settings = Settings.from_env(env)
+    assert settings.inbox_token_keys == (
+        ("k2", b"the-newest-token-secret"),
+        ("k1", b"an-older-token-secret"),
+    )
+    assert "token-secret" not in repr(settings)
+    assert Settings.from_env({}).inbox_token_keys == ()  # derived from the digest secret
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ("k1", "must look like <key id>:<secret>"),
+        (":a-long-enough-secret-1", "must look like"),
+        ("k.1:a-long-enough-secret-1", "must look like"),
+        ("k1:short-secret-1", "at least 16 characters"),
+        ("k1:a-long-enough-secret-1,k1:a-long-enough-secret-2", "given twice"),
+        (",".join(f"k{n}:a-long-enough-secret-{n}" for n in range(9)), "at most 8 keys"),
+    ],
+)
+def test_a_bad_recipient_token_key_is_refused_without_showing_the_secret(
+    value: str, says: str
+) -> None:
+    with pytest.raises(SettingsError, match=says) as refused:
+        Settings.from_env({"CLARION_INBOX_TOKEN_KEYS": value})
+    assert "secret-" not in str(refused.value)
+    assert "short-secret" not in str(refused.value)
