@@ -18,11 +18,12 @@ from typing import Any
 import msgspec
 import pytest
 
-from app import signed_tokens
+from app import inbox_tokens, signed_tokens
+from app.feedback import callbacks
 from app.api import body
 from app.ingest import profiles, quiet_hours, requests
 from app.ingest.quiet_hours import QuietHoursError
-from app.providers import apns, smtp, ssrf, webpush, webpush_message
+from app.providers import apns, inbox, smtp, ssrf, webpush, webpush_message
 from app.validation import describe
 from streams.events import QuietHoursSetting
 from tests.conftest import REPO
@@ -87,6 +88,11 @@ def applications(text: str) -> Iterator[tuple[str, Callable[[], object]]]:
     # A signed token: an unsubscribe link's path, a recipient token (its length is checked
     # first: this is a bound).
     yield "signed_tokens._BASE64URL", lambda: signed_tokens._BASE64URL.fullmatch(text)
+    yield "inbox_tokens.KEY_ID", lambda: inbox_tokens.KEY_ID.fullmatch(text)
+    # A Standard Webhooks callback's webhook-id header; an IN_APP link filled from data.
+    yield "callbacks._VISIBLE", lambda: callbacks._VISIBLE.fullmatch(text.encode())
+    yield "inbox._UNSAFE_CHARACTER", lambda: inbox._UNSAFE_CHARACTER.search(text)
+    yield "inbox._SCHEME", lambda: inbox._SCHEME.fullmatch(text)
     # A body the cut reads starts with a bracket.
     encoded = text.encode()
     yield "body._RUNS", lambda: runs_of(b"[" + encoded)
@@ -134,6 +140,8 @@ NOT_REQUEST_TEXT = {
     "app.settings._PREFIX",
     "app.settings._URL_CHARACTERS",
     "app.settings._ORIGIN",
+    "app.settings._KEY_ID",
+    "app.catalog.providers.LinkScheme",
     "projections.database._MIGRATION_FILE",
 }
 TESTED = {
@@ -143,6 +151,10 @@ TESTED = {
     "app.validation._PATH",
     "app.api.body._RUNS",
     "app.signed_tokens._BASE64URL",
+    "app.inbox_tokens.KEY_ID",
+    "app.feedback.callbacks._VISIBLE",
+    "app.providers.inbox._UNSAFE_CHARACTER",
+    "app.providers.inbox._SCHEME",
     # test_logging.py
     "app.logging._EMAIL",
     "app.logging._PHONE",
