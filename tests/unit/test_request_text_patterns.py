@@ -19,8 +19,8 @@ import msgspec
 import pytest
 
 from app import inbox_tokens, signed_tokens
-from app.feedback import callbacks
 from app.api import body
+from app.feedback import callbacks
 from app.ingest import profiles, quiet_hours, requests
 from app.ingest.quiet_hours import QuietHoursError
 from app.providers import apns, inbox, smtp, ssrf, webpush, webpush_message
