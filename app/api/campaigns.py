@@ -23,8 +23,8 @@ from litestar.exceptions import ClientException, NotFoundException
 from litestar.params import FromPath, HeaderParameter, QueryParameter
 
 from app.api.auth import authorize
-from app.api.body import decode_body, documented_body
-from app.api.errors import AUTHENTICATED, BodyTooLarge
+from app.api.body import documented_body, read_json
+from app.api.errors import AUTHENTICATED, BodyTooLarge, NotJson
 from app.api.methods import allowed
 from app.api.notifications import check_key
 from app.api.read_model import UNAVAILABLE, ReadModel
@@ -113,13 +113,13 @@ class CampaignCollection(Controller):
     @post(
         status_code=201,
         dependencies=documented_body(CampaignSpec),
-        raises=[*AUTHENTICATED, BodyTooLarge],
+        raises=[*AUTHENTICATED, BodyTooLarge, NotJson],
     )
     async def create_campaign(self, request: Req) -> Progress:
         """Create a campaign (a draft: upload its recipients, or give a segment, then start
         it)."""
         producer = authorize(request, "send").producer
-        spec = decode_body(await request.body(), CampaignSpec)
+        spec = await read_json(request, CampaignSpec)
         try:
             campaign = await _campaigns(request).create(producer, spec)
         except CampaignError as error:
@@ -158,7 +158,7 @@ async def get_campaign(request: Req, campaign_id: FromPath[str]) -> Progress:
     status_code=200,
     dependencies=documented_body(Upload),
     request_max_body_size=MAX_UPLOAD_BYTES,
-    raises=[*_RAISES, BodyTooLarge],
+    raises=[*_RAISES, BodyTooLarge, NotJson],
 )
 async def upload_recipients(
     request: Req, campaign_id: FromPath[str], idempotency_key: UploadKey = None
@@ -166,7 +166,7 @@ async def upload_recipients(
     """Append recipient ids to a draft campaign's audience (up to 10,000 per call)."""
     producer = authorize(request, "send").producer
     key = "" if idempotency_key is None else check_key(idempotency_key)
-    upload = decode_body(await request.body(), Upload)
+    upload = await read_json(request, Upload)
     try:
         added, campaign = await _campaigns(request).add_recipients(
             producer, campaign_id, upload.recipients, key
