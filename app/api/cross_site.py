@@ -27,7 +27,6 @@ from typing import Final
 from urllib.parse import urlsplit
 
 import msgspec
-from litestar.enums import ScopeType
 from litestar.types import (
     ASGIApp,
     HTTPResponseBodyEvent,
@@ -41,8 +40,12 @@ from app.api.inbox_cors import PREFIX as INBOX_PREFIX
 
 # Methods that change nothing: never refused here.
 SAFE_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
+# ... and None: a scope that is no HTTP request (a WebSocket's has no method).
+_UNCHECKED: Final = frozenset({*SAFE_METHODS, None})
 # Paths authenticated by what the request itself carries, never by what a browser holds.
 EXEMPT_PREFIXES: Final = ("/v1/feedback/", "/v1/unsubscribe/")
+# What only a browser sends (a server may too, but then it holds nothing a page could use).
+_BROWSER_HEADERS: Final = frozenset({b"origin", b"sec-fetch-site"})
 # Sec-Fetch-Site values of the service's own pages (or, "none", of the user's own doing).
 _OWN_SITES: Final = frozenset({b"same-origin", b"none"})
 _OTHER_SITES: Final = frozenset({b"cross-site", b"same-site"})
@@ -58,7 +61,8 @@ class CrossSiteGuard:
     """An ASGI middleware (``DefineMiddleware(CrossSiteGuard, public_url=..., inbox_origins=...)``).
 
     A safe method passes after one comparison; a state-changing one costs one pass over the
-    request's headers, as ``app.api.auth`` reads ``Authorization``.
+    request's header names (0.3 µs for a server's six), and a second one only when a browser
+    sent it.
     """
 
     def __init__(self, app: ASGIApp, *, public_url: str, inbox_origins: tuple[str, ...]) -> None:
@@ -67,21 +71,21 @@ class CrossSiteGuard:
         self.inbox_origins = frozenset(origin.encode("latin-1") for origin in inbox_origins)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            scope["type"] != ScopeType.HTTP
-            or scope.get("method") in SAFE_METHODS
-            or scope["path"].startswith(EXEMPT_PREFIXES)
-        ):
-            await self.app(scope, receive, send)
-            return
-        why = self.refusal(scope)
-        if why is None:
-            await self.app(scope, receive, send)
-            return
-        await _forbidden(send, why)
+        # Cheapest first: this runs on every request, ingest's included.
+        if scope.get("method") not in _UNCHECKED:
+            for name, _ in scope["headers"]:
+                if name in _BROWSER_HEADERS:  # else no browser sent it: nothing to look at
+                    why = self.refusal(scope)
+                    if why is not None:
+                        await _forbidden(send, why)
+                        return
+                    break
+        await self.app(scope, receive, send)
 
     def refusal(self, scope: Scope) -> str | None:
         """Why the state-changing request ``scope`` is refused as another site's, or None."""
+        if scope["path"].startswith(EXEMPT_PREFIXES):
+            return None
         origin = site = host = None
         for name, value in scope["headers"]:
             if name == b"origin":
