@@ -113,7 +113,8 @@ class CrossSiteGuard:
         origin = origin.lower()
         if origin == self.own_origin:
             return True
-        return host is not None and origin.partition(b"://")[2] == host.lower()
+        authority = origin.partition(b"://")[2]  # empty for "null"
+        return bool(authority) and host is not None and authority == host.lower()
 
 
 def public_origin(public_url: str) -> bytes | None:

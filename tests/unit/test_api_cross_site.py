@@ -132,6 +132,17 @@ async def test_paths_whose_credential_is_in_the_request_itself_pass_from_any_sit
     assert calls == [f"POST {path}"]
 
 
+async def test_origin_null_is_not_the_services_own_even_without_a_host() -> None:
+    async def changed(scope: Any, receive: Any, send: Any) -> None:
+        raise AssertionError("reached")
+
+    guard = CrossSiteGuard(changed, public_url="", inbox_origins=())
+    scope = {"method": "POST", "path": "/v1/dlq/replay", "headers": [(b"origin", b"null")]}
+    assert guard.refusal(scope) is not None  # type: ignore[arg-type]
+    with_empty_host = {**scope, "headers": [(b"host", b""), (b"origin", b"null")]}
+    assert guard.refusal(with_empty_host) is not None  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(
     ("public_url", "origin"),
     [
