@@ -47,6 +47,8 @@ VIEWER = {"Authorization": "Bearer viewer-secret"}
 PROFILES = {"Authorization": "Bearer profiles-secret"}
 # An operator: every producer's dead letters.
 OPS = {"Authorization": "Bearer ops-secret"}
+# What a body the API decodes as JSON is declared as (415 otherwise).
+JSON = {"Content-Type": "application/json"}
 DIGEST_SECRET = b"test-digest-secret"
 DIGEST = AddressDigest(DIGEST_SECRET)
 # A marketing notification to a recipient with an email address and a push token.

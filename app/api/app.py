@@ -21,6 +21,7 @@ from redis.exceptions import RedisError
 from app import tracing
 from app.api.auth import KeyRing
 from app.api.campaigns import CAMPAIGN_ROUTES
+from app.api.cross_site import CrossSiteGuard
 from app.api.dashboard import DASHBOARD_ROUTES
 from app.api.dlq import get_dlq, replay_dlq
 from app.api.docs import LocalSwaggerPlugin, schema_router
@@ -236,6 +237,9 @@ def create_app(
         middleware=[
             DefineMiddleware(InboxCors, origins=settings.inbox_origins),
             DefineMiddleware(HttpMetrics, recorder=recorder),
+            DefineMiddleware(
+                CrossSiteGuard, public_url=settings.public_url, inbox_origins=settings.inbox_origins
+            ),
             *([DefineMiddleware(RequestSpans)] if tracing.ENABLED else []),
         ],
         lifespan=[recorder.flushing(), state["inbox_hub"].running()],

@@ -3,26 +3,30 @@
 A presented secret is hashed with SHA-256 and looked up by its digest: the work does not
 depend on how much of a secret is right, and no secret is kept or logged in clear.
 
-The secret comes as ``Authorization: Bearer <secret>`` or, for a browser (the dashboard),
-as HTTP Basic ``base64(<producer>:<secret>)``; the user part of Basic is informational.
+The secret comes as ``Authorization: Bearer <secret>``. Only the dashboard's pages take it
+as HTTP Basic ``base64(<producer>:<secret>)`` as well (the user part is informational), and
+only for the ``read`` scope: a browser keeps Basic credentials and sends them with every
+request to the service, whichever site's page made the request, so credentials a browser
+holds must not be able to change anything (cross-site request forgery). A page of another
+site cannot set a ``Bearer`` header.
 """
 
 from __future__ import annotations
 
 import binascii
 import hashlib
-from typing import Literal
 
 from litestar.connection import ASGIConnection
 from litestar.exceptions import NotAuthorizedException, PermissionDeniedException
 
 from app.settings import ApiKey, Scope
 
-AuthScheme = Literal["Bearer", "Basic"]
-_DETAIL: dict[AuthScheme, str] = {
-    "Bearer": "Authorization: a valid 'Bearer <api key>' header is required",
-    "Basic": "a valid API key is required: user name your producer, password the key's secret",
-}
+_BEARER = "Authorization: a valid 'Bearer <api key>' header is required"
+_BASIC_HERE = "a valid API key is required: user name your producer, password the key's secret"
+_BASIC_ELSEWHERE = (
+    "Authorization: HTTP Basic credentials are accepted only by the dashboard; "
+    "send 'Bearer <api key>'"
+)
 
 
 class KeyRing:
@@ -31,14 +35,14 @@ class KeyRing:
     def __init__(self, keys: tuple[ApiKey, ...]) -> None:
         self._by_digest = {key.secret_sha256: key for key in keys}
 
-    def find(self, authorization: bytes | None) -> ApiKey | None:
-        """The key a ``Bearer`` or ``Basic`` header presents, or None."""
+    def find(self, authorization: bytes | None, *, basic: bool = False) -> ApiKey | None:
+        """The key a ``Bearer`` header presents (or, with ``basic``, a ``Basic`` one), or None."""
         if not authorization:
             return None
         scheme, _, secret = authorization.partition(b" ")
         secret = secret.strip()
         scheme = scheme.lower()
-        if scheme == b"basic":
+        if basic and scheme == b"basic":
             secret = _basic_password(secret)
         elif scheme != b"bearer":
             return None
@@ -70,25 +74,45 @@ def authorize(
     connection: ASGIConnection,  # type: ignore[type-arg]
     scope: Scope,
     *other_scopes: Scope,
-    challenge: AuthScheme = "Bearer",
 ) -> ApiKey:
-    """The caller's key; 401 without a valid one, 403 when it has none of the scopes
-    (``scope`` or any of ``other_scopes``).
-
-    A 401 challenges with ``challenge``: ``Basic`` makes a browser ask for the credentials.
+    """The caller's key, presented as ``Bearer``; 401 without a valid one, 403 when it has
+    none of the scopes (``scope`` or any of ``other_scopes``).
 
     Called first thing in every protected handler. (A Litestar guard would do the same, but
     Litestar copies the route handler object for every guard call, which costs more than the
     whole check.)
     """
     keys: KeyRing = connection.app.state.key_ring
-    key = keys.find(_authorization(connection))
+    authorization = _authorization(connection)
+    key = keys.find(authorization)
     if key is None:
+        basic = authorization is not None and authorization[:6].lower() == b"basic "
         raise NotAuthorizedException(
-            detail=_DETAIL[challenge],
-            headers={"WWW-Authenticate": f'{challenge} realm="clarion"'},
+            detail=_BASIC_ELSEWHERE if basic else _BEARER,
+            headers={"WWW-Authenticate": 'Bearer realm="clarion"'},
         )
     if scope not in key.scopes and key.scopes.isdisjoint(other_scopes):
-        wanted = " or ".join(repr(s) for s in (scope, *other_scopes))
-        raise PermissionDeniedException(detail=f"this API key lacks the {wanted} scope")
+        raise _missing(scope, *other_scopes)
     return key
+
+
+def authorize_reader(connection: ASGIConnection) -> ApiKey:  # type: ignore[type-arg]
+    """The key of a dashboard page's caller, presented as ``Bearer`` or as HTTP Basic; it
+    must have the ``read`` scope, the only one such a page needs (403 otherwise).
+
+    A 401 challenges with ``Basic``, so that a browser asks for the credentials.
+    """
+    keys: KeyRing = connection.app.state.key_ring
+    key = keys.find(_authorization(connection), basic=True)
+    if key is None:
+        raise NotAuthorizedException(
+            detail=_BASIC_HERE, headers={"WWW-Authenticate": 'Basic realm="clarion"'}
+        )
+    if "read" not in key.scopes:
+        raise _missing("read")
+    return key
+
+
+def _missing(*scopes: Scope) -> PermissionDeniedException:
+    wanted = " or ".join(repr(s) for s in scopes)
+    return PermissionDeniedException(detail=f"this API key lacks the {wanted} scope")

@@ -1,4 +1,13 @@
-"""Decoding request bodies ourselves, so every mistake is answered naming its field."""
+"""Decoding request bodies ourselves, so every mistake is answered naming its field.
+
+Every endpoint that takes a JSON body reads it with ``read_json``, which first requires
+``Content-Type: application/json`` (415 otherwise, before the body is read). A browser's
+form may post to any site without asking it first, but only as ``text/plain``, a form or
+multipart, never as ``application/json``: so a page of another site cannot make a browser
+send a body shaped like JSON that is taken as such. The endpoints whose protocol posts
+another type (a provider's feedback callback, the one-click unsubscribe form) read their
+bodies themselves, as their protocol says.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +16,11 @@ import re
 from typing import Any, TypeVar
 
 import msgspec
+from litestar import Request
 from litestar.di import Provide
 from litestar.exceptions import ClientException
 
+from app.api.errors import NotJson
 from app.ingest.requests import MAX_DATA_DEPTH
 from app.validation import describe
 
@@ -37,6 +48,35 @@ _RUNS = re.compile(
     rb'[^"\[\]{}]*+(?:"[^"\\]*+(?:\\.[^"\\]*+)*+"?[^"\[\]{}]*+)*+',
     re.DOTALL,
 )
+
+
+JSON_TYPE = b"application/json"
+# How much of a wrong Content-Type an answer repeats.
+_SHOWN_TYPE = 60
+
+
+async def read_json(request: Request[Any, Any, Any], body_type: type[T]) -> T:
+    """The request's body decoded into ``body_type`` (``decode_body``); 415 unless it is
+    declared ``application/json`` (parameters such as ``; charset=utf-8`` aside)."""
+    require_json(request.scope["headers"])
+    return decode_body(await request.body(), body_type)
+
+
+def require_json(headers: Any) -> None:
+    """Nothing if the ASGI ``headers`` declare a JSON body; else ``NotJson`` naming what they
+    declare.
+
+    Straight from the ASGI scope, as ``app.api.auth`` reads its header: Litestar's parsed
+    ``content_type`` costs more than the check. A header given twice keeps the first.
+    """
+    for name, value in headers:
+        if name == b"content-type":
+            media_type = value.partition(b";")[0].strip().lower()
+            if media_type == JSON_TYPE:
+                return
+            shown = value.decode("latin-1")[:_SHOWN_TYPE]
+            raise NotJson(detail=f"Content-Type: 'application/json' is required, got {shown!r}")
+    raise NotJson(detail="Content-Type: 'application/json' is required, none was given")
 
 
 def decode_body(raw: bytes, body_type: type[T]) -> T:

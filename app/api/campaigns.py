@@ -31,8 +31,8 @@ from litestar.exceptions import ClientException, NotFoundException, PermissionDe
 from litestar.params import FromPath, HeaderParameter, QueryParameter
 
 from app.api.auth import authorize
-from app.api.body import decode_body, documented_body
-from app.api.errors import AUTHENTICATED, BodyTooLarge, OverQuota
+from app.api.body import documented_body, read_json
+from app.api.errors import AUTHENTICATED, BodyTooLarge, NotJson, OverQuota
 from app.api.methods import allowed
 from app.api.notifications import check_key
 from app.api.read_model import UNAVAILABLE, ReadModel
@@ -156,13 +156,13 @@ class CampaignCollection(Controller):
     @post(
         status_code=201,
         dependencies=documented_body(CampaignSpec),
-        raises=[*AUTHENTICATED, BodyTooLarge, OverQuota],
+        raises=[*AUTHENTICATED, BodyTooLarge, NotJson, OverQuota],
     )
     async def create_campaign(self, request: Req) -> Progress:
         """Create a campaign (a draft: upload its recipients, or give a segment, then start
         it). A segment needs the ``recipients`` scope."""
         key = authorize(request, "send")
-        spec = decode_body(await request.body(), CampaignSpec)
+        spec = await read_json(request, CampaignSpec)
         if spec.segment is not None and not _may_select(key):
             raise PermissionDeniedException(detail=_SEGMENT_REFUSAL)
         await _take_request(request, key.producer)
@@ -207,7 +207,7 @@ async def get_campaign(request: Req, campaign_id: FromPath[str]) -> Progress:
     status_code=200,
     dependencies=documented_body(Upload),
     request_max_body_size=MAX_UPLOAD_BYTES,
-    raises=[*_RAISES, BodyTooLarge],
+    raises=[*_RAISES, BodyTooLarge, NotJson],
 )
 async def upload_recipients(
     request: Req, campaign_id: FromPath[str], idempotency_key: UploadKey = None
@@ -216,7 +216,7 @@ async def upload_recipients(
     them or, past a limit, none)."""
     producer = authorize(request, "send").producer
     key = "" if idempotency_key is None else check_key(idempotency_key)
-    upload = decode_body(await request.body(), Upload)
+    upload = await read_json(request, Upload)
     await _take_request(request, producer)
     try:
         added, campaign = await _campaigns(request).add_recipients(

@@ -35,7 +35,7 @@ from litestar.types import ExceptionHandlersMap
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from app.api.auth import authorize
+from app.api.auth import authorize_reader
 from app.api.dashboard_charts import read_charts
 from app.api.read_model import ReadModel
 from app.campaigns import segments
@@ -235,7 +235,7 @@ async def dashboard(
 ) -> Response[str]:
     """Charts of the last day, failure rates, failures by error class, the FAILED list, the
     dead-letter queue and the campaigns."""
-    key = authorize(request, "read", challenge="Basic")
+    key = authorize_reader(request)
     where = FailureFilter(
         channel=_choice("channel", channel, CHANNELS),
         notification_type=_type_filter(notification_type),
@@ -320,7 +320,7 @@ def _totals(rates: list[ChannelFailureRate]) -> ChannelFailureRate:
 )
 async def notification_timeline(request: Req, notification_id: FromPath[str]) -> Response[str]:
     """One notification of the caller's producer: its deliveries and every event, in order."""
-    key = authorize(request, "read", challenge="Basic")
+    key = authorize_reader(request)
     try:
         wanted = uuid.UUID(notification_id)
     except ValueError:

@@ -21,8 +21,8 @@ from litestar.params import QueryParameter
 from redis.asyncio import Redis
 
 from app.api.auth import authorize
-from app.api.body import decode_body, documented_body
-from app.api.errors import AUTHENTICATED, BodyTooLarge
+from app.api.body import documented_body, read_json
+from app.api.errors import AUTHENTICATED, BodyTooLarge, NotJson
 from app.api.params import ChannelFilter, ErrorClassFilter, query_schema
 from app.campaigns import segments
 from app.catalog import Catalog
@@ -146,7 +146,7 @@ async def _recipients_shown(
     "/v1/dlq/replay",
     status_code=200,
     dependencies=documented_body(ReplayBody),
-    raises=[*AUTHENTICATED, BodyTooLarge],
+    raises=[*AUTHENTICATED, BodyTooLarge, NotJson],
 )
 async def replay_dlq(request: Req) -> ReplayView:
     """Replay the open dead letters a filter selects, oldest first, at most ``limit``.
@@ -159,7 +159,7 @@ async def replay_dlq(request: Req) -> ReplayView:
     entries are replayed.
     """
     caller = authorize(request, "send", "admin")
-    body = decode_body(await request.body(), ReplayBody)
+    body = await read_json(request, ReplayBody)
     if body.force and "admin" not in caller.scopes:
         raise PermissionDeniedException(
             detail="force: only an admin key may replay POISON and BUG entries"

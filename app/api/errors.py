@@ -47,6 +47,11 @@ class BodyTooLarge(ClientException):
     detail = "The body is larger than the limit"
 
 
+class NotJson(ClientException):
+    status_code = 415
+    detail = "The body must be declared Content-Type: application/json"
+
+
 class OverQuota(ClientException):
     status_code = 429
     detail = "The producer is over its ingest quota; retry after Retry-After"

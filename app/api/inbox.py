@@ -34,8 +34,8 @@ from litestar.exceptions import (
 from litestar.params import FromPath, FromQuery, QueryParameter
 
 from app.api.auth import authorize
-from app.api.body import decode_body, documented_body
-from app.api.errors import AUTHENTICATED, BodyTooLarge, RedisUnavailable
+from app.api.body import documented_body, read_json
+from app.api.errors import AUTHENTICATED, BodyTooLarge, NotJson, RedisUnavailable
 from app.api.recipients import recipient_id_of
 from app.inbox_tokens import MAX_TTL_SECONDS, Grant, InboxTokens, TokenRefused
 from streams.inbox import Action, Counts, InboxBusy, InboxStore
@@ -179,7 +179,7 @@ def unless_revoked() -> Iterator[None]:
     "/v1/recipients/{recipient_id:str}/inbox-tokens",
     status_code=201,
     dependencies=documented_body(TokenRequest),
-    raises=[*AUTHENTICATED, BodyTooLarge],
+    raises=[*AUTHENTICATED, BodyTooLarge, NotJson],
 )
 async def create_inbox_token(request: Req, recipient_id: FromPath[str]) -> TokenView:
     """A token for the recipient's app: it reads that recipient's inbox and nothing else
@@ -187,7 +187,7 @@ async def create_inbox_token(request: Req, recipient_id: FromPath[str]) -> Token
     for the default)."""
     authorize(request, "recipients")
     recipient_id = recipient_id_of(recipient_id)
-    asked = decode_body(await request.body(), TokenRequest)  # "{}" for the defaults
+    asked = await read_json(request, TokenRequest)  # "{}" for the defaults
     ttl = asked.ttl_seconds or request.app.state.inbox_token_ttl_seconds
     expires_at = int(now_of(request).timestamp()) + ttl
     tokens: InboxTokens = request.app.state.inbox_tokens

@@ -13,8 +13,8 @@ from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import HeaderParameter
 
 from app.api.auth import authorize
-from app.api.body import decode_body, documented_body
-from app.api.errors import AUTHENTICATED, BodyTooLarge, KeyInFlight, OverQuota
+from app.api.body import documented_body, read_json
+from app.api.errors import AUTHENTICATED, BodyTooLarge, KeyInFlight, NotJson, OverQuota
 from app.api.schemas import BatchItem, BatchRequest, BatchRequestSchema, BatchResponse, BatchResult
 from app.ingest.high_first import HighFirst
 from app.ingest.ingestor import IngestAnswer, Ingestor
@@ -79,7 +79,7 @@ def _error(status_code: int, detail: str, headers: dict[str, str] | None = None)
     responses={
         202: ResponseSpec(Accepted, description="Accepted: the notification is in the event log"),
     },
-    raises=[*AUTHENTICATED, KeyInFlight, BodyTooLarge, OverQuota],
+    raises=[*AUTHENTICATED, KeyInFlight, BodyTooLarge, NotJson, OverQuota],
 )
 async def create_notification(
     request: Request[Any, Any, State], idempotency_key: IdempotencyKey = None
@@ -87,7 +87,7 @@ async def create_notification(
     """Ingest one notification: fan it out to its channels and write it to the event log."""
     caller = authorize(request, "send")
     key = producer_key(idempotency_key)
-    body = decode_body(await request.body(), NotificationRequest)
+    body = await read_json(request, NotificationRequest)
     ingestor: Ingestor = request.app.state.ingestor
     # A HIGH request goes ahead of the batches in flight in this process (``HighFirst``).
     with ingestor.high_first.serving() if ingestor.planner.is_high(body) else nullcontext():
@@ -107,16 +107,15 @@ async def create_notification(
     dependencies=documented_body(BatchRequestSchema),
     status_code=200,
     responses={200: ResponseSpec(BatchResponse, description="One result per item, in order")},
-    raises=[*AUTHENTICATED, BodyTooLarge, OverQuota],
+    raises=[*AUTHENTICATED, BodyTooLarge, NotJson, OverQuota],
 )
 async def create_notifications_batch(request: Request[Any, Any, State]) -> Response[Any]:
     """Ingest up to 1000 notifications, each with its own idempotency key; an item larger
     than a single POST may be is refused (413) on its own."""
     caller = authorize(request, "send")
-    body = await request.body()
     # Each item on its own: as fast as one pass over the whole batch (4.2 against 4.8 µs per
     # item, measured), and an item that is too large or invalid fails alone.
-    batch = decode_body(body, BatchRequest)
+    batch = await read_json(request, BatchRequest)
     refused = await _over_quota(request, caller.producer, len(batch.notifications))
     if refused is not None:
         return refused

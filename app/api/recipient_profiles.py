@@ -20,8 +20,8 @@ from litestar.exceptions import ClientException, NotFoundException, ServiceUnava
 from litestar.params import FromPath
 
 from app.api.auth import authorize
-from app.api.body import decode_body, documented_body
-from app.api.errors import AUTHENTICATED, BodyTooLarge
+from app.api.body import documented_body, read_json
+from app.api.errors import AUTHENTICATED, BodyTooLarge, NotJson
 from app.api.methods import allowed
 from app.api.read_model import ReadModel, read_model_unavailable
 from app.api.recipients import recipient_id_of
@@ -88,12 +88,12 @@ class RecipientProfile(Controller):
         """Which methods this path supports (``app.api.methods``)."""
         return allowed(request)
 
-    @put(dependencies=documented_body(Profile), raises=[*AUTHENTICATED, BodyTooLarge])
+    @put(dependencies=documented_body(Profile), raises=[*AUTHENTICATED, BodyTooLarge, NotJson])
     async def put_profile(self, request: Req, recipient_id: FromPath[str]) -> ProfileView:
         """Create or replace the recipient's profile (fields not given are cleared)."""
         authorize(request, "recipients")
         recipient_id = recipient_id_of(recipient_id)
-        body = decode_body(await request.body(), Profile)
+        body = await read_json(request, Profile)
         settings = await _update(request, recipient_id, lambda _: body)
         return _view(recipient_id, settings)
 
@@ -129,13 +129,13 @@ class RecipientProfile(Controller):
 @patch(
     "/v1/recipients/{recipient_id:str}/push-targets",
     dependencies=documented_body(TargetsPatch),
-    raises=[*AUTHENTICATED, BodyTooLarge],
+    raises=[*AUTHENTICATED, BodyTooLarge, NotJson],
 )
 async def patch_push_targets(request: Req, recipient_id: FromPath[str]) -> ProfileView:
     """Add and remove devices of the recipient's profile (a profile is made if it has none);
     a device is matched by platform and token, a Web Push subscription by its endpoint."""
     authorize(request, "recipients")
     recipient_id = recipient_id_of(recipient_id)
-    body = decode_body(await request.body(), TargetsPatch)
+    body = await read_json(request, TargetsPatch)
     settings = await _update(request, recipient_id, lambda before: patched(before, body))
     return _view(recipient_id, settings)

@@ -17,8 +17,8 @@ from litestar.exceptions import ClientException
 from litestar.params import FromPath
 
 from app.api.auth import authorize
-from app.api.body import decode_body, documented_body
-from app.api.errors import AUTHENTICATED, BodyTooLarge
+from app.api.body import documented_body, read_json
+from app.api.errors import AUTHENTICATED, BodyTooLarge, NotJson
 from app.api.methods import allowed
 from app.api.schemas import (
     PreferencesBody,
@@ -67,13 +67,13 @@ async def get_recipient_settings(
 @put(
     "/v1/recipients/{recipient_id:str}/preferences",
     dependencies=documented_body(PreferencesBody),
-    raises=[*AUTHENTICATED, BodyTooLarge],
+    raises=[*AUTHENTICATED, BodyTooLarge, NotJson],
 )
 async def put_preferences(request: Req, recipient_id: FromPath[str]) -> RecipientSettingsView:
     """Replace the recipient's preferences; pairs not listed are switched on."""
     authorize(request, "recipients")
     recipient_id = recipient_id_of(recipient_id)
-    body = decode_body(await request.body(), PreferencesBody)
+    body = await read_json(request, PreferencesBody)
     catalog: Catalog = request.app.state.catalog
     for position, entry in enumerate(body.preferences):
         where = f"preferences[{position}]"
@@ -109,14 +109,16 @@ class QuietHours(Controller):
         """Which methods this path supports (``app.api.methods``)."""
         return allowed(request)
 
-    @put(dependencies=documented_body(QuietHoursBody), raises=[*AUTHENTICATED, BodyTooLarge])
+    @put(
+        dependencies=documented_body(QuietHoursBody), raises=[*AUTHENTICATED, BodyTooLarge, NotJson]
+    )
     async def put_quiet_hours(
         self, request: Req, recipient_id: FromPath[str]
     ) -> RecipientSettingsView:
         """Set the recipient's quiet hours (start, end, IANA time zone)."""
         authorize(request, "recipients")
         recipient_id = recipient_id_of(recipient_id)
-        body = decode_body(await request.body(), QuietHoursBody)
+        body = await read_json(request, QuietHoursBody)
         setting = QuietHoursSetting(start=body.start, end=body.end, timezone=body.timezone)
         try:
             check(setting)

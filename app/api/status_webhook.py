@@ -18,8 +18,8 @@ from litestar.enums import HttpMethod
 from litestar.exceptions import ClientException
 
 from app.api.auth import authorize
-from app.api.body import decode_body, documented_body
-from app.api.errors import AUTHENTICATED, BodyTooLarge, NotFound
+from app.api.body import documented_body, read_json
+from app.api.errors import AUTHENTICATED, BodyTooLarge, NotFound, NotJson
 from app.api.methods import allowed
 from app.api.schemas import StatusWebhookBody, StatusWebhookView
 from app.catalog.providers import signing_key
@@ -42,12 +42,12 @@ class StatusWebhook(Controller):
     @put(
         status_code=200,
         dependencies=documented_body(StatusWebhookBody),
-        raises=[*AUTHENTICATED, BodyTooLarge],
+        raises=[*AUTHENTICATED, BodyTooLarge, NotJson],
     )
     async def put_status_webhook(self, request: Req) -> StatusWebhookView:
         """Set where the producer's statuses go; a secret made here is shown this once."""
         key = authorize(request, "send")
-        body = decode_body(await request.body(), StatusWebhookBody)
+        body = await read_json(request, StatusWebhookBody)
         guard: UrlGuard = request.app.state.status_webhook_guard
         refusal = guard.refusal(body.url)
         if refusal is not None:

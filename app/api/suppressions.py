@@ -21,8 +21,8 @@ from litestar.exceptions import ClientException, NotFoundException
 from litestar.params import FromPath, QueryParameter
 
 from app.api.auth import authorize
-from app.api.body import decode_body, documented_body
-from app.api.errors import AUTHENTICATED, BodyTooLarge
+from app.api.body import documented_body, read_json
+from app.api.errors import AUTHENTICATED, BodyTooLarge, NotJson
 from app.api.methods import allowed
 from app.ingest.requests import PushTarget
 from app.recipients.addresses import SUPPRESSIBLE, Address, AddressError, delivery_address, masked
@@ -126,7 +126,10 @@ class Suppressions(Controller):
         filtered; follow ``next_cursor`` until it is null)."""
         return await _page(request, cursor, limit, channel, reason)
 
-    @post(dependencies=documented_body(SuppressionBody), raises=[*AUTHENTICATED, BodyTooLarge])
+    @post(
+        dependencies=documented_body(SuppressionBody),
+        raises=[*AUTHENTICATED, BodyTooLarge, NotJson],
+    )
     async def suppress(self, request: Req) -> SuppressionView:
         """Put an address on the suppression list (an entry for it already there is replaced)."""
         return await _add(request)
@@ -161,7 +164,7 @@ async def _page(
 
 async def _add(request: Req) -> SuppressionView:
     caller = authorize(request, "admin")
-    body = decode_body(await request.body(), SuppressionBody)
+    body = await read_json(request, SuppressionBody)
     if body.channel not in SUPPRESSIBLE:
         raise ClientException(status_code=422, detail=f"channel: {body.channel} has no addresses")
     address, digest = _address(request, body)
@@ -191,12 +194,12 @@ async def _add(request: Req) -> SuppressionView:
     "/v1/suppressions/lookup",
     status_code=200,
     dependencies=documented_body(AddressBody),
-    raises=[*AUTHENTICATED, BodyTooLarge, NotFoundException],
+    raises=[*AUTHENTICATED, BodyTooLarge, NotJson, NotFoundException],
 )
 async def look_up_suppression(request: Req) -> SuppressionView:
     """The suppression list's entry for an address; 404 when it has none."""
     authorize(request, "admin")
-    body = decode_body(await request.body(), AddressBody)
+    body = await read_json(request, AddressBody)
     _, digest = _address(request, body)
     store: SuppressionStore = request.app.state.suppressions
     entry = await store.get(body.channel, digest)

@@ -39,9 +39,12 @@ def running_api(**env: str) -> Iterator[str]:
 
 
 @contextmanager
-def running_api_process(**env: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """Like ``running_api``, with the API's process (which the caller may stop first)."""
-    prefix = f"fuzz-{uuid.uuid4().hex[:8]}"
+def running_api_process(
+    prefix: str | None = None, **env: str
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """Like ``running_api``, with the API's process (which the caller may stop first); its
+    keys under ``prefix`` when the caller names one (to look at them in Redis)."""
+    prefix = prefix or f"fuzz-{uuid.uuid4().hex[:8]}"
     database = throwaway_name()
     database_url = with_database(TEST_SERVER_URL, database)
     asyncio.run(_prepare_database(database_url))

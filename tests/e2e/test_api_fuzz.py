@@ -2,7 +2,9 @@
 
 A real ``clarion api`` process, real Redis and PostgreSQL: schemathesis generates valid and
 invalid requests for every operation the schema documents and checks each answer: never a
-5xx, status codes and bodies as documented, content types as documented.
+5xx, status codes and bodies as documented, content types as documented. The same requests
+again as a browser on another site's page would send them (cross-site request forgery):
+never a 5xx, and nothing that changes state is taken.
 """
 
 from __future__ import annotations
@@ -19,11 +21,28 @@ from schemathesis.specs.openapi.checks import negative_data_rejection, positive_
 from app.api.app import create_app
 from app.catalog import load_catalog
 from app.settings import Settings, parse_api_keys
-from tests.conftest import DIGEST_SECRET, REPO, connect_test_redis
+from tests.conftest import DIGEST_SECRET, REPO, basic, connect_test_redis
 from tests.e2e.api_service import API_KEY, API_KEYS, running_api
 
 BATCH_PATH = "/v1/notifications/batch"
 EXAMPLES_PER_OPERATION = 40
+CROSS_SITE_EXAMPLES_PER_OPERATION = 5
+# What a browser adds to a request another site's page makes it send: the dashboard's Basic
+# credentials it holds, a form's content type, the page's origin or the browser's word on it.
+CROSS_SITE_HEADERS: list[dict[str, str]] = [
+    {"Authorization": basic("fuzz", API_KEY), "Content-Type": "text/plain",
+     "Origin": "https://evil.example"},
+    {"Authorization": basic("fuzz", API_KEY), "Content-Type": "application/x-www-form-urlencoded",
+     "Origin": "null", "Sec-Fetch-Site": "cross-site"},
+    {"Authorization": f"Bearer {API_KEY}", "Origin": "https://evil.example"},
+    {"Authorization": f"Bearer {API_KEY}", "Sec-Fetch-Site": "same-site"},
+    {"Authorization": f"Bearer {API_KEY}", "Origin": "https://evil.example\u00ff",
+     "Sec-Fetch-Site": "\u00ff"},
+    {"Authorization": basic("fuzz", API_KEY), "Content-Type": "multipart/form-data; boundary=x"},
+]  # fmt: skip
+SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
+# Authenticated by a provider's signature, not by anything a browser holds (so exempt).
+FEEDBACK_PATH = "/v1/feedback/{provider}"
 
 
 @pytest.fixture(scope="module")
@@ -83,3 +102,22 @@ def test_every_answer_is_documented_and_never_a_server_error(
         headers={"Authorization": f"Bearer {API_KEY}"},
         excluded_checks=excluded,
     )
+
+
+@schema.parametrize()
+@settings(
+    max_examples=CROSS_SITE_EXAMPLES_PER_OPERATION,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+)
+def test_a_browsers_cross_site_request_is_refused_and_never_a_server_error(
+    case: schemathesis.Case, api_url: str
+) -> None:
+    for headers in CROSS_SITE_HEADERS:
+        response = case.call(base_url=api_url, headers=headers)
+        assert response.status_code < 500, (headers, response.status_code, response.text)
+        if case.method.upper() not in SAFE_METHODS and case.operation.path != FEEDBACK_PATH:
+            # Refused, if not for where it comes from then for what it lacks or holds.
+            assert 400 <= response.status_code < 500, (
+                headers, case.method, case.formatted_path, response.status_code, response.text,
+            )  # fmt: skip

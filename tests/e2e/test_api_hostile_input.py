@@ -69,6 +69,11 @@ SHAPES: list[tuple[str, bytes, str]] = [
     ("multipart", b'--x\r\nContent-Disposition: form-data; name="a"\r\n\r\n1\r\n--x--\r\n',
      "multipart/form-data; boundary=x"),
     ("text", b"hello", "text/plain"),
+    # What a form of another site's page posts (enctype="text/plain"), shaped like JSON.
+    ("JSON as a text/plain form", b'{"limit": 1, "x": "="}\r\n', "text/plain"),
+    ("JSON as text", b'{"a": 1}', "text/plain;charset=application/json"),
+    ("JSON without a type", b'{"a": 1}', ""),
+    ("JSON as a JSON-like type", b'{"a": 1}', "application/json-patch+json"),
     ("NaN", b'{"a": NaN}', "application/json"),
     ("Infinity", b'{"a": -Infinity}', "application/json"),
     ("broken", b'{"a": ', "application/json"),
@@ -474,6 +479,50 @@ def test_a_revoke_for_a_hostile_recipient_id_is_refused_saying_why(
     assert_refused(response)
 
 
+# What a browser adds when another site's page makes it post (cross-site request forgery):
+# the dashboard's Basic credentials it holds, the page's origin, its word on the site; and
+# header values no browser sends.
+BASIC = "Basic " + base64.b64encode(f"fuzz:{API_KEY}".encode()).decode()
+CROSS_SITE: list[dict[bytes, bytes]] = [
+    {b"Authorization": BASIC.encode(), b"Content-Type": b"text/plain",
+     b"Origin": b"https://evil.example"},
+    {b"Authorization": BASIC.encode(), b"Content-Type": b"application/json"},
+    {**BYTES_JSON, b"Origin": b"https://evil.example"},
+    {**BYTES_JSON, b"Origin": b"null"},
+    {**BYTES_JSON, b"Origin": b"https://evil.example\xff\xfe"},
+    {**BYTES_JSON, b"Origin": b"x" * 8000},
+    {**BYTES_JSON, b"Sec-Fetch-Site": b"cross-site"},
+    {**BYTES_JSON, b"Sec-Fetch-Site": b"same-site", b"Origin": b"https://other.127.0.0.1"},
+    {**BYTES_JSON, b"Sec-Fetch-Site": b"\xff", b"Origin": b"https://evil.example"},
+    {b"Authorization": f"Bearer {API_KEY}".encode(), b"Content-Type": b"text/\xff\xfe"},
+    {b"Authorization": f"Bearer {API_KEY}".encode(), b"Content-Type": b"a" * 8000},
+    {b"Authorization": f"Bearer {API_KEY}".encode(), b"Content-Type": b";;;"},
+]  # fmt: skip
+
+
+# A valid body for each endpoint above: taken from a server, refused from another site.
+VALID: dict[tuple[str, str], bytes] = {
+    ("POST", "/v1/notifications"): obj(OTP, b'"data": {"code": "123456"}'),
+    ("PUT", f"{RECIPIENT}/preferences"): obj(b'"preferences": []'),
+    ("PUT", f"{RECIPIENT}/quiet-hours"): obj(QUIET, b'"timezone": "UTC"'),
+    ("POST", "/v1/dlq/replay"): obj(REPLAY),
+    ("POST", "/v1/notifications/batch"): obj(
+        b'"notifications": [%s]' % obj(ITEM, b'"data": {"code": "123456"}')
+    ),
+}
+
+
+@pytest.mark.parametrize("headers", CROSS_SITE)
+@pytest.mark.parametrize(("method", "path"), list(VALID))
+def test_a_cross_site_or_mistyped_request_is_refused_saying_why(
+    api: httpx.Client, method: str, path: str, headers: dict[bytes, bytes]
+) -> None:
+    sent = {**headers, b"Idempotency-Key": b"cross-site"}
+    response = api.request(method, path, content=VALID[method, path], headers=sent)
+    assert 400 <= response.status_code < 500, response.text
+    assert_refused(response)
+
+
 def unsubscribe_path() -> str:
     """A working one-click link of the running API (its digest secret is the tests')."""
     tokens = UnsubscribeTokens(DIGEST_SECRET)
@@ -512,3 +561,12 @@ def test_an_unsubscribe_post_without_the_one_click_form_changes_nothing(
     assert response.headers["content-type"].startswith("text/html")
     settings = api.get("/v1/recipients/u-hostile/settings", headers=AUTH)
     assert settings.status_code == 404 or settings.json()["version"] == 0, settings.text
+
+
+@pytest.mark.parametrize(("method", "path"), list(VALID))
+def test_the_same_request_from_a_server_is_taken(api: httpx.Client, method: str, path: str) -> None:
+    sent = {**BYTES_JSON, b"Idempotency-Key": b"from-a-server"}
+    response = api.request(method, path, content=VALID[method, path], headers=sent)
+    assert response.status_code in (200, 202), response.text
+    if path.endswith("/batch"):
+        assert response.json()["results"][0]["status_code"] == 202, response.text

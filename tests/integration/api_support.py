@@ -16,7 +16,7 @@ from redis.asyncio import Redis
 from app.api.app import create_app
 from app.catalog import Catalog
 from app.settings import Settings
-from tests.conftest import ORDERS, VIEWER, http_client
+from tests.conftest import JSON, ORDERS, VIEWER, http_client
 
 Client = httpx.AsyncClient
 OTP = {
@@ -29,7 +29,7 @@ OTP = {
 async def post(
     client: Client, body: Any, key: str | None = "key-1", headers: dict[str, str] = ORDERS
 ) -> Any:
-    all_headers = dict(headers)
+    all_headers = {**JSON, **headers}
     if key is not None:
         all_headers["Idempotency-Key"] = key
     content = body if isinstance(body, bytes) else json.dumps(body).encode()

@@ -13,7 +13,7 @@ from app.api.app import create_app
 from app.catalog import Catalog
 from app.settings import Settings, parse_api_keys
 from streams.keys import KeySpace
-from tests.conftest import API_KEYS, AUTH, DIGEST_SECRET, ORDERS, VIEWER, http_client
+from tests.conftest import API_KEYS, AUTH, DIGEST_SECRET, JSON, ORDERS, VIEWER, http_client
 from tests.integration.delivery_support import running_worker, sandbox_calls, wait_until
 from tests.integration.dlq_support import EMAIL_BODY, dead_lettered, otp
 
@@ -138,7 +138,7 @@ async def test_an_invalid_view_filter_is_422_naming_it(
 
 
 async def test_broken_json_is_400(api: httpx.AsyncClient) -> None:
-    answer = await api.post("/v1/dlq/replay", content=b"{limit", headers=ADMIN)
+    answer = await api.post("/v1/dlq/replay", content=b"{limit", headers={**ADMIN, **JSON})
     assert answer.status_code == 400
 
 

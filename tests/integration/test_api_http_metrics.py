@@ -3,8 +3,6 @@ counted at ingest), read back through ``/metrics``."""
 
 from __future__ import annotations
 
-import json
-
 from redis.asyncio import Redis
 
 from app.settings import Settings
@@ -23,9 +21,7 @@ async def test_opt_outs_and_http_requests_are_counted(
     }
     off = {"preferences": [{"type": "marketing", "channel": "EMAIL", "enabled": False}]}
     async with api(real_redis, settings, fast_catalog()) as client:
-        response = await client.put(
-            "/v1/recipients/user-9/preferences", content=json.dumps(off), headers=PROFILES
-        )
+        response = await client.put("/v1/recipients/user-9/preferences", json=off, headers=PROFILES)
         assert response.status_code == 200, response.text
         assert (await post(client, marketing, key="m1")).status_code == 202
         assert (await post(client, marketing, key="m1")).status_code == 202  # a replay

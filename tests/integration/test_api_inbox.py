@@ -18,7 +18,7 @@ from app.api.app import create_app
 from app.catalog import Catalog
 from app.settings import Settings
 from streams.keys import KeySpace
-from tests.conftest import ORDERS, PROFILES, Clock, http_client, stream_events
+from tests.conftest import JSON, ORDERS, PROFILES, Clock, http_client, stream_events
 from tests.integration.api_support import post
 from tests.integration.delivery_support import running_worker, state, wait_until
 from tests.integration.test_api_unsubscribe import link as unsubscribe_link
@@ -86,6 +86,9 @@ async def test_a_token_is_made_only_with_the_recipients_scope(client: Client) ->
     response = await client.post("/v1/recipients/u-1/inbox-tokens", json={})
     assert response.status_code == 401
     response = await client.post("/v1/recipients/u-1/inbox-tokens", headers=PROFILES)
+    assert response.status_code == 415  # a JSON body, "{}" for the defaults
+    assert "'application/json' is required" in response.json()["detail"]
+    response = await client.post("/v1/recipients/u-1/inbox-tokens", headers={**PROFILES, **JSON})
     assert response.status_code == 400  # "{}" for the defaults
     response = await client.post(
         "/v1/recipients/u-1/inbox-tokens", json={"ttl_seconds": 86400}, headers=PROFILES

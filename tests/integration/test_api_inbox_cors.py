@@ -13,7 +13,7 @@ from redis.asyncio import Redis
 from app.api.app import create_app
 from app.catalog import Catalog
 from app.settings import Settings
-from tests.conftest import ORDERS, http_client
+from tests.conftest import ORDERS, PROFILES, http_client
 from tests.integration.test_api_inbox import ORIGIN, bearer, token_for
 
 Client = httpx.AsyncClient
@@ -46,6 +46,27 @@ async def test_cors_opens_the_inbox_to_configured_origins_only(client: Client) -
     # The producer API is not opened to any origin.
     api = await client.get("/v1/deliveries", headers={**ORDERS, "Origin": ORIGIN})
     assert "access-control-allow-origin" not in api.headers
+
+
+async def test_a_change_from_another_site_is_taken_only_from_a_configured_origin_on_the_inbox(
+    client: Client,
+) -> None:
+    token = await token_for(client, "u-1")
+    for site in ("cross-site", "same-site"):
+        stranger = {**bearer(token), "Origin": "https://evil.example", "Sec-Fetch-Site": site}
+        refused = await client.post("/v1/inbox/read-all", headers=stranger)
+        assert refused.status_code == 403, refused.text
+        assert "a page of another site may not change anything here" in refused.json()["detail"]
+        assert "access-control-allow-origin" not in refused.headers
+        app = {**bearer(token), "Origin": ORIGIN, "Sec-Fetch-Site": site}
+        taken = await client.post("/v1/inbox/read-all", headers=app)
+        assert (taken.status_code, taken.json()) == (200, {"marked": 0})
+        assert taken.headers["access-control-allow-origin"] == ORIGIN
+        # The app's origin calls the inbox, not the producer API.
+        token_request = await client.post(
+            "/v1/recipients/u-1/inbox-tokens", json={}, headers={**PROFILES, "Origin": ORIGIN}
+        )
+        assert token_request.status_code == 403, token_request.text
 
 
 def test_settings_name_a_bad_origin() -> None:

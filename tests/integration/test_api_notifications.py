@@ -22,7 +22,7 @@ from streams import codec
 from streams.events import DeliveryQueued, NotificationAccepted
 from streams.keys import KeySpace
 from streams.vocabulary import Priority
-from tests.conftest import AUTH, ORDERS, REPO, VIEWER, http_client, stream_events
+from tests.conftest import AUTH, JSON, ORDERS, REPO, VIEWER, http_client, stream_events
 from tests.integration.api_support import OTP, post
 
 Client = httpx.AsyncClient
@@ -190,7 +190,9 @@ def item(key: str, **changes: Any) -> dict[str, Any]:
 
 async def post_batch(client: Client, body: Any, headers: dict[str, str] = ORDERS) -> Any:
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
-    return await client.post("/v1/notifications/batch", content=content, headers=headers)
+    return await client.post(
+        "/v1/notifications/batch", content=content, headers={**JSON, **headers}
+    )
 
 
 async def accepted_count(redis: Redis, prefix: str) -> int:

@@ -15,7 +15,7 @@ from streams import codec
 from streams.events import RecipientProfileChanged
 from streams.keys import KeySpace
 from streams.vocabulary import Priority
-from tests.conftest import ORDERS, PROFILES, stream_events
+from tests.conftest import JSON, ORDERS, PROFILES, stream_events
 from tests.integration.api_support import post
 
 Client = httpx.AsyncClient
@@ -135,7 +135,7 @@ async def test_who_may_and_what_is_missing(client: Client) -> None:
     )  # fmt: skip
     too_long = await put(client, PROFILE, recipient="x" * 256)
     assert too_long.status_code == 422
-    empty = await client.put("/v1/recipients/u", content=b"", headers=PROFILES)
+    empty = await client.put("/v1/recipients/u", content=b"", headers={**PROFILES, **JSON})
     assert empty.status_code == 400
     options = await client.options("/v1/recipients/u")
     assert set(options.headers["allow"].split(", ")) >= {"DELETE", "GET", "PUT"}

@@ -15,7 +15,7 @@ from streams import codec
 from streams.events import PreferenceChanged
 from streams.keys import KeySpace
 from streams.scheduler import work_item_of_member
-from tests.conftest import AUTH, ORDERS, PROFILES, VIEWER, Clock, http_client, stream_events
+from tests.conftest import AUTH, JSON, ORDERS, PROFILES, VIEWER, Clock, http_client, stream_events
 from tests.integration.api_support import post
 
 Client = httpx.AsyncClient
@@ -38,7 +38,7 @@ BERLIN_NIGHT = {"start": "22:00", "end": "08:00", "timezone": "Europe/Berlin"}
 
 
 async def put(client: Client, path: str, body: Any, headers: dict[str, str] = PROFILES) -> Any:
-    return await client.put(path, content=json.dumps(body).encode(), headers=headers)
+    return await client.put(path, content=json.dumps(body).encode(), headers={**JSON, **headers})
 
 
 def statuses(response: Any) -> dict[str, str]:

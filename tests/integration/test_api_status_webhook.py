@@ -18,7 +18,7 @@ from app.catalog import Catalog, parse_catalog
 from app.settings import Settings
 from streams.keys import KeySpace
 from streams.status_webhooks import StatusWebhookStore
-from tests.conftest import AUTH, ORDERS, PROFILES, REPO, VIEWER, http_client
+from tests.conftest import AUTH, JSON, ORDERS, PROFILES, REPO, VIEWER, http_client
 
 Client = httpx.AsyncClient
 PATH = "/v1/status-webhook"
@@ -28,7 +28,7 @@ SECRET = "whsec_" + base64.b64encode(b"s" * 32).decode()
 
 async def put(client: Client, body: Any, headers: dict[str, str] = ORDERS) -> httpx.Response:
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
-    return await client.put(PATH, content=content, headers=headers)
+    return await client.put(PATH, content=content, headers={**JSON, **headers})
 
 
 async def test_a_producer_sets_its_webhook_and_gets_a_secret_shown_once(

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import DIGEST, OPS, ORDERS, PROFILES
+from tests.conftest import DIGEST, JSON, OPS, ORDERS, PROFILES
 
 Client = httpx.AsyncClient
 EMAIL = {"channel": "EMAIL", "address": "anna@example.com", "reason": "complaint"}
@@ -126,7 +126,7 @@ async def test_wrong_cursors_limits_channels_and_digests_are_refused(client: Cli
     assert (bad_digest.status_code, "digest" in bad_digest.json()["detail"]) == (422, True)
     bad_channel = await client.delete(f"/v1/suppressions/FAX/{'0' * 32}", headers=OPS)
     assert bad_channel.status_code == 422
-    empty = await client.post("/v1/suppressions", content=b"", headers=OPS)
+    empty = await client.post("/v1/suppressions", content=b"", headers={**OPS, **JSON})
     assert empty.status_code == 400
 
 

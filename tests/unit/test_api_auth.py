@@ -1,5 +1,6 @@
 """API keys: a presented secret finds its key, 401 without a valid one (challenging the way
-the endpoint asks), 403 when the key lacks the scope."""
+the endpoint asks), 403 when the key lacks the scope; HTTP Basic only on a dashboard page,
+and only for ``read``."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ import pytest
 from litestar import Litestar, Request, get
 from litestar.datastructures import State
 
-from app.api.auth import KeyRing, authorize
+from app.api.auth import KeyRing, authorize, authorize_reader
 from app.settings import Settings
-from tests.conftest import AUTH, ORDERS, VIEWER, basic
+from tests.conftest import AUTH, OPS, ORDERS, VIEWER, basic
 
 
 @get("/send-only")
@@ -24,7 +25,7 @@ async def needs_send(request: Request[Any, Any, State]) -> dict[str, str]:
 
 @get("/page")
 async def needs_read_in_a_browser(request: Request[Any, Any, State]) -> dict[str, str]:
-    return {"producer": authorize(request, "read", challenge="Basic").producer}
+    return {"producer": authorize_reader(request).producer}
 
 
 @pytest.fixture
@@ -41,16 +42,18 @@ async def client(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
 
 def test_basic_credentials_find_the_key_by_its_secret(settings: Settings) -> None:
     ring = KeyRing(settings.api_keys)
-    found = ring.find(basic("orders", "orders-secret").encode())
+    found = ring.find(basic("orders", "orders-secret").encode(), basic=True)
     assert found is not None
     assert found.producer == "orders"
     # The user part is informational; the secret decides, and may contain a colon.
-    assert ring.find(basic("anyone", "orders-secret").encode()) == found
+    assert ring.find(basic("anyone", "orders-secret").encode(), basic=True) == found
     for broken in (b"Basic", b"Basic ", b"Basic %%%", basic("orders", "").encode(),
                    b"Basic " + base64.b64encode(b"no-colon-orders-secret"),
                    b"Digest orders-secret"):  # fmt: skip
-        assert ring.find(broken) is None
-    assert ring.find(b"Bearer orders-secret") == found
+        assert ring.find(broken, basic=True) is None
+    assert ring.find(b"Bearer orders-secret", basic=True) == found
+    # Only where Basic is asked for.
+    assert ring.find(basic("orders", "orders-secret").encode()) is None
 
 
 def test_a_bearer_secret_finds_its_key_whatever_the_case_of_the_scheme(settings: Settings) -> None:
@@ -97,3 +100,27 @@ async def test_a_key_without_the_scope_is_403_naming_the_scope(
     assert answer.status_code == 403
     assert answer.json()["detail"] == "this API key lacks the 'send' scope"
     assert "WWW-Authenticate" not in answer.headers
+
+
+async def test_basic_credentials_elsewhere_are_401_saying_where_they_are_taken(
+    client: httpx.AsyncClient,
+) -> None:
+    # Valid credentials a browser would hold and send with any site's form: refused.
+    answer = await client.get("/send-only", headers={"Authorization": basic("x", "orders-secret")})
+    assert answer.status_code == 401
+    assert answer.headers["WWW-Authenticate"] == 'Bearer realm="clarion"'
+    assert answer.json()["detail"] == (
+        "Authorization: HTTP Basic credentials are accepted only by the dashboard; "
+        "send 'Bearer <api key>'"
+    )
+
+
+async def test_a_browser_page_takes_a_bearer_key_too_and_only_for_read(
+    client: httpx.AsyncClient,
+) -> None:
+    assert (await client.get("/page", headers=VIEWER)).json() == {"producer": "viewer"}
+    # An admin key gets nothing more through a page than its read scope: here none.
+    for headers in (OPS, {"Authorization": basic("ops", "ops-secret")}):
+        answer = await client.get("/page", headers=headers)
+        assert answer.status_code == 403
+        assert answer.json()["detail"] == "this API key lacks the 'read' scope"

@@ -1,5 +1,6 @@
-"""Request bodies decoded by the API itself: 400 for what is not JSON, 422 naming the field
-that is wrong, and the body type documented in the OpenAPI schema all the same."""
+"""Request bodies decoded by the API itself: 415 unless declared JSON, 400 for what is not
+JSON, 422 naming the field that is wrong, and the body type documented in the OpenAPI schema
+all the same."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from litestar import Litestar, Request, post
 from litestar.exceptions import ClientException
 
-from app.api.body import CUT_DEPTH, decode_body, documented_body
+from app.api.body import CUT_DEPTH, decode_body, documented_body, read_json
 from app.api.schemas import BatchRequest
 from app.ingest.requests import NotificationRequest
 
@@ -56,8 +57,11 @@ class Greeting(msgspec.Struct):
 
 @post("/greet", dependencies=documented_body(Greeting), status_code=200)
 async def greet(request: Request[Any, Any, Any]) -> dict[str, str]:
-    body = decode_body(await request.body(), Greeting)
+    body = await read_json(request, Greeting)
     return {"hello": body.name}
+
+
+JSON = {"Content-Type": "application/json"}
 
 
 async def test_a_documented_body_is_in_the_schema_yet_decoded_by_the_handler() -> None:
@@ -65,12 +69,52 @@ async def test_a_documented_body_is_in_the_schema_yet_decoded_by_the_handler() -
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
         schema = (await client.get("/schema/openapi.json")).json()
-        answered = await client.post("/greet", content=b'{"name": "Ada"}')
-        wrong = await client.post("/greet", content=b'{"name": 7}')
+        answered = await client.post("/greet", content=b'{"name": "Ada"}', headers=JSON)
+        wrong = await client.post("/greet", content=b'{"name": 7}', headers=JSON)
     body = schema["paths"]["/greet"]["post"]["requestBody"]
     assert body["content"]["application/json"]["schema"]["$ref"].endswith("Greeting")
     assert answered.json() == {"hello": "Ada"}
     assert (wrong.status_code, wrong.json()["detail"]) == (422, "name: Expected `str`, got `int`")
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    ["application/json", "application/json; charset=utf-8", "Application/JSON ;charset=UTF-8"],
+)
+async def test_a_body_declared_json_is_read(content_type: str) -> None:
+    transport = httpx.ASGITransport(app=Litestar([greet], debug=False, logging_config=None))
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        answer = await client.post(
+            "/greet", content=b'{"name": "Ada"}', headers={"Content-Type": content_type}
+        )
+    assert answer.json() == {"hello": "Ada"}
+
+
+@pytest.mark.parametrize(
+    ("content_type", "named"),
+    [
+        # What a form of any site may post without asking first, shaped like JSON or not.
+        ("text/plain", "got 'text/plain'"),
+        ("text/plain; charset=utf-8", "got 'text/plain; charset=utf-8'"),
+        ("application/x-www-form-urlencoded", "got 'application/x-www-form-urlencoded'"),
+        ("multipart/form-data; boundary=x", "got 'multipart/form-data; boundary=x'"),
+        ("application/jsonx", "got 'application/jsonx'"),
+        ("application/vnd.api+json", "got 'application/vnd.api+json'"),
+        ("application/json-seq", "got 'application/json-seq'"),
+        ("", "got ''"),
+        ("x" * 500, "got '" + "x" * 60 + "'"),
+        (None, "none was given"),
+    ],
+)
+async def test_a_body_not_declared_json_is_415_naming_the_type_wanted(
+    content_type: str | None, named: str
+) -> None:
+    transport = httpx.ASGITransport(app=Litestar([greet], debug=False, logging_config=None))
+    headers = {} if content_type is None else {"Content-Type": content_type}
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        answer = await client.post("/greet", content=b'{"name": "Ada"}', headers=headers)
+    assert answer.status_code == 415
+    assert answer.json()["detail"] == f"Content-Type: 'application/json' is required, {named}"
 
 
 def nested(depth: int, inner: bytes = b"1") -> bytes:
