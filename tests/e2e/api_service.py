@@ -38,14 +38,17 @@ def running_api() -> Iterator[str]:
 
 
 @contextmanager
-def running_api_process() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """Like ``running_api``, with the API's process (which the caller may stop first)."""
+def running_api_process(**settings: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """Like ``running_api``, with the API's process (which the caller may stop first);
+    ``settings``: more ``CLARION_*`` variables for it."""
     prefix = f"fuzz-{uuid.uuid4().hex[:8]}"
     database = throwaway_name()
     database_url = with_database(TEST_SERVER_URL, database)
     asyncio.run(_prepare_database(database_url))
     port = free_port()
-    env = service_env(prefix, port, CLARION_DATABASE_URL=database_url, CLARION_API_KEYS=API_KEYS)
+    env = service_env(
+        prefix, port, CLARION_DATABASE_URL=database_url, CLARION_API_KEYS=API_KEYS, **settings
+    )
     process = subprocess.Popen(
         [*CLARION, "api", "--workers", "1"], env=env, cwd=REPO, stderr=subprocess.PIPE
     )
