@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -24,6 +25,12 @@ from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import RedisError
 
 from streams.connection import being_cancelled
+from streams.inbox_admission import (
+    ResumeWindow,
+    StreamLimits,
+    process_full,
+    recipient_full,
+)
 from streams.keys import KeySpace
 
 log = structlog.get_logger(__name__)
@@ -106,13 +113,21 @@ def _shard_of_feed(feed: str) -> int | None:
     return int(feed[start + 3 : end])
 
 
+class FeedOverrun(Exception):
+    """More changes came after a client's cursor than one re-read takes: it reads its inbox
+    again (``reset``)."""
+
+
 @dataclass(eq=False, slots=True)
 class Listener:
-    """One client's waiting changes; ``behind``: some were dropped, catch up from the feeds."""
+    """One client's waiting changes; ``behind``: some were dropped, catch up from the feeds;
+    ``replaced``: a newer stream of its recipient took its place (``streams.inbox_admission``)."""
 
     queue: asyncio.Queue[Change] = field(default_factory=lambda: asyncio.Queue(QUEUE_SIZE))
     behind: bool = False
     wake: asyncio.Event = field(default_factory=asyncio.Event)
+    opened: float = 0.0
+    replaced: bool = False
 
     def offer(self, change: Change | None) -> None:
         if change is None:
@@ -128,10 +143,22 @@ class Listener:
 class InboxHub:
     """One Pub/Sub subscription per process, shared by every realtime client."""
 
-    def __init__(self, redis: Redis, keys: KeySpace) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        keys: KeySpace,
+        limits: StreamLimits | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.redis = redis
         self.channel = keys.inbox_live
-        self._listeners: dict[str, set[Listener]] = {}
+        self.limits = limits or StreamLimits()
+        self.clock = clock
+        self.resumes = ResumeWindow(self.limits.resumes_per_minute, clock)
+        # Per recipient, its listeners oldest first (a dict keeps the order of insertion).
+        self._listeners: dict[str, dict[Listener, None]] = {}
+        self._count = 0
         self.subscribed = asyncio.Event()
         self.readers = asyncio.Semaphore(READERS)
         # Set when the process stops: every stream ends (see ``close``).
@@ -139,7 +166,38 @@ class InboxHub:
 
     @property
     def clients(self) -> int:
-        return sum(len(found) for found in self._listeners.values())
+        return self._count
+
+    def admit(self, recipient_id: str) -> Listener:
+        """A listener for a new stream of ``recipient_id``, within the limits: its oldest
+        stream replaced when it has as many as it may (``streams.inbox_admission``);
+        ``StreamRefused`` when no stream may open now."""
+        limits = self.limits
+        if self._count >= limits.streams:
+            raise process_full(limits)
+        now = self.clock()
+        found = self._listeners.get(recipient_id)
+        if found is not None and len(found) >= limits.per_recipient:
+            oldest = next(iter(found))
+            if now - oldest.opened < limits.replace_after_s:
+                raise recipient_full(limits, oldest.opened + limits.replace_after_s - now)
+            self.release(recipient_id, oldest)
+            oldest.replaced = True
+            oldest.wake.set()
+        listener = Listener(opened=now)
+        self._listeners.setdefault(recipient_id, {})[listener] = None
+        self._count += 1
+        return listener
+
+    def release(self, recipient_id: str, listener: Listener) -> None:
+        """Forget ``listener`` (its stream ended, or was replaced); again is nothing."""
+        found = self._listeners.get(recipient_id)
+        if found is None or listener not in found:
+            return
+        del found[listener]
+        self._count -= 1
+        if not found:
+            del self._listeners[recipient_id]
 
     def close(self) -> None:
         """End every client's stream: the process is stopping, and a stream never ends by
@@ -151,16 +209,11 @@ class InboxHub:
 
     @contextlib.contextmanager
     def listening(self, recipient_id: str) -> Iterator[Listener]:
-        listener = Listener()
-        self._listeners.setdefault(recipient_id, set()).add(listener)
+        listener = self.admit(recipient_id)
         try:
             yield listener
         finally:
-            found = self._listeners.get(recipient_id)
-            if found is not None:
-                found.discard(listener)
-                if not found:
-                    del self._listeners[recipient_id]
+            self.release(recipient_id, listener)
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -210,7 +263,7 @@ class InboxHub:
                 if parsed is None:
                     continue
                 recipient_id, change = parsed
-                for listener in list(self._listeners.get(recipient_id, ())):
+                for listener in list(self._listeners.get(recipient_id, {})):
                     listener.offer(change)
 
 
@@ -224,6 +277,8 @@ class InboxFollower:
         recipient_id: str,
         cursor: dict[int, str],
         readers: asyncio.Semaphore | None = None,
+        *,
+        replay_entries: int = StreamLimits().replay_entries,
     ) -> None:
         self.redis = redis
         self.keys = keys
@@ -232,6 +287,8 @@ class InboxFollower:
         self.counts: dict[int, tuple[int, int]] = {}
         # Shared by a process's followers (``InboxHub.readers``): who may read Redis now.
         self.readers = readers or asyncio.Semaphore(1)
+        # The most entries one catch-up reads from one feed (``StreamLimits.replay_entries``).
+        self.replay_entries = replay_entries
 
     async def start(self, resume: bool) -> bool:
         """Read the counts; without ``resume``, start after each feed's newest entry. Whether
@@ -282,7 +339,8 @@ class InboxFollower:
         return bool(await self.redis.xrange(feed_key, min=seen, max=seen))
 
     async def catch_up(self) -> list[Change]:
-        """Every change the feeds hold after the cursor, oldest first per shard."""
+        """Every change the feeds hold after the cursor, oldest first per shard;
+        ``FeedOverrun`` when one holds more of them than one re-read takes."""
         async with self.readers:
             return await self._catch_up()
 
@@ -291,7 +349,11 @@ class InboxFollower:
         for shard in self.keys.all_shards():
             feed = shard.inbox(self.recipient_id).feed
             entries: list[tuple[bytes, dict[bytes, bytes]]]
-            entries = await self.redis.xrange(feed, min=f"({self.cursor[shard.shard]}")  # type: ignore[assignment]
+            entries = await self.redis.xrange(  # type: ignore[assignment]
+                feed, min=f"({self.cursor[shard.shard]}", count=self.replay_entries + 1
+            )
+            if len(entries) > self.replay_entries:
+                raise FeedOverrun
             for entry_id, fields in entries:
                 changes.append(_change_of(shard.shard, entry_id.decode(), fields))
         return changes

@@ -14,6 +14,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from streams.inbox_live import (
     Change,
+    FeedOverrun,
     InboxFollower,
     InboxHub,
     entry_order,
@@ -93,6 +94,21 @@ async def test_a_follower_resumes_after_its_cursor_and_skips_what_it_saw(
     assert not any(resumed.fresh(c) for c in changes)  # each is new once
     assert resumed.totals() == (5, 5)
     assert not set(first) & {c.message_id for c in changes}
+
+
+async def test_a_catch_up_reads_at_most_its_replay_entries_from_a_feed(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    """A reconnect from the feed's start re-read the whole feed, however long: now one
+    re-read takes at most ``replay_entries`` entries (the feed's length), else ``reset``."""
+    keys = KeySpace(key_prefix)
+    await send(real_redis, keys, catalog(), [f"R-{n}" for n in range(6)])
+    start = {0: "0-1"}  # a Last-Event-ID from before the feed's first entry
+    within = InboxFollower(real_redis, keys, "u-1", dict(start), replay_entries=6)
+    assert len(await within.catch_up()) == 6
+    past = InboxFollower(real_redis, keys, "u-1", dict(start), replay_entries=5)
+    with pytest.raises(FeedOverrun):
+        await past.catch_up()
 
 
 @pytest.mark.parametrize("seen_before", [True, False])
