@@ -43,6 +43,8 @@ QUEUE_SIZE: Final = 256
 # instead of asking the client's connection pool for more connections than it has.
 READERS: Final = 64
 _RETRY_S: Final = 0.5
+# Either number of a stream entry id is an unsigned 64-bit integer.
+_MAX_ENTRY_PART: Final = 2**64 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,8 +86,8 @@ def parse_cursor(text: str, shards: int) -> dict[int, str] | None:
         ms, dash, sequence = entry.partition("-")
         if not (shard.isdigit() and ms.isdigit() and dash and sequence.isdigit()):
             return None
-        if int(shard) >= shards:
-            return None
+        if int(shard) >= shards or max(int(ms), int(sequence)) > _MAX_ENTRY_PART:
+            return None  # Redis would refuse it as a stream id
         cursor[int(shard)] = f"{int(ms)}-{int(sequence)}"
     return cursor
 

@@ -34,7 +34,15 @@ def test_a_cursor_reads_back_and_anything_else_is_none() -> None:
     assert text == "0:1700000000000-0,2:1700000000001-3"
     assert parse_cursor(text, 3) == cursor
     assert parse_cursor("", 2) == {0: "0-0", 1: "0-0"}
-    for bad in ("5:1-0", "0:1", "x:1-0", "0:1-0,", "0:-1-0", "0:1-0" * 100):
+    for bad in (
+        "5:1-0",
+        "0:1",
+        "x:1-0",
+        "0:1-0,",
+        "0:-1-0",
+        "0:1-0" * 100,
+        "0:1-18446744073709551616",
+    ):
         assert parse_cursor(bad, 3) is None, bad
     assert entry_order("1700-2") > entry_order("1700-1") > entry_order("0-0")
 
