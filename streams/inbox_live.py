@@ -25,12 +25,7 @@ from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import RedisError
 
 from streams.connection import being_cancelled
-from streams.inbox_admission import (
-    ResumeWindow,
-    StreamLimits,
-    process_full,
-    recipient_full,
-)
+from streams.inbox_admission import ResumeWindow, StreamLimits, process_full, recipient_full
 from streams.keys import KeySpace
 
 log = structlog.get_logger(__name__)

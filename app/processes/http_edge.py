@@ -30,8 +30,7 @@ from typing import Any, Final
 import msgspec
 from uvicorn._types import ASGIReceiveCallable, ASGISendCallable, Scope
 from uvicorn.config import Config
-from uvicorn.protocols.http.flow_control import service_unavailable
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from app.settings import Settings
@@ -67,17 +66,25 @@ class EdgeProtocol(HttpToolsProtocol):
         _loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         super().__init__(config, server_state, app_state, _loop)
+        self._app = self.app
+        # Past CLARION_MAX_CONNECTIONS the answer is ``_busy``, not uvicorn's plain text.
+        self._limit, self.limit_concurrency = self.limit_concurrency, None
         limits = head_limits()
         self._max_head_bytes = limits.max_bytes
         self._head_timeout_s = limits.timeout_s
         self._head_bytes = 0  # of the head being read
         self._reading_head = True  # False from the end of a head to the end of its body
-        self._head_timer: asyncio.TimerHandle | None = None
         self._heads = 0  # read whole on this connection
+        # One timer per connection, not one per request: when it fires, it ends the
+        # connection if a head is being read since ``_head_started`` for too long, or is
+        # armed again for the rest of the time (``_head_timed_out``).
+        self._head_started = 0.0
+        self._head_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)  # type: ignore[arg-type]
-        self._arm_head_timer()  # a client that connects and sends nothing is timed too
+        self._head_started = self.loop.time()
+        self._arm_head_timer(self._head_timeout_s)  # one that sends nothing is timed too
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_head_timer()
@@ -87,8 +94,10 @@ class EdgeProtocol(HttpToolsProtocol):
         if not self._reading_head:
             super().data_received(data)
             return
-        if self._head_timer is None:
-            self._arm_head_timer()  # the next request on a kept-alive connection
+        if self._head_bytes == 0 and self._heads:  # the next request on a kept-alive connection
+            self._head_started = self.loop.time()
+            if self._head_timer is None:
+                self._arm_head_timer(self._head_timeout_s)
         allowed = self._max_head_bytes - self._head_bytes
         if len(data) <= allowed:
             self._head_bytes += len(data)
@@ -107,7 +116,14 @@ class EdgeProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._reading_head = False
         self._heads += 1
-        self._disarm_head_timer()
+        if self._over_limit():
+            # uvicorn would answer its plain-text 503 here: the app answering is this one.
+            self.app = _busy
+            try:
+                super().on_headers_complete()
+            finally:
+                self.app = self._app
+            return
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
@@ -115,12 +131,13 @@ class EdgeProtocol(HttpToolsProtocol):
         self._reading_head = True  # what comes next is the next request's head
         self._head_bytes = 0
 
-    def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
-        # uvicorn chose its plain-text 503 when the process is at CLARION_MAX_CONNECTIONS.
-        super()._start_asgi_task(cycle, _busy if app is service_unavailable else app)
+    def _over_limit(self) -> bool:
+        """uvicorn's own test for ``limit_concurrency``, which this protocol makes instead."""
+        limit = self._limit
+        return limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit)
 
-    def _arm_head_timer(self) -> None:
-        self._head_timer = self.loop.call_later(self._head_timeout_s, self._head_timed_out)
+    def _arm_head_timer(self, delay_s: float) -> None:
+        self._head_timer = self.loop.call_later(delay_s, self._head_timed_out)
 
     def _disarm_head_timer(self) -> None:
         if self._head_timer is not None:
@@ -129,7 +146,13 @@ class EdgeProtocol(HttpToolsProtocol):
 
     def _head_timed_out(self) -> None:
         self._head_timer = None
-        if not self._reading_head or self.transport.is_closing():
+        if self.transport.is_closing() or not self._reading_head:
+            return  # a request is in progress: the next head arms the timer again
+        if self._head_bytes == 0 and self._heads:
+            return  # idle between requests: uvicorn's keep-alive timeout closes it
+        left = self._head_started + self._head_timeout_s - self.loop.time()
+        if left > 0:  # another head than the one the timer was armed for
+            self._arm_head_timer(left)
             return
         if self._head_bytes == 0:
             self.transport.close()  # nothing came: nobody to tell

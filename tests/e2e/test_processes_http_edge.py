@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.api_service import running_api_process
+from tests.e2e.api_service import API_KEY, running_api_process
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -131,3 +131,43 @@ def test_past_the_concurrency_limit_a_request_gets_a_json_503_with_retry_after()
         held.close()
         time.sleep(0.2)
         assert httpx.get(f"{url}/v1/ops/health", timeout=5).status_code == 200
+
+
+def _inbox_token(url: str) -> str:
+    answer = httpx.post(
+        f"{url}/v1/recipients/u-1/inbox-tokens",
+        json={},
+        headers={"Authorization": f"Bearer {API_KEY}"},
+        timeout=5,
+    )
+    assert answer.status_code == 201, answer.text
+    return str(answer.json()["token"])
+
+
+def test_the_head_timeout_ends_neither_a_kept_alive_connection_nor_a_long_answer() -> None:
+    """Only heads are timed: a stream open past the timeout goes on, and so does a kept-alive
+    connection whose next request comes after it; that request's head is timed anew."""
+    with running_api_process(CLARION_HEADER_TIMEOUT="1", CLARION_KEEP_ALIVE="10") as (url, _):
+        token = _inbox_token(url)
+        with _connect(url) as stream:
+            stream.sendall(
+                b"GET /v1/inbox/stream?token=%s HTTP/1.1\r\nHost: c\r\n\r\n" % token.encode()
+            )
+            got = stream.recv(65536)
+            while b"event: counts" not in got:
+                got += stream.recv(65536)
+            assert got.startswith(b"HTTP/1.1 200")
+            time.sleep(2.5)
+            stream.settimeout(0.5)
+            with pytest.raises(TimeoutError):  # open, and quiet until its heartbeat
+                stream.recv(65536)
+        with _connect(url) as connection:
+            connection.sendall(HEALTH + b"\r\n")
+            assert connection.recv(65536).startswith(b"HTTP/1.1 200")
+            time.sleep(2)  # idle past the head timeout, within the keep-alive
+            connection.sendall(HEALTH + b"\r\n")
+            assert connection.recv(65536).startswith(b"HTTP/1.1 200")
+            started = time.monotonic()
+            connection.sendall(HEALTH)  # and never the blank line
+            assert _status_and_json(_answer(connection))[0] == 408
+            assert time.monotonic() - started < 3
