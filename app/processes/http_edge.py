@@ -116,7 +116,8 @@ class EdgeProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._reading_head = False
         self._heads += 1
-        if self._over_limit():
+        limit = self._limit  # uvicorn's own test for limit_concurrency, made here instead
+        if limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit):
             # uvicorn would answer its plain-text 503 here: the app answering is this one.
             self.app = _busy
             try:
@@ -130,11 +131,6 @@ class EdgeProtocol(HttpToolsProtocol):
         super().on_message_complete()
         self._reading_head = True  # what comes next is the next request's head
         self._head_bytes = 0
-
-    def _over_limit(self) -> bool:
-        """uvicorn's own test for ``limit_concurrency``, which this protocol makes instead."""
-        limit = self._limit
-        return limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit)
 
     def _arm_head_timer(self, delay_s: float) -> None:
         self._head_timer = self.loop.call_later(delay_s, self._head_timed_out)
