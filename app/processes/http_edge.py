@@ -12,9 +12,13 @@ parses in Python. ``EdgeProtocol`` is the httptools protocol with both bounds:
   on a kept-alive connection, after its first byte came) ends the connection, with a 408
   when some of it came.
 
-uvicorn's own ``limit_concurrency`` (``CLARION_MAX_CONNECTIONS``) counts the connections
-and requests a process holds; past it a request gets uvicorn's plain-text 503, which here is
-JSON with ``Retry-After``, like the API's other refusals.
+uvicorn's ``limit_concurrency`` (``CLARION_MAX_CONNECTIONS``) counts the connections (idle
+kept-alive ones and inbox streams too) and requests a process holds; past it uvicorn answers
+a plain-text 503. Here the same test is made, and the answer is JSON with ``Retry-After``,
+like the API's other refusals, on a connection that then closes.
+
+The cost, counted by ``bench/http_edge.py``: some 9,700 instructions per request on top of
+the 139,500 of uvicorn's protocol alone (a few microseconds; a whole request costs hundreds).
 
 Bytes of a pipelined request that came in the same read as the end of the one before are
 parsed before they are counted: a head may pass the limit by at most one read (256 KiB).
