@@ -98,6 +98,8 @@ class Settings:
     # process holds at once (past that a request is answered 503).
     max_header_bytes: int = 32 * 1024
     header_timeout_seconds: int = 10
+    # How long a request body may go without a byte coming (CLARION_BODY_TIMEOUT).
+    body_timeout_seconds: int = 30
     keep_alive_seconds: int = 5
     max_connections: int = 1000
     # Inbox streams (``GET /v1/inbox/stream``) per API process and per recipient in it, and
@@ -120,6 +122,11 @@ class Settings:
             field: _integer(env, variable, getattr(defaults, field), low, high)
             for field, (variable, low, high) in _INTEGER_VARIABLES.items()
         }
+        if integers["body_timeout_seconds"] < integers["header_timeout_seconds"]:
+            raise SettingsError(
+                "CLARION_BODY_TIMEOUT must be at least CLARION_HEADER_TIMEOUT, got "
+                f"{integers['body_timeout_seconds']} and {integers['header_timeout_seconds']}"
+            )
         if integers["inbox_streams"] >= integers["max_connections"]:
             raise SettingsError(
                 "CLARION_INBOX_STREAMS must be below CLARION_MAX_CONNECTIONS: each stream holds "
@@ -176,6 +183,7 @@ _INTEGER_VARIABLES: dict[str, tuple[str, int, int]] = {
     "campaign_backlog": ("CLARION_CAMPAIGN_BACKLOG", 1000, 100_000_000),
     "max_header_bytes": ("CLARION_MAX_HEADER_BYTES", 4096, 1 << 20),
     "header_timeout_seconds": ("CLARION_HEADER_TIMEOUT", 1, 300),
+    "body_timeout_seconds": ("CLARION_BODY_TIMEOUT", 1, 3600),
     "keep_alive_seconds": ("CLARION_KEEP_ALIVE", 1, 300),
     "max_connections": ("CLARION_MAX_CONNECTIONS", 16, 1_000_000),
     "inbox_streams": ("CLARION_INBOX_STREAMS", 1, 1_000_000),

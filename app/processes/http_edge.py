@@ -10,7 +10,11 @@ parses in Python. ``EdgeProtocol`` is the httptools protocol with both bounds:
   the connection closed; no more of it is read;
 - a head not complete ``CLARION_HEADER_TIMEOUT`` seconds after the connection opened (or,
   on a kept-alive connection, after its first byte came) ends the connection, with a 408
-  when some of it came.
+  when some of it came;
+- a body that goes ``CLARION_BODY_TIMEOUT`` seconds (at least the head's) without a byte
+  coming ends the connection too (408 unless an answer has begun; the app sees the client
+  leave). Time while the server itself stopped reading, because the app has not taken what
+  came, does not count.
 
 uvicorn's ``limit_concurrency`` (``CLARION_MAX_CONNECTIONS``) counts the connections (idle
 kept-alive ones and inbox streams too) and requests a process holds; past it uvicorn answers
@@ -50,6 +54,7 @@ class HeadLimits:
 
     max_bytes: int
     timeout_s: float
+    body_timeout_s: float
 
 
 @functools.cache
@@ -57,7 +62,9 @@ def head_limits() -> HeadLimits:
     """The limits of this process, from the environment (as ``app.processes.api.build``
     reads its settings): uvicorn makes the protocol, and passes it nothing of Clarion's."""
     settings = Settings.from_env()
-    return HeadLimits(settings.max_header_bytes, settings.header_timeout_seconds)
+    return HeadLimits(
+        settings.max_header_bytes, settings.header_timeout_seconds, settings.body_timeout_seconds
+    )
 
 
 class EdgeProtocol(HttpToolsProtocol):
@@ -77,6 +84,8 @@ class EdgeProtocol(HttpToolsProtocol):
         limits = head_limits()
         self._max_head_bytes = limits.max_bytes
         self._head_timeout_s = limits.timeout_s
+        self._body_timeout_s = limits.body_timeout_s
+        self._body_read_at = 0.0  # when the last bytes of the body being read came
         self._head_bytes = 0  # of the head being read
         self._reading_head = True  # False from the end of a head to the end of its body
         self._heads = 0  # read whole on this connection
@@ -96,7 +105,10 @@ class EdgeProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if not self._reading_head:
+        if not self._reading_head:  # a body
+            self._body_read_at = self.loop.time()
+            if self._head_timer is None:
+                self._arm_head_timer(self._body_timeout_s)
             super().data_received(data)
             return
         if self._head_bytes == 0 and self._heads:  # the next request on a kept-alive connection
@@ -121,6 +133,7 @@ class EdgeProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._reading_head = False
         self._heads += 1
+        self._body_read_at = self.loop.time()
         limit = self._limit  # uvicorn's own test for limit_concurrency, made here instead
         if limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit):
             # uvicorn would answer its plain-text 503 here: the app answering is this one.
@@ -147,8 +160,11 @@ class EdgeProtocol(HttpToolsProtocol):
 
     def _head_timed_out(self) -> None:
         self._head_timer = None
-        if self.transport.is_closing() or not self._reading_head:
-            return  # a request is in progress: the next head arms the timer again
+        if self.transport.is_closing():
+            return
+        if not self._reading_head:
+            self._body_timed_out()
+            return
         if self._head_bytes == 0 and self._heads:
             return  # idle between requests: uvicorn's keep-alive timeout closes it
         left = self._head_started + self._head_timeout_s - self.loop.time()
@@ -159,6 +175,24 @@ class EdgeProtocol(HttpToolsProtocol):
             self.transport.close()  # nothing came: nobody to tell
             return
         detail = f"the request head was not complete within {self._head_timeout_s:g} s"
+        self._refuse(408, b"Request Timeout", detail)
+
+    def _body_timed_out(self) -> None:
+        """A body is being read: end the connection if no byte of it came for too long."""
+        now = self.loop.time()
+        if self.flow.read_paused:  # the app has not taken what came: not the client's fault
+            self._body_read_at = now
+        left = self._body_read_at + self._body_timeout_s - now
+        if left > 0:
+            self._arm_head_timer(left)
+            return
+        detail = (
+            f"no byte of the request body came for {self._body_timeout_s:g} s "
+            "(CLARION_BODY_TIMEOUT)"
+        )
+        if self.cycle is not None and self.cycle.response_started:
+            self.transport.close()  # the answer has begun: it cannot be another
+            return
         self._refuse(408, b"Request Timeout", detail)
 
     def _too_large(self) -> str:

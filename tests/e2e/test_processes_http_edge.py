@@ -171,3 +171,22 @@ def test_the_head_timeout_ends_neither_a_kept_alive_connection_nor_a_long_answer
             connection.sendall(HEALTH)  # and never the blank line
             assert _status_and_json(_answer(connection))[0] == 408
             assert time.monotonic() - started < 3
+
+
+def test_a_body_that_stops_coming_ends_the_connection_after_the_body_timeout() -> None:
+    limits = {"CLARION_HEADER_TIMEOUT": "1", "CLARION_BODY_TIMEOUT": "2"}
+    with running_api_process(**limits) as (url, _), _connect(url) as connection:
+        connection.sendall(
+            b"POST /v1/notifications HTTP/1.1\r\nHost: c\r\nAuthorization: Bearer %s\r\n"
+            b"Content-Type: application/json\r\nIdempotency-Key: slow-1\r\n"
+            b'Content-Length: 1000\r\n\r\n{"recipient": ' % API_KEY.encode()
+        )
+        for _ in range(6):  # a byte every 0.5 s keeps it going past both timeouts
+            time.sleep(0.5)
+            connection.sendall(b" ")
+        stopped = time.monotonic()
+        connection.settimeout(10)
+        status, body, _ = _status_and_json(_answer(connection))
+        assert status == 408
+        assert "CLARION_BODY_TIMEOUT" in str(body["detail"])
+        assert 1.5 < time.monotonic() - stopped < 4

@@ -71,6 +71,7 @@ def test_good_values_are_read() -> None:
         ("CLARION_MAX_CONNECTIONS", "8"),
         ("CLARION_INBOX_STREAMS_PER_RECIPIENT", "0"),
         ("CLARION_INBOX_STREAMS", "1000"),  # not below CLARION_MAX_CONNECTIONS' 1000
+        ("CLARION_BODY_TIMEOUT", "5"),  # below CLARION_HEADER_TIMEOUT's 10
     ],
 )
 def test_a_bad_value_names_the_variable(name: str, value: str) -> None:
