@@ -95,6 +95,21 @@ class Settings:
     # Work items of a campaign's priority that may wait before its generator makes more
     # (CLARION_CAMPAIGN_BACKLOG): what a campaign of any size holds of itself in Redis.
     campaign_backlog: int = 100_000
+    # The HTTP server's edge, per API process (``app.processes.http_edge``): the largest
+    # request head (request line and headers), how long a client may take to send it, how
+    # long an idle kept-alive connection stays open, and the connections and requests a
+    # process holds at once (past that a request is answered 503).
+    max_header_bytes: int = 32 * 1024
+    header_timeout_seconds: int = 10
+    # How long a request body may go without a byte coming (CLARION_BODY_TIMEOUT).
+    body_timeout_seconds: int = 30
+    keep_alive_seconds: int = 5
+    max_connections: int = 1000
+    # Inbox streams (``GET /v1/inbox/stream``) per API process and per recipient in it, and
+    # how many times a minute a recipient's reconnects may re-read its feeds.
+    inbox_streams: int = 500
+    inbox_streams_per_recipient: int = 5
+    inbox_resumes_per_minute: int = 10
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -110,6 +125,16 @@ class Settings:
             field: _integer(env, variable, getattr(defaults, field), low, high)
             for field, (variable, low, high) in _INTEGER_VARIABLES.items()
         }
+        if integers["body_timeout_seconds"] < integers["header_timeout_seconds"]:
+            raise SettingsError(
+                "CLARION_BODY_TIMEOUT must be at least CLARION_HEADER_TIMEOUT, got "
+                f"{integers['body_timeout_seconds']} and {integers['header_timeout_seconds']}"
+            )
+        if integers["inbox_streams"] >= integers["max_connections"]:
+            raise SettingsError(
+                "CLARION_INBOX_STREAMS must be below CLARION_MAX_CONNECTIONS: each stream holds "
+                f"a connection, got {integers['inbox_streams']} and {integers['max_connections']}"
+            )
         return cls(
             redis_url=_redis_url(text("CLARION_REDIS_URL", defaults.redis_url)),
             database_url=_database_url(text("CLARION_DATABASE_URL", defaults.database_url)),
@@ -160,6 +185,14 @@ _INTEGER_VARIABLES: dict[str, tuple[str, int, int]] = {
     "unsubscribe_ttl_seconds": ("CLARION_UNSUBSCRIBE_TTL", 3600, 3650 * 86400),
     "inbox_token_ttl_seconds": ("CLARION_INBOX_TOKEN_TTL", 60, 12 * 3600),
     "campaign_backlog": ("CLARION_CAMPAIGN_BACKLOG", 1000, 100_000_000),
+    "max_header_bytes": ("CLARION_MAX_HEADER_BYTES", 4096, 1 << 20),
+    "header_timeout_seconds": ("CLARION_HEADER_TIMEOUT", 1, 300),
+    "body_timeout_seconds": ("CLARION_BODY_TIMEOUT", 1, 3600),
+    "keep_alive_seconds": ("CLARION_KEEP_ALIVE", 1, 300),
+    "max_connections": ("CLARION_MAX_CONNECTIONS", 16, 1_000_000),
+    "inbox_streams": ("CLARION_INBOX_STREAMS", 1, 1_000_000),
+    "inbox_streams_per_recipient": ("CLARION_INBOX_STREAMS_PER_RECIPIENT", 1, 100),
+    "inbox_resumes_per_minute": ("CLARION_INBOX_RESUMES_PER_MINUTE", 1, 10_000),
 }
 
 

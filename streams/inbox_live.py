@@ -8,14 +8,16 @@ per shard, the last feed entry it got. ``InboxFollower`` turns the feeds and the
 changes into one ordered stream of changes for one client: it reads what the feeds hold
 after the client's cursor (after a reconnect, or when the subscription or the client fell
 behind), skips what it has seen already, and says when the feeds no longer hold all that
-it missed (then the client reads its inbox again).
+it missed (then the client reads its inbox again). Changes and cursors are in
+``streams.inbox_changes``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -24,12 +26,13 @@ from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import RedisError
 
 from streams.connection import being_cancelled
+from streams.inbox_admission import ResumeWindow, StreamLimits, process_full, recipient_full
+from streams.inbox_changes import Change, entry_order, parse_published
 from streams.inbox_revocation import REVOKED_PREFIX
 from streams.keys import KeySpace
 
 log = structlog.get_logger(__name__)
 
-SEPARATOR: Final = "\x1f"
 # Changes a listener may have waiting; past that it catches up from the feeds instead.
 QUEUE_SIZE: Final = 256
 # Followers reading Redis at once, per process: thousands of clients reconnecting together
@@ -39,84 +42,24 @@ READERS: Final = 64
 _RETRY_S: Final = 0.5
 
 
-@dataclass(frozen=True, slots=True)
-class Change:
-    """One inbox change: its shard and feed entry, what happened ("new", "read", "unread",
-    "seen", "archived", "unarchived"), to which message, the shard's counts after it, and
-    the message (for "new") or its state text."""
-
-    shard: int
-    entry: str
-    kind: str
-    message_id: str
-    unread: int
-    unseen: int
-    body: bytes
-
-
-def entry_order(entry: str) -> tuple[int, int]:
-    """A stream entry id as comparable numbers ("0-0" for none)."""
-    ms, _, sequence = entry.partition("-")
-    return int(ms or 0), int(sequence or 0)
-
-
-def format_cursor(cursor: dict[int, str]) -> str:
-    """``0:1700000000000-0,3:…``: the shards with an entry seen, in order."""
-    return ",".join(f"{shard}:{entry}" for shard, entry in sorted(cursor.items()) if entry != "0-0")
-
-
-def parse_cursor(text: str, shards: int) -> dict[int, str] | None:
-    """A cursor as ``format_cursor`` writes it; None when it is not one of this deployment
-    (then the client starts afresh)."""
-    cursor = dict.fromkeys(range(shards), "0-0")
-    if not text:
-        return cursor
-    if len(text) > 40 * shards:
-        return None
-    for part in text.split(","):
-        shard, _, entry = part.partition(":")
-        ms, dash, sequence = entry.partition("-")
-        if not (shard.isdigit() and ms.isdigit() and dash and sequence.isdigit()):
-            return None
-        if int(shard) >= shards:
-            return None
-        cursor[int(shard)] = f"{int(ms)}-{int(sequence)}"
-    return cursor
-
-
-def parse_published(payload: bytes) -> tuple[str, Change] | None:
-    """The recipient and change of a published payload (None: not one)."""
-    parts = payload.split(SEPARATOR.encode(), 7)
-    if len(parts) != 8:
-        return None
-    recipient, feed, entry, kind, message_id, unread, unseen, body = parts
-    shard = _shard_of_feed(feed.decode(errors="replace"))
-    if shard is None:
-        return None
-    change = Change(
-        shard, entry.decode(), kind.decode(), message_id.decode(), int(unread), int(unseen), body
-    )
-    return recipient.decode(errors="replace"), change
-
-
-def _shard_of_feed(feed: str) -> int | None:
-    start = feed.find(":{s")
-    end = feed.find("}", start)
-    if start < 0 or end < 0 or not feed[start + 3 : end].isdigit():
-        return None
-    return int(feed[start + 3 : end])
+class FeedOverrun(Exception):
+    """More changes came after a client's cursor than one re-read takes: it reads its inbox
+    again (``reset``)."""
 
 
 @dataclass(eq=False, slots=True)
 class Listener:
     """One client's waiting changes; ``behind``: some were dropped, catch up from the feeds;
     ``ended``: the recipient's tokens were revoked, end the stream (a client whose token is
-    still good reconnects and resumes)."""
+    still good reconnects and resumes); ``replaced``: a newer stream of its recipient took its
+    place (``streams.inbox_admission``)."""
 
     queue: asyncio.Queue[Change] = field(default_factory=lambda: asyncio.Queue(QUEUE_SIZE))
     behind: bool = False
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     ended: bool = False
+    opened: float = 0.0
+    replaced: bool = False
 
     def offer(self, change: Change | None) -> None:
         if change is None:
@@ -132,10 +75,22 @@ class Listener:
 class InboxHub:
     """One Pub/Sub subscription per process, shared by every realtime client."""
 
-    def __init__(self, redis: Redis, keys: KeySpace) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        keys: KeySpace,
+        limits: StreamLimits | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.redis = redis
         self.channel = keys.inbox_live
-        self._listeners: dict[str, set[Listener]] = {}
+        self.limits = limits or StreamLimits()
+        self.clock = clock
+        self.resumes = ResumeWindow(self.limits.resumes_per_minute, clock)
+        # Per recipient, its listeners oldest first (a dict keeps the order of insertion).
+        self._listeners: dict[str, dict[Listener, None]] = {}
+        self._count = 0
         self.subscribed = asyncio.Event()
         self.readers = asyncio.Semaphore(READERS)
         # Set when the process stops: every stream ends (see ``close``).
@@ -143,7 +98,38 @@ class InboxHub:
 
     @property
     def clients(self) -> int:
-        return sum(len(found) for found in self._listeners.values())
+        return self._count
+
+    def admit(self, recipient_id: str) -> Listener:
+        """A listener for a new stream of ``recipient_id``, within the limits: its oldest
+        stream replaced when it has as many as it may (``streams.inbox_admission``);
+        ``StreamRefused`` when no stream may open now."""
+        limits = self.limits
+        if self._count >= limits.streams:
+            raise process_full(limits)
+        now = self.clock()
+        found = self._listeners.get(recipient_id)
+        if found is not None and len(found) >= limits.per_recipient:
+            oldest = next(iter(found))
+            if now - oldest.opened < limits.replace_after_s:
+                raise recipient_full(limits, oldest.opened + limits.replace_after_s - now)
+            self.release(recipient_id, oldest)
+            oldest.replaced = True
+            oldest.wake.set()
+        listener = Listener(opened=now)
+        self._listeners.setdefault(recipient_id, {})[listener] = None
+        self._count += 1
+        return listener
+
+    def release(self, recipient_id: str, listener: Listener) -> None:
+        """Forget ``listener`` (its stream ended, or was replaced); again is nothing."""
+        found = self._listeners.get(recipient_id)
+        if found is None or listener not in found:
+            return
+        del found[listener]
+        self._count -= 1
+        if not found:
+            del self._listeners[recipient_id]
 
     def close(self) -> None:
         """End every client's stream: the process is stopping, and a stream never ends by
@@ -161,16 +147,11 @@ class InboxHub:
 
     @contextlib.contextmanager
     def listening(self, recipient_id: str) -> Iterator[Listener]:
-        listener = Listener()
-        self._listeners.setdefault(recipient_id, set()).add(listener)
+        listener = self.admit(recipient_id)
         try:
             yield listener
         finally:
-            found = self._listeners.get(recipient_id)
-            if found is not None:
-                found.discard(listener)
-                if not found:
-                    del self._listeners[recipient_id]
+            self.release(recipient_id, listener)
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -223,7 +204,7 @@ class InboxHub:
                 if parsed is None:
                     continue
                 recipient_id, change = parsed
-                for listener in list(self._listeners.get(recipient_id, ())):
+                for listener in list(self._listeners.get(recipient_id, {})):
                     listener.offer(change)
 
 
@@ -237,6 +218,8 @@ class InboxFollower:
         recipient_id: str,
         cursor: dict[int, str],
         readers: asyncio.Semaphore | None = None,
+        *,
+        replay_entries: int = StreamLimits().replay_entries,
     ) -> None:
         self.redis = redis
         self.keys = keys
@@ -245,6 +228,8 @@ class InboxFollower:
         self.counts: dict[int, tuple[int, int]] = {}
         # Shared by a process's followers (``InboxHub.readers``): who may read Redis now.
         self.readers = readers or asyncio.Semaphore(1)
+        # The most entries one catch-up reads from one feed (``StreamLimits.replay_entries``).
+        self.replay_entries = replay_entries
 
     async def start(self, resume: bool) -> bool:
         """Read the counts; without ``resume``, start after each feed's newest entry. Whether
@@ -295,7 +280,8 @@ class InboxFollower:
         return bool(await self.redis.xrange(feed_key, min=seen, max=seen))
 
     async def catch_up(self) -> list[Change]:
-        """Every change the feeds hold after the cursor, oldest first per shard."""
+        """Every change the feeds hold after the cursor, oldest first per shard;
+        ``FeedOverrun`` when one holds more of them than one re-read takes."""
         async with self.readers:
             return await self._catch_up()
 
@@ -304,7 +290,11 @@ class InboxFollower:
         for shard in self.keys.all_shards():
             feed = shard.inbox(self.recipient_id).feed
             entries: list[tuple[bytes, dict[bytes, bytes]]]
-            entries = await self.redis.xrange(feed, min=f"({self.cursor[shard.shard]}")  # type: ignore[assignment]
+            entries = await self.redis.xrange(  # type: ignore[assignment]
+                feed, min=f"({self.cursor[shard.shard]}", count=self.replay_entries + 1
+            )
+            if len(entries) > self.replay_entries:
+                raise FeedOverrun
             for entry_id, fields in entries:
                 changes.append(_change_of(shard.shard, entry_id.decode(), fields))
         return changes

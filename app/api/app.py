@@ -57,6 +57,7 @@ from app.unsubscribe import UnsubscribeTokens
 from projections.queries import recipient_deliveries
 from streams.feedback import Inbox
 from streams.inbox import InboxStore
+from streams.inbox_admission import StreamLimits
 from streams.inbox_live import InboxHub
 from streams.inbox_revocation import InboxRevocations
 from streams.keys import KeySpace
@@ -135,6 +136,16 @@ def _inbox_store(redis: Redis, keys: KeySpace, catalog: Catalog) -> InboxStore:
     return InboxStore(redis, keys)
 
 
+def _stream_limits(settings: Settings, inbox: InboxStore) -> StreamLimits:
+    """The inbox streams' bounds; a re-read takes at most what the feed can hold."""
+    return StreamLimits(
+        streams=settings.inbox_streams,
+        per_recipient=settings.inbox_streams_per_recipient,
+        resumes_per_minute=settings.inbox_resumes_per_minute,
+        feed_length=inbox.feed_length,
+    )
+
+
 def _eraser(settings: Settings, redis: Redis, keys: KeySpace, read_model: ReadModel) -> Eraser:
     """Erasure, naming a recipient's deliveries from the read model (503 without it)."""
 
@@ -167,6 +178,7 @@ def _state(
     address_digest = settings.address_digest()
     read_model = ReadModel(db)
     planner = Planner(catalog, address_digest)
+    inbox = _inbox_store(redis, keys, catalog)
     return {
         "redis": redis,
         "catalog": catalog,
@@ -191,8 +203,8 @@ def _state(
         # A batch item may be as large as a single POST's body.
         "max_item_bytes": settings.max_body_bytes,
         "unsubscribe_tokens": UnsubscribeTokens(settings.digest_secret),
-        "inbox": _inbox_store(redis, keys, catalog),
-        "inbox_hub": InboxHub(redis, keys),
+        "inbox": inbox,
+        "inbox_hub": InboxHub(redis, keys, _stream_limits(settings, inbox)),
         "inbox_tokens": InboxTokens(settings.digest_secret, keys=settings.inbox_token_keys),
         "inbox_revocations": InboxRevocations(redis, keys),
         "inbox_token_ttl_seconds": settings.inbox_token_ttl_seconds,

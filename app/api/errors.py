@@ -57,6 +57,15 @@ class OverQuota(ClientException):
     detail = "The producer is over its ingest quota; retry after Retry-After"
 
 
+class TooManyStreams(ClientException):
+    status_code = 429
+    detail = "The recipient has as many inbox streams open as it may; retry after Retry-After"
+
+
+class StreamsFull(ServiceUnavailableException):
+    detail = "The server holds as many inbox streams as it may; retry after Retry-After"
+
+
 class InvalidField(ClientException):
     status_code = 422
     detail = "A field or parameter is invalid; the detail names it"

@@ -15,12 +15,19 @@ A comment line every ``HEARTBEAT_S`` keeps proxies from closing an idle stream. 
 ends when the token expires (the app reconnects with a fresh one), when the recipient's tokens
 are revoked (``InboxHub.end``; a reconnect with a revoked token is 401) and when the API process
 stops (``InboxHub.close``; the browser reconnects and resumes).
+
+Streams are bounded per process and per recipient (``streams.inbox_admission``): past the
+process's limit 503, past the recipient's its oldest stream ends with ``replaced`` (``{}``,
+and a long ``retry``: an app should close that EventSource), or, while all of them are
+young, 429; both with ``Retry-After``. A recipient's reconnects re-read its feeds a few
+times a minute at most; another gets ``reset`` instead.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any, Final
@@ -32,6 +39,7 @@ from litestar.datastructures import State
 from litestar.response import Stream
 from redis.exceptions import RedisError
 
+from app.api.errors import StreamsFull, TooManyStreams
 from app.api.inbox import (
     RECIPIENT_AUTH,
     CountsView,
@@ -40,7 +48,9 @@ from app.api.inbox import (
     now_of,
     time_of,
 )
-from streams.inbox_live import Change, InboxFollower, InboxHub, format_cursor, parse_cursor
+from streams.inbox_admission import REPLACED_RETRY_MS, StreamRefused
+from streams.inbox_changes import Change, format_cursor, parse_cursor
+from streams.inbox_live import FeedOverrun, InboxFollower, InboxHub, Listener
 from streams.inbox_messages import MessageState, StoredMessage
 from streams.inbox_messages import decode as decode_message
 from streams.keys import KeySpace
@@ -70,7 +80,7 @@ class NewMessage(msgspec.Struct, frozen=True):
 
 @get(
     "/v1/inbox/stream",
-    raises=RECIPIENT_AUTH,
+    raises=[*RECIPIENT_AUTH, TooManyStreams, StreamsFull],
     response_headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
 )
 async def inbox_stream(request: Req) -> Stream:
@@ -83,55 +93,108 @@ async def inbox_stream(request: Req) -> Stream:
     cursor = parse_cursor(last, keys.shards)
     resume = bool(last) and cursor is not None
     hub: InboxHub = request.app.state.inbox_hub
+    listener = _admitted(hub, grant.recipient_id)
+    # Past its re-reads this minute, a reconnect starts afresh and is told to reset.
+    replayable = not resume or hub.resumes.allow(grant.recipient_id)
+    if cursor is None or not replayable:
+        cursor = dict.fromkeys(range(keys.shards), "0-0")
     follower = InboxFollower(
-        request.app.state.redis, keys, grant.recipient_id, cursor or {}, hub.readers
-    )
-    if cursor is None:
-        follower.cursor = dict.fromkeys(range(keys.shards), "0-0")
+        request.app.state.redis, keys, grant.recipient_id, cursor, hub.readers,
+        replay_entries=hub.limits.replay_entries,
+    )  # fmt: skip
     ends = time.monotonic() + grant.expires_at - now_of(request).timestamp()
-    return Stream(_events(hub, follower, resume, ends), media_type="text/event-stream")
+    events = _events(hub, listener, follower, resume and replayable, ends, reset=not replayable)
+    # A stream whose answer never began (its client left at once) releases its place too.
+    weakref.finalize(events, hub.release, grant.recipient_id, listener)
+    return Stream(events, media_type="text/event-stream")
+
+
+def _admitted(hub: InboxHub, recipient_id: str) -> Listener:
+    try:
+        return hub.admit(recipient_id)
+    except StreamRefused as refused:
+        kind = TooManyStreams if refused.status_code == 429 else StreamsFull
+        headers = {"Retry-After": str(refused.retry_after_s)}
+        raise kind(detail=refused.detail, headers=headers) from None
+
+
+async def _opening(follower: InboxFollower, resume: bool, reset: bool) -> AsyncIterator[bytes]:
+    """A (re)connection's first events: ``reset`` when the feeds cannot tell all it missed,
+    the counts, and what it missed. ``RedisError``: the stream cannot start."""
+    whole = await follower.start(resume)
+    missed: list[Change] = []
+    if resume and whole:
+        try:
+            missed = await follower.catch_up()
+        except FeedOverrun:  # more than the feed can hold: the cursor is not from it
+            await follower.start(resume=False)
+            whole = False
+    if reset or not whole:
+        yield _event(follower, "reset", b"{}")
+    yield _event(follower, "counts", _json.encode(_counts(follower)))
+    for change in missed:
+        if follower.fresh(change):
+            yield _change_event(follower, change)
 
 
 async def _events(
-    hub: InboxHub, follower: InboxFollower, resume: bool, ends: float
+    hub: InboxHub,
+    listener: Listener,
+    follower: InboxFollower,
+    resume: bool,
+    ends: float,
+    *,
+    reset: bool = False,
 ) -> AsyncIterator[bytes]:
     yield f"retry: {RETRY_MS}\n\n".encode()
-    with hub.listening(follower.recipient_id) as listener:
+    try:
         try:
-            whole = await follower.start(resume)
+            async for event in _opening(follower, resume, reset):
+                yield event
         except (RedisError, OSError) as error:
             # The answer has begun (200): end it; the browser reconnects after RETRY_MS.
             log.warning("inbox.stream_not_started", error=type(error).__name__)
             return
-        if not whole:
-            yield _event(follower, "reset", b"{}")
-        yield _event(follower, "counts", _json.encode(_counts(follower)))
-        if resume and whole:
-            for change in await follower.catch_up():
-                if follower.fresh(change):
-                    yield _change_event(follower, change)
-        while (left := ends - time.monotonic()) > 0 and not (
-            hub.closing.is_set() or listener.ended
-        ):
+        try:
+            async for event in _following(hub, listener, follower, ends):
+                yield event
+        except (RedisError, OSError) as error:
+            log.warning("inbox.stream_behind", error=type(error).__name__)
+            return  # the browser reconnects and resumes from its last event
+        if listener.replaced:
+            yield b"retry: %d\nevent: replaced\ndata: {}\n\n" % REPLACED_RETRY_MS
+    finally:
+        hub.release(follower.recipient_id, listener)
+
+
+async def _following(
+    hub: InboxHub, listener: Listener, follower: InboxFollower, ends: float
+) -> AsyncIterator[bytes]:
+    """The changes as they come, until the token expires, the process stops, the recipient's
+    tokens are revoked or a newer stream of the recipient replaces this one."""
+    while (left := ends - time.monotonic()) > 0 and not (hub.closing.is_set() or listener.ended):
+        try:
+            await asyncio.wait_for(listener.wake.wait(), min(HEARTBEAT_S, left))
+        except TimeoutError:
+            yield b": ping\n\n"
+            continue
+        listener.wake.clear()
+        changes: list[Change] = []
+        while not listener.queue.empty():
+            changes.append(listener.queue.get_nowait())
+        if listener.replaced:
+            return
+        if listener.behind:
+            listener.behind = False
             try:
-                await asyncio.wait_for(listener.wake.wait(), min(HEARTBEAT_S, left))
-            except TimeoutError:
-                yield b": ping\n\n"
+                changes += await follower.catch_up()
+            except FeedOverrun:  # start afresh: the client reads its inbox again
+                async for event in _opening(follower, resume=False, reset=True):
+                    yield event
                 continue
-            listener.wake.clear()
-            changes: list[Change] = []
-            while not listener.queue.empty():
-                changes.append(listener.queue.get_nowait())
-            if listener.behind:
-                listener.behind = False
-                try:
-                    changes += await follower.catch_up()
-                except (RedisError, OSError) as error:
-                    log.warning("inbox.stream_behind", error=type(error).__name__)
-                    return  # the browser reconnects and resumes from its last event
-            for change in changes:
-                if follower.fresh(change):
-                    yield _change_event(follower, change)
+        for change in changes:
+            if follower.fresh(change):
+                yield _change_event(follower, change)
 
 
 def _counts(follower: InboxFollower) -> CountsView:

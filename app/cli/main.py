@@ -112,7 +112,10 @@ def api(workers: int) -> None:
         port=settings.port,
         workers=workers,
         loop="uvloop",
-        http="httptools",
+        # httptools, with the request head bounded in size and time (``http_edge``).
+        http="app.processes.http_edge:EdgeProtocol",
+        limit_concurrency=settings.max_connections,
+        timeout_keep_alive=settings.keep_alive_seconds,
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=SHUTDOWN_GRACE_S,

@@ -570,3 +570,46 @@ def test_the_same_request_from_a_server_is_taken(api: httpx.Client, method: str,
     assert response.status_code in (200, 202), response.text
     if path.endswith("/batch"):
         assert response.json()["results"][0]["status_code"] == 202, response.text
+
+
+# Request heads past the server's limit (CLARION_MAX_HEADER_BYTES, 32 KiB by default): one
+# long header, many short ones, a long URL. Each is refused with a JSON 431 before the app
+# sees it; a 64 MiB header used to be read whole and answered.
+OVERSIZED_HEADS: list[tuple[str, dict[str, str]]] = [
+    ("/v1/ops/health", {"X-Padding": "a" * (64 << 10)}),
+    ("/v1/ops/health", {f"X-Header-{n}": "b" * 20 for n in range(2000)}),
+    ("/v1/ops/health?" + "q=" + "c" * (40 << 10), {}),
+    ("/v1/notifications", {"Authorization": "Bearer " + "k" * (40 << 10)}),
+]
+
+
+@pytest.mark.parametrize(("path", "headers"), OVERSIZED_HEADS)
+def test_a_request_head_past_the_limit_is_refused_saying_why(
+    api: httpx.Client, path: str, headers: dict[str, str]
+) -> None:
+    response = api.get(path, headers=headers)
+    assert response.status_code == 431, response.text[:300]
+    assert_refused(response)
+
+
+# Last-Event-ID values an inbox stream may be sent: from before any feed (a whole re-read),
+# past every entry, of shards the deployment has not, too long, not a cursor at all.
+LAST_EVENT_IDS = [
+    b"0:0-1", b"0:99999999999999999999-0", b"9:1-0", b"0:1-0," * 1000, b"\xff\xfe",
+    b"0:-1-0", b"", b"0:18446744073709551616-0", b"\xb2:1-0", b"0:\xb9-0",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("last_event_id", LAST_EVENT_IDS)
+def test_a_hostile_last_event_id_starts_a_stream_or_is_refused_never_a_5xx(
+    api: httpx.Client, last_event_id: bytes
+) -> None:
+    answer = api.post("/v1/recipients/u-hostile/inbox-tokens", json={}, headers=AUTH)
+    assert answer.status_code == 201, answer.text
+    token = answer.json()["token"]
+    headers = {b"Last-Event-ID": last_event_id}
+    with api.stream("GET", f"/v1/inbox/stream?token={token}", headers=headers) as response:
+        assert response.status_code in (200, 400, 429), response.read()[:300]
+        if response.status_code == 200:
+            first = next(line for line in response.iter_lines() if line.startswith("event:"))
+            assert first in ("event: counts", "event: reset")

@@ -4,6 +4,8 @@ one whose feed no longer holds all it missed gets ``reset``; no token, no stream
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import json
 import signal
 import time
@@ -15,6 +17,7 @@ import pytest
 from redis.asyncio import Redis
 
 from app.api.inbox_stream import _events
+from streams.inbox_admission import REPLACED_RETRY_MS, StreamLimits
 from streams.inbox_live import InboxFollower, InboxHub
 from streams.keys import KeySpace
 from tests.conftest import REPO
@@ -138,7 +141,9 @@ async def test_a_stream_ends_when_its_token_expires(real_redis: Redis, key_prefi
     follower = InboxFollower(real_redis, keys, "u-1", {0: "0-0"})
     started = time.monotonic()
     async with hub.running():
-        got = [chunk async for chunk in _events(hub, follower, False, started + 0.5)]
+        listener = hub.admit("u-1")
+        got = [chunk async for chunk in _events(hub, listener, follower, False, started + 0.5)]
+    assert hub.clients == 0  # the ended stream gave its place back
     assert 0.5 <= time.monotonic() - started < 2
     assert got[0].startswith(b"retry: ")
     assert b"event: counts" in got[1]
@@ -164,3 +169,75 @@ def test_an_open_stream_ends_when_the_api_stops_and_the_api_stops_at_once() -> N
             assert process.wait(timeout=10) in (0, -signal.SIGTERM)  # uvicorn re-raises it
         assert time.monotonic() - stopped_at < 5
     # running_api_process: no traceback was logged
+
+
+def _inbox_token(base_url: str, recipient: str = "u-1") -> str:
+    with httpx.Client(base_url=base_url, timeout=10) as client:
+        answer = client.post(
+            f"/v1/recipients/{recipient}/inbox-tokens",
+            json={},
+            headers={"Authorization": f"Bearer {API_KEY}"},
+        )
+        assert answer.status_code == 201, answer.text
+        return str(answer.json()["token"])
+
+
+async def _open_stream(port: int, token: str) -> tuple[int, asyncio.StreamWriter]:
+    """A stream request on a connection of its own: its status, and the open connection."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET /v1/inbox/stream?token=%s HTTP/1.1\r\nHost: c\r\n\r\n" % token.encode())
+    await writer.drain()
+    status_line = await asyncio.wait_for(reader.readline(), 30)
+    return int(status_line.split()[1]), writer
+
+
+def test_a_thousand_streams_on_one_token_leave_at_most_the_cap_open() -> None:
+    """All 1,000 were 200, each holding a connection for the token's life."""
+    with running_api_process() as (base_url, _):
+        token = _inbox_token(base_url)
+        port = int(httpx.URL(base_url).port or 0)
+
+        async def open_all() -> list[int]:
+            opened = await asyncio.gather(*(_open_stream(port, token) for _ in range(1000)))
+            for _, writer in opened:
+                writer.close()
+            return [status for status, _ in opened]
+
+        statuses = asyncio.run(open_all())
+        assert statuses.count(200) == 5, collections.Counter(statuses)
+        assert set(statuses) <= {200, 429, 503}
+        time.sleep(1)  # the closed streams give their places back
+        with EventStream(base_url, token) as events:
+            assert next(events)["event"] == "counts"
+
+
+def test_a_recipient_re_reads_its_feed_a_few_times_a_minute_then_is_told_to_reset() -> None:
+    """Each reconnect with an old Last-Event-ID re-read the whole feed, however often."""
+    with running_api_process(CLARION_INBOX_RESUMES_PER_MINUTE="2") as (base_url, _):
+        token = _inbox_token(base_url)
+        firsts = []
+        for _ in range(5):  # 2 a minute: at least one of 5 is past it, even across a minute
+            with EventStream(base_url, token, "0:0-1") as events:
+                firsts.append(next(events)["event"])
+        assert firsts[:2] == ["counts", "counts"]
+        assert "reset" in firsts[2:], firsts
+
+
+async def test_a_replaced_stream_ends_telling_its_browser_to_wait(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    keys = KeySpace(key_prefix)
+    now = [1000.0]
+    hub = InboxHub(real_redis, keys, StreamLimits(per_recipient=1), clock=lambda: now[0])
+    follower = InboxFollower(real_redis, keys, "u-1", {0: "0-0"})
+    async with hub.running():
+        oldest = hub.admit("u-1")
+        stream = _events(hub, oldest, follower, False, time.monotonic() + 30)
+        assert (await anext(stream)).startswith(b"retry: ")
+        assert b"event: counts" in await anext(stream)
+        now[0] += 31
+        newest = hub.admit("u-1")
+        rest = [chunk async for chunk in stream]
+    assert rest == [b"retry: %d\nevent: replaced\ndata: {}\n\n" % REPLACED_RETRY_MS]
+    assert hub.clients == 1
+    hub.release("u-1", newest)

@@ -13,39 +13,14 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from streams.inbox_live import (
-    Change,
+    FeedOverrun,
     InboxFollower,
     InboxHub,
-    entry_order,
-    format_cursor,
-    parse_cursor,
-    parse_published,
 )
 from streams.keys import KeySpace
 from tests.conftest import on_every_node
 from tests.integration.delivery_support import wait_until
 from tests.integration.test_providers_inbox import catalog, send
-
-
-def test_a_cursor_reads_back_and_anything_else_is_none() -> None:
-    cursor = {0: "1700000000000-0", 1: "0-0", 2: "1700000000001-3"}
-    text = format_cursor(cursor)
-    assert text == "0:1700000000000-0,2:1700000000001-3"
-    assert parse_cursor(text, 3) == cursor
-    assert parse_cursor("", 2) == {0: "0-0", 1: "0-0"}
-    for bad in ("5:1-0", "0:1", "x:1-0", "0:1-0,", "0:-1-0", "0:1-0" * 100):
-        assert parse_cursor(bad, 3) is None, bad
-    assert entry_order("1700-2") > entry_order("1700-1") > entry_order("0-0")
-
-
-def test_a_payload_that_is_no_change_is_ignored() -> None:
-    assert parse_published(b"no separators") is None
-    payload = "\x1f".join(["u-1", "p:{s3}:inbox:u-1:feed", "5-0", "read", "m", "1", "2", "0 0 0 4"])
-    assert parse_published(payload.encode()) == (
-        "u-1", Change(3, "5-0", "read", "m", 1, 2, b"0 0 0 4"),
-    )  # fmt: skip
-    no_shard = payload.replace("{s3}", "{x}")
-    assert parse_published(no_shard.encode()) is None
 
 
 async def test_one_subscription_hands_each_change_to_its_recipients_listeners(
@@ -93,6 +68,21 @@ async def test_a_follower_resumes_after_its_cursor_and_skips_what_it_saw(
     assert not any(resumed.fresh(c) for c in changes)  # each is new once
     assert resumed.totals() == (5, 5)
     assert not set(first) & {c.message_id for c in changes}
+
+
+async def test_a_catch_up_reads_at_most_its_replay_entries_from_a_feed(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    """A reconnect from the feed's start re-read the whole feed, however long: now one
+    re-read takes at most ``replay_entries`` entries (the feed's length), else ``reset``."""
+    keys = KeySpace(key_prefix)
+    await send(real_redis, keys, catalog(), [f"R-{n}" for n in range(6)])
+    start = {0: "0-1"}  # a Last-Event-ID from before the feed's first entry
+    within = InboxFollower(real_redis, keys, "u-1", dict(start), replay_entries=6)
+    assert len(await within.catch_up()) == 6
+    past = InboxFollower(real_redis, keys, "u-1", dict(start), replay_entries=5)
+    with pytest.raises(FeedOverrun):
+        await past.catch_up()
 
 
 @pytest.mark.parametrize("seen_before", [True, False])

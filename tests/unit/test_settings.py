@@ -66,6 +66,12 @@ def test_good_values_are_read() -> None:
         ("CLARION_KEY_PREFIX", "a{b}"),
         ("CLARION_UNSUBSCRIBE_TTL", "59"),
         ("CLARION_UNSUBSCRIBE_TTL", "60 days"),
+        ("CLARION_MAX_HEADER_BYTES", "1024"),
+        ("CLARION_HEADER_TIMEOUT", "0"),
+        ("CLARION_MAX_CONNECTIONS", "8"),
+        ("CLARION_INBOX_STREAMS_PER_RECIPIENT", "0"),
+        ("CLARION_INBOX_STREAMS", "1000"),  # not below CLARION_MAX_CONNECTIONS' 1000
+        ("CLARION_BODY_TIMEOUT", "5"),  # below CLARION_HEADER_TIMEOUT's 10
     ],
 )
 def test_a_bad_value_names_the_variable(name: str, value: str) -> None:

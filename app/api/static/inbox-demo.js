@@ -114,6 +114,12 @@ function follow() {
   stream.addEventListener("error", () => { $("live").textContent = "reconnecting…"; $("live").className = ""; });
   stream.addEventListener("counts", (event) => showCounts(JSON.parse(event.data)));
   stream.addEventListener("reset", () => load().catch(showProblem));
+  // Newer streams of this recipient took this one's place: stop, rather than take theirs.
+  stream.addEventListener("replaced", () => {
+    stream.close();
+    $("live").textContent = "paused: open in other tabs";
+    $("live").className = "";
+  });
   stream.addEventListener("message", (event) => {
     const data = JSON.parse(event.data);
     page.messages.set(data.message.id, data.message);
