@@ -102,10 +102,14 @@ def redis_unavailable(request: Request[Any, Any, State], error: Exception) -> Re
 
 
 def internal_error(request: Request[Any, Any, State], error: Exception) -> Response[Any]:
-    """Answer 500 without any internal detail; log a bug with its traceback."""
+    """Answer 500 without any internal detail; log a bug with its traceback.
+
+    The path comes from the ASGI scope: ``request.url`` is built from the ``Host`` header,
+    which a client may send as no URL can hold (a port past 65535), and would raise again.
+    """
     if isinstance(error, HTTPException):
         # Raised on purpose by Litestar, e.g. when the client hung up mid-body: not a bug.
-        log.info("http.aborted", path=request.url.path, detail=error.detail)
+        log.info("http.aborted", path=request.scope["path"], detail=error.detail)
     else:
-        log.error("http.unhandled_error", path=request.url.path, exc_info=error)
+        log.error("http.unhandled_error", path=request.scope["path"], exc_info=error)
     return Response({"status_code": 500, "detail": "Internal Server Error"}, status_code=500)

@@ -67,6 +67,16 @@ async def test_a_bug_is_a_bare_500_and_logged_with_its_traceback(
     assert isinstance(logged["exc_info"], KeyError)
 
 
+async def test_a_bug_behind_a_host_no_url_can_hold_is_logged_once(
+    client: httpx.AsyncClient,
+) -> None:
+    with structlog.testing.capture_logs() as logs:
+        answer = await client.get("/bug", headers={"Host": "x:99999"})
+    assert answer.status_code == 500
+    [logged] = logs
+    assert (logged["event"], logged["path"]) == ("http.unhandled_error", "/bug")
+
+
 async def test_an_http_error_raised_on_purpose_is_no_bug(client: httpx.AsyncClient) -> None:
     with structlog.testing.capture_logs() as logs:
         answer = await client.get("/aborted")
