@@ -10,7 +10,7 @@ DEV_DIGEST_SECRET := dev-digest-secret-not-for-production
 # start). --for tests: the tests' variables, CLARION_TEST_REDIS_URL and CLARION_TEST_DATABASE_URL.
 SERVICES := $(BIN)/clarion services exec
 
-.PHONY: install browser promtool run test lint typecheck pytest test-cluster chaos bench bench-report bench-check services-down clean
+.PHONY: install browser nginx promtool run test lint typecheck pytest test-cluster chaos bench bench-report bench-check services-down clean
 
 # The Python client (client/) is installed editable beside the server, so the tests import it.
 $(BIN)/.installed: pyproject.toml client/pyproject.toml
@@ -31,6 +31,18 @@ browser:
 		echo "installing chromium and chromium-driver"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 			apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	fi
+
+## nginx: the reverse proxy the example in deploy/nginx is tested with (Debian's package, as root;
+## the test runs a private nginx of its own and skips without one)
+nginx:
+	@if ! command -v nginx >/dev/null 2>&1 && ! test -x /usr/sbin/nginx; then \
+		if [ "$$(id -u)" != 0 ]; then \
+			echo "the reverse-proxy test needs nginx: sudo apt-get install nginx-light"; exit 0; \
+		fi; \
+		echo "installing nginx-light"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+			apt-get install -y -qq nginx-light >/dev/null; \
 	fi
 
 ## promtool: Prometheus's rule checker, which the alert rules' test runs. Only the promtool
@@ -67,7 +79,7 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-pytest: install browser promtool
+pytest: install browser nginx promtool
 	$(SERVICES) --for tests -- $(BIN)/pytest -m "not chaos"
 
 ## test-cluster: the integration and end-to-end suites against a private three-master Redis Cluster
