@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import urlsplit
 
+from app import inbox_tokens
 from streams.connection import cluster_nodes, is_cluster_url, redact
 from streams.recipient_settings import AddressDigest
 
@@ -223,7 +224,6 @@ def _digest_secret(raw: str) -> bytes:
 
 
 MAX_INBOX_TOKEN_KEYS = 8
-_KEY_ID = re.compile(r"^[A-Za-z0-9_-]{1,16}$")
 
 
 def parse_inbox_token_keys(raw: str) -> tuple[tuple[str, bytes], ...]:
@@ -233,7 +233,7 @@ def parse_inbox_token_keys(raw: str) -> tuple[tuple[str, bytes], ...]:
         key_id, colon, secret = entry.partition(":")
         # Name the entry by position and key id only: the secret must not reach any log.
         where = f"CLARION_INBOX_TOKEN_KEYS entry {position}"
-        if not colon or not _KEY_ID.match(key_id):
+        if not colon or not inbox_tokens.KEY_ID.fullmatch(key_id):
             raise SettingsError(
                 f"{where} must look like <key id>:<secret>, the id 1-16 letters, digits, "
                 "'_' or '-' (e.g. k2:$(openssl rand -hex 32))"

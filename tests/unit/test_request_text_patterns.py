@@ -140,7 +140,6 @@ NOT_REQUEST_TEXT = {
     "app.settings._PREFIX",
     "app.settings._URL_CHARACTERS",
     "app.settings._ORIGIN",
-    "app.settings._KEY_ID",
     "app.catalog.providers.LinkScheme",
     "projections.database._MIGRATION_FILE",
 }
