@@ -20,7 +20,7 @@ the pace and the time left. A campaign is its producer's alone: to others it is 
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any, Final
+from typing import Annotated, Any
 
 import msgspec
 import structlog
@@ -38,6 +38,7 @@ from app.api.notifications import check_key
 from app.api.read_model import UNAVAILABLE, ReadModel
 from app.campaigns.lifecycle import CampaignError, Campaigns, by_segment
 from app.campaigns.progress import Progress, progress_of
+from app.campaigns.segments import SEGMENT_SCOPE, may_select
 from app.campaigns.specs import CampaignSpec, Upload
 from app.ingest.quotas import IngestQuotas
 from app.settings import ApiKey
@@ -100,21 +101,15 @@ async def _act(request: Req, campaign_id: str, action: str) -> Progress:
     return await _progress(request, campaign)
 
 
-SEGMENT_SCOPE: Final = "recipients"
 _SEGMENT_REFUSAL = (
     "segment: a campaign that selects recipients by their profiles needs an API key with "
     f"the {SEGMENT_SCOPE!r} scope as well as 'send' (without it, upload your own recipients)"
 )
 
 
-def _may_select(key: ApiKey) -> bool:
-    """Whether ``key`` may create, run and see campaigns that select by segment."""
-    return SEGMENT_SCOPE in key.scopes
-
-
 def _may_see(key: ApiKey, campaign: Campaign) -> None:
     """403 for a segment campaign unless ``key`` has the ``recipients`` scope."""
-    if not _may_select(key) and by_segment(campaign):
+    if not may_select(key) and by_segment(campaign):
         raise PermissionDeniedException(detail=_SEGMENT_REFUSAL)
 
 
@@ -163,7 +158,7 @@ class CampaignCollection(Controller):
         it). A segment needs the ``recipients`` scope."""
         key = authorize(request, "send")
         spec = await read_json(request, CampaignSpec)
-        if spec.segment is not None and not _may_select(key):
+        if spec.segment is not None and not may_select(key):
             raise PermissionDeniedException(detail=_SEGMENT_REFUSAL)
         await _take_request(request, key.producer)
         try:
@@ -186,7 +181,7 @@ class CampaignCollection(Controller):
         if not 1 <= limit <= MAX_LIST:
             raise ClientException(status_code=422, detail=f"limit: from 1 to {MAX_LIST}")
         mine = await _campaigns(request).store.recent(key.producer, limit)
-        shown = [c for c in mine if _may_select(key) or not by_segment(c)]
+        shown = [c for c in mine if may_select(key) or not by_segment(c)]
         return CampaignList(campaigns=[await _progress(request, c) for c in shown])
 
 

@@ -248,7 +248,7 @@ async def dashboard(
         classes = await failures_by_error_class(pool, key.producer)
         failed = await failed_deliveries(pool, key.producer, where)
         campaigns = await _campaigns(
-            request, pool, key.producer, now_ms=int(now * 1000), segments="recipients" in key.scopes
+            request, pool, key.producer, now_ms=int(now * 1000), segments=segments.may_select(key)
         )
         charts = await read_charts(request.app.state, pool, key.producer, campaigns, now)
     except _PG_ERRORS as error:
@@ -366,12 +366,9 @@ async def notification_timeline(request: Req, notification_id: FromPath[str]) ->
 async def _segment_chose(request: Req, key: ApiKey, idempotency_key: str) -> bool:
     """Whether the timeline must not show its recipient: a campaign's segment chose it and
     the key lacks the ``recipients`` scope (also when Redis cannot tell)."""
-    campaign_id = campaign_of(idempotency_key)
-    if not campaign_id or "recipients" in key.scopes:
-        return False
     store = CampaignStore(request.app.state.redis, request.app.state.key_space)
     try:
-        return await segments.chose(store, key.producer, campaign_id)
+        return await segments.hides_recipient(store, key, campaign_of(idempotency_key))
     except (RedisError, OSError) as error:
         log.warning("dashboard.redis_unavailable", error=type(error).__name__)
         return True

@@ -222,9 +222,7 @@ async def _shown_recipient(
     segment chose the recipient and the key lacks the ``recipients`` scope (so does a
     campaign that is no longer known: when in doubt, the id is not shown). Costs a Redis
     read only for a campaign's notification shown to such a key."""
-    if not campaign_id or "recipients" in caller.scopes:
-        return status
-    if not await segments.chose(CampaignStore(redis, keys), caller.producer, campaign_id):
+    if not await segments.hides_recipient(CampaignStore(redis, keys), caller, campaign_id):
         return status
     return msgspec.structs.replace(status, recipient_id=None)
 

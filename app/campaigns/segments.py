@@ -19,12 +19,21 @@ from redis.asyncio import Redis
 from app.campaigns import specs
 from app.campaigns.specs import Segment
 from app.ingest.profiles import decode as decode_profile
+from app.settings import ApiKey
 from streams.campaigns import CHUNK_SIZE, CampaignStore, encode_chunk
 from streams.ids import is_uuid
 from streams.keys import KeySpace, ShardKeys
 
 # Keys a SCAN call looks at: a page of profiles is one pipeline of HGETs.
 SCAN_PAGE: Final = 1000
+# The scope a key needs to select recipients by segment, or to see whom a segment chose:
+# recipients belong to the deployment, not to a producer.
+SEGMENT_SCOPE: Final = "recipients"
+
+
+def may_select(key: ApiKey) -> bool:
+    """Whether ``key`` may create, run and see campaigns that select by segment."""
+    return SEGMENT_SCOPE in key.scopes
 
 
 async def chose(store: CampaignStore, producer: str, campaign_id: str) -> bool:
@@ -38,6 +47,13 @@ async def chose(store: CampaignStore, producer: str, campaign_id: str) -> bool:
     if campaign is None or campaign.producer != producer:
         return True
     return specs.decode(campaign.spec).segment is not None
+
+
+async def hides_recipient(store: CampaignStore, key: ApiKey, campaign_id: str) -> bool:
+    """Whether ``key`` must not see the recipient of its notification from ``campaign_id``
+    ("" for none): a segment chose it (``chose``) and the key lacks the ``recipients``
+    scope. Reads Redis only for a campaign's notification shown to such a key."""
+    return not may_select(key) and await chose(store, key.producer, campaign_id)
 
 
 async def select(
