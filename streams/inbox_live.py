@@ -193,7 +193,10 @@ class InboxHub:
         async with self.redis.pubsub(ignore_subscribe_messages=True) as pubsub:
             await pubsub.subscribe(self.channel)
             self.subscribed.set()
-            while True:
+            # Asked again before every wait: a client that swallowed the cancellation (while
+            # subscribing, or in a read) would otherwise wait for ever, with no timer left
+            # to wake the loop; ``_run`` then ends as cancelled.
+            while not being_cancelled():
                 message = await pubsub.get_message(timeout=None)
                 if message is None or message.get("type") != "message":
                     continue
