@@ -22,6 +22,11 @@ resumed worker's client timeouts fire on calls Redis had already answered, and a
 worker's takeover of its expired leases lands. A worker records the outcome a moment after
 the provider's answer (one pipelined script call), so a send followed by a repeat without
 such a fault right after it means the outcome was lost or ignored: a bug.
+A kill has a short aftermath too (``WRITTEN_BEFORE_KILL_S``): a call the worker wrote before
+it died is still carried out by whoever reads it. The sandbox's record is a script the worker
+sent to Redis, and a Redis with ``appendfsync always`` blocks on its fsync between reads, so
+on a busy disk it can run a dead worker's last call a few hundred milliseconds after the
+kill (a CI run saw 0.3 s); a relay takes a message whose final dot arrived before the kill.
 ``OUTCOME_DELAY_S`` is far shorter than the lease, which matters: with a worker killed
 every few seconds, a window of a whole lease before every fault would cover almost the
 whole run and explain anything.
@@ -47,6 +52,8 @@ SLACK_S = 0.2
 # The longest a worker may take, on a loaded machine, from the provider's answer to the
 # recorded outcome; a send recorded earlier than this before a fault was no longer in flight.
 OUTCOME_DELAY_S = 2.0
+# The longest a server may take to carry out a call a worker wrote just before it was killed.
+WRITTEN_BEFORE_KILL_S = 1.0
 SHOWN = 5  # examples listed per problem
 
 
@@ -258,7 +265,8 @@ def _explanation(previous_at: float, repeat_at: float, faults: list[Fault]) -> F
     before the same delivery was sent again at ``repeat_at``."""
     for fault in faults:
         # A kill ends when it happens; a pause or a Redis crash lasts, and has an aftermath.
-        aftermath = OUTCOME_DELAY_S if fault.end - fault.start > SLACK_S else 0.0
+        lasting = fault.end - fault.start > SLACK_S
+        aftermath = OUTCOME_DELAY_S if lasting else WRITTEN_BEFORE_KILL_S
         earliest = fault.start - OUTCOME_DELAY_S - SLACK_S
         in_flight = earliest <= previous_at <= fault.end + aftermath + SLACK_S
         if in_flight and repeat_at >= fault.start - SLACK_S:
