@@ -31,6 +31,7 @@ from streams.metrics_recorder import (
     read_histograms,
 )
 from streams.status_webhooks import OutboxFigures, read_outboxes
+from streams.vocabulary import DeliveryStatus
 from streams.work_items import WorkItem
 
 DELIVERY_LATENCY = HistogramSpec(
@@ -102,16 +103,16 @@ def record_outcome(recorder: MetricsRecorder, item: WorkItem, outcome: Outcome) 
     """Count a delivery step's recorded outcome: a send, a failed attempt, a final failure."""
     status = outcome.fields.get("status")
     error_class = outcome.fields.get("error_class")
-    if status == "SENT":
+    if status == DeliveryStatus.SENT:
         # The outcome was stamped when the provider answered, before it was recorded.
         accepted_ms = int(outcome.fields["last_attempt_ms"])
         latency = max(0, accepted_ms - item.created_ms) / 1000
         recorder.observe(DELIVERY_LATENCY, (item.channel, item.priority), latency)
     if error_class is not None:  # only a failed attempt names an error class
         recorder.inc(ATTEMPT_FAILURES, (item.channel, str(error_class)))
-    if status == "FAILED":
+    if status == DeliveryStatus.FAILED:
         recorder.inc(DELIVERY_FAILURES, (item.channel, str(error_class)))
-    if status in ("SENT", "FAILED"):
+    if status in (DeliveryStatus.SENT, DeliveryStatus.FAILED):
         attempts = outcome.fields.get("attempts", 0)
         recorder.observe(DELIVERY_ATTEMPTS, (item.channel, str(status)), float(attempts))
 
@@ -151,7 +152,7 @@ class Snapshot:
     def total(self, counter: CounterSpec) -> float:
         return sum(self.counters[counter.name].values())
 
-    def ended(self, status: str) -> float:
+    def ended(self, status: DeliveryStatus) -> float:
         """Deliveries that ended ``status`` (SENT or FAILED) so far."""
         label = DELIVERY_ATTEMPTS.labels.index("status")
         totals = self.histograms[DELIVERY_ATTEMPTS.name].items()
@@ -224,8 +225,8 @@ def lag_report(snapshot: Snapshot) -> dict[str, object]:
         },
         "status_webhooks": status_webhook_report(snapshot),
         "deliveries": {
-            "sent": int(snapshot.ended("SENT")),
-            "failed": int(snapshot.ended("FAILED")),
+            "sent": int(snapshot.ended(DeliveryStatus.SENT)),
+            "failed": int(snapshot.ended(DeliveryStatus.FAILED)),
             "failed_by_error_class": _ints(snapshot.by_label(DELIVERY_FAILURES, "error_class")),
             "attempt_failures": int(snapshot.total(ATTEMPT_FAILURES)),
             "opted_out_by_type": _ints(snapshot.by_label(OPT_OUTS, "type")),

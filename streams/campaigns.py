@@ -20,10 +20,10 @@ import msgspec
 from redis.asyncio import Redis
 
 from streams import codec, scripts
-from streams.events import CampaignState, Event
+from streams.events import Event
 from streams.keys import KeySpace, ShardKeys
 from streams.scripts import Call, KeyOrArg
-from streams.vocabulary import Priority
+from streams.vocabulary import CampaignState, Priority
 
 CHUNK_SIZE: Final = 1000
 # The record's counters, read as numbers.
@@ -62,7 +62,7 @@ class Campaign(msgspec.Struct, frozen=True, kw_only=True):
         return cls(
             id=campaign_id,
             producer=text["producer"].decode(),
-            state=text["state"].decode(),
+            state=CampaignState(text["state"].decode()),
             spec=text["spec"],
             **numbers,
         )
@@ -182,12 +182,12 @@ class CampaignStore:
         word, number = await scripts.CAMPAIGN_WRITE(self.redis, *call)
         return word.decode(), int(number)
 
-    async def state(self, campaign_id: str) -> str:
-        """The campaign's state ("" for none)."""
+    async def state(self, campaign_id: str) -> CampaignState | None:
+        """The campaign's state (None for no campaign)."""
         raw: Any = await self.redis.hget(
             self._home(campaign_id).campaign(campaign_id).record, "state"
         )
-        return raw.decode() if raw else ""
+        return CampaignState(raw.decode()) if raw else None
 
     async def chunk(self, campaign_id: str, index: int) -> list[str]:
         """The recipient ids of one audience chunk ([] once generated)."""

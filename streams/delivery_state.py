@@ -1,8 +1,8 @@
 """A delivery's state: its statuses, which of them end it, and its ``dlv:<id>`` hash.
 
-This module owns the delivery state machine; every other module, the Lua scripts included,
-takes its statuses from here (``lua/shared.lua`` repeats the sets for the scripts, and
-``tests/unit/test_delivery_state.py`` keeps the two equal)::
+The statuses and their sets are words every layer shares, defined in ``streams.vocabulary``
+(and named here too, for the modules that read states); the Lua scripts get them from there
+when they load (``streams.scripts``). The machine they move through::
 
     QUEUED ─▶ SENDING ─▶ SENT ─▶ DELIVERED (provider feedback)
                            └──▶ READ (IN_APP: the recipient read it in the inbox; unread: SENT)
@@ -24,48 +24,22 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 from redis.asyncio import Redis
 
 from streams.keys import ShardKeys
+from streams.vocabulary import ENDED_UNSENT, PROVIDER_ACCEPTED, TERMINAL, DeliveryStatus
 
-
-class DeliveryStatus(StrEnum):
-    QUEUED = "QUEUED"  # in a work stream, waiting for a worker
-    SCHEDULED = "SCHEDULED"  # in ``delayed``: a retry, a rate-limit wait or quiet hours
-    SENDING = "SENDING"  # leased by a worker
-    SENT = "SENT"  # the provider accepted it
-    FAILED = "FAILED"  # given up on; its work item is in the dead-letter queue
-    EXPIRED = "EXPIRED"  # its TTL passed before it could be sent
-    SUPPRESSED = "SUPPRESSED"  # never to be sent: opted out, no valid address
-    DELIVERED = "DELIVERED"  # the provider confirmed it arrived (provider feedback)
-    READ = "READ"  # IN_APP: the recipient read the inbox message
-    CANCELLED = "CANCELLED"  # its campaign was cancelled before it was sent
-
-
-# Nothing is sent for a delivery in one of these any more (a replay of a FAILED one starts a
-# new attempt series, by an operator's decision).
-TERMINAL: frozenset[DeliveryStatus] = frozenset(
-    {
-        DeliveryStatus.SENT,
-        DeliveryStatus.DELIVERED,
-        DeliveryStatus.READ,
-        DeliveryStatus.FAILED,
-        DeliveryStatus.EXPIRED,
-        DeliveryStatus.SUPPRESSED,
-        DeliveryStatus.CANCELLED,
-    }
-)
-# The provider took it: never sent again, not even by a replay.
-PROVIDER_ACCEPTED: frozenset[DeliveryStatus] = frozenset(
-    {DeliveryStatus.SENT, DeliveryStatus.DELIVERED, DeliveryStatus.READ}
-)
-# Ended without ever reaching a provider, for a reason a replay cannot undo.
-ENDED_UNSENT: frozenset[DeliveryStatus] = frozenset(
-    {DeliveryStatus.EXPIRED, DeliveryStatus.SUPPRESSED, DeliveryStatus.CANCELLED}
-)
+__all__ = [
+    "ENDED_UNSENT",
+    "PROVIDER_ACCEPTED",
+    "STATE_FIELDS",
+    "TERMINAL",
+    "DeliveryState",
+    "DeliveryStatus",
+    "read_states",
+]
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from typing import Literal
 
 import msgspec
 
-from streams.vocabulary import Channel, ErrorClass, Priority
+from streams.vocabulary import CampaignState, Channel, ErrorClass, Priority
 
 # Why a delivery is never sent. The first four are decided by fan-out; the next ones are the
 # reasons an address is on the suppression list (``AddressSuppressed``; "stop": the recipient
@@ -255,12 +255,6 @@ class AddressUnsuppressed(Event, frozen=True, kw_only=True):
     channel: Channel
     address_digest: str
     source: str
-
-
-# A campaign's life (``app.campaigns``): drafted while its recipients are uploaded, started
-# (scheduled until its start time), generating (running), paused, and at last completed
-# (every recipient has a notification) or cancelled.
-CampaignState = Literal["draft", "scheduled", "running", "paused", "cancelled", "completed"]
 
 
 class CampaignCreated(Event, frozen=True, kw_only=True):

@@ -41,7 +41,7 @@ from streams.events import (
     CampaignBatchGenerated,
 )
 from streams.recipient_settings import RecipientSettings
-from streams.vocabulary import Priority
+from streams.vocabulary import CampaignState, Priority
 
 log = structlog.get_logger(__name__)
 
@@ -172,14 +172,14 @@ class Generator:
         one made to run or a running one given its start time, or someone changed it
         meanwhile)."""
         now = self.ingestor.clock()
-        if campaign.state == "running":
+        if campaign.state == CampaignState.RUNNING:
             if campaign.started_ms:
                 return "go"
             change = CampaignChange(sets={"started_ms": epoch_ms(now)})
-        elif campaign.state == "scheduled":
+        elif campaign.state == CampaignState.SCHEDULED:
             if specs.decode(campaign.spec).start_ms > epoch_ms(now):
                 return "stop"
-            change = state_change(campaign, "running", "generator", now)
+            change = state_change(campaign, CampaignState.RUNNING, "generator", now)
             change.sets["started_ms"] = epoch_ms(now)
         else:
             return "stop"
@@ -245,7 +245,7 @@ class Generator:
             if not await self._take_quota(campaign.producer, len(part), renew):
                 return None
             if spec.rate and not (
-                await renew() and await self.store.state(campaign.id) == "running"
+                await renew() and await self.store.state(campaign.id) == CampaignState.RUNNING
             ):
                 return None
             for answer in await self._ingest(campaign, part, batch.known):
@@ -330,7 +330,7 @@ class Generator:
 
     async def _complete(self, campaign: Campaign) -> None:
         now = self.ingestor.clock()
-        change = state_change(campaign, "completed", "generator", now, due_ms="remove")
+        change = state_change(campaign, CampaignState.COMPLETED, "generator", now, due_ms="remove")
         change.sets["ended_ms"] = epoch_ms(now)
         if await self._write(campaign, change):
             log.info("campaign.completed", campaign_id=campaign.id, generated=campaign.generated)

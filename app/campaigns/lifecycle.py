@@ -33,18 +33,16 @@ from streams.campaigns import (
 from streams.events import (
     CampaignAudienceAdded,
     CampaignCreated,
-    CampaignState,
     CampaignStateChanged,
 )
 from streams.ids import is_uuid, new_id
 from streams.keys import KeySpace
+from streams.vocabulary import CampaignState
 
 # Tries of a change that keeps racing others before giving up (409).
 _TRIES: Final = 20
 # A cancelled campaign's markers outlive any delivery it could still have waiting.
 CANCEL_MARKER_SECONDS: Final = 31 * 86400
-WAITING: Final[frozenset[CampaignState]] = frozenset({"scheduled", "running"})
-ENDED: Final[frozenset[CampaignState]] = frozenset({"completed", "cancelled"})
 
 
 class CampaignError(Exception):
@@ -99,7 +97,7 @@ class Campaigns:
         change = CampaignChange(
             sets={
                 "producer": producer,
-                "state": "draft",
+                "state": CampaignState.DRAFT,
                 "spec": specs.encode(spec),
                 "created_ms": epoch_ms(now),
                 "updated_ms": epoch_ms(now),
@@ -133,7 +131,7 @@ class Campaigns:
         ]
 
         def decide(campaign: Campaign) -> CampaignChange:
-            if campaign.state != "draft":
+            if campaign.state != CampaignState.DRAFT:
                 raise CampaignError(
                     409, f"campaign: recipients are added before it starts, it is {campaign.state}"
                 )
@@ -162,7 +160,7 @@ class Campaigns:
 
     async def start(self, producer: str, campaign_id: str) -> Campaign:
         def decide(campaign: Campaign) -> CampaignChange:
-            self._require(campaign, "start", {"draft"})
+            self._require(campaign, "start", {CampaignState.DRAFT})
             spec = specs.decode(campaign.spec)
             if spec.segment is None and campaign.audience == 0:
                 raise CampaignError(409, "campaign: upload its recipients before starting it")
@@ -172,14 +170,14 @@ class Campaigns:
 
     async def pause(self, producer: str, campaign_id: str) -> Campaign:
         def decide(campaign: Campaign) -> CampaignChange:
-            self._require(campaign, "pause", WAITING)
-            return self._to(campaign, "paused", producer, due_ms="remove")
+            self._require_move(campaign, "pause", CampaignState.PAUSED)
+            return self._to(campaign, CampaignState.PAUSED, producer, due_ms="remove")
 
         return (await self._change(producer, campaign_id, decide))[0]
 
     async def resume(self, producer: str, campaign_id: str) -> Campaign:
         def decide(campaign: Campaign) -> CampaignChange:
-            self._require(campaign, "resume", {"paused"})
+            self._require(campaign, "resume", {CampaignState.PAUSED})
             return self._to_waiting(campaign, specs.decode(campaign.spec), producer)
 
         return (await self._change(producer, campaign_id, decide))[0]
@@ -190,10 +188,10 @@ class Campaigns:
         cancel whose marking was cut short is completed so)."""
 
         def decide(campaign: Campaign) -> CampaignChange:
-            if campaign.state == "cancelled":
+            if campaign.state == CampaignState.CANCELLED:
                 return CampaignChange()  # only the markers below
-            self._require(campaign, "cancel", {"draft", "paused", *WAITING})
-            change = self._to(campaign, "cancelled", producer, due_ms="remove")
+            self._require_move(campaign, "cancel", CampaignState.CANCELLED)
+            change = self._to(campaign, CampaignState.CANCELLED, producer, due_ms="remove")
             change.sets["ended_ms"] = epoch_ms(self.clock())
             return change
 
@@ -214,7 +212,7 @@ class Campaigns:
         later = spec.start_ms > now_ms
         return self._to(
             campaign,
-            "scheduled" if later else "running",
+            CampaignState.SCHEDULED if later else CampaignState.RUNNING,
             by,
             due_ms=spec.start_ms if later else now_ms,
         )
@@ -225,8 +223,19 @@ class Campaigns:
         return state_change(campaign, state, by, self.clock(), due_ms=due_ms)
 
     @staticmethod
-    def _require(campaign: Campaign, action: str, states: set[str] | frozenset[str]) -> None:
+    def _require(campaign: Campaign, action: str, states: set[CampaignState]) -> None:
+        """Refuse ``action`` unless the campaign is in one of ``states`` (starting and
+        resuming move to the same states, from different ones)."""
         if campaign.state not in states:
+            raise CampaignError(
+                409, f"campaign: cannot {action} a campaign that is {campaign.state}"
+            )
+
+    @staticmethod
+    def _require_move(campaign: Campaign, action: str, state: CampaignState) -> None:
+        """Refuse ``action`` unless the campaign may move to ``state``
+        (``streams.vocabulary.CAMPAIGN_TRANSITIONS``)."""
+        if not campaign.state.may_become(state):
             raise CampaignError(
                 409, f"campaign: cannot {action} a campaign that is {campaign.state}"
             )
@@ -285,14 +294,17 @@ def state_change(
     due_ms: int | Literal["remove"] | None = None,
 ) -> CampaignChange:
     """The change that moves ``campaign`` to ``state``, with its event (``by``: the producer
-    that asked, or "generator"); ``due_ms`` as ``CampaignChange`` has it."""
+    that asked, or "generator"); ``due_ms`` as ``CampaignChange`` has it. A move the
+    transition table does not allow is a bug of the caller, which checked the state first."""
+    if not campaign.state.may_become(state):
+        raise ValueError(f"campaign {campaign.id}: no move from {campaign.state} to {state}")
     event = CampaignStateChanged(
         at=now, campaign_id=campaign.id, state=state, previous=campaign.state, by=by
     )
     change = CampaignChange(
         sets={"state": state, "updated_ms": epoch_ms(now)}, due_ms=due_ms, events=[event]
     )
-    if state in ENDED and campaign.state not in ENDED:
+    if state.ended and not campaign.state.ended:
         # It no longer counts against its producer's open campaigns, nor do its uploads.
         change.opened = -1
         # (A segment's recipients are selected, not uploaded.)

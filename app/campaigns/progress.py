@@ -13,11 +13,7 @@ import msgspec
 
 from app.campaigns import specs
 from streams.campaigns import Campaign
-from streams.events import CampaignState
-
-# Statuses in which a provider took the message.
-_SENT = ("SENT", "DELIVERED", "READ")
-_DELIVERED = ("DELIVERED", "READ")
+from streams.vocabulary import CONFIRMED, PROVIDER_ACCEPTED, CampaignState, DeliveryStatus
 
 
 class Progress(msgspec.Struct, frozen=True, kw_only=True):
@@ -57,7 +53,7 @@ def progress_of(campaign: Campaign, counts: dict[str, int] | None, now_ms: int) 
     if campaign.started_ms:
         elapsed = ((campaign.ended_ms or now_ms) - campaign.started_ms) / 1000
         rate = processed / elapsed if elapsed > 0 else 0.0
-    eta = remaining / rate if campaign.state == "running" and rate > 0 else None
+    eta = remaining / rate if campaign.state == CampaignState.RUNNING and rate > 0 else None
     found = counts or {}
     return Progress(
         id=campaign.id,
@@ -70,11 +66,11 @@ def progress_of(campaign: Campaign, counts: dict[str, int] | None, now_ms: int) 
         repeated=campaign.repeated,
         remaining=remaining,
         deliveries=counts,
-        sent=sum(found.get(status, 0) for status in _SENT),
-        delivered=sum(found.get(status, 0) for status in _DELIVERED),
-        failed=found.get("FAILED", 0),
-        suppressed=found.get("SUPPRESSED", 0),
-        cancelled=found.get("CANCELLED", 0),
+        sent=sum(found.get(status, 0) for status in PROVIDER_ACCEPTED),
+        delivered=sum(found.get(status, 0) for status in CONFIRMED),
+        failed=found.get(DeliveryStatus.FAILED, 0),
+        suppressed=found.get(DeliveryStatus.SUPPRESSED, 0),
+        cancelled=found.get(DeliveryStatus.CANCELLED, 0),
         rate=round(rate, 1),
         eta_seconds=None if eta is None else round(eta, 1),
         rate_limit=spec.rate,

@@ -24,8 +24,6 @@ from streams.campaigns import CampaignStore
 from streams.ids import is_uuid
 from streams.keys import KeySpace
 
-_ENDED = ("completed", "cancelled")
-
 
 async def _read_model(settings: Settings) -> asyncpg.Pool | None:
     try:
@@ -45,7 +43,7 @@ async def _show(settings: Settings, campaign_id: str, interval: float, watch: bo
                 raise click.ClickException(f"no campaign {campaign_id!r}")
             counts = await campaign_counts(pool, campaign_id) if pool is not None else None
             click.echo(render(progress_of(campaign, counts, int(time.time() * 1000))))
-            if not watch or campaign.state in _ENDED:
+            if not watch or campaign.state.ended:
                 return
             await asyncio.sleep(interval)
             click.echo("")

@@ -25,6 +25,7 @@ from enum import StrEnum
 
 from app.metrics import ATTEMPT_FAILURES, OPT_OUTS, Snapshot
 from streams.circuit_breaker import CircuitState
+from streams.vocabulary import DeliveryStatus
 
 QUEUE_AGE_LIMIT_MS = {"work:high": 5_000, "work:normal": 60_000, "work:low": 600_000}
 DELAYED_OVERDUE_LIMIT_MS = 10_000
@@ -63,7 +64,7 @@ class Rates:
         seconds = max(0.001, (after.backlog.now_ms - before.backlog.now_ms) / 1000)
         return cls(
             seconds=seconds,
-            sent=(after.ended("SENT") - before.ended("SENT")) / seconds,
+            sent=(after.ended(DeliveryStatus.SENT) - before.ended(DeliveryStatus.SENT)) / seconds,
             attempt_failures=(after.total(ATTEMPT_FAILURES) - before.total(ATTEMPT_FAILURES))
             / seconds,
             new_dead_letters=max(0, after.backlog.dlq_size - before.backlog.dlq_size),
@@ -224,8 +225,8 @@ def render(snapshot: Snapshot, before: Snapshot) -> str:
         f"{_age(backlog.delayed_overdue_ms)}",
         f"queued          {_queued(backlog.queued)}",
         f"projection lag  {_age(snapshot.projection_lag_ms)}",
-        f"sent            {snapshot.ended('SENT'):,.0f} ({rates.sent:,.1f}/s), "
-        f"failed {snapshot.ended('FAILED'):,.0f}, "
+        f"sent            {snapshot.ended(DeliveryStatus.SENT):,.0f} ({rates.sent:,.1f}/s), "
+        f"failed {snapshot.ended(DeliveryStatus.FAILED):,.0f}, "
         f"failing attempts {rates.attempt_failures:,.1f}/s",
         f"opted out       {snapshot.total(OPT_OUTS):,.0f}",
     ]
