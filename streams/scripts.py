@@ -1,9 +1,12 @@
 """Every Lua script Clarion runs, registered here: ``.lua`` files beside this module, loaded
 once and called by SHA.
 
-Redis gives a script no way to load another, so ``lua/shared.lua`` (the delivery statuses,
-the Redis clock, the argument reader, the work-stream table, ...) is put in front of every
-script's own source. Each script declares every key it touches in KEYS (one hash tag, so
+Redis gives a script no way to load another, so ``lua/shared.lua`` (the Redis clock, the
+argument reader, the work-stream table, ...) is put in front of every script's own source,
+and in front of that the delivery statuses and their sets written out from
+``streams.vocabulary`` (``vocabulary_lua``): the scripts decide by the very sets the Python
+code does, and no script spells them out again. The text is the same in every process, so
+is every script's SHA. Each script declares every key it touches in KEYS (one hash tag, so
 the same code runs on a Redis Cluster), and its keys and arguments are laid out by one
 Python function, named after it with ``_call`` (for example ``ingest_call`` in
 ``streams.ingest`` for ``INGEST``); ``tests/integration/test_scripts.py`` runs each of those
@@ -23,6 +26,8 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
 
+from streams.vocabulary import ENDED_UNSENT, PROVIDER_ACCEPTED, TERMINAL, DeliveryStatus
+
 KeyOrArg = str | bytes | int | float
 # One script call: its keys and its arguments.
 Call = tuple[list[KeyOrArg], list[KeyOrArg]]
@@ -35,13 +40,39 @@ def lua_source(name: str) -> str:
     return resources.files("streams").joinpath(f"lua/{name}.lua").read_text()
 
 
+def _lua_set(name: str, members: frozenset[DeliveryStatus]) -> str:
+    """A Lua table with ``true`` for each member, in the enum's order (a stable text)."""
+    entries = ", ".join(f"{status} = true" for status in DeliveryStatus if status in members)
+    return f"local {name} = {{ {entries} }}"
+
+
+def vocabulary_lua() -> str:
+    """The delivery statuses and the sets the scripts decide by, as Lua locals: ``STATUS``
+    (``STATUS.SENT == "SENT"``), ``TERMINAL``, ``PROVIDER_ACCEPTED`` and ``ENDED_UNSENT``
+    (``TERMINAL[status]`` is true for a status in the set)."""
+    statuses = ", ".join(f'{status.name} = "{status.value}"' for status in DeliveryStatus)
+    return "\n".join(
+        (
+            "-- Written from streams/vocabulary.py by streams/scripts.py; do not edit.",
+            f"local STATUS = {{ {statuses} }}",
+            _lua_set("TERMINAL", TERMINAL),
+            _lua_set("PROVIDER_ACCEPTED", PROVIDER_ACCEPTED),
+            _lua_set("ENDED_UNSENT", ENDED_UNSENT),
+        )
+    )
+
+
+# What every script begins with: the vocabulary, then ``lua/shared.lua``.
+PRELUDE = vocabulary_lua() + "\n" + lua_source("shared")
+
+
 class LuaScript:
-    """One Lua script (``lua/shared.lua`` in front of its own source), called by SHA with a
+    """One Lua script (``PRELUDE`` in front of its own source), called by SHA with a
     transparent reload on NOSCRIPT."""
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.source = lua_source("shared") + "\n" + lua_source(name)
+        self.source = PRELUDE + "\n" + lua_source(name)
         self.sha = hashlib.sha1(self.source.encode(), usedforsecurity=False).hexdigest()
 
     async def __call__(

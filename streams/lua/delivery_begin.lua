@@ -19,7 +19,7 @@
 --   CANCELLED the lease is ours, but the item's campaign was cancelled (its marker is
 --             set): the caller ends it CANCELLED instead of sending it. It wins over
 --             POISON: such a delivery is not to be sent either way
---   TERMINAL  the delivery already ended (a TERMINAL status, ``shared.lua``): drop the item
+--   TERMINAL  the delivery already ended (a TERMINAL status, ``streams.vocabulary``): drop the item
 --   LEASED    a live lease is held: leave the item for later. Also when this consumer holds
 --             it: the item is then a second work entry of a delivery leased in this batch,
 --             being sent, or leased before this consumer restarted; a second GO would send

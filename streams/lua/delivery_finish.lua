@@ -21,7 +21,8 @@
 -- The events of the recorded items go into one ``events`` entry (one atomic write, one
 -- entry, as at ingest): the joined array as it came when every item is recorded, else each
 -- recorded item's events cut out into an entry of their own (``append_events``,
--- ``wrong_type``, ``arguments`` and ``TERMINAL`` come from ``shared.lua``). All work
+-- ``wrong_type`` and ``arguments`` come from ``shared.lua``, ``TERMINAL`` from
+-- ``streams.vocabulary``). All work
 -- entries are acknowledged with one XACK and deleted with one XDEL: a work entry carries
 -- the recipient's address, which has no business in Redis once its delivery moved on, and a
 -- busy worker finishes dozens of deliveries per call, so each command saved is Redis time

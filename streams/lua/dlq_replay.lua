@@ -26,8 +26,8 @@
 -- back by quiet hours is SCHEDULED at the window's end, a second change (version + 2). A skip
 -- whose reason can never change (FINAL) marks the entry too, so it leaves the open dead
 -- letters. A dry run evaluates exactly the same checks and writes nothing. The time is the
--- Redis clock's (``now_ms``, with ``work_streams``, ``enqueue`` and the status sets from
--- ``shared.lua``).
+-- Redis clock's (``now_ms``, with ``work_streams``, ``enqueue`` from ``shared.lua``, the status
+-- sets from ``streams.vocabulary``).
 
 local events, resolved, delayed, suppressed = KEYS[1], KEYS[5], KEYS[6], KEYS[7]
 local work = work_streams(2)

@@ -7,7 +7,7 @@
 --       has of it
 --
 -- A state is released only when its delivery ended for good (``PROVIDER_ACCEPTED`` or
--- ``ENDED_UNSENT`` from ``shared.lua``: a FAILED one stays as long as its dead letter, which
+-- ``ENDED_UNSENT``, written from ``streams.vocabulary``: a FAILED one stays as long as its dead letter, which
 -- a replay re-checks) and the read model has its version: a state that moved on since (a
 -- provider's receipt, an inbox read) waits for that change's projection. A lifetime only
 -- ever gets shorter (PEXPIRE ... LT); 0 deletes the hash at once. A key that holds something

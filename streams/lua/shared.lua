@@ -1,23 +1,8 @@
 -- What every script shares. Lua scripts in Redis cannot load one another, so
--- ``streams/scripts.py`` puts this file in front of each script; line numbers in a Redis
--- error about a script count from the top of this file.
-
--- Delivery statuses and the sets the scripts decide by. ``streams/delivery_state.py`` owns
--- them; ``tests/unit/test_delivery_state.py`` checks that these are the same.
-local STATUS = {
-  QUEUED = "QUEUED", SCHEDULED = "SCHEDULED", SENDING = "SENDING", SENT = "SENT",
-  DELIVERED = "DELIVERED", FAILED = "FAILED", EXPIRED = "EXPIRED", SUPPRESSED = "SUPPRESSED",
-  READ = "READ", CANCELLED = "CANCELLED",
-}
--- Nothing is sent for a delivery in one of these any more.
-local TERMINAL = {
-  SENT = true, DELIVERED = true, READ = true, FAILED = true, EXPIRED = true, SUPPRESSED = true,
-  CANCELLED = true,
-}
--- The provider took it: never sent again, not even by a replay.
-local PROVIDER_ACCEPTED = { SENT = true, DELIVERED = true, READ = true }
--- Ended without ever reaching a provider.
-local ENDED_UNSENT = { EXPIRED = true, SUPPRESSED = true, CANCELLED = true }
+-- ``streams/scripts.py`` puts this file in front of each script, after the vocabulary it
+-- writes from ``streams/vocabulary.py`` (``STATUS``, the delivery statuses by name, and the
+-- sets the scripts decide by: ``TERMINAL``, ``PROVIDER_ACCEPTED``, ``ENDED_UNSENT``). Line
+-- numbers in a Redis error about a script count from the top of that vocabulary.
 
 -- The Redis clock, the one clock every script uses: processes on hosts whose clocks differ
 -- still agree on it.

@@ -180,7 +180,7 @@ async def test_a_call_touching_an_undeclared_key_is_refused(
 
 def test_every_script_starts_with_the_shared_functions() -> None:
     for script in scripts.ALL:
-        assert script.source.startswith(scripts.lua_source("shared")), script.name
+        assert script.source.startswith(scripts.PRELUDE), script.name
 
 
 async def test_ingest(real_redis: Redis, key_prefix: str, catalog: Catalog) -> None:

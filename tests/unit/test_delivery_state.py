@@ -18,7 +18,7 @@ from streams.delivery_state import (
 from streams.vocabulary import ErrorClass
 from tests.unit import delivery_examples
 
-# Lists each of shared.lua's tables by its keys (STATUS: by its values too).
+# Lists each of the scripts' status tables by its keys (STATUS: by its values too).
 _SETS_OF_SHARED_LUA = """
 local function keys_of(set)
   local found = {}
@@ -39,7 +39,7 @@ def _texts(reply: list[bytes]) -> set[str]:
 
 
 async def test_the_lua_scripts_decide_by_the_same_statuses_and_sets(fake: Redis) -> None:
-    source = scripts.lua_source("shared") + "\n" + _SETS_OF_SHARED_LUA
+    source = scripts.PRELUDE + "\n" + _SETS_OF_SHARED_LUA
     names, values, terminal, accepted, unsent = await fake.eval(source, 0)
 
     statuses = {status.value for status in DeliveryStatus}
