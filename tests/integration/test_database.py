@@ -157,7 +157,7 @@ async def test_rows_are_kept_when_notification_and_delivery_become_partitioned(
             )
         monkeypatch.undo()
 
-        assert await migrate(connection) == [6]
+        assert await migrate(connection) == [v for v in VERSIONS if v >= 6]
         await ensure_partitions(connection, now.date())
 
         for table, column in (("notification", 0), ("delivery", 1)):
@@ -185,6 +185,60 @@ async def test_rows_are_kept_when_notification_and_delivery_become_partitioned(
         dropped = await drop_expired_partitions(connection, now.date(), retention_days=1)
         assert f"notification_{now - timedelta(days=2):%Y%m%d}" in dropped
         assert f"delivery_{now - timedelta(days=2):%Y%m%d}" in dropped
+    finally:
+        await connection.close()
+
+
+async def test_rows_of_every_partition_are_kept_when_their_words_become_checked(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    connection = await asyncpg.connect(database_url)
+    try:
+        earlier = [m for m in load_migrations() if m.version < 7]
+        monkeypatch.setattr(database, "load_migrations", lambda: earlier)
+        await migrate(connection)
+        now = datetime.now(UTC)
+        await ensure_partitions(connection, now.date())
+        for age, (status, channel, priority) in enumerate(
+            [("SENT", "EMAIL", "HIGH"), ("READ", "IN_APP", "LOW"), ("FAILED", None, None)]
+        ):
+            at = now - timedelta(days=age)
+            notification_id, delivery_id = new_ids(1, 2, int(at.timestamp() * 1000))
+            await connection.execute(
+                "INSERT INTO notification VALUES ($1, 'p', $2, 't', 'NORMAL', 'r', 'en', $3, $3)",
+                notification_id,
+                f"k{age}",
+                at,
+            )
+            await connection.execute(
+                "INSERT INTO delivery (id, notification_id, status, channel, priority, "
+                "updated_at, version) VALUES ($1, $2, $3, $4, $5, $6, 1)",
+                delivery_id,
+                notification_id,
+                status,
+                channel,
+                priority,
+                at,
+            )
+        monkeypatch.undo()
+
+        assert await migrate(connection) == [7]
+        assert await connection.fetchval("SELECT count(*) FROM delivery") == 3
+        # A word no enum has is refused, in whichever partition the row would go.
+        notification_id, delivery_id = new_ids(1, 2)
+        for status, channel, refused_by in (
+            ("ACCEPTED", "SMS", "delivery_status_known"),
+            ("SENT", "FAX", "delivery_channel_known"),
+        ):
+            with pytest.raises(asyncpg.CheckViolationError, match=refused_by):
+                await connection.execute(
+                    "INSERT INTO delivery (id, notification_id, status, channel, updated_at, "
+                    "version) VALUES ($1, $2, $3, $4, now(), 1)",
+                    delivery_id,
+                    notification_id,
+                    status,
+                    channel,
+                )
     finally:
         await connection.close()
 
