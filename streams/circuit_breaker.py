@@ -17,7 +17,6 @@ opened by one worker is seen by the others within an interval. The decisions are
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -27,6 +26,7 @@ import structlog
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from streams import clock
 from streams.connection import being_cancelled
 from streams.keys import KeySpace
 from streams.scripts import CIRCUIT, KeyOrArg
@@ -196,7 +196,7 @@ async def read_circuits(
 ) -> dict[str, Circuit]:
     """Every named provider's circuit as Redis holds it (for status views; changes nothing).
     An open circuit whose time is up shows as HALF_OPEN: the next delivery probes it."""
-    now_ms = time.time_ns() // 1_000_000
+    now_ms = clock.now_ms()
     pipe = redis.pipeline(transaction=False)
     for provider in providers:
         pipe.hmget(keys.circuit(provider), "state", "until_ms", "probe_until_ms", "opened")

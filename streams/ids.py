@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import functools
 import random
-import time
 import uuid
+
+from streams import clock
 
 _SHARD_BITS = 16
 MAX_SHARDS = 1 << _SHARD_BITS
@@ -47,7 +48,7 @@ def new_ids(shard: int, count: int, now_ms: int | None = None) -> list[str]:
     """
     if not 0 <= shard < MAX_SHARDS:
         raise ValueError(f"shard {shard} is out of range")
-    ms = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+    ms = clock.now_ms() if now_ms is None else now_ms
     if count > _MAX_IDS:
         return new_ids(shard, _MAX_IDS, ms) + new_ids(shard, count - _MAX_IDS, ms)
     head = _head(ms)

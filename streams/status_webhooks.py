@@ -14,13 +14,13 @@ API shows it only in the answer that made it.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 from redis.asyncio import Redis
 
+from streams import clock
 from streams.connection import clock_reply_ms, queue_clock
 from streams.keys import KeySpace
 
@@ -54,7 +54,7 @@ class StatusWebhookStore:
     async def put(self, producer: str, url: str, secret: str, max_batch: int = 1) -> StatusWebhook:
         """Set (or replace) ``producer``'s webhook; statuses waiting keep their place and go to
         the new URL, signed with the new secret."""
-        now_ms = int(time.time() * 1000)
+        now_ms = clock.now_ms()
         hook = StatusWebhook(url=url, secret=secret, updated_ms=now_ms, max_batch=max_batch)
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.set(self.keys.status_webhooks(producer).config, _encoder.encode(hook))

@@ -19,7 +19,6 @@ the pace and the time left. A campaign is its producer's alone: to others it is 
 
 from __future__ import annotations
 
-import time
 from typing import Annotated, Any
 
 import msgspec
@@ -43,6 +42,7 @@ from app.campaigns.specs import CampaignSpec, Upload
 from app.ingest.quotas import IngestQuotas
 from app.settings import ApiKey
 from projections.campaign_queries import campaign_counts
+from streams import clock
 from streams.campaigns import Campaign
 
 log = structlog.get_logger(__name__)
@@ -85,7 +85,7 @@ async def _progress(request: Req, campaign: Campaign) -> Progress:
             counts = await campaign_counts(pool, campaign.id)
         except UNAVAILABLE as error:
             log.warning("read_model.query_failed", error=str(error) or type(error).__name__)
-    return progress_of(campaign, counts, int(time.time() * 1000))
+    return progress_of(campaign, counts, clock.now_ms())
 
 
 async def _act(request: Req, campaign_id: str, action: str) -> Progress:

@@ -20,8 +20,9 @@ from litestar.exceptions import HTTPException, NotFoundException
 from litestar.params import FromPath
 
 from app.catalog.providers import MAX_FEEDBACK_BYTES
-from app.feedback.callbacks import Scheme, now_ms
+from app.feedback.callbacks import Scheme
 from app.feedback.requests import Callback, Refused, too_large
+from streams import clock
 from streams.feedback import Inbox, VerifiedCallback
 
 Req = Request[Any, Any, State]
@@ -83,7 +84,7 @@ async def receive_feedback(request: Req, provider: FromPath[str]) -> FeedbackAns
     }
     try:
         url = callback_url(request) if scheme.signs_url else ""
-        callback = Callback(url, headers, await body(request, scheme.max_bytes), now_ms())
+        callback = Callback(url, headers, await body(request, scheme.max_bytes), clock.now_ms())
         taken = scheme.read(callback)
     except Refused as refused:
         raise HTTPException(status_code=refused.status, detail=refused.detail) from None

@@ -9,7 +9,6 @@ never in clear.
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -26,6 +25,7 @@ from app.api.errors import AUTHENTICATED, BodyTooLarge, NotJson
 from app.api.methods import allowed
 from app.ingest.requests import PushTarget
 from app.recipients.addresses import SUPPRESSIBLE, Address, AddressError, delivery_address, masked
+from streams import clock
 from streams.events import SuppressionReason
 from streams.recipient_settings import AddressDigest
 from streams.suppressions import REASONS, Suppression, SuppressionStore
@@ -151,7 +151,7 @@ async def _page(
         start = int(cursor)
     store: SuppressionStore = request.app.state.suppressions
     page = await store.page(start, count)
-    now_ms = _now_ms()
+    now_ms = clock.now_ms()
     shown = [
         _view(entry, now_ms)
         for entry in page.entries
@@ -168,7 +168,7 @@ async def _add(request: Req) -> SuppressionView:
     if body.channel not in SUPPRESSIBLE:
         raise ClientException(status_code=422, detail=f"channel: {body.channel} has no addresses")
     address, digest = _address(request, body)
-    now_ms = _now_ms()
+    now_ms = clock.now_ms()
     until_ms = 0
     if body.until is not None:
         if body.until.tzinfo is None:
@@ -205,7 +205,7 @@ async def look_up_suppression(request: Req) -> SuppressionView:
     entry = await store.get(body.channel, digest)
     if entry is None:
         raise NotFoundException(detail="address: not on the suppression list")
-    return _view(entry, _now_ms())
+    return _view(entry, clock.now_ms())
 
 
 @delete(
@@ -222,12 +222,8 @@ async def remove_suppression(request: Req, channel: FromPath[str], digest: FromP
         raise ClientException(status_code=422, detail="digest: 32 hex digits, as listed")
     store: SuppressionStore = request.app.state.suppressions
     source = f"admin:{caller.producer}"
-    if not await store.remove(Channel(channel), digest, source, _now_ms()):
+    if not await store.remove(Channel(channel), digest, source, clock.now_ms()):
         raise NotFoundException(detail="address: not on the suppression list")
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _at(ms: int) -> datetime:

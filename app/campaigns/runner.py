@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from typing import Final
 
 import structlog
@@ -23,6 +22,7 @@ from app.catalog import Catalog
 from app.ingest.fanout import Planner
 from app.ingest.ingestor import Ingestor
 from app.settings import Settings
+from streams import clock
 from streams.campaigns import CampaignStore
 from streams.keys import KeySpace
 from streams.leases import Lease
@@ -62,7 +62,7 @@ class CampaignRunner:
         try:
             while not self._stopping.is_set():
                 try:
-                    due = await self.store.due(int(time.time() * 1000))
+                    due = await self.store.due(clock.now_ms())
                 except RedisError as error:
                     log.warning("campaign.poll_failed", error=str(error))
                     due = []

@@ -8,7 +8,6 @@ statuses) directly, so it works while the API is down.
 from __future__ import annotations
 
 import asyncio
-import time
 
 import asyncpg
 import click
@@ -20,6 +19,7 @@ from app.settings import Settings, SettingsError
 from projections.campaign_queries import campaign_counts
 from projections.database import DatabaseNotReady
 from projections.database import connect as connect_database
+from streams import clock
 from streams.campaigns import CampaignStore
 from streams.ids import is_uuid
 from streams.keys import KeySpace
@@ -42,7 +42,7 @@ async def _show(settings: Settings, campaign_id: str, interval: float, watch: bo
             if campaign is None:
                 raise click.ClickException(f"no campaign {campaign_id!r}")
             counts = await campaign_counts(pool, campaign_id) if pool is not None else None
-            click.echo(render(progress_of(campaign, counts, int(time.time() * 1000))))
+            click.echo(render(progress_of(campaign, counts, clock.now_ms())))
             if not watch or campaign.state.ended:
                 return
             await asyncio.sleep(interval)

@@ -14,7 +14,6 @@ Beside the lanes run ``recovery`` (abandoned and poison entries) and the ``sched
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,7 +38,7 @@ from app.delivery.tracing import TracedAttempts
 from app.metrics import DELIVERY_FAILURES, record_outcome
 from app.providers.base import Provider
 from app.unsubscribe import UnsubscribeLinks
-from streams import codec, delivery_outcomes
+from streams import clock, codec, delivery_outcomes
 from streams.circuit_breaker import CircuitBreakers
 from streams.consumer_groups import DELIVERY_GROUP, Entry, ensure_group, is_missing_group
 from streams.delivery_outcomes import LeasedDelivery
@@ -98,7 +97,7 @@ class DeliveryWorker:
         consumer: str,
         address_digest: AddressDigest,
         options: WorkerOptions | None = None,
-        now_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        now_ms: Callable[[], int] = clock.now_ms,
     ) -> None:
         self.redis = redis
         self.address_digest = address_digest

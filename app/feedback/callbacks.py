@@ -47,7 +47,6 @@ import binascii
 import hashlib
 import hmac
 import re
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -348,7 +347,3 @@ def schemes(
             secret, bound = own["feedback_secret_env"], bound or STANDARD_WEBHOOKS_MAX_BYTES
             found[name] = StandardWebhook(name, secret, digest, bound)
     return found
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000

@@ -23,7 +23,6 @@ no-op (the feedback id is marked on the delivery's state).
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -38,7 +37,7 @@ from redis.exceptions import RedisError
 
 from app.metrics import FEEDBACK, FEEDBACK_UNMATCHED
 from projections.queries import SentDelivery, deliveries_by_message, feedback_applied
-from streams import scripts
+from streams import clock, scripts
 from streams.consumer_groups import ensure_group, is_missing_group
 from streams.delivery_state import DeliveryStatus, read_states
 from streams.events import ProviderFeedbackReceived
@@ -134,7 +133,7 @@ class FeedbackProcessor:
         )
         done: list[str] = []
         matched: list[tuple[_Waiting, SentDelivery]] = []
-        now = _now_ms()
+        now = clock.now_ms()
         for w in waiting:
             sent = found.get((w.item.provider, w.item.message_id))
             if sent is not None:
@@ -214,9 +213,9 @@ class FeedbackProcessor:
         self, item: Feedback, sent: SentDelivery, status: str, version: int
     ) -> tuple[str, int, dict[str, KeyOrArg], ProviderFeedbackReceived]:
         after = status_after(item.kind, status)
-        at_ms = item.at_ms or _now_ms()
+        at_ms = item.at_ms or clock.now_ms()
         fields: dict[str, KeyOrArg] = {
-            "status": after, "version": version + 1, "updated_ms": _now_ms(),
+            "status": after, "version": version + 1, "updated_ms": clock.now_ms(),
             "notification_id": sent.notification_id,
         }  # fmt: skip
         if after == _FAILED and status != _FAILED:
@@ -238,7 +237,7 @@ class FeedbackProcessor:
             digest=item.address_digest,
             reason=item.suppress,  # type: ignore[arg-type]
             source=f"feedback:{item.provider}",
-            at_ms=item.at_ms or _now_ms(),
+            at_ms=item.at_ms or clock.now_ms(),
             display=item.display,
         )
         await self.suppressions.add(entry)
@@ -246,10 +245,6 @@ class FeedbackProcessor:
     def _count(self, counter: Any, labels: tuple[str, ...]) -> None:
         if self.metrics is not None:
             self.metrics.inc(counter, labels)
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _text(value: bytes | str) -> str:

@@ -30,7 +30,7 @@ from redis.asyncio import Redis
 from app.ingest.profiles import Profile
 from app.ingest.profiles import decode as decode_profile
 from app.ingest.requests import target_address
-from streams import codec, scripts
+from streams import clock, codec, scripts
 from streams.delivery_state import read_states
 from streams.erasure import (
     erase_call,
@@ -147,7 +147,7 @@ class Eraser:
             versions = [state.version if state else 1 for state in await read_states(
                 self.redis, shard, ids
             )]  # fmt: skip
-            now_ms = time.time_ns() // 1_000_000
+            now_ms = clock.now_ms()
             call = erase_call(shard, waiting, versions, now_ms, self.state_retention_ms)
             replies = [reply.decode() for reply in await scripts.ERASE(self.redis, *call)]
             done.deliveries_ended += replies.count("ERASED")

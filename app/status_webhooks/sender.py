@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-import time
 import zlib
 from collections import deque
 from collections.abc import Callable
@@ -42,6 +41,7 @@ from app.catalog.status_webhooks import StatusWebhooksConfig
 from app.metrics import STATUS_WEBHOOKS
 from app.status_webhooks.endpoint import Answer, Endpoint
 from app.status_webhooks.payloads import batch_body, batch_webhook_id
+from streams import clock
 from streams.connection import being_cancelled
 from streams.keys import KeySpace
 from streams.metrics_recorder import MetricsRecorder
@@ -57,10 +57,6 @@ REDIS_BACKOFF_S = 1.0
 # per few entries cost more CPU than the POSTs; a crash repeats at most this much more.)
 FLUSH_DELAY_S = 0.01
 FLUSH_BATCH = 200
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class _Lane:
@@ -201,7 +197,7 @@ class Sender:
         webhook_id, body = self._request(batch)
         attempts, first_ms, last = 0, 0, self._failing
         while not self._stopping:
-            now = _now_ms()
+            now = clock.now_ms()
             if now >= deadline and (attempts or self._failing is not None):
                 return await self._give_up(batch, attempts, first_ms, last)
             answer = await self._post(webhook_id, body)
@@ -215,7 +211,7 @@ class Sender:
             self._failed(answer, len(batch))
             ceiling = min(retry.max_seconds, retry.base_seconds * 2.0 ** (attempts - 1))
             wait = max(self._uniform(0.0, ceiling), answer.retry_after or 0.0)
-            if _now_ms() + wait * 1000 > deadline:
+            if clock.now_ms() + wait * 1000 > deadline:
                 return await self._give_up(batch, attempts, first_ms, last)
             # Woken early when another lane gets through: the endpoint is back.
             await _wait(self._recovered, wait)
@@ -263,7 +259,7 @@ class Sender:
         why = GivenUp(
             attempts=attempts,
             first_attempt_ms=first_ms,
-            last_attempt_ms=_now_ms() if attempts else 0,
+            last_attempt_ms=clock.now_ms() if attempts else 0,
             status_code=last.status_code if last is not None else 0,
             error=error,
         )
