@@ -15,7 +15,7 @@ import asyncpg
 import msgspec
 
 from projections.partitions import ids_of_the_day_of
-from streams.delivery_state import DeliveryStatus
+from streams.vocabulary import Channel, DeliveryStatus, Priority
 
 # The statuses a failure rate is taken over: every terminal one but SUPPRESSED and CANCELLED,
 # whose deliveries were never meant to be attempted (or no longer) and count for neither side.
@@ -108,7 +108,7 @@ class FailedDelivery:
     id: str
     notification_id: str
     notification_type: str | None
-    channel: str | None
+    channel: Channel | None
     error_class: str | None
     last_error: str | None
     attempts: int
@@ -119,7 +119,7 @@ class FailedDelivery:
 class FailureFilter:
     """Optional equality filters of the FAILED list; None matches everything."""
 
-    channel: str | None = None
+    channel: Channel | None = None
     notification_type: str | None = None
     error_class: str | None = None
 
@@ -128,7 +128,7 @@ class FailureFilter:
 class NotificationSummary:
     id: str
     type: str
-    priority: str
+    priority: Priority
     recipient_id: str
     locale: str
     created_at: datetime
@@ -139,8 +139,8 @@ class NotificationSummary:
 @dataclass(frozen=True, slots=True)
 class DeliverySummary:
     id: str
-    channel: str | None
-    status: str
+    channel: Channel | None
+    status: DeliveryStatus
     reason: str | None
     attempts: int
     error_class: str | None
@@ -211,7 +211,7 @@ async def failed_deliveries(
             id=str(row["id"]),
             notification_id=str(row["notification_id"]),
             notification_type=row["notification_type"],
-            channel=row["channel"],
+            channel=_channel(row["channel"]),
             error_class=row["error_class"],
             last_error=row["last_error"],
             attempts=row["attempts"],
@@ -237,7 +237,7 @@ async def timeline(
         notification=NotificationSummary(
             id=str(head["id"]),
             type=head["type"],
-            priority=head["priority"],
+            priority=Priority(head["priority"]),
             recipient_id=head["recipient_id"],
             locale=head["locale"],
             created_at=head["created_at"],
@@ -247,8 +247,8 @@ async def timeline(
         deliveries=[
             DeliverySummary(
                 id=str(row["id"]),
-                channel=row["channel"],
-                status=row["status"],
+                channel=_channel(row["channel"]),
+                status=DeliveryStatus(row["status"]),
                 reason=row["reason"],
                 attempts=row["attempts"],
                 error_class=row["error_class"],
@@ -268,6 +268,11 @@ async def timeline(
             for row in events
         ],
     )
+
+
+def _channel(text: str | None) -> Channel | None:
+    """A delivery's channel column (NULL until an event named it)."""
+    return None if text is None else Channel(text)
 
 
 def _object(text: str) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from streams.events import (
     InboxMessageUnread,
     ProviderFeedbackReceived,
 )
+from streams.vocabulary import Channel, Priority
 
 # What an event says about its delivery's row, as ``_change`` orders it: status, channel,
 # priority, reason, attempts, error class, last error, provider, provider message id, sent
@@ -47,8 +48,8 @@ _CANCELLED = DeliveryStatus.CANCELLED
 def _change(
     status: DeliveryStatus,
     *,
-    channel: str | None = None,
-    priority: str | None = None,
+    channel: Channel | None = None,
+    priority: Priority | None = None,
     reason: str | None = None,
     attempts: int | None = None,
     error_class: str | None = None,

@@ -19,8 +19,8 @@ from redis.exceptions import ResponseError
 from projections.partitions import ids_of_the_day_of
 from streams.connection import clock_reply_ms, queue_clock
 from streams.consumer_groups import PROJECTOR_GROUP
-from streams.delivery_state import DeliveryStatus
 from streams.keys import KeySpace
+from streams.vocabulary import Channel, DeliveryStatus, Priority
 
 # Every status a delivery can have (SENDING only in the write model, while a worker holds it).
 DELIVERY_STATUSES: tuple[DeliveryStatus, ...] = tuple(DeliveryStatus)
@@ -36,8 +36,8 @@ class DeliveryRow:
     notification_id: str
     producer: str | None
     notification_type: str | None
-    channel: str | None
-    status: str
+    channel: Channel | None
+    status: DeliveryStatus
     attempts: int
     error_class: str | None
     last_error: str | None
@@ -50,7 +50,7 @@ class NotificationRow:
     id: str
     producer: str
     type: str
-    priority: str
+    priority: Priority
     recipient_id: str
     created_at: datetime
     deliveries: list[DeliveryRow]
@@ -62,8 +62,8 @@ class DeliveryFilter:
     """What ``list_deliveries`` selects: one producer's deliveries, optionally narrowed."""
 
     producer: str
-    status: str | None = None
-    channel: str | None = None
+    status: DeliveryStatus | None = None
+    channel: Channel | None = None
     notification_type: str | None = None
     error_class: str | None = None
     since: datetime | None = None  # updated_at >= since
@@ -106,8 +106,8 @@ def _delivery(row: asyncpg.Record) -> DeliveryRow:
         notification_id=str(row["notification_id"]),
         producer=row["producer"],
         notification_type=row["notification_type"],
-        channel=row["channel"],
-        status=row["status"],
+        channel=None if row["channel"] is None else Channel(row["channel"]),
+        status=DeliveryStatus(row["status"]),
         attempts=row["attempts"],
         error_class=row["error_class"],
         last_error=row["last_error"],
@@ -135,7 +135,7 @@ async def notification_status(pool: asyncpg.Pool, notification_id: str) -> Notif
         id=str(found["id"]),
         producer=found["producer"],
         type=found["type"],
-        priority=found["priority"],
+        priority=Priority(found["priority"]),
         recipient_id=found["recipient_id"],
         created_at=found["created_at"],
         deliveries=[_delivery(row) for row in rows],
@@ -197,7 +197,7 @@ class DeliveryOwner:
     notification_id: str
     producer: str
     notification_type: str
-    channel: str
+    channel: Channel
 
 
 _DELIVERY_OWNERS = """
@@ -214,7 +214,7 @@ async def delivery_owners(pool: asyncpg.Pool, delivery_ids: list[str]) -> list[D
     return [
         DeliveryOwner(
             str(row["id"]), str(row["notification_id"]), row["producer"], row["type"],
-            row["channel"],
+            Channel(row["channel"]),
         )
         for row in rows
     ]  # fmt: skip
@@ -294,7 +294,7 @@ class SentDelivery:
 
     id: str
     notification_id: str
-    status: str
+    status: DeliveryStatus
     version: int
 
 
@@ -313,7 +313,10 @@ async def deliveries_by_message(
         [provider for provider, _ in messages],
         [message_id for _, message_id in messages],
     )
-    return {(row[0], row[1]): SentDelivery(row[2], row[3], row[4], row[5]) for row in rows}
+    return {
+        (row[0], row[1]): SentDelivery(row[2], row[3], DeliveryStatus(row[4]), row[5])
+        for row in rows
+    }
 
 
 async def feedback_applied(

@@ -32,6 +32,7 @@ from streams.events import (
     RecipientErased,
 )
 from streams.state_release import RELEASED_ONCE_PROJECTED
+from streams.vocabulary import Priority
 
 log = structlog.get_logger(__name__)
 
@@ -116,7 +117,7 @@ class _Context:
 
     producer: str
     notification_type: str
-    priority: str
+    priority: Priority
     created_at: datetime
     # The campaign its idempotency key names (``streams.campaign_ids``); None for none.
     campaign_id: str | None

@@ -18,7 +18,7 @@ from typing import Literal
 
 import msgspec
 
-from streams.vocabulary import CampaignState, Channel, ErrorClass, Priority
+from streams.vocabulary import CampaignState, Channel, DeliveryStatus, ErrorClass, Priority
 
 # Why a delivery is never sent. The first four are decided by fan-out; the next ones are the
 # reasons an address is on the suppression list (``AddressSuppressed``; "stop": the recipient
@@ -161,7 +161,7 @@ class InboxMessageEvent(DeliveryEvent, frozen=True, kw_only=True):
     status after it (READ once read, SENT again when marked unread)."""
 
     recipient_id: str
-    status: str
+    status: DeliveryStatus
 
 
 class InboxMessageRead(InboxMessageEvent, frozen=True, kw_only=True):

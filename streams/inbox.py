@@ -133,7 +133,7 @@ class _Change:
     before: MessageState
     after: MessageState
     version_read: str  # the delivery state's version, "" when there was none
-    status: str
+    status: DeliveryStatus
     event: bytes
 
     def arguments(self) -> list[KeyOrArg]:

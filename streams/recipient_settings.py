@@ -178,7 +178,7 @@ class RecipientSettingsStore:
         )  # fmt: skip
 
     async def mark_address_invalid(
-        self, recipient_id: str, channel: str, digest: str
+        self, recipient_id: str, channel: Channel, digest: str
     ) -> RecipientSettings:
         """Remember that the address of ``digest`` (``AddressDigest``) is dead for
         ``channel``: fan-out suppresses it."""
@@ -190,7 +190,7 @@ class RecipientSettingsStore:
                 at=_now(),
                 recipient_id=recipient_id,
                 settings_version=version,
-                channel=channel,  # type: ignore[arg-type]
+                channel=channel,
                 address_digest=digest,
             ),
         )

@@ -77,7 +77,7 @@ class Suppression:
         return opt_out_type or self.reason not in OPT_OUT_REASONS
 
 
-def address_field(channel: str, digest: str) -> str:
+def address_field(channel: Channel, digest: str) -> str:
     """The list's field for an address."""
     return f"{channel}:{digest}"
 
@@ -155,7 +155,7 @@ class SuppressionStore:
         field = address_field(channel, digest)
         return await self._change(digest, "remove", field, "", event)
 
-    async def get(self, channel: str, digest: str) -> Suppression | None:
+    async def get(self, channel: Channel, digest: str) -> Suppression | None:
         """The entry for an address (active or not), or None."""
         value = await self.redis.hget(
             self.keys.shard(0).suppressions, address_field(channel, digest)

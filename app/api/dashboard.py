@@ -37,6 +37,7 @@ from redis.exceptions import RedisError
 
 from app.api.auth import authorize_reader
 from app.api.dashboard_charts import read_charts
+from app.api.params import Word
 from app.api.read_model import ReadModel
 from app.campaigns import segments
 from app.campaigns.lifecycle import by_segment
@@ -204,12 +205,14 @@ async def _pool(request: Req) -> asyncpg.Pool:
     return pool
 
 
-def _choice(name: str, value: str | None, allowed: tuple[str, ...]) -> str | None:
+def _choice(name: str, value: str | None, allowed: tuple[Word, ...]) -> Word | None:
+    """The member of ``allowed`` that ``value`` is (None when absent or empty)."""
     if not value:
         return None
-    if value not in allowed:
-        raise ClientException(detail=f"{name} must be one of {', '.join(allowed)}")
-    return value
+    for member in allowed:
+        if member == value:
+            return member
+    raise ClientException(detail=f"{name} must be one of {', '.join(allowed)}")
 
 
 def _type_filter(value: str | None) -> str | None:

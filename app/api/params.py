@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from litestar.exceptions import ClientException
 from litestar.openapi.spec import OpenAPIType
@@ -37,10 +37,17 @@ ErrorClassFilter = Annotated[
 ]
 
 
-def one_of(name: str, value: str | None, allowed: Sequence[str]) -> str | None:
-    """``value`` if it is one of ``allowed`` (or absent); 422 naming ``name`` otherwise."""
-    if value is None or value in allowed:
-        return value
+Word = TypeVar("Word", bound=str)
+
+
+def one_of(name: str, value: str | None, allowed: Sequence[Word]) -> Word | None:
+    """The member of ``allowed`` that ``value`` is (None when absent); 422 naming ``name``
+    otherwise."""
+    if value is None:
+        return None
+    for member in allowed:
+        if member == value:
+            return member
     raise ClientException(status_code=422, detail=f"{name}: must be one of {', '.join(allowed)}")
 
 

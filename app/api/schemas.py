@@ -10,7 +10,7 @@ import msgspec
 from app.ingest.requests import NotificationRequest
 from streams.events import PreferenceEntry
 from streams.records import DeliveryAtAcceptance
-from streams.vocabulary import Channel
+from streams.vocabulary import Channel, DeliveryStatus, Priority
 
 
 class BatchItem(NotificationRequest, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -69,8 +69,8 @@ class DeliveryView(msgspec.Struct, frozen=True, kw_only=True):
     failed attempt; ``provider_message_id`` is set once it was sent)."""
 
     id: str
-    channel: str | None
-    status: str
+    channel: Channel | None
+    status: DeliveryStatus
     attempts: int
     error_class: str | None
     last_error: str | None
@@ -86,7 +86,7 @@ class NotificationStatus(msgspec.Struct, frozen=True, kw_only=True):
 
     id: str
     type: str
-    priority: str
+    priority: Priority
     recipient_id: str | None
     created_at: datetime
     deliveries: list[DeliveryView]

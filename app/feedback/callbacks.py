@@ -115,7 +115,9 @@ class _Addresses:
     def __init__(self, digest: AddressDigest) -> None:
         self.digest = digest
 
-    def item(self, base: Feedback, suppress: str, channel: str, address: str) -> Feedback:
+    def item(
+        self, base: Feedback, suppress: str, channel: Channel | None, address: str
+    ) -> Feedback:
         if not suppress or not address or not channel:
             return base
         return msgspec.structs.replace(
@@ -322,7 +324,7 @@ class StandardWebhook(_Addresses):
             kind=event.feedback, detail=_detail(event.detail), at_ms=at_ms,  # type: ignore[arg-type]
             received_ms=received_ms,
         )  # fmt: skip
-        channel = event.channel if event.channel in _CHANNEL_NAMES else ""
+        channel = Channel(event.channel) if event.channel in _CHANNEL_NAMES else None
         return self.item(item, SUPPRESSION_OF.get(event.feedback, ""), channel, event.address)
 
 

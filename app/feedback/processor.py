@@ -56,7 +56,7 @@ _SENT, _DELIVERED, _FAILED = DeliveryStatus.SENT, DeliveryStatus.DELIVERED, Deli
 _FAILS: Final = frozenset({"bounced", "undelivered", "token_invalid"})
 
 
-def status_after(kind: str, status: str) -> str:
+def status_after(kind: str, status: DeliveryStatus) -> DeliveryStatus:
     """A delivery's status after feedback of ``kind``."""
     if kind == "delivered" and status == _SENT:
         return _DELIVERED
@@ -210,7 +210,7 @@ class FeedbackProcessor:
         return done
 
     def _change(
-        self, item: Feedback, sent: SentDelivery, status: str, version: int
+        self, item: Feedback, sent: SentDelivery, status: DeliveryStatus, version: int
     ) -> tuple[str, int, dict[str, KeyOrArg], ProviderFeedbackReceived]:
         after = status_after(item.kind, status)
         at_ms = item.at_ms or clock.now_ms()

@@ -9,7 +9,7 @@ values (see ``streams.dlq.entries``), and error texts are masked like log lines.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import msgspec
 
@@ -72,8 +72,6 @@ def selection(
             f"type: unknown notification type {notification_type!r}; "
             f"known: {', '.join(sorted(catalog.types))}"
         )
-    _one_of("channel", channel, CHANNELS)
-    _one_of("error_class", error_class, ERROR_CLASSES)
     since_ms, until_ms = _time_ms("since", since), _time_ms("until", until)
     if since_ms is not None and until_ms is not None and since_ms >= until_ms:
         raise DlqRequestError("until: must be later than since")
@@ -82,8 +80,8 @@ def selection(
             raise DlqRequestError(f"delivery_ids[{position}]: {delivery_id!r} is not a delivery id")
     return Selection(
         notification_type=notification_type,
-        channel=channel,
-        error_class=error_class,
+        channel=_one_of("channel", channel, CHANNELS),
+        error_class=_one_of("error_class", error_class, ERROR_CLASSES),
         since_ms=since_ms,
         until_ms=until_ms,
         delivery_ids=frozenset(d.lower() for d in delivery_ids),
@@ -127,9 +125,17 @@ def samples_count(value: str | int | None) -> int:
     raise DlqRequestError(f"samples: must be an integer from 0 to {MAX_SAMPLES}")
 
 
-def _one_of(name: str, value: str | None, allowed: tuple[str, ...]) -> None:
-    if value is not None and value not in allowed:
-        raise DlqRequestError(f"{name}: must be one of {', '.join(allowed)}")
+Word = TypeVar("Word", bound=str)
+
+
+def _one_of(name: str, value: str | None, allowed: tuple[Word, ...]) -> Word | None:
+    """The member of ``allowed`` that ``value`` is (None when absent)."""
+    if value is None:
+        return None
+    for member in allowed:
+        if member == value:
+            return member
+    raise DlqRequestError(f"{name}: must be one of {', '.join(allowed)}")
 
 
 def _time_ms(name: str, value: str | None) -> int | None:

@@ -52,7 +52,7 @@ SUPPRESSIBLE: tuple[str, ...] = tuple(_SHAPES)
 Address = Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]
 
 
-def delivery_address(channel: str, address: str | None, push_target: PushTarget | None) -> str:
+def delivery_address(channel: Channel, address: str | None, push_target: PushTarget | None) -> str:
     """The delivery address of what an admin gave: ``address`` (an email address, a phone
     number, a plain push token, a webhook URL) or, for PUSH, a typed ``push_target``."""
     shape = _SHAPES.get(channel)
@@ -73,7 +73,7 @@ def delivery_address(channel: str, address: str | None, push_target: PushTarget 
     return address
 
 
-def masked(channel: str, address: str) -> str:
+def masked(channel: Channel, address: str) -> str:
     """How the suppression list shows an address: its shape, never all of it."""
     if channel == Channel.EMAIL:
         local, _, domain = address.rpartition("@")

@@ -75,8 +75,8 @@ class StatusData(msgspec.Struct, frozen=True, kw_only=True):
     notification_id: str
     delivery_id: str
     notification_type: str
-    channel: str
-    status: str
+    channel: Channel
+    status: DeliveryStatus
     version: int
     attempts: int = 0
     reason: str = ""
@@ -109,7 +109,7 @@ def carried_channel(event: DeliveryEvent) -> Channel | None:
     return getattr(event, "channel", None)
 
 
-def body(event: DueEvent, notification_type: str, channel: str) -> bytes:
+def body(event: DueEvent, notification_type: str, channel: Channel) -> bytes:
     """The JSON body telling ``event``'s producer about it."""
     status, details = _details(event)
     kind = (
@@ -144,7 +144,7 @@ def batch_webhook_id(webhook_ids: Sequence[str]) -> str:
     return f"batch_{digest[:32]}"
 
 
-def _details(event: DueEvent) -> tuple[str, dict[str, Any]]:
+def _details(event: DueEvent) -> tuple[DeliveryStatus, dict[str, Any]]:
     """The status after ``event`` and what else it says."""
     if isinstance(event, DeliverySent):
         return DeliveryStatus.SENT, {
@@ -166,8 +166,12 @@ def _details(event: DueEvent) -> tuple[str, dict[str, Any]]:
     if isinstance(event, DeliveryCancelled):
         return DeliveryStatus.CANCELLED, {}
     # Feedback written before events said the status after it: as the read model reads it.
-    after = event.status or (
-        DeliveryStatus.DELIVERED if event.feedback == "delivered" else DeliveryStatus.SENT
+    after = (
+        DeliveryStatus(event.status)
+        if event.status
+        else DeliveryStatus.DELIVERED
+        if event.feedback == "delivered"
+        else DeliveryStatus.SENT
     )
     return after, {
         "feedback": event.feedback,

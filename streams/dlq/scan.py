@@ -20,6 +20,7 @@ from redis.asyncio import Redis
 
 from streams.dlq.entries import DeadLetter, parse_entry, parse_resolution
 from streams.keys import KeySpace
+from streams.vocabulary import Channel, ErrorClass
 
 SUMMARY_SCAN = 10_000  # entries one summary may look at (about 0.3 s of API time)
 _PAGE = 500
@@ -30,8 +31,8 @@ class Selection:
     """Which entries an operator means; None (or empty) matches everything."""
 
     notification_type: str | None = None
-    channel: str | None = None
-    error_class: str | None = None
+    channel: Channel | None = None
+    error_class: ErrorClass | None = None
     since_ms: int | None = None  # dead-lettered at or after
     until_ms: int | None = None  # dead-lettered before
     delivery_ids: frozenset[str] = frozenset()
