@@ -4,7 +4,7 @@ state's part of the message's JSON, which ``streams.inbox`` splices a page from.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import Final
 
@@ -28,7 +28,12 @@ class InboxMessage(msgspec.Struct, frozen=True, kw_only=True):
 
 @dataclass(frozen=True, slots=True)
 class MessageState:
-    """When a message was read, seen and archived (ms; 0: not), and its delivery's version."""
+    """When a message was read, seen and archived (ms; 0: not), and its delivery's version.
+
+    Stored as its four numbers in this order, separated by one space (``text``, ``parse``:
+    the one encoder and decoder). The Lua scripts read and write it with the pattern and
+    the new message's prefix below, which ``streams.scripts`` writes into them.
+    """
 
     read_ms: int = 0
     seen_ms: int = 0
@@ -58,27 +63,33 @@ class StoredMessage:
     state: MessageState
 
 
+# A new message's state, but for its version: what the scripts put in front of it.
+NEW_STATE_PREFIX: Final = MessageState().text().removesuffix("0")
+# The Lua pattern whose captures are a state's numbers, in ``MessageState``'s order.
+STATE_PATTERN: Final = "^" + " ".join(["(%d+)"] * len(fields(MessageState))) + "$"
+
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(InboxMessage)
 # A state with no time yet (the most common by far): its part of a message's JSON.
 _UNTOUCHED = b',"read_at":null,"seen_at":null,"archived_at":null}'
+_UNTOUCHED_STATE: Final = NEW_STATE_PREFIX.encode()
 
 
 def state_json(state: bytes) -> bytes:
     """The ``read_at``, ``seen_at`` and ``archived_at`` members of a message's JSON, with its
     closing brace, from its stored state (``MessageState``)."""
-    if state.startswith(b"0 0 0 "):
+    if state.startswith(_UNTOUCHED_STATE):
         return _UNTOUCHED
-    read, seen, archived, _ = state.split()
+    parsed = MessageState.parse(state)
     return b',"read_at":%s,"seen_at":%s,"archived_at":%s}' % (
-        _time_json(read), _time_json(seen), _time_json(archived),
+        _time_json(parsed.read_ms), _time_json(parsed.seen_ms), _time_json(parsed.archived_ms),
     )  # fmt: skip
 
 
-def _time_json(ms: bytes) -> bytes:
-    if ms == b"0":
+def _time_json(ms: int) -> bytes:
+    if not ms:
         return b"null"
-    return _encoder.encode(datetime.fromtimestamp(int(ms) / 1000, UTC))
+    return _encoder.encode(datetime.fromtimestamp(ms / 1000, UTC))
 
 
 _HEX: Final = frozenset("0123456789abcdef")

@@ -4,13 +4,15 @@ once and called by SHA.
 Redis gives a script no way to load another, so ``lua/shared.lua`` (the Redis clock, the
 argument reader, the work-stream table, ...) is put in front of every script's own source,
 and in front of that the delivery statuses and their sets written out from
-``streams.vocabulary`` (``vocabulary_lua``): the scripts decide by the very sets the Python
-code does, and no script spells them out again. The text is the same in every process, so
-is every script's SHA. Each script declares every key it touches in KEYS (one hash tag, so
-the same code runs on a Redis Cluster), and its keys and arguments are laid out by one
-Python function, named after it with ``_call`` (for example ``ingest_call`` in
-``streams.ingest`` for ``INGEST``); ``tests/integration/test_scripts.py`` runs each of those
-against its script as a Redis user allowed to touch only the declared keys.
+``streams.vocabulary``, with the form of an inbox message's state (``vocabulary_lua``): the
+scripts decide by the very sets the Python code does, and no script spells them out again.
+The text is the same in every process, so is every script's SHA.
+
+Each script declares every key it touches in KEYS (one hash tag, so the same code runs on a
+Redis Cluster), and its keys and arguments are laid out by one Python function, named after
+it with ``_call`` (for example ``ingest_call`` in ``streams.ingest`` for ``INGEST``);
+``tests/integration/test_scripts.py`` runs each of those against its script as a Redis user
+allowed to touch only the declared keys.
 
 After a Redis restart (or SCRIPT FLUSH) the first call gets NOSCRIPT; the script is then
 loaded again and the call repeated, which is safe because a NOSCRIPT call ran nothing.
@@ -26,6 +28,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
 
+from streams.inbox_messages import NEW_STATE_PREFIX, STATE_PATTERN
 from streams.vocabulary import ENDED_UNSENT, PROVIDER_ACCEPTED, TERMINAL, DeliveryStatus
 
 KeyOrArg = str | bytes | int | float
@@ -49,15 +52,19 @@ def _lua_set(name: str, members: frozenset[DeliveryStatus]) -> str:
 def vocabulary_lua() -> str:
     """The delivery statuses and the sets the scripts decide by, as Lua locals: ``STATUS``
     (``STATUS.SENT == "SENT"``), ``TERMINAL``, ``PROVIDER_ACCEPTED`` and ``ENDED_UNSENT``
-    (``TERMINAL[status]`` is true for a status in the set)."""
+    (``TERMINAL[status]`` is true for a status in the set); and how an inbox message's state
+    is written (``streams.inbox_messages.MessageState``): ``INBOX_STATE_PATTERN`` reads it,
+    ``INBOX_NEW_STATE`` followed by the version is a new message's."""
     statuses = ", ".join(f'{status.name} = "{status.value}"' for status in DeliveryStatus)
     return "\n".join(
         (
-            "-- Written from streams/vocabulary.py by streams/scripts.py; do not edit.",
+            "-- Written from streams/vocabulary.py and streams/inbox_messages.py; do not edit.",
             f"local STATUS = {{ {statuses} }}",
             _lua_set("TERMINAL", TERMINAL),
             _lua_set("PROVIDER_ACCEPTED", PROVIDER_ACCEPTED),
             _lua_set("ENDED_UNSENT", ENDED_UNSENT),
+            f'local INBOX_STATE_PATTERN = "{STATE_PATTERN}"',
+            f'local INBOX_NEW_STATE = "{NEW_STATE_PREFIX}"',
         )
     )
 

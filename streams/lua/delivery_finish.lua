@@ -68,7 +68,7 @@ local function inbox_add(at)
   if redis.call("HSETNX", messages, "m:" .. id, message) == 0 then
     return
   end
-  redis.call("HSET", messages, "f:" .. id, "0 0 0 " .. version)
+  redis.call("HSET", messages, "f:" .. id, INBOX_NEW_STATE .. version)
   redis.call("HINCRBY", messages, "unread", 1)
   redis.call("HINCRBY", messages, "unseen", 1)
   redis.call("ZADD", order, 0, id)

@@ -81,9 +81,10 @@ local function append_events(stream, joined, spans, all_written, written)
 end
 
 -- Inbox messages (``streams/inbox.py``). A message's state is "<read ms> <seen ms>
--- <archived ms> <the delivery's version>", 0 for what did not happen.
+-- <archived ms> <the delivery's version>", 0 for what did not happen; its form is
+-- ``streams.inbox_messages.MessageState``'s, written out as ``INBOX_STATE_PATTERN``.
 local function inbox_state(text)
-  local read, seen, archived, version = string.match(text or "", "^(%d+) (%d+) (%d+) (%d+)$")
+  local read, seen, archived, version = string.match(text or "", INBOX_STATE_PATTERN)
   return tonumber(read), tonumber(seen), tonumber(archived), tonumber(version)
 end
 

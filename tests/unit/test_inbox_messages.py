@@ -4,8 +4,10 @@ from them the way the API's view encodes a message."""
 from __future__ import annotations
 
 import msgspec
+from redis.asyncio import Redis
 
 from app.api.inbox import message_view
+from streams import scripts
 from streams.inbox_messages import MessageState, StoredMessage, encode, is_message_id, state_json
 from tests.unit.test_inbox import MESSAGE
 
@@ -14,6 +16,15 @@ def test_a_state_reads_back_as_it_was_written() -> None:
     state = MessageState(read_ms=5, seen_ms=0, archived_ms=7, version=4)
     assert MessageState.parse(state.text()) == state
     assert MessageState.parse(b"0 0 0 3") == MessageState(version=3)
+
+
+async def test_the_scripts_read_and_write_a_state_as_python_does(fake: Redis) -> None:
+    state = MessageState(read_ms=1_700_000_000_001, seen_ms=0, archived_ms=3, version=12)
+    read = scripts.PRELUDE + "\nreturn { inbox_state(ARGV[1]) }"
+    assert await fake.eval(read, 0, state.text()) == [1_700_000_000_001, 0, 3, 12]
+    new = await fake.eval(scripts.PRELUDE + "\nreturn INBOX_NEW_STATE .. ARGV[1]", 0, 9)
+    assert MessageState.parse(new) == MessageState(version=9)
+    assert state_json(new) == state_json(b"0 0 0 9")
 
 
 def test_archived_messages_are_neither_unread_nor_unseen() -> None:
