@@ -28,6 +28,7 @@ from app.processes.redis_checks import RedisNotReady, check_redis
 from app.processes.supervisor import Child, supervise
 from app.settings import Settings, SettingsError
 from projections.database import DatabaseNotReady
+from streams.vocabulary import Priority
 
 log = structlog.get_logger(__name__)
 
@@ -172,7 +173,7 @@ def status_webhooks() -> None:
 @click.option("--phone", default=None, help="E.164, e.g. +4915112345678")
 @click.option("--push-token", "push_tokens", multiple=True)
 @click.option("--channel", "channels", multiple=True, help="override the type's channels")
-@click.option("--priority", type=click.Choice(["HIGH", "NORMAL", "LOW"]), default=None)
+@click.option("--priority", type=click.Choice([p.value for p in Priority]), default=None)
 @click.option("--data", "data_pairs", multiple=True, help="template variable, name=value")
 @click.option("--locale", default=None)
 @click.option("--key", "idempotency_key", default=None, help="Idempotency-Key (default: random)")

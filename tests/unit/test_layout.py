@@ -186,7 +186,6 @@ DECLARATIONS_ONLY = {
     "app.processes.clients",  # the arguments of one Redis client
     "app.providers.base",  # the provider contract: a message, an error, a protocol
     "streams.records",  # the notification record kept in Redis
-    "streams.vocabulary",  # channels, priorities and error classes
 }
 TIERS = ("unit", "integration", "e2e")
 # The client's tests are named after its modules behind a word of their own, so that
