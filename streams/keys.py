@@ -44,8 +44,9 @@ class ShardKeys:
 
     @property
     def work_streams(self) -> list[str]:
-        """The three work streams, HIGH first: the order the Lua scripts take them in."""
-        return [self.work(Priority.HIGH), self.work(Priority.NORMAL), self.work(Priority.LOW)]
+        """The work streams in the order of ``Priority`` (HIGH first): the order the Lua
+        scripts take them in (``WORK_STREAM_NAMES``)."""
+        return [self.work(priority) for priority in Priority]
 
     @property
     def delayed(self) -> str:

@@ -29,7 +29,13 @@ from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
 
 from streams.inbox_messages import NEW_STATE_PREFIX, STATE_PATTERN
-from streams.vocabulary import ENDED_UNSENT, PROVIDER_ACCEPTED, TERMINAL, DeliveryStatus
+from streams.vocabulary import (
+    ENDED_UNSENT,
+    PROVIDER_ACCEPTED,
+    TERMINAL,
+    DeliveryStatus,
+    Priority,
+)
 
 KeyOrArg = str | bytes | int | float
 # One script call: its keys and its arguments.
@@ -52,10 +58,12 @@ def _lua_set(name: str, members: frozenset[DeliveryStatus]) -> str:
 def vocabulary_lua() -> str:
     """The delivery statuses and the sets the scripts decide by, as Lua locals: ``STATUS``
     (``STATUS.SENT == "SENT"``), ``TERMINAL``, ``PROVIDER_ACCEPTED`` and ``ENDED_UNSENT``
-    (``TERMINAL[status]`` is true for a status in the set); and how an inbox message's state
+    (``TERMINAL[status]`` is true for a status in the set); ``WORK_STREAM_NAMES``, each
+    priority's ``stream_name`` in the enum's order; and how an inbox message's state
     is written (``streams.inbox_messages.MessageState``): ``INBOX_STATE_PATTERN`` reads it,
     ``INBOX_NEW_STATE`` followed by the version is a new message's."""
     statuses = ", ".join(f'{status.name} = "{status.value}"' for status in DeliveryStatus)
+    work_streams = ", ".join(f'"{priority.stream_name}"' for priority in Priority)
     return "\n".join(
         (
             "-- Written from streams/vocabulary.py and streams/inbox_messages.py; do not edit.",
@@ -63,6 +71,7 @@ def vocabulary_lua() -> str:
             _lua_set("TERMINAL", TERMINAL),
             _lua_set("PROVIDER_ACCEPTED", PROVIDER_ACCEPTED),
             _lua_set("ENDED_UNSENT", ENDED_UNSENT),
+            f"local WORK_STREAM_NAMES = {{ {work_streams} }}",
             f'local INBOX_STATE_PATTERN = "{STATE_PATTERN}"',
             f'local INBOX_NEW_STATE = "{NEW_STATE_PREFIX}"',
         )

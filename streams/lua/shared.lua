@@ -1,7 +1,8 @@
 -- What every script shares. Lua scripts in Redis cannot load one another, so
 -- ``streams/scripts.py`` puts this file in front of each script, after the vocabulary it
--- writes from ``streams/vocabulary.py`` (``STATUS``, the delivery statuses by name, and the
--- sets the scripts decide by: ``TERMINAL``, ``PROVIDER_ACCEPTED``, ``ENDED_UNSENT``). Line
+-- writes from ``streams/vocabulary.py`` (``STATUS``, the delivery statuses by name, the sets
+-- the scripts decide by: ``TERMINAL``, ``PROVIDER_ACCEPTED``, ``ENDED_UNSENT``, and the
+-- priorities' work streams, ``WORK_STREAM_NAMES``). Line
 -- numbers in a Redis error about a script count from the top of that vocabulary.
 
 -- The Redis clock, the one clock every script uses: processes on hosts whose clocks differ
@@ -24,10 +25,15 @@ local function arguments(first)
   end
 end
 
--- The work streams by the name of their priority (``Priority.stream_name``), declared as
--- KEYS[first], KEYS[first + 1], KEYS[first + 2] in the order of ``ShardKeys.work_streams``.
+-- The work streams by the name of their priority (``Priority.stream_name``, listed in
+-- ``WORK_STREAM_NAMES``), declared as KEYS[first], KEYS[first + 1], ... in that order, the
+-- order of ``ShardKeys.work_streams``.
 local function work_streams(first)
-  return { high = KEYS[first], normal = KEYS[first + 1], low = KEYS[first + 2] }
+  local streams = {}
+  for offset, name in ipairs(WORK_STREAM_NAMES) do
+    streams[name] = KEYS[first + offset - 1]
+  end
+  return streams
 end
 
 -- Put an encoded work item where ``destination`` says: a work stream by its name, or else

@@ -42,7 +42,7 @@ local function sorted(set, values)
   return found
 end
 return { sorted(STATUS), sorted(STATUS, true), sorted(TERMINAL), sorted(PROVIDER_ACCEPTED),
-  sorted(ENDED_UNSENT) }
+  sorted(ENDED_UNSENT), WORK_STREAM_NAMES }
 """
 # A status spelled out in a script, as a Lua string. Only a lease's verdicts and a dead
 # letter's kind share words with the statuses (``CANCELLED``, ``FAILED``).
@@ -75,11 +75,13 @@ async def test_the_read_models_checks_list_the_enums_values(pool: asyncpg.Pool) 
 async def test_the_scripts_decide_by_the_enums_sets(real_redis: Redis) -> None:
     reply = await real_redis.eval(scripts.PRELUDE + "\n" + _READ_TABLES, 0)
     names, values, terminal, accepted, unsent = (
-        {value.decode() for value in table} for table in reply
+        {value.decode() for value in table} for table in reply[:5]
     )
     statuses = {member.value for member in DeliveryStatus}
     assert (names, values) == (statuses, statuses)
     assert (terminal, accepted, unsent) == (TERMINAL, PROVIDER_ACCEPTED, ENDED_UNSENT)
+    # In the order the work streams are declared as keys.
+    assert [name.decode() for name in reply[5]] == [p.stream_name for p in Priority]
 
 
 def test_no_script_spells_out_a_status() -> None:
