@@ -59,8 +59,9 @@ ALLOWED: dict[str, set[str]] = {
         "projections", "streams",
     },
 }  # fmt: skip
-# Only the HTTP layer (and the process that serves it) knows HTTP.
-HTTP_LIBRARIES = ("litestar",)
+# Only the HTTP layer (and the process that serves it) knows HTTP: Litestar, and the
+# standard library's ``http`` (``HTTPStatus``).
+HTTP_LIBRARIES = ("litestar", "http")
 KNOWS_HTTP = ("app.api", "app.processes.api")
 CLIENT = "clarion_client"
 
