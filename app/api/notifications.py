@@ -81,8 +81,10 @@ def _error(error: ClarionError) -> Response[Any]:
 
 
 def _status(error: ClarionError) -> int:
+    """The status of a refusal; one of no kind is a bug, raised for the request's 500."""
     status = status_of(error)
-    assert status is not None, f"ingest refused with an error of no kind: {error!r}"
+    if status is None:
+        raise error
     return status
 
 
