@@ -4,7 +4,7 @@ A producer's backend (scope ``recipients``) asks for one for a recipient it has 
 and hands it to the app; the token grants that recipient's inbox and nothing else, until it
 expires (at most ``MAX_TTL_SECONDS``) or is revoked. It is signed, not encrypted.
 
-Keys: ``CLARION_INBOX_TOKEN_KEYS`` (``k2:<secret>,k1:<older secret>``) names them by key
+Keys: ``CLARION_INBOX_NAMED_KEYS`` (``k2:<secret>,k1:<older secret>``) names them by key
 id; the first signs, every one verifies, and a token names the key that signed it, so keys
 rotate (add a new one first, drop the old one once its tokens have expired: at most 12 h)
 without touching unsubscribe links or the suppression list's digests. Without it one key
@@ -33,9 +33,9 @@ import re
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final
 
-from app.signed_tokens import MAX_TOKEN_CHARS, Seal, SealBroken
+from app.signed_tokens import MAX_TOKEN_CHARS, Seal, SealBroken, TokenRefused
 
 TOKEN_VERSION: Final = 2
 PURPOSE: Final = b"clarion inbox token v1"
@@ -45,22 +45,15 @@ KEY_ID: Final = re.compile(r"[A-Za-z0-9_-]{1,16}")
 # The longest life a token may be given: a recipient's app asks its backend for a new one.
 MAX_TTL_SECONDS: Final = 12 * 3600
 # Tokens whose verdict a process remembers (the most recently used).
-VERIFIED_TOKENS: Final = 10_000
+VERIFIED_NAMEDS: Final = 10_000
 
 _HEAD = struct.Struct(">BIQ")  # version, expiry, epoch
 _SHORTEST = _HEAD.size + 1  # a recipient id of one byte
 
-Why = Literal["malformed", "forged", "expired"]
-
-
-class TokenRefused(Exception):
-    """A token that grants nothing: malformed, forged (changed, or signed with a key this
-    deployment does not hold, e.g. one rotated out) or expired (a revoked one is refused by
-    the inbox's reads: ``streams.inbox_revocation``). The message never holds the token."""
-
-    def __init__(self, why: Why) -> None:
-        super().__init__(f"recipient token {why}")
-        self.why: Why = why
+# A token that grants nothing is refused as ``TokenRefused`` (``app.signed_tokens``: a
+# revoked one is refused by the inbox's reads, ``streams.inbox_revocation``) and named so in
+# its message.
+_NAMED = "recipient token"
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +86,7 @@ class InboxTokens:
         # An app sends its token with every request: what a token says is remembered, so
         # a repeated one costs a dictionary lookup, not a decode and an HMAC (its expiry is
         # still checked each time).
-        self._verified = functools.lru_cache(maxsize=VERIFIED_TOKENS)(self._verify)
+        self._verified = functools.lru_cache(maxsize=VERIFIED_NAMEDS)(self._verify)
 
     def __repr__(self) -> str:  # never print the key
         return "InboxTokens(<secret>)"
@@ -108,9 +101,9 @@ class InboxTokens:
         and not expired at ``now_s``."""
         grant = self._verified(token)
         if isinstance(grant, TokenRefused):
-            raise TokenRefused(grant.why)
+            raise TokenRefused(grant.why, _NAMED)
         if now_s >= grant.expires_at:
-            raise TokenRefused("expired")
+            raise TokenRefused("expired", _NAMED)
         return grant
 
     def _verify(self, token: str) -> Grant | TokenRefused:
@@ -123,20 +116,20 @@ class InboxTokens:
 
     def _decode(self, token: str) -> Grant:
         if len(token) > MAX_TOKEN_CHARS:
-            raise TokenRefused("malformed")
+            raise TokenRefused("malformed", _NAMED)
         key_id, dot, sealed = token.partition(".")
         if not dot or not KEY_ID.fullmatch(key_id):
-            raise TokenRefused("malformed")
+            raise TokenRefused("malformed", _NAMED)
         seal = self._seals.get(key_id)
         if seal is None:
-            raise TokenRefused("forged")  # not a key of ours (any more)
+            raise TokenRefused("forged", _NAMED)  # not a key of ours (any more)
         try:
             body = seal.open(sealed)
         except SealBroken as broken:
-            raise TokenRefused(broken.why) from None
+            raise TokenRefused(broken.why, _NAMED) from None
         _, expires_at, epoch = _HEAD.unpack_from(body)
         try:
             recipient_id = body[_HEAD.size :].decode("utf-8")
         except UnicodeDecodeError:
-            raise TokenRefused("malformed") from None
+            raise TokenRefused("malformed", _NAMED) from None
         return Grant(recipient_id, expires_at, epoch)

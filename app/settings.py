@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 from app import inbox_tokens
 from streams.connection import cluster_nodes, is_cluster_url, redact
+from streams.errors import ClarionError
 from streams.recipient_settings import AddressDigest
 
 # send: notifications; read: the producer's own notifications, deliveries, dead letters and
@@ -23,7 +24,7 @@ _PRODUCER = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _PREFIX = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
-class SettingsError(Exception):
+class SettingsError(ClarionError):
     """An environment variable has a value Clarion cannot use."""
 
 

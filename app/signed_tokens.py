@@ -16,6 +16,8 @@ import hmac
 import re
 from typing import Final, Literal
 
+from streams.errors import ClarionError, Unauthenticated
+
 MAC_BYTES: Final = 16  # 128 bits of HMAC-SHA256
 # Room for a recipient id of 255 characters of any script; anything longer is no token.
 MAX_TOKEN_CHARS: Final = 1500
@@ -23,9 +25,10 @@ MAX_TOKEN_CHARS: Final = 1500
 _BASE64URL = re.compile(r"[A-Za-z0-9_-]+")
 
 Broken = Literal["malformed", "forged"]
+Why = Literal["malformed", "forged", "expired"]
 
 
-class SealBroken(Exception):
+class SealBroken(ClarionError):
     """A token that does not open: ``why`` is malformed (not a token of this format, cut
     short) or forged (its MAC does not match: changed, or sealed with another key). The
     message never holds the token."""
@@ -33,6 +36,17 @@ class SealBroken(Exception):
     def __init__(self, why: Broken) -> None:
         super().__init__(f"token {why}")
         self.why: Broken = why
+
+
+class TokenRefused(Unauthenticated):
+    """A token that grants nothing: ``why`` is malformed (not a token, cut short), forged
+    (its MAC does not match: changed, or signed with a key this deployment does not hold)
+    or expired. ``named`` is what the message calls the token, whose own text it never
+    holds."""
+
+    def __init__(self, why: Why, named: str = "token") -> None:
+        super().__init__(f"{named} {why}")
+        self.why: Why = why
 
 
 def purpose_key(secret: bytes, purpose: bytes) -> bytes:

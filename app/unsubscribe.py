@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final
 
 from app.settings import Settings, SettingsError
-from app.signed_tokens import Seal, SealBroken
+from app.signed_tokens import Seal, SealBroken, TokenRefused
 from streams.vocabulary import Channel
 
 TOKEN_VERSION: Final = 1
@@ -42,17 +42,9 @@ _HEAD = struct.Struct(">BI")  # version, expiry
 # Version, expiry, two lengths, a channel, a type, a recipient id of one byte.
 _SHORTEST = _HEAD.size + 2 + 3
 
-Why = Literal["malformed", "forged", "expired"]
-
-
-class TokenRefused(Exception):
-    """A token that does not unsubscribe anyone: ``why`` is malformed (not a token, cut
-    short), forged (its signature does not match: changed, or signed with another key) or
-    expired. The message never holds the token."""
-
-    def __init__(self, why: Why) -> None:
-        super().__init__(f"unsubscribe token {why}")
-        self.why: Why = why
+# A token that unsubscribes no one is refused as ``TokenRefused`` (``app.signed_tokens``)
+# and named so in its message.
+_NAMED = "unsubscribe token"
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,10 +92,10 @@ class UnsubscribeTokens:
         try:
             body = self._seal.open(token)
         except SealBroken as broken:
-            raise TokenRefused(broken.why) from None
+            raise TokenRefused(broken.why, _NAMED) from None
         opt_out = _parse(body)
         if now_s >= opt_out.expires_at:
-            raise TokenRefused("expired")
+            raise TokenRefused("expired", _NAMED)
         return opt_out
 
 
@@ -120,7 +112,7 @@ def _parse(body: bytes) -> OptOut:
         recipient_id = body[at:].decode("utf-8")
         return OptOut(recipient_id, type_name, Channel(channel), expires_at)
     except (IndexError, UnicodeDecodeError, ValueError, struct.error):
-        raise TokenRefused("malformed") from None
+        raise TokenRefused("malformed", _NAMED) from None
 
 
 @dataclass(frozen=True, slots=True)

@@ -264,9 +264,9 @@ async def fill_stream(
                 (f"{tag}-{i}", ingest_request(i)) for i in numbers
             ]
             for outcome in await ingestor.ingest_many(PRODUCER, entries):
-                if outcome.status_code != 202:
+                if outcome.error is not None:
                     refused += 1
-                    first_refusal = first_refusal or f"{outcome.status_code} {outcome.detail}"
+                    first_refusal = first_refusal or repr(outcome.error)
                     continue
                 accepted += 1
                 answer = decoder.decode(outcome.response)

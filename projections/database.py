@@ -19,6 +19,7 @@ import asyncpg
 
 from projections.partitions import ensure_partitions
 from streams.connection import redact
+from streams.errors import ClarionError
 
 MIGRATIONS_PACKAGE = "projections"
 MIGRATIONS_DIRECTORY = "migrations"
@@ -46,7 +47,7 @@ _CONNECT_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
-class DatabaseNotReady(Exception):
+class DatabaseNotReady(ClarionError):
     """PostgreSQL cannot be used as Clarion's read model; the message says why."""
 
 

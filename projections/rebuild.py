@@ -39,6 +39,7 @@ from projections.database import advisory_key
 from projections.partitions import PARTITION_LOCK_KEY
 from projections.rows import Rows, rows_of, write_rows
 from streams import codec
+from streams.errors import ClarionError
 from streams.keys import KeySpace
 
 log = structlog.get_logger(__name__)
@@ -87,7 +88,7 @@ ORDER BY 3, 1
 """
 
 
-class RebuildError(Exception):
+class RebuildError(ClarionError):
     """The rebuild cannot run; the message says why."""
 
 

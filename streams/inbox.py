@@ -28,6 +28,7 @@ from redis.asyncio import Redis
 from streams import codec, scripts
 from streams.batching import BatchedScript
 from streams.delivery_state import DeliveryStatus
+from streams.errors import Conflict
 from streams.events import (
     InboxMessageArchived,
     InboxMessageEvent,
@@ -368,7 +369,7 @@ def _text(raw: object) -> str:
     return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
-class InboxBusy(Exception):
+class InboxBusy(Conflict):
     """A message kept changing while it was being marked (other changes won each time)."""
 
 

@@ -5,16 +5,18 @@ A stream holds a connection (a file descriptor, some 30 KB) for as long as its r
 token lives. Unbounded, one token opened a thousand of them, and every reconnect with an old
 ``Last-Event-ID`` re-read the whole feed. So, per API process:
 
-- at most ``streams`` streams in all; past that a new one is refused (503, ``Retry-After``);
+- at most ``streams`` streams in all; past that a new one is refused (``Unavailable``, with
+  the seconds to wait);
 - at most ``per_recipient`` streams of one recipient (whatever its tokens): a further one
   replaces the recipient's oldest, which is told so (``replaced``) and asked to wait
   ``REPLACED_RETRY_MS`` before it reconnects. Replacing, not refusing, because the oldest
   stream is the likeliest to be a tab left open or a connection already dead (a laptop
   that went to sleep), and the newest is the one its user looks at. But only a stream open
-  for ``replace_after_s`` is replaced: while all are younger, a further one is refused (429,
-  ``Retry-After``). So tabs past the cap, each reconnecting when replaced, replace one stream
-  per ``REPLACED_RETRY_MS`` at most, never one another in a loop, and a thousand requests at
-  once leave ``per_recipient`` streams open and are otherwise refused;
+  for ``replace_after_s`` is replaced: while all are younger, a further one is refused
+  (``RateLimited``, with the seconds to wait). So tabs past the cap, each reconnecting when
+  replaced, replace one stream per ``REPLACED_RETRY_MS`` at most, never one another in a
+  loop, and a thousand requests at once leave ``per_recipient`` streams open and are
+  otherwise refused;
 - at most ``resumes_per_minute`` reconnects of one recipient re-read its feeds in a minute;
   a further one is told ``reset`` (read your inbox again) and re-reads nothing. A re-read
   itself reads at most ``replay_entries`` entries per feed (``InboxFollower``).
@@ -27,6 +29,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
+
+from streams.errors import RateLimited, Unavailable
 
 # How long a replaced stream's browser waits before it reconnects (the SSE ``retry``).
 REPLACED_RETRY_MS: Final = 5 * 60 * 1000
@@ -53,33 +57,25 @@ class StreamLimits:
         return self.feed_length + TRIM_SLACK
 
 
-class StreamRefused(Exception):
-    """A stream cannot open now: 429 (its recipient's) or 503 (the process's), with the
-    seconds after which it may."""
-
-    def __init__(self, status_code: int, detail: str, retry_after_s: float) -> None:
-        super().__init__(detail)
-        self.status_code = status_code
-        self.detail = detail
-        self.retry_after_s = max(1, math.ceil(retry_after_s))
+# A stream cannot open now: the recipient's are all young (``RateLimited``), or the process
+# holds all it may (``Unavailable``); either says after how many seconds it may.
+StreamRefused = RateLimited | Unavailable
 
 
-def process_full(limits: StreamLimits) -> StreamRefused:
-    return StreamRefused(
-        503,
+def process_full(limits: StreamLimits) -> Unavailable:
+    return Unavailable(
         f"this server holds as many inbox streams as it may ({limits.streams}, "
         "CLARION_INBOX_STREAMS); retry after Retry-After",
-        5,
+        retry_after_s=5,
     )
 
 
-def recipient_full(limits: StreamLimits, wait_s: float) -> StreamRefused:
-    return StreamRefused(
-        429,
+def recipient_full(limits: StreamLimits, wait_s: float) -> RateLimited:
+    return RateLimited(
         f"this recipient has {limits.per_recipient} inbox streams open, all opened within "
         f"{limits.replace_after_s:g} s (CLARION_INBOX_STREAMS_PER_RECIPIENT); close one or "
         "retry after Retry-After",
-        wait_s,
+        retry_after_s=max(1, math.ceil(wait_s)),
     )
 
 

@@ -26,6 +26,7 @@ from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import RedisError
 
 from streams.connection import being_cancelled
+from streams.errors import ClarionError
 from streams.inbox_admission import ResumeWindow, StreamLimits, process_full, recipient_full
 from streams.inbox_changes import Change, entry_order, parse_published
 from streams.inbox_revocation import REVOKED_PREFIX
@@ -42,7 +43,7 @@ READERS: Final = 64
 _RETRY_S: Final = 0.5
 
 
-class FeedOverrun(Exception):
+class FeedOverrun(ClarionError):
     """More changes came after a client's cursor than one re-read takes: it reads its inbox
     again (``reset``)."""
 
@@ -103,7 +104,7 @@ class InboxHub:
     def admit(self, recipient_id: str) -> Listener:
         """A listener for a new stream of ``recipient_id``, within the limits: its oldest
         stream replaced when it has as many as it may (``streams.inbox_admission``);
-        ``StreamRefused`` when no stream may open now."""
+        ``RateLimited`` or ``Unavailable`` (``StreamRefused``) when no stream may open now."""
         limits = self.limits
         if self._count >= limits.streams:
             raise process_full(limits)

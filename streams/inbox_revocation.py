@@ -20,6 +20,7 @@ from typing import Final
 from redis.asyncio import Redis
 
 from streams import scripts
+from streams.errors import Unauthenticated
 from streams.keys import KeySpace
 from streams.scripts import Call
 
@@ -33,7 +34,7 @@ REVOKED_PAGE: Final = b"revoked"
 REVOKED_PREFIX: Final = b"\x1frevoked\x1f"
 
 
-class TokensRevoked(Exception):
+class TokensRevoked(Unauthenticated):
     """The recipient's tokens of this epoch were revoked (the message names no token)."""
 
     def __init__(self) -> None:

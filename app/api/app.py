@@ -25,7 +25,7 @@ from app.api.cross_site import CrossSiteGuard
 from app.api.dashboard import DASHBOARD_ROUTES
 from app.api.dlq import get_dlq, replay_dlq
 from app.api.docs import LocalSwaggerPlugin, schema_router
-from app.api.errors import internal_error, redis_unavailable
+from app.api.errors import clarion_error, internal_error, redis_unavailable
 from app.api.feedback import receive_feedback
 from app.api.http_metrics import HttpMetrics
 from app.api.inbox import INBOX_ROUTES
@@ -55,6 +55,7 @@ from app.settings import Settings
 from app.status_webhooks.endpoint import UrlGuard
 from app.unsubscribe import UnsubscribeTokens
 from projections.queries import recipient_deliveries
+from streams.errors import ClarionError
 from streams.feedback import Inbox
 from streams.inbox import InboxStore
 from streams.inbox_admission import StreamLimits
@@ -259,6 +260,10 @@ def create_app(
         state=State(state),
         # Logging is configured by app.logging (structlog), not by Litestar.
         logging_config=None,
-        exception_handlers={500: internal_error, RedisError: redis_unavailable},
+        exception_handlers={
+            500: internal_error,
+            RedisError: redis_unavailable,
+            ClarionError: clarion_error,
+        },
         debug=False,
     )

@@ -35,7 +35,7 @@ from app.api.errors import AUTHENTICATED, BodyTooLarge, NotJson, OverQuota
 from app.api.methods import allowed
 from app.api.notifications import check_key
 from app.api.read_model import UNAVAILABLE, ReadModel
-from app.campaigns.lifecycle import CampaignError, Campaigns, by_segment
+from app.campaigns.lifecycle import Campaigns, by_segment
 from app.campaigns.progress import Progress, progress_of
 from app.campaigns.segments import SEGMENT_SCOPE, may_select
 from app.campaigns.specs import CampaignSpec, Upload
@@ -91,13 +91,10 @@ async def _progress(request: Req, campaign: Campaign) -> Progress:
 async def _act(request: Req, campaign_id: str, action: str) -> Progress:
     key = authorize(request, "send")
     campaigns = _campaigns(request)
-    try:
-        # A campaign's origin never changes: checked once, before the change.
-        _may_see(key, await campaigns.get(key.producer, campaign_id))
-        await _take_request(request, key.producer)
-        campaign = await getattr(campaigns, action)(key.producer, campaign_id)
-    except CampaignError as error:
-        raise _refusal(error) from None
+    # A campaign's origin never changes: checked once, before the change.
+    _may_see(key, await campaigns.get(key.producer, campaign_id))
+    await _take_request(request, key.producer)
+    campaign = await getattr(campaigns, action)(key.producer, campaign_id)
     return await _progress(request, campaign)
 
 
@@ -114,21 +111,11 @@ def _may_see(key: ApiKey, campaign: Campaign) -> None:
 
 
 async def _take_request(request: Req, producer: str) -> None:
-    """Count one request against the producer's ingest quota; 429 over it."""
+    """Count one request against the producer's ingest quota; ``RateLimited`` over it."""
     quotas: IngestQuotas = request.app.state.ingest_quotas
     refusal = await quotas.admit_request(producer)
     if refusal is not None:
-        raise ClientException(
-            status_code=refusal.status_code,
-            detail=refusal.detail,
-            headers={"Retry-After": str(refusal.retry_after_s)},
-        )
-
-
-def _refusal(error: CampaignError) -> ClientException:
-    if error.status == 404:
-        return NotFoundException(detail=error.detail)
-    return ClientException(status_code=error.status, detail=error.detail)
+        raise refusal
 
 
 _RAISES = [*AUTHENTICATED, NotFoundException, OverQuota]
@@ -161,10 +148,7 @@ class CampaignCollection(Controller):
         if spec.segment is not None and not may_select(key):
             raise PermissionDeniedException(detail=_SEGMENT_REFUSAL)
         await _take_request(request, key.producer)
-        try:
-            campaign = await _campaigns(request).create(key.producer, spec)
-        except CampaignError as error:
-            raise _refusal(error) from None
+        campaign = await _campaigns(request).create(key.producer, spec)
         return await _progress(request, campaign)
 
     @get(raises=AUTHENTICATED)
@@ -189,10 +173,7 @@ class CampaignCollection(Controller):
 async def get_campaign(request: Req, campaign_id: FromPath[str]) -> Progress:
     """A campaign's progress (one selecting by segment: for the ``recipients`` scope)."""
     key = authorize(request, "send")
-    try:
-        campaign = await _campaigns(request).get(key.producer, campaign_id)
-    except CampaignError as error:
-        raise _refusal(error) from None
+    campaign = await _campaigns(request).get(key.producer, campaign_id)
     _may_see(key, campaign)
     return await _progress(request, campaign)
 
@@ -213,12 +194,9 @@ async def upload_recipients(
     key = "" if idempotency_key is None else check_key(idempotency_key)
     upload = await read_json(request, Upload)
     await _take_request(request, producer)
-    try:
-        added, campaign = await _campaigns(request).add_recipients(
-            producer, campaign_id, upload.recipients, key
-        )
-    except CampaignError as error:
-        raise _refusal(error) from None
+    added, campaign = await _campaigns(request).add_recipients(
+        producer, campaign_id, upload.recipients, key
+    )
     return UploadAnswer(added=added, audience=campaign.audience)
 
 

@@ -15,7 +15,7 @@ import msgspec
 import structlog
 from litestar import Request, get, post
 from litestar.datastructures import State
-from litestar.exceptions import ClientException, PermissionDeniedException
+from litestar.exceptions import PermissionDeniedException
 from litestar.openapi.spec import OpenAPIFormat, OpenAPIType
 from litestar.params import QueryParameter
 from redis.asyncio import Redis
@@ -31,7 +31,6 @@ from app.operations.dlq import (
     DEFAULT_SAMPLES,
     MAX_SAMPLES,
     DeadLetterView,
-    DlqRequestError,
     DlqSummaryView,
     ReplayBody,
     ReplayView,
@@ -102,19 +101,17 @@ async def get_dlq(
     has the ``recipients`` scope."""
     caller = authorize(request, "read", "admin")
     catalog: Catalog = request.app.state.catalog
-    try:
-        chosen = selection(
-            catalog,
-            notification_type=notification_type,
-            channel=channel,
-            error_class=error_class,
-            since=since,
-            until=until,
-            producer=_own(caller),
-        )
-        count = samples_count(samples)
-    except DlqRequestError as error:
-        raise ClientException(status_code=422, detail=str(error)) from None
+    # A ``DlqRequestError`` is a 422 naming the field (``app.api.errors``).
+    chosen = selection(
+        catalog,
+        notification_type=notification_type,
+        channel=channel,
+        error_class=error_class,
+        since=since,
+        until=until,
+        producer=_own(caller),
+    )
+    count = samples_count(samples)
     redis: Redis = request.app.state.redis
     keys: KeySpace = request.app.state.key_space
     summary = await summarize(redis, keys, chosen, samples=count)
@@ -165,10 +162,8 @@ async def replay_dlq(request: Req) -> ReplayView:
             detail="force: only an admin key may replay POISON and BUG entries"
         )
     catalog: Catalog = request.app.state.catalog
-    try:
-        order = replay_order(catalog, body, producer=_own(caller))
-    except DlqRequestError as error:
-        raise ClientException(status_code=422, detail=str(error)) from None
+    # A ``DlqRequestError`` is a 422 naming the field (``app.api.errors``).
+    order = replay_order(catalog, body, producer=_own(caller))
     redis: Redis = request.app.state.redis
     keys: KeySpace = request.app.state.key_space
     digest: AddressDigest = request.app.state.address_digest

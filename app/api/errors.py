@@ -1,8 +1,14 @@
-"""The error answers handlers can give, named once so the OpenAPI schema documents them.
+"""The error answers handlers can give, named once so the OpenAPI schema documents them,
+and the one place where the domain's errors become status codes.
 
 Every error body has Litestar's shape, ``{"status_code": …, "detail": "<what is wrong>"}``.
 Handlers list what they may answer with ``raises=[...]``; Litestar turns that list into the
 documented responses, so a client generated from ``/schema`` knows every status it can get.
+
+The domain raises the kinds of ``streams.errors`` and knows no HTTP; ``STATUS_OF`` gives
+each kind its status, and ``clarion_error`` answers any of them raised from a handler
+(``Retry-After`` when the error says how long to wait). A ``ClarionError`` of no kind is a
+fault of the server: a 500 that says nothing of it.
 """
 
 from __future__ import annotations
@@ -21,6 +27,10 @@ from litestar.exceptions import (
     ServiceUnavailableException,
     ValidationException,
 )
+from litestar.exceptions.responses import create_exception_response
+
+from streams import errors
+from streams.errors import ClarionError
 
 log = structlog.get_logger(__name__)
 
@@ -89,6 +99,55 @@ AUTHENTICATED: list[type[HTTPException]] = [
     InvalidField,
     RedisUnavailable,
 ]
+
+
+# The status of each kind of error; every kind has one, and only this table says which.
+STATUS_OF: dict[type[ClarionError], int] = {
+    errors.Malformed: 400,
+    errors.Unauthenticated: 401,
+    errors.Forbidden: 403,
+    errors.NotFound: 404,
+    errors.Conflict: 409,
+    errors.TooLarge: 413,
+    errors.Invalid: 422,
+    errors.RateLimited: 429,
+    errors.Unavailable: 503,
+}
+
+
+def status_of(error: ClarionError) -> int | None:
+    """The status ``error`` is answered with; None for an error of no kind (a bug)."""
+    kind = errors.kind_of(error)
+    return None if kind is None else STATUS_OF[kind]
+
+
+def retry_headers(error: ClarionError) -> dict[str, str] | None:
+    """``Retry-After`` when ``error`` says how long to wait, else no header."""
+    if error.retry_after_s is None:
+        return None
+    return {"Retry-After": str(error.retry_after_s)}
+
+
+def as_http(error: ClarionError) -> HTTPException:
+    """``error`` as the exception Litestar answers; a 500 without its message if of no kind."""
+    status = status_of(error)
+    if status is None:
+        return HTTPException(status_code=500, detail="Internal Server Error")
+    return HTTPException(status_code=status, detail=error.detail, headers=retry_headers(error))
+
+
+def error_body(status_code: int, detail: str) -> dict[str, Any]:
+    """The body of an error answer, as Litestar writes it for an exception."""
+    return {"status_code": status_code, "detail": detail}
+
+
+def clarion_error(request: Request[Any, Any, State], error: Exception) -> Response[Any]:
+    """Answer a ``ClarionError`` raised from a handler as its kind says, exactly as Litestar
+    answers an ``HTTPException`` of that status; one of no kind is a bug (``internal_error``)."""
+    assert isinstance(error, ClarionError)
+    if status_of(error) is None:
+        return internal_error(request, error)
+    return create_exception_response(request, as_http(error))
 
 
 def redis_unavailable(request: Request[Any, Any, State], error: Exception) -> Response[Any]:

@@ -21,8 +21,9 @@ from litestar.params import FromPath
 
 from app.catalog.providers import MAX_FEEDBACK_BYTES
 from app.feedback.callbacks import Scheme
-from app.feedback.requests import Callback, Refused, too_large
+from app.feedback.requests import Callback, too_large
 from streams import clock
+from streams.errors import Malformed
 from streams.feedback import Inbox, VerifiedCallback
 
 Req = Request[Any, Any, State]
@@ -44,7 +45,7 @@ def callback_url(request: Req) -> str:
         try:
             return str(request.url)
         except ValueError:  # urllib's "Port out of range"
-            raise Refused(400, "Host: not a host and port a URL can hold") from None
+            raise Malformed("Host: not a host and port a URL can hold") from None
     query = request.scope.get("query_string", b"").decode("latin-1")
     return public + request.url.path + (f"?{query}" if query else "")
 
@@ -82,12 +83,11 @@ async def receive_feedback(request: Req, provider: FromPath[str]) -> FeedbackAns
     headers = {
         name.decode("latin-1"): value.decode("latin-1") for name, value in request.scope["headers"]
     }
-    try:
-        url = callback_url(request) if scheme.signs_url else ""
-        callback = Callback(url, headers, await body(request, scheme.max_bytes), clock.now_ms())
-        taken = scheme.read(callback)
-    except Refused as refused:
-        raise HTTPException(status_code=refused.status, detail=refused.detail) from None
+    # A callback not taken raises one of ``app.feedback.requests.Refusal``'s kinds, answered
+    # with its status (``app.api.errors``).
+    url = callback_url(request) if scheme.signs_url else ""
+    callback = Callback(url, headers, await body(request, scheme.max_bytes), clock.now_ms())
+    taken = scheme.read(callback)
     inbox: Inbox = request.app.state.feedback_inbox
     verified = VerifiedCallback(provider, taken.replay_key, taken.guard_ms, taken.items)
     if not await inbox.take(verified):

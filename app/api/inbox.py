@@ -37,7 +37,8 @@ from app.api.auth import authorize
 from app.api.body import documented_body, read_json
 from app.api.errors import AUTHENTICATED, BodyTooLarge, NotJson, RedisUnavailable
 from app.api.recipients import recipient_id_of
-from app.inbox_tokens import MAX_TTL_SECONDS, Grant, InboxTokens, TokenRefused
+from app.inbox_tokens import MAX_TTL_SECONDS, Grant, InboxTokens
+from app.signed_tokens import TokenRefused
 from streams.inbox import Action, Counts, InboxBusy, InboxStore
 from streams.inbox_messages import StoredMessage
 from streams.inbox_pages import Listing

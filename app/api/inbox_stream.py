@@ -48,7 +48,7 @@ from app.api.inbox import (
     now_of,
     time_of,
 )
-from streams.inbox_admission import REPLACED_RETRY_MS, StreamRefused
+from streams.inbox_admission import REPLACED_RETRY_MS
 from streams.inbox_changes import Change, format_cursor, parse_cursor
 from streams.inbox_live import FeedOverrun, InboxFollower, InboxHub, Listener
 from streams.inbox_messages import MessageState, StoredMessage
@@ -93,7 +93,8 @@ async def inbox_stream(request: Req) -> Stream:
     cursor = parse_cursor(last, keys.shards)
     resume = bool(last) and cursor is not None
     hub: InboxHub = request.app.state.inbox_hub
-    listener = _admitted(hub, grant.recipient_id)
+    # Refused (``streams.inbox_admission``): 429 or 503 with Retry-After (``app.api.errors``).
+    listener = hub.admit(grant.recipient_id)
     # Past its re-reads this minute, a reconnect starts afresh and is told to reset.
     replayable = not resume or hub.resumes.allow(grant.recipient_id)
     if cursor is None or not replayable:
@@ -107,15 +108,6 @@ async def inbox_stream(request: Req) -> Stream:
     # A stream whose answer never began (its client left at once) releases its place too.
     weakref.finalize(events, hub.release, grant.recipient_id, listener)
     return Stream(events, media_type="text/event-stream")
-
-
-def _admitted(hub: InboxHub, recipient_id: str) -> Listener:
-    try:
-        return hub.admit(recipient_id)
-    except StreamRefused as refused:
-        kind = TooManyStreams if refused.status_code == 429 else StreamsFull
-        headers = {"Retry-After": str(refused.retry_after_s)}
-        raise kind(detail=refused.detail, headers=headers) from None
 
 
 async def _opening(follower: InboxFollower, resume: bool, reset: bool) -> AsyncIterator[bytes]:

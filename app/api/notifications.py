@@ -8,20 +8,30 @@ from typing import Annotated, Any
 import msgspec
 from litestar import Request, Response, post
 from litestar.datastructures import State
-from litestar.exceptions import ClientException
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import HeaderParameter
 
 from app.api.auth import authorize
 from app.api.body import documented_body, read_json
-from app.api.errors import AUTHENTICATED, BodyTooLarge, KeyInFlight, NotJson, OverQuota
+from app.api.errors import (
+    AUTHENTICATED,
+    BodyTooLarge,
+    KeyInFlight,
+    NotJson,
+    OverQuota,
+    error_body,
+    retry_headers,
+    status_of,
+)
 from app.api.schemas import BatchItem, BatchRequest, BatchRequestSchema, BatchResponse, BatchResult
+from app.ingest.answers import IngestAnswer
 from app.ingest.high_first import HighFirst
-from app.ingest.ingestor import IngestAnswer, Ingestor
+from app.ingest.ingestor import Ingestor
 from app.ingest.quotas import IngestQuotas
 from app.ingest.requests import Accepted, NotificationRequest
 from app.validation import describe
 from streams.campaign_ids import CAMPAIGN_KEY_PREFIX
+from streams.errors import ClarionError, Invalid, Malformed, TooLarge
 
 MAX_KEY_LENGTH = 255
 DECODE_SLICE = 250
@@ -41,35 +51,41 @@ IdempotencyKey = Annotated[
 
 
 def check_key(key: str | None) -> str:
-    """The idempotency key, or the 400 that explains what is wrong with it."""
+    """The idempotency key, or the ``Malformed`` that explains what is wrong with it."""
     if key is None or not key.strip():
-        raise ClientException(status_code=400, detail="Idempotency-Key: header is required")
+        raise Malformed("Idempotency-Key: header is required")
     if len(key) > MAX_KEY_LENGTH:
-        raise ClientException(
-            status_code=400, detail=f"Idempotency-Key: at most {MAX_KEY_LENGTH} characters"
-        )
+        raise Malformed(f"Idempotency-Key: at most {MAX_KEY_LENGTH} characters")
     if not key.isprintable():
-        raise ClientException(
-            status_code=400, detail="Idempotency-Key: only printable characters are allowed"
-        )
+        raise Malformed("Idempotency-Key: only printable characters are allowed")
     return key
 
 
 def producer_key(key: str | None) -> str:
     """A producer's idempotency key: as ``check_key`` wants it, and not of the form a
-    campaign's notifications are known by (``streams.campaign_ids``), or 422."""
+    campaign's notifications are known by (``streams.campaign_ids``), or ``Invalid``."""
     key = check_key(key)
     if key.startswith(CAMPAIGN_KEY_PREFIX):
-        raise ClientException(
-            status_code=422,
-            detail=f"Idempotency-Key: the prefix {CAMPAIGN_KEY_PREFIX!r} is reserved for campaigns",
+        raise Invalid(
+            f"Idempotency-Key: the prefix {CAMPAIGN_KEY_PREFIX!r} is reserved for campaigns"
         )
     return key
 
 
-def _error(status_code: int, detail: str, headers: dict[str, str] | None = None) -> Response[Any]:
-    body = {"status_code": status_code, "detail": detail}
-    return Response(body, status_code=status_code, headers=headers)
+def _error(error: ClarionError) -> Response[Any]:
+    """The answer to a notification refused with ``error``, ``Retry-After`` when it says
+    how long to wait."""
+    status_code = _status(error)
+    body = error_body(status_code, error.detail)
+    return Response(body, status_code=status_code, headers=retry_headers(error))
+
+
+def _status(error: ClarionError) -> int:
+    """The status of a refusal; one of no kind is a bug, raised for the request's 500."""
+    status = status_of(error)
+    if status is None:
+        raise error
+    return status
 
 
 @post(
@@ -95,9 +111,8 @@ async def create_notification(
         if refused is not None:
             return refused
         outcome = await ingestor.ingest(caller.producer, key, body)
-    if outcome.status_code != 202:
-        retry = {"Retry-After": "1"} if outcome.status_code in (409, 503) else None
-        return _error(outcome.status_code, outcome.detail, retry)
+    if outcome.error is not None:
+        return _error(outcome.error)
     headers = {"Idempotent-Replayed": "true"} if outcome.replayed else None
     return Response(outcome.response, status_code=202, media_type=_JSON, headers=headers)
 
@@ -129,8 +144,8 @@ async def create_notifications_batch(request: Request[Any, Any, State]) -> Respo
 def _entry(item: BatchItem) -> tuple[str, NotificationRequest | IngestAnswer]:
     try:
         key = producer_key(item.idempotency_key)
-    except ClientException as error:
-        return item.idempotency_key, IngestAnswer(error.status_code, detail=str(error.detail))
+    except ClarionError as error:
+        return item.idempotency_key, IngestAnswer(error=error)
     return key, item
 
 
@@ -140,10 +155,7 @@ async def _over_quota(
     """The answer to a request over its producer's ingest quota, or None to go on."""
     quotas: IngestQuotas = request.app.state.ingest_quotas
     refusal = await quotas.admit(producer, notifications)
-    if refusal is None:
-        return None
-    retry = {"Retry-After": str(refusal.retry_after_s)} if refusal.retry_after_s else None
-    return _error(refusal.status_code, refusal.detail, retry)
+    return None if refusal is None else _error(refusal)
 
 
 async def _entries_of_raw(
@@ -167,11 +179,12 @@ def _entry_of_raw(
             f"notifications[{position}]: {len(raw)} bytes; "
             f"one notification may have at most {item_limit}"
         )
-        return _key_of(raw), IngestAnswer(413, detail=detail)
+        return _key_of(raw), IngestAnswer(error=TooLarge(detail))
     try:
         item = _item_decoder.decode(raw)
     except (msgspec.ValidationError, msgspec.DecodeError) as error:
-        return _key_of(raw), IngestAnswer(422, detail=describe(error, f"notifications[{position}]"))
+        invalid = Invalid(describe(error, f"notifications[{position}]"))
+        return _key_of(raw), IngestAnswer(error=invalid)
     except (RecursionError, UnicodeDecodeError) as error:
         # JSON the decoder cannot read: nested past its recursion limit, or a string that is
         # not UTF-8. Decoding it again for its key would fail the same way.
@@ -180,7 +193,7 @@ def _entry_of_raw(
             if isinstance(error, UnicodeDecodeError)
             else "nested too deeply to read"
         )
-        return "", IngestAnswer(400, detail=f"notifications[{position}]: {reason}")
+        return "", IngestAnswer(error=Malformed(f"notifications[{position}]: {reason}"))
     return _entry(item)
 
 
@@ -196,11 +209,12 @@ def _key_of(raw: msgspec.Raw) -> str:
 
 def _result(key: str, outcome: IngestAnswer) -> bytes:
     """One encoded entry of ``results``."""
-    if outcome.status_code == 202:
+    if outcome.error is None:
         # The 202 body is the JSON object {"id": …, "deliveries": […]}; a result is that
         # object with two more fields in front, so splice instead of decoding it again.
         head = b'{"idempotency_key":%s,"status_code":202,' % _encoder.encode(key)
         return head + outcome.response[1:]
+    error = outcome.error
     return _encoder.encode(
-        BatchResult(idempotency_key=key, status_code=outcome.status_code, detail=outcome.detail)
+        BatchResult(idempotency_key=key, status_code=_status(error), detail=error.detail)
     )

@@ -16,7 +16,7 @@ import msgspec
 from litestar import Controller, Request, Response, delete, get, patch, put, route
 from litestar.datastructures import State
 from litestar.enums import HttpMethod
-from litestar.exceptions import ClientException, NotFoundException, ServiceUnavailableException
+from litestar.exceptions import NotFoundException, ServiceUnavailableException
 from litestar.params import FromPath
 
 from app.api.auth import authorize
@@ -28,7 +28,7 @@ from app.api.recipients import recipient_id_of
 from app.ingest.profiles import Profile
 from app.ingest.profiles import decode as decode_profile
 from app.recipients.erasure import Eraser
-from app.recipients.profiles import ProfileError, TargetsPatch, changed, encode, patched
+from app.recipients.profiles import TargetsPatch, changed, encode, patched
 from streams.recipient_settings import RecipientSettings, RecipientSettingsStore
 
 Req = Request[Any, Any, State]
@@ -68,10 +68,8 @@ async def _update(request: Req, recipient_id: str, change: Any) -> RecipientSett
         return encode(after), changed(before, after)
 
     store: RecipientSettingsStore = request.app.state.recipient_settings
-    try:
-        return await store.update_profile(recipient_id, update)
-    except ProfileError as error:
-        raise ClientException(status_code=422, detail=str(error)) from None
+    # A profile too large to keep is a ``ProfileError`` (422, ``app.api.errors``).
+    return await store.update_profile(recipient_id, update)
 
 
 class RecipientProfile(Controller):

@@ -24,7 +24,7 @@ from app.api.body import documented_body, read_json
 from app.api.errors import AUTHENTICATED, BodyTooLarge, NotJson
 from app.api.methods import allowed
 from app.ingest.requests import PushTarget
-from app.recipients.addresses import SUPPRESSIBLE, Address, AddressError, delivery_address, masked
+from app.recipients.addresses import SUPPRESSIBLE, Address, delivery_address, masked
 from streams import clock
 from streams.events import SuppressionReason
 from streams.recipient_settings import AddressDigest
@@ -90,11 +90,9 @@ def _view(entry: Suppression, now_ms: int) -> SuppressionView:
 
 
 def _address(request: Req, body: AddressBody) -> tuple[str, str]:
-    """The body's delivery address and its digest; 422 naming the field when it is none."""
-    try:
-        address = delivery_address(body.channel, body.address, body.push_target)
-    except AddressError as error:
-        raise ClientException(status_code=422, detail=str(error)) from None
+    """The body's delivery address and its digest; ``AddressError`` (422, ``app.api.errors``)
+    naming the field when it is none."""
+    address = delivery_address(body.channel, body.address, body.push_target)
     digest: AddressDigest = request.app.state.address_digest
     return address, digest(address)
 

@@ -32,7 +32,8 @@ from redis.exceptions import RedisError
 
 from app.api.dashboard import HTML_HEADERS, render
 from app.catalog import Catalog
-from app.unsubscribe import OptOut, TokenRefused, UnsubscribeTokens
+from app.signed_tokens import TokenRefused
+from app.unsubscribe import OptOut, UnsubscribeTokens
 from streams.recipient_settings import RecipientSettingsStore
 from streams.vocabulary import Channel
 

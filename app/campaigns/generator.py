@@ -30,12 +30,14 @@ import structlog
 from app.campaigns import segments, specs
 from app.campaigns.lifecycle import state_change
 from app.campaigns.specs import CampaignSpec
+from app.ingest.answers import IngestAnswer
 from app.ingest.delivery_plan import epoch_ms
-from app.ingest.ingestor import IngestAnswer, Ingestor
+from app.ingest.ingestor import Ingestor
 from app.ingest.quotas import NotificationQuota
 from app.ingest.requests import NotificationRequest
 from streams.campaign_ids import notification_key
 from streams.campaigns import CHUNK_SIZE, Campaign, CampaignChange, CampaignStore
+from streams.errors import ClarionError, Conflict, Unavailable
 from streams.events import (
     CampaignAudienceAdded,
     CampaignBatchGenerated,
@@ -45,9 +47,10 @@ from streams.vocabulary import CampaignState, Priority
 
 log = structlog.get_logger(__name__)
 
-# Answers that a later try may turn into a notification: a twin still in flight (409, the
-# run before a crash), settings that kept changing (409), Redis refusing writes (503).
-_TRANSIENT: Final = frozenset({409, 503})
+# Answers that a later try may turn into a notification: a twin still in flight (the run
+# before a crash) and settings that kept changing (``Conflict``), Redis refusing writes
+# (``Unavailable``).
+_TRANSIENT: Final[tuple[type[ClarionError], ...]] = (Conflict, Unavailable)
 _RETRIES: Final = 5
 _CHECKPOINT_TRIES: Final = 20
 
@@ -67,7 +70,7 @@ class _Tally:
     skipped: int = 0
 
     def count(self, answer: IngestAnswer) -> None:
-        if answer.status_code == 202:
+        if answer.accepted:
             if answer.replayed:
                 self.repeated += 1
             else:
@@ -280,7 +283,7 @@ class Generator:
             )
             again = []
             for index, answer in zip(waiting, results, strict=True):
-                if answer.status_code in _TRANSIENT and attempt < _RETRIES:
+                if isinstance(answer.error, _TRANSIENT) and attempt < _RETRIES:
                     again.append(index)
                 else:
                     answers[index] = answer
@@ -290,9 +293,11 @@ class Generator:
             await asyncio.sleep(min(2.0, 0.1 * 2**attempt))
         done = [answer for answer in answers if answer is not None]
         for answer in done:
-            if answer.status_code != 202:
+            if answer.error is not None:
                 log.info(
-                    "campaign.recipient_skipped", campaign_id=campaign.id, detail=answer.detail
+                    "campaign.recipient_skipped",
+                    campaign_id=campaign.id,
+                    detail=answer.error.detail,
                 )
         return done
 

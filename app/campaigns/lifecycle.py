@@ -20,7 +20,7 @@ from redis.asyncio import Redis
 from app.campaigns import specs
 from app.campaigns.specs import CampaignSpec
 from app.ingest.delivery_plan import epoch_ms
-from app.ingest.fanout import FanoutError, NotAllowed, Planner
+from app.ingest.fanout import Planner
 from streams.campaigns import (
     CHUNK_SIZE,
     Campaign,
@@ -30,6 +30,7 @@ from streams.campaigns import (
     WriteResult,
     encode_chunk,
 )
+from streams.errors import Conflict, NotFound, RateLimited, TooLarge
 from streams.events import (
     CampaignAudienceAdded,
     CampaignCreated,
@@ -39,20 +40,10 @@ from streams.ids import is_uuid, new_id
 from streams.keys import KeySpace
 from streams.vocabulary import CampaignState
 
-# Tries of a change that keeps racing others before giving up (409).
+# Tries of a change that keeps racing others before giving up (``Conflict``).
 _TRIES: Final = 20
 # A cancelled campaign's markers outlive any delivery it could still have waiting.
 CANCEL_MARKER_SECONDS: Final = 31 * 86400
-
-
-class CampaignError(Exception):
-    """A change that cannot be made: ``status`` (403, 404, 409, 413, 422, 429) and what to
-    say."""
-
-    def __init__(self, status: int, detail: str) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.detail = detail
 
 
 Decision = Callable[[Campaign], CampaignChange]
@@ -75,14 +66,10 @@ class Campaigns:
         self.clock = clock
 
     async def create(self, producer: str, spec: CampaignSpec) -> Campaign:
-        """A new campaign, in draft until started."""
-        try:
-            self.planner.check_sender(producer, spec.type)
-            self.planner.channels(spec.notification("-"))
-        except NotAllowed as error:
-            raise CampaignError(403, str(error)) from None
-        except FanoutError as error:
-            raise CampaignError(422, str(error)) from None
+        """A new campaign, in draft until started; ``Forbidden`` for a type the producer may
+        not send, ``Invalid`` for one it cannot (``app.ingest.fanout``)."""
+        self.planner.check_sender(producer, spec.type)
+        self.planner.channels(spec.notification("-"))
         now = self.clock()
         campaign_id = new_id(self.keys.campaigns_home(producer).shard, epoch_ms(now))
         created = CampaignCreated(
@@ -117,7 +104,7 @@ class Campaigns:
     async def get(self, producer: str, campaign_id: str) -> Campaign:
         campaign = await self.store.get(campaign_id) if is_uuid(campaign_id) else None
         if campaign is None or campaign.producer != producer:
-            raise CampaignError(404, f"campaign: no campaign {campaign_id!r}")
+            raise NotFound(f"campaign: no campaign {campaign_id!r}")
         return campaign
 
     async def add_recipients(
@@ -132,11 +119,11 @@ class Campaigns:
 
         def decide(campaign: Campaign) -> CampaignChange:
             if campaign.state != CampaignState.DRAFT:
-                raise CampaignError(
-                    409, f"campaign: recipients are added before it starts, it is {campaign.state}"
+                raise Conflict(
+                    f"campaign: recipients are added before it starts, it is {campaign.state}"
                 )
             if specs.decode(campaign.spec).segment is not None:
-                raise CampaignError(409, "campaign: its recipients are its segment's")
+                raise Conflict("campaign: its recipients are its segment's")
             now = self.clock()
             added = CampaignAudienceAdded(
                 at=now,
@@ -163,7 +150,7 @@ class Campaigns:
             self._require(campaign, "start", {CampaignState.DRAFT})
             spec = specs.decode(campaign.spec)
             if spec.segment is None and campaign.audience == 0:
-                raise CampaignError(409, "campaign: upload its recipients before starting it")
+                raise Conflict("campaign: upload its recipients before starting it")
             return self._to_waiting(campaign, spec, producer)
 
         return (await self._change(producer, campaign_id, decide))[0]
@@ -227,18 +214,14 @@ class Campaigns:
         """Refuse ``action`` unless the campaign is in one of ``states`` (starting and
         resuming move to the same states, from different ones)."""
         if campaign.state not in states:
-            raise CampaignError(
-                409, f"campaign: cannot {action} a campaign that is {campaign.state}"
-            )
+            raise Conflict(f"campaign: cannot {action} a campaign that is {campaign.state}")
 
     @staticmethod
     def _require_move(campaign: Campaign, action: str, state: CampaignState) -> None:
         """Refuse ``action`` unless the campaign may move to ``state``
         (``streams.vocabulary.CAMPAIGN_TRANSITIONS``)."""
         if not campaign.state.may_become(state):
-            raise CampaignError(
-                409, f"campaign: cannot {action} a campaign that is {campaign.state}"
-            )
+            raise Conflict(f"campaign: cannot {action} a campaign that is {campaign.state}")
 
     async def _change(
         self, producer: str, campaign_id: str, decide: Decision
@@ -258,7 +241,7 @@ class Campaigns:
             if word == "OK":
                 return await self.get(producer, campaign_id), None
             await asyncio.sleep(0.001 * attempt)
-        raise CampaignError(409, "campaign: changing too often to change now; retry")
+        raise Conflict("campaign: changing too often to change now; retry")
 
 
 def _refuse_over_limit(written: WriteResult) -> None:
@@ -266,20 +249,17 @@ def _refuse_over_limit(written: WriteResult) -> None:
     ``app.catalog.CampaignLimits``; nothing was written)."""
     word, limit = written
     if word == "OPEN":
-        raise CampaignError(
-            429,
+        raise RateLimited(
             f"campaigns: the producer has {limit:,} open campaigns, its limit "
             "(quotas campaigns.open); one must complete or be cancelled first",
         )
     if word == "AUDIENCE":
-        raise CampaignError(
-            413,
+        raise TooLarge(
             f"recipients: a campaign may have at most {limit:,} "
             "(quotas campaigns.audience); nothing of this upload was added",
         )
     if word == "OPEN_AUDIENCE":
-        raise CampaignError(
-            413,
+        raise TooLarge(
             f"recipients: the producer's open campaigns may have at most {limit:,} together "
             "(quotas campaigns.open_audience); nothing of this upload was added",
         )

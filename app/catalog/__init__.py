@@ -19,6 +19,7 @@ from app.catalog.push import Platform, platform_of
 from app.catalog.status_webhooks import StatusWebhooksConfig
 from app.catalog.templates import CompiledTemplate, Template, TemplateProblem, compile_template
 from app.validation import describe
+from streams.errors import ClarionError
 from streams.fairness import Fairness
 from streams.vocabulary import CHANNELS, Channel, Priority
 
@@ -29,7 +30,7 @@ ProducerName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
 Label = Annotated[str, msgspec.Meta(min_length=1, max_length=100, pattern=r"^[^\x00-\x1f\x7f]+$")]
 
 
-class CatalogError(Exception):
+class CatalogError(ClarionError):
     """The catalog file cannot be used; the message names the file and the key."""
 
 

@@ -16,6 +16,8 @@ import msgspec
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from streams.errors import ClarionError
+
 # An environment variable's name, as a secret's ``*_env`` key gives it.
 EnvName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
 Seconds = Annotated[float, msgspec.Meta(gt=0, le=3600)]
@@ -25,7 +27,7 @@ MAX_FEEDBACK_BYTES = 4 * 1024 * 1024
 BaseUrl = Annotated[str, msgspec.Meta(pattern=r"^https?://[^/?#\s]+(/[^?#\s]*[^/?#\s])?$")]
 
 
-class SecretMissing(Exception):
+class SecretMissing(ClarionError):
     """An environment variable the catalog names for a secret is not set (or empty)."""
 
 

@@ -34,6 +34,7 @@ from jinja2 import meta, nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from markupsafe import escape
 
+from streams.errors import ClarionError
 from streams.vocabulary import Channel
 
 
@@ -66,7 +67,7 @@ class Template(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         return parts
 
 
-class TemplateProblem(ValueError):
+class TemplateProblem(ClarionError, ValueError):
     """A template cannot be used; ``part`` is title, body or html."""
 
     def __init__(self, part: str, problem: str) -> None:
@@ -74,7 +75,7 @@ class TemplateProblem(ValueError):
         self.part = part
 
 
-class FillError(Exception):
+class FillError(ClarionError):
     """A template cannot be filled from one delivery's data."""
 
 

@@ -35,9 +35,10 @@ what was signed, never by how the signature is written: an ECDSA signature (r, s
 Texts a provider sends back are masked like any log text and cut short.
 
 Headers are checked before they are used (``requests``: missing, too long or not ASCII is
-401 naming the header) and signatures compared as bytes. A body is read only up to its
-scheme's ``max_bytes`` (the catalog's ``feedback_max_bytes``, else the scheme's default):
-Twilio's status callbacks are a few form fields, SendGrid's event batches can be large.
+``Unauthenticated``, naming the header) and signatures compared as bytes. A body is read
+only up to its scheme's ``max_bytes`` (the catalog's ``feedback_max_bytes``, else the
+scheme's default): Twilio's status callbacks are a few form fields, SendGrid's event batches
+can be large.
 """
 
 from __future__ import annotations
@@ -64,9 +65,10 @@ from app.catalog.providers import (
     event_webhook_key,
     signing_key,
 )
-from app.feedback.requests import Callback, Refused, header, signed_time, within
+from app.feedback.requests import Callback, header, signed_time, within
 from app.logging import mask
 from app.recipients.addresses import masked
+from streams.errors import Malformed, TooLarge, Unauthenticated
 from streams.feedback import Feedback, FeedbackKind
 from streams.recipient_settings import AddressDigest
 from streams.vocabulary import Channel
@@ -127,10 +129,10 @@ class _Addresses:
 
 
 def _fresh(timestamp: bytes, now_ms: int) -> int:
-    """The signed time (checked by ``signed_time``) in ms; ``Refused`` when it is stale."""
+    """The signed time (checked by ``signed_time``) in ms; ``Malformed`` when it is stale."""
     at_ms = int(timestamp) * 1000
     if abs(now_ms - at_ms) > MAX_AGE_S * 1000:
-        raise Refused(400, f"timestamp: more than {MAX_AGE_S} s away from now (stale)")
+        raise Malformed(f"timestamp: more than {MAX_AGE_S} s away from now (stale)")
     return at_ms
 
 
@@ -155,11 +157,11 @@ class TwilioStatus(_Addresses):
         signed = callback.url + "".join(name + value for name, value in sorted(fields))
         expected = base64.b64encode(hmac.digest(self._token, signed.encode(), "sha1"))
         if not hmac.compare_digest(given, expected):
-            raise Refused(401, "X-Twilio-Signature: not the callback's signature")
+            raise Unauthenticated("X-Twilio-Signature: not the callback's signature")
         values = dict(fields)
         sid, status = values.get("MessageSid", ""), values.get("MessageStatus", "")
         if not sid or not status:
-            raise Refused(400, "MessageSid and MessageStatus are required")
+            raise Malformed("MessageSid and MessageStatus are required")
         code = values.get("ErrorCode", "")
         key = f"{sid}:{status}:{code}"
         if status not in ("delivered", "undelivered", "failed"):
@@ -217,18 +219,18 @@ class SendgridEvents(_Addresses):
         try:
             der = base64.b64decode(signature, validate=True)
         except binascii.Error:
-            raise Refused(401, f"{_SIGNATURE}: not base64") from None
+            raise Unauthenticated(f"{_SIGNATURE}: not base64") from None
         try:
             self._key.verify(der, signed, ec.ECDSA(hashes.SHA256()))
         except (ValueError, InvalidSignature):
-            raise Refused(401, f"{_SIGNATURE}: not the body's signature") from None
+            raise Unauthenticated(f"{_SIGNATURE}: not the body's signature") from None
         _fresh(timestamp, callback.received_ms)
         try:
             events = _events.decode(callback.body)
         except (msgspec.DecodeError, msgspec.ValidationError):
-            raise Refused(400, "body: a JSON array of SendGrid events is required") from None
+            raise Malformed("body: a JSON array of SendGrid events is required") from None
         if len(events) > MAX_EVENTS:
-            raise Refused(413, f"body: at most {MAX_EVENTS} events in one callback")
+            raise TooLarge(f"body: at most {MAX_EVENTS} events in one callback")
         items = [self._item(event, callback.received_ms) for event in events]
         # What was signed, not the signature: its malleable twin is the same batch.
         replay = hashlib.sha256(signed).hexdigest()[:32]
@@ -283,7 +285,7 @@ class StandardWebhook(_Addresses):
     def read(self, callback: Callback) -> Taken:
         webhook_id = header(callback, "webhook-id", MAX_WEBHOOK_ID_CHARS)
         if not _VISIBLE.fullmatch(webhook_id):
-            raise Refused(401, "webhook-id: only visible ASCII characters, no spaces")
+            raise Unauthenticated("webhook-id: only visible ASCII characters, no spaces")
         timestamp = signed_time(callback, "webhook-timestamp")
         # Space-separated ``<version>,<base64>``; ``v1`` is HMAC-SHA256, other versions
         # (asymmetric ones) are not this scheme's and are passed over.
@@ -292,22 +294,22 @@ class StandardWebhook(_Addresses):
             sig for version, _, sig in (p.partition(b",") for p in parts) if version == b"v1"
         ]
         if not any(offered):
-            raise Refused(401, "webhook-signature: no v1 signature (v1,<base64>)")
+            raise Unauthenticated("webhook-signature: no v1 signature (v1,<base64>)")
         within(callback, self.max_bytes)
         signed = b"%s.%s.%s" % (webhook_id, timestamp, callback.body)
         expected = base64.b64encode(hmac.digest(self._key, signed, "sha256"))
         if not any(hmac.compare_digest(signature, expected) for signature in offered):
-            raise Refused(401, "webhook-signature: none is the callback's signature")
+            raise Unauthenticated("webhook-signature: none is the callback's signature")
         at_ms = _fresh(timestamp, callback.received_ms)
         webhook_id_text = webhook_id.decode("ascii")
         try:
             decoded = _events_or_one.decode(callback.body)
         except (msgspec.DecodeError, msgspec.ValidationError) as error:
-            raise Refused(400, f"body: {error}") from None
+            raise Malformed(f"body: {error}") from None
         if isinstance(decoded, _Event):
             items = [self._item(decoded, webhook_id_text, at_ms, callback.received_ms)]
         elif len(decoded) > MAX_EVENTS:
-            raise Refused(413, f"body: at most {MAX_EVENTS} events in one callback")
+            raise TooLarge(f"body: at most {MAX_EVENTS} events in one callback")
         else:
             items = [
                 self._item(event, f"{webhook_id_text}:{n}", at_ms, callback.received_ms)
@@ -318,7 +320,7 @@ class StandardWebhook(_Addresses):
 
     def _item(self, event: _Event, feedback_id: str, at_ms: int, received_ms: int) -> Feedback:
         if event.feedback not in _KINDS or not event.message_id:
-            raise Refused(400, f"feedback: one of {', '.join(sorted(_KINDS))}")
+            raise Malformed(f"feedback: one of {', '.join(sorted(_KINDS))}")
         item = Feedback(
             provider=self.provider, feedback_id=feedback_id, message_id=event.message_id,
             kind=event.feedback, detail=_detail(event.detail), at_ms=at_ms,  # type: ignore[arg-type]

@@ -21,6 +21,7 @@ from app.ingest.quiet_hours import window_end
 from app.ingest.requests import Accepted, NotificationRequest, target_address
 from streams import codec
 from streams.campaign_ids import campaign_of
+from streams.errors import Forbidden, Invalid
 from streams.events import Event
 from streams.ids import new_ids
 from streams.ingest import IngestItem
@@ -43,17 +44,17 @@ _MAX_ROUTES = 4096
 
 
 def accepted_body(record: bytes) -> bytes:
-    """The 202 answer for a notification, from its record."""
+    """The body that says a notification was accepted, from its record."""
     accepted = decode_record(record)
     return _response_encoder.encode(Accepted(id=accepted.id, deliveries=accepted.deliveries))
 
 
-class FanoutError(ValueError):
-    """The request cannot be fanned out; the message names the field (answered with 422)."""
+class FanoutError(Invalid, ValueError):
+    """The request cannot be fanned out; the message names the field."""
 
 
-class NotAllowed(FanoutError):
-    """The producer may not send this type (answered with 403)."""
+class NotAllowed(Forbidden, ValueError):
+    """The producer may not send this type."""
 
 
 _FINGERPRINTED = len(NotificationRequest.__struct_fields__)

@@ -19,12 +19,12 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from app import tracing
+from app.ingest.answers import RETRY_S, IngestAnswer, answer_of, refused, unavailable
 from app.ingest.delivery_plan import Identity
 from app.ingest.fanout import (
     FanoutError,
     NotAllowed,
     Planner,
-    accepted_body,
     fingerprint,
     utc_now,
 )
@@ -33,6 +33,7 @@ from app.ingest.profiles import decode as decode_profile
 from app.ingest.profiles import merged
 from app.ingest.requests import NotificationRequest
 from app.metrics import OPT_OUTS, SUPPRESSED
+from streams.errors import Conflict, Forbidden, Invalid
 from streams.ingest import IngestItem, IngestReply, IngestWriter
 from streams.keys import KeySpace, ShardKeys
 from streams.metrics_recorder import MetricsRecorder
@@ -42,7 +43,8 @@ from streams.suppressions import ListView, decode
 
 log = structlog.get_logger(__name__)
 
-# How long a request that needs a second round keeps its key to itself (409 for a twin).
+# How long a request that needs a second round keeps its key to itself (a twin meanwhile is
+# a ``Conflict``).
 IN_FLIGHT_TTL_MS = 10_000
 # Rounds before giving up on a recipient whose settings (or the suppression list) keep
 # changing under us: one more than a settings change and a list change need.
@@ -57,20 +59,8 @@ class _AcceptedId(msgspec.Struct):
     id: str
 
 
-# The id in a 202 body, for the request's span (tracing on only).
+# The id in an accepted body, for the request's span (tracing on only).
 _accepted_id = msgspec.json.Decoder(_AcceptedId)
-
-
-class IngestAnswer(msgspec.Struct, frozen=True):
-    """What one notification's request is answered with."""
-
-    status_code: int
-    response: bytes = b""  # the 202 body
-    detail: str = ""
-    replayed: bool = False  # an earlier answer for the same key and body
-
-
-UNAVAILABLE = IngestAnswer(503, detail="the event log (Redis) is unavailable; retry shortly")
 
 
 class _Request(msgspec.Struct, frozen=True):
@@ -205,8 +195,11 @@ class Ingestor:
                 return
             pending = await self._write(pending, answers, now, alone=alone)
         for entry in pending:
-            answers[entry.index] = IngestAnswer(
-                409, detail="recipient: settings changed while ingesting; retry the request"
+            answers[entry.index] = refused(
+                Conflict(
+                    "recipient: settings changed while ingesting; retry the request",
+                    retry_after_s=RETRY_S,
+                )
             )
 
     async def read_settings(
@@ -240,17 +233,17 @@ class Ingestor:
         settings: RecipientSettings,
     ) -> _Pending | IngestAnswer:
         """Check the request against the catalog, fix its ids and plan it for the
-        recipient's settings as known (none, the common case); 422 if it cannot be, 403 if
-        the producer may not send its type."""
+        recipient's settings as known (none, the common case); ``Invalid`` if it cannot be,
+        ``Forbidden`` if the producer may not send its type."""
         shard = self.keys.for_ingest(producer, key)
         body = _with_profile_of(request, settings)
         try:
             self.planner.check_sender(producer, request.type)
             identity = self.planner.identity(shard, body)
         except NotAllowed as error:
-            return IngestAnswer(403, detail=str(error))
+            return refused(Forbidden(str(error)))
         except FanoutError as error:
-            return IngestAnswer(422, detail=str(error))
+            return refused(Invalid(str(error)))
         checked = _Request(
             producer, shard, key, body, identity, fingerprint(request), given=request
         )
@@ -273,7 +266,7 @@ class Ingestor:
         again: list[_Pending] = []
         for entry, reply in zip(pending, replies, strict=True):
             if isinstance(reply, RedisError):
-                answers[entry.index] = UNAVAILABLE
+                answers[entry.index] = unavailable()
             elif isinstance(reply, Exception):
                 raise reply
             elif reply.kind == "STALE" and reply.settings is not None:
@@ -328,7 +321,7 @@ class Ingestor:
     def _answer(self, entry: _Pending, reply: IngestReply) -> IngestAnswer:
         if reply.kind == "OK" and self.metrics is not None:
             self._count_suppressed(entry)
-        return _answer_of(entry.item, reply)
+        return answer_of(entry.item.response, reply)
 
     def _note_on_span(
         self,
@@ -344,9 +337,7 @@ class Ingestor:
             if isinstance(request, NotificationRequest) and request.type in types
         ]
         accepted = [
-            _accepted_id.decode(answer.response).id
-            for answer in answers
-            if answer.status_code == 202
+            _accepted_id.decode(answer.response).id for answer in answers if answer.accepted
         ]
         tracing.note_ingest(producer, kinds, accepted, len(entries))
 
@@ -371,30 +362,3 @@ def _with_profile_of(
     """The request with the profile of the recipient's settings filled in, where it has one."""
     profile = decode_profile(settings.profile)
     return given if profile is None else merged(given, profile)
-
-
-def _answer_of(item: IngestItem, reply: IngestReply) -> IngestAnswer:
-    if reply.kind == "OK":
-        return IngestAnswer(202, response=item.response)
-    if reply.kind == "DUP":
-        if not reply.record:  # it expired, with the key, in the moment since the script ran
-            return IngestAnswer(
-                409, detail="Idempotency-Key: its first notification just expired; retry"
-            )
-        return IngestAnswer(202, response=accepted_body(reply.record), replayed=True)
-    if reply.kind == "BROKEN":
-        if reply.error.startswith("WRONGTYPE"):
-            # A key holding the wrong type: damage in Redis that an operator must look at.
-            log.error("ingest.key_broken", error=reply.error)
-        # Otherwise Redis refused the write (out of memory, read-only, loading), which every
-        # request meets alike: readiness says so once, not a log line per notification.
-        return IngestAnswer(
-            503, detail="the event log (Redis) refused this notification; retry later"
-        )
-    if reply.kind == "CONFLICT":
-        return IngestAnswer(
-            422, detail="Idempotency-Key: already used for a different notification body"
-        )
-    return IngestAnswer(
-        409, detail="Idempotency-Key: a request with this key is still in flight; retry shortly"
-    )

@@ -7,6 +7,7 @@ import re
 from datetime import UTC, datetime, time, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
+from streams.errors import Invalid
 from streams.events import QuietHoursSetting
 
 # Anchored and bounded: reads at most six characters of any string.
@@ -15,7 +16,7 @@ _CLOCK = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)$")
 _SHOWN_NAME = 64
 
 
-class QuietHoursError(ValueError):
+class QuietHoursError(Invalid, ValueError):
     """A quiet-hours setting that cannot be used; the message names the field."""
 
 

@@ -1,30 +1,25 @@
 """Per-producer ingest quotas from the catalog's ``[quotas]``: requests and notifications
-per second, with a burst. Over a quota a request is refused whole (429 with ``Retry-After``)
-before anything of it is written; a request larger than a quota's burst could never fit
-and is refused as too large (413). A producer without a quota costs nothing: no Redis call.
+per second, with a burst. Over a quota a request is refused whole (``RateLimited``, with the
+seconds to wait) before anything of it is written; a request larger than a quota's burst
+could never fit and is refused as ``TooLarge``. A producer without a quota costs nothing: no
+Redis call.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
 from app.catalog import IngestQuota, Quotas
+from streams.errors import RateLimited, TooLarge
 from streams.ingest_quota import QuotaRates, take_quota
 from streams.keys import KeySpace
 
-
-@dataclass(frozen=True, slots=True)
-class Refusal:
-    """Why a request was not admitted: its status code, what to tell the producer, and the
-    whole seconds to wait (429 only)."""
-
-    status_code: int
-    detail: str
-    retry_after_s: int = 0
+# Why a request was not admitted: over the quota now (with the whole seconds to wait), or
+# larger than it could ever be.
+Refusal = RateLimited | TooLarge
 
 
 class IngestQuotas:
@@ -43,17 +38,16 @@ class IngestQuotas:
         if rates is None:
             return None
         if rates.notifications_per_second and notifications > rates.notifications_burst:
-            return Refusal(
-                413,
+            return TooLarge(
                 f"notifications: {notifications} in one request, but producer {producer!r} "
                 f"may send at most {rates.notifications_burst} at once; send smaller batches",
             )
         wait = await take_quota(self.redis, self.keys, producer, rates, notifications)
         return None if wait <= 0 else self._over(producer, wait)
 
-    async def admit_request(self, producer: str) -> Refusal | None:
+    async def admit_request(self, producer: str) -> RateLimited | None:
         """Take one request that carries no notification (a campaign call) from
-        ``producer``'s quota; None when it may go on, else why not (429)."""
+        ``producer``'s quota; None when it may go on, else why not."""
         rates = self._rates_of(producer)
         if rates is None or not rates.requests_per_second:
             return None
@@ -61,11 +55,10 @@ class IngestQuotas:
         wait = await take_quota(self.redis, self.keys, producer, requests_only, 0)
         return None if wait <= 0 else self._over(producer, wait)
 
-    def _over(self, producer: str, wait: float) -> Refusal:
-        return Refusal(
-            429,
+    def _over(self, producer: str, wait: float) -> RateLimited:
+        return RateLimited(
             f"producer {producer!r} is over its ingest quota; retry in {wait:.1f} s",
-            max(1, math.ceil(wait)),
+            retry_after_s=max(1, math.ceil(wait)),
         )
 
     def _rates_of(self, producer: str) -> QuotaRates | None:

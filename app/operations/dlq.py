@@ -25,6 +25,7 @@ from streams.dlq.replay import (
     ReplayResult,
 )
 from streams.dlq.scan import Selection, Summary
+from streams.errors import Invalid
 from streams.ids import is_uuid
 from streams.vocabulary import CHANNELS, ERROR_CLASSES
 
@@ -34,7 +35,7 @@ MAX_OPERATOR = 100
 MAX_REASON = 500
 
 
-class DlqRequestError(ValueError):
+class DlqRequestError(Invalid, ValueError):
     """A filter or replay parameter is invalid; the message names it."""
 
 

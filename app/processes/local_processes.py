@@ -15,12 +15,14 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import urlsplit
 
+from streams.errors import ClarionError
+
 # How long a private server may take to shut down (PostgreSQL writes a checkpoint, Redis
 # flushes its AOF) before it is killed.
 STOP_TIMEOUT_S = 60
 
 
-class LocalServiceError(Exception):
+class LocalServiceError(ClarionError):
     """A private server cannot be started; the message says why and what to do."""
 
 

@@ -10,13 +10,14 @@ from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
 from streams.connection import redact
+from streams.errors import ClarionError
 
 log = structlog.get_logger(__name__)
 MIN_VERSION = (7, 0)
 DURABILITY_SETTINGS = ("maxmemory-policy", "appendonly", "appendfsync")
 
 
-class RedisNotReady(Exception):
+class RedisNotReady(ClarionError):
     """Redis cannot be used as Clarion's event log; the message says how to fix it."""
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final, Protocol
 
+from streams.errors import ClarionError
 from streams.vocabulary import Channel, ErrorClass, Priority
 
 # The header an email carries its delivery id in, whichever provider sends it: a bounce or a
@@ -106,7 +107,7 @@ class Reason(StrEnum):
     PAYLOAD_TOO_LARGE = "payload_too_large"
 
 
-class ProviderError(Exception):
+class ProviderError(ClarionError):
     """A provider refused or failed a send, classified."""
 
     def __init__(

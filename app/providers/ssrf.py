@@ -43,6 +43,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from yarl import URL
 
 from app.catalog.providers import GuardedConfig
+from streams.errors import ClarionError
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -75,11 +76,11 @@ NAT64: Final = ipaddress.IPv6Network("64:ff9b::/96")
 IPV4_COMPATIBLE: Final = ipaddress.IPv6Network("::/96")
 
 
-class Refused(Exception):
+class Refused(ClarionError):
     """The URL, or an address its host resolves to, may not be called."""
 
 
-class Unresolvable(Exception):
+class Unresolvable(ClarionError):
     """The host name did not resolve (in time): nothing was sent."""
 
 

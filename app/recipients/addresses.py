@@ -17,10 +17,11 @@ import msgspec
 from app.catalog.push import Platform, parse_address
 from app.ingest import requests
 from app.ingest.requests import PushTarget, target_address
+from streams.errors import Invalid
 from streams.vocabulary import Channel
 
 
-class AddressError(ValueError):
+class AddressError(Invalid, ValueError):
     """The address is not one of its channel; the message names the field."""
 
 

@@ -12,6 +12,7 @@ import msgspec
 
 from app.ingest.profiles import Profile
 from app.ingest.requests import MAX_PUSH_TARGETS, PushTarget, target_address
+from streams.errors import Invalid
 
 MAX_PROFILE_BYTES: Final = 16 * 1024
 FIELDS: Final = (
@@ -20,7 +21,7 @@ FIELDS: Final = (
 )  # fmt: skip
 
 
-class ProfileError(ValueError):
+class ProfileError(Invalid, ValueError):
     """The profile cannot be kept; the message names the field."""
 
 

@@ -87,7 +87,7 @@ async def accept(
     """(delivery id, accepted ms) of each QUEUED delivery."""
     found = []
     for answer in await ingestor.ingest_many(producer, entries):
-        assert answer.status_code == 202, answer.detail
+        assert answer.accepted, answer.error
         accepted = msgspec.json.decode(answer.response)
         found += [
             (d["id"], id_ms(accepted["id"]))

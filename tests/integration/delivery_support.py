@@ -58,7 +58,7 @@ async def accept(
 
     ingestor = Ingestor(redis, keys, Planner(catalog, DIGEST), 3600)
     outcome = await ingestor.ingest("orders", key, msgspec.convert(body, NotificationRequest))
-    assert outcome.status_code == 202, outcome
+    assert outcome.accepted, outcome
     answer: dict[str, Any] = msgspec.json.decode(outcome.response)
     return answer
 

@@ -13,10 +13,10 @@ import pytest
 from redis.asyncio import Redis
 
 from app.api.app import create_app
-from app.campaigns.lifecycle import CampaignError
 from app.campaigns.specs import CampaignSpec, Segment
 from app.catalog import Catalog, parse_catalog
 from app.settings import Settings
+from streams.errors import ClarionError, RateLimited, TooLarge
 from streams.events import NotificationAccepted
 from streams.keys import KeySpace
 from tests.conftest import ORDERS, ORDERS_CRM, http_client, stream_events
@@ -49,9 +49,9 @@ async def test_uploads_racing_cannot_pass_the_producers_limit_together(
         return_exceptions=True,
     )
 
-    refused = [o for o in outcomes if isinstance(o, CampaignError)]
+    refused = [o for o in outcomes if isinstance(o, ClarionError)]
     assert len(refused) == 1, outcomes
-    assert refused[0].status == 413
+    assert isinstance(refused[0], TooLarge)
     assert "campaigns.open_audience" in refused[0].detail
     audiences = [(await campaigns.get("orders", c.id)).audience for c in (first, second)]
     assert sorted(audiences) == [0, 10_000]  # the refused upload added nothing
@@ -71,8 +71,8 @@ async def test_creations_racing_cannot_pass_the_open_campaigns_limit(
         *(campaigns.create("orders", MARKETING) for _ in range(8)), return_exceptions=True
     )
 
-    refused = [o for o in outcomes if isinstance(o, CampaignError)]
-    assert (len(outcomes) - len(refused), [r.status for r in refused]) == (3, [429] * 5)
+    refused = [o for o in outcomes if isinstance(o, ClarionError)]
+    assert (len(outcomes) - len(refused), [type(r) for r in refused]) == (3, [RateLimited] * 5)
     assert len(await campaigns.store.recent("orders", 100)) == 3  # nothing else written
     # Another producer has limits of its own (the defaults).
     assert (await campaigns.create("auth", MARKETING)).state == "draft"
@@ -86,7 +86,7 @@ async def test_a_completed_campaign_frees_its_place_and_its_recipients(
     ids = [f"u-{i}" for i in range(15_000)]
     opened = [await campaigns.create("orders", MARKETING) for _ in range(3)]
     await campaigns.add_recipients("orders", opened[0].id, ids[:20], "")
-    with pytest.raises(CampaignError, match="open_audience"):  # 20 + 14,981: past 15,000
+    with pytest.raises(TooLarge, match="open_audience"):  # 20 + 14,981: past 15,000
         await campaigns.add_recipients("orders", opened[1].id, ids[19:], "")
     await campaigns.start("orders", opened[0].id)
     await generator.run(opened[0].id, always)

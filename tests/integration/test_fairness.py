@@ -29,7 +29,7 @@ def small_buffer(weights: str = "") -> Catalog:
 async def ingest(ingestor: Ingestor, producer: str, count: int, tag: str) -> None:
     entries = [(f"{tag}-{n}", EMAIL_ONLY) for n in range(count)]
     answers = await ingestor.ingest_many(producer, entries)
-    assert {answer.status_code for answer in answers} == {202}
+    assert all(answer.accepted for answer in answers)
 
 
 async def test_a_full_stream_queues_each_producers_items_apart(
@@ -80,6 +80,6 @@ async def test_high_is_never_queued(real_redis: Redis, key_prefix: str, clock: C
         NotificationRequest,
     )
     answers = await ingestor.ingest_many("auth", [(f"otp-{n}", otp) for n in range(30)])
-    assert {answer.status_code for answer in answers} == {202}
+    assert all(answer.accepted for answer in answers)
     assert await real_redis.xlen(keys.shard(0).work(Priority.HIGH)) == 30
     assert await waiting_producers(real_redis, keys.shard(0), Priority.HIGH) == []

@@ -12,10 +12,12 @@ import structlog
 from redis.asyncio import Redis
 
 from app.catalog import Catalog
+from app.ingest.answers import IngestAnswer
 from app.ingest.fanout import Planner
 from app.ingest.high_first import HighFirst
-from app.ingest.ingestor import WRITE_CHUNK, IngestAnswer, Ingestor
+from app.ingest.ingestor import WRITE_CHUNK, Ingestor
 from app.ingest.requests import NotificationRequest, Recipient
+from streams.errors import Unavailable, kind_of
 from streams.events import PreferenceEntry
 from streams.keys import KeySpace
 from streams.recipient_settings import RecipientSettingsStore
@@ -34,7 +36,7 @@ async def test_ingest_applies_settings_that_appear_during_ingest(
     )
     ingestor = Ingestor(redis, keys, Planner(catalog, DIGEST), 3600, clock)
     outcome = await ingestor.ingest("orders", "k", REQUEST)
-    assert outcome.status_code == 202
+    assert outcome.accepted
     assert b'"PUSH","status":"SUPPRESSED"' in outcome.response
     # The key is done now: the same request is answered again, no 409.
     again = await ingestor.ingest("orders", "k", REQUEST)
@@ -51,8 +53,8 @@ async def test_concurrent_accepts_with_settings_create_one_notification(
     )
     ingestor = Ingestor(redis, keys, Planner(catalog, DIGEST), 3600, clock)
     outcomes = await asyncio.gather(*(ingestor.ingest("orders", "k", REQUEST) for _ in range(30)))
-    assert {o.status_code for o in outcomes} <= {202, 409}
-    assert len({o.response for o in outcomes if o.status_code == 202}) == 1
+    assert {said(o) for o in outcomes} <= {"accepted", "Conflict"}
+    assert len({o.response for o in outcomes if o.accepted}) == 1
     assert await redis.xlen(keys.shard(0).work(Priority.LOW)) == 1
 
 
@@ -72,8 +74,8 @@ async def test_a_redis_out_of_memory_is_503_without_a_log_line_per_notification(
             assert await redis.xlen(KeySpace("oom").shard(0).events) == 0  # nothing written
         finally:
             await redis.aclose()
-    assert outcome.status_code == 503
-    assert "refused" in outcome.detail
+    assert isinstance(outcome.error, Unavailable)
+    assert "refused" in outcome.error.detail
     assert [line for line in logs if line["event"] == "ingest.key_broken"] == []
 
 
@@ -85,7 +87,7 @@ async def test_a_key_of_the_wrong_type_is_503_and_logged_for_an_operator(
     ingestor = Ingestor(real_redis, keys, Planner(catalog, DIGEST), 3600, clock)
     with structlog.testing.capture_logs() as logs:
         outcome = await ingestor.ingest("orders", "k", REQUEST)
-    assert outcome.status_code == 503
+    assert isinstance(outcome.error, Unavailable)
     [broken] = [line for line in logs if line["event"] == "ingest.key_broken"]
     assert broken["error"].startswith("WRONGTYPE")
 
@@ -117,7 +119,15 @@ async def test_settings_read_beforehand_plan_each_notification_once(
     outcomes = await ingestor.ingest_many("orders", entries, known)
     assert writes == 1  # no second round for the recipient with settings
     assert b'"PUSH","status":"SUPPRESSED"' in outcomes[0].response
-    assert [o.status_code for o in outcomes] == [202, 202]
+    assert [said(o) for o in outcomes] == ["accepted", "accepted"]
+
+
+def said(answer: IngestAnswer) -> str:
+    """What ``answer`` says: accepted, or the kind of error it was refused with."""
+    if answer.error is None:
+        return "accepted"
+    kind = kind_of(answer.error)
+    return "no kind" if kind is None else kind.__name__
 
 
 def _batch(count: int) -> list[tuple[str, NotificationRequest | IngestAnswer]]:
@@ -140,7 +150,7 @@ async def test_a_batch_waits_between_its_slices_while_a_high_request_is_served(
         assert await redis.xlen(keys.shard(0).events) == 0  # it stopped while planning
     async with asyncio.timeout(10):
         outcomes = await batch
-    assert [o.status_code for o in outcomes] == [202] * 300
+    assert [said(o) for o in outcomes] == ["accepted"] * 300
 
 
 async def test_a_batch_is_written_in_parts(
@@ -158,7 +168,7 @@ async def test_a_batch_is_written_in_parts(
     ingestor.writer.write = recorded  # type: ignore[method-assign]
     outcomes = await ingestor.ingest_many("orders", _batch(WRITE_CHUNK * 2 + 7))
     assert sizes == [WRITE_CHUNK, WRITE_CHUNK, 7]
-    assert [o.status_code for o in outcomes] == [202] * (WRITE_CHUNK * 2 + 7)
+    assert [said(o) for o in outcomes] == ["accepted"] * (WRITE_CHUNK * 2 + 7)
     again = await ingestor.ingest_many("orders", _batch(WRITE_CHUNK * 2 + 7))
     assert all(o.replayed for o in again)  # every part was written
     assert [o.response for o in again] == [o.response for o in outcomes]

@@ -1,5 +1,6 @@
 """The error answers: a bug is a bare 500 and Redis away a 503 to retry, neither showing
-anything internal; every error an endpoint may give is documented in its schema."""
+anything internal; each kind of the domain's errors has one status, and one of no kind is a
+bare 500; every error an endpoint may give is documented in its schema."""
 
 from __future__ import annotations
 
@@ -11,14 +12,17 @@ import pytest
 import structlog
 from litestar import Litestar, get
 from litestar.exceptions import HTTPException
+from litestar.params import FromPath
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from app.api.app import create_app
-from app.api.errors import internal_error, redis_unavailable
+from app.api.errors import STATUS_OF, clarion_error, internal_error, redis_unavailable
 from app.catalog import Catalog
 from app.settings import Settings
+from streams import errors
+from streams.errors import KINDS, ClarionError
 
 SECRET = "postgresql://clarion:hunter2@db/clarion"
 
@@ -38,11 +42,27 @@ async def redis_away() -> None:
     raise RedisConnectionError(f"Error 111 connecting to {SECRET}")
 
 
+class _OfNoKind(ClarionError):
+    """An error of Clarion's that is no kind: a fault of the server."""
+
+
+@get("/kind/{name:str}")
+async def kind(name: FromPath[str]) -> None:
+    if name == "none":
+        raise _OfNoKind(f"the pool at {SECRET} is closed")
+    wait = 7 if name in ("RateLimited", "Unavailable") else None
+    raise getattr(errors, name)(f"what is wrong: {name}", retry_after_s=wait)
+
+
 @pytest.fixture
 async def client() -> AsyncIterator[httpx.AsyncClient]:
     app = Litestar(
-        [bug, aborted, redis_away],
-        exception_handlers={500: internal_error, RedisError: redis_unavailable},
+        [bug, aborted, redis_away, kind],
+        exception_handlers={
+            500: internal_error,
+            RedisError: redis_unavailable,
+            ClarionError: clarion_error,
+        },
         logging_config=None,
         debug=False,
     )
@@ -96,6 +116,39 @@ async def test_redis_away_is_a_503_to_retry_without_the_error(client: httpx.Asyn
     [logged] = logs
     assert (logged["event"], logged["error"]) == ("http.redis_unavailable", "ConnectionError")
     assert "hunter2" not in repr(logs)
+
+
+def test_every_kind_of_error_has_one_status_and_no_other_error_has_one() -> None:
+    assert set(STATUS_OF) == set(KINDS)
+    assert all(400 <= status < 600 for status in STATUS_OF.values())
+    # Two kinds of one status would be one kind under two names.
+    assert len(set(STATUS_OF.values())) == len(STATUS_OF)
+
+
+@pytest.mark.parametrize("name", [kind.__name__ for kind in KINDS])
+async def test_a_kind_of_error_is_answered_with_its_status_and_detail(
+    client: httpx.AsyncClient, name: str
+) -> None:
+    answer = await client.get(f"/kind/{name}")
+    status = STATUS_OF[getattr(errors, name)]
+    assert answer.status_code == status
+    assert answer.json() == {"status_code": status, "detail": f"what is wrong: {name}"}
+    wait = answer.headers.get("Retry-After")
+    assert wait == ("7" if name in ("RateLimited", "Unavailable") else None)
+
+
+async def test_an_error_of_no_kind_is_a_bare_500_logged_as_a_bug(
+    client: httpx.AsyncClient,
+) -> None:
+    with structlog.testing.capture_logs() as logs:
+        answer = await client.get("/kind/none")
+    assert answer.status_code == 500
+    assert answer.json() == {"status_code": 500, "detail": "Internal Server Error"}
+    assert "hunter2" not in answer.text
+    assert "Retry-After" not in answer.headers
+    [logged] = logs
+    assert (logged["event"], logged["log_level"]) == ("http.unhandled_error", "error")
+    assert isinstance(logged["exc_info"], _OfNoKind)
 
 
 async def test_every_error_an_endpoint_may_give_is_documented(

@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives.asymmetric.utils import (
 )
 from standardwebhooks import Webhook
 
+from app.api.errors import status_of
 from app.catalog import parse_catalog
 from app.feedback.callbacks import (
     MAX_AGE_S,
@@ -32,7 +33,8 @@ from app.feedback.callbacks import (
     TwilioStatus,
     schemes,
 )
-from app.feedback.requests import Callback, Refused
+from app.feedback.requests import Callback
+from streams.errors import ClarionError
 from tests.conftest import DIGEST, REPO
 
 URL = "https://notify.example.com/v1/feedback/sms"
@@ -57,9 +59,12 @@ def twilio(fields: dict[str, str], token: str = TOKEN, url: str = URL) -> Callba
 
 
 def refusal(scheme: object, callback: Callback) -> tuple[int, str]:
-    with pytest.raises(Refused) as caught:
+    with pytest.raises(ClarionError) as caught:
         scheme.read(callback)  # type: ignore[attr-defined]
-    return caught.value.status, caught.value.detail
+    # The status the API answers it with (``app.api.errors``).
+    status = status_of(caught.value)
+    assert status is not None
+    return status, caught.value.detail
 
 
 STATUS = {"MessageSid": "SM1", "MessageStatus": "delivered", "To": "+4915112345678",

@@ -6,7 +6,8 @@ import base64
 
 import pytest
 
-from app.inbox_tokens import Grant, InboxTokens, TokenRefused
+from app.inbox_tokens import Grant, InboxTokens
+from app.signed_tokens import TokenRefused
 from app.unsubscribe import OptOut, UnsubscribeTokens
 from streams.vocabulary import Channel
 

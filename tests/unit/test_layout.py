@@ -59,8 +59,9 @@ ALLOWED: dict[str, set[str]] = {
         "projections", "streams",
     },
 }  # fmt: skip
-# Only the HTTP layer (and the process that serves it) knows HTTP.
-HTTP_LIBRARIES = ("litestar",)
+# Only the HTTP layer (and the process that serves it) knows HTTP: Litestar, and the
+# standard library's ``http`` (``HTTPStatus``).
+HTTP_LIBRARIES = ("litestar", "http")
 KNOWS_HTTP = ("app.api", "app.processes.api")
 CLIENT = "clarion_client"
 
@@ -147,6 +148,95 @@ def test_only_the_http_layer_imports_http(module: str, path: Path) -> None:
         return
     http = [target for _, target in imports(path) if target.split(".")[0] in HTTP_LIBRARIES]
     assert not http, f"{module} imports {http}: domain code must not know HTTP"
+
+
+# Below the HTTP layer the domain raises the kinds of ``streams.errors``, and only
+# ``app.api.errors`` gives them status codes. These modules speak HTTP with a peer, and
+# read or write its status codes as the protocol's own: the providers' and the producers'
+# endpoints' answers (``app.providers``, ``app.status_webhooks``), the server's edge that
+# answers before the app sees a request (``app.processes.http_edge``), and the CLI, a client
+# of the API.
+PEER_HTTP = ("app.providers", "app.status_webhooks", "app.processes.http_edge", "app.cli")
+ERROR_STATUSES = range(400, 600)
+# Names an error must not carry: what the answer's status is, is the HTTP layer's to say.
+STATUS_NAMES = {"status", "status_code", "http_status", "http_status_code"}
+
+
+def status_literals(tree: ast.AST) -> Iterator[int]:
+    """The lines where an error status (400-599) is given as an answer: a call's argument
+    (alone or in a literal tuple, list or set), a comparison's operand, or returned."""
+
+    def literals(node: ast.expr) -> list[ast.Constant]:
+        found = node.elts if isinstance(node, ast.Tuple | ast.List | ast.Set) else [node]
+        return [
+            e for e in found
+            if isinstance(e, ast.Constant) and type(e.value) is int and e.value in ERROR_STATUSES
+        ]  # fmt: skip
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            operands = [*node.args, *(keyword.value for keyword in node.keywords)]
+        elif isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+        elif isinstance(node, ast.Return) and node.value is not None:
+            operands = [node.value]
+        else:
+            continue
+        yield from (literal.lineno for operand in operands for literal in literals(operand))
+
+
+@pytest.mark.parametrize(("module", "path"), [pytest.param(*m, id=m[0]) for m in modules()])
+def test_no_status_code_is_answered_below_the_http_layer(module: str, path: Path) -> None:
+    if module.startswith((*KNOWS_HTTP, *PEER_HTTP, CLIENT)):
+        return
+    lines = sorted(set(status_literals(ast.parse(path.read_text()))))
+    assert not lines, (
+        f"{module} lines {lines}: an HTTP status below the HTTP layer; raise a kind of "
+        "streams.errors instead (app.api.errors gives it its status)"
+    )
+
+
+def error_classes() -> Iterator[tuple[str, ast.ClassDef]]:
+    """Every class below the HTTP layer that derives from ``ClarionError``, found by the
+    names of its bases (the HTTP layer's own exceptions carry their status by design)."""
+    classes = [
+        (module, node)
+        for module, path in modules()
+        if not module.startswith((CLIENT, *KNOWS_HTTP))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef)
+    ]
+    errors, grew = {"ClarionError"}, True
+    while grew:
+        before = len(errors)
+        errors |= {node.name for _, node in classes if _base_names(node) & errors}
+        grew = len(errors) > before
+    yield from ((module, node) for module, node in classes if node.name in errors)
+
+
+def _base_names(node: ast.ClassDef) -> set[str]:
+    return {
+        base.id if isinstance(base, ast.Name) else base.attr
+        for base in node.bases
+        if isinstance(base, ast.Name | ast.Attribute)
+    }
+
+
+def test_no_error_of_the_domain_carries_a_status() -> None:
+    carrying = set()
+    for module, node in error_classes():
+        for inner in ast.walk(node):
+            names: set[str] = set()
+            if isinstance(inner, ast.AnnAssign | ast.Assign):
+                targets = inner.targets if isinstance(inner, ast.Assign) else [inner.target]
+                names = {
+                    t.id if isinstance(t, ast.Name) else getattr(t, "attr", "") for t in targets
+                }
+            elif isinstance(inner, ast.arg):
+                names = {inner.arg}
+            if names & STATUS_NAMES:
+                carrying.add(f"{module}.{node.name}")
+    assert not carrying, f"errors with a status (app.api.errors gives it): {sorted(carrying)}"
 
 
 def test_no_module_is_too_long() -> None:

@@ -8,12 +8,11 @@ import hmac
 import pytest
 
 from app.settings import Settings, SettingsError
-from app.signed_tokens import MAC_BYTES, MAX_TOKEN_CHARS
+from app.signed_tokens import MAC_BYTES, MAX_TOKEN_CHARS, TokenRefused
 from app.unsubscribe import (
     MAX_URL_CHARS,
     PATH,
     OptOut,
-    TokenRefused,
     UnsubscribeLinks,
     UnsubscribeTokens,
     unsubscribe_links,
