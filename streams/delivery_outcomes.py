@@ -9,16 +9,16 @@ provider's answer); error texts arrive masked and are only cut to length here.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypedDict
 
 import msgspec
 
 from streams import codec
+from streams.delivery_leases import LeasedDelivery, LeaseVerdict
 from streams.delivery_state import TERMINAL, DeliveryStatus
-from streams.delivery_store import Lease, Outcome
-from streams.dlq.entries import Worker, failed_delivery_entry
+from streams.delivery_store import Outcome
+from streams.dlq.entries import failed_delivery_entry
 from streams.events import (
     DeferReason,
     DeliveryAttemptFailed,
@@ -33,51 +33,11 @@ from streams.events import (
 )
 from streams.inbox import InboxWrite
 from streams.inbox_messages import InboxMessage
-from streams.keys import ShardKeys
 from streams.scheduler import delayed_member
 from streams.scripts import KeyOrArg
-from streams.vocabulary import ErrorClass, Priority
-from streams.work_items import WorkItem
+from streams.vocabulary import ErrorClass
 
 MAX_ERROR_TEXT = 500  # characters of an error text kept in the state, events and dead letter
-
-
-_data_decoder = msgspec.json.Decoder(dict[str, Any])
-
-
-@dataclass(frozen=True, slots=True)
-class LeasedDelivery:
-    """A delivery a worker holds: its work item, where the item came from, what the lease
-    found, the worker, and the template data (the item's own, or the notification's shared
-    data that the lease read; None when shared data is gone)."""
-
-    shard: ShardKeys
-    item: WorkItem
-    entry_id: str
-    lease: Lease
-    worker: Worker
-    data: dict[str, Any] | None
-
-    @classmethod
-    def taken(
-        cls, shard: ShardKeys, item: WorkItem, entry_id: str, lease: Lease, worker: Worker
-    ) -> LeasedDelivery:
-        """The delivery ``lease`` holds, with its template data resolved."""
-        data: dict[str, Any] | None = item.data
-        if item.shared_data:
-            data = _data_decoder.decode(lease.shared_data) if lease.shared_data else None
-        return cls(shard, item, entry_id, lease, worker, data)
-
-    @property
-    def priority(self) -> Priority:
-        return self.item.priority
-
-    def self_contained_item(self) -> WorkItem:
-        """The work item with its template data inside: what a dead letter keeps, so a replay
-        never depends on the notification's shared data, which ends with its deliveries."""
-        if not self.item.shared_data:
-            return self.item
-        return msgspec.structs.replace(self.item, data=self.data or {}, shared_data=False)
 
 
 def sent(
@@ -276,9 +236,9 @@ def not_to_send(leased: LeasedDelivery, max_leases: int) -> Outcome:
     CANCELLED; one that workers keep dying on (POISON: leased more than ``max_leases`` times
     without an outcome) fails into the dead-letter queue."""
     lease = leased.lease
-    if lease.verdict == "TERMINAL":
+    if lease.verdict is LeaseVerdict.TERMINAL:
         return acknowledge_only(leased)
-    if lease.verdict == "CANCELLED":
+    if lease.verdict is LeaseVerdict.CANCELLED:
         return cancelled(leased, lease.now_ms)
     reason = f"leased {max_leases + 1} times without an outcome: workers keep failing on it"
     return failed(leased, ErrorClass.POISON, reason, lease.now_ms, attempts=lease.attempts)

@@ -23,7 +23,8 @@ from app.providers.base import Message, Provider, ProviderError
 from app.providers.inbox import InboxProvider
 from app.unsubscribe import UnsubscribeLinks
 from streams import delivery_outcomes
-from streams.delivery_outcomes import MAX_ERROR_TEXT, LeasedDelivery
+from streams.delivery_leases import LeasedDelivery
+from streams.delivery_outcomes import MAX_ERROR_TEXT
 from streams.delivery_store import Outcome
 from streams.vocabulary import Channel, ErrorClass
 from streams.work_items import WorkItem

@@ -21,7 +21,7 @@ from app.catalog import Catalog
 from app.delivery.attempt import Attempted, Attempts
 from app.providers.base import Message, Provider, ProviderError
 from app.providers.inbox import InboxProvider
-from streams.delivery_outcomes import LeasedDelivery
+from streams.delivery_leases import LeasedDelivery
 
 
 class TracedAttempts(Attempts):

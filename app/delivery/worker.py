@@ -42,7 +42,7 @@ from app.unsubscribe import UnsubscribeLinks
 from streams import codec, delivery_outcomes
 from streams.circuit_breaker import CircuitBreakers
 from streams.consumer_groups import DELIVERY_GROUP, Entry, ensure_group, is_missing_group
-from streams.delivery_outcomes import LeasedDelivery
+from streams.delivery_leases import UNSENT, LeasedDelivery, LeaseVerdict
 from streams.delivery_store import (
     FAILED_STATE_RETENTION_MS,
     STATE_RETENTION_MS,
@@ -62,8 +62,6 @@ from streams.work_items import WorkItem
 log = structlog.get_logger(__name__)
 
 READ_BLOCK_MS = 1000
-# The lease verdicts of work items that are not sent (``DeliveryStore.begin``).
-_UNSENT = ("TERMINAL", "CANCELLED", "POISON")
 _WORK_FIELD = codec.WORK_FIELD.encode()
 
 
@@ -293,14 +291,14 @@ class DeliveryWorker:
             LeasedDelivery.taken(shard, item, entry_id, lease, self.worker)
             for (entry_id, item), lease in zip(items, leases, strict=True)
         ]
-        dropped = [self._unsent(leased) for leased in held if leased.lease.verdict in _UNSENT]
+        dropped = [self._unsent(leased) for leased in held if leased.lease.verdict in UNSENT]
         if dropped:
             await self.store.finish(dropped)
-        return [leased for leased in held if leased.lease.verdict == "GO"]
+        return [leased for leased in held if leased.lease.verdict is LeaseVerdict.GO]
 
     def _unsent(self, leased: LeasedDelivery) -> Outcome:
         """The outcome of a delivery its lease says not to send (TERMINAL, CANCELLED, POISON)."""
-        if leased.lease.verdict == "POISON":
+        if leased.lease.verdict is LeaseVerdict.POISON:
             limit = self.options.max_deliveries
             log.warning("delivery.poison", delivery_id=leased.item.delivery_id, leases=limit + 1)
             self.metrics.inc(DELIVERY_FAILURES, (leased.item.channel, ErrorClass.POISON))

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 from app.catalog.providers import InboxConfig
 from app.providers.base import Message, ProviderError
 from streams import delivery_outcomes
-from streams.delivery_outcomes import LeasedDelivery
+from streams.delivery_leases import LeasedDelivery
 from streams.delivery_store import Outcome
 from streams.inbox_messages import InboxMessage
 from streams.vocabulary import ErrorClass

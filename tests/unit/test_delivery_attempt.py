@@ -17,7 +17,8 @@ from app.delivery.provider_timeouts import ProviderTimeouts
 from app.providers.base import Message, ProviderError, Reason
 from app.unsubscribe import PATH, OptOut, UnsubscribeLinks, UnsubscribeTokens
 from streams import codec
-from streams.delivery_outcomes import MAX_ERROR_TEXT, LeasedDelivery
+from streams.delivery_leases import LeasedDelivery
+from streams.delivery_outcomes import MAX_ERROR_TEXT
 from streams.delivery_store import Outcome
 from streams.events import DeliveryAttemptFailed, DeliverySent
 from streams.scheduler import work_item_of_member

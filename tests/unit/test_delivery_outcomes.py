@@ -7,6 +7,7 @@ import dataclasses
 from datetime import UTC, datetime
 
 from streams import codec, delivery_outcomes
+from streams.delivery_leases import LeaseVerdict
 from streams.delivery_outcomes import MAX_ERROR_TEXT
 from streams.delivery_store import Outcome
 from streams.events import (
@@ -189,14 +190,14 @@ def test_an_ending_outcome_releases_the_shared_data_and_a_dead_letter_keeps_a_co
 
 
 def test_a_lease_that_says_not_to_send_has_an_outcome_of_its_own() -> None:
-    def verdict(name: str) -> Outcome:
+    def verdict(name: LeaseVerdict) -> Outcome:
         held = leased(attempts=2)
         lease = dataclasses.replace(held.lease, verdict=name)
         return delivery_outcomes.not_to_send(dataclasses.replace(held, lease=lease), 5)
 
-    assert verdict("TERMINAL").events == b""  # already ended: only acknowledged
-    assert verdict("CANCELLED").status == "CANCELLED"
-    poison = verdict("POISON")
+    assert verdict(LeaseVerdict.TERMINAL).events == b""  # already ended: only acknowledged
+    assert verdict(LeaseVerdict.CANCELLED).status == "CANCELLED"
+    poison = verdict(LeaseVerdict.POISON)
     assert (poison.status, poison.dead_letter["error_class"]) == ("FAILED", "POISON")
     assert poison.dead_letter["last_error"].startswith("leased 6 times without an outcome")
     assert poison.dead_letter["attempts"] == 2  # leases are not attempts
