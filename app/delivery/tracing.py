@@ -62,9 +62,9 @@ class TracedAttempts(Attempts):
             except BaseException as error:  # a cancellation (the worker stopping)
                 _failed(span, type(error).__name__)
                 raise
-            status = attempted.outcome.status or ""
-            span.set_attribute("clarion.outcome", status)
-            error_class = attempted.outcome.fields.get("error_class")
+            decision = attempted.decision
+            span.set_attribute("clarion.outcome", str(decision.status or ""))
+            error_class = decision.error_class
             if error_class:
                 span.set_attribute("clarion.error_class", str(error_class))
                 _failed(span, str(error_class))
