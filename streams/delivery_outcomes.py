@@ -56,10 +56,11 @@ MAX_ERROR_TEXT = 500  # characters of an error text kept in the state, events an
 def outcome(leased: LeasedDelivery, decision: Decision, now_ms: int) -> Outcome:
     """The outcome that records ``decision`` about ``leased``, made at ``now_ms``."""
     match decision:
-        case Sent():
-            return sent(
+        case Sent():  # ``sent``, one call less on every send's way
+            event, fields = _sent(
                 leased, decision.provider, decision.message_id, now_ms, decision.sms_segments
             )
+            return _outcome(leased, [event], fields, now_ms=now_ms)
         case RetryAt():
             return retry_later(
                 leased, decision.error_class, decision.error, decision.due_ms, now_ms,
