@@ -1,24 +1,37 @@
 """What happened to one leased delivery, as the outcome ``DeliveryStore.finish`` records.
 
-Pure functions: each builds the delivery's changed state fields, the events of the change
-(numbered after the version the lease found) and any ``delayed`` or dead-letter entry. Which
-one applies is the caller's decision (``app.delivery``: the retry policy, the TTL, the
-provider's answer); error texts arrive masked and are only cut to length here.
+``outcome`` turns a decision (``streams.delivery_decisions``, made by ``app.delivery``: the
+retry policy, the TTL, the provider's answer, the lease's verdict) into its outcome; it is
+the one call a delivery makes here. Pure functions: each builder below makes the delivery's
+changed state fields, the events of the change (numbered after the version the lease found)
+and any ``delayed`` or dead-letter entry; error texts arrive masked and are only cut to
+length here.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypedDict
 
 import msgspec
 
 from streams import codec
+from streams.delivery_decisions import (
+    AcknowledgeOnly,
+    Cancelled,
+    Decision,
+    Deferred,
+    Expired,
+    Failed,
+    RetryAt,
+    Sent,
+    SentToInbox,
+)
+from streams.delivery_leases import LeasedDelivery
 from streams.delivery_state import TERMINAL, DeliveryStatus
-from streams.delivery_store import Lease, Outcome
-from streams.dlq.entries import Worker, failed_delivery_entry
+from streams.delivery_store import Outcome
+from streams.dlq.entries import failed_delivery_entry
 from streams.events import (
     DeferReason,
     DeliveryAttemptFailed,
@@ -33,51 +46,52 @@ from streams.events import (
 )
 from streams.inbox import InboxWrite
 from streams.inbox_messages import InboxMessage
-from streams.keys import ShardKeys
 from streams.scheduler import delayed_member
 from streams.scripts import KeyOrArg
-from streams.vocabulary import ErrorClass, Priority
-from streams.work_items import WorkItem
+from streams.vocabulary import ErrorClass
 
 MAX_ERROR_TEXT = 500  # characters of an error text kept in the state, events and dead letter
 
 
-_data_decoder = msgspec.json.Decoder(dict[str, Any])
+def outcome(leased: LeasedDelivery, decision: Decision, now_ms: int) -> Outcome:
+    """The outcome that records ``decision`` about ``leased``, made at ``now_ms``."""
+    match decision:
+        case Sent():  # ``sent``, one call less on every send's way
+            event, fields = _sent(
+                leased, decision.provider, decision.message_id, now_ms, decision.sms_segments
+            )
+            return _outcome(leased, [event], fields, now_ms=now_ms)
+        case RetryAt():
+            return retry_later(
+                leased, decision.error_class, decision.error, decision.due_ms, now_ms,
+                provider=decision.provider, fail_over=decision.fail_over,
+            )  # fmt: skip
+        case Failed():
+            return failed(
+                leased, decision.error_class, decision.error, now_ms,
+                attempts=decision.attempts, provider=decision.provider,
+            )  # fmt: skip
+        case SentToInbox():
+            return sent_to_inbox(
+                leased, decision.provider, decision.message, now_ms,
+                keep=decision.keep, ttl_ms=decision.ttl_ms, feed=decision.feed,
+            )  # fmt: skip
+    return _unattempted(leased, decision, now_ms)
 
 
-@dataclass(frozen=True, slots=True)
-class LeasedDelivery:
-    """A delivery a worker holds: its work item, where the item came from, what the lease
-    found, the worker, and the template data (the item's own, or the notification's shared
-    data that the lease read; None when shared data is gone)."""
-
-    shard: ShardKeys
-    item: WorkItem
-    entry_id: str
-    lease: Lease
-    worker: Worker
-    data: dict[str, Any] | None
-
-    @classmethod
-    def taken(
-        cls, shard: ShardKeys, item: WorkItem, entry_id: str, lease: Lease, worker: Worker
-    ) -> LeasedDelivery:
-        """The delivery ``lease`` holds, with its template data resolved."""
-        data: dict[str, Any] | None = item.data
-        if item.shared_data:
-            data = _data_decoder.decode(lease.shared_data) if lease.shared_data else None
-        return cls(shard, item, entry_id, lease, worker, data)
-
-    @property
-    def priority(self) -> Priority:
-        return self.item.priority
-
-    def self_contained_item(self) -> WorkItem:
-        """The work item with its template data inside: what a dead letter keeps, so a replay
-        never depends on the notification's shared data, which ends with its deliveries."""
-        if not self.item.shared_data:
-            return self.item
-        return msgspec.structs.replace(self.item, data=self.data or {}, shared_data=False)
+def _unattempted(
+    leased: LeasedDelivery, decision: Deferred | Expired | Cancelled | AcknowledgeOnly, now_ms: int
+) -> Outcome:
+    """The outcome of a decision made without an attempt."""
+    match decision:
+        case Deferred():
+            return deferred(leased, decision.until_ms, now_ms, decision.reason)
+        case Expired():
+            return expired(leased, now_ms, decision.reason)
+        case Cancelled():
+            return cancelled(leased, now_ms)
+        case AcknowledgeOnly():
+            return acknowledge_only(leased)
 
 
 def sent(
@@ -268,20 +282,6 @@ def failed(
 def acknowledge_only(leased: LeasedDelivery) -> Outcome:
     """Nothing to record (the delivery already ended): only acknowledge the work entry."""
     return _about(leased, events=b"", fields={})
-
-
-def not_to_send(leased: LeasedDelivery, max_leases: int) -> Outcome:
-    """The outcome of a delivery whose lease says not to send it: a duplicate of one that
-    already ended (TERMINAL) is only acknowledged; one of a cancelled campaign ends
-    CANCELLED; one that workers keep dying on (POISON: leased more than ``max_leases`` times
-    without an outcome) fails into the dead-letter queue."""
-    lease = leased.lease
-    if lease.verdict == "TERMINAL":
-        return acknowledge_only(leased)
-    if lease.verdict == "CANCELLED":
-        return cancelled(leased, lease.now_ms)
-    reason = f"leased {max_leases + 1} times without an outcome: workers keep failing on it"
-    return failed(leased, ErrorClass.POISON, reason, lease.now_ms, attempts=lease.attempts)
 
 
 def _outcome(

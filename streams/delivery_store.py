@@ -1,10 +1,11 @@
 """Where delivery workers record their work: leases, outcomes and raw dead letters.
 
 ``begin`` takes a lease for the deliveries a worker is about to send (``lua/delivery_begin
-.lua``); ``finish`` records each outcome (``streams.delivery_outcomes``) atomically with its
-events, its ``delayed`` or dead-letter entry and the acknowledgement of its work entry
-(``lua/delivery_finish.lua``); ``dead_letter_raw`` parks a work entry nobody can read
-(``lua/dead_letter_raw.lua``). Each script's call is laid out by the function named after it.
+.lua``; its verdicts: ``streams.delivery_leases``); ``finish`` records each outcome
+(``streams.delivery_outcomes``) atomically with its events, its ``delayed`` or dead-letter
+entry and the acknowledgement of its work entry (``lua/delivery_finish.lua``);
+``dead_letter_raw`` parks a work entry nobody can read (``lua/dead_letter_raw.lua``). Each
+script's call is laid out by the function named after it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from redis.asyncio import Redis
 from streams import codec, scripts
 from streams.batching import BatchedScript
 from streams.consumer_groups import DELIVERY_GROUP
+from streams.delivery_leases import VERDICT_OF_REPLY, Lease
 from streams.delivery_state import DeliveryState
 from streams.inbox import InboxWrite
 from streams.keys import ShardKeys
@@ -29,27 +31,6 @@ from streams.work_items import WorkItem
 # FAILED one's: as long as its dead letter may be replayed (CLARION_DLQ_RETENTION).
 STATE_RETENTION_MS = 86400 * 1000
 FAILED_STATE_RETENTION_MS = 7 * 86400 * 1000
-
-# GO: the lease is ours; POISON: the lease is ours, but the delivery was leased more often
-# than allowed without an outcome (fail it, do not send it); CANCELLED: the lease is ours, but
-# its campaign was cancelled (end it CANCELLED, do not send it); TERMINAL: the delivery ended
-# already (drop the work item); LEASED: another live lease holds it (leave the item for later).
-LeaseVerdict = Literal["GO", "POISON", "CANCELLED", "TERMINAL", "LEASED"]
-
-
-@dataclass(frozen=True, slots=True)
-class Lease:
-    """What ``begin`` found for one delivery."""
-
-    verdict: LeaseVerdict
-    version: int
-    attempts: int
-    now_ms: int
-    first_attempt_ms: int
-    # The notification's shared template data, encoded, for a GO or POISON lease of an item
-    # with ``shared_data`` (b"" when it has none, or when it is gone, or for any other
-    # verdict).
-    shared_data: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +106,9 @@ class DeliveryStore:
         flat = iter(await scripts.DELIVERY_BEGIN(self.redis, *call))
         per_item = zip(flat, flat, flat, flat, flat, flat, strict=True)  # six values per item
         return [
-            Lease(verdict.decode(), int(version), int(attempts), int(now), int(first), data)
+            Lease(
+                VERDICT_OF_REPLY[verdict], int(version), int(attempts), int(now), int(first), data
+            )
             for verdict, version, attempts, now, first, data in per_item
         ]
 

@@ -1,10 +1,10 @@
-"""One attempt at one leased delivery: render, call the provider, classify what happened.
+"""One attempt at one leased delivery: render, call the provider, decide what happened.
 
-The provider gets the delivery id as its idempotency key on every attempt. What the answer
-means is decided here: a send is SENT; a TRANSIENT failure is retried after the channel's
-backoff while attempts and the TTL allow (never past the TTL: then it expires); anything
-else, and a retry that is not allowed, fails the delivery into the dead-letter queue. An
-exception no adapter should raise is a BUG: the worker survives it and the delivery fails.
+The provider gets the delivery id as its idempotency key on every attempt. What its answer
+means is decided in ``decide``: a send is SENT; a TRANSIENT failure is retried after the
+channel's backoff while attempts and the TTL allow; anything else fails the delivery into
+the dead-letter queue. An exception no adapter should raise is a BUG: the worker survives it
+and the delivery fails. The attempt returns its decision; the worker records it.
 """
 
 from __future__ import annotations
@@ -14,17 +14,15 @@ from typing import NamedTuple
 
 import structlog
 
-from app.catalog import Catalog, RetryPolicy
+from app.catalog import Catalog
+from app.delivery import decide
 from app.delivery.provider_timeouts import ProviderTimeouts
 from app.delivery.rendering import RenderError, render
-from app.delivery.retry_policy import may_retry, retry_delay
-from app.logging import mask
 from app.providers.base import Message, Provider, ProviderError
 from app.providers.inbox import InboxProvider
 from app.unsubscribe import UnsubscribeLinks
-from streams import delivery_outcomes
-from streams.delivery_outcomes import MAX_ERROR_TEXT, LeasedDelivery
-from streams.delivery_store import Outcome
+from streams.delivery_decisions import Decision, Sent
+from streams.delivery_leases import LeasedDelivery
 from streams.vocabulary import Channel, ErrorClass
 from streams.work_items import WorkItem
 
@@ -32,11 +30,12 @@ log = structlog.get_logger(__name__)
 
 
 class Attempted(NamedTuple):
-    """An attempt's outcome, and what it says about the provider for its circuit breaker:
-    True when it failed TRANSIENT, False when it answered, None when it was not called (or
-    failed in a way that says nothing about it, a BUG)."""
+    """An attempt's decision, when it was made (ms), and what it says about the provider for
+    its circuit breaker: True when it failed TRANSIENT, False when it answered, None when it
+    was not called (or failed in a way that says nothing about it, a BUG)."""
 
-    outcome: Outcome
+    decision: Decision
+    at_ms: int
     provider_failed: bool | None
 
 
@@ -71,7 +70,7 @@ class Attempts:
         except RenderError as error:
             log.warning("delivery.render_failed", error=str(error))
             text = f"template: {error}"
-            return Attempted(self._failed(leased, ErrorClass.PERMANENT, text, ""), None)
+            return self._failed(leased, ErrorClass.PERMANENT, text, "", provider_failed=None)
         message = Message(
             delivery_id=item.delivery_id,
             idempotency_key=item.delivery_id,
@@ -101,28 +100,23 @@ class Attempts:
             return await self._refused(leased, provider_name, error)
         except TimeoutError:
             text = f"{provider_name}: no answer within {timeout:g} s"
-            return Attempted(self._failed(leased, ErrorClass.TRANSIENT, text, provider_name), True)
+            return self._failed(
+                leased, ErrorClass.TRANSIENT, text, provider_name, provider_failed=True
+            )
         except Exception as error:  # a bug, here or in the adapter: survive it
             log.exception("delivery.bug")
-            text = error_text(f"{type(error).__name__}: {error}")
-            attempts = leased.lease.attempts + 1
-            outcome = delivery_outcomes.failed(
-                leased, ErrorClass.BUG, text, self.now_ms(), attempts=attempts,
-                provider=provider_name,
-            )  # fmt: skip
-            return Attempted(outcome, None)
-        outcome = delivery_outcomes.sent(
-            leased, provider_name, message_id, self.now_ms(), rendered.sms_segments
-        )
-        return Attempted(outcome, False)
+            return Attempted(decide.after_bug(leased, error, provider_name), self.now_ms(), None)
+        sent = Sent(provider_name, message_id, rendered.sms_segments)
+        return Attempted(sent, self.now_ms(), False)
 
     async def _to_inbox(
         self, leased: LeasedDelivery, provider: InboxProvider, message: Message
     ) -> Attempted:
-        """The outcome of an IN_APP delivery through Clarion's own inbox: SENT, or FAILED
-        when the inbox refuses the message (a link that is no safe action URL)."""
+        """An IN_APP delivery through Clarion's own inbox: SENT, or FAILED when the inbox
+        refuses the message (a link that is no safe action URL)."""
         try:
-            return Attempted(provider.outcome(leased, message, self.now_ms()), False)
+            now_ms = self.now_ms()
+            return Attempted(provider.decision(leased, message, now_ms), now_ms, False)
         except ProviderError as error:
             return await self._refused(leased, provider.name, error)
 
@@ -148,22 +142,17 @@ class Attempts:
         self, leased: LeasedDelivery, provider_name: str, error: ProviderError
     ) -> Attempted:
         """The provider refused or failed: classify, and fail over when that is safe."""
-        text = error_text(error.message)
-        if error.reason is not None:
-            text = f"{error.reason}: {text}"[:MAX_ERROR_TEXT]
+        text = decide.refusal_text(error)
         log.info("delivery.attempt_failed", error_class=error.error_class, error=text)
         if error.invalid_address:
             await self.forget_address(leased.item, provider_name)
-        transient = error.error_class is ErrorClass.TRANSIENT
-        # Only a message that certainly never reached its provider may go to another one:
-        # anything else might have been sent, and a second provider would send it again.
-        fail_over = transient and error.not_accepted
         item = leased.item
-        fail_over = fail_over and len(self.catalog.provider_order(item.channel, item.address)) > 1
-        outcome = self._failed(
-            leased, error.error_class, text, provider_name, error.retry_after, fail_over=fail_over
-        )
-        return Attempted(outcome, transient)
+        providers = len(self.catalog.provider_order(item.channel, item.address))
+        return self._failed(
+            leased, error.error_class, text, provider_name, error.retry_after,
+            fail_over=decide.may_fail_over(error, providers),
+            provider_failed=error.error_class is ErrorClass.TRANSIENT,
+        )  # fmt: skip
 
     def _failed(
         self,
@@ -174,50 +163,18 @@ class Attempts:
         retry_after: float | None = None,
         *,
         fail_over: bool = False,
-    ) -> Outcome:
-        return failed_attempt(
+        provider_failed: bool | None,
+    ) -> Attempted:
+        """The decision after a failed attempt, with what it says about the provider."""
+        now_ms = self.now_ms()
+        decision = decide.after_failure(
             leased,
             error_class=error_class,
             error=error,
             policy=self.catalog.channels[leased.item.channel].retry,
-            now_ms=self.now_ms(),
+            now_ms=now_ms,
             retry_after=retry_after,
             provider=provider,
             fail_over=fail_over,
         )
-
-
-def failed_attempt(
-    leased: LeasedDelivery,
-    *,
-    error_class: ErrorClass,
-    error: str,
-    policy: RetryPolicy,
-    now_ms: int,
-    retry_after: float | None = None,
-    provider: str = "",
-    fail_over: bool = False,
-) -> Outcome:
-    """An attempt (at ``provider``) failed: retry a transient failure while attempts and
-    the TTL allow (``fail_over``: through the channel's next provider), otherwise fail the
-    delivery and dead-letter it."""
-    attempt = leased.lease.attempts + 1
-    text = error_text(error)
-    if error_class is ErrorClass.TRANSIENT and may_retry(policy, attempt):
-        due_ms = now_ms + round(retry_delay(policy, attempt, retry_after) * 1000)
-        if due_ms >= leased.item.expires_ms:
-            return delivery_outcomes.expired(leased, now_ms)  # never retry past the TTL
-        return delivery_outcomes.retry_later(
-            leased, error_class, text, due_ms, now_ms, provider=provider, fail_over=fail_over
-        )
-    return delivery_outcomes.failed(
-        leased, error_class, text, now_ms, attempts=attempt, provider=provider
-    )
-
-
-def error_text(error: str) -> str:
-    """An error text as it is stored: cut to length first (a provider's text may be of any
-    size, and nothing should scan more of it than is kept), then masked, as it may quote the
-    address. The cut keeps twice what is stored, so an address crossing the stored length is
-    still whole when it is masked."""
-    return mask(error[: 2 * MAX_ERROR_TEXT])[:MAX_ERROR_TEXT]
+        return Attempted(decision, now_ms, provider_failed)

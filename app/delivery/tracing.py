@@ -21,7 +21,7 @@ from app.catalog import Catalog
 from app.delivery.attempt import Attempted, Attempts
 from app.providers.base import Message, Provider, ProviderError
 from app.providers.inbox import InboxProvider
-from streams.delivery_outcomes import LeasedDelivery
+from streams.delivery_leases import LeasedDelivery
 
 
 class TracedAttempts(Attempts):
@@ -62,9 +62,9 @@ class TracedAttempts(Attempts):
             except BaseException as error:  # a cancellation (the worker stopping)
                 _failed(span, type(error).__name__)
                 raise
-            status = attempted.outcome.status or ""
-            span.set_attribute("clarion.outcome", status)
-            error_class = attempted.outcome.fields.get("error_class")
+            decision = attempted.decision
+            span.set_attribute("clarion.outcome", str(decision.status or ""))
+            error_class = decision.error_class
             if error_class:
                 span.set_attribute("clarion.error_class", str(error_class))
                 _failed(span, str(error_class))

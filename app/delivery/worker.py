@@ -26,6 +26,7 @@ from redis.exceptions import RedisError
 
 from app import __version__, tracing
 from app.catalog import Catalog
+from app.delivery import decide
 from app.delivery.attempt import Attempts
 from app.delivery.dead_addresses import DeadAddresses
 from app.delivery.lanes import Lanes
@@ -41,7 +42,8 @@ from app.unsubscribe import UnsubscribeLinks
 from streams import clock, codec, delivery_outcomes
 from streams.circuit_breaker import CircuitBreakers
 from streams.consumer_groups import DELIVERY_GROUP, Entry, ensure_group, is_missing_group
-from streams.delivery_outcomes import LeasedDelivery
+from streams.delivery_decisions import Decision, Deferred
+from streams.delivery_leases import UNSENT, LeasedDelivery, LeaseVerdict
 from streams.delivery_store import (
     FAILED_STATE_RETENTION_MS,
     STATE_RETENTION_MS,
@@ -49,7 +51,6 @@ from streams.delivery_store import (
     Outcome,
 )
 from streams.dlq.entries import Worker
-from streams.events import DeferReason
 from streams.keys import KeySpace, ShardKeys
 from streams.metrics_recorder import MetricsRecorder
 from streams.rate_limiter import RateLimiter
@@ -61,8 +62,6 @@ from streams.work_items import WorkItem
 log = structlog.get_logger(__name__)
 
 READ_BLOCK_MS = 1000
-# The lease verdicts of work items that are not sent (``DeliveryStore.begin``).
-_UNSENT = ("TERMINAL", "CANCELLED", "POISON")
 _WORK_FIELD = codec.WORK_FIELD.encode()
 
 
@@ -283,42 +282,44 @@ class DeliveryWorker:
         """Lease the items' deliveries in one call, record what is not to be sent; the
         deliveries leased to us to send. LEASED items stay pending: their holder finishes
         them or recovery hands them out again."""
-        options = self.options
         leases = await self.store.begin(
             shard, priority, items, self.consumer,
-            lease_ms=options.lease_ms, max_leases=options.max_deliveries,
+            lease_ms=self.options.lease_ms, max_leases=self.options.max_deliveries,
         )  # fmt: skip
         held = [
             LeasedDelivery.taken(shard, item, entry_id, lease, self.worker)
             for (entry_id, item), lease in zip(items, leases, strict=True)
         ]
-        dropped = [self._unsent(leased) for leased in held if leased.lease.verdict in _UNSENT]
+        dropped = [self._unsent(leased) for leased in held if leased.lease.verdict in UNSENT]
         if dropped:
             await self.store.finish(dropped)
-        return [leased for leased in held if leased.lease.verdict == "GO"]
+        return [leased for leased in held if leased.lease.verdict is LeaseVerdict.GO]
 
     def _unsent(self, leased: LeasedDelivery) -> Outcome:
         """The outcome of a delivery its lease says not to send (TERMINAL, CANCELLED, POISON)."""
-        if leased.lease.verdict == "POISON":
+        lease = leased.lease
+        if lease.verdict is LeaseVerdict.POISON:
             limit = self.options.max_deliveries
             log.warning("delivery.poison", delivery_id=leased.item.delivery_id, leases=limit + 1)
             self.metrics.inc(DELIVERY_FAILURES, (leased.item.channel, ErrorClass.POISON))
-        return delivery_outcomes.not_to_send(leased, self.options.max_deliveries)
+        decision = decide.not_to_send(lease, self.options.max_deliveries)
+        return delivery_outcomes.outcome(leased, decision, lease.now_ms)
 
     async def _start(self, priority: Priority, held: list[LeasedDelivery], leased_at: int) -> None:
         """Expire what is past its TTL, route the rest to providers, defer what has no
         provider or quota now, send the rest: each in a lane place the caller holds."""
         now = self.now_ms()
         ready: list[tuple[LeasedDelivery, Route]] = []
-        outcomes: list[Outcome] = []
+        decided: list[tuple[LeasedDelivery, Decision]] = []  # expired or deferred
         # Bulkhead places routing took and no send has taken over yet: whatever ends this
         # call early (Redis refusing the quota call, a stop) must not keep them for ever.
         owed: Counter[str] = Counter()
         sending = 0
         try:
             for leased in held:
-                if now >= leased.item.expires_ms:
-                    outcomes.append(delivery_outcomes.expired(leased, now))
+                expired = decide.expired_before(leased.item, now)
+                if expired is not None:
+                    decided.append((leased, expired))
                     continue
                 route = self._router.route_now(leased.item, now) or await self._router.route(
                     leased.item, now
@@ -327,14 +328,13 @@ class DeliveryWorker:
                     ready.append((leased, route))
                     owed[route.provider] += 1
                 else:
-                    outcomes.append(self._deferred(leased, route.until_ms, now, route.reason))
+                    decided.append((leased, Deferred(route.until_ms, route.reason)))
             waits = await self._quota.waits([(route.provider, priority) for _, route in ready])
             started_at = self.now_ms()
             for (leased, route), wait in zip(ready, waits, strict=True):
                 # A probe not made here is made by another delivery once its lease ends.
                 if wait > 0:
-                    until = now + max(1, round(wait * 1000))
-                    outcomes.append(self._deferred(leased, until, now, "rate_limited"))
+                    decided.append((leased, decide.quota_wait(wait, now)))
                 elif started_at - leased_at > self._start_within_ms[route.provider]:
                     # Its time limit would outlast the lease: another worker could lease and
                     # send it meanwhile. It stays pending; recovery hands it out again.
@@ -350,14 +350,14 @@ class DeliveryWorker:
             for provider, places in owed.items():
                 for _ in range(places):
                     self._router.done(provider)
-        if outcomes:
-            await self.store.finish(outcomes)
+        if decided:
+            await self.store.finish([self._held_back(*pair, now) for pair in decided])
 
-    def _deferred(
-        self, leased: LeasedDelivery, until: int, now: int, reason: DeferReason
-    ) -> Outcome:
-        self._scheduler.wake(leased.shard)
-        return delivery_outcomes.deferred(leased, until, now, reason)
+    def _held_back(self, leased: LeasedDelivery, decision: Decision, now: int) -> Outcome:
+        """An expired or deferred delivery's outcome; a deferral wakes the scheduler."""
+        if isinstance(decision, Deferred):
+            self._scheduler.wake(leased.shard)
+        return delivery_outcomes.outcome(leased, decision, now)
 
     # --- one delivery ----------------------------------------------------------------------
 
@@ -371,10 +371,10 @@ class DeliveryWorker:
         )
         provider_failed: bool | None = None
         try:
-            attempted = await self._attempts.attempt(leased, route.provider)
-            outcome, provider_failed = attempted.outcome, attempted.provider_failed
+            decision, at_ms, provider_failed = await self._attempts.attempt(leased, route.provider)
             if provider_failed is not None:
                 self.breakers.record(route.provider, failed=provider_failed)
+            outcome = delivery_outcomes.outcome(leased, decision, at_ms)
             [recorded] = await self.store.finish([outcome])
             if recorded == "OK":
                 record_outcome(self.metrics, item, outcome)

@@ -1,8 +1,8 @@
 """The inbox provider: IN_APP deliveries go into Clarion's own inbox (``streams.inbox``).
 
-There is nobody to call: the worker asks this adapter for the delivery's outcome
-(``outcome``), which records it SENT and puts its message into the recipient's inbox in one
-step. The message is the IN_APP template's title and body, with its ``link`` as the action
+There is nobody to call: the worker asks this adapter for the delivery's decision
+(``decision``), which it records as SENT with the message put into the recipient's inbox,
+in one step. The message is the IN_APP template's title and body, with its ``link`` as the action
 URL and its ``data`` for the app.
 
 An app opens the action URL when the recipient taps the message, so only links that cannot
@@ -21,9 +21,8 @@ from urllib.parse import urlsplit
 
 from app.catalog.providers import InboxConfig
 from app.providers.base import Message, ProviderError
-from streams import delivery_outcomes
-from streams.delivery_outcomes import LeasedDelivery
-from streams.delivery_store import Outcome
+from streams.delivery_decisions import SentToInbox
+from streams.delivery_leases import LeasedDelivery
 from streams.inbox_messages import InboxMessage
 from streams.vocabulary import ErrorClass
 
@@ -65,7 +64,7 @@ class InboxProvider:
         self.config = config
         self._schemes = frozenset(config.link_schemes)
 
-    def outcome(self, leased: LeasedDelivery, message: Message, now_ms: int) -> Outcome:
+    def decision(self, leased: LeasedDelivery, message: Message, now_ms: int) -> SentToInbox:
         """SENT, with ``message`` in its recipient's inbox; ``ProviderError`` (PERMANENT)
         when its link may not be an action URL."""
         refusal = link_refusal(message.push.link, self._schemes)
@@ -83,14 +82,13 @@ class InboxProvider:
             data=message.push.data,
         )
         config = self.config
-        return delivery_outcomes.sent_to_inbox(
-            leased, self.name, stored, now_ms,
-            keep=config.keep, ttl_ms=config.keep_days * _DAY_MS,
+        return SentToInbox(
+            self.name, stored, keep=config.keep, ttl_ms=config.keep_days * _DAY_MS,
             feed=config.feed,
         )  # fmt: skip
 
     async def send(self, message: Message) -> str:
-        """Never called: the worker records an inbox delivery through ``outcome``."""
+        """Never called: the worker records an inbox delivery through ``decision``."""
         raise ProviderError(
             ErrorClass.PERMANENT, f"{self.name}: inbox messages are written with their outcome"
         )

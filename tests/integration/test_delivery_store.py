@@ -13,7 +13,7 @@ from redis.exceptions import ResponseError
 
 from streams import codec, delivery_outcomes
 from streams.consumer_groups import DELIVERY_GROUP, ensure_group
-from streams.delivery_outcomes import LeasedDelivery
+from streams.delivery_leases import LeasedDelivery
 from streams.delivery_store import DeliveryStore
 from streams.dlq.entries import Worker
 from streams.events import DeliverySent

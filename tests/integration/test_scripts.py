@@ -28,10 +28,9 @@ from streams import codec, delivery_outcomes, scripts
 from streams.campaigns import CampaignChange, campaign_write_call, encode_chunk
 from streams.circuit_breaker import CircuitPolicy, circuit_call
 from streams.consumer_groups import DELIVERY_GROUP, PROJECTOR_GROUP, ensure_group
-from streams.delivery_outcomes import LeasedDelivery
+from streams.delivery_leases import Lease, LeasedDelivery, LeaseVerdict
 from streams.delivery_store import (
     DeliveryStore,
-    Lease,
     dead_letter_raw_call,
     delivery_begin_call,
     delivery_finish_call,
@@ -250,7 +249,7 @@ async def test_delivery_begin_and_finish_of_a_cancelled_campaign(
     reply = await run(real_redis, scripts.DELIVERY_BEGIN, call)
 
     assert reply[0::6] == [b"CANCELLED", b"CANCELLED", b"GO", b"GO"]
-    lease = Lease("CANCELLED", version=1, attempts=0, now_ms=1_000, first_attempt_ms=0)
+    lease = Lease(LeaseVerdict.CANCELLED, version=1, attempts=0, now_ms=1_000, first_attempt_ms=0)
     outcomes = [
         delivery_outcomes.cancelled(LeasedDelivery.taken(shard, item, entry, lease, WORKER), 1_000)
         for entry, item in work[:2]

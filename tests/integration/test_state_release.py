@@ -23,7 +23,7 @@ from app.api.app import create_app
 from app.settings import Settings
 from streams import codec, delivery_outcomes
 from streams.consumer_groups import DELIVERY_GROUP, ensure_group
-from streams.delivery_outcomes import LeasedDelivery
+from streams.delivery_leases import LeasedDelivery
 from streams.delivery_store import DeliveryStore
 from streams.dlq.entries import Worker
 from streams.events import ProviderFeedbackReceived

@@ -6,8 +6,7 @@ from typing import Any
 
 import msgspec
 
-from streams.delivery_outcomes import LeasedDelivery
-from streams.delivery_store import Lease
+from streams.delivery_leases import Lease, LeasedDelivery, LeaseVerdict
 from streams.dlq.entries import Worker
 from streams.keys import KeySpace
 from streams.vocabulary import Channel, Priority
@@ -37,6 +36,6 @@ def leased(
     """``ITEM`` (with ``item_changes``) leased at 5 s by worker "w": ``attempts`` made so far,
     the first at ``first_attempt_ms`` (0: none), the state at ``version``."""
     item = msgspec.structs.replace(ITEM, **item_changes)
-    lease = Lease("GO", version=version, attempts=attempts, now_ms=5_000,
+    lease = Lease(LeaseVerdict.GO, version=version, attempts=attempts, now_ms=5_000,
                   first_attempt_ms=first_attempt_ms)  # fmt: skip
     return LeasedDelivery.taken(KeySpace("t").shard(0), item, "1-0", lease, Worker("w", "1"))

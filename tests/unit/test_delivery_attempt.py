@@ -1,6 +1,5 @@
-"""One attempt at one leased delivery, without Redis: what a provider's answer means, and what
-a failed attempt leads to (retried while allowed, expired rather than retried past the TTL,
-FAILED once the attempts are used up), every stored error text masked."""
+"""One attempt at one leased delivery, without Redis: what a provider's answer means, as the
+outcome its decision records, every stored error text masked."""
 
 from __future__ import annotations
 
@@ -11,89 +10,22 @@ from typing import Any
 
 import pytest
 
-from app.catalog import Catalog, RetryPolicy, parse_catalog
-from app.delivery.attempt import Attempts, error_text, failed_attempt
+from app.catalog import Catalog, parse_catalog
+from app.delivery.attempt import Attempts
+from app.delivery.decide import error_text
 from app.delivery.provider_timeouts import ProviderTimeouts
 from app.providers.base import Message, ProviderError, Reason
 from app.unsubscribe import PATH, OptOut, UnsubscribeLinks, UnsubscribeTokens
-from streams import codec
-from streams.delivery_outcomes import MAX_ERROR_TEXT, LeasedDelivery
+from streams import codec, delivery_outcomes
+from streams.delivery_outcomes import MAX_ERROR_TEXT
 from streams.delivery_store import Outcome
-from streams.events import DeliveryAttemptFailed, DeliverySent
-from streams.scheduler import work_item_of_member
+from streams.events import DeliverySent
 from streams.vocabulary import Channel, ErrorClass
 from streams.work_items import WorkItem
 from tests.conftest import DIGEST_SECRET, REPO
 from tests.unit.delivery_examples import leased
 
 NOW = 100_000
-POLICY = RetryPolicy(base_seconds=2, max_seconds=60, max_attempts=4)
-TOLD_TO_WAIT = 3.0  # a Retry-After above every jittered delay of the tests' attempts
-
-
-def failure(held: LeasedDelivery, error_class: ErrorClass, error: str = "503") -> Outcome:
-    return failed_attempt(
-        held, error_class=error_class, error=error, policy=POLICY, now_ms=NOW,
-        retry_after=TOLD_TO_WAIT,
-    )  # fmt: skip
-
-
-def test_a_transient_failure_is_retried_while_attempts_are_left() -> None:
-    outcome = failure(leased(attempts=0), ErrorClass.TRANSIENT)
-    assert outcome.status == "SCHEDULED"
-    assert outcome.due_ms == NOW + 3_000  # the Retry-After; the drawn delay is at most 2 s
-    assert outcome.fields["attempts"] == 1
-    retried = codec.decode_work_item(work_item_of_member(outcome.delayed_member))
-    assert retried.attempts == 1
-    [event] = codec.decode_events(outcome.events)
-    assert isinstance(event, DeliveryAttemptFailed)
-    assert (event.attempt, event.error_class, event.error) == (1, "TRANSIENT", "503")
-
-
-def test_the_retry_waits_a_jittered_delay_below_the_ceiling() -> None:
-    outcome = failed_attempt(
-        leased(attempts=2), error_class=ErrorClass.TRANSIENT, error="503", policy=POLICY,
-        now_ms=NOW,
-    )  # fmt: skip
-    assert outcome.status == "SCHEDULED"
-    assert NOW <= outcome.due_ms <= NOW + 8_000  # third attempt: a ceiling of 2 * 2^2 s
-
-
-def test_a_retry_that_would_land_past_the_ttl_expires_instead() -> None:
-    outcome = failure(leased(attempts=0, expires_ms=NOW + 2_999), ErrorClass.TRANSIENT)
-    assert (outcome.status, outcome.fields["reason"]) == ("EXPIRED", "ttl")
-    assert outcome.delayed_member == b""
-    assert outcome.dead_letter == {}
-    at_the_edge = failure(leased(attempts=0, expires_ms=NOW + 3_000), ErrorClass.TRANSIENT)
-    assert at_the_edge.status == "EXPIRED"  # due exactly when it expires: never sent
-    in_time = failure(leased(attempts=0, expires_ms=NOW + 3_001), ErrorClass.TRANSIENT)
-    assert in_time.status == "SCHEDULED"
-
-
-def test_a_transient_failure_with_the_attempts_used_up_fails_the_delivery() -> None:
-    outcome = failure(leased(attempts=3), ErrorClass.TRANSIENT)  # the fourth of four
-    assert outcome.status == "FAILED"
-    assert (outcome.fields["attempts"], outcome.fields["error_class"]) == (4, "TRANSIENT")
-    assert outcome.dead_letter["attempts"] == 4
-
-
-@pytest.mark.parametrize("error_class", [ErrorClass.PERMANENT, ErrorClass.POISON, ErrorClass.BUG])
-def test_any_other_failure_fails_at_once(error_class: ErrorClass) -> None:
-    outcome = failure(leased(attempts=0), error_class)
-    assert outcome.status == "FAILED"
-    assert (outcome.fields["attempts"], outcome.dead_letter["error_class"]) == (1, error_class)
-
-
-def test_error_texts_are_masked_wherever_they_are_kept() -> None:
-    error = "number +4915112345678 of jane@example.com does not exist"
-    for outcome in (failure(leased(attempts=0), ErrorClass.TRANSIENT, error),
-                    failure(leased(attempts=0), ErrorClass.PERMANENT, error)):  # fmt: skip
-        kept = [outcome.fields["last_error"], outcome.events.decode()]
-        kept += [str(outcome.dead_letter.get("last_error", ""))]
-        for text in kept:
-            assert "+4915112345678" not in text
-            assert "jane@example.com" not in text
-        assert outcome.fields["last_error"] == "number <phone> of <email> does not exist"
 
 
 # --- attempts with a provider ----------------------------------------------------------------
@@ -150,7 +82,8 @@ async def attempt(
 
     attempts = Attempts(catalog, {"sandbox": provider}, timeouts, lambda: NOW, forget, links=links)
     held = leased(attempts=1, data=data or {"code": "4242"}, **item)
-    return (await attempts.attempt(held)).outcome, forgotten
+    decision, at_ms, _ = await attempts.attempt(held)
+    return delivery_outcomes.outcome(held, decision, at_ms), forgotten
 
 
 async def test_a_send_is_recorded_with_the_providers_message_id(

@@ -7,6 +7,16 @@ import dataclasses
 from datetime import UTC, datetime
 
 from streams import codec, delivery_outcomes
+from streams.delivery_decisions import (
+    AcknowledgeOnly,
+    Cancelled,
+    Deferred,
+    Expired,
+    Failed,
+    RetryAt,
+    Sent,
+    SentToInbox,
+)
 from streams.delivery_outcomes import MAX_ERROR_TEXT
 from streams.delivery_store import Outcome
 from streams.events import (
@@ -19,6 +29,7 @@ from streams.events import (
     DeliveryFailed,
     DeliverySent,
 )
+from streams.inbox_messages import InboxMessage
 from streams.scheduler import work_item_of_member
 from streams.vocabulary import ErrorClass, Priority
 from tests.unit.delivery_examples import ITEM, leased
@@ -188,15 +199,43 @@ def test_an_ending_outcome_releases_the_shared_data_and_a_dead_letter_keeps_a_co
     assert (kept.shared_data, kept.data) == (False, {"code": "9"})
 
 
-def test_a_lease_that_says_not_to_send_has_an_outcome_of_its_own() -> None:
-    def verdict(name: str) -> Outcome:
-        held = leased(attempts=2)
-        lease = dataclasses.replace(held.lease, verdict=name)
-        return delivery_outcomes.not_to_send(dataclasses.replace(held, lease=lease), 5)
-
-    assert verdict("TERMINAL").events == b""  # already ended: only acknowledged
-    assert verdict("CANCELLED").status == "CANCELLED"
-    poison = verdict("POISON")
-    assert (poison.status, poison.dead_letter["error_class"]) == ("FAILED", "POISON")
-    assert poison.dead_letter["last_error"].startswith("leased 6 times without an outcome")
-    assert poison.dead_letter["attempts"] == 2  # leases are not attempts
+def test_each_decision_is_recorded_by_its_own_outcome() -> None:
+    held = leased(attempts=2)
+    message = InboxMessage(
+        id="d", notification_id="n", type="otp", title="t", body="b", created_at=at(NOW)
+    )
+    pairs = [
+        (Sent("sandbox", "m-1", 2), delivery_outcomes.sent(held, "sandbox", "m-1", NOW, 2)),
+        (
+            SentToInbox("inbox", message, keep=10, ttl_ms=1_000, feed=(5, 2_000)),
+            delivery_outcomes.sent_to_inbox(
+                held, "inbox", message, NOW, keep=10, ttl_ms=1_000, feed=(5, 2_000)
+            ),
+        ),
+        (
+            RetryAt(LATER, ErrorClass.TRANSIENT, "busy", provider="a", fail_over=True),
+            delivery_outcomes.retry_later(
+                held, ErrorClass.TRANSIENT, "busy", LATER, NOW, provider="a", fail_over=True
+            ),
+        ),
+        (
+            Failed(ErrorClass.PERMANENT, "no", attempts=3, provider="a"),
+            delivery_outcomes.failed(
+                held, ErrorClass.PERMANENT, "no", NOW, attempts=3, provider="a"
+            ),
+        ),
+        (
+            Deferred(LATER, "circuit_open"),
+            delivery_outcomes.deferred(held, LATER, NOW, "circuit_open"),
+        ),
+        (
+            Expired("quiet_hours_past_ttl"),
+            delivery_outcomes.expired(held, NOW, "quiet_hours_past_ttl"),
+        ),
+        (Cancelled(), delivery_outcomes.cancelled(held, NOW)),
+        (AcknowledgeOnly(), delivery_outcomes.acknowledge_only(held)),
+    ]
+    for decision, expected in pairs:
+        outcome = delivery_outcomes.outcome(held, decision, NOW)
+        assert outcome == expected, decision
+        assert outcome.status == (decision.status and str(decision.status)), decision

@@ -74,7 +74,7 @@ async def test_an_attempt_is_a_child_of_the_request_that_made_its_work_item(
     attempted = await attempts(catalog, timeouts, Provider("ok")).attempt(
         leased(attempts=1, trace=PARENT, data=DATA), "sandbox"
     )
-    assert attempted.outcome.status == "SENT"
+    assert attempted.decision.status == "SENT"
     provider_span, attempt_span = ended()
     assert (attempt_span.name, attempt_span.kind) == ("deliver SMS", SpanKind.CONSUMER)
     assert attempt_span.parent is not None
@@ -107,7 +107,7 @@ async def test_a_failed_call_names_its_error_class_and_never_its_text(
     attempted = await attempts(catalog, timeouts, Provider(refused)).attempt(
         leased(attempts=0, trace=PARENT, data=DATA), "sandbox"
     )
-    assert attempted.outcome.status == "FAILED"
+    assert attempted.decision.status == "FAILED"
     provider_span, attempt_span = ended()
     for span in (provider_span, attempt_span):
         assert span.status.status_code is StatusCode.ERROR
