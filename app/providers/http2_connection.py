@@ -8,6 +8,7 @@ the keepalive."""
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Sequence
 from typing import Final, cast
 
@@ -131,8 +132,8 @@ class Connection(asyncio.Protocol):
         self._streams: dict[int, Response] = {}
         self._bodies: dict[int, memoryview] = {}  # unsent request bodies, in the order they came
         self._next_id = 1
-        self._free = asyncio.Semaphore(0)  # streams the server allows beyond those open
-        self._limit = self._owed = 0  # owed: streams to take back (the limit was lowered)
+        self._waiting: deque[asyncio.Future[None]] = deque()  # requests waiting for a stream
+        self._limit = 0  # streams open at once: none before the server's SETTINGS
         self._server_limit = MAX_STREAMS  # unlimited until its SETTINGS say otherwise
         self._writes = self._received = self._seen = 0
         self._flushing = self._pinged = self.usable = self._draining = False
@@ -149,16 +150,17 @@ class Connection(asyncio.Protocol):
 
     async def exchange(self, fields: Fields, body: bytes, until: float, end: float) -> Response:
         """Send one request on a stream of this connection and await its answer."""
-        if self._free.locked():
-            async with asyncio.timeout_at(until):  # TimeoutError: no free stream in time
-                await self._free.acquire()
-        else:
-            await self._free.acquire()
+        if self._waiting or len(self._streams) >= self._limit:
+            await self._stream(until)
         if not self.usable or self._next_id > LAST_STREAM_ID:
-            self._drain()  # and the next waiter learns it too
+            self._drain()
             raise Retry
         stream_id, self._next_id = self._next_id, self._next_id + 2
-        self._h2.send_headers(stream_id, header_fields(fields), end_stream=not body)
+        try:
+            self._h2.send_headers(stream_id, header_fields(fields), end_stream=not body)
+        except h2.exceptions.ProtocolError:  # h2 takes no new stream (a connection ending)
+            self._drain()
+            raise Retry from None
         stream = Response(self._loop.create_future(), self._writes)
         self._streams[stream_id] = stream
         self._h2.open = len(self._streams)
@@ -173,6 +175,33 @@ class Connection(asyncio.Protocol):
             timer.cancel()
             if stream_id in self._streams:  # the caller gave up
                 self._reset(stream_id, "Cancelled")
+
+    async def _stream(self, until: float) -> None:
+        """Wait until the server allows one more stream or the connection takes no new one
+        (first come, first served); ``TimeoutError`` at ``until``."""
+        behind = bool(self._waiting)  # those waiting already go first
+        while self.usable and (behind or len(self._streams) >= self._limit):
+            behind = False
+            waiter = self._loop.create_future()
+            self._waiting.append(waiter)
+            try:
+                async with asyncio.timeout_at(until):
+                    await waiter
+            except BaseException:
+                if waiter.done() and not waiter.cancelled():
+                    self._wake()  # woken and gone: the next one takes its place
+                else:
+                    self._waiting.remove(waiter)
+                raise
+
+    def _wake(self) -> None:
+        """Wake as many waiting requests as streams are free (all when none will be)."""
+        free = self._limit - len(self._streams) if self.usable else len(self._waiting)
+        while free > 0 and self._waiting:
+            waiter = self._waiting.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                free -= 1
 
     def _send_bodies(self) -> None:
         """Send what the windows let out, in the order the bodies came. A body whose stream
@@ -220,10 +249,8 @@ class Connection(asyncio.Protocol):
             stream.future.set_result(stream)
         if self._bodies.pop(stream_id, None) is not None:  # answered before its body left
             self._cancel(stream_id)
-        if self._owed:
-            self._owed -= 1
-        else:
-            self._free.release()
+        if self._waiting:
+            self._wake()
         if self._draining and not self._streams:
             self.transport.close()
 
@@ -242,7 +269,7 @@ class Connection(asyncio.Protocol):
 
     def _drain(self) -> None:  # take no new stream; close once the open ones end
         self.usable, self._draining = False, True
-        self._free.release()  # each woken waiter finds it unusable and wakes the next
+        self._wake()  # every waiting request: each finds the connection unusable
         if not self._streams:
             self.transport.close()
 
@@ -255,7 +282,7 @@ class Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
-        self.usable = True  # requests wait for the server's SETTINGS on ``_free``
+        self.usable = True  # requests wait for the server's SETTINGS
         self._timer = self._loop.call_later(self._keepalive, self._tick)
         self._h2.initiate_connection()
         self._h2.increment_flow_control_window(RECEIVE_WINDOW - DEFAULT_WINDOW)
@@ -266,6 +293,7 @@ class Connection(asyncio.Protocol):
         try:
             events = self._h2.receive_data(data)
         except h2.exceptions.ProtocolError:  # h2 queued a GOAWAY naming the error
+            self.usable = False
             self._flush()
             self.transport.abort()
             return
@@ -326,11 +354,8 @@ class Connection(asyncio.Protocol):
         changed = event.changed_settings.get(h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS)
         if changed is not None:
             self._server_limit = changed.new_value
-        limit = min(self._server_limit, MAX_STREAMS)
-        self._owed, self._limit = self._owed - (limit - self._limit), limit
-        for _ in range(-self._owed):
-            self._free.release()
-        self._owed = max(self._owed, 0)
+        self._limit = min(self._server_limit, MAX_STREAMS)
+        self._wake()
         self._send_bodies()
 
     def _on_window_update(self, event: h2.events.WindowUpdated) -> None:

@@ -1,16 +1,24 @@
-"""``hpack``'s encoder and decoder as the push client's HTTP/2 connection hands them to ``h2``,
-each remembering the header blocks it made or read while its table stays as it is.
+"""``hpack``'s encoder and decoder as the push client's HTTP/2 connection hands them to ``h2``:
+the encoder with a table kept empty, each remembering what it coded.
 
-A client sends the same fields again and again (an FCM request's are the same for an hour),
-and a server answers alike again and again: HPACK's output for a header list depends only on
-the list and the table, so while the table holds the same entries the block is the same
-bytes, and a block read before means what it meant then. Encoding or decoding one in
-``hpack`` costs 20-40 µs of Python; looking it up costs well under one. An entry added (a
-new newest) or evicted (fewer entries, or a new newest at the same count) changes what
-indices mean: every block remembered is forgotten then. A block that changed the table as
-it was encoded or decoded is not remembered, since a second time would not change it.
+The encoder keeps its table empty and says so in its first block (RFC 7541 4.2, 6.3; a
+server's SETTINGS_HEADER_TABLE_SIZE is only an upper bound): every field goes out as a
+literal, by the static table's index where it has one, that no table keeps (4.4). An
+indexed field would save bytes, but ``hpack`` looks every field up by walking the whole
+table, and requests whose fields differ each time (a Web Push endpoint's path, an APNs
+collapse id) would fill it with entries never used again: the walk cost a Web Push send
+more than its encryption. With the table empty a field is always the same bytes, so each
+is encoded once and then taken from memory (the fields last used; most are the same in
+every request). Literal values are not Huffman-coded: it saves a third of the encoder's time
+for a few bytes.
 
-Literal values are not Huffman-coded: it saves a third of the encoder's time for a few bytes.
+The decoder follows whatever the server indexes, and a server answers alike again and again:
+a header block's meaning depends only on its bytes and the table, so while the table holds
+the same entries a block read before means what it meant then. Decoding one in ``hpack``
+costs 20-40 µs of Python; looking it up well under one. An entry added (a new newest) or
+evicted (fewer entries, or a new newest at the same count) changes what indices mean: every
+block remembered is forgotten then. A block that changed the table as it was decoded is not
+remembered, since a second time would not change it.
 """
 
 from __future__ import annotations
@@ -20,7 +28,8 @@ from typing import Any, Final
 
 import hpack
 
-MAX_BLOCKS: Final = 64  # remembered per direction, each table state
+MAX_FIELDS: Final = 1024  # encoded fields remembered
+MAX_BLOCKS: Final = 64  # decoded blocks remembered, each table state
 
 
 def _state(table: hpack.table.HeaderTable) -> tuple[int, object]:
@@ -29,26 +38,37 @@ def _state(table: hpack.table.HeaderTable) -> tuple[int, object]:
 
 
 class Encoder(hpack.Encoder):
-    """``hpack.Encoder`` remembering the blocks of header lists it encoded (see the module)."""
+    """``hpack.Encoder`` with its table kept empty, remembering fields (see the module)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self._blocks: dict[tuple[Any, ...], bytes] = {}
+        self._fields: dict[hpack.HeaderTuple, bytes] = {}
+        self.header_table.maxsize = 0
+        self.table_size_changes.append(0)  # written at the start of the first block
+
+    @property
+    def header_table_size(self) -> int:
+        return self.header_table.maxsize
+
+    @header_table_size.setter
+    def header_table_size(self, value: int) -> None:
+        """The server's SETTINGS_HEADER_TABLE_SIZE, a bound: the table stays empty."""
 
     def encode(self, headers: Any, huffman: bool = False) -> bytes:
-        # Each field's class (never indexed or not) follows from its name, so the fields'
-        # names and values say what the block will be.
-        key = tuple(headers)
-        block = self._blocks.get(key)
-        if block is not None and not self.header_table.resized:
-            return block
-        before = _state(self.header_table)
-        block = super().encode(key, huffman=False)
-        if _state(self.header_table) != before:
-            self._blocks.clear()
-        elif len(self._blocks) < MAX_BLOCKS:
-            self._blocks[key] = block
-        return block
+        """The block of ``headers`` (``HeaderTuple``s, as h2 hands them on)."""
+        if self.header_table.resized:  # the first block: it starts with the table's size
+            return super().encode(headers, huffman=False)
+        fields, parts = self._fields, []
+        for field in headers:
+            # Whether a field is never indexed follows from its name (one class a name).
+            part = fields.get(field)
+            if part is None:
+                part = self.add((field[0], field[1]), not field.indexable, huffman=False)
+                if len(fields) >= MAX_FIELDS:
+                    fields.clear()
+                fields[field] = part
+            parts.append(part)
+        return b"".join(parts)
 
 
 class Decoder(hpack.Decoder):
