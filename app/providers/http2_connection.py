@@ -257,8 +257,8 @@ class Connection(asyncio.Protocol):
     def _cancel(self, stream_id: int) -> None:
         try:
             self._h2.reset_stream(stream_id, ErrorCodes.CANCEL)
-        except h2.exceptions.StreamClosedError:
-            return  # over already on both sides
+        except h2.exceptions.ProtocolError:
+            return  # the stream is over on both sides, or the connection is ending
         self._schedule_flush()
 
     def _reset(self, stream_id: int, kind: str) -> None:

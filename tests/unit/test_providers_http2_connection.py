@@ -160,6 +160,17 @@ async def test_h2_s_table_of_streams_does_not_grow_with_the_requests() -> None:
     assert server.client._h2.open_outbound_streams == 0
 
 
+async def test_a_request_given_up_while_its_connection_closes_is_cancelled_as_asked() -> None:
+    server = Server()
+    await server.turn()
+    request = server.request(b"x")
+    await server.turn()
+    server.client.close()  # h2 sent its GOAWAY: it resets no stream any more
+    request.cancel()
+    failure = await asyncio.gather(request, return_exceptions=True)
+    assert isinstance(failure[0], asyncio.CancelledError)
+
+
 async def test_a_server_that_breaks_the_protocol_loses_the_connection() -> None:
     server = Server()
     await server.turn()
