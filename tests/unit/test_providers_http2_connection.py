@@ -1,9 +1,13 @@
 """One HTTP/2 connection of the push client against an ``h2`` server in memory: bodies leave
-within the server's windows, in the order they came, and wait for its WINDOW_UPDATEs; the
-streams open never exceed the server's SETTINGS_MAX_CONCURRENT_STREAMS, lowered or raised;
-after a GOAWAY the streams up to its last stream id are still answered, those above fail as
-not sent and no new stream opens; ``h2``'s table of streams does not grow with the requests
-made."""
+within the server's windows, in the order they came, and wait for its WINDOW_UPDATEs; a body
+the server answered before it was all sent goes no further and its stream is reset; answers
+beyond the connection's first window keep coming; a header block over a frame continues in
+CONTINUATION frames; the streams open never exceed the server's
+SETTINGS_MAX_CONCURRENT_STREAMS, lowered or raised; after a GOAWAY the streams up to its last
+stream id are still answered, those above fail as not sent and no new stream opens; ``h2``'s
+table of streams does not grow with the requests made; a request given up while the
+connection closes is cancelled, and a server that breaks the protocol gets a GOAWAY naming
+the error."""
 
 from __future__ import annotations
 
@@ -51,6 +55,7 @@ class Server:
         self.client.connection_made(self.pipe)  # type: ignore[arg-type]
         self.bodies: dict[int, bytearray] = {}
         self.ended: list[int] = []
+        self.resets: list[int] = []
         self.acknowledge = True
 
     async def turn(self) -> None:
@@ -65,13 +70,19 @@ class Server:
                         self.h2.acknowledge_received_data(size, event.stream_id)
                 elif isinstance(event, h2.events.StreamEnded):
                     self.ended.append(event.stream_id)
+                elif isinstance(event, h2.events.StreamReset):
+                    self.resets.append(event.stream_id)
             answer = self.h2.data_to_send()
             if answer:
                 self.client.data_received(answer)
 
     def answer(self, stream_id: int, body: bytes = b"ok") -> None:
         self.h2.send_headers(stream_id, [(":status", "200")])
-        self.h2.send_data(stream_id, body, end_stream=True)
+        for at in range(0, len(body), 16_384):
+            last = at + 16_384 >= len(body)
+            self.h2.send_data(stream_id, body[at : at + 16_384], end_stream=last)
+        if not body:
+            self.h2.end_stream(stream_id)
 
     def request(self, body: bytes) -> asyncio.Task[Response]:
         loop = asyncio.get_running_loop()
@@ -185,3 +196,56 @@ async def test_a_server_that_breaks_the_protocol_loses_the_connection() -> None:
     failure: Any = await asyncio.gather(request, return_exceptions=True)
     assert isinstance(failure[0], Failed)
     assert failure[0].kind == "ConnectionLost"
+
+
+async def test_a_header_block_over_a_frame_continues_in_continuation_frames() -> None:
+    server = Server()
+    await server.turn()
+    loop = asyncio.get_running_loop()
+    fields = [(b":method", b"GET"), (b":scheme", b"https"), (b":authority", b"push.test")]
+    fields += [(b":path", b"/"), (b"x-long", b"v" * 40_000)]
+    end = loop.time() + 5
+    request = loop.create_task(server.client.exchange(fields, b"", end, end))
+    for _ in range(3):
+        await asyncio.sleep(0)  # the request, then its write
+    frames = bytes(server.pipe.written)
+    kinds = []
+    while frames:
+        length, kind = int.from_bytes(frames[:3], "big"), frames[3]
+        kinds.append(kind)
+        frames = frames[9 + length :]
+    assert kinds == [0x1, 0x9, 0x9]  # HEADERS, CONTINUATION, CONTINUATION
+    await server.turn()
+    assert server.ended == [1]
+    server.answer(1)
+    await server.turn()
+    assert (await request).status == 200
+
+
+async def test_a_body_the_server_answered_before_it_was_sent_is_not_sent_further() -> None:
+    server = Server(initial_window_size=1000)
+    await server.turn()
+    server.acknowledge = False
+    request = server.request(b"x" * 5000)
+    await server.turn()
+    assert len(server.bodies[1]) == 1000
+    server.answer(1, b"early")
+    await server.turn()
+    assert (await request).body == b"early"
+    assert server.resets == [1]  # CANCEL: the rest of the body will not come
+    assert len(server.bodies[1]) == 1000
+    assert not server.client._bodies
+
+
+async def test_answers_beyond_the_connection_s_window_keep_coming() -> None:
+    # 300 answers of 60,000 bytes: more than the 16 MiB the connection announced at first.
+    server = Server()
+    await server.turn()
+    for _ in range(30):
+        requests = [server.request(b"") for _ in range(10)]
+        await server.turn()
+        while server.ended:
+            server.answer(server.ended.pop(), b"a" * 60_000)
+        await server.turn()
+        assert {len((await request).body) for request in requests} == {60_000}
+    assert server.h2.outbound_flow_control_window > 8 << 20
