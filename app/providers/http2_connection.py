@@ -19,7 +19,6 @@ import h2.exceptions
 import h2.settings
 from h2.connection import ConnectionInputs, H2ConnectionStateMachine
 from h2.errors import ErrorCodes
-from hpack import HeaderTuple, NeverIndexedHeaderTuple
 
 from app.providers.http2_hpack import Decoder, Encoder
 
@@ -32,8 +31,6 @@ MAX_HEADER_LIST: Final = 64 * 1024
 DEFAULT_WINDOW: Final = 65_535
 
 Fields = Sequence[tuple[bytes, bytes]]
-# Credentials: a decoder must never index them, nor an intermediary (RFC 7541 7.1.3).
-_SENSITIVE: Final = frozenset({b"authorization", b"proxy-authorization", b"cookie"})
 # The fields are ours (lowercase names, values without line breaks): h2 need not check or
 # rewrite them. Of an answer's fields this client reads ``:status`` (checked here) and hands
 # the others on as text; h2's checks of them cost a tenth of a request.
@@ -109,14 +106,6 @@ class Response:
         self.body = b""
 
 
-def header_fields(fields: Fields) -> list[HeaderTuple]:
-    """A request's fields for ``h2``, credentials marked never to be indexed."""
-    return [
-        NeverIndexedHeaderTuple(name, value) if name in _SENSITIVE else HeaderTuple(name, value)
-        for name, value in fields
-    ]
-
-
 class Connection(asyncio.Protocol):
     """One HTTP/2 connection: its streams, the requests waiting for one, its keepalive."""
 
@@ -157,7 +146,7 @@ class Connection(asyncio.Protocol):
             raise Retry
         stream_id, self._next_id = self._next_id, self._next_id + 2
         try:
-            self._h2.send_headers(stream_id, header_fields(fields), end_stream=not body)
+            self._h2.send_headers(stream_id, fields, end_stream=not body)
         except h2.exceptions.ProtocolError:  # h2 takes no new stream (a connection ending)
             self._drain()
             raise Retry from None

@@ -29,6 +29,8 @@ from typing import Any, Final
 import hpack
 
 MAX_FIELDS: Final = 1024  # encoded fields remembered
+# Credentials: a decoder must never index them, nor an intermediary (RFC 7541 7.1.3).
+SENSITIVE: Final = frozenset({b"authorization", b"proxy-authorization", b"cookie"})
 MAX_BLOCKS: Final = 64  # decoded blocks remembered, each table state
 
 
@@ -42,7 +44,7 @@ class Encoder(hpack.Encoder):
 
     def __init__(self) -> None:
         super().__init__()
-        self._fields: dict[hpack.HeaderTuple, bytes] = {}
+        self._fields: dict[tuple[bytes, bytes], bytes] = {}
         self.header_table.maxsize = 0
         self.table_size_changes.append(0)  # written at the start of the first block
 
@@ -55,15 +57,16 @@ class Encoder(hpack.Encoder):
         """The server's SETTINGS_HEADER_TABLE_SIZE, a bound: the table stays empty."""
 
     def encode(self, headers: Any, huffman: bool = False) -> bytes:
-        """The block of ``headers`` (``HeaderTuple``s, as h2 hands them on)."""
+        """The block of ``headers``, (name, value) pairs of bytes as h2 hands them on; the
+        ``SENSITIVE`` ones never to be indexed (6.2.3)."""
         if self.header_table.resized:  # the first block: it starts with the table's size
-            return super().encode(headers, huffman=False)
+            marked = [(name, value, name in SENSITIVE) for name, value in headers]
+            return super().encode(marked, huffman=False)
         fields, parts = self._fields, []
         for field in headers:
-            # Whether a field is never indexed follows from its name (one class a name).
             part = fields.get(field)
             if part is None:
-                part = self.add((field[0], field[1]), not field.indexable, huffman=False)
+                part = self.add(field, field[0] in SENSITIVE, huffman=False)
                 if len(fields) >= MAX_FIELDS:
                     fields.clear()
                 fields[field] = part
