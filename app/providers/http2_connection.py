@@ -1,57 +1,85 @@
-"""One HTTP/2 connection of the APNs and FCM client (``app.providers.http2``): its streams, the
-requests waiting for one, flow control, the frames it reads, its keepalive."""
+"""One HTTP/2 connection of the push client (``app.providers.http2``): ``h2``'s client state
+machine under an asyncio protocol of ours. ``h2`` frames, encodes and decodes header blocks,
+keeps the flow-control windows, answers PINGs and SETTINGS and checks what the server sends;
+this module keeps the requests: the streams they wait for, their bodies waiting for a
+window, their answers, the writes (one per loop turn for every request of that turn) and
+the keepalive."""
 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Sequence
 from typing import Final, cast
 
-import hpack
+import h2.config
+import h2.connection
+import h2.events
+import h2.exceptions
+import h2.settings
+from h2.connection import ConnectionInputs, H2ConnectionStateMachine
+from h2.errors import ErrorCodes
 
-from app.providers.http2_window import ReceiveWindow, SendQueue
-from app.providers.http2_wire import (
-    ACK,
-    END_HEADERS,
-    END_STREAM,
-    MAX_MAX_FRAME,
-    MAX_WINDOW,
-    MIN_MAX_FRAME,
-    PREFACE,
-    ErrorCode,
-    FrameType,
-    ProtocolError,
-    Setting,
-    frame,
-    frame_header,
-    goaway,
-    header_block,
-    headers_frames,
-    read_settings,
-    rst_stream,
-    settings,
-    two_words,
-    unpadded,
-    window_update,
-    word,
-)
+from app.providers.http2_hpack import Decoder, Encoder
 
 MAX_STREAMS: Final = 1000
 LAST_STREAM_ID: Final = 2**31 - 3  # then a connection is used up
 KEEPALIVE_SECONDS: Final = 60.0
 STREAM_WINDOW: Final = 1 << 20  # what one answer may send us
+RECEIVE_WINDOW: Final = 16 << 20  # what all answers of a connection may send us unacknowledged
 MAX_HEADER_LIST: Final = 64 * 1024
-MAX_DECODED_BLOCKS: Final = 64
+DEFAULT_WINDOW: Final = 65_535
 
 Fields = Sequence[tuple[bytes, bytes]]
-# What the client tells the server first: no server push, the stream window above.
-_OPENING: Final = PREFACE + settings(
-    [
-        (Setting.ENABLE_PUSH, 0),
-        (Setting.INITIAL_WINDOW_SIZE, STREAM_WINDOW),
-        (Setting.MAX_HEADER_LIST_SIZE, MAX_HEADER_LIST),
-    ]
+# The fields are ours (lowercase names, values without line breaks): h2 need not check or
+# rewrite them. Of an answer's fields this client reads ``:status`` (checked here) and hands
+# the others on as text; h2's checks of them cost a tenth of a request.
+_CONFIG: Final = h2.config.H2Configuration(
+    client_side=True,
+    header_encoding=None,
+    validate_outbound_headers=False,
+    normalize_outbound_headers=False,
+    validate_inbound_headers=False,
+    normalize_inbound_headers=False,
 )
+_SETTINGS: Final = {
+    h2.settings.SettingCodes.ENABLE_PUSH: 0,
+    h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
+    h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: MAX_HEADER_LIST,
+}
+
+
+class _StateMachine(H2ConnectionStateMachine):
+    """``h2``'s connection states but for a GOAWAY received: ``h2`` takes the connection for
+    closed and then refuses every frame after it as a protocol error (python-hyper/h2
+    #1199), so the streams the server still finishes, those up to its last stream id, would
+    fail. Here a GOAWAY leaves the state as it was; the connection opens no stream after one
+    (``Connection.usable``) and closes once its streams are over."""
+
+    def process_input(self, input_: ConnectionInputs) -> list[h2.events.Event]:
+        if input_ is ConnectionInputs.RECV_GOAWAY:
+            return []
+        return super().process_input(input_)
+
+
+class _H2(h2.connection.H2Connection):
+    """``h2``'s client connection counting its open streams as ``Connection`` does.
+
+    ``h2`` counts them for every new stream by walking all of its streams, which with a
+    hundred in flight cost a third of a request's CPU. ``Connection`` never opens more than
+    the server allows, so ``open`` (set by it) is the count; the walk, which also forgets
+    the streams that are over, runs once the table has grown to twice what it was after
+    the last one."""
+
+    open = 0
+    _sweep_at = 64
+
+    @property
+    def open_outbound_streams(self) -> int:
+        if len(self.streams) >= self._sweep_at:
+            self.open = self._open_streams(1)
+            self._sweep_at = 2 * self.open + 64
+        return self.open
 
 
 class Failed(Exception):  # no answer; ``sent``: the request may have reached the server
@@ -67,12 +95,11 @@ class Retry(Exception):
 class Response:
     """An answer: ``status``, ``headers`` (lowercase names) and ``body``."""
 
-    __slots__ = ("batch", "body", "chunks", "future", "headers", "size", "status", "window")
+    __slots__ = ("batch", "body", "chunks", "future", "headers", "size", "status")
 
-    def __init__(self, future: asyncio.Future[Response], batch: int, window: int) -> None:
+    def __init__(self, future: asyncio.Future[Response], batch: int) -> None:
         self.future = future
         self.batch = batch  # the connection's writes when queued: its frames left once more
-        self.window = window  # what the server lets this stream send now
         self.status = self.size = 0
         self.headers: dict[str, str] = {}
         self.chunks: list[bytes] = []
@@ -87,40 +114,47 @@ class Connection(asyncio.Protocol):
 
     def __init__(self, loop: asyncio.AbstractEventLoop, max_body: int, keepalive: float) -> None:
         self._loop, self._max_body, self._keepalive = loop, max_body, keepalive
+        self._h2 = _H2(_CONFIG)
+        self._h2.encoder, self._h2.decoder = Encoder(), Decoder(MAX_HEADER_LIST)
+        self._h2.local_settings = h2.settings.Settings(client=True, initial_values=_SETTINGS)
+        self._h2.state_machine = _StateMachine()
         self._streams: dict[int, Response] = {}
+        self._bodies: dict[int, memoryview] = {}  # unsent request bodies, in the order they came
         self._next_id = 1
-        self._free = asyncio.Semaphore(0)  # streams the server allows beyond those open
-        self._limit = self._owed = 0  # owed: streams to take back (the limit was lowered)
+        self._waiting: deque[asyncio.Future[None]] = deque()  # requests waiting for a stream
+        self._limit = 0  # streams open at once: none before the server's SETTINGS
         self._server_limit = MAX_STREAMS  # unlimited until its SETTINGS say otherwise
-        self._initial_window, self._max_frame = 65_535, MIN_MAX_FRAME
-        self._bodies = SendQueue()
-        self._received_data = ReceiveWindow()
-        self._decoder = hpack.Decoder(max_header_list_size=MAX_HEADER_LIST)
-        self._decoded: dict[bytes, tuple[str, dict[str, str]]] = {}  # see ``_decode``
-        self._input = bytearray()
-        self._output: list[bytes] = []
-        self._continued: tuple[int, int, bytearray] | None = None  # a header block's start
         self._writes = self._received = self._seen = 0
         self._flushing = self._pinged = self.usable = self._draining = False
         self.lost: asyncio.Future[None] = loop.create_future()
+        self._handlers = {
+            h2.events.ResponseReceived: self._on_response,
+            h2.events.DataReceived: self._on_data,
+            h2.events.StreamEnded: self._on_end,
+            h2.events.StreamReset: self._on_reset,
+            h2.events.RemoteSettingsChanged: self._on_settings,
+            h2.events.WindowUpdated: self._on_window_update,
+            h2.events.ConnectionTerminated: self._on_goaway,
+        }
 
     async def exchange(self, fields: Fields, body: bytes, until: float, end: float) -> Response:
         """Send one request on a stream of this connection and await its answer."""
-        if self._free.locked():
-            async with asyncio.timeout_at(until):  # TimeoutError: no free stream in time
-                await self._free.acquire()
-        else:
-            await self._free.acquire()
+        if self._waiting or len(self._streams) >= self._limit:
+            await self._stream(until)
         if not self.usable or self._next_id > LAST_STREAM_ID:
-            self._drain()  # and the next waiter learns it too
+            self._drain()
             raise Retry
         stream_id, self._next_id = self._next_id, self._next_id + 2
-        block = header_block(fields)
-        self._output.append(headers_frames(stream_id, block, not body, self._max_frame))
-        stream = Response(self._loop.create_future(), self._writes, self._initial_window)
+        try:
+            self._h2.send_headers(stream_id, fields, end_stream=not body)
+        except h2.exceptions.ProtocolError:  # h2 takes no new stream (a connection ending)
+            self._drain()
+            raise Retry from None
+        stream = Response(self._loop.create_future(), self._writes)
         self._streams[stream_id] = stream
+        self._h2.open = len(self._streams)
         if body:
-            self._bodies.add(stream_id, body)
+            self._bodies[stream_id] = memoryview(body)
             self._send_bodies()
         self._schedule_flush()
         timer = self._loop.call_at(end, self._reset, stream_id, "ReadTimeout")
@@ -131,9 +165,53 @@ class Connection(asyncio.Protocol):
             if stream_id in self._streams:  # the caller gave up
                 self._reset(stream_id, "Cancelled")
 
+    async def _stream(self, until: float) -> None:
+        """Wait until the server allows one more stream or the connection takes no new one
+        (first come, first served); ``TimeoutError`` at ``until``."""
+        behind = bool(self._waiting)  # those waiting already go first
+        while self.usable and (behind or len(self._streams) >= self._limit):
+            behind = False
+            waiter = self._loop.create_future()
+            self._waiting.append(waiter)
+            try:
+                async with asyncio.timeout_at(until):
+                    await waiter
+            except BaseException:
+                if waiter.done() and not waiter.cancelled():
+                    self._wake()  # woken and gone: the next one takes its place
+                else:
+                    self._waiting.remove(waiter)
+                raise
+
+    def _wake(self) -> None:
+        """Wake as many waiting requests as streams are free (all when none will be)."""
+        free = self._limit - len(self._streams) if self.usable else len(self._waiting)
+        while free > 0 and self._waiting:
+            waiter = self._waiting.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                free -= 1
+
     def _send_bodies(self) -> None:
-        for stream_id, chunk, last in self._bodies.sendable(self._streams, self._max_frame):
-            self._output.append(frame(FrameType.DATA, END_STREAM if last else 0, stream_id, chunk))
+        """Send what the windows let out, in the order the bodies came. A body whose stream
+        has no window left lets later ones pass; a closed connection window stops them all."""
+        connection = self._h2
+        frame_size = connection.max_outbound_frame_size
+        for stream_id, waiting in list(self._bodies.items()):
+            body = waiting
+            while body:
+                size = min(len(body), connection.local_flow_control_window(stream_id))
+                if size <= 0:
+                    break
+                size = min(size, frame_size)
+                chunk, body = body[:size], body[size:]
+                connection.send_data(stream_id, chunk.tobytes(), end_stream=not body)
+            if not body:
+                del self._bodies[stream_id]
+                continue
+            self._bodies[stream_id] = body
+            if connection.outbound_flow_control_window <= 0:
+                return
 
     def _schedule_flush(self) -> None:
         if not self._flushing:
@@ -142,79 +220,77 @@ class Connection(asyncio.Protocol):
 
     def _flush(self) -> None:
         self._flushing = False
-        if self._output and not self.transport.is_closing():
-            self.transport.write(b"".join(self._output))
+        data = self._h2.data_to_send()
+        if data and not self.transport.is_closing():
+            self.transport.write(data)
             self._writes += 1
-        self._output.clear()
 
     def _finish(self, stream_id: int, error: BaseException | None) -> None:
         """The stream ended (``error`` None) or failed: its place is free again."""
         stream = self._streams.pop(stream_id, None)
         if stream is None:
             return
+        self._h2.open = len(self._streams)
         if not stream.future.done() and error is not None:
             stream.future.set_exception(error)
         elif not stream.future.done():
             stream.body = b"".join(stream.chunks)
             stream.future.set_result(stream)
-        if self._bodies.drop(stream_id):  # answered before its body was sent: end our side
-            self._output.append(rst_stream(stream_id, ErrorCode.CANCEL))
-            self._schedule_flush()
-        if self._owed:
-            self._owed -= 1
-        else:
-            self._free.release()
+        if self._bodies.pop(stream_id, None) is not None:  # answered before its body left
+            self._cancel(stream_id)
+        if self._waiting:
+            self._wake()
         if self._draining and not self._streams:
             self.transport.close()
 
+    def _cancel(self, stream_id: int) -> None:
+        try:
+            self._h2.reset_stream(stream_id, ErrorCodes.CANCEL)
+        except h2.exceptions.ProtocolError:
+            return  # the stream is over on both sides, or the connection is ending
+        self._schedule_flush()
+
     def _reset(self, stream_id: int, kind: str) -> None:
         if stream_id in self._streams:
-            self._bodies.drop(stream_id)
+            self._bodies.pop(stream_id, None)
             self._finish(stream_id, Failed(kind, sent=True))
-            self._output.append(rst_stream(stream_id, ErrorCode.CANCEL))
-            self._schedule_flush()
+            self._cancel(stream_id)
 
     def _drain(self) -> None:  # take no new stream; close once the open ones end
         self.usable, self._draining = False, True
-        self._free.release()  # each woken waiter finds it unusable and wakes the next
+        self._wake()  # every waiting request: each finds the connection unusable
         if not self._streams:
             self.transport.close()
 
     def close(self) -> None:  # open streams fail as the connection goes
         self.usable = False
         if not self.transport.is_closing():
-            self._output.append(goaway(0, ErrorCode.NO_ERROR))
+            self._h2.close_connection()
             self._flush()
             self.transport.close()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
-        self.usable = True  # requests wait for the server's SETTINGS on ``_free``
+        self.usable = True  # requests wait for the server's SETTINGS
         self._timer = self._loop.call_later(self._keepalive, self._tick)
-        self._output += [_OPENING, window_update(0, self._received_data.opening_increment)]
+        self._h2.initiate_connection()
+        self._h2.increment_flow_control_window(RECEIVE_WINDOW - DEFAULT_WINDOW)
         self._flush()
 
     def data_received(self, data: bytes) -> None:
         self._received += 1
-        buffer = self._input
-        buffer += data
-        offset, end = 0, len(buffer)
         try:
-            while end - offset >= 9:
-                length, kind, flags, stream_id = frame_header(buffer, offset)
-                if length > MIN_MAX_FRAME:  # the largest frame this client allows
-                    raise ProtocolError(ErrorCode.FRAME_SIZE_ERROR, "a frame over 16 KB")
-                if end - offset - 9 < length:
-                    break
-                payload = bytes(buffer[offset + 9 : offset + 9 + length])
-                offset += 9 + length
-                self._on_frame(kind, flags, stream_id, payload)
-        except ProtocolError as error:
-            self._output.append(goaway(0, error.code))
+            events = self._h2.receive_data(data)
+        except h2.exceptions.ProtocolError:  # h2 queued a GOAWAY naming the error
+            self.usable = False
             self._flush()
             self.transport.abort()
             return
-        del buffer[:offset]
+        handlers = self._handlers
+        for event in events:
+            handler = handlers.get(type(event))
+            if handler is not None:
+                handler(event)  # type: ignore[operator]
         self._flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -229,128 +305,58 @@ class Connection(asyncio.Protocol):
         if not self.lost.done():
             self.lost.set_result(None)
 
-    def _on_frame(self, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
-        if self._continued is not None and kind != FrameType.CONTINUATION:
-            raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "a header block was interrupted")
-        if kind == FrameType.DATA:
-            self._on_data(flags, stream_id, payload)
-        elif kind == FrameType.HEADERS:
-            self._on_header_part(stream_id, flags, unpadded(flags, payload, priority=True), flags)
-        elif kind == FrameType.CONTINUATION:
-            if self._continued is None or self._continued[0] != stream_id:
-                raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "a CONTINUATION out of place")
-            self._on_header_part(stream_id, self._continued[1], payload, flags)
-        elif kind == FrameType.RST_STREAM:
-            code = word(payload)
-            sent = code != ErrorCode.REFUSED_STREAM
-            self._bodies.drop(stream_id)
-            failure = Failed("StreamReset" if sent else "RefusedStream", sent=sent)
-            self._finish(stream_id, failure)
-        elif kind == FrameType.SETTINGS and not flags & ACK:
-            self._on_settings(payload)
-        elif kind == FrameType.PING and not flags & ACK:
-            self._output.append(frame(FrameType.PING, ACK, 0, payload))
-        elif kind == FrameType.GOAWAY:
-            self._on_goaway(*two_words(payload))
-        elif kind == FrameType.WINDOW_UPDATE:
-            self._on_window_update(stream_id, word(payload))
-        elif kind == FrameType.PUSH_PROMISE:  # this client announced ENABLE_PUSH 0
-            raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "a PUSH_PROMISE")
-
-    def _on_data(self, flags: int, stream_id: int, payload: bytes) -> None:
-        increment = self._received_data.took(len(payload))
-        if increment:
-            self._output.append(window_update(0, increment))
-        stream = self._streams.get(stream_id)
+    def _on_response(self, event: h2.events.ResponseReceived) -> None:
+        stream = self._streams.get(event.stream_id)
         if stream is None:
+            return
+        headers = {}
+        for name, value in event.headers:
+            headers[name.decode("latin-1")] = value.decode("latin-1")
+        status = headers.pop(":status", "")
+        if len(status) != 3 or not status.isdigit():
+            self._reset(event.stream_id, "BadAnswer")
+            return
+        stream.status, stream.headers = int(status), headers
+
+    def _on_data(self, event: h2.events.DataReceived) -> None:
+        stream_id = event.stream_id
+        # Acknowledged at once: answers are bounded by ``max_body`` and their stream's window.
+        self._h2.acknowledge_received_data(event.flow_controlled_length, stream_id)
+        stream = self._streams.get(stream_id)
+        if stream is None or not event.data:
             return  # reset by this client, or over: the window counted it all the same
-        data = unpadded(flags, payload)
-        if data:
-            stream.size += len(data)
-            stream.chunks.append(data)
-            if stream.size > self._max_body:
-                self._reset(stream_id, "AnswerTooLarge")
-                return
-        if flags & END_STREAM:
-            self._finish(stream_id, None)
+        stream.size += len(event.data)
+        stream.chunks.append(event.data)
+        if stream.size > self._max_body:
+            self._reset(stream_id, "AnswerTooLarge")
 
-    def _on_header_part(self, stream_id: int, flags: int, part: bytes, last_flags: int) -> None:
-        """A HEADERS payload or a CONTINUATION (``flags``: the HEADERS frame's own)."""
-        if not last_flags & END_HEADERS:
-            block = self._continued[2] if self._continued else bytearray()
-            block += part
-            self._continued = (stream_id, flags, block)
-            return
-        if self._continued is not None:
-            part, self._continued = bytes(self._continued[2] + part), None
-        # Decoded even for a stream that is over: the table must follow the server.
-        status, headers = self._decoded.get(part) or self._decode(part)
-        stream = self._streams.get(stream_id)
-        if stream is None:
-            return
-        if not stream.status:  # not trailers
-            if len(status) != 3 or not status.isdigit():
-                self._reset(stream_id, "BadAnswer")
-                return
-            if status[0] == "1":
-                return  # informational: the answer follows
-            stream.status, stream.headers = int(status), dict(headers)
-        if flags & END_STREAM:
-            self._finish(stream_id, None)
+    def _on_end(self, event: h2.events.StreamEnded) -> None:
+        self._finish(event.stream_id, None)
 
-    def _decode(self, block: bytes) -> tuple[str, dict[str, str]]:
-        """A header block's ``:status`` and other fields, remembered while the decoding table
-        stays as it is: a server answers alike again and again (the same block while it
-        indexes nothing new), and decoding one cost 20 µs, a fifth of a request."""
-        table = self._decoder.header_table.dynamic_entries
-        before = (len(table), table[0] if table else None)
-        try:
-            fields = self._decoder.decode(block, raw=True)
-        except hpack.HPACKError:
-            raise ProtocolError(ErrorCode.COMPRESSION_ERROR, "a header block") from None
-        headers = {bytes(k).decode("latin-1"): bytes(v).decode("latin-1") for k, v in fields}
-        answer = headers.pop(":status", ""), headers
-        # An entry added (a new newest) or evicted changes what later blocks' indices mean.
-        if len(table) != before[0] or (table[0] if table else None) is not before[1]:
-            self._decoded.clear()
-        elif len(self._decoded) < MAX_DECODED_BLOCKS:
-            self._decoded[block] = answer
-        return answer
+    def _on_reset(self, event: h2.events.StreamReset) -> None:
+        sent = event.error_code != ErrorCodes.REFUSED_STREAM
+        self._bodies.pop(event.stream_id, None)
+        failure = Failed("StreamReset" if sent else "RefusedStream", sent=sent)
+        self._finish(event.stream_id, failure)
 
-    def _on_settings(self, payload: bytes) -> None:
-        for identifier, value in read_settings(payload):
-            if identifier == Setting.MAX_CONCURRENT_STREAMS:
-                self._server_limit = value
-            elif identifier == Setting.INITIAL_WINDOW_SIZE:
-                if value > MAX_WINDOW:
-                    raise ProtocolError(ErrorCode.FLOW_CONTROL_ERROR, "a window over 2^31-1")
-                for stream in self._streams.values():
-                    stream.window += value - self._initial_window
-                self._initial_window = value
-            elif identifier == Setting.MAX_FRAME_SIZE:
-                if not MIN_MAX_FRAME <= value <= MAX_MAX_FRAME:
-                    raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "a frame size out of range")
-                self._max_frame = value
-        self._output.append(frame(FrameType.SETTINGS, ACK, 0))
-        limit = min(self._server_limit, MAX_STREAMS)
-        self._owed, self._limit = self._owed - (limit - self._limit), limit
-        for _ in range(-self._owed):
-            self._free.release()
-        self._owed = max(self._owed, 0)
+    def _on_settings(self, event: h2.events.RemoteSettingsChanged) -> None:
+        changed = event.changed_settings.get(h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS)
+        if changed is not None:
+            self._server_limit = changed.new_value
+        self._limit = min(self._server_limit, MAX_STREAMS)
+        self._wake()
         self._send_bodies()
 
-    def _on_window_update(self, stream_id: int, increment: int) -> None:
-        if stream_id == 0:
-            self._bodies.window += increment
-        elif stream_id in self._streams:
-            self._streams[stream_id].window += increment
-        self._send_bodies()
+    def _on_window_update(self, event: h2.events.WindowUpdated) -> None:
+        if self._bodies:
+            self._send_bodies()
 
-    def _on_goaway(self, last_stream_id: int, code: int) -> None:
+    def _on_goaway(self, event: h2.events.ConnectionTerminated) -> None:
+        last = event.last_stream_id or 0
         for stream_id in list(self._streams):
-            if stream_id > last_stream_id:
+            if stream_id > last:
                 self._finish(stream_id, Failed("GoAway", sent=False))
-        if code != ErrorCode.NO_ERROR:
+        if event.error_code != ErrorCodes.NO_ERROR:
             self.transport.close()
         self._drain()
 
@@ -363,7 +369,7 @@ class Connection(asyncio.Protocol):
             return
         self._pinged = self._received == self._seen
         if self._pinged:
-            self._output.append(frame(FrameType.PING, 0, 0, b"clarion!"))
+            self._h2.ping(b"clarion!")
             self._flush()
         self._seen = self._received
         self._timer = self._loop.call_later(self._keepalive, self._tick)

@@ -20,12 +20,12 @@ import h2.events
 import h2.settings
 import pytest
 import trustme
+from h2.errors import ErrorCodes as ErrorCode
 from hyperframe.frame import PushPromiseFrame
 
 from app.catalog.providers import ProviderLimits
 from app.providers.base import ProviderError
 from app.providers.http2 import Client
-from app.providers.http2_wire import ErrorCode
 
 Script = Callable[["Scripted", int, bytes], None]
 _AUTHORITY = trustme.CA()
