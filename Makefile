@@ -8,7 +8,8 @@ DEV_DIGEST_SECRET := dev-digest-secret-not-for-production
 # Redis and PostgreSQL: those at the default URLs when they answer (or the URLs you set), else
 # private ones under .clarion/, started for the command and stopped after it (README, Quick
 # start). --for tests: the tests' variables, CLARION_TEST_REDIS_URL and CLARION_TEST_DATABASE_URL.
-SERVICES := $(BIN)/clarion services exec
+# devtools/ is development tooling run from this checkout, never installed in the image.
+SERVICES := $(BIN)/python -m devtools.services exec
 
 .PHONY: install browser nginx promtool run test lint typecheck pytest test-cluster chaos bench bench-report bench-check services-down clean
 
@@ -110,7 +111,7 @@ bench-check: install
 
 ## services-down: stop the private Redis and PostgreSQL a killed make run or make test left running
 services-down: install
-	$(BIN)/clarion services down
+	$(BIN)/python -m devtools.services down
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

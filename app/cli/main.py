@@ -17,7 +17,6 @@ from app.cli.campaign import campaign
 from app.cli.dlq import dlq
 from app.cli.projection import projection
 from app.cli.recipient import recipient
-from app.cli.services import services
 from app.cli.status import status
 from app.logging import configure_logging
 from app.processes import projector as projector_process
@@ -234,5 +233,4 @@ main.add_command(status)
 main.add_command(campaign)
 main.add_command(projection)
 main.add_command(dlq)
-main.add_command(services)
 main.add_command(recipient)

@@ -1,6 +1,6 @@
-"""What the HTTP adapters (SendGrid, Twilio, webhooks) share: one keep-alive HTTP client per
-adapter with the provider's time limits, a POST that reads the answer with a size bound, and
-the classes of failures every HTTP API has.
+"""What the HTTP adapters (SendGrid, Twilio, webhooks) and the status webhooks' senders
+share: one keep-alive HTTP client per adapter (per producer) with its time limits, a POST
+that reads the answer with a size bound, and the classes of failures every HTTP API has.
 
 ``Client`` wraps one ``aiohttp.ClientSession``, made at the first call inside the running
 loop (adapters are built before it) and closed by ``close``. Connections stay open between

@@ -3,10 +3,12 @@ an answer means.
 
 The URL passes the same guard as the ``webhook`` provider's (``app.providers.ssrf``, with
 ``[status_webhooks]``'s ``allow_http_hosts`` and ``allow_networks``): ``Policy.target``
-judges it when it is configured, and the HTTP client (``http1``) connects only to the
-addresses its ``GuardedResolver`` checked. Each POST is signed as the ``webhook`` provider
-signs (``app.providers.webhook.signature``): ``webhook-id`` (``<delivery id>.<version>``, or
-a batch's id), ``webhook-timestamp`` (this attempt's Unix time) and ``webhook-signature``.
+judges it when it is configured, and the HTTP client, the providers' own
+(``app.providers.http``: aiohttp, at most one keep-alive connection per lane, redirects not
+followed, answers read up to 64 KiB), connects only to the addresses its ``GuardedResolver``
+checked. Each POST is signed as the ``webhook`` provider signs
+(``app.providers.webhook.signature``): ``webhook-id`` (``<delivery id>.<version>``, or a
+batch's id), ``webhook-timestamp`` (this attempt's Unix time) and ``webhook-signature``.
 
 Any 2xx answer is success; any other answer, a time-out, a broken or refused connection,
 or a URL the guard refuses is a failure to retry (``Retry-After`` read from the answer):
@@ -21,10 +23,14 @@ import secrets
 import time
 from dataclasses import dataclass
 
+import aiohttp
+from yarl import URL
+
 from app import __version__
 from app.catalog.providers import signing_key
 from app.catalog.status_webhooks import StatusWebhooksConfig
-from app.providers.http import retry_after_seconds
+from app.providers import http
+from app.providers.base import ProviderError
 from app.providers.ssrf import (
     GuardedResolver,
     Policy,
@@ -35,15 +41,10 @@ from app.providers.ssrf import (
     system_resolver,
 )
 from app.providers.webhook import signature
-from app.status_webhooks.http1 import Http1Client, Unanswered
 from streams.status_webhooks import StatusWebhook
+from streams.vocabulary import ErrorClass
 
 USER_AGENT = f"Clarion-Webhooks/{__version__}"
-# What differs between POSTs: the length and the Standard Webhooks headers.
-_HEADERS = (
-    b"%sContent-Length: %d\r\nwebhook-id: %s\r\nwebhook-timestamp: %d\r\n"
-    b"webhook-signature: %s\r\n\r\n"
-)
 # Standard Webhooks secrets are 24 to 64 random bytes; Clarion makes them 32.
 NEW_SECRET_BYTES = 32
 
@@ -89,14 +90,16 @@ class Endpoint:
         self.producer = producer
         guard = config.guard()
         self.policy = Policy(guard, resolver)
-        self._client = Http1Client(
-            GuardedResolver(self.policy, guard.connect_timeout_seconds),
-            timeout_seconds=guard.timeout_seconds,
-            connect_timeout_seconds=guard.connect_timeout_seconds,
+        self._client = http.Client(
+            producer,
+            guard,
             ca_file=guard.ca_file,
+            resolver=GuardedResolver(self.policy, guard.connect_timeout_seconds),
+            failure=_unanswered,
         )
         self._target: Target | None = None
-        self._head = b""  # the request line and the headers every POST shares
+        self._url: URL | None = None
+        self._headers: dict[str, str] = {}  # the headers every POST shares
         self._key = b""
         self._refused = "no URL configured"
 
@@ -111,23 +114,28 @@ class Endpoint:
         except ValueError as error:
             self._target, self._refused = None, f"secret {error}"
             return
-        self._target, self._refused = target, ""
-        self._head = (
-            f"POST {target.path} HTTP/1.1\r\nHost: {target.host_header}\r\n"
-            f"User-Agent: {USER_AGENT}\r\nContent-Type: application/json\r\n"
-        ).encode()
+        self._target, self._url, self._refused = target, target.url, ""
+        self._headers = {
+            "Host": target.host_header,
+            "User-Agent": USER_AGENT,
+            "Content-Type": "application/json",
+        }
 
     async def post(self, webhook_id: str, body: bytes) -> Answer:
         """POST ``body`` once; how it went."""
-        target = self._target
-        if target is None:
+        target, url = self._target, self._url
+        if target is None or url is None:
             return Answer(ok=False, error=self._refused)
         timestamp = int(time.time())
-        signed = signature(self._key, webhook_id, timestamp, body)
-        head = _HEADERS % (self._head, len(body), webhook_id.encode(), timestamp, signed)
+        headers = {
+            **self._headers,
+            "webhook-id": webhook_id,
+            "webhook-timestamp": str(timestamp),
+            "webhook-signature": signature(self._key, webhook_id, timestamp, body).decode(),
+        }
         try:
-            answer = await self._client.post(target, head, body)
-        except (Unanswered, Refused, Unresolvable) as error:
+            answer = await self._client.post(url, data=body, headers=headers)
+        except (ProviderError, Refused, Unresolvable) as error:
             return Answer(ok=False, error=str(error))
         if 200 <= answer.status < 300:
             return Answer(ok=True, status_code=answer.status)
@@ -135,9 +143,19 @@ class Endpoint:
             ok=False,
             status_code=answer.status,
             error=f"{target.host} answered {answer.status}",
-            retry_after=retry_after_seconds(answer.retry_after),
+            retry_after=http.retry_after(answer),
         )
 
     async def close(self) -> None:
         """Close the connections."""
         await self._client.close()
+
+
+def _unanswered(error: BaseException, host: str) -> ProviderError:
+    """Why a POST got no (readable) answer, naming ``host``: as the ``webhook`` provider words
+    it, and an answer that is not HTTP said as such."""
+    if isinstance(error, aiohttp.ClientResponseError):
+        return ProviderError(
+            ErrorClass.TRANSIENT, f"an answer that is not HTTP from {host} ({http.kind(error)})"
+        )
+    return http.unreachable(error, host)

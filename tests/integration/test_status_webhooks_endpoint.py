@@ -1,14 +1,20 @@
 """One producer's status webhook URL against a real receiver (tests/peers/webhook.py) that
 verifies every signature with the ``standardwebhooks`` library: what a POST carries, what
 each answer means, TLS for the URL's own host name, keep-alive, and what the SSRF guard
-refuses. ``hooks.test`` resolves to 127.0.0.1 through an injected resolver."""
+refuses. Then against a server written out here, for what a real receiver rarely does on
+purpose: chunked and long answers, ``Connection: close``, an idle connection closed under
+it, interim answers, and answers that are not HTTP. ``hooks.test`` resolves to 127.0.0.1
+through an injected resolver."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import socket
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -18,6 +24,7 @@ from standardwebhooks import Webhook
 from app import __version__
 from app.catalog import parse_catalog
 from app.catalog.status_webhooks import StatusWebhooksConfig
+from app.providers import http
 from app.status_webhooks.endpoint import Endpoint, UrlGuard, new_secret
 from streams.status_webhooks import StatusWebhook
 from tests.peers.webhook import Answer, Receiver, Served, serve
@@ -206,3 +213,143 @@ def test_a_new_secret_is_32_random_bytes_a_library_takes() -> None:
     for secret in made:
         assert len(base64.b64decode(secret.removeprefix("whsec_"))) == 32
         Webhook(secret)  # a Standard Webhooks library reads it
+
+
+OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
+# What the server answers to the n-th request it reads (the last one again after the list).
+Reply = Callable[[int], bytes | None]
+
+
+@dataclass
+class Server:
+    """Reads whole requests, answers as ``reply`` says (None: close without answering)."""
+
+    reply: Reply
+    port: int = 0
+    connections: int = 0
+    requests: list[bytes] = field(default_factory=list)
+    writers: list[asyncio.StreamWriter] = field(default_factory=list)
+    handlers: list[asyncio.Task[None]] = field(default_factory=list)
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        self.writers.append(writer)
+        self.handlers.append(asyncio.current_task())  # type: ignore[arg-type]
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+                self.requests.append(head + await reader.readexactly(length))
+                answer = self.reply(len(self.requests))
+                if answer is None:
+                    break
+                writer.write(answer)
+                await writer.drain()
+                if b"Connection: close" in answer or answer.startswith(b"HTTP/1.0"):
+                    break  # as a server does after such an answer
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        writer.close()
+
+
+@asynccontextmanager
+async def serving(reply: Reply) -> AsyncIterator[tuple[Server, Endpoint]]:
+    """A server on 127.0.0.1 answering as ``reply`` says, and an endpoint posting to it."""
+    made = Server(reply)
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    listener.bind(("127.0.0.1", 0))
+    made.port = listener.getsockname()[1]
+    running = await asyncio.start_server(made.handle, sock=listener)
+    posting = Endpoint("shop", config(), resolver=resolve_locally)
+    posting.configure(hook(f"http://hooks.test:{made.port}/s"))
+    try:
+        yield made, posting
+    finally:
+        await posting.close()
+        running.close()
+        for writer in made.writers:
+            writer.close()
+        await asyncio.gather(*made.handlers, return_exceptions=True)
+        await running.wait_closed()
+
+
+async def test_a_chunked_answer_is_read_and_the_connection_kept() -> None:
+    chunked = b"HTTP/1.1 202 Accepted\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"
+    async with serving(lambda n: chunked) as (server, posting):
+        for _ in range(3):
+            assert (await posting.post("d-1.3", BODY)).status_code == 202
+    assert server.connections == 1
+
+
+async def test_connection_close_is_honoured() -> None:
+    closing = b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+    async with serving(lambda n: closing) as (server, posting):
+        for _ in range(3):
+            assert (await posting.post("d-1.3", BODY)).status_code == 200
+    assert server.connections == 3
+
+
+async def test_an_idle_connection_the_server_closed_is_replaced_without_a_failure() -> None:
+    async with serving(lambda n: OK) as (server, posting):
+        assert (await posting.post("d-1.3", BODY)).ok
+        for writer in server.writers:
+            writer.close()  # the server's idle timeout
+        await asyncio.sleep(0.05)
+        assert (await posting.post("d-2.3", BODY)).ok
+    assert server.connections == 2
+    assert len(server.requests) == 2  # the second request went once, on the new connection
+
+
+async def test_a_connection_idle_too_long_is_not_reused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(http, "KEEPALIVE_SECONDS", 0.05)
+    async with serving(lambda n: OK) as (server, posting):
+        assert (await posting.post("d-1.3", BODY)).ok
+        await asyncio.sleep(0.1)
+        assert (await posting.post("d-1.3", BODY)).ok
+    assert server.connections == 2
+
+
+async def test_an_answer_ended_by_closing_the_connection() -> None:
+    until_closed = b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n"
+    http10 = b"HTTP/1.0 200 OK\r\n\r\nthanks"
+    async with serving(lambda n: until_closed if n == 1 else http10) as (server, posting):
+        assert (await posting.post("d-1.3", BODY)).status_code == 204
+        assert (await posting.post("d-1.3", BODY)).status_code == 200
+    assert server.connections == 2
+
+
+async def test_retry_after_and_interim_answers() -> None:
+    answers = {
+        1: b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 503 Busy\r\nRetry-After: 30\r\n"
+        b"Content-Length: 0\r\n\r\n",
+    }
+    async with serving(lambda n: answers.get(n, OK)) as (_, posting):
+        busy = await posting.post("d-1.3", BODY)
+        assert (busy.status_code, busy.retry_after) == (503, 30.0)
+        assert (await posting.post("d-1.3", BODY)).ok
+
+
+async def test_a_long_answer_is_not_read_to_its_end() -> None:
+    long = b"HTTP/1.1 200 OK\r\nContent-Length: 10000000\r\n\r\n" + b"x" * 200_000
+    async with serving(lambda n: long if n == 1 else OK) as (server, posting):
+        assert (await posting.post("d-1.3", BODY)).ok
+        assert (await posting.post("d-1.3", BODY)).ok
+    assert server.connections == 2  # the long one was closed, not drained
+
+
+@pytest.mark.parametrize(
+    ("reply", "error"),
+    [
+        (lambda n: b"SMTP ready\r\n\r\n", "an answer that is not HTTP from hooks.test"),
+        (lambda n: None, "connection to hooks.test broke (ServerDisconnected)"),
+        (
+            lambda n: b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nab",
+            "hooks.test did not answer in time",
+        ),
+    ],
+)
+async def test_what_is_no_answer(reply: Reply, error: str) -> None:
+    async with serving(reply) as (_, posting):
+        answer = await posting.post("d-1.3", BODY)
+    assert (answer.ok, answer.status_code) == (False, 0)
+    assert answer.error.startswith(error)

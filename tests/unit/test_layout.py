@@ -5,7 +5,9 @@ states its rules; this test keeps them true."""
 from __future__ import annotations
 
 import ast
+import fnmatch
 import sys
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +15,7 @@ import pytest
 
 from tests.conftest import REPO
 
-PACKAGES = ("app", "streams", "projections", "clarion_client")
+PACKAGES = ("app", "streams", "projections", "clarion_client", "devtools")
 # Where a package lives when not at the top of the repository: the Python client is a
 # distribution of its own, installed without the server.
 SOURCE_ROOTS = {"clarion_client": REPO / "client"}
@@ -59,6 +61,13 @@ ALLOWED: dict[str, set[str]] = {
         "projections", "streams",
     },
 }  # fmt: skip
+# Development tooling (``make run``, ``make test``), never shipped: it may use the whole app
+# and the streams; the product never imports it (``test_the_product_never_imports_devtools``).
+DEVTOOLS = "devtools"
+ALLOWED[DEVTOOLS] = {
+    DEVTOOLS, "streams", *SHARED_APP, *(part for part in ALLOWED if part.startswith("app.")),
+}  # fmt: skip
+PRODUCT = ("app", "streams", "projections")
 # Only the HTTP layer (and the process that serves it) knows HTTP: Litestar, and the
 # standard library's ``http`` (``HTTPStatus``).
 HTTP_LIBRARIES = ("litestar", "http")
@@ -239,6 +248,29 @@ def test_no_error_of_the_domain_carries_a_status() -> None:
     assert not carrying, f"errors with a status (app.api.errors gives it): {sorted(carrying)}"
 
 
+@pytest.mark.parametrize(
+    ("module", "path"),
+    [pytest.param(*m, id=m[0]) for m in modules() if m[0].split(".")[0] in PRODUCT],
+)
+def test_the_product_never_imports_devtools(module: str, path: Path) -> None:
+    wrong = [
+        f"line {line}: {target}"
+        for line, target in imports(path)
+        if target.split(".")[0] == DEVTOOLS
+    ]
+    assert not wrong, f"{module} imports development tooling, which is not shipped: {wrong}"
+
+
+def test_devtools_is_not_shipped() -> None:
+    """The distribution's packages and the image's files leave the development tools out."""
+    build = tomllib.loads((REPO / "pyproject.toml").read_text())
+    included = build["tool"]["setuptools"]["packages"]["find"]["include"]
+    assert not [pattern for pattern in included if fnmatch.fnmatch(DEVTOOLS, pattern)]
+    image = (REPO / "Dockerfile").read_text()
+    assert DEVTOOLS not in image
+    assert "COPY . " not in image
+
+
 def test_no_module_is_too_long() -> None:
     long = {
         module: lines
@@ -278,9 +310,9 @@ DECLARATIONS_ONLY = {
     "streams.records",  # the notification record kept in Redis
 }
 TIERS = ("unit", "integration", "e2e")
-# The client's tests are named after its modules behind a word of their own, so that
-# ``test_errors.py`` is never taken for the client's ``errors`` or an app's.
-TEST_PREFIX = {CLIENT: "client"}
+# The client's and the development tools' tests are named after their modules behind a word of
+# their own, so that ``test_errors.py`` is never taken for the client's ``errors`` or an app's.
+TEST_PREFIX = {CLIENT: "client", DEVTOOLS: "devtools"}
 
 
 def mirror_of(module: str) -> str:

@@ -1,5 +1,5 @@
 """Private Redis and PostgreSQL for ``make run`` and ``make test`` on a machine that runs
-neither (``clarion services exec``).
+neither (``python -m devtools.services exec``).
 
 The rule: a server is started privately only when its URL is the default one (the variable is
 unset, blank or set to the default) and nothing answers there. A URL someone configured is
@@ -26,8 +26,9 @@ from pathlib import Path
 import redis
 from redis.exceptions import RedisError
 
-from app.processes import local_postgres
-from app.processes.local_processes import (
+from app.settings import Settings
+from devtools import local_postgres
+from devtools.local_processes import (
     LocalServiceError,
     alive,
     answers,
@@ -38,7 +39,6 @@ from app.processes.local_processes import (
     read_number,
     reusable,
 )
-from app.settings import Settings
 
 Say = Callable[[str], None]
 

@@ -14,8 +14,8 @@ import asyncpg
 import pytest
 import redis
 
-from app.processes.local_processes import alive, read_number
-from app.processes.local_services import Profile, private_services, stop_left_running
+from devtools.local_processes import alive, read_number
+from devtools.local_services import Profile, private_services, stop_left_running
 from tests.servers import free_port
 
 # Starting a cluster with initdb takes a few seconds; two starts and stops, more on a busy machine.

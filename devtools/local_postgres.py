@@ -1,4 +1,4 @@
-"""A private PostgreSQL under ``.clarion/postgres/`` (``app.processes.local_services``).
+"""A private PostgreSQL under ``.clarion/postgres/`` (``devtools.local_services``).
 
 The server binaries come from, in this order: the PATH (``postgres`` with ``initdb`` beside
 it), ``pg_config --bindir``, Debian's ``/usr/lib/postgresql/<version>/bin`` (newest version
@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from app.processes.local_processes import (
+from devtools.local_processes import (
     LocalServiceError,
     choose_port,
     log_tail,

@@ -1,7 +1,7 @@
 """``clarion services``: private Redis and PostgreSQL under ``.clarion/`` for a machine that
 runs neither (``make run`` and ``make test`` run their commands through ``services exec``).
 
-What is started when, and where: ``app.processes.local_services``.
+What is started when, and where: ``devtools.local_services``.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from types import FrameType
 
 import click
 
-from app.processes.local_processes import LocalServiceError
-from app.processes.local_services import PROFILES, private_services, stop_left_running
+from devtools.local_processes import LocalServiceError
+from devtools.local_services import PROFILES, private_services, stop_left_running
 
 HOME = ".clarion"
 
@@ -87,3 +87,7 @@ def down(home: Path) -> None:
         stop_left_running(home, _say)
     except LocalServiceError as error:
         raise click.ClickException(str(error)) from None
+
+
+if __name__ == "__main__":
+    services(prog_name="python -m devtools.services")

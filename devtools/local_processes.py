@@ -1,5 +1,5 @@
 """The bookkeeping of a private server process under ``.clarion/``: its pid and port files,
-its start in a session of its own, and its stop by pid (``app.processes.local_services``)."""
+its start in a session of its own, and its stop by pid (``devtools.local_services``)."""
 
 from __future__ import annotations
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from app.processes import local_processes
-from app.processes.local_processes import (
+from devtools import local_processes
+from devtools.local_processes import (
     alive,
     answers,
     log_tail,

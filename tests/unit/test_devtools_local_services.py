@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from app.processes import local_postgres
-from app.processes.local_processes import (
+from app.settings import Settings
+from devtools import local_postgres
+from devtools.local_processes import (
     LocalServiceError,
     choose_port,
     free_port,
@@ -18,7 +19,7 @@ from app.processes.local_processes import (
     port_is_free,
     read_number,
 )
-from app.processes.local_services import (
+from devtools.local_services import (
     APP,
     REDIS_INSTALL,
     TESTS,
@@ -32,7 +33,6 @@ from app.processes.local_services import (
     redis_binary,
     stop_left_running,
 )
-from app.settings import Settings
 from tests import conftest, pg
 
 

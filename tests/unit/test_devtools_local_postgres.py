@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from app.processes.local_postgres import (
+from devtools.local_postgres import (
     as_user,
     debian_bindirs,
     missing_postgres_message,
     server_bindir,
     server_user,
 )
-from app.processes.local_processes import LocalServiceError
+from devtools.local_processes import LocalServiceError
 
 
 def server_tools(directory: Path) -> Path:
