@@ -1,10 +1,10 @@
 """What Clarion measures, where it is recorded, and how an operator reads it.
 
-Counters and histograms (``streams.metrics_recorder``) are recorded where things happen: a
+Counters and histograms (``streams.metrics.recorder``) are recorded where things happen: a
 delivery's outcome in the worker, opt-outs at ingest, every HTTP request in
 ``app.api.http_metrics``, status webhooks in their sender. Gauges of the backlog
-(``streams.backlog``) and of the producers' status-webhook outboxes
-(``streams.status_webhooks``) are read live from Redis when asked. ``read_snapshot`` gathers
+(``streams.metrics.backlog``) and of the producers' status-webhook outboxes
+(``streams.status_webhooks.store``) are read live from Redis when asked. ``read_snapshot`` gathers
 them all; ``/metrics``, ``GET /v1/ops/lag`` and ``clarion status`` all show one.
 """
 
@@ -16,12 +16,14 @@ from dataclasses import dataclass, field
 
 from redis.asyncio import Redis
 
-from streams.backlog import Backlog, read_backlog
-from streams.circuit_breaker import Circuit, read_circuits
-from streams.consumer_groups import PROJECTOR_GROUP, STATUS_WEBHOOK_GROUP
-from streams.delivery_store import Outcome
-from streams.keys import KeySpace
-from streams.metrics_recorder import (
+from streams.core.consumer_groups import PROJECTOR_GROUP, STATUS_WEBHOOK_GROUP
+from streams.core.keys import KeySpace
+from streams.core.vocabulary import DeliveryStatus
+from streams.delivery.circuit_breaker import Circuit, read_circuits
+from streams.delivery.store import Outcome
+from streams.delivery.work_items import WorkItem
+from streams.metrics.backlog import Backlog, read_backlog
+from streams.metrics.recorder import (
     CounterSpec,
     HistogramSpec,
     HistogramTotals,
@@ -30,9 +32,7 @@ from streams.metrics_recorder import (
     read_counters,
     read_histograms,
 )
-from streams.status_webhooks import OutboxFigures, read_outboxes
-from streams.vocabulary import DeliveryStatus
-from streams.work_items import WorkItem
+from streams.status_webhooks.store import OutboxFigures, read_outboxes
 
 DELIVERY_LATENCY = HistogramSpec(
     "clarion_delivery_latency_seconds",

@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import urlsplit
 
-from app import inbox_tokens
-from streams.connection import cluster_nodes, is_cluster_url, redact
-from streams.errors import ClarionError
-from streams.recipient_settings import AddressDigest
+import app.inbox.tokens as inbox_tokens
+from streams.core.connection import cluster_nodes, is_cluster_url, redact
+from streams.core.errors import ClarionError
+from streams.recipients.settings import AddressDigest
 
 # send: notifications; read: the producer's own notifications, deliveries, dead letters and
 # the metrics; recipients: recipients' preferences and quiet hours (they belong to the
@@ -79,7 +79,7 @@ class Settings:
     delivery_state_retention_seconds: int = 86400
     # Seconds an ended delivery's state stays in Redis once the read model has it (except a
     # FAILED one's); the retention above is then only the safety net for a state the
-    # projector never reached (``streams.state_release``).
+    # projector never reached (``streams.delivery.state_release``).
     projected_state_retention_seconds: int = 300
     # The https base URL recipients reach Clarion at (CLARION_PUBLIC_URL, without a trailing
     # "/"): unsubscribe links start with it. "" adds no List-Unsubscribe header.

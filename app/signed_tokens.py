@@ -1,5 +1,5 @@
 """Signed tokens' envelope, shared by unsubscribe links (``app.unsubscribe``) and recipient
-tokens (``app.inbox_tokens``): a body sealed with a MAC, as URL-safe text.
+tokens (``app.inbox.tokens``): a body sealed with a MAC, as URL-safe text.
 
 A token is the base64url form, without padding, of the body (which starts with its format's
 version byte) followed by the first 16 bytes of its HMAC-SHA256. The key is derived from a
@@ -16,7 +16,7 @@ import hmac
 import re
 from typing import Final, Literal
 
-from streams.errors import ClarionError, Unauthenticated
+from streams.core.errors import ClarionError, Unauthenticated
 
 MAC_BYTES: Final = 16  # 128 bits of HMAC-SHA256
 # Room for a recipient id of 255 characters of any script; anything longer is no token.

@@ -13,7 +13,7 @@ even imported. On, spans go through the SDK's ``BatchSpanProcessor`` to an OTLP/
 on a thread of its own; what is still queued is flushed when the process exits.
 
 A notification's trace crosses Redis in its work items as a W3C ``traceparent`` value
-(``streams.work_items.WorkItem.trace``): ``traceparent`` makes it, ``context_of`` reads it.
+(``streams.delivery.work_items.WorkItem.trace``): ``traceparent`` makes it, ``context_of`` reads it.
 Span attributes carry ids, types, channels and outcomes, never an address, template data or
 an API key.
 """

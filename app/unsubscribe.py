@@ -26,7 +26,7 @@ from typing import Final
 
 from app.settings import Settings, SettingsError
 from app.signed_tokens import Seal, SealBroken, TokenRefused
-from streams.vocabulary import Channel
+from streams.core.vocabulary import Channel
 
 TOKEN_VERSION: Final = 1
 # The purpose label the signing key is derived with: a token signed for another purpose,

@@ -68,11 +68,11 @@ from bench.harness import (
     wait_healthy,
     write_result,
 )
-from streams.campaigns import CampaignStore
-from streams.connection import connect
-from streams.keys import KeySpace
-from streams.recipient_settings import RecipientSettingsStore
-from streams.vocabulary import Priority
+from streams.campaigns.store import CampaignStore
+from streams.core.connection import connect
+from streams.core.keys import KeySpace
+from streams.core.vocabulary import Priority
+from streams.recipients.settings import RecipientSettingsStore
 
 RECIPIENTS = 200_000
 QUICK_RECIPIENTS = 40_000

@@ -71,8 +71,8 @@ from bench.harness import (
     wait_healthy,
     write_result,
 )
-from streams.fairness import Fairness
-from streams.keys import KeySpace
+from streams.core.keys import KeySpace
+from streams.delivery.fairness import Fairness
 
 BACKLOG = 200_000
 QUICK_BACKLOG = 40_000

@@ -82,7 +82,7 @@ def peer_process(source: Path, port: int, directory: Path) -> tuple[list[str], s
 
 def messages(count: int) -> list[Any]:
     from app.providers.base import Message, PushContent  # noqa: PLC0415
-    from streams.vocabulary import Priority  # noqa: PLC0415
+    from streams.core.vocabulary import Priority  # noqa: PLC0415
 
     expires = int(time.time() * 1000) + 3_600_000
     push = PushContent(data={"order": "A-17"}, link="https://shop.example/orders/A-17")

@@ -64,11 +64,11 @@ from app.ingest.fanout import Planner
 from app.ingest.ingestor import Ingestor
 from app.providers.registry import build_providers
 from projections.database import ensure_database, quote_identifier
-from streams import codec
-from streams.consumer_groups import PROJECTOR_GROUP
-from streams.keys import KeySpace, ShardKeys
-from streams.recipient_settings import AddressDigest
-from streams.vocabulary import Channel, Priority
+from streams.core import codec
+from streams.core.consumer_groups import PROJECTOR_GROUP
+from streams.core.keys import KeySpace, ShardKeys
+from streams.core.vocabulary import Channel, Priority
+from streams.recipients.settings import AddressDigest
 
 REPO: Final = Path(__file__).resolve().parent.parent
 # Where results go: bench/results/, or the scratch directory bench/report.py names.
@@ -239,7 +239,7 @@ def latency_summary(values: list[float]) -> dict[str, float]:
 
 
 def id_ms(uuid7: str) -> int:
-    """The creation ms in the first 48 bits of a UUIDv7 (see streams/ids.py)."""
+    """The creation ms in the first 48 bits of a UUIDv7 (see streams/core/ids.py)."""
     return int(uuid7[:8] + uuid7[9:13], 16)
 
 
@@ -697,7 +697,7 @@ async def work_state(client: aredis.Redis, keys: KeySpace) -> dict[str, Any]:
                 "pending": int(group["pending"]) if group else None,
                 "lag": None if group is None or group["lag"] is None else int(group["lag"]),
             }
-            # Producers with items queued behind a full work stream (``streams.fairness``).
+            # Producers with items queued behind a full work stream (``streams.delivery.fairness``).
             queued = shard.queued_producers(priority)
             state[queued] = {"producers_waiting": await client.scard(queued)}
         state[shard.delayed] = {"zcard": await client.zcard(shard.delayed)}

@@ -66,7 +66,7 @@ import uvloop
 if __package__ in {None, ""}:  # run as a script: make the ``bench`` package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.inbox_tokens import Grant, InboxTokens
+from app.inbox.tokens import Grant, InboxTokens
 from bench.harness import (
     API_KEY,
     BATCH_PATH,
@@ -97,7 +97,7 @@ from bench.harness import (
     wait_healthy,
     write_result,
 )
-from streams.keys import KeySpace
+from streams.core.keys import KeySpace
 
 CONNECTIONS = 5_000
 QUICK_CONNECTIONS = 1_000

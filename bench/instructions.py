@@ -100,8 +100,8 @@ async def _workload(kind: str, units: int, redis_url: str, catalog_path: Path) -
     from app.ingest.ingestor import Ingestor  # noqa: PLC0415
     from app.logging import configure_logging  # noqa: PLC0415
     from app.providers.registry import build_providers  # noqa: PLC0415
-    from streams.connection import connect  # noqa: PLC0415
-    from streams.keys import KeySpace  # noqa: PLC0415
+    from streams.core.connection import connect  # noqa: PLC0415
+    from streams.core.keys import KeySpace  # noqa: PLC0415
 
     configure_logging("console", "WARNING")
     redis = connect(redis_url)

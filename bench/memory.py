@@ -10,7 +10,7 @@ and IN_APP, three deliveries each) are ingested through ``app.ingest.ingestor.In
 path the HTTP API takes, while a delivery worker in this process sends them to a zero-latency
 sandbox and the projector (``projections.projector``, as the projector process runs it, into
 a throwaway PostgreSQL database) projects their events, which lets go of the ended
-deliveries' states (``streams.state_release``). When everything is delivered and projected,
+deliveries' states (``streams.delivery.state_release``). When everything is delivered and projected,
 ``MEMORY USAGE`` (every key, ``SAMPLES 0``) and the time to live of every key are summed per
 key kind; then the streams are trimmed as the retention would once their entries are older
 than it, and measured again.
@@ -74,9 +74,9 @@ from bench.harness import (
 )
 from projections.database import connect as connect_database
 from projections.projector import Projector
-from streams.consumer_groups import EVENTS_GROUPS, PROJECTOR_GROUP
-from streams.keys import KeySpace
-from streams.retention import StreamRetention, policies, trim_all
+from streams.core.consumer_groups import EVENTS_GROUPS, PROJECTOR_GROUP
+from streams.core.keys import KeySpace
+from streams.core.retention import StreamRetention, policies, trim_all
 
 REDIS_URL = os.environ.get("CLARION_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 CHUNK = 500  # notifications per accept_many call

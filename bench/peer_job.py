@@ -42,10 +42,10 @@ from app.delivery.rendering import render
 from app.delivery.retry_policy import may_retry, retry_delay
 from app.providers.base import Message, ProviderError
 from app.providers.sandbox import SandboxProvider
-from streams.ids import new_id
-from streams.keys import KeySpace
-from streams.vocabulary import ErrorClass
-from streams.work_items import WorkItem
+from streams.core.ids import new_id
+from streams.core.keys import KeySpace
+from streams.core.vocabulary import ErrorClass
+from streams.delivery.work_items import WorkItem
 
 NOTIFICATION_TYPE: Final = "order_confirmed"
 CHANNEL: Final = "EMAIL"

@@ -115,7 +115,7 @@ from bench.peer_job import (
     payload,
     transient_failures,
 )
-from streams.keys import KeySpace
+from streams.core.keys import KeySpace
 
 WARMUP_JOBS: Final = BATCH_SIZE  # one Clarion batch; a peer's jobs when fewer
 # Clarion's deliveries/s at least this many times the best configuration's of each peer.

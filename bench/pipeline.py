@@ -111,11 +111,11 @@ from bench.harness import (
     work_state,
     write_result,
 )
-from streams import codec
-from streams.connection import connect, connect_sync
-from streams.events import DeliveryQueued
-from streams.keys import KeySpace
-from streams.vocabulary import Priority
+from streams.core import codec
+from streams.core.connection import connect, connect_sync
+from streams.core.events import DeliveryQueued
+from streams.core.keys import KeySpace
+from streams.core.vocabulary import Priority
 
 DEFAULT_DURATION = 10
 E2E_PER_SECOND = 3_000  # end-to-end notifications per --duration second

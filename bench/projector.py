@@ -138,9 +138,9 @@ from projections.database import connect as connect_database
 from projections.partitions import ensure_partitions
 from projections.projector import BATCH_BYTES, READ_COUNT, Projector
 from projections.queries import projection_lag_ms
-from streams import codec
-from streams.consumer_groups import PROJECTOR_GROUP
-from streams.keys import KeySpace, ShardKeys
+from streams.core import codec
+from streams.core.consumer_groups import PROJECTOR_GROUP
+from streams.core.keys import KeySpace, ShardKeys
 
 DEFAULT_NOTIFICATIONS = 50_000
 QUICK_NOTIFICATIONS = 10_000

@@ -93,8 +93,8 @@ from bench.harness import (
     wait_listening,
     write_result,
 )
-from streams import codec
-from streams.keys import KeySpace
+from streams.core import codec
+from streams.core.keys import KeySpace
 
 WORKERS = 2
 API_WORKERS = 1

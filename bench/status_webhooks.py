@@ -66,12 +66,12 @@ from bench.harness import (
     verdict,
     write_result,
 )
-from streams import codec
-from streams.events import DeliveryQueued, DeliverySent, NotificationAccepted
-from streams.ids import new_ids
-from streams.keys import KeySpace
-from streams.status_webhooks import StatusWebhookStore
-from streams.vocabulary import Channel, Priority
+from streams.core import codec
+from streams.core.events import DeliveryQueued, DeliverySent, NotificationAccepted
+from streams.core.ids import new_ids
+from streams.core.keys import KeySpace
+from streams.core.vocabulary import Channel, Priority
+from streams.status_webhooks.store import StatusWebhookStore
 
 STATUSES = 50_000
 QUICK_STATUSES = 10_000

@@ -39,8 +39,8 @@ from bench.peers import (
     tally,
 )
 from bench.report_summary import peers_figures, peers_tables
-from streams.ids import new_id
-from streams.keys import KeySpace
+from streams.core.ids import new_id
+from streams.core.keys import KeySpace
 
 REDIS_URL = os.environ.get("CLARION_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 JOBS = 12  # jobs 0 and 10 fail once (bench.peer_job.FAIL_EVERY)

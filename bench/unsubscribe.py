@@ -56,7 +56,7 @@ from bench.harness import (
     result_head,
     write_result,
 )
-from streams.vocabulary import Channel
+from streams.core.vocabulary import Channel
 
 CONCURRENCY = 16
 ONE_CLICK = b"List-Unsubscribe=One-Click"

@@ -100,7 +100,7 @@ def peer_process(source: Path, port: int, directory: Path) -> Peer:
 
 def messages(count: int, origin: str) -> list[Any]:
     from app.providers.base import Message, PushContent  # noqa: PLC0415
-    from streams.vocabulary import Priority  # noqa: PLC0415
+    from streams.core.vocabulary import Priority  # noqa: PLC0415
     from tests.peers.webpush import subscription  # noqa: PLC0415
 
     addresses = [subscription(n + 1, origin).address for n in range(SUBSCRIPTIONS)]

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import urlsplit
 
-from streams.errors import ClarionError
+from streams.core.errors import ClarionError
 
 # How long a private server may take to shut down (PostgreSQL writes a checkpoint, Redis
 # flushes its AOF) before it is killed.

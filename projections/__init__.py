@@ -1,6 +1,15 @@
-"""The read model in PostgreSQL: its schema (numbered migrations), the rows events write
-(``rows``), the projector that writes them (``projector``), the queries the status API and
-the dashboard read, daily history partitions, and rebuilding it all from the history.
+"""The read model in PostgreSQL: its schema, the rows events write, and what is read.
+
+- ``database``: create the database, apply the numbered ``migrations``, open a pool;
+- ``partitions``: daily partitions of the growing tables, created ahead and dropped by
+  retention;
+- ``projector``: every shard's ``events`` stream materialised, a batch per transaction;
+  ``rows`` (notifications and deliveries), ``delivery_changes`` (what each event changes
+  in a delivery's row) and ``inbox_rows`` (the inbox's history) are what it writes;
+- ``rebuild``: the read model made again from the event history;
+- ``queries``: what the status API reads, and how far behind the read model is;
+- ``campaign_queries``: a campaign's deliveries counted by status;
+- ``dashboard``: what the dashboard's pages and charts read.
 
 Imports ``streams`` only.
 """

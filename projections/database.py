@@ -18,8 +18,8 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 import asyncpg
 
 from projections.partitions import ensure_partitions
-from streams.connection import redact
-from streams.errors import ClarionError
+from streams.core.connection import redact
+from streams.core.errors import ClarionError
 
 MIGRATIONS_PACKAGE = "projections"
 MIGRATIONS_DIRECTORY = "migrations"

@@ -7,8 +7,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from streams.delivery_state import DeliveryStatus
-from streams.events import (
+from streams.core.events import (
     DeliveryAttemptFailed,
     DeliveryCancelled,
     DeliveryDeadLettered,
@@ -29,7 +28,8 @@ from streams.events import (
     InboxMessageUnread,
     ProviderFeedbackReceived,
 )
-from streams.vocabulary import Channel, Priority
+from streams.core.vocabulary import Channel, Priority
+from streams.delivery.state import DeliveryStatus
 
 # What an event says about its delivery's row, as ``_change`` orders it: status, channel,
 # priority, reason, attempts, error class, last error, provider, provider message id, sent

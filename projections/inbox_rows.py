@@ -15,7 +15,7 @@ from typing import Any, Final
 import asyncpg
 import msgspec
 
-from streams.events import (
+from streams.core.events import (
     AnyEvent,
     InboxMessageArchived,
     InboxMessageCreated,

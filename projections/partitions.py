@@ -5,7 +5,7 @@ Three tables grow with every notification, and each is partitioned by UTC day, t
 
 - ``delivery_event`` (every event) by its time, ``at``;
 - ``notification`` and ``delivery`` by ``id``. An id is a UUIDv7 whose first 48 bits are the
-  millisecond it was made (``streams.ids``), so a day is a range of ids and a lookup by id
+  millisecond it was made (``streams.core.ids``), so a day is a range of ids and a lookup by id
   reads one partition. A notification's deliveries get their ids in the same millisecond as
   it does, so they share its day.
 

@@ -6,7 +6,7 @@ when the event's version is newer, every event appended to ``delivery_event``, t
 checkpoint saved) and acknowledged only after the commit. Projecting an entry again, in
 whole or in part, leaves the same rows; a crash between commit and XACK therefore costs a
 repeat, never a duplicate. Once a batch is committed, the state hashes of the deliveries it
-ended for good are let go from Redis (``streams.state_release``). While PostgreSQL is
+ended for good are let go from Redis (``streams.delivery.state_release``). While PostgreSQL is
 unreachable the batch is retried with backoff; ingest and delivery do not wait for the
 projector. A group that vanished (Redis restarted empty) is made again by the projector
 that finds it gone.
@@ -26,10 +26,10 @@ from redis.exceptions import RedisError
 
 from projections import rows
 from projections.rows import Rows
-from streams import codec
-from streams.consumer_groups import PROJECTOR_GROUP, autoclaim, ensure_group, is_missing_group
-from streams.keys import KeySpace, ShardKeys
-from streams.state_release import release_states
+from streams.core import codec
+from streams.core.consumer_groups import PROJECTOR_GROUP, autoclaim, ensure_group, is_missing_group
+from streams.core.keys import KeySpace, ShardKeys
+from streams.delivery.state_release import release_states
 
 log = structlog.get_logger(__name__)
 

@@ -17,10 +17,10 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from projections.partitions import ids_of_the_day_of
-from streams.connection import clock_reply_ms, queue_clock
-from streams.consumer_groups import PROJECTOR_GROUP
-from streams.keys import KeySpace
-from streams.vocabulary import Channel, DeliveryStatus, Priority
+from streams.core.connection import clock_reply_ms, queue_clock
+from streams.core.consumer_groups import PROJECTOR_GROUP
+from streams.core.keys import KeySpace
+from streams.core.vocabulary import Channel, DeliveryStatus, Priority
 
 # Every status a delivery can have (SENDING only in the write model, while a worker holds it).
 DELIVERY_STATUSES: tuple[DeliveryStatus, ...] = tuple(DeliveryStatus)

@@ -38,9 +38,9 @@ from redis.asyncio import Redis
 from projections.database import advisory_key
 from projections.partitions import PARTITION_LOCK_KEY
 from projections.rows import Rows, rows_of, write_rows
-from streams import codec
-from streams.errors import ClarionError
-from streams.keys import KeySpace
+from streams.core import codec
+from streams.core.errors import ClarionError
+from streams.core.keys import KeySpace
 
 log = structlog.get_logger(__name__)
 

@@ -21,9 +21,9 @@ import structlog
 
 from projections.delivery_changes import CHANGE_OF, UNKNOWN
 from projections.inbox_rows import InboxRows
-from streams import codec
-from streams.campaign_ids import campaign_of
-from streams.events import (
+from streams.campaigns.ids import campaign_of
+from streams.core import codec
+from streams.core.events import (
     AnyEvent,
     DeliveryEvent,
     InboxMessageCreated,
@@ -31,8 +31,8 @@ from streams.events import (
     NotificationAccepted,
     RecipientErased,
 )
-from streams.state_release import RELEASED_ONCE_PROJECTED
-from streams.vocabulary import Priority
+from streams.core.vocabulary import Priority
+from streams.delivery.state_release import RELEASED_ONCE_PROJECTED
 
 log = structlog.get_logger(__name__)
 
@@ -119,7 +119,7 @@ class _Context:
     notification_type: str
     priority: Priority
     created_at: datetime
-    # The campaign its idempotency key names (``streams.campaign_ids``); None for none.
+    # The campaign its idempotency key names (``streams.campaigns.ids``); None for none.
     campaign_id: str | None
 
 
@@ -168,7 +168,7 @@ class Rows:
 
     def ended(self) -> dict[str, int]:
         """The deliveries whose newest change in this batch ends them for good
-        (``streams.state_release``), with that change's version."""
+        (``streams.delivery.state_release``), with that change's version."""
         newest: dict[str, tuple[int, str]] = {}
         for row in self.deliveries:
             known = newest.get(row[_ID])

@@ -25,10 +25,10 @@ from app.catalog import Catalog, load_catalog
 from app.ingest.requests import NotificationRequest, Recipient
 from app.settings import Settings, parse_api_keys
 from projections.database import connect
-from streams import codec
-from streams.connection import connect_cluster, connect_sync
-from streams.events import AnyEvent
-from streams.recipient_settings import AddressDigest
+from streams.core import codec
+from streams.core.connection import connect_cluster, connect_sync
+from streams.core.events import AnyEvent
+from streams.recipients.settings import AddressDigest
 from tests.pg import throwaway_database
 
 REPO = Path(__file__).resolve().parent.parent

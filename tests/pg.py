@@ -16,7 +16,7 @@ import asyncpg
 import pytest
 
 from projections.database import DatabaseNotReady, ensure_database, quote_identifier
-from streams.connection import redact
+from streams.core.connection import redact
 
 TEST_SERVER_URL = os.environ.get(
     "CLARION_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"

@@ -28,10 +28,6 @@ from app.api.docs import LocalSwaggerPlugin, schema_router
 from app.api.errors import clarion_error, internal_error, redis_unavailable
 from app.api.feedback import receive_feedback
 from app.api.http_metrics import HttpMetrics
-from app.api.inbox import INBOX_ROUTES
-from app.api.inbox_cors import InboxCors
-from app.api.inbox_demo import DEMO_ROUTES
-from app.api.inbox_stream import inbox_stream
 from app.api.notification_status import get_notification_status, list_deliveries
 from app.api.notifications import create_notification, create_notifications_batch
 from app.api.ops import lag, live, metrics, ready
@@ -46,7 +42,11 @@ from app.campaigns.lifecycle import Campaigns
 from app.catalog import Catalog, feedback_secrets
 from app.catalog.providers import InboxConfig
 from app.feedback.callbacks import schemes
-from app.inbox_tokens import InboxTokens
+from app.inbox.api.cors import InboxCors
+from app.inbox.api.demo import DEMO_ROUTES
+from app.inbox.api.routes import INBOX_ROUTES
+from app.inbox.api.stream import inbox_stream
+from app.inbox.tokens import InboxTokens
 from app.ingest.fanout import Planner, utc_now
 from app.ingest.ingestor import Ingestor
 from app.ingest.quotas import IngestQuotas
@@ -55,18 +55,18 @@ from app.settings import Settings
 from app.status_webhooks.endpoint import UrlGuard
 from app.unsubscribe import UnsubscribeTokens
 from projections.queries import recipient_deliveries
-from streams.errors import ClarionError
-from streams.feedback import Inbox
-from streams.inbox import InboxStore
-from streams.inbox_admission import StreamLimits
-from streams.inbox_live import InboxHub
-from streams.inbox_revocation import InboxRevocations
-from streams.keys import KeySpace
-from streams.metrics_recorder import MetricsRecorder
-from streams.recipient_settings import RecipientSettingsStore
-from streams.status_webhooks import StatusWebhookStore
-from streams.suppressions import SuppressionStore
-from streams.vocabulary import Channel
+from streams.core.errors import ClarionError
+from streams.core.keys import KeySpace
+from streams.core.vocabulary import Channel
+from streams.feedback.store import Inbox
+from streams.inbox.admission import StreamLimits
+from streams.inbox.live import InboxHub
+from streams.inbox.revocation import InboxRevocations
+from streams.inbox.store import InboxStore
+from streams.metrics.recorder import MetricsRecorder
+from streams.recipients.settings import RecipientSettingsStore
+from streams.recipients.suppressions import SuppressionStore
+from streams.status_webhooks.store import StatusWebhookStore
 
 
 async def bind_request_context(request: Request[Any, Any, Any]) -> None:

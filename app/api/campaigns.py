@@ -42,8 +42,8 @@ from app.campaigns.specs import CampaignSpec, Upload
 from app.ingest.quotas import IngestQuotas
 from app.settings import ApiKey
 from projections.campaign_queries import campaign_counts
-from streams import clock
-from streams.campaigns import Campaign
+from streams.campaigns.store import Campaign
+from streams.core import clock
 
 log = structlog.get_logger(__name__)
 Req = Request[Any, Any, State]

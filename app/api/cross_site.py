@@ -14,7 +14,7 @@ the dashboard). So a request that would change something (``POST``, ``PUT``, ``P
   ``Origin: null`` (a sandboxed or privacy-minded page) is not the service's own.
 
 Excepted: the pages of ``CLARION_INBOX_ORIGINS`` on the inbox API they are allowed to call
-(``app.api.inbox_cors``), and the paths whose credential no browser holds for them: a
+(``app.inbox.api.cors``), and the paths whose credential no browser holds for them: a
 provider's signed feedback callback and an unsubscribe link's token, which a mail provider's
 server posts (RFC 8058) without any of these headers. A request without ``Origin`` and
 ``Sec-Fetch-Site`` comes from no browser (a server, curl, the client library) and passes:
@@ -36,7 +36,7 @@ from litestar.types import (
     Send,
 )
 
-from app.api.inbox_cors import PREFIX as INBOX_PREFIX
+from app.inbox.api.cors import PREFIX as INBOX_PREFIX
 
 # Methods that change nothing: never refused here.
 SAFE_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import msgspec
 from litestar.exceptions import ClientException
 
-from streams.ids import is_uuid
+from streams.core.ids import is_uuid
 
 MAX_CURSOR_LENGTH = 200
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -44,7 +44,7 @@ from app.campaigns.lifecycle import by_segment
 from app.campaigns.progress import Progress, progress_of
 from app.settings import ApiKey
 from projections.campaign_queries import campaign_counts
-from projections.dashboard_queries import (
+from projections.dashboard.queries import (
     FAILED_LIMIT,
     RATED_STATUSES,
     ChannelFailureRate,
@@ -54,10 +54,10 @@ from projections.dashboard_queries import (
     failures_by_error_class,
     timeline,
 )
-from streams.campaign_ids import campaign_of
-from streams.campaigns import CampaignStore
-from streams.keys import KeySpace
-from streams.vocabulary import CHANNELS, ERROR_CLASSES
+from streams.campaigns.ids import campaign_of
+from streams.campaigns.store import CampaignStore
+from streams.core.keys import KeySpace
+from streams.core.vocabulary import CHANNELS, ERROR_CLASSES
 
 log = structlog.get_logger(__name__)
 

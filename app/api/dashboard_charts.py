@@ -1,11 +1,11 @@
 """The dashboard's charts: what each one reads, and how its numbers become ``charts`` input.
 
 - deliveries that ended and the failure rate, per channel and minute over the last 24 hours
-  (the read model, ``projections.chart_queries``: one bounded, indexed query);
-- work waiting and the oldest wait, per priority (the work streams, ``streams.backlog``);
+  (the read model, ``projections.dashboard.charts``: one bounded, indexed query);
+- work waiting and the oldest wait, per priority (the work streams, ``streams.metrics.backlog``);
 - dead letters per hour over the last 24 hours, all producers (the ``dlq`` streams, whose
   entry ids carry the time; at most ``DEAD_LETTERS_READ`` entries a shard are read);
-- the providers' circuits (``streams.circuit_breaker``) and the campaigns' progress.
+- the providers' circuits (``streams.delivery.circuit_breaker``) and the campaigns' progress.
 
 Each chart that cannot be read says so in its place; the rest of the page still shows.
 """
@@ -25,12 +25,12 @@ from redis.exceptions import RedisError
 from app.api.charts import PALETTE, Bar, Series, bar_chart, empty_chart, line_chart
 from app.campaigns.progress import Progress
 from app.catalog import guarded_providers
-from projections.chart_queries import MinuteCount, ended_per_minute
-from streams.backlog import Backlog, read_backlog
-from streams.circuit_breaker import Circuit, CircuitState, read_circuits
-from streams.consumer_groups import DELIVERY_GROUP
-from streams.keys import KeySpace
-from streams.vocabulary import Priority
+from projections.dashboard.charts import MinuteCount, ended_per_minute
+from streams.core.consumer_groups import DELIVERY_GROUP
+from streams.core.keys import KeySpace
+from streams.core.vocabulary import Priority
+from streams.delivery.circuit_breaker import Circuit, CircuitState, read_circuits
+from streams.metrics.backlog import Backlog, read_backlog
 
 log = structlog.get_logger(__name__)
 

@@ -41,11 +41,11 @@ from app.operations.dlq import (
     summary_view,
 )
 from app.settings import ApiKey
-from streams.campaigns import CampaignStore
+from streams.campaigns.store import CampaignStore
+from streams.core.keys import KeySpace
 from streams.dlq.replay import replay
 from streams.dlq.scan import Summary, summarize
-from streams.keys import KeySpace
-from streams.recipient_settings import AddressDigest
+from streams.recipients.settings import AddressDigest
 
 log = structlog.get_logger(__name__)
 

@@ -5,7 +5,7 @@ Every error body has Litestar's shape, ``{"status_code": …, "detail": "<what i
 Handlers list what they may answer with ``raises=[...]``; Litestar turns that list into the
 documented responses, so a client generated from ``/schema`` knows every status it can get.
 
-The domain raises the kinds of ``streams.errors`` and knows no HTTP; ``STATUS_OF`` gives
+The domain raises the kinds of ``streams.core.errors`` and knows no HTTP; ``STATUS_OF`` gives
 each kind its status, and ``clarion_error`` answers any of them raised from a handler
 (``Retry-After`` when the error says how long to wait). A ``ClarionError`` of no kind is a
 fault of the server: a 500 that says nothing of it.
@@ -29,8 +29,8 @@ from litestar.exceptions import (
 )
 from litestar.exceptions.responses import create_exception_response
 
-from streams import errors
-from streams.errors import ClarionError
+from streams.core import errors
+from streams.core.errors import ClarionError
 
 log = structlog.get_logger(__name__)
 

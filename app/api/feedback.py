@@ -22,9 +22,9 @@ from litestar.params import FromPath
 from app.catalog.providers import MAX_FEEDBACK_BYTES
 from app.feedback.callbacks import Scheme
 from app.feedback.requests import Callback, too_large
-from streams import clock
-from streams.errors import Malformed
-from streams.feedback import Inbox, VerifiedCallback
+from streams.core import clock
+from streams.core.errors import Malformed
+from streams.feedback.store import Inbox, VerifiedCallback
 
 Req = Request[Any, Any, State]
 # The route's bound, over every provider's: each scheme reads up to its own (``body``).

@@ -8,7 +8,7 @@ from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.metrics import HTTP_REQUESTS
-from streams.metrics_recorder import MetricsRecorder
+from streams.metrics.recorder import MetricsRecorder
 
 
 class HttpMetrics:

@@ -4,7 +4,7 @@ Both read the read model in PostgreSQL. A notification the projector has not rea
 answered from the Redis write model instead (its ``ntf:`` record, each delivery overlaid with
 its ``dlv:`` hash), so an accepted id is never a 404; the same happens while PostgreSQL is
 unreachable, except for a notification whose ended deliveries' states may have left Redis
-since they were projected (``streams.state_release``): that one is a 503 rather than a
+since they were projected (``streams.delivery.state_release``): that one is a 503 rather than a
 delivery shown as still queued. The delivery list has no such fallback: it answers 503 then.
 Every answer reports the projection lag, how far the read model is behind the event log.
 
@@ -48,13 +48,13 @@ from app.campaigns import segments
 from app.settings import ApiKey
 from projections import queries
 from projections.queries import DELIVERY_STATUSES, DeliveryFilter, DeliveryRow, NotificationRow
-from streams.campaign_ids import campaign_of
-from streams.campaigns import CampaignStore
-from streams.delivery_state import TERMINAL, DeliveryState, read_states
-from streams.ids import is_uuid
-from streams.keys import KeySpace
-from streams.records import DeliveryAtAcceptance, decode_record
-from streams.vocabulary import CHANNELS, ERROR_CLASSES
+from streams.campaigns.ids import campaign_of
+from streams.campaigns.store import CampaignStore
+from streams.core.ids import is_uuid
+from streams.core.keys import KeySpace
+from streams.core.records import DeliveryAtAcceptance, decode_record
+from streams.core.vocabulary import CHANNELS, ERROR_CLASSES
+from streams.delivery.state import TERMINAL, DeliveryState, read_states
 
 log = structlog.get_logger(__name__)
 

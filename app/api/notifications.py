@@ -30,8 +30,8 @@ from app.ingest.ingestor import Ingestor
 from app.ingest.quotas import IngestQuotas
 from app.ingest.requests import Accepted, NotificationRequest
 from app.validation import describe
-from streams.campaign_ids import CAMPAIGN_KEY_PREFIX
-from streams.errors import ClarionError, Invalid, Malformed, TooLarge
+from streams.campaigns.ids import CAMPAIGN_KEY_PREFIX
+from streams.core.errors import ClarionError, Invalid, Malformed, TooLarge
 
 MAX_KEY_LENGTH = 255
 DECODE_SLICE = 250
@@ -63,7 +63,7 @@ def check_key(key: str | None) -> str:
 
 def producer_key(key: str | None) -> str:
     """A producer's idempotency key: as ``check_key`` wants it, and not of the form a
-    campaign's notifications are known by (``streams.campaign_ids``), or ``Invalid``."""
+    campaign's notifications are known by (``streams.campaigns.ids``), or ``Invalid``."""
     key = check_key(key)
     if key.startswith(CAMPAIGN_KEY_PREFIX):
         raise Invalid(

@@ -29,7 +29,7 @@ from app.api.read_model import ReadModel
 from app.catalog import guarded_providers
 from app.metrics import COUNTERS, HISTOGRAMS, Snapshot, lag_report, read_snapshot
 from app.operations.readiness import readiness
-from streams.circuit_breaker import CircuitState
+from streams.delivery.circuit_breaker import CircuitState
 
 log = structlog.get_logger(__name__)
 

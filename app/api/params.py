@@ -11,7 +11,7 @@ from litestar.exceptions import ClientException
 from litestar.openapi.spec import OpenAPIType
 from litestar.params import QueryParameter
 
-from streams.vocabulary import CHANNELS, ERROR_CLASSES
+from streams.core.vocabulary import CHANNELS, ERROR_CLASSES
 
 MAX_TYPE_LENGTH = 64
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -29,7 +29,7 @@ from app.ingest.profiles import Profile
 from app.ingest.profiles import decode as decode_profile
 from app.recipients.erasure import Eraser
 from app.recipients.profiles import TargetsPatch, changed, encode, patched
-from streams.recipient_settings import RecipientSettings, RecipientSettingsStore
+from streams.recipients.settings import RecipientSettings, RecipientSettingsStore
 
 Req = Request[Any, Any, State]
 

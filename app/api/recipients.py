@@ -27,8 +27,8 @@ from app.api.schemas import (
 )
 from app.catalog import Catalog
 from app.ingest.quiet_hours import check
-from streams.events import PreferenceEntry, QuietHoursSetting
-from streams.recipient_settings import RecipientSettings, RecipientSettingsStore
+from streams.core.events import PreferenceEntry, QuietHoursSetting
+from streams.recipients.settings import RecipientSettings, RecipientSettingsStore
 
 _MAX_ID = 255
 Req = Request[Any, Any, State]

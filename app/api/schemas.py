@@ -8,9 +8,9 @@ from typing import Annotated
 import msgspec
 
 from app.ingest.requests import NotificationRequest
-from streams.events import PreferenceEntry
-from streams.records import DeliveryAtAcceptance
-from streams.vocabulary import Channel, DeliveryStatus, Priority
+from streams.core.events import PreferenceEntry
+from streams.core.records import DeliveryAtAcceptance
+from streams.core.vocabulary import Channel, DeliveryStatus, Priority
 
 
 class BatchItem(NotificationRequest, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -24,7 +24,7 @@ from app.api.methods import allowed
 from app.api.schemas import StatusWebhookBody, StatusWebhookView
 from app.catalog.providers import signing_key
 from app.status_webhooks.endpoint import UrlGuard, new_secret
-from streams.status_webhooks import StatusWebhookStore
+from streams.status_webhooks.store import StatusWebhookStore
 
 Req = Request[Any, Any, State]
 

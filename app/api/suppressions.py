@@ -25,11 +25,11 @@ from app.api.errors import AUTHENTICATED, BodyTooLarge, NotJson
 from app.api.methods import allowed
 from app.ingest.requests import PushTarget
 from app.recipients.addresses import SUPPRESSIBLE, Address, delivery_address, masked
-from streams import clock
-from streams.events import SuppressionReason
-from streams.recipient_settings import AddressDigest
-from streams.suppressions import REASONS, Suppression, SuppressionStore
-from streams.vocabulary import Channel
+from streams.core import clock
+from streams.core.events import SuppressionReason
+from streams.core.vocabulary import Channel
+from streams.recipients.settings import AddressDigest
+from streams.recipients.suppressions import REASONS, Suppression, SuppressionStore
 
 Req = Request[Any, Any, State]
 MAX_PAGE = 500

@@ -34,8 +34,8 @@ from app.api.dashboard import HTML_HEADERS, render
 from app.catalog import Catalog
 from app.signed_tokens import TokenRefused
 from app.unsubscribe import OptOut, UnsubscribeTokens
-from streams.recipient_settings import RecipientSettingsStore
-from streams.vocabulary import Channel
+from streams.core.vocabulary import Channel
+from streams.recipients.settings import RecipientSettingsStore
 
 log = structlog.get_logger(__name__)
 

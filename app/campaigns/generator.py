@@ -35,15 +35,15 @@ from app.ingest.delivery_plan import epoch_ms
 from app.ingest.ingestor import Ingestor
 from app.ingest.quotas import NotificationQuota
 from app.ingest.requests import NotificationRequest
-from streams.campaign_ids import notification_key
-from streams.campaigns import CHUNK_SIZE, Campaign, CampaignChange, CampaignStore
-from streams.errors import ClarionError, Conflict, Unavailable
-from streams.events import (
+from streams.campaigns.ids import notification_key
+from streams.campaigns.store import CHUNK_SIZE, Campaign, CampaignChange, CampaignStore
+from streams.core.errors import ClarionError, Conflict, Unavailable
+from streams.core.events import (
     CampaignAudienceAdded,
     CampaignBatchGenerated,
 )
-from streams.recipient_settings import RecipientSettings
-from streams.vocabulary import CampaignState, Priority
+from streams.core.vocabulary import CampaignState, Priority
+from streams.recipients.settings import RecipientSettings
 
 log = structlog.get_logger(__name__)
 

@@ -2,7 +2,7 @@
 resume, cancel.
 
 Each change reads the campaign, decides on what it read and writes with the version it read
-(``streams.campaigns``): a change that raced another is decided again on the new state, so a
+(``streams.campaigns.store``): a change that raced another is decided again on the new state, so a
 pause and the generator's checkpoint, or two uploads, never step on each other. Each one
 records its event. A campaign belongs to the producer that created it: to any other it does
 not exist.
@@ -21,7 +21,7 @@ from app.campaigns import specs
 from app.campaigns.specs import CampaignSpec
 from app.ingest.delivery_plan import epoch_ms
 from app.ingest.fanout import Planner
-from streams.campaigns import (
+from streams.campaigns.store import (
     CHUNK_SIZE,
     Campaign,
     CampaignChange,
@@ -30,15 +30,15 @@ from streams.campaigns import (
     WriteResult,
     encode_chunk,
 )
-from streams.errors import Conflict, NotFound, RateLimited, TooLarge
-from streams.events import (
+from streams.core.errors import Conflict, NotFound, RateLimited, TooLarge
+from streams.core.events import (
     CampaignAudienceAdded,
     CampaignCreated,
     CampaignStateChanged,
 )
-from streams.ids import is_uuid, new_id
-from streams.keys import KeySpace
-from streams.vocabulary import CampaignState
+from streams.core.ids import is_uuid, new_id
+from streams.core.keys import KeySpace
+from streams.core.vocabulary import CampaignState
 
 # Tries of a change that keeps racing others before giving up (``Conflict``).
 _TRIES: Final = 20
@@ -219,7 +219,7 @@ class Campaigns:
     @staticmethod
     def _require_move(campaign: Campaign, action: str, state: CampaignState) -> None:
         """Refuse ``action`` unless the campaign may move to ``state``
-        (``streams.vocabulary.CAMPAIGN_TRANSITIONS``)."""
+        (``streams.core.vocabulary.CAMPAIGN_TRANSITIONS``)."""
         if not campaign.state.may_become(state):
             raise Conflict(f"campaign: cannot {action} a campaign that is {campaign.state}")
 

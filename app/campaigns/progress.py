@@ -12,8 +12,8 @@ from datetime import UTC, datetime
 import msgspec
 
 from app.campaigns import specs
-from streams.campaigns import Campaign
-from streams.vocabulary import CONFIRMED, PROVIDER_ACCEPTED, CampaignState, DeliveryStatus
+from streams.campaigns.store import Campaign
+from streams.core.vocabulary import CONFIRMED, PROVIDER_ACCEPTED, CampaignState, DeliveryStatus
 
 
 class Progress(msgspec.Struct, frozen=True, kw_only=True):

@@ -1,7 +1,7 @@
 """The campaign runner in every worker process: finds due campaigns and runs each one's
 generator while this process holds the campaign's lease.
 
-Every worker looks for due campaigns (``streams.campaigns.CampaignStore.due``) a few times a
+Every worker looks for due campaigns (``streams.campaigns.store.CampaignStore.due``) a few times a
 second; the first to take a campaign's lease generates it, the others leave it. The lease
 is renewed between batches; a worker that dies leaves its lease to run out, and another
 worker takes the campaign over then, at the batch it had not recorded.
@@ -22,11 +22,11 @@ from app.catalog import Catalog
 from app.ingest.fanout import Planner
 from app.ingest.ingestor import Ingestor
 from app.settings import Settings
-from streams import clock
-from streams.campaigns import CampaignStore
-from streams.keys import KeySpace
-from streams.leases import Lease
-from streams.metrics_recorder import MetricsRecorder
+from streams.campaigns.store import CampaignStore
+from streams.core import clock
+from streams.core.keys import KeySpace
+from streams.core.leases import Lease
+from streams.metrics.recorder import MetricsRecorder
 
 log = structlog.get_logger(__name__)
 

@@ -1,7 +1,7 @@
 """A segment's recipients: every recipient whose profile attributes match it.
 
 Profiles live in each recipient's settings hash, of which every shard holds a copy
-(``streams.recipient_settings``): one shard's copies are read, page by page with SCAN, and
+(``streams.recipients.settings``): one shard's copies are read, page by page with SCAN, and
 the ids that match are appended to the campaign's selection in chunks. The selection is
 made afresh each time it starts (a generator that died halfway leaves a partial one), and
 becomes the campaign's audience in one step with its event (``app.campaigns.generator``).
@@ -20,9 +20,9 @@ from app.campaigns import specs
 from app.campaigns.specs import Segment
 from app.ingest.profiles import decode as decode_profile
 from app.settings import ApiKey
-from streams.campaigns import CHUNK_SIZE, CampaignStore, encode_chunk
-from streams.ids import is_uuid
-from streams.keys import KeySpace, ShardKeys
+from streams.campaigns.store import CHUNK_SIZE, CampaignStore, encode_chunk
+from streams.core.ids import is_uuid
+from streams.core.keys import KeySpace, ShardKeys
 
 # Keys a SCAN call looks at: a page of profiles is one pipeline of HGETs.
 SCAN_PAGE: Final = 1000

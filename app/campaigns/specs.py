@@ -17,7 +17,7 @@ import msgspec
 
 from app.ingest import profiles, requests
 from app.ingest.requests import NotificationRequest, Recipient
-from streams.vocabulary import Channel, Priority
+from streams.core.vocabulary import Channel, Priority
 
 # Recipients one upload may carry (its body stays under a megabyte with ids of 64 bytes).
 MAX_UPLOAD: Final = 10_000

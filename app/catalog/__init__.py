@@ -19,9 +19,9 @@ from app.catalog.push import Platform, platform_of
 from app.catalog.status_webhooks import StatusWebhooksConfig
 from app.catalog.templates import CompiledTemplate, Template, TemplateProblem, compile_template
 from app.validation import describe
-from streams.errors import ClarionError
-from streams.fairness import Fairness
-from streams.vocabulary import CHANNELS, Channel, Priority
+from streams.core.errors import ClarionError
+from streams.core.vocabulary import CHANNELS, Channel, Priority
+from streams.delivery.fairness import Fairness
 
 Name = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
 # As in CLARION_API_KEYS (``app.settings``).
@@ -148,7 +148,7 @@ class Catalog(msgspec.Struct, frozen=True):
     push_orders: dict[Platform, tuple[str, ...]] = {}
     # ``[status_webhooks]``: which producer URLs may be called, time limits, retries.
     status_webhooks: StatusWebhooksConfig = StatusWebhooksConfig()
-    # ``[fairness]``: producers' shares of NORMAL and LOW delivery (``streams.fairness``).
+    # ``[fairness]``: producers' shares of NORMAL and LOW delivery (``streams.delivery.fairness``).
     fairness: Fairness = Fairness()
 
     def provider_order(self, channel: Channel, address: str) -> tuple[str, ...]:

@@ -13,7 +13,7 @@ from app.catalog.providers import (
     WebhookConfig,
 )
 from app.catalog.push import ApnsConfig, FcmConfig, Platform, WebPushConfig
-from streams.vocabulary import Channel
+from streams.core.vocabulary import Channel
 
 # ``[providers.<name>]``, chosen by its ``kind``.
 ProviderConfig = (

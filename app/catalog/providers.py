@@ -16,7 +16,7 @@ import msgspec
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from streams.errors import ClarionError
+from streams.core.errors import ClarionError
 
 # An environment variable's name, as a secret's ``*_env`` key gives it.
 EnvName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]

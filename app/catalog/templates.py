@@ -34,8 +34,8 @@ from jinja2 import meta, nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from markupsafe import escape
 
-from streams.errors import ClarionError
-from streams.vocabulary import Channel
+from streams.core.errors import ClarionError
+from streams.core.vocabulary import Channel
 
 
 class Template(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

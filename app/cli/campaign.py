@@ -19,10 +19,10 @@ from app.settings import Settings, SettingsError
 from projections.campaign_queries import campaign_counts
 from projections.database import DatabaseNotReady
 from projections.database import connect as connect_database
-from streams import clock
-from streams.campaigns import CampaignStore
-from streams.ids import is_uuid
-from streams.keys import KeySpace
+from streams.campaigns.store import CampaignStore
+from streams.core import clock
+from streams.core.ids import is_uuid
+from streams.core.keys import KeySpace
 
 
 async def _read_model(settings: Settings) -> asyncpg.Pool | None:

@@ -33,12 +33,12 @@ from app.operations.dlq import (
 )
 from app.processes.clients import redis_client
 from app.settings import Settings, SettingsError
-from streams.connection import redact
+from streams.core.connection import redact
+from streams.core.keys import KeySpace
+from streams.core.vocabulary import CHANNELS, ERROR_CLASSES
 from streams.dlq.replay import MAX_REPLAY, ReplayOrder
 from streams.dlq.replay import replay as replay_dead_letters
 from streams.dlq.scan import Selection, summarize
-from streams.keys import KeySpace
-from streams.vocabulary import CHANNELS, ERROR_CLASSES
 
 
 def _environment() -> tuple[Settings, Catalog]:

@@ -27,7 +27,7 @@ from app.processes.redis_checks import RedisNotReady, check_redis
 from app.processes.supervisor import Child, supervise
 from app.settings import Settings, SettingsError
 from projections.database import DatabaseNotReady
-from streams.vocabulary import Priority
+from streams.core.vocabulary import Priority
 
 log = structlog.get_logger(__name__)
 

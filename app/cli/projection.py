@@ -15,7 +15,7 @@ from app.settings import Settings, SettingsError
 from projections.database import DatabaseNotReady
 from projections.database import connect as connect_database
 from projections.rebuild import RebuildError, RebuildSummary, rebuild
-from streams.keys import KeySpace
+from streams.core.keys import KeySpace
 
 _PHASES = {
     "history": "PostgreSQL history (events)",

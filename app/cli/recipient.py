@@ -1,5 +1,5 @@
 """``clarion recipient revoke-tokens ID``: refuse every inbox token of a recipient made until
-now, and end its open realtime streams (``streams.inbox_revocation``), as
+now, and end its open realtime streams (``streams.inbox.revocation``), as
 ``POST /v1/recipients/{id}/inbox-tokens/revoke`` does.
 
 It writes Redis directly, so an operator can revoke a leaked token while the API is down or
@@ -15,8 +15,8 @@ import click
 from app.cli.status import run_reading_redis
 from app.processes.clients import redis_client
 from app.settings import Settings, SettingsError
-from streams.inbox_revocation import InboxRevocations
-from streams.keys import KeySpace
+from streams.core.keys import KeySpace
+from streams.inbox.revocation import InboxRevocations
 
 _MAX_ID = 255
 

@@ -20,7 +20,7 @@ from app.metrics import read_snapshot
 from app.operations.status_hints import render
 from app.processes.clients import redis_client
 from app.settings import Settings, SettingsError
-from streams.keys import KeySpace
+from streams.core.keys import KeySpace
 
 
 async def _show(settings: Settings, interval: float, watch: bool, providers: list[str]) -> None:

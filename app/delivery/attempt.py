@@ -18,13 +18,13 @@ from app.catalog import Catalog
 from app.delivery import decide
 from app.delivery.provider_timeouts import ProviderTimeouts
 from app.delivery.rendering import RenderError, render
+from app.inbox.provider import InboxProvider
 from app.providers.base import Message, Provider, ProviderError
-from app.providers.inbox import InboxProvider
 from app.unsubscribe import UnsubscribeLinks
-from streams.delivery_decisions import Decision, Sent
-from streams.delivery_leases import LeasedDelivery
-from streams.vocabulary import Channel, ErrorClass
-from streams.work_items import WorkItem
+from streams.core.vocabulary import Channel, ErrorClass
+from streams.delivery.decisions import Decision, Sent
+from streams.delivery.leases import LeasedDelivery
+from streams.delivery.work_items import WorkItem
 
 log = structlog.get_logger(__name__)
 

@@ -15,11 +15,11 @@ from typing import Final
 import structlog
 
 from app.recipients.addresses import masked
-from streams.events import SuppressionReason
-from streams.recipient_settings import AddressDigest, RecipientSettingsStore
-from streams.suppressions import Suppression, SuppressionStore
-from streams.vocabulary import Channel
-from streams.work_items import WorkItem
+from streams.core.events import SuppressionReason
+from streams.core.vocabulary import Channel
+from streams.delivery.work_items import WorkItem
+from streams.recipients.settings import AddressDigest, RecipientSettingsStore
+from streams.recipients.suppressions import Suppression, SuppressionStore
 
 log = structlog.get_logger(__name__)
 

@@ -1,7 +1,7 @@
-"""What becomes of a leased delivery: pure decisions, no I/O (``streams.delivery_decisions``).
+"""What becomes of a leased delivery: pure decisions, no I/O (``streams.delivery.decisions``).
 
 The worker and the attempt ask here and record the answer with one call
-(``streams.delivery_outcomes.outcome``). A lease that says not to send ends the delivery
+(``streams.delivery.outcomes.outcome``). A lease that says not to send ends the delivery
 (or only acknowledges it); a delivery past its TTL expires before any provider is asked; one
 without a provider or quota now is deferred; after a send it is SENT; after a failure a
 TRANSIENT one is retried after the channel's backoff while attempts and the TTL allow (never
@@ -18,7 +18,8 @@ from app.catalog import RetryPolicy
 from app.delivery.retry_policy import may_retry, retry_delay
 from app.logging import mask
 from app.providers.base import ProviderError
-from streams.delivery_decisions import (
+from streams.core.vocabulary import ErrorClass
+from streams.delivery.decisions import (
     AcknowledgeOnly,
     Cancelled,
     Deferred,
@@ -26,10 +27,9 @@ from streams.delivery_decisions import (
     Failed,
     RetryAt,
 )
-from streams.delivery_leases import Lease, LeasedDelivery, LeaseVerdict
-from streams.delivery_outcomes import MAX_ERROR_TEXT
-from streams.vocabulary import ErrorClass
-from streams.work_items import WorkItem
+from streams.delivery.leases import Lease, LeasedDelivery, LeaseVerdict
+from streams.delivery.outcomes import MAX_ERROR_TEXT
+from streams.delivery.work_items import WorkItem
 
 Uniform = Callable[[float, float], float]
 

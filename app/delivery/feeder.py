@@ -1,5 +1,5 @@
 """The feeder: lets producers' queued NORMAL and LOW work items into their work streams at
-each producer's fair share, as the streams drain (``streams.fairness``).
+each producer's fair share, as the streams drain (``streams.delivery.fairness``).
 
 Every worker process runs one loop per shard and fair priority. A loop whose queues are
 empty looks again every ``idle_s``; one that moved items goes on at once; one whose stream
@@ -19,10 +19,10 @@ import structlog
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from streams.connection import being_cancelled
-from streams.fairness import FAIR_PRIORITIES, Fairness, feed, waiting_producers
-from streams.keys import ShardKeys
-from streams.vocabulary import Priority
+from streams.core.connection import being_cancelled
+from streams.core.keys import ShardKeys
+from streams.core.vocabulary import Priority
+from streams.delivery.fairness import FAIR_PRIORITIES, Fairness, feed, waiting_producers
 
 log = structlog.get_logger(__name__)
 

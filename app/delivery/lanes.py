@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 
-from streams.vocabulary import Priority
+from streams.core.vocabulary import Priority
 
 
 class Lanes:

@@ -1,7 +1,7 @@
 """Provider quota for a batch of routed deliveries: one ``rate_limit.lua`` call for all.
 
-Each rate-limited provider has GCRA buckets in Redis (``streams.rate_limiter``): a total and
-one per NORMAL and LOW share, so the top of the burst is left to HIGH. A delivery whose
+Each rate-limited provider has GCRA buckets in Redis (``streams.delivery.rate_limiter``): a
+total and one per NORMAL and LOW share, so the top of the burst is left to HIGH. A delivery whose
 provider has no limit goes at once.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from app.catalog import Catalog
-from streams.rate_limiter import Rate, RateLimiter
-from streams.vocabulary import Priority
+from streams.core.vocabulary import Priority
+from streams.delivery.rate_limiter import Rate, RateLimiter
 
 
 class ProviderQuota:

@@ -4,7 +4,7 @@ dead-lettered, so it never blocks a consumer group or loops forever.
 Every few seconds (``reclaim_interval_s``, jittered) each work stream is swept with
 XAUTOCLAIM for entries idle longer than the lease, and the worker handles what it claims
 like anything it reads. A delivery leased more than ``max_deliveries`` times without an
-outcome is POISON (the lease says so, ``streams.delivery_store``): its delivery ends FAILED
+outcome is POISON (the lease says so, ``streams.delivery.store``): its delivery ends FAILED
 and goes to the dead-letter queue. The stream's own delivery counter is not used for this:
 it also counts hand-outs whose lease Redis refused (out of memory, say), which must never
 make a delivery POISON. An entry that cannot be read at all goes to the dead-letter queue
@@ -24,18 +24,18 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from app.metrics import DELIVERY_FAILURES, UNKNOWN_CHANNEL
-from streams.consumer_groups import (
+from streams.core.consumer_groups import (
     DELIVERY_GROUP,
     Entry,
     autoclaim,
     ensure_group,
     is_missing_group,
 )
-from streams.delivery_store import DeliveryStore
+from streams.core.keys import KeySpace, ShardKeys
+from streams.core.vocabulary import ErrorClass, Priority
+from streams.delivery.store import DeliveryStore
 from streams.dlq.entries import Worker, poison_entry
-from streams.keys import KeySpace, ShardKeys
-from streams.metrics_recorder import MetricsRecorder
-from streams.vocabulary import ErrorClass, Priority
+from streams.metrics.recorder import MetricsRecorder
 
 log = structlog.get_logger(__name__)
 

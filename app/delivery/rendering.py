@@ -15,8 +15,8 @@ from app.catalog import Catalog
 from app.catalog.sms import measure_sms
 from app.catalog.templates import FillError
 from app.providers.base import PushContent
-from streams.vocabulary import Channel
-from streams.work_items import WorkItem
+from streams.core.vocabulary import Channel
+from streams.delivery.work_items import WorkItem
 
 _SMS = Channel.SMS  # bound once: compared on every delivery
 _NO_PUSH = PushContent()

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 
 from app.catalog import Catalog, guarded_providers
 from app.catalog.push import Platform, platform_of
-from streams.circuit_breaker import CircuitBreakers, CircuitPolicy, CircuitState
-from streams.events import DeferReason
-from streams.vocabulary import Channel
-from streams.work_items import WorkItem
+from streams.core.events import DeferReason
+from streams.core.vocabulary import Channel
+from streams.delivery.circuit_breaker import CircuitBreakers, CircuitPolicy, CircuitState
+from streams.delivery.work_items import WorkItem
 
 _PUSH = Channel.PUSH
 

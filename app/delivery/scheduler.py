@@ -1,6 +1,6 @@
 """Moving due ``delayed`` members back to their work streams, in every worker process.
 
-One loop per shard calls the scheduler script (``streams.scheduler.move_due``), then sleeps
+One loop per shard calls the scheduler script (``streams.delivery.delayed.move_due``), then sleeps
 until the next member is due, at most ``IDLE_S``: members other processes add are seen that
 late at the latest. A worker that schedules a retry itself wakes the loop at once.
 """
@@ -14,8 +14,8 @@ from collections.abc import Sequence
 import structlog
 from redis.asyncio import Redis
 
-from streams.keys import ShardKeys
-from streams.scheduler import MOVE_LIMIT, move_due
+from streams.core.keys import ShardKeys
+from streams.delivery.delayed import MOVE_LIMIT, move_due
 
 log = structlog.get_logger(__name__)
 

@@ -19,9 +19,9 @@ from opentelemetry.trace import Span, SpanKind, StatusCode
 from app import tracing
 from app.catalog import Catalog
 from app.delivery.attempt import Attempted, Attempts
+from app.inbox.provider import InboxProvider
 from app.providers.base import Message, Provider, ProviderError
-from app.providers.inbox import InboxProvider
-from streams.delivery_leases import LeasedDelivery
+from streams.delivery.leases import LeasedDelivery
 
 
 class TracedAttempts(Attempts):

@@ -39,25 +39,26 @@ from app.delivery.tracing import TracedAttempts
 from app.metrics import DELIVERY_FAILURES, record_outcome
 from app.providers.base import Provider
 from app.unsubscribe import UnsubscribeLinks
-from streams import clock, codec, delivery_outcomes
-from streams.circuit_breaker import CircuitBreakers
-from streams.consumer_groups import DELIVERY_GROUP, Entry, ensure_group, is_missing_group
-from streams.delivery_decisions import Decision, Deferred
-from streams.delivery_leases import UNSENT, LeasedDelivery, LeaseVerdict
-from streams.delivery_store import (
+from streams.core import clock, codec
+from streams.core.consumer_groups import DELIVERY_GROUP, Entry, ensure_group, is_missing_group
+from streams.core.keys import KeySpace, ShardKeys
+from streams.core.vocabulary import ErrorClass, Priority
+from streams.delivery import outcomes as delivery_outcomes
+from streams.delivery.circuit_breaker import CircuitBreakers
+from streams.delivery.decisions import Decision, Deferred
+from streams.delivery.leases import UNSENT, LeasedDelivery, LeaseVerdict
+from streams.delivery.rate_limiter import RateLimiter
+from streams.delivery.store import (
     FAILED_STATE_RETENTION_MS,
     STATE_RETENTION_MS,
     DeliveryStore,
     Outcome,
 )
+from streams.delivery.work_items import WorkItem
 from streams.dlq.entries import Worker
-from streams.keys import KeySpace, ShardKeys
-from streams.metrics_recorder import MetricsRecorder
-from streams.rate_limiter import RateLimiter
-from streams.recipient_settings import AddressDigest, RecipientSettingsStore
-from streams.suppressions import SuppressionStore
-from streams.vocabulary import ErrorClass, Priority
-from streams.work_items import WorkItem
+from streams.metrics.recorder import MetricsRecorder
+from streams.recipients.settings import AddressDigest, RecipientSettingsStore
+from streams.recipients.suppressions import SuppressionStore
 
 log = structlog.get_logger(__name__)
 

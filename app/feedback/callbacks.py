@@ -68,10 +68,10 @@ from app.catalog.providers import (
 from app.feedback.requests import Callback, header, signed_time, within
 from app.logging import mask
 from app.recipients.addresses import masked
-from streams.errors import Malformed, TooLarge, Unauthenticated
-from streams.feedback import Feedback, FeedbackKind
-from streams.recipient_settings import AddressDigest
-from streams.vocabulary import Channel
+from streams.core.errors import Malformed, TooLarge, Unauthenticated
+from streams.core.vocabulary import Channel
+from streams.feedback.store import Feedback, FeedbackKind
+from streams.recipients.settings import AddressDigest
 
 MAX_AGE_S: Final = 300
 # The largest body each scheme reads, unless the catalog's ``feedback_max_bytes`` says other.

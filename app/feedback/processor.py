@@ -1,7 +1,7 @@
 """The feedback processor: from the inbox of verified callbacks to the deliveries they are
 about.
 
-It reads the inbox (``streams.feedback``) with the group ``feedback``, finds each item's
+It reads the inbox (``streams.feedback.store``) with the group ``feedback``, finds each item's
 delivery in the read model by the provider's message id, and applies it:
 
 - ``delivered`` moves a SENT delivery to DELIVERED;
@@ -37,15 +37,15 @@ from redis.exceptions import RedisError
 
 from app.metrics import FEEDBACK, FEEDBACK_UNMATCHED
 from projections.queries import SentDelivery, deliveries_by_message, feedback_applied
-from streams import clock, scripts
-from streams.consumer_groups import ensure_group, is_missing_group
-from streams.delivery_state import DeliveryStatus, read_states
-from streams.events import ProviderFeedbackReceived
-from streams.feedback import FEEDBACK_GROUP, FIELD, Feedback, decode, feedback_apply_call
-from streams.keys import KeySpace
-from streams.metrics_recorder import MetricsRecorder
-from streams.scripts import KeyOrArg
-from streams.suppressions import Suppression, SuppressionStore
+from streams.core import clock, scripts
+from streams.core.consumer_groups import ensure_group, is_missing_group
+from streams.core.events import ProviderFeedbackReceived
+from streams.core.keys import KeySpace
+from streams.core.scripts import KeyOrArg
+from streams.delivery.state import DeliveryStatus, read_states
+from streams.feedback.store import FEEDBACK_GROUP, FIELD, Feedback, decode, feedback_apply_call
+from streams.metrics.recorder import MetricsRecorder
+from streams.recipients.suppressions import Suppression, SuppressionStore
 
 log = structlog.get_logger(__name__)
 
@@ -182,7 +182,7 @@ class FeedbackProcessor:
     ) -> list[str]:
         shard = self.keys.shard(number)
         states = await read_states(self.redis, shard, [sent.id for _, sent in pairs])
-        # A state that left Redis (``streams.state_release``) took its feedback marks with
+        # A state that left Redis (``streams.delivery.state_release``) took its feedback marks with
         # it: the read model's events tell whether this feedback was applied already.
         released = [(w, sent) for (w, sent), state in zip(pairs, states, strict=True) if not state]
         applied = await feedback_applied(pool, [(sent, w.item.feedback_id) for w, sent in released])

@@ -5,7 +5,7 @@ A header that is missing, longer than its bound or not ASCII (ASGI gives header 
 Latin-1, so any byte can arrive) is refused as ``Unauthenticated`` naming the header, before
 it is compared, decoded or parsed; what is compared is bytes. A body over its scheme's bound
 is refused as ``TooLarge`` (the API stops reading at the bound, see ``app.api.feedback``).
-Every refusal is one of ``Refusal``'s kinds (``streams.errors``).
+Every refusal is one of ``Refusal``'s kinds (``streams.core.errors``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from streams.errors import Malformed, TooLarge, Unauthenticated
+from streams.core.errors import Malformed, TooLarge, Unauthenticated
 
 # The longest signature header taken: a few signatures side by side (key rotation).
 MAX_SIGNATURE_CHARS: Final = 1024

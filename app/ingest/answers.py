@@ -1,5 +1,5 @@
 """What ingest answers for one notification: accepted (with the body that says so), or the
-error of ``streams.errors`` it was refused with. The API gives each error its status; a
+error of ``streams.core.errors`` it was refused with. The API gives each error its status; a
 campaign's generator tries again those a later try may not meet."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import msgspec
 import structlog
 
 from app.ingest.fanout import accepted_body
-from streams.errors import ClarionError, Conflict, Invalid, Unavailable
-from streams.ingest import IngestReply
+from streams.core.errors import ClarionError, Conflict, Invalid, Unavailable
+from streams.ingest.writer import IngestReply
 
 log = structlog.get_logger(__name__)
 

@@ -16,9 +16,8 @@ from datetime import datetime
 import msgspec
 
 from app.ingest.requests import NotificationRequest
-from streams import codec
-from streams.delivery_state import DeliveryStatus
-from streams.events import (
+from streams.core import codec
+from streams.core.events import (
     DeliveryDeferred,
     DeliveryExpired,
     DeliveryQueued,
@@ -26,12 +25,13 @@ from streams.events import (
     Event,
     NotificationAccepted,
 )
-from streams.ingest import PlannedWork
-from streams.recipient_settings import QUIET_HOURS_EXEMPT, AddressDigest
-from streams.records import DeliveryAtAcceptance
-from streams.scheduler import delayed_member
-from streams.vocabulary import Channel, Priority
-from streams.work_items import UntracedWorkItem, WorkItem, share_data
+from streams.core.records import DeliveryAtAcceptance
+from streams.core.vocabulary import Channel, Priority
+from streams.delivery.delayed import delayed_member
+from streams.delivery.state import DeliveryStatus
+from streams.delivery.work_items import UntracedWorkItem, WorkItem, share_data
+from streams.ingest.writer import PlannedWork
+from streams.recipients.settings import QUIET_HOURS_EXEMPT, AddressDigest
 
 # Enum members looked up through their class cost about 150 ns each on Python 3.11; fan-out
 # decides every delivery's fate by them, so they are bound once.

@@ -19,22 +19,22 @@ from app.catalog import Catalog
 from app.ingest.delivery_plan import Identity, NotificationPlan, epoch_ms
 from app.ingest.quiet_hours import window_end
 from app.ingest.requests import Accepted, NotificationRequest, target_address
-from streams import codec
-from streams.campaign_ids import campaign_of
-from streams.errors import Forbidden, Invalid
-from streams.events import Event
-from streams.ids import new_ids
-from streams.ingest import IngestItem
-from streams.keys import ShardKeys
-from streams.recipient_settings import AddressDigest, RecipientSettings
-from streams.records import (
+from streams.campaigns.ids import campaign_of
+from streams.core import codec
+from streams.core.errors import Forbidden, Invalid
+from streams.core.events import Event
+from streams.core.ids import new_ids
+from streams.core.keys import ShardKeys
+from streams.core.records import (
     NotificationRecord,
     decode_record,
     encode_record,
 )
-from streams.suppressions import EMPTY as EMPTY_LIST
-from streams.suppressions import ListView, address_field
-from streams.vocabulary import Channel, Priority
+from streams.core.vocabulary import Channel, Priority
+from streams.ingest.writer import IngestItem
+from streams.recipients.settings import AddressDigest, RecipientSettings
+from streams.recipients.suppressions import EMPTY as EMPTY_LIST
+from streams.recipients.suppressions import ListView, address_field
 
 _HIGH = Priority.HIGH  # bound once: looked up per notification
 

@@ -33,13 +33,13 @@ from app.ingest.profiles import decode as decode_profile
 from app.ingest.profiles import merged
 from app.ingest.requests import NotificationRequest
 from app.metrics import OPT_OUTS, SUPPRESSED
-from streams.errors import Conflict, Forbidden, Invalid
-from streams.ingest import IngestItem, IngestReply, IngestWriter
-from streams.keys import KeySpace, ShardKeys
-from streams.metrics_recorder import MetricsRecorder
-from streams.recipient_settings import RecipientSettings, read_many
-from streams.suppressions import EMPTY as EMPTY_LIST
-from streams.suppressions import ListView, decode
+from streams.core.errors import Conflict, Forbidden, Invalid
+from streams.core.keys import KeySpace, ShardKeys
+from streams.ingest.writer import IngestItem, IngestReply, IngestWriter
+from streams.metrics.recorder import MetricsRecorder
+from streams.recipients.settings import RecipientSettings, read_many
+from streams.recipients.suppressions import EMPTY as EMPTY_LIST
+from streams.recipients.suppressions import ListView, decode
 
 log = structlog.get_logger(__name__)
 

@@ -2,7 +2,7 @@
 attributes Clarion keeps for a recipient (``app.recipients`` changes them), so a notification
 may name only ``recipient.id``.
 
-A profile is stored whole in the recipient's settings hash (``streams.recipient_settings``,
+A profile is stored whole in the recipient's settings hash (``streams.recipients.settings``,
 field ``pf``), on every shard, so the ingest script sees it with the settings it already
 checks: a notification for a recipient with a profile is planned with it (``merged``), the
 addresses a request gives overriding the profile's for that notification (an email address

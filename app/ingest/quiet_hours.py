@@ -7,8 +7,8 @@ import re
 from datetime import UTC, datetime, time, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
-from streams.errors import Invalid
-from streams.events import QuietHoursSetting
+from streams.core.errors import Invalid
+from streams.core.events import QuietHoursSetting
 
 # Anchored and bounded: reads at most six characters of any string.
 _CLOCK = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)$")

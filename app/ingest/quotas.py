@@ -13,9 +13,9 @@ import math
 from redis.asyncio import Redis
 
 from app.catalog import IngestQuota, Quotas
-from streams.errors import RateLimited, TooLarge
-from streams.ingest_quota import QuotaRates, take_quota
-from streams.keys import KeySpace
+from streams.core.errors import RateLimited, TooLarge
+from streams.core.keys import KeySpace
+from streams.ingest.quota import QuotaRates, take_quota
 
 # Why a request was not admitted: over the quota now (with the whole seconds to wait), or
 # larger than it could ever be.

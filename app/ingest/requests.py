@@ -13,8 +13,8 @@ from typing import Annotated, Any
 import msgspec
 
 from app.catalog.push import Platform, subscription_address, token_address
-from streams.records import DeliveryAtAcceptance
-from streams.vocabulary import Channel, Priority
+from streams.core.records import DeliveryAtAcceptance
+from streams.core.vocabulary import Channel, Priority
 
 # Template variables are free-form, but what is accepted is encoded again (the fingerprint,
 # the shared template data) and read by the renderer, each recursively: far below where

@@ -15,6 +15,9 @@ import msgspec
 
 from app.catalog import Catalog
 from app.logging import mask
+from streams.core.errors import Invalid
+from streams.core.ids import is_uuid
+from streams.core.vocabulary import CHANNELS, ERROR_CLASSES
 from streams.dlq.entries import DeadLetter, Resolution
 from streams.dlq.replay import (
     MAX_REPLAY,
@@ -25,9 +28,6 @@ from streams.dlq.replay import (
     ReplayResult,
 )
 from streams.dlq.scan import Selection, Summary
-from streams.errors import Invalid
-from streams.ids import is_uuid
-from streams.vocabulary import CHANNELS, ERROR_CLASSES
 
 MAX_SAMPLES = 100
 DEFAULT_SAMPLES = 10

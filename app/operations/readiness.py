@@ -18,8 +18,8 @@ import structlog
 from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 
-from streams.consumer_groups import ensure_all_groups, missing_groups
-from streams.keys import KeySpace
+from streams.core.consumer_groups import ensure_all_groups, missing_groups
+from streams.core.keys import KeySpace
 
 log = structlog.get_logger(__name__)
 

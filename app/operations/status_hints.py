@@ -24,8 +24,8 @@ from datetime import UTC, datetime
 from enum import StrEnum
 
 from app.metrics import ATTEMPT_FAILURES, OPT_OUTS, Snapshot
-from streams.circuit_breaker import CircuitState
-from streams.vocabulary import DeliveryStatus
+from streams.core.vocabulary import DeliveryStatus
+from streams.delivery.circuit_breaker import CircuitState
 
 QUEUE_AGE_LIMIT_MS = {"work:high": 5_000, "work:normal": 60_000, "work:low": 600_000}
 DELAYED_OVERDUE_LIMIT_MS = 10_000

@@ -25,9 +25,9 @@ from app.processes.gc_tuning import tune_gc
 from app.processes.redis_checks import check_redis
 from app.settings import Settings
 from projections.database import connect as connect_database
-from streams.consumer_groups import ensure_all_groups
-from streams.inbox_live import InboxHub
-from streams.keys import KeySpace
+from streams.core.consumer_groups import ensure_all_groups
+from streams.core.keys import KeySpace
+from streams.inbox.live import InboxHub
 
 log = structlog.get_logger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from redis.asyncio import Redis
 
 from app.settings import Settings
-from streams.connection import connect
+from streams.core.connection import connect
 
 
 def redis_client(settings: Settings) -> Redis:

@@ -22,10 +22,10 @@ from projections.database import DatabaseNotReady
 from projections.database import connect as connect_database
 from projections.partitions import drop_expired_partitions, ensure_partitions
 from projections.projector import Projector
-from streams.connection import connect
-from streams.keys import KeySpace
-from streams.metrics_recorder import MetricsRecorder
-from streams.retention import keep_trimmed, policies
+from streams.core.connection import connect
+from streams.core.keys import KeySpace
+from streams.core.retention import keep_trimmed, policies
+from streams.metrics.recorder import MetricsRecorder
 
 log = structlog.get_logger(__name__)
 

@@ -9,8 +9,8 @@ import structlog
 from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
-from streams.connection import redact
-from streams.errors import ClarionError
+from streams.core.connection import redact
+from streams.core.errors import ClarionError
 
 log = structlog.get_logger(__name__)
 MIN_VERSION = (7, 0)

@@ -18,9 +18,9 @@ from app.settings import Settings
 from app.status_webhooks.owners import ReadModelOwners
 from app.status_webhooks.service import StatusWebhookService
 from projections.database import connect as connect_database
-from streams.connection import connect
-from streams.keys import KeySpace
-from streams.metrics_recorder import MetricsRecorder
+from streams.core.connection import connect
+from streams.core.keys import KeySpace
+from streams.metrics.recorder import MetricsRecorder
 
 log = structlog.get_logger(__name__)
 

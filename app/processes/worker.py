@@ -20,9 +20,9 @@ from app.processes.redis_checks import check_redis
 from app.providers.registry import build_providers, close_providers
 from app.settings import Settings
 from app.unsubscribe import unsubscribe_links
-from streams.connection import connect
-from streams.keys import KeySpace
-from streams.vocabulary import Channel, Priority
+from streams.core.connection import connect
+from streams.core.keys import KeySpace
+from streams.core.vocabulary import Channel, Priority
 
 log = structlog.get_logger(__name__)
 

@@ -63,7 +63,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from app.catalog.push import ApnsConfig, Platform, p256_key, parse_address
 from app.providers import http, http2
 from app.providers.base import Message, ProviderError, Reason
-from streams.vocabulary import ErrorClass, Priority
+from streams.core.vocabulary import ErrorClass, Priority
 
 MAX_PAYLOAD_BYTES: Final = 4096
 MAX_COLLAPSE_ID_BYTES: Final = 64

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final, Protocol
 
-from streams.errors import ClarionError
-from streams.vocabulary import Channel, ErrorClass, Priority
+from streams.core.errors import ClarionError
+from streams.core.vocabulary import Channel, ErrorClass, Priority
 
 # The header an email carries its delivery id in, whichever provider sends it: a bounce or a
 # second copy can be traced to its delivery by it.

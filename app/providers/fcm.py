@@ -63,7 +63,7 @@ from yarl import URL
 from app.catalog.push import FcmConfig, parse_address, service_account
 from app.providers import http, http2
 from app.providers.base import Message, ProviderError, Reason
-from streams.vocabulary import ErrorClass, Priority
+from streams.core.vocabulary import ErrorClass, Priority
 
 SCOPE: Final = "https://www.googleapis.com/auth/firebase.messaging"
 GRANT_TYPE: Final = "urn:ietf:params:oauth:grant-type:jwt-bearer"

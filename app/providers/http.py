@@ -47,7 +47,7 @@ from yarl import URL
 from app.catalog.providers import ProviderLimits
 from app.logging import mask
 from app.providers.base import ProviderError, Reason
-from streams.vocabulary import ErrorClass
+from streams.core.vocabulary import ErrorClass
 
 # A Retry-After longer than this is taken as this: a retry is still scheduled within the
 # TTL and the retry policy's ceiling decides the rest.

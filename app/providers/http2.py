@@ -68,7 +68,7 @@ from app.providers.http2_connection import (
     Response,
     Retry,
 )
-from streams.vocabulary import ErrorClass
+from streams.core.vocabulary import ErrorClass
 
 __all__ = ["Addresses", "Client", "Failed", "Response", "answer", "tls_context", "unreachable"]
 

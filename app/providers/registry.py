@@ -17,17 +17,17 @@ from app.catalog.providers import (
     WebhookConfig,
 )
 from app.catalog.push import ApnsConfig, FcmConfig, WebPushConfig
+from app.inbox.provider import InboxProvider
 from app.providers.apns import ApnsProvider
 from app.providers.base import Provider
 from app.providers.fcm import FcmProvider
-from app.providers.inbox import InboxProvider
 from app.providers.sandbox import REMEMBER_MS, SandboxProvider
 from app.providers.sendgrid import SendgridProvider
 from app.providers.smtp import SmtpProvider
 from app.providers.twilio import TwilioProvider
 from app.providers.webhook import WebhookProvider
 from app.providers.webpush import WebPushProvider
-from streams.keys import KeySpace
+from streams.core.keys import KeySpace
 
 # Longer than any provider's time limit may be (``ProviderLimits.timeout_seconds``): only
 # the worker's real lease makes a time limit too long, and it checks that at start-up.

@@ -30,10 +30,10 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from app.providers.base import Message, ProviderError, Reason
-from streams.batching import BatchedScript
-from streams.keys import KeySpace
-from streams.scripts import SANDBOX_SEND, Call, KeyOrArg
-from streams.vocabulary import ErrorClass
+from streams.core.batching import BatchedScript
+from streams.core.keys import KeySpace
+from streams.core.scripts import SANDBOX_SEND, Call, KeyOrArg
+from streams.core.vocabulary import ErrorClass
 
 CallOutcome = Literal["sent", "transient", "permanent", "rate_limited", "bug"]
 
@@ -128,7 +128,7 @@ class _Call(msgspec.Struct, frozen=True):
 def sandbox_send_call(
     keys: KeySpace, idempotent: bool, remember_ms: int, calls: Sequence[_Call]
 ) -> Call:
-    """The keys and arguments of one ``lua/sandbox_send.lua`` call.
+    """The keys and arguments of one ``streams/delivery/sandbox_send.lua`` call.
 
     KEYS: the record of every call (a stream), then per call the key remembering its
     idempotency key's first message id. ARGV: idempotent ("1"/"0"), how long a send is

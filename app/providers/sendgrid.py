@@ -39,7 +39,7 @@ from yarl import URL
 from app.catalog.providers import SendgridConfig
 from app.providers import http
 from app.providers.base import DELIVERY_HEADER, Message, ProviderError, Reason
-from streams.vocabulary import ErrorClass
+from streams.core.vocabulary import ErrorClass
 
 PATH: Final = "/v3/mail/send"
 

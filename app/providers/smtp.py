@@ -61,7 +61,7 @@ import structlog
 from app.catalog.providers import SmtpConfig
 from app.logging import mask
 from app.providers.base import DELIVERY_HEADER, Message, ProviderError, Reason
-from streams.vocabulary import ErrorClass
+from streams.core.vocabulary import ErrorClass
 
 MAX_IDLE_SECONDS: Final = 30.0
 MAX_QUOTED_CHARS: Final = 200

@@ -43,7 +43,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from yarl import URL
 
 from app.catalog.providers import GuardedConfig
-from streams.errors import ClarionError
+from streams.core.errors import ClarionError
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network

@@ -41,7 +41,7 @@ from yarl import URL
 from app.catalog.providers import TwilioConfig
 from app.providers import http
 from app.providers.base import Message, ProviderError, Reason
-from streams.vocabulary import ErrorClass
+from streams.core.vocabulary import ErrorClass
 
 INVALID_ADDRESS_CODES: Final = frozenset(
     {

@@ -45,7 +45,7 @@ from app.providers.ssrf import (
     Unresolvable,
     system_resolver,
 )
-from streams.vocabulary import ErrorClass
+from streams.core.vocabulary import ErrorClass
 
 
 def signature(key: bytes, webhook_id: str, timestamp: int, body: bytes) -> bytes:

@@ -76,7 +76,7 @@ from app.providers.webpush_message import (
     topic,
     ttl_seconds,
 )
-from streams.vocabulary import ErrorClass, Priority
+from streams.core.vocabulary import ErrorClass, Priority
 
 # Push service origins whose client (and connection) a worker keeps.
 MAX_ORIGINS: Final = 64

@@ -17,8 +17,8 @@ import msgspec
 from app.catalog.push import Platform, parse_address
 from app.ingest import requests
 from app.ingest.requests import PushTarget, target_address
-from streams.errors import Invalid
-from streams.vocabulary import Channel
+from streams.core.errors import Invalid
+from streams.core.vocabulary import Channel
 
 
 class AddressError(Invalid, ValueError):

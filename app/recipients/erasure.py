@@ -1,14 +1,14 @@
 """Erasing a recipient (``DELETE /v1/recipients/{id}``): its profile, settings and addresses,
 wherever Clarion kept them.
 
-In order: the recipient's inbox tokens are revoked (``streams.inbox_revocation``: every
+In order: the recipient's inbox tokens are revoked (``streams.inbox.revocation``: every
 token made until now is refused, and its open realtime streams end); its settings hash goes
 from every shard (profile, preferences, quiet hours, dead-address marks), so a notification
 accepted from then on is one for an unknown recipient; each delivery still waiting ends
 SUPPRESSED ("erased") and its work item, which holds the address, is removed
-(``streams.erasure``); one a worker is sending right now is waited for (at most a lease) and
-then looked at again, so a retry it schedules is erased too; dead letters of the recipient
-are deleted, and its inbox on every shard (the read model's copy goes when the projector
+(``streams.recipients.erase``); one a worker is sending right now is waited for (at most a
+lease) and then looked at again, so a retry it schedules is erased too; dead letters of the
+recipient are deleted, and its inbox on every shard (the read model's copy goes when the projector
 meets ``RecipientErased``); the sandbox's records of calls to its addresses or for its
 deliveries (the read model names them) are deleted. Last, a ``RecipientErased`` event, which
 carries no personal data. The read model never held an address (events carry none, error
@@ -30,18 +30,18 @@ from redis.asyncio import Redis
 from app.ingest.profiles import Profile
 from app.ingest.profiles import decode as decode_profile
 from app.ingest.requests import target_address
-from streams import clock, codec, scripts
-from streams.delivery_state import read_states
-from streams.erasure import (
+from streams.core import clock, codec, scripts
+from streams.core.events import RecipientErased
+from streams.core.keys import KeySpace, ShardKeys
+from streams.delivery.state import read_states
+from streams.inbox.revocation import InboxRevocations
+from streams.recipients.erase import (
     erase_call,
     find_waiting,
     remove_dead_letters,
     remove_sandbox_records,
 )
-from streams.events import RecipientErased
-from streams.inbox_revocation import InboxRevocations
-from streams.keys import KeySpace, ShardKeys
-from streams.recipient_settings import RecipientSettingsStore
+from streams.recipients.settings import RecipientSettingsStore
 
 log = structlog.get_logger(__name__)
 

@@ -12,7 +12,7 @@ import msgspec
 
 from app.ingest.profiles import Profile
 from app.ingest.requests import MAX_PUSH_TARGETS, PushTarget, target_address
-from streams.errors import Invalid
+from streams.core.errors import Invalid
 
 MAX_PROFILE_BYTES: Final = 16 * 1024
 FIELDS: Final = (

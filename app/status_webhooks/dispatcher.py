@@ -9,7 +9,7 @@ go into the outboxes even if they may be there already (a repeat, never a loss).
 
 For each batch it decodes the events, remembers owners and channels (``owners``), finds the
 due ones (``payloads``) of producers with a webhook, looks up the owners nobody remembered,
-puts each producer's statuses into its outbox in stream order (``streams.status_outbox``:
+puts each producer's statuses into its outbox in stream order (``streams.status_webhooks.outbox``:
 once per entry, even when read again after a crash), wakes those producers' senders, and
 only then acknowledges the entries. While no producer
 has a webhook, entries are acknowledged unread.
@@ -35,17 +35,17 @@ from redis.exceptions import RedisError
 
 from app.status_webhooks.owners import Owners
 from app.status_webhooks.payloads import DueEvent, body, carried_channel, is_due
-from streams import codec
-from streams.connection import being_cancelled
-from streams.consumer_groups import (
+from streams.core import codec
+from streams.core.connection import being_cancelled
+from streams.core.consumer_groups import (
     PROJECTOR_GROUP,
     STATUS_WEBHOOK_GROUP,
     autoclaim,
     ensure_group,
     is_missing_group,
 )
-from streams.keys import KeySpace, ShardKeys
-from streams.status_outbox import DueStatus, append_statuses
+from streams.core.keys import KeySpace, ShardKeys
+from streams.status_webhooks.outbox import DueStatus, append_statuses
 
 log = structlog.get_logger(__name__)
 

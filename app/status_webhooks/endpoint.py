@@ -41,8 +41,8 @@ from app.providers.ssrf import (
     system_resolver,
 )
 from app.providers.webhook import signature
-from streams.status_webhooks import StatusWebhook
-from streams.vocabulary import ErrorClass
+from streams.core.vocabulary import ErrorClass
+from streams.status_webhooks.store import StatusWebhook
 
 USER_AGENT = f"Clarion-Webhooks/{__version__}"
 # Standard Webhooks secrets are 24 to 64 random bytes; Clarion makes them 32.

@@ -24,7 +24,7 @@ import structlog
 from redis.asyncio import Redis
 
 from projections.queries import delivery_owners
-from streams.events import (
+from streams.core.events import (
     AnyEvent,
     DeliveryDeferred,
     DeliveryExpired,
@@ -32,9 +32,9 @@ from streams.events import (
     DeliverySuppressed,
     NotificationAccepted,
 )
-from streams.keys import KeySpace
-from streams.records import decode_record
-from streams.vocabulary import Channel
+from streams.core.keys import KeySpace
+from streams.core.records import decode_record
+from streams.core.vocabulary import Channel
 
 log = structlog.get_logger(__name__)
 

@@ -35,8 +35,7 @@ from typing import Any, Final
 import msgspec
 
 from app.logging import mask
-from streams.delivery_state import DeliveryStatus
-from streams.events import (
+from streams.core.events import (
     AnyEvent,
     DeliveryCancelled,
     DeliveryEvent,
@@ -46,7 +45,8 @@ from streams.events import (
     DeliverySuppressed,
     ProviderFeedbackReceived,
 )
-from streams.vocabulary import Channel
+from streams.core.vocabulary import Channel
+from streams.delivery.state import DeliveryStatus
 
 # The events a producer's webhook is told about.
 DUE: Final = (

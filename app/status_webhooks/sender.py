@@ -1,7 +1,7 @@
 """Sending one producer's outbox: in order per delivery, retried, given up into dead letters.
 
 A ``Sender`` reads the producer's outbox from its first entry (what is there is not done:
-``streams.status_outbox``) and deals each entry to one of ``lanes`` lanes by its delivery
+``streams.status_webhooks.outbox``) and deals each entry to one of ``lanes`` lanes by its delivery
 id, so all statuses of a delivery go through one lane, in the order they were put in. Each
 lane POSTs its entries one at a time and goes to the next only when the one before was
 answered 2xx or given up: a failing status holds back its lane, never the others, and never
@@ -41,12 +41,18 @@ from app.catalog.status_webhooks import StatusWebhooksConfig
 from app.metrics import STATUS_WEBHOOKS
 from app.status_webhooks.endpoint import Answer, Endpoint
 from app.status_webhooks.payloads import batch_body, batch_webhook_id
-from streams import clock
-from streams.connection import being_cancelled
-from streams.keys import KeySpace
-from streams.metrics_recorder import MetricsRecorder
-from streams.status_outbox import GivenUp, OutboxEntry, dead_letter, delete_done, read_outbox
-from streams.status_webhooks import StatusWebhook
+from streams.core import clock
+from streams.core.connection import being_cancelled
+from streams.core.keys import KeySpace
+from streams.metrics.recorder import MetricsRecorder
+from streams.status_webhooks.outbox import (
+    GivenUp,
+    OutboxEntry,
+    dead_letter,
+    delete_done,
+    read_outbox,
+)
+from streams.status_webhooks.store import StatusWebhook
 
 log = structlog.get_logger(__name__)
 

@@ -1,6 +1,6 @@
 """The status-webhooks role: one active process, its dispatcher and a sender per producer.
 
-Only the process holding the lease (``streams.leases``, ``status_webhook_lease``) reads
+Only the process holding the lease (``streams.core.leases``, ``status_webhook_lease``) reads
 ``events`` and sends: a second process (a standby, or the next one during a restart) waits
 and takes over when the lease runs out, so two processes never send one producer's statuses
 side by side, out of order. The active one renews the lease every ``LEASE_RENEW_S``; when it
@@ -30,11 +30,11 @@ from app.status_webhooks.dispatcher import Dispatcher
 from app.status_webhooks.endpoint import Endpoint
 from app.status_webhooks.owners import Owners, ReadModelOwners
 from app.status_webhooks.sender import Sender
-from streams.connection import being_cancelled
-from streams.keys import KeySpace
-from streams.leases import Lease
-from streams.metrics_recorder import MetricsRecorder
-from streams.status_webhooks import StatusWebhook, StatusWebhookStore
+from streams.core.connection import being_cancelled
+from streams.core.keys import KeySpace
+from streams.core.leases import Lease
+from streams.metrics.recorder import MetricsRecorder
+from streams.status_webhooks.store import StatusWebhook, StatusWebhookStore
 
 log = structlog.get_logger(__name__)
 

@@ -1,8 +1,8 @@
 -- The read model holds only the words Clarion writes: a delivery's status, channel and
 -- priority, and a notification's priority, are members of the enums in
--- streams/vocabulary.py (DeliveryStatus, Channel, Priority), whose values these lists are.
+-- streams/core/vocabulary.py (DeliveryStatus, Channel, Priority), whose values these lists are.
 -- A row with any other word is refused instead of stored where no query would find it.
--- tests/integration/test_vocabulary.py reads the lists back from the catalog and fails when
+-- tests/integration/core/test_vocabulary.py reads the lists back from the catalog and fails when
 -- they and the enums disagree: a new member comes with a migration that replaces its
 -- constraint. Added to the partitioned tables, each constraint holds in every partition,
 -- present and future; the rows already there are checked once, here.

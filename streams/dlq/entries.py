@@ -2,13 +2,15 @@
 
 Each shard's ``dlq`` stream holds three kinds of entries:
 
-- a FAILED delivery (``failed_delivery_entry``, recorded by ``lua/delivery_finish.lua``):
+- a FAILED delivery (``failed_delivery_entry``, recorded by ``streams/delivery/finish.lua``):
   ids, type, channel, priority, producer, error class, last error, attempts and their times,
   worker, the delivery's version and its work item (with its template data inside);
-- a POISON work entry nobody can handle (``poison_entry``, ``lua/dead_letter_raw.lua``): the
-  reason and the entry's raw fields, each named ``raw_<field>`` (``raw_w`` is the work item,
+- a POISON work entry nobody can handle (``poison_entry``,
+  ``streams/delivery/dead_letter_raw.lua``): the reason and the entry's raw fields, each
+  named ``raw_<field>`` (``raw_w`` is the work item,
   when it can be read at all);
-- an unreadable ``delayed`` member (``lua/schedule_due.lua``): a ``reason`` and the member.
+- an unreadable ``delayed`` member (``streams/delivery/schedule_due.lua``): a ``reason`` and
+  the member.
 
 An operator's replay records how it settled an entry in the shard's ``dlq:resolved`` hash
 (entry id → JSON with the outcome, operator, reason and time). Work items carry the
@@ -24,9 +26,9 @@ from typing import Any
 
 import msgspec
 
-from streams import codec
-from streams.vocabulary import ErrorClass
-from streams.work_items import WorkItem
+from streams.core import codec
+from streams.core.vocabulary import ErrorClass
+from streams.delivery.work_items import WorkItem
 
 KeyOrArg = str | bytes | int | float
 RAW_PREFIX = "raw_"  # a poison entry's copy of each field of the work entry
@@ -200,7 +202,7 @@ def _work_item(raw: bytes | None) -> WorkItem | None:
 
 
 def resolution_mark(outcome: str, operator: str, reason: str, at_ms: int) -> str:
-    """The ``dlq:resolved`` value of an entry a replay settled (``lua/dlq_replay.lua`` writes
+    """The ``dlq:resolved`` value of an entry a replay settled (``replay.lua`` writes
     the same JSON)."""
     return json.dumps({"outcome": outcome, "operator": operator, "reason": reason, "at_ms": at_ms})
 

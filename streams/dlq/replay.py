@@ -2,7 +2,7 @@
 
 A replay keeps the delivery id, bumps the version, starts a fresh attempt series, appends a
 ``DeliveryReplayed`` event and a work item, and marks the entry resolved in ``dlq:resolved``;
-the entry itself stays. Every entry goes through one call of ``lua/dlq_replay.lua``, which
+the entry itself stays. Every entry goes through one call of ``replay.lua``, which
 re-checks the delivery's state atomically: a delivery sent since, one past its TTL or one
 whose state expired is never replayed; POISON and BUG entries only with ``force``.
 
@@ -25,19 +25,19 @@ from datetime import UTC, datetime
 import msgspec
 from redis.asyncio import Redis
 
-from streams import codec, scripts
-from streams.connection import clock_ms
+from streams.core import codec, scripts
+from streams.core.connection import clock_ms
+from streams.core.events import DeliveryDeferred, DeliveryReplayed, QuietHoursSetting
+from streams.core.keys import KeySpace, ShardKeys
+from streams.core.scripts import Call, KeyOrArg
+from streams.core.vocabulary import ErrorClass, Priority
+from streams.delivery.delayed import delayed_member
+from streams.delivery.work_items import WorkItem
 from streams.dlq.entries import DeadLetter, resolution_mark
 from streams.dlq.scan import Selection, more_than, scan
-from streams.events import DeliveryDeferred, DeliveryReplayed, QuietHoursSetting
-from streams.keys import KeySpace, ShardKeys
-from streams.recipient_settings import QUIET_HOURS_EXEMPT, AddressDigest, RecipientSettings
-from streams.scheduler import delayed_member
-from streams.scripts import Call, KeyOrArg
-from streams.suppressions import REASONS as SUPPRESSION_REASONS
-from streams.suppressions import address_field
-from streams.vocabulary import ErrorClass, Priority
-from streams.work_items import WorkItem
+from streams.recipients.settings import QUIET_HOURS_EXEMPT, AddressDigest, RecipientSettings
+from streams.recipients.suppressions import REASONS as SUPPRESSION_REASONS
+from streams.recipients.suppressions import address_field
 
 MAX_REPLAY = 1000  # entries one replay call may replay
 REPLAY_SCAN = 5 * MAX_REPLAY  # entries one replay call may look at
@@ -268,7 +268,7 @@ def dlq_replay_call(
     *,
     address_digest: AddressDigest,
 ) -> Call:
-    """The keys and arguments of one ``lua/dlq_replay.lua`` call, as the script reads them.
+    """The keys and arguments of one ``replay.lua`` call, as the script reads them.
 
     KEYS: events, work:high, work:normal, work:low, dlq:resolved, delayed, the suppression
     list, then per entry the delivery's state hash and the recipient's settings. ARGV: dry

@@ -18,9 +18,9 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from streams.core.keys import KeySpace
+from streams.core.vocabulary import Channel, ErrorClass
 from streams.dlq.entries import DeadLetter, parse_entry, parse_resolution
-from streams.keys import KeySpace
-from streams.vocabulary import Channel, ErrorClass
 
 SUMMARY_SCAN = 10_000  # entries one summary may look at (about 0.3 s of API time)
 _PAGE = 500

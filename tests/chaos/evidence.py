@@ -5,8 +5,8 @@ Nothing here judges; ``verdict`` compares. A delivery's state in the write model
 ``dlv:<id>`` hash, or, when no worker ever touched it (SUPPRESSED or EXPIRED at acceptance),
 its entry in the notification's ``ntf:<id>`` record — as ``app.api.notification_status`` derives it.
 A delivery that did not end at acceptance and has no hash any more had its state released
-once projected (``streams.state_release``): it is listed in ``released``, for the verdict to
-judge by the read model alone.
+once projected (``streams.delivery.state_release``): it is listed in ``released``, for the
+verdict to judge by the read model alone.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from typing import Any
 import asyncpg
 from redis.asyncio import Redis
 
-from streams.consumer_groups import DELIVERY_GROUP, PROJECTOR_GROUP
-from streams.keys import KeySpace, ShardKeys
-from streams.records import decode_record
-from streams.vocabulary import Priority
+from streams.core.consumer_groups import DELIVERY_GROUP, PROJECTOR_GROUP
+from streams.core.keys import KeySpace, ShardKeys
+from streams.core.records import decode_record
+from streams.core.vocabulary import Priority
 from tests.chaos.relay import Relayed
 
 FINAL = frozenset({"SENT", "FAILED", "EXPIRED", "SUPPRESSED"})

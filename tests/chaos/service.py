@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from streams.connection import connect
-from streams.keys import KeySpace
-from streams.state_release import RELEASED_ONCE_PROJECTED
+from streams.core.connection import connect
+from streams.core.keys import KeySpace
+from streams.delivery.state_release import RELEASED_ONCE_PROJECTED
 from tests.chaos.evidence import (
     FINAL,
     Evidence,

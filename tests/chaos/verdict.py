@@ -41,7 +41,7 @@ import itertools
 from collections import Counter
 from dataclasses import dataclass, field
 
-from streams.state_release import RELEASED_ONCE_PROJECTED
+from streams.delivery.state_release import RELEASED_ONCE_PROJECTED
 from tests.chaos.evidence import FINAL, DeliveryState, Evidence
 from tests.chaos.faults import Crash, Fault
 from tests.chaos.load import Acknowledged, ProducerStats
@@ -184,7 +184,7 @@ def _notifications(
 
 def _released(verdict: Verdict, evidence: Evidence) -> None:
     """A state that left Redis once projected is judged by the read model alone: it must
-    have ended there for good (``streams.state_release``), and then stands for both."""
+    have ended there for good (``streams.delivery.state_release``), and then stands for both."""
     for delivery_id in sorted(evidence.released):
         pg = evidence.pg_states.get(delivery_id)
         if pg is None or pg.status not in RELEASED_ONCE_PROJECTED:

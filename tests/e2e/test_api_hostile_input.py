@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives.asymmetric.utils import (
 )
 
 from app.unsubscribe import OptOut, UnsubscribeTokens
-from streams.vocabulary import Channel
+from streams.core.vocabulary import Channel
 from tests.conftest import DIGEST_SECRET, REPO
 from tests.e2e.api_service import API_KEY, running_api
 

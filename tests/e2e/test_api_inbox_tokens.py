@@ -13,9 +13,9 @@ import httpx
 import pytest
 
 from tests.conftest import REPO
-from tests.e2e.test_api_inbox_demo import delivery_status, in_app_id, token_for
-from tests.e2e.test_api_inbox_stream import EventStream
-from tests.e2e.test_api_unsubscribe import PROFILES, eventually, running_service, send
+from tests.e2e.api.test_unsubscribe import PROFILES, eventually, running_service, send
+from tests.e2e.inbox.api.test_demo import delivery_status, in_app_id, token_for
+from tests.e2e.inbox.api.test_stream import EventStream
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from tests.conftest import REPO
-from tests.e2e.test_api_unsubscribe import eventually, running_service
+from tests.e2e.api.test_unsubscribe import eventually, running_service
 from tests.peers import sendgrid, twilio
 from tests.peers.serving import serve
 

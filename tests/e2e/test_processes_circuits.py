@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from streams.circuit_breaker import CircuitState, read_circuits
-from streams.events import DeliveryDeferred
-from streams.keys import KeySpace
+from streams.core.events import DeliveryDeferred
+from streams.core.keys import KeySpace
+from streams.delivery.circuit_breaker import CircuitState, read_circuits
 from tests.conftest import stream_events
-from tests.e2e.test_processes_worker import accept_many, statuses, worker_env, workers
+from tests.e2e.processes.test_worker import accept_many, statuses, worker_env, workers
 from tests.integration.delivery_support import wait_until
 from tests.peers.serving import Fault, serve
 from tests.peers.twilio import PEER_SID, PEER_TOKEN, TwilioPeer

@@ -8,7 +8,7 @@ B's share predicts how long its notifications take at most:
 where t_accept is how long B's batch took to be accepted, t_poll how long a feeder waits
 before it looks again at a full stream, R the LOW delivery rate while B's
 notifications were under way, w_A and w_B the producers' weights and ``buffer`` the items a
-work stream holds before producers queue (``streams.fairness``). First in, first out, B
+work stream holds before producers queue (``streams.delivery.fairness``). First in, first out, B
 would wait for A's whole remaining backlog instead.
 """
 
@@ -27,9 +27,9 @@ from app.delivery.feeder import FeederTiming
 from app.ingest.fanout import Planner
 from app.ingest.ingestor import Ingestor
 from app.ingest.requests import NotificationRequest
-from streams.keys import KeySpace
+from streams.core.keys import KeySpace
 from tests.conftest import DIGEST
-from tests.e2e.test_processes_worker import worker_env, workers
+from tests.e2e.processes.test_worker import worker_env, workers
 from tests.integration.delivery_support import catalog_text, wait_until
 
 pytestmark = pytest.mark.timeout(240)
@@ -53,7 +53,7 @@ def otp(n: int) -> NotificationRequest:
 
 
 def id_ms(uuid7: str) -> int:
-    """When an id was made (its first 48 bits, ``streams.ids``)."""
+    """When an id was made (its first 48 bits, ``streams.core.ids``)."""
     return int(uuid7[:8] + uuid7[9:13], 16)
 
 

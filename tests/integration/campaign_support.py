@@ -17,9 +17,9 @@ from app.ingest.fanout import Planner
 from app.ingest.ingestor import Ingestor
 from app.ingest.profiles import Profile
 from app.recipients.profiles import encode
-from streams.campaigns import Campaign, CampaignStore
-from streams.keys import KeySpace
-from streams.recipient_settings import RecipientSettingsStore
+from streams.campaigns.store import Campaign, CampaignStore
+from streams.core.keys import KeySpace
+from streams.recipients.settings import RecipientSettingsStore
 from tests.conftest import DIGEST
 
 MARKETING = CampaignSpec(type="marketing", data={"subject": "Spring", "body": "Sale"})

@@ -16,7 +16,7 @@ from app.ingest.fanout import Planner
 from app.ingest.ingestor import Ingestor
 from app.ingest.requests import NotificationRequest
 from app.providers.registry import build_providers, close_providers
-from streams.keys import KeySpace
+from streams.core.keys import KeySpace
 from tests.conftest import DIGEST, REPO
 
 FAST = WorkerOptions(lease_ms=1500, reclaim_interval_s=0.3, shutdown_grace_s=5.0)

@@ -17,12 +17,12 @@ from app.catalog import Catalog
 from app.delivery.worker import DeliveryWorker
 from app.ingest.quiet_hours import window_end
 from app.providers.base import Message, Provider, ProviderError
+from streams.core.keys import KeySpace
+from streams.core.vocabulary import ErrorClass
 from streams.dlq import replay as dlq_replay
 from streams.dlq.entries import parse_entry
 from streams.dlq.replay import ReplayOrder, ReplayReport
 from streams.dlq.scan import Selection
-from streams.keys import KeySpace
-from streams.vocabulary import ErrorClass
 from tests.conftest import DIGEST
 from tests.integration.delivery_support import FAST, accept, fast_catalog, wait_until
 

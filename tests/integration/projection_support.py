@@ -9,8 +9,8 @@ from typing import Any
 import asyncpg
 
 from projections.rows import apply, rows_of
-from streams import codec
-from streams.events import (
+from streams.core import codec
+from streams.core.events import (
     DeliveryAttemptFailed,
     DeliveryCancelled,
     DeliveryDeadLettered,

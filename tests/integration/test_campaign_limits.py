@@ -16,9 +16,9 @@ from app.api.app import create_app
 from app.campaigns.specs import CampaignSpec, Segment
 from app.catalog import Catalog, parse_catalog
 from app.settings import Settings
-from streams.errors import ClarionError, RateLimited, TooLarge
-from streams.events import NotificationAccepted
-from streams.keys import KeySpace
+from streams.core.errors import ClarionError, RateLimited, TooLarge
+from streams.core.events import NotificationAccepted
+from streams.core.keys import KeySpace
 from tests.conftest import ORDERS, ORDERS_CRM, http_client, stream_events
 from tests.integration.campaign_support import MARKETING, always, give_profiles, parts
 from tests.integration.delivery_support import catalog_text

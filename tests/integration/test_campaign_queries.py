@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncpg
 
 from projections.campaign_queries import campaign_counts
-from streams.campaign_ids import notification_key
-from streams.ids import new_id
+from streams.campaigns.ids import notification_key
+from streams.core.ids import new_id
 from tests.integration.projection_support import T0, accepted, delivered, project
 
 

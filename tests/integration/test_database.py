@@ -27,7 +27,7 @@ from projections.partitions import (
     drop_expired_partitions,
     ensure_partitions,
 )
-from streams.ids import new_ids
+from streams.core.ids import new_ids
 from tests.integration.partition_support import daily_partitions, days, insert_event
 from tests.pg import TEST_SERVER_URL, drop_database, throwaway_database, throwaway_name
 from tests.pg import with_database as url_for

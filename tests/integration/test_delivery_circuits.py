@@ -9,8 +9,8 @@ from typing import Any
 from redis.asyncio import Redis
 
 from app.settings import Settings
-from streams.events import DeliveryDeferred
-from streams.keys import KeySpace
+from streams.core.events import DeliveryDeferred
+from streams.core.keys import KeySpace
 from tests.conftest import stream_events
 from tests.integration.api_support import api, lag_report, sample, scrape
 from tests.integration.delivery_support import (

@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from redis.asyncio import Redis
 
 from app.catalog import Catalog, parse_catalog
-from streams.keys import KeySpace
+from streams.core.keys import KeySpace
 from tests.integration.delivery_support import accept, running_worker, state, wait_until
 from tests.peers.apns import PEER_KEY_ID, PEER_TEAM_ID, PEER_TOPIC, ApnsPeer
 from tests.peers.fcm import FcmPeer

@@ -13,7 +13,7 @@ import pytest
 from redis.asyncio import Redis
 
 from app.catalog import Catalog, parse_catalog
-from streams.keys import KeySpace
+from streams.core.keys import KeySpace
 from tests.integration.delivery_support import accept, running_worker, state, wait_until
 from tests.peers.webhook import Answer, Receiver, Served, serve
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import asyncpg
 
-from streams.events import (
+from streams.core.events import (
     InboxMessageCreated,
     InboxMessageRead,
     InboxMessageSeen,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from redis.asyncio import Redis
 
 from app.settings import Settings
-from streams.keys import KeySpace
+from streams.core.keys import KeySpace
 from tests.integration.api_support import api, lag_report, otp, post, sample, scrape
 from tests.integration.delivery_support import fast_catalog, running_worker, wait_until
 

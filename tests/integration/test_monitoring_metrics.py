@@ -20,8 +20,8 @@ from redis.asyncio import Redis
 from app.catalog import Catalog, parse_catalog
 from app.metrics import COUNTERS, HISTOGRAMS
 from app.settings import Settings
-from streams.keys import KeySpace
-from streams.status_webhooks import StatusWebhookStore
+from streams.core.keys import KeySpace
+from streams.status_webhooks.store import StatusWebhookStore
 from tests.conftest import REPO, VIEWER
 from tests.integration.api_support import api, lag_report, otp, post
 from tests.integration.delivery_support import catalog_text, running_worker, wait_until

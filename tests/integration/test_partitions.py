@@ -21,7 +21,7 @@ from projections.partitions import (
     first_id_at,
     ids_of_the_day_of,
 )
-from streams.ids import new_ids
+from streams.core.ids import new_ids
 from tests.integration.partition_support import (
     daily_partitions,
     days,

@@ -16,9 +16,9 @@ import projections.rows as rows_module
 from projections.database import connect
 from projections.projector import Projector
 from projections.rows import apply, rows_of
-from streams import codec
-from streams.consumer_groups import PROJECTOR_GROUP
-from streams.keys import KeySpace
+from streams.core import codec
+from streams.core.consumer_groups import PROJECTOR_GROUP
+from streams.core.keys import KeySpace
 from tests.integration.delivery_support import (
     accept,
     fast_catalog,

@@ -14,9 +14,9 @@ from redis.asyncio import Redis
 
 from app.catalog import Catalog, parse_catalog
 from app.delivery.worker import WorkerOptions
-from streams.events import AnyEvent, DeliveryAttemptFailed, DeliveryDeferred, DeliverySent
-from streams.keys import KeySpace
-from streams.vocabulary import Priority
+from streams.core.events import AnyEvent, DeliveryAttemptFailed, DeliveryDeferred, DeliverySent
+from streams.core.keys import KeySpace
+from streams.core.vocabulary import Priority
 from tests.conftest import stream_events
 from tests.integration.delivery_support import accept, running_worker, state, wait_until
 from tests.peers.sendgrid import PEER_KEY, SendgridPeer

@@ -15,7 +15,7 @@ from projections.queries import (
     list_deliveries,
     notification_status,
 )
-from streams.ids import new_id
+from streams.core.ids import new_id
 from tests.integration.projection_support import accepted, delivered, project
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

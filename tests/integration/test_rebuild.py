@@ -12,10 +12,10 @@ from projections.database import connect
 from projections.projector import Projector
 from projections.rebuild import RebuildSummary, rebuild
 from projections.rows import apply, rows_of
-from streams.campaign_ids import notification_key
-from streams.consumer_groups import DELIVERY_GROUP, PROJECTOR_GROUP
-from streams.keys import KeySpace
-from streams.retention import StreamRetention, trim
+from streams.campaigns.ids import notification_key
+from streams.core.consumer_groups import DELIVERY_GROUP, PROJECTOR_GROUP
+from streams.core.keys import KeySpace
+from streams.core.retention import StreamRetention, trim
 from tests.integration.delivery_support import accept, fast_catalog, running_worker, wait_until
 from tests.pg import throwaway_database
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncpg
 
 from projections.rows import apply, rows_of, write_rows
-from streams.campaign_ids import notification_key
-from streams.events import DeliveryCancelled, DeliveryFailed
-from streams.ids import new_id
+from streams.campaigns.ids import notification_key
+from streams.core.events import DeliveryCancelled, DeliveryFailed
+from streams.core.ids import new_id
 from tests.integration.projection_support import (
     DID,
     NID,

@@ -6,11 +6,11 @@ from typing import Any
 
 import msgspec
 
-from streams.delivery_leases import Lease, LeasedDelivery, LeaseVerdict
+from streams.core.keys import KeySpace
+from streams.core.vocabulary import Channel, Priority
+from streams.delivery.leases import Lease, LeasedDelivery, LeaseVerdict
+from streams.delivery.work_items import WorkItem
 from streams.dlq.entries import Worker
-from streams.keys import KeySpace
-from streams.vocabulary import Channel, Priority
-from streams.work_items import WorkItem
 
 ITEM = WorkItem(
     delivery_id="d",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from streams.events import (
+from streams.core.events import (
     AddressSuppressed,
     AddressUnsuppressed,
     CampaignAudienceAdded,

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from projections.delivery_changes import CHANGE_OF, UNKNOWN
-from streams.events import DeliveryCancelled, DeliverySent, ProviderFeedbackReceived
+from streams.core.events import DeliveryCancelled, DeliverySent, ProviderFeedbackReceived
 
 AT = datetime(2026, 1, 15, 9, 30, tzinfo=UTC)
 IDS = {"notification_id": "n", "delivery_id": "d", "version": 3}

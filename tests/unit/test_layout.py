@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import fnmatch
+import re
 import sys
 import tomllib
 from collections.abc import Iterator
@@ -28,16 +29,21 @@ MAX_FUNCTION_LINES = 60
 # The app modules every part of the app shares: they import no app sub-package.
 SHARED_APP = {
     "app", "app.settings", "app.catalog", "app.logging", "app.validation", "app.metrics",
-    "app.unsubscribe", "app.inbox_tokens", "app.signed_tokens", "app.tracing",
+    "app.unsubscribe", "app.inbox.tokens", "app.signed_tokens", "app.tracing",
 }  # fmt: skip
 # What each part may import from this repository (itself always; a prefix covers a package).
 ALLOWED: dict[str, set[str]] = {
     "streams": {"streams"},
     "projections": {"projections", "streams"},
     "shared app": {*SHARED_APP, "streams"},
-    "app.providers": {*SHARED_APP, "app.providers", "streams"},
+    "app.providers": {*SHARED_APP, "app.providers", "app.inbox", "streams"},
+    # The inbox: its provider and tokens, and (``app.inbox.api``) its HTTP edge.
+    "app.inbox": {*SHARED_APP, "app.inbox", "app.providers", "streams"},
+    "app.inbox.api": {*SHARED_APP, "app.inbox", "app.api", "projections", "streams"},
     "app.ingest": {*SHARED_APP, "app.ingest", "streams"},
-    "app.delivery": {*SHARED_APP, "app.delivery", "app.providers", "app.recipients", "streams"},
+    "app.delivery": {
+        *SHARED_APP, "app.delivery", "app.providers", "app.inbox", "app.recipients", "streams",
+    },
     "app.status_webhooks": {
         *SHARED_APP, "app.status_webhooks", "app.providers", "projections", "streams",
     },
@@ -47,7 +53,7 @@ ALLOWED: dict[str, set[str]] = {
     "app.feedback": {*SHARED_APP, "app.feedback", "app.recipients", "projections", "streams"},
     "app.api": {
         *SHARED_APP, "app.api", "app.campaigns", "app.ingest", "app.operations", "app.recipients",
-        "app.feedback", "app.status_webhooks", "projections", "streams",
+        "app.feedback", "app.status_webhooks", "app.inbox", "projections", "streams",
     },
     "app.processes": {
         *SHARED_APP, "app.processes", "app.api", "app.campaigns", "app.delivery", "app.providers",
@@ -68,11 +74,17 @@ ALLOWED[DEVTOOLS] = {
     DEVTOOLS, "streams", *SHARED_APP, *(part for part in ALLOWED if part.startswith("app.")),
 }  # fmt: skip
 PRODUCT = ("app", "streams", "projections")
-# Only the HTTP layer (and the process that serves it) knows HTTP: Litestar, and the
-# standard library's ``http`` (``HTTPStatus``).
+# Only the HTTP layer knows HTTP: Litestar, and the standard library's ``http``
+# (``HTTPStatus``). The HTTP layer is whatever in ``app`` is named ``api``: the API
+# (``app.api``), a feature's own routes (``app.inbox.api``), the process that serves them
+# (``app.processes.api``).
 HTTP_LIBRARIES = ("litestar", "http")
-KNOWS_HTTP = ("app.api", "app.processes.api")
 CLIENT = "clarion_client"
+
+
+def knows_http(module: str) -> bool:
+    top, *rest = module.split(".")
+    return top == "app" and "api" in rest[:2]
 
 
 def modules() -> Iterator[tuple[str, Path]]:
@@ -153,13 +165,13 @@ def test_the_client_imports_only_its_dependencies(module: str, path: Path) -> No
 
 @pytest.mark.parametrize(("module", "path"), [pytest.param(*m, id=m[0]) for m in modules()])
 def test_only_the_http_layer_imports_http(module: str, path: Path) -> None:
-    if module.startswith(KNOWS_HTTP):
+    if knows_http(module):
         return
     http = [target for _, target in imports(path) if target.split(".")[0] in HTTP_LIBRARIES]
     assert not http, f"{module} imports {http}: domain code must not know HTTP"
 
 
-# Below the HTTP layer the domain raises the kinds of ``streams.errors``, and only
+# Below the HTTP layer the domain raises the kinds of ``streams.core.errors``, and only
 # ``app.api.errors`` gives them status codes. These modules speak HTTP with a peer, and
 # read or write its status codes as the protocol's own: the providers' and the producers'
 # endpoints' answers (``app.providers``, ``app.status_webhooks``), the server's edge that
@@ -196,12 +208,12 @@ def status_literals(tree: ast.AST) -> Iterator[int]:
 
 @pytest.mark.parametrize(("module", "path"), [pytest.param(*m, id=m[0]) for m in modules()])
 def test_no_status_code_is_answered_below_the_http_layer(module: str, path: Path) -> None:
-    if module.startswith((*KNOWS_HTTP, *PEER_HTTP, CLIENT)):
+    if knows_http(module) or module.startswith((*PEER_HTTP, CLIENT)):
         return
     lines = sorted(set(status_literals(ast.parse(path.read_text()))))
     assert not lines, (
         f"{module} lines {lines}: an HTTP status below the HTTP layer; raise a kind of "
-        "streams.errors instead (app.api.errors gives it its status)"
+        "streams.core.errors instead (app.api.errors gives it its status)"
     )
 
 
@@ -211,7 +223,7 @@ def error_classes() -> Iterator[tuple[str, ast.ClassDef]]:
     classes = [
         (module, node)
         for module, path in modules()
-        if not module.startswith((CLIENT, *KNOWS_HTTP))
+        if not module.startswith(CLIENT) and not knows_http(module)
         for node in ast.walk(ast.parse(path.read_text()))
         if isinstance(node, ast.ClassDef)
     ]
@@ -298,6 +310,23 @@ def test_every_package_says_what_it_owns() -> None:
             assert docstring, f"{module} has no docstring saying what it owns"
 
 
+def test_every_package_lists_its_parts() -> None:
+    """A package's docstring is its map: it names (``name``) each of its sub-packages; in
+    the write and read models (``streams``, ``projections``), each of its modules too."""
+    unnamed = {}
+    for module, path in modules():
+        if path.name != "__init__.py":
+            continue
+        here = path.parent
+        parts = {p.parent.name for p in here.glob("*/__init__.py")}
+        if module.startswith(("streams", "projections")):
+            parts |= {p.stem for p in here.glob("*.py") if p.stem != "__init__"}
+        named = set(re.findall(r"``(\w+)``", ast.get_docstring(ast.parse(path.read_text())) or ""))
+        if missing := parts - named:
+            unnamed[module] = sorted(missing)
+    assert not unnamed, f"name these in their package's docstring: {unnamed}"
+
+
 # Tests mirror modules: a module with logic has a test file named after it (``mirror_of``)
 # in tests/unit, tests/integration or tests/e2e, or in several. Package ``__init__`` files
 # need none, and neither do these modules, which only declare things:
@@ -307,27 +336,44 @@ DECLARATIONS_ONLY = {
     "app.cli.__main__",  # ``python -m app.cli`` calls the command group
     "app.processes.clients",  # the arguments of one Redis client
     "app.providers.base",  # the provider contract: a message, an error, a protocol
-    "streams.records",  # the notification record kept in Redis
+    "streams.core.records",  # the notification record kept in Redis
 }
 TIERS = ("unit", "integration", "e2e")
-# The client's and the development tools' tests are named after their modules behind a word of
-# their own, so that ``test_errors.py`` is never taken for the client's ``errors`` or an app's.
+# The client's and the development tools' tests sit in a folder of their own, so that
+# ``client/test_errors.py`` is never taken for the tests of an app's ``errors``.
 TEST_PREFIX = {CLIENT: "client", DEVTOOLS: "devtools"}
 
 
 def mirror_of(module: str) -> str:
-    """The test file named after ``module``: its package path without the top package, joined
-    by "_" (``app.api.auth`` → ``test_api_auth.py``, ``app.settings`` → ``test_settings.py``,
-    ``streams.dlq.scan`` → ``test_dlq_scan.py``, ``projections.rows`` → ``test_rows.py``), the
-    client's behind "client" (``clarion_client.retry`` → ``test_client_retry.py``)."""
+    """The test file of ``module`` in a tier, by feature: its package path without the top
+    package as folders, ``test_`` and its name (``app.inbox.tokens`` →
+    ``inbox/test_tokens.py``, ``streams.inbox.store`` → ``inbox/test_store.py``,
+    ``app.settings`` → ``test_settings.py``), the client's in ``client/``
+    (``clarion_client.retry`` → ``client/test_retry.py``). The app's and the write model's
+    parts of a feature share its folder."""
     top, *rest = module.split(".")
     words = [TEST_PREFIX[top], *rest] if top in TEST_PREFIX else rest
-    return "test_" + "_".join(words) + ".py"
+    return "/".join([*words[:-1], f"test_{words[-1]}.py"])
+
+
+def test_no_two_modules_share_a_test_file() -> None:
+    """Two modules of one name in one feature (``app.x.store``, ``streams.x.store``) would
+    share a test file, and one of them could go untested unnoticed: name them apart."""
+    owners: dict[str, list[str]] = {}
+    for module, path in modules():
+        if path.name != "__init__.py":
+            owners.setdefault(mirror_of(module), []).append(module)
+    shared = {test: names for test, names in owners.items() if len(names) > 1}
+    assert not shared, f"these would share a test file: {shared}"
 
 
 def test_every_module_with_logic_has_a_test_file_named_after_it() -> None:
     assert DECLARATIONS_ONLY <= MODULES, f"no such modules: {DECLARATIONS_ONLY - MODULES}"
-    test_files = {path.name for tier in TIERS for path in (REPO / "tests" / tier).glob("test_*.py")}
+    test_files = {
+        path.relative_to(REPO / "tests" / tier).as_posix()
+        for tier in TIERS
+        for path in (REPO / "tests" / tier).rglob("test_*.py")
+    }
     untested = {
         module: mirror_of(module)
         for module, path in modules()

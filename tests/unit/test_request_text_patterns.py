@@ -18,14 +18,16 @@ from typing import Any
 import msgspec
 import pytest
 
-from app import inbox_tokens, signed_tokens
+from app import signed_tokens
 from app.api import body
 from app.feedback import callbacks
+from app.inbox import provider as inbox
+from app.inbox import tokens as inbox_tokens
 from app.ingest import profiles, quiet_hours, requests
 from app.ingest.quiet_hours import QuietHoursError
-from app.providers import apns, inbox, smtp, ssrf, webpush, webpush_message
+from app.providers import apns, smtp, ssrf, webpush, webpush_message
 from app.validation import describe
-from streams.events import QuietHoursSetting
+from streams.core.events import QuietHoursSetting
 from tests.conftest import REPO
 from tests.unit.adversarial_text import BOUND_S, SHAPES, best_of_three
 
@@ -150,10 +152,10 @@ TESTED = {
     "app.validation._PATH",
     "app.api.body._RUNS",
     "app.signed_tokens._BASE64URL",
-    "app.inbox_tokens.KEY_ID",
+    "app.inbox.tokens.KEY_ID",
     "app.feedback.callbacks._VISIBLE",
-    "app.providers.inbox._UNSAFE_CHARACTER",
-    "app.providers.inbox._SCHEME",
+    "app.inbox.provider._UNSAFE_CHARACTER",
+    "app.inbox.provider._SCHEME",
     # test_logging.py
     "app.logging._EMAIL",
     "app.logging._PHONE",

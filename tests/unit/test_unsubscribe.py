@@ -17,7 +17,7 @@ from app.unsubscribe import (
     UnsubscribeTokens,
     unsubscribe_links,
 )
-from streams.vocabulary import Channel
+from streams.core.vocabulary import Channel
 from tests.conftest import DIGEST, DIGEST_SECRET
 
 NOW = 1_780_000_000  # 2026-05-28

@@ -1,0 +1,8 @@
+"""The in-app inbox, as the application serves it.
+
+- ``tokens``: the recipient tokens a browser holds (signed, stateless, revocable);
+- ``provider``: the IN_APP provider, which leaves a message in the recipient's inbox;
+- ``api``: its HTTP routes, the realtime stream and the demo page.
+
+Its store is ``streams.inbox``; its read model, ``projections.inbox_rows``.
+"""

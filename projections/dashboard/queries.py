@@ -1,0 +1,280 @@
+"""Read-model queries behind the FAILED dashboard: failure rates, failures, a timeline.
+
+Pure asyncpg over the tables of ``migrations/001_read_model.sql``; every query is scoped to
+one producer. Times are compared with the database's ``now()``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+import msgspec
+
+from projections.partitions import ids_of_the_day_of
+from streams.core.vocabulary import Channel, DeliveryStatus, Priority
+
+# The statuses a failure rate is taken over: every terminal one but SUPPRESSED and CANCELLED,
+# whose deliveries were never meant to be attempted (or no longer) and count for neither side.
+RATED_STATUSES: tuple[DeliveryStatus, ...] = (
+    DeliveryStatus.SENT,
+    DeliveryStatus.DELIVERED,
+    DeliveryStatus.READ,
+    DeliveryStatus.FAILED,
+    DeliveryStatus.EXPIRED,
+)
+FAILED_LIMIT = 100
+
+_FAILURE_RATES = """
+SELECT channel,
+       count(*) FILTER (WHERE status = 'FAILED' AND updated_at >= now() - interval '1 hour')
+           AS failed_hour,
+       count(*) FILTER (WHERE updated_at >= now() - interval '1 hour') AS ended_hour,
+       count(*) FILTER (WHERE status = 'FAILED') AS failed_day,
+       count(*) AS ended_day
+FROM delivery
+WHERE producer = $1 AND status = ANY($2::text[]) AND updated_at >= now() - interval '1 day'
+GROUP BY channel
+ORDER BY channel
+"""
+
+_FAILURES_BY_ERROR_CLASS = """
+SELECT COALESCE(error_class, 'UNKNOWN') AS error_class,
+       count(*) FILTER (WHERE updated_at >= now() - interval '1 hour') AS last_hour,
+       count(*) FILTER (WHERE updated_at >= now() - interval '1 day') AS last_day,
+       count(*) AS total
+FROM delivery
+WHERE status = 'FAILED' AND producer = $1
+GROUP BY 1
+ORDER BY total DESC, 1
+"""
+
+_FAILED_DELIVERIES = """
+SELECT id, notification_id, notification_type, channel, error_class, last_error, attempts,
+       COALESCE(failed_at, updated_at) AS at
+FROM delivery
+WHERE status = 'FAILED' AND producer = $1
+  AND ($2::text IS NULL OR channel = $2)
+  AND ($3::text IS NULL OR notification_type = $3)
+  AND ($4::text IS NULL OR error_class = $4)
+ORDER BY updated_at DESC, id DESC
+LIMIT $5
+"""
+
+_NOTIFICATION = """
+SELECT id, type, priority, recipient_id, locale, created_at, expires_at, idempotency_key
+FROM notification
+WHERE id = $1 AND producer = $2
+"""
+
+_DELIVERIES_OF = """
+SELECT id, channel, status, reason, attempts, error_class, last_error, updated_at
+FROM delivery
+WHERE notification_id = $1 AND id >= $2 AND id < $3  -- the partition of the notification's day
+ORDER BY channel, id
+"""
+
+# NotificationAccepted (no version) first, then each delivery's changes in version order.
+_EVENTS_OF = """
+SELECT at, type, delivery_id, version, body::text AS body
+FROM delivery_event
+WHERE notification_id = $1
+ORDER BY at, version NULLS FIRST, delivery_id, event_id
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelFailureRate:
+    channel: str
+    failed_hour: int
+    ended_hour: int
+    failed_day: int
+    ended_day: int
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorClassCount:
+    error_class: str
+    last_hour: int
+    last_day: int
+    total: int
+
+
+@dataclass(frozen=True, slots=True)
+class FailedDelivery:
+    id: str
+    notification_id: str
+    notification_type: str | None
+    channel: Channel | None
+    error_class: str | None
+    last_error: str | None
+    attempts: int
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class FailureFilter:
+    """Optional equality filters of the FAILED list; None matches everything."""
+
+    channel: Channel | None = None
+    notification_type: str | None = None
+    error_class: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NotificationSummary:
+    id: str
+    type: str
+    priority: Priority
+    recipient_id: str
+    locale: str
+    created_at: datetime
+    expires_at: datetime
+    idempotency_key: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DeliverySummary:
+    id: str
+    channel: Channel | None
+    status: DeliveryStatus
+    reason: str | None
+    attempts: int
+    error_class: str | None
+    last_error: str | None
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineEvent:
+    at: datetime
+    type: str
+    delivery_id: str | None
+    version: int | None
+    body: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Timeline:
+    notification: NotificationSummary
+    deliveries: list[DeliverySummary]
+    events: list[TimelineEvent]
+
+
+async def failure_rates(pool: asyncpg.Pool, producer: str) -> list[ChannelFailureRate]:
+    """Per channel: FAILED and all ended deliveries over the last hour and the last day."""
+    async with pool.acquire() as connection:
+        rows = await connection.fetch(_FAILURE_RATES, producer, list(RATED_STATUSES))
+    return [
+        ChannelFailureRate(
+            channel=row["channel"] or "?",
+            failed_hour=row["failed_hour"],
+            ended_hour=row["ended_hour"],
+            failed_day=row["failed_day"],
+            ended_day=row["ended_day"],
+        )
+        for row in rows
+    ]
+
+
+async def failures_by_error_class(pool: asyncpg.Pool, producer: str) -> list[ErrorClassCount]:
+    """FAILED deliveries by error class: last hour, last day, and all the read model keeps."""
+    async with pool.acquire() as connection:
+        rows = await connection.fetch(_FAILURES_BY_ERROR_CLASS, producer)
+    return [
+        ErrorClassCount(row["error_class"], row["last_hour"], row["last_day"], row["total"])
+        for row in rows
+    ]
+
+
+async def failed_deliveries(
+    pool: asyncpg.Pool,
+    producer: str,
+    where: FailureFilter,
+    limit: int = FAILED_LIMIT,
+) -> list[FailedDelivery]:
+    """The producer's FAILED deliveries matching ``where``, newest first."""
+    async with pool.acquire() as connection:
+        rows = await connection.fetch(
+            _FAILED_DELIVERIES,
+            producer,
+            where.channel,
+            where.notification_type,
+            where.error_class,
+            limit,
+        )
+    return [
+        FailedDelivery(
+            id=str(row["id"]),
+            notification_id=str(row["notification_id"]),
+            notification_type=row["notification_type"],
+            channel=_channel(row["channel"]),
+            error_class=row["error_class"],
+            last_error=row["last_error"],
+            attempts=row["attempts"],
+            at=row["at"],
+        )
+        for row in rows
+    ]
+
+
+async def timeline(
+    pool: asyncpg.Pool, producer: str, notification_id: uuid.UUID
+) -> Timeline | None:
+    """A notification of ``producer`` with its deliveries and every event; None if not theirs."""
+    async with pool.acquire() as connection:
+        head = await connection.fetchrow(_NOTIFICATION, notification_id, producer)
+        if head is None:
+            return None
+        deliveries = await connection.fetch(
+            _DELIVERIES_OF, notification_id, *ids_of_the_day_of(notification_id)
+        )
+        events = await connection.fetch(_EVENTS_OF, notification_id)
+    return Timeline(
+        notification=NotificationSummary(
+            id=str(head["id"]),
+            type=head["type"],
+            priority=Priority(head["priority"]),
+            recipient_id=head["recipient_id"],
+            locale=head["locale"],
+            created_at=head["created_at"],
+            expires_at=head["expires_at"],
+            idempotency_key=head["idempotency_key"],
+        ),
+        deliveries=[
+            DeliverySummary(
+                id=str(row["id"]),
+                channel=_channel(row["channel"]),
+                status=DeliveryStatus(row["status"]),
+                reason=row["reason"],
+                attempts=row["attempts"],
+                error_class=row["error_class"],
+                last_error=row["last_error"],
+                updated_at=row["updated_at"],
+            )
+            for row in deliveries
+        ],
+        events=[
+            TimelineEvent(
+                at=row["at"],
+                type=row["type"],
+                delivery_id=str(row["delivery_id"]) if row["delivery_id"] else None,
+                version=row["version"],
+                body=_object(row["body"]),
+            )
+            for row in events
+        ],
+    )
+
+
+def _channel(text: str | None) -> Channel | None:
+    """A delivery's channel column (NULL until an event named it)."""
+    return None if text is None else Channel(text)
+
+
+def _object(text: str) -> dict[str, Any]:
+    value = msgspec.json.decode(text)
+    return value if isinstance(value, dict) else {}

@@ -1,0 +1,46 @@
+"""Write-model records kept in Redis next to the streams.
+
+``ntf:<id>`` holds a ``NotificationRecord``: what was accepted and each delivery's state at
+acceptance. A delivery's later state lives in its ``dlv:<id>`` hash, created by the first
+worker that touches it; until then the record's entry is the delivery's state.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from streams.core.vocabulary import Channel, Priority
+from streams.delivery.state import DeliveryStatus
+
+
+class DeliveryAtAcceptance(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    id: str
+    channel: Channel
+    status: DeliveryStatus
+    reason: str = ""
+
+
+class NotificationRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    id: str
+    type: str
+    priority: Priority
+    recipient_id: str
+    producer: str
+    created_ms: int
+    expires_ms: int
+    deliveries: list[DeliveryAtAcceptance]
+    # The campaign that generated it ("": none), which says whether the producer chose its
+    # recipient (the status API shows a segment's recipients only to the ``recipients`` scope).
+    campaign_id: str = ""
+
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(NotificationRecord)
+
+
+def encode_record(record: NotificationRecord) -> bytes:
+    return _encoder.encode(record)
+
+
+def decode_record(raw: bytes) -> NotificationRecord:
+    return _decoder.decode(raw)

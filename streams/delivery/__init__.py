@@ -1,0 +1,18 @@
+"""Deliveries in Redis: from a work item to its recorded outcome.
+
+- ``work_items``: what a worker needs for one provider call;
+- ``state``: a delivery's ``dlv:<id>`` hash and which statuses end it;
+- ``leases``: the verdict ``begin.lua`` gives on a work item, and the leased delivery;
+- ``decisions``: what is to become of a leased delivery, decided before anything is written;
+- ``outcomes``: a decision turned into what ``finish.lua`` records;
+- ``store``: leases taken and outcomes recorded (``begin.lua``, ``finish.lua``,
+  ``dead_letter_raw.lua``);
+- ``delayed``: the ``delayed`` set of retries and deferrals (``schedule_due.lua``);
+- ``fairness``: fair shares between producers within a priority (``fair_feed.lua``);
+- ``circuit_breaker``, ``rate_limiter``: shared by every worker (``circuit.lua``,
+  ``rate_limit.lua``);
+- ``state_release``: ended deliveries' state leaves Redis once the read model has it
+  (``release_states.lua``).
+
+``sandbox_send.lua`` is the sandbox provider's record of a call (``app.providers.sandbox``).
+"""

@@ -1,0 +1,104 @@
+-- Take the lease of each delivery a worker is about to send, or say why not.
+--
+-- Keys and arguments: ``streams.delivery.store.delivery_begin_call`` lays them out.
+-- KEYS: the work stream the items were read from, then per item: the delivery's state hash;
+--       then the ``data:<id>`` hash of each item whose template data is shared
+--       (``streams.delivery.work_items``) and the cancel marker of each campaign the items belong to
+--       (once per campaign), in item order.
+-- ARGV: consumer name, lease length (ms), leases allowed without an outcome, then per item:
+--       its work entry id, notification id, channel, the position in KEYS of its data hash
+--       (0: none), the position in KEYS of its campaign's cancel marker (0: none).
+--
+-- Reply: one flat list, six values per item (a list per item would cost Lua a table, Redis
+-- a nested array and the client a list each): verdict, version, attempts, now_ms,
+-- first_attempt_ms, shared data ("" when the item has none or it is gone).
+--   GO        the lease is ours until now + lease length; the state is SENDING
+--   POISON    the lease is ours, but the delivery has been leased more often than allowed
+--             without any outcome being recorded (workers keep dying on it): the caller
+--             fails it into the dead-letter queue instead of sending it
+--   CANCELLED the lease is ours, but the item's campaign was cancelled (its marker is
+--             set): the caller ends it CANCELLED instead of sending it. It wins over
+--             POISON: such a delivery is not to be sent either way
+--   TERMINAL  the delivery already ended (a TERMINAL status, ``streams.core.vocabulary``): drop the item
+--   LEASED    a live lease is held: leave the item for later. Also when this consumer holds
+--             it: the item is then a second work entry of a delivery leased in this batch,
+--             being sent, or leased before this consumer restarted; a second GO would send
+--             it twice. The reclaimer hands the item out again once the lease has run out.
+-- A missing hash means "as accepted": version 1, no attempts yet; it is created here. Unless
+-- the item's work entry is gone from the stream too: then another worker ended the delivery
+-- with it (an entry is deleted in the step that records its outcome) and the projector
+-- released the ended state (``release_states.lua``) while this worker held the entry
+-- without leasing it (stopped between reading and leasing, say): TERMINAL, not sent again.
+--
+-- ``leases`` counts the leases taken since the last recorded outcome (the finish script
+-- resets it). Only a lease this script really wrote counts: a call that Redis refuses (out
+-- of memory, read-only, loading) writes nothing, so it can never make a delivery POISON,
+-- however often the stream hands the entry out meanwhile.
+
+local consumer, lease_ms, max_leases = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local now = now_ms()
+local stream = KEYS[1]
+local items = (#ARGV - 3) / 5 -- KEYS may hold data hashes and markers after the states
+local next_arg = arguments(4)
+
+local replies = {}
+local function answer(verdict, version, attempts, first, data)
+  local n = #replies
+  replies[n + 1], replies[n + 2], replies[n + 3] = verdict, version, attempts
+  replies[n + 4], replies[n + 5], replies[n + 6] = now, first, data
+end
+
+-- Whether the marker at a position in KEYS is set, read once per call: a batch often holds
+-- many deliveries of one campaign.
+local markers = {}
+local function cancelled(marker_at)
+  if marker_at == 0 then
+    return false
+  end
+  if markers[marker_at] == nil then
+    markers[marker_at] = redis.call("EXISTS", KEYS[marker_at]) == 1
+  end
+  return markers[marker_at]
+end
+
+for i = 1, items do
+  local key = KEYS[i + 1]
+  local entry_id, nid, channel = next_arg(), next_arg(), next_arg()
+  local data_at, marker_at = tonumber(next_arg()), tonumber(next_arg())
+  local state = redis.call("HMGET", key, "status", "version", "attempts", "lease_owner",
+    "lease_until", "first_attempt_ms", "leases")
+  local status = state[1]
+  local verdict, version, attempts, first = "GO", 1, 0, 0
+  if not status and #redis.call("XRANGE", stream, entry_id, entry_id) == 0 then
+    verdict = "TERMINAL"
+  elseif not status then
+    -- The first worker to touch a delivery creates its state, leased: one write.
+    redis.call("HSET", key, "status", STATUS.SENDING, "version", 1, "attempts", 0,
+      "notification_id", nid, "channel", channel, "lease_owner", consumer,
+      "lease_until", now + lease_ms, "updated_ms", now, "leases", 1)
+  else
+    version, attempts = tonumber(state[2]), tonumber(state[3])
+    first = tonumber(state[6] or 0) or 0
+    if TERMINAL[status] then
+      verdict = "TERMINAL"
+    elseif tonumber(state[5] or 0) > now then
+      verdict = "LEASED"
+    else
+      local leases = (tonumber(state[7] or 0) or 0) + 1
+      redis.call("HSET", key, "status", STATUS.SENDING, "lease_owner", consumer,
+        "lease_until", now + lease_ms, "updated_ms", now, "leases", leases)
+      if leases > max_leases then
+        verdict = "POISON"
+      end
+    end
+  end
+  if (verdict == "GO" or verdict == "POISON") and cancelled(marker_at) then
+    verdict = "CANCELLED"
+  end
+  local data = ""
+  if data_at > 0 and (verdict == "GO" or verdict == "POISON") then
+    data = redis.call("HGET", KEYS[data_at], "d") or ""
+  end
+  answer(verdict, version, attempts, first, data)
+end
+return replies

@@ -1,0 +1,160 @@
+"""The FAILED dashboard's queries on real PostgreSQL: failure rates over the deliveries that
+ended, failures by error class, the failed list, and a notification's timeline."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+
+from projections.dashboard.queries import (
+    RATED_STATUSES,
+    ChannelFailureRate,
+    ErrorClassCount,
+    FailureFilter,
+    failed_deliveries,
+    failure_rates,
+    failures_by_error_class,
+    timeline,
+)
+from streams.core.events import DeliveryDeadLettered, DeliveryQueued
+from streams.core.ids import new_id
+from streams.delivery.state import TERMINAL, DeliveryStatus
+from tests.integration.projection_support import accepted, delivered, project
+
+
+def ago(**delta: float) -> datetime:
+    return datetime.now(UTC) - timedelta(**delta)
+
+
+async def deliveries(
+    pool: asyncpg.Pool,
+    *ended: tuple[str, str, datetime],
+    producer: str = "shop",
+    notification_type: str = "otp",
+    error_class: str = "PERMANENT",
+) -> list[str]:
+    """One notification per (channel, status, time); the delivery ids."""
+    ids = []
+    for channel, status, at in ended:
+        notification_id, delivery_id = new_id(0), new_id(0)
+        await project(pool, [
+            accepted(notification_id, [delivery_id], at=at, producer=producer,
+                     notification_type=notification_type),
+            *delivered(notification_id, delivery_id, status, at=at, channel=channel,
+                       error_class=error_class),
+        ])  # fmt: skip
+        ids.append(delivery_id)
+    return ids
+
+
+def test_rates_are_taken_over_every_terminal_status_but_suppressed_and_cancelled() -> None:
+    assert set(RATED_STATUSES) == TERMINAL - {DeliveryStatus.SUPPRESSED, DeliveryStatus.CANCELLED}
+    assert len(RATED_STATUSES) == len(set(RATED_STATUSES))
+
+
+async def test_failure_rates_count_failed_among_the_deliveries_that_ended(
+    pool: asyncpg.Pool,
+) -> None:
+    await deliveries(
+        pool,
+        ("SMS", "FAILED", ago(minutes=10)),
+        ("SMS", "SENT", ago(minutes=10)),
+        ("SMS", "DELIVERED", ago(minutes=5)),
+        ("SMS", "EXPIRED", ago(minutes=20)),
+        ("SMS", "SUPPRESSED", ago(minutes=10)),  # never meant to be attempted: not counted
+        ("SMS", "QUEUED", ago(minutes=10)),  # not ended: not counted
+        ("SMS", "SCHEDULED", ago(minutes=10)),
+        ("SMS", "FAILED", ago(hours=3)),  # in the last day, not the last hour
+        ("SMS", "SENT", ago(days=2)),  # too old for either
+        ("EMAIL", "SENT", ago(minutes=30)),
+    )
+    await deliveries(pool, ("SMS", "FAILED", ago(minutes=10)), producer="other")
+
+    assert await failure_rates(pool, "shop") == [
+        ChannelFailureRate("EMAIL", failed_hour=0, ended_hour=1, failed_day=0, ended_day=1),
+        ChannelFailureRate("SMS", failed_hour=1, ended_hour=4, failed_day=2, ended_day=5),
+    ]
+    assert await failure_rates(pool, "nobody") == []
+
+
+async def test_failures_are_counted_by_error_class_most_first(pool: asyncpg.Pool) -> None:
+    await deliveries(pool, ("SMS", "FAILED", ago(minutes=10)), ("SMS", "FAILED", ago(hours=3)))
+    await deliveries(pool, ("EMAIL", "FAILED", ago(minutes=1)), error_class="TRANSIENT")
+    await deliveries(pool, ("PUSH", "FAILED", ago(days=3)), error_class="BUG")
+    await deliveries(pool, ("SMS", "SENT", ago(minutes=1)), ("SMS", "EXPIRED", ago(minutes=1)))
+    # Dead-lettered, but its DeliveryFailed (with the class) is not projected (yet).
+    notification_id, delivery_id = new_id(0), new_id(0)
+    ids = {"at": ago(minutes=2), "notification_id": notification_id, "delivery_id": delivery_id}
+    await project(pool, [
+        accepted(notification_id, [delivery_id], at=ago(minutes=2)),
+        DeliveryQueued(**ids, version=1, channel="SMS", priority="HIGH"),  # type: ignore[arg-type]
+        DeliveryDeadLettered(**ids, version=3, error_class="PERMANENT"),  # type: ignore[arg-type]
+    ])  # fmt: skip
+    await deliveries(pool, ("SMS", "FAILED", ago(minutes=1)), producer="other")
+
+    assert await failures_by_error_class(pool, "shop") == [
+        ErrorClassCount("PERMANENT", last_hour=1, last_day=2, total=2),
+        ErrorClassCount("BUG", last_hour=0, last_day=0, total=1),
+        ErrorClassCount("TRANSIENT", last_hour=1, last_day=1, total=1),
+        ErrorClassCount("UNKNOWN", last_hour=1, last_day=1, total=1),
+    ]
+
+
+async def test_the_failed_list_filters_and_shows_the_newest_first(pool: asyncpg.Pool) -> None:
+    old_sms, new_sms = await deliveries(
+        pool, ("SMS", "FAILED", ago(hours=2)), ("SMS", "FAILED", ago(minutes=1))
+    )
+    [email] = await deliveries(
+        pool, ("EMAIL", "FAILED", ago(minutes=30)), notification_type="order_confirmed",
+        error_class="TRANSIENT",
+    )  # fmt: skip
+    await deliveries(pool, ("SMS", "SENT", ago(minutes=1)))
+    await deliveries(pool, ("SMS", "FAILED", ago(minutes=1)), producer="other")
+
+    async def listed(limit: int = 100, **where: str) -> list[str]:
+        found = await failed_deliveries(pool, "shop", FailureFilter(**where), limit)
+        return [failed.id for failed in found]
+
+    assert await listed() == [new_sms, email, old_sms]
+    assert await listed(limit=2) == [new_sms, email]
+    assert await listed(channel="SMS") == [new_sms, old_sms]
+    assert await listed(notification_type="order_confirmed") == [email]
+    assert await listed(error_class="PERMANENT", channel="SMS") == [new_sms, old_sms]
+    assert await listed(error_class="BUG") == []
+    [shown] = await failed_deliveries(pool, "shop", FailureFilter(channel="EMAIL"))
+    assert (shown.error_class, shown.last_error, shown.attempts) == (
+        "TRANSIENT", "refused: TRANSIENT", 1,
+    )  # fmt: skip
+
+
+async def test_a_timeline_shows_every_event_of_a_producers_notification(
+    pool: asyncpg.Pool,
+) -> None:
+    at = ago(minutes=5)
+    notification_id = new_id(0)
+    sms, email = new_id(0), new_id(0)
+    await project(pool, [
+        accepted(notification_id, [sms, email], at=at),
+        *delivered(notification_id, sms, "FAILED", at=at, channel="SMS"),
+        *delivered(notification_id, email, "SENT", at=at, channel="EMAIL"),
+    ])  # fmt: skip
+
+    found = await timeline(pool, "shop", uuid.UUID(notification_id))
+
+    assert found is not None
+    assert (found.notification.id, found.notification.type) == (notification_id, "otp")
+    assert [(d.channel, d.status) for d in found.deliveries] == [("EMAIL", "SENT"),
+                                                                  ("SMS", "FAILED")]  # fmt: skip
+    # The acceptance first, then each delivery's changes in version order.
+    assert [(e.type, e.version) for e in found.events][:1] == [("NotificationAccepted", None)]
+    versions = [(e.delivery_id, e.version) for e in found.events[1:]]
+    assert sorted(versions, key=lambda pair: pair[1] or 0) == versions
+    assert {e.type for e in found.events if e.delivery_id == sms} == {
+        "DeliveryQueued", "DeliveryFailed", "DeliveryDeadLettered",
+    }  # fmt: skip
+    [failure] = [e for e in found.events if e.type == "DeliveryFailed"]
+    assert failure.body["error"] == "refused: PERMANENT"
+    assert await timeline(pool, "other", uuid.UUID(notification_id)) is None
+    assert await timeline(pool, "shop", uuid.UUID(new_id(0))) is None

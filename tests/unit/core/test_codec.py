@@ -1,0 +1,105 @@
+"""Events and work items as bytes: work items that stay readable, and event arrays joined
+into one ``events`` entry that a Lua script can cut apart again."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import msgspec
+import pytest
+
+from streams.core import codec
+from streams.core.events import DeliveryFailed
+from streams.delivery.work_items import WorkItem
+from tests.unit.event_examples import AT, DELIVERY, DID, EXAMPLES, NID
+
+
+def work_item(**changes: Any) -> WorkItem:
+    fields: dict[str, Any] = {
+        "delivery_id": DID,
+        "notification_id": NID,
+        "notification_type": "order_confirmed",
+        "channel": "EMAIL",
+        "priority": "NORMAL",
+        "recipient_id": "user-42",
+        "address": "jane@example.com",
+        "locale": "en",
+        "data": {"order_id": "1001", "items": [{"sku": "A", "qty": 2}], "gift": None},
+        "created_ms": 1768469400125,
+        "expires_ms": 1768642200125,
+    }
+    return WorkItem(**(fields | changes))
+
+
+def test_a_work_item_round_trips() -> None:
+    item = work_item(attempts=2)
+    decoded = codec.decode_work_item(codec.encode(item))
+    assert decoded == item
+    assert decoded.data["items"] == [{"sku": "A", "qty": 2}]
+
+
+WORK_FIELDS = list(WorkItem.__struct_fields__)
+
+
+def test_work_items_written_before_later_fields_existed_still_decode() -> None:
+    # Work items are arrays in field order: fields added later come last, with defaults.
+    stored = json.loads(codec.encode(work_item()))
+    assert WORK_FIELDS[-6:] == [
+        "attempts", "producer", "shared_data", "failover", "campaign", "trace",
+    ]  # fmt: skip
+    before_attempts = codec.decode_work_item(json.dumps(stored[:-6]))
+    assert (before_attempts.attempts, before_attempts.producer) == (0, "")
+    assert not codec.decode_work_item(json.dumps(stored[:-4])).shared_data
+    assert codec.decode_work_item(json.dumps(stored[:-3])).failover == 0
+    assert codec.decode_work_item(json.dumps(stored[:-2])).campaign == ""
+    assert codec.decode_work_item(json.dumps(stored[:-1])).trace == ""
+
+
+def test_a_work_item_with_a_bad_channel_is_refused() -> None:
+    stored = json.loads(codec.encode(work_item()))
+    stored[WORK_FIELDS.index("channel")] = "FAX"
+    with pytest.raises(msgspec.ValidationError):
+        codec.decode_work_item(json.dumps(stored))
+
+
+def test_joined_event_arrays_decode_as_one_and_cut_back_into_each() -> None:
+    sent, failed, queued = EXAMPLES[0], EXAMPLES[1], EXAMPLES[2]
+    arrays = [codec.encode_events([sent]), b"", codec.encode_events([failed, queued]), b"[]"]
+    joined, spans = codec.join_events(arrays)
+    assert codec.decode_events(joined) == [sent, failed, queued]
+    # What a Lua script's string.sub(joined, first, last) cuts out, wrapped in brackets.
+    cut = [b"[" + joined[first - 1 : last] + b"]" for first, last in spans]
+    assert cut == [arrays[0], b"[]", arrays[2], b"[]"]
+    assert codec.join_events([]) == (b"[]", [])
+    # The scripts take the spans as one string of numbers, two per array.
+    text = codec.span_text(spans).decode()
+    assert [int(number) for number in text.split(" ")] == [n for span in spans for n in span]
+
+
+def test_spans_count_bytes_not_characters() -> None:
+    # Error texts may hold any character: the scripts cut by byte, so the spans must too.
+    failed = DeliveryFailed(
+        at=AT, **DELIVERY, attempts=1, error_class="PERMANENT", error="Empfänger unbekannt: €"
+    )
+    arrays = [codec.encode_events([failed]), codec.encode_events([EXAMPLES[1], failed])]
+    joined, spans = codec.join_events(arrays)
+    assert [b"[" + joined[first - 1 : last] + b"]" for first, last in spans] == arrays
+    assert codec.decode_events(joined) == [failed, EXAMPLES[1], failed]
+
+
+def test_arrays_without_events_join_into_an_empty_array() -> None:
+    joined, spans = codec.join_events([b"", b"[]", b""])
+    assert joined == b"[]"
+    assert spans == [(1, 0), (1, 0), (1, 0)]
+    assert codec.span_text(spans) == b"1 0 1 0 1 0"
+    assert codec.decode_events(joined) == []
+
+
+def test_what_is_not_an_events_entry_is_refused() -> None:
+    with pytest.raises(msgspec.ValidationError):
+        codec.decode_events(codec.encode(EXAMPLES[1]))  # one event, not an array of them
+    with pytest.raises(msgspec.DecodeError):
+        codec.decode_events(b"[{")
+    with pytest.raises(msgspec.DecodeError):
+        codec.decode_work_item(b"not json")
