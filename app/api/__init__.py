@@ -1,9 +1,21 @@
-"""The HTTP API: Litestar routes, request and answer schemas, API keys, the FAILED dashboard.
+"""The HTTP API's edge: the Litestar app, and what every route shares.
+
+- ``app``: the application factory, which mounts every route, its own and the features'
+  (``app.ingest.api``, ``app.campaigns.api``, ``app.inbox.api``, ``app.recipients.api``,
+  ``app.feedback.api``, ``app.status_webhooks.api``, ``app.operations.api``);
+- ``auth`` (API keys and scopes), ``body`` (bounded bodies), ``params``, ``cursor``,
+  ``methods``, ``schemas``, ``read_model``: what handlers share;
+- ``errors``: the one table from the domain's errors to status codes;
+- ``cross_site``, ``request_spans``, ``http_metrics``: middleware;
+- ``docs``: the OpenAPI documentation;
+- ``notification_status``: the status API (a notification and its deliveries);
+- ``dashboard``, ``dashboard_charts``, ``charts``: the FAILED dashboard (``templates``);
+- ``unsubscribe``: the one-click unsubscribe page.
 
 Owns everything HTTP: status codes (the domain's errors get theirs in ``errors``), headers,
 OpenAPI documentation, HTML. Handlers are thin: they check the caller and the input, then
-call ``ingest``, ``operations``, ``projections`` or ``streams``.
+call the features, ``projections`` or ``streams``.
 
-May import: every ``app`` package except ``cli`` and ``processes``; ``projections``;
-``streams``.
+May import: every ``app`` package except ``cli``, ``processes``, ``delivery`` and
+``providers``; ``projections``; ``streams``.
 """

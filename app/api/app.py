@@ -20,38 +20,38 @@ from redis.exceptions import RedisError
 
 from app import tracing
 from app.api.auth import KeyRing
-from app.api.campaigns import CAMPAIGN_ROUTES
 from app.api.cross_site import CrossSiteGuard
 from app.api.dashboard import DASHBOARD_ROUTES
-from app.api.dlq import get_dlq, replay_dlq
 from app.api.docs import LocalSwaggerPlugin, schema_router
 from app.api.errors import clarion_error, internal_error, redis_unavailable
-from app.api.feedback import receive_feedback
 from app.api.http_metrics import HttpMetrics
 from app.api.notification_status import get_notification_status, list_deliveries
-from app.api.notifications import create_notification, create_notifications_batch
-from app.api.ops import lag, live, metrics, ready
 from app.api.read_model import ReadModel, read_model_unavailable
-from app.api.recipient_profiles import RecipientProfile, patch_push_targets
-from app.api.recipients import QuietHours, get_recipient_settings, put_preferences
 from app.api.request_spans import RequestSpans
-from app.api.status_webhook import StatusWebhook
-from app.api.suppressions import Suppressions, look_up_suppression, remove_suppression
 from app.api.unsubscribe import UNSUBSCRIBE_ROUTES
+from app.campaigns.api import CAMPAIGN_ROUTES
 from app.campaigns.lifecycle import Campaigns
 from app.catalog import Catalog, feedback_secrets
 from app.catalog.providers import InboxConfig
+from app.feedback.api import receive_feedback
 from app.feedback.callbacks import schemes
 from app.inbox.api.cors import InboxCors
 from app.inbox.api.demo import DEMO_ROUTES
 from app.inbox.api.routes import INBOX_ROUTES
 from app.inbox.api.stream import inbox_stream
 from app.inbox.tokens import InboxTokens
+from app.ingest.api import create_notification, create_notifications_batch
 from app.ingest.fanout import Planner, utc_now
 from app.ingest.ingestor import Ingestor
 from app.ingest.quotas import IngestQuotas
+from app.operations.api.dlq import get_dlq, replay_dlq
+from app.operations.api.probes import lag, live, metrics, ready
+from app.recipients.api.profiles import RecipientProfile, patch_push_targets
+from app.recipients.api.settings import QuietHours, get_recipient_settings, put_preferences
+from app.recipients.api.suppressions import Suppressions, look_up_suppression, remove_suppression
 from app.recipients.erasure import Eraser
 from app.settings import Settings
+from app.status_webhooks.api import StatusWebhook
 from app.status_webhooks.endpoint import UrlGuard
 from app.unsubscribe import UnsubscribeTokens
 from projections.queries import recipient_deliveries

@@ -6,8 +6,9 @@ pause, resume and cancel included. The workers run ``runner``, which leases each
 campaign to one ``generator`` at a time: it ingests the campaign's recipients in batches
 through the same atomic ingest step as the API, under idempotency keys that make a second
 notification for a recipient impossible, and checkpoints after each batch. ``progress``
-tells how far a campaign has come, from its record and the read model.
+tells how far a campaign has come, from its record and the read model. ``api`` holds its
+HTTP routes.
 
-May import: the shared ``app`` modules, ``app.ingest``, ``projections``, ``streams``. Never
-``app.api`` or Litestar.
+May import: the shared ``app`` modules, ``app.ingest``, ``projections``, ``streams``. Only
+``api`` knows HTTP (and may import ``app.api``).
 """

@@ -4,7 +4,7 @@ is verified, every header and every byte of it is whatever the caller chose to s
 A header that is missing, longer than its bound or not ASCII (ASGI gives header values as
 Latin-1, so any byte can arrive) is refused as ``Unauthenticated`` naming the header, before
 it is compared, decoded or parsed; what is compared is bytes. A body over its scheme's bound
-is refused as ``TooLarge`` (the API stops reading at the bound, see ``app.api.feedback``).
+is refused as ``TooLarge`` (the API stops reading at the bound, see ``app.feedback.api``).
 Every refusal is one of ``Refusal``'s kinds (``streams.core.errors``).
 """
 

@@ -2,8 +2,9 @@
 
 Owns the request and its 202 answer (``requests``), fan-out by the type catalog, the
 recipient's preferences and quiet hours (``fanout``, ``quiet_hours``), and the round trips to
-the ingest script with their answers (``ingestor``).
+the ingest script with their answers (``ingestor``), and the routes producers POST to
+(``api``).
 
 May import: the shared ``app`` modules (``catalog``, ``metrics``, ``validation``), ``streams``.
-Never ``app.api`` or Litestar.
+Only ``api`` knows HTTP (and may import ``app.api``).
 """

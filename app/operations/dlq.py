@@ -1,5 +1,5 @@
 """What an operator may ask of the dead-letter queue, and what they see: one set of checks
-and views for the HTTP API (``app.api.dlq``) and the CLI (``app.cli.dlq``).
+and views for the HTTP API (``app.operations.api.dlq``) and the CLI (``app.cli.dlq``).
 
 Every mistake raises ``DlqRequestError`` with a message naming the field; the API answers it
 with 422, the CLI with a usage error. Views never carry a recipient address or template data

@@ -1,8 +1,9 @@
 """Recipients: what Clarion keeps about the people it notifies, and what it must forget.
 
 Owns the addresses as people give them and as the suppression list names and shows them
-(``addresses``), recipient profiles, and erasure.
+(``addresses``), recipient profiles, erasure, and their HTTP routes (``api``).
 
 May import: the shared ``app`` modules, ``app.ingest`` (the request's address shapes and
-validation), ``projections``, ``streams``. Never ``app.api`` or Litestar.
+validation), ``projections``, ``streams``. Only ``api`` knows HTTP (and may import
+``app.api``).
 """

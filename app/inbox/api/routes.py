@@ -36,8 +36,8 @@ from litestar.params import FromPath, FromQuery, QueryParameter
 from app.api.auth import authorize
 from app.api.body import documented_body, read_json
 from app.api.errors import AUTHENTICATED, BodyTooLarge, NotJson, RedisUnavailable
-from app.api.recipients import recipient_id_of
 from app.inbox.tokens import MAX_TTL_SECONDS, Grant, InboxTokens
+from app.recipients.api.settings import recipient_id_of
 from app.signed_tokens import TokenRefused
 from streams.inbox.messages import StoredMessage
 from streams.inbox.pages import Listing

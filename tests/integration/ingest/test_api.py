@@ -14,9 +14,9 @@ from litestar import Litestar
 from redis.asyncio import Redis
 
 from app.api.app import create_app
-from app.api.notifications import _entry_of_raw
 from app.catalog import Catalog, parse_catalog
 from app.ingest.answers import IngestAnswer
+from app.ingest.api import _entry_of_raw
 from app.ingest.ingestor import Ingestor
 from app.settings import Settings
 from streams.core import codec

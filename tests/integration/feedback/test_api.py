@@ -25,8 +25,8 @@ from cryptography.hazmat.primitives.asymmetric.utils import (
 from redis.asyncio import Redis
 
 from app.api.app import create_app
-from app.api.feedback import MAX_CALLBACK_BYTES
 from app.catalog import parse_catalog
+from app.feedback.api import MAX_CALLBACK_BYTES
 from app.feedback.callbacks import TWILIO_MAX_BYTES
 from app.settings import Settings
 from streams.core.keys import KeySpace

@@ -24,9 +24,9 @@ from app.api.body import documented_body, read_json
 from app.api.errors import AUTHENTICATED, BodyTooLarge, NotJson
 from app.api.methods import allowed
 from app.api.read_model import ReadModel, read_model_unavailable
-from app.api.recipients import recipient_id_of
 from app.ingest.profiles import Profile
 from app.ingest.profiles import decode as decode_profile
+from app.recipients.api.settings import recipient_id_of
 from app.recipients.erasure import Eraser
 from app.recipients.profiles import TargetsPatch, changed, encode, patched
 from streams.recipients.settings import RecipientSettings, RecipientSettingsStore
