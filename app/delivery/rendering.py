@@ -15,6 +15,7 @@ from app.catalog import Catalog
 from app.catalog.sms import measure_sms
 from app.catalog.templates import FillError
 from app.providers.base import PushContent
+from streams.core.errors import ClarionError
 from streams.core.vocabulary import Channel
 from streams.delivery.work_items import WorkItem
 
@@ -22,7 +23,7 @@ _SMS = Channel.SMS  # bound once: compared on every delivery
 _NO_PUSH = PushContent()
 
 
-class RenderError(Exception):
+class RenderError(ClarionError):
     """The template cannot be filled for this delivery (a PERMANENT failure of it alone)."""
 
 
