@@ -183,7 +183,7 @@ def test_every_script_starts_with_the_shared_functions() -> None:
         assert script.source.startswith(scripts.PRELUDE), script.name
 
 
-async def test_ingest(real_redis: Redis, key_prefix: str, catalog: Catalog) -> None:
+async def test_ingest_ingest(real_redis: Redis, key_prefix: str, catalog: Catalog) -> None:
     keys = KeySpace(key_prefix)
     items = [plan(catalog, keys, "k0", ORDER), plan(catalog, keys, "k1", LARGE_ORDER)]
     assert (items[0].shared_data, bool(items[1].shared_data)) == (b"", True)
@@ -286,7 +286,7 @@ async def test_delivery_finish(real_redis: Redis, key_prefix: str, catalog: Cata
     assert await real_redis.exists(data) == 0  # both deliveries ended: the data went
 
 
-async def test_dead_letter_raw(real_redis: Redis, key_prefix: str) -> None:
+async def test_delivery_dead_letter_raw(real_redis: Redis, key_prefix: str) -> None:
     keys = KeySpace(key_prefix)
     shard, stream = keys.shard(0), keys.shard(0).work(Priority.LOW)
     await ensure_group(real_redis, stream, DELIVERY_GROUP)
@@ -302,7 +302,7 @@ async def test_dead_letter_raw(real_redis: Redis, key_prefix: str) -> None:
     assert raw[b"error_class"] == b"POISON"
 
 
-async def test_schedule_due(real_redis: Redis, key_prefix: str) -> None:
+async def test_delivery_schedule_due(real_redis: Redis, key_prefix: str) -> None:
     keys = KeySpace(key_prefix)
     shard = keys.shard(0)
     now_ms = int(time.time() * 1000)
@@ -325,7 +325,7 @@ async def test_schedule_due(real_redis: Redis, key_prefix: str) -> None:
     assert parked[b"member"] == b"nonsense"
 
 
-async def test_recipient_settings(real_redis: Redis, key_prefix: str) -> None:
+async def test_recipients_settings(real_redis: Redis, key_prefix: str) -> None:
     keys = KeySpace(key_prefix, shards=2)
     home = keys.home_of_recipient("user-1")
     event = PreferenceChanged(
@@ -359,7 +359,7 @@ async def test_recipient_settings(real_redis: Redis, key_prefix: str) -> None:
     assert settings.disabled == {("marketing", "EMAIL"), ("order_confirmed", "EMAIL")}
 
 
-async def test_suppression(real_redis: Redis, key_prefix: str) -> None:
+async def test_recipients_suppression(real_redis: Redis, key_prefix: str) -> None:
     keys = KeySpace(key_prefix, shards=2)
     entry = Suppression(
         channel=Channel.EMAIL, digest="ab" * 16, reason="complaint", source="admin:ops", at_ms=1
@@ -384,7 +384,7 @@ async def test_suppression(real_redis: Redis, key_prefix: str) -> None:
     assert await real_redis.hget(copy.suppressions, "#v") == b"2"
 
 
-async def test_erase(real_redis: Redis, key_prefix: str, catalog: Catalog) -> None:
+async def test_recipients_erase(real_redis: Redis, key_prefix: str, catalog: Catalog) -> None:
     keys = KeySpace(key_prefix)
     shard = keys.shard(0)
     item = plan(catalog, keys, "erase", ORDER)
@@ -423,7 +423,7 @@ async def test_feedback_apply(real_redis: Redis, key_prefix: str) -> None:
     assert await real_redis.hget(shard.delivery("d"), "status") == b"DELIVERED"
 
 
-async def test_sandbox_send(real_redis: Redis, key_prefix: str) -> None:
+async def test_delivery_sandbox_send(real_redis: Redis, key_prefix: str) -> None:
     keys = KeySpace(key_prefix)
     fields = ("sent", "sandbox-1", "d-1", "d-1", "EMAIL", "anna@example.com", 1)
     calls = [_Call(keys.sandbox_done("d-1"), fields), _Call(keys.sandbox_done("d-1"), fields)]
@@ -435,7 +435,7 @@ async def test_sandbox_send(real_redis: Redis, key_prefix: str) -> None:
     assert await real_redis.xlen(keys.sandbox_sent) == 2
 
 
-async def test_rate_limit(real_redis: Redis, key_prefix: str) -> None:
+async def test_delivery_rate_limit(real_redis: Redis, key_prefix: str) -> None:
     keys = KeySpace(key_prefix)
     rate = Rate(per_second=1, burst=2)
     requests: Sequence[tuple[str, Rate, Priority]] = [
@@ -459,7 +459,7 @@ async def test_ingest_quota(real_redis: Redis, key_prefix: str) -> None:
     assert await real_redis.exists(*call[0]) == 2
 
 
-async def test_circuit(real_redis: Redis, key_prefix: str) -> None:
+async def test_delivery_circuit(real_redis: Redis, key_prefix: str) -> None:
     keys = KeySpace(key_prefix)
     policy = CircuitPolicy(failure_share=0.5, min_calls=2, window_seconds=10, open_seconds=5)
     call = circuit_call(keys, "smtp", policy, "report", 2, 2)
@@ -468,7 +468,7 @@ async def test_circuit(real_redis: Redis, key_prefix: str) -> None:
     assert await real_redis.exists(*call[0]) == 1
 
 
-async def test_trim_stream(real_redis: Redis, key_prefix: str) -> None:
+async def test_core_trim_stream(real_redis: Redis, key_prefix: str) -> None:
     stream = KeySpace(key_prefix).shard(0).events
     for ms in (1_000, 2_000, 3_000):
         await real_redis.xadd(stream, {"e": b"[]"}, id=f"{ms}-0")
@@ -508,7 +508,7 @@ async def test_dlq_replay(real_redis: Redis, key_prefix: str, catalog: Catalog) 
     assert await real_redis.hexists(keys.shard(0).dlq_resolved, entry_id)
 
 
-async def test_lease(real_redis: Redis, key_prefix: str) -> None:
+async def test_core_lease(real_redis: Redis, key_prefix: str) -> None:
     lease = f"{key_prefix}:{{hooks}}:lease"
     assert await run(real_redis, scripts.LEASE, lease_call(lease, "take", "a", 60_000)) == 1
     assert await run(real_redis, scripts.LEASE, lease_call(lease, "take", "b", 60_000)) == 0
@@ -517,7 +517,7 @@ async def test_lease(real_redis: Redis, key_prefix: str) -> None:
     assert await real_redis.exists(lease) == 0
 
 
-async def test_status_outbox_append(real_redis: Redis, key_prefix: str) -> None:
+async def test_status_webhooks_outbox_append(real_redis: Redis, key_prefix: str) -> None:
     hooks = KeySpace(key_prefix).status_webhooks("orders")
     statuses = [DueStatus("5-1", "d1", 3, b'{"a":1}'), DueStatus("6-0", "d2", 2, b'{"b":2}')]
     call = status_outbox_append_call(hooks, 0, statuses)
@@ -531,7 +531,7 @@ async def test_status_outbox_append(real_redis: Redis, key_prefix: str) -> None:
     assert await real_redis.hget(hooks.positions, "0") == b"6-0"
 
 
-async def test_status_dead_letter(real_redis: Redis, key_prefix: str) -> None:
+async def test_status_webhooks_dead_letter(real_redis: Redis, key_prefix: str) -> None:
     hooks = KeySpace(key_prefix).status_webhooks("orders")
     entry_id = (await real_redis.xadd(hooks.outbox, {"d": "d1", "v": 3, "b": b"{}"})).decode()
     entry = OutboxEntry(entry_id, "d1", 3, b"{}")
@@ -546,7 +546,7 @@ async def test_status_dead_letter(real_redis: Redis, key_prefix: str) -> None:
     assert 0 < await real_redis.pttl(hooks.dlq) <= 60_000
 
 
-async def test_release_states(real_redis: Redis, key_prefix: str) -> None:
+async def test_delivery_release_states(real_redis: Redis, key_prefix: str) -> None:
     shard = KeySpace(key_prefix).shard(0)
     states = {
         "sent": {"status": "SENT", "version": 3},  # projected: released
@@ -672,7 +672,7 @@ async def test_inbox_mark(real_redis: Redis, key_prefix: str, catalog: Catalog) 
 
 def test_every_script_has_a_contract_test() -> None:
     tested = {name.removeprefix("test_") for name in globals() if name.startswith("test_")}
-    assert {script.name for script in scripts.ALL} <= tested
+    assert {script.name.replace("/", "_") for script in scripts.ALL} <= tested
 
 
 def test_every_lua_file_is_registered() -> None:
@@ -684,7 +684,7 @@ def test_every_lua_file_is_registered() -> None:
     assert files - {"core/shared"} == {script.name for script in scripts.ALL}
 
 
-async def test_campaign_write(real_redis: Redis, key_prefix: str) -> None:
+async def test_campaigns_write(real_redis: Redis, key_prefix: str) -> None:
     keys = KeySpace(key_prefix)
     shard = keys.shard(0)
     created = CampaignChange(
@@ -724,7 +724,7 @@ async def test_recipients_read(real_redis: Redis, key_prefix: str) -> None:
     assert second == []
 
 
-async def test_fair_feed(real_redis: Redis, key_prefix: str) -> None:
+async def test_delivery_fair_feed(real_redis: Redis, key_prefix: str) -> None:
     shard = KeySpace(key_prefix).shard(0)
     for producer, count in (("a", 50), ("b", 3)):
         await real_redis.rpush(
