@@ -1,7 +1,7 @@
 -- Pages of recipients' inboxes on one shard, newest first, each with its counts: one call
 -- carries the pages concurrent requests asked for (``streams.core.batching``).
 --
--- Keys and arguments: ``streams.inbox.store.inbox_page_call`` lays them out.
+-- Keys and arguments: ``streams.inbox.pages.inbox_page_call`` lays them out.
 -- KEYS: per page: the inbox hash, its order, the recipient's revocation epoch (on its home
 --       shard; on any other, a key never written)
 -- ARGV: per page: where to start (``+`` for the newest, else ``(<id>``: older than that

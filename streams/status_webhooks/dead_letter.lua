@@ -2,7 +2,7 @@
 -- stream, with why. The dead-letter stream keeps entries for the retention only: older ones
 -- are trimmed as new ones come, and the stream expires when none came for that long.
 --
--- Keys and arguments: ``streams.status_webhooks.store.status_dead_letter_call`` lays them out.
+-- Keys and arguments: ``streams.status_webhooks.outbox.status_dead_letter_call`` lays them out.
 -- KEYS: outbox, dlq
 -- ARGV: outbox entry id, retention (ms), dead-letter field/value pairs...
 --
