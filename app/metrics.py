@@ -182,9 +182,27 @@ async def read_snapshot(redis: Redis, keys: KeySpace, providers: Sequence[str] =
 
 def lag_report(snapshot: Snapshot) -> dict[str, object]:
     """The figures of ``GET /v1/ops/lag``: the backlog, plus delivery totals so far."""
-    backlog = snapshot.backlog
     return {
-        "at_ms": backlog.now_ms,
+        "at_ms": snapshot.backlog.now_ms,
+        **_backlog_report(snapshot.backlog),
+        "projection_lag_ms": snapshot.projection_lag_ms,
+        "circuits": {
+            provider: {
+                "state": circuit.state,
+                "until_ms": circuit.until_ms,
+                "opened": circuit.opened,
+            }
+            for provider, circuit in sorted(snapshot.circuits.items())
+        },
+        "status_webhooks": status_webhook_report(snapshot),
+        "deliveries": _delivery_report(snapshot),
+    }
+
+
+def _backlog_report(backlog: Backlog) -> dict[str, object]:
+    """Each stream and group's backlog, then the dead letters, delayed entries and queued
+    items in all and per shard."""
+    return {
         "streams": [
             {
                 "stream": group.stream,
@@ -214,24 +232,18 @@ def lag_report(snapshot: Snapshot) -> dict[str, object]:
             "producers": backlog.queued,
             "shards": [{"shard": s.shard, "producers": s.queued} for s in backlog.shards],
         },
-        "projection_lag_ms": snapshot.projection_lag_ms,
-        "circuits": {
-            provider: {
-                "state": circuit.state,
-                "until_ms": circuit.until_ms,
-                "opened": circuit.opened,
-            }
-            for provider, circuit in sorted(snapshot.circuits.items())
-        },
-        "status_webhooks": status_webhook_report(snapshot),
-        "deliveries": {
-            "sent": int(snapshot.ended(DeliveryStatus.SENT)),
-            "failed": int(snapshot.ended(DeliveryStatus.FAILED)),
-            "failed_by_error_class": _ints(snapshot.by_label(DELIVERY_FAILURES, "error_class")),
-            "attempt_failures": int(snapshot.total(ATTEMPT_FAILURES)),
-            "opted_out_by_type": _ints(snapshot.by_label(OPT_OUTS, "type")),
-            "suppressed_by_reason": _ints(snapshot.by_label(SUPPRESSED, "reason")),
-        },
+    }
+
+
+def _delivery_report(snapshot: Snapshot) -> dict[str, object]:
+    """Deliveries sent and failed so far, failing attempts, opt-outs and suppressions."""
+    return {
+        "sent": int(snapshot.ended(DeliveryStatus.SENT)),
+        "failed": int(snapshot.ended(DeliveryStatus.FAILED)),
+        "failed_by_error_class": _ints(snapshot.by_label(DELIVERY_FAILURES, "error_class")),
+        "attempt_failures": int(snapshot.total(ATTEMPT_FAILURES)),
+        "opted_out_by_type": _ints(snapshot.by_label(OPT_OUTS, "type")),
+        "suppressed_by_reason": _ints(snapshot.by_label(SUPPRESSED, "reason")),
     }
 
 

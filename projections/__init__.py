@@ -6,7 +6,8 @@
 - ``projector``: every shard's ``events`` stream materialised, a batch per transaction;
   ``rows`` (notifications and deliveries), ``delivery_changes`` (what each event changes
   in a delivery's row) and ``inbox_rows`` (the inbox's history) are what it writes;
-- ``rebuild``: the read model made again from the event history;
+- ``rebuild``: the read model made again from the event history, into the fresh tables
+  ``rebuild_schema`` makes like the live ones;
 - ``queries``: what the status API reads, and how far behind the read model is;
 - ``campaign_queries``: a campaign's deliveries counted by status;
 - ``dashboard``: what the dashboard's pages and charts read.

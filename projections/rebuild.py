@@ -37,15 +37,13 @@ from redis.asyncio import Redis
 
 from projections.database import advisory_key
 from projections.partitions import PARTITION_LOCK_KEY
+from projections.rebuild_schema import SCHEMA, RebuildError, create_indexes, create_tables
 from projections.rows import Rows, rows_of, write_rows
 from streams.core import codec
-from streams.core.errors import ClarionError
 from streams.core.keys import KeySpace
 
 log = structlog.get_logger(__name__)
 
-SCHEMA = "clarion_rebuild"
-TABLES = ("notification", "delivery")
 BATCH = 2000  # events (history) or entries (Redis) per write transaction
 REBUILD_LOCK_KEY = advisory_key("clarion.rebuild")
 
@@ -74,22 +72,6 @@ SELECT quote_ident(relname) FROM pg_class
 WHERE relnamespace = '{SCHEMA}'::regnamespace AND relkind IN ('r', 'p')
 ORDER BY relkind DESC, relname
 """  # noqa: S608
-
-
-# The privileges others hold on a live table (its owner's come with owning the new one),
-# with the grantee ready to name in a GRANT.
-_GRANTS = """
-SELECT acl.privilege_type, acl.is_grantable,
-       CASE WHEN acl.grantee = 0 THEN 'PUBLIC'
-            ELSE quote_ident(pg_get_userbyid(acl.grantee)) END AS grantee
-FROM pg_class AS c, aclexplode(c.relacl) AS acl
-WHERE c.oid = $1::regclass AND acl.grantee <> c.relowner
-ORDER BY 3, 1
-"""
-
-
-class RebuildError(ClarionError):
-    """The rebuild cannot run; the message says why."""
 
 
 class Progress(Protocol):
@@ -182,87 +164,14 @@ async def _build(
     )
     reader = await asyncpg.connect(database_url)
     try:
-        await _create_tables(writer, live_schema)
+        await create_tables(writer, live_schema)
         history = await _project_history(reader, writer, progress)
         entries = await _project_redis(redis, keys, writer, history.newest, progress)
-        await _create_indexes(writer, live_schema)
+        await create_indexes(writer, live_schema)
         return history, entries
     finally:
         await reader.close()
         await writer.close()
-
-
-async def _create_tables(connection: asyncpg.Connection, live_schema: str) -> None:
-    """Empty copies of the live tables with their keys; other indexes come after the fill."""
-    await connection.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")  # a failed earlier run
-    await connection.execute(f"CREATE SCHEMA {SCHEMA}")
-    for table in TABLES:
-        live = f"{live_schema}.{table}"
-        key = await connection.fetchval("SELECT pg_get_partkeydef($1::regclass)", live)
-        partitioned = f" PARTITION BY {key}" if key else ""
-        await connection.execute(
-            f"CREATE TABLE {SCHEMA}.{table} (LIKE {live} INCLUDING ALL EXCLUDING INDEXES)"
-            f"{partitioned}"
-        )
-        constraints = await connection.fetch(
-            "SELECT conname, contype::text, pg_get_constraintdef(oid) AS definition "
-            "FROM pg_constraint "
-            "WHERE conrelid = $1::regclass AND contype NOT IN ('c', 'n') ORDER BY conname",
-            live,
-        )
-        for constraint in constraints:
-            if constraint["contype"] not in ("p", "u", "x"):
-                raise RebuildError(
-                    f"{live} has constraint {constraint['conname']} of a kind the rebuild "
-                    "cannot copy"
-                )
-            # The keys first: the projector's upserts need them to find conflicts.
-            await connection.execute(
-                f"ALTER TABLE {SCHEMA}.{table} ADD CONSTRAINT "
-                f"{_quote(constraint['conname'])} {constraint['definition']}"
-            )
-        await _create_partitions(connection, live, table)
-        # LIKE copies no privileges: without this, a role that reads the live table (a
-        # dashboard's, a report's) would lose it at the swap.
-        for grant in await connection.fetch(_GRANTS, live):
-            option = " WITH GRANT OPTION" if grant["is_grantable"] else ""
-            await connection.execute(
-                f"GRANT {grant['privilege_type']} ON {SCHEMA}.{table} TO {grant['grantee']}{option}"
-            )
-
-
-async def _create_partitions(connection: asyncpg.Connection, live: str, table: str) -> None:
-    """The live table's partitions (``projections.partitions``), same names and bounds."""
-    partitions = await connection.fetch(
-        "SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) AS bound FROM pg_inherits AS i "
-        "JOIN pg_class AS c ON c.oid = i.inhrelid WHERE i.inhparent = $1::regclass",
-        live,
-    )
-    for partition in partitions:
-        await connection.execute(
-            f"CREATE TABLE {SCHEMA}.{_quote(partition['relname'])} "
-            f"PARTITION OF {SCHEMA}.{table} {partition['bound']}"
-        )
-
-
-async def _create_indexes(connection: asyncpg.Connection, live_schema: str) -> None:
-    """The live tables' other indexes, same names and definitions, on the new tables."""
-    for table in TABLES:
-        live = f"{live_schema}.{table}"
-        definitions = await connection.fetch(
-            "SELECT pg_get_indexdef(i.indexrelid) FROM pg_index AS i WHERE i.indrelid = "
-            "$1::regclass AND NOT EXISTS (SELECT 1 FROM pg_constraint AS c "
-            "WHERE c.conindid = i.indexrelid)",
-            live,
-        )
-        for (definition,) in definitions:
-            # A partitioned table's index is shown "ON ONLY" it; built on the new table
-            # without ONLY, it is built on every partition too.
-            target = f" ON ONLY {live} " if f" ON ONLY {live} " in definition else f" ON {live} "
-            if definition.count(target) != 1:
-                raise RebuildError(f"cannot copy index of {live}: {definition}")
-            await connection.execute(definition.replace(target, f" ON {SCHEMA}.{table} "))
-        await connection.execute(f"ANALYZE {SCHEMA}.{table}")
 
 
 @dataclass(slots=True)
@@ -366,10 +275,6 @@ def _loggable(summary: RebuildSummary) -> dict[str, Any]:
     fields = dataclasses.asdict(summary)
     fields["oldest_event"] = summary.oldest_event.isoformat() if summary.oldest_event else None
     return fields
-
-
-def _quote(identifier: str) -> str:
-    return '"' + identifier.replace('"', '""') + '"'
 
 
 def _text(value: bytes | str) -> str:

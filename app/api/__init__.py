@@ -9,8 +9,9 @@
 - ``cross_site``, ``request_spans``, ``http_metrics``: middleware;
 - ``docs``: the OpenAPI documentation;
 - ``notification_status``: the status API (a notification and its deliveries);
-- ``dashboard``, ``dashboard_charts``, ``charts``: the FAILED dashboard (``templates``);
-- ``unsubscribe``: the one-click unsubscribe page.
+- ``dashboard``, ``dashboard_charts``, ``charts``: the FAILED dashboard;
+- ``unsubscribe``: the one-click unsubscribe page;
+- ``html_pages``: the HTML both render (``templates``), its headers and error page.
 
 Owns everything HTTP: status codes (the domain's errors get theirs in ``errors``), headers,
 OpenAPI documentation, HTML. Handlers are thin: they check the caller and the input, then

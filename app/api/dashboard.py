@@ -20,23 +20,17 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import asyncpg
-import jinja2
 import structlog
-from litestar import MediaType, Request, Response, get
+from litestar import Request, Response, get
 from litestar.datastructures import State
-from litestar.exceptions import (
-    ClientException,
-    HTTPException,
-    NotFoundException,
-    ServiceUnavailableException,
-)
+from litestar.exceptions import ClientException, NotFoundException, ServiceUnavailableException
 from litestar.params import FromPath, FromQuery, QueryParameter
-from litestar.types import ExceptionHandlersMap
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from app.api.auth import authorize_reader
 from app.api.dashboard_charts import read_charts
+from app.api.html_pages import HTML_ERRORS, duration, field_text, render
 from app.api.params import Word
 from app.api.read_model import ReadModel
 from app.campaigns import segments
@@ -76,97 +70,6 @@ _NOTABLE_FIELDS = frozenset({"error", "error_class", "reason", "feedback", "deta
 _RECIPIENT_FIELDS = frozenset({"recipient_id", "idempotency_key"})
 HIDDEN_RECIPIENT = "(chosen by a campaign's segment: needs the recipients scope)"
 _PG_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
-
-# No script at all; styles only inline; forms only to this site; never framed.
-HTML_HEADERS = {
-    "Cache-Control": "no-store",
-    "Content-Security-Policy": (
-        "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; "
-        "frame-ancestors 'none'; base-uri 'none'"
-    ),
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-}
-
-
-def _when(value: datetime | None) -> str:
-    if value is None:
-        return "—"
-    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def duration(seconds: float) -> str:
-    """``seconds`` briefly: ``45 s``, ``3 min 12 s``, ``2 h 5 min``, ``3 d 4 h``."""
-    whole = max(0, int(seconds))
-    days, rest = divmod(whole, 86_400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days} d {hours} h"
-    if hours:
-        return f"{hours} h {minutes} min"
-    if minutes:
-        return f"{minutes} min {secs} s"
-    return f"{secs} s"
-
-
-def _rate(failed: int, ended: int) -> str:
-    if not ended:
-        return "—"
-    return f"{100 * failed / ended:.1f} %"
-
-
-def _value(value: Any) -> str:
-    if isinstance(value, list):
-        return ", ".join(_value(item) for item in value) or "[]"
-    if isinstance(value, dict):
-        return ", ".join(f"{k}={_value(v)}" for k, v in value.items()) or "{}"
-    return str(value)
-
-
-_TEMPLATES = jinja2.Environment(
-    loader=jinja2.PackageLoader("app.api", "templates"),
-    autoescape=True,
-    undefined=jinja2.StrictUndefined,
-    trim_blocks=True,
-    lstrip_blocks=True,
-)
-_TEMPLATES.filters["when"] = _when
-_TEMPLATES.filters["rate"] = _rate
-_TEMPLATES.filters["value"] = _value
-_TEMPLATES.filters["duration"] = duration
-
-
-def render(template: str, status_code: int = 200, **context: Any) -> Response[str]:
-    """An HTML response of ``template`` rendered with ``context``."""
-    html = _TEMPLATES.get_template(template).render(**context)
-    return Response(html, status_code=status_code, media_type=MediaType.HTML, headers=HTML_HEADERS)
-
-
-_TITLES = {
-    400: "Bad request",
-    401: "Sign-in required",
-    403: "Not allowed",
-    404: "Not found",
-    503: "Unavailable",
-}
-
-
-def html_error(request: Req, error: HTTPException) -> Response[str]:
-    """An HTTP error of a dashboard page as a readable page, keeping its headers."""
-    response = render(
-        "error.html",
-        status_code=error.status_code,
-        title=_TITLES.get(error.status_code, "Error"),
-        code=error.status_code,
-        detail=error.detail,
-        sign_in=error.status_code == 401,
-    )
-    response.headers.update(error.headers or {})
-    return response
-
-
-_HTML_ERRORS: ExceptionHandlersMap = {HTTPException: html_error}
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,7 +132,7 @@ def _type_names(state: State) -> list[str]:
     return sorted(types)
 
 
-@get("/dashboard", include_in_schema=False, exception_handlers=_HTML_ERRORS)
+@get("/dashboard", include_in_schema=False, exception_handlers=HTML_ERRORS)
 async def dashboard(
     request: Req,
     channel: FromQuery[str | None] = None,
@@ -246,6 +149,28 @@ async def dashboard(
     )
     pool = await _pool(request)
     now = time.time()
+    figures = await _read_model_figures(request, pool, key, where, now)
+    return render(
+        "dashboard.html",
+        producer=key.producer,
+        **figures,
+        limit=FAILED_LIMIT,
+        where=where,
+        channels=CHANNELS,
+        error_classes=ERROR_CLASSES,
+        type_names=_type_names(request.app.state),
+        ended_statuses=RATED_STATUSES,
+        dlq=await _dead_letters_if_any(request, now),
+        refresh_seconds=REFRESH_SECONDS,
+        generated_at=datetime.fromtimestamp(now, UTC),
+    )
+
+
+async def _read_model_figures(
+    request: Req, pool: asyncpg.Pool, key: ApiKey, where: FailureFilter, now: float
+) -> dict[str, Any]:
+    """What the dashboard shows from the read model (and the campaigns with it), by the
+    names its template uses; 503 while PostgreSQL is unreachable."""
     try:
         rates = await failure_rates(pool, key.producer)
         classes = await failures_by_error_class(pool, key.producer)
@@ -259,32 +184,25 @@ async def dashboard(
         raise ServiceUnavailableException(
             detail=READ_MODEL_UNAVAILABLE, headers={"Retry-After": "5"}
         ) from None
+    return {
+        "rates": rates,
+        "totals": _totals(rates),
+        "classes": classes,
+        "failed": failed,
+        "campaigns": campaigns,
+        "charts": charts,
+    }
+
+
+async def _dead_letters_if_any(request: Req, now: float) -> DeadLetters | None:
+    """The dead-letter queue's figures (None: Redis is unavailable; the page still shows)."""
     try:
-        dlq: DeadLetters | None = await dead_letters(
+        return await dead_letters(
             request.app.state.redis, request.app.state.key_space, int(now * 1000)
         )
     except (RedisError, OSError) as error:
         log.warning("dashboard.redis_unavailable", error=type(error).__name__)
-        dlq = None
-    return render(
-        "dashboard.html",
-        producer=key.producer,
-        rates=rates,
-        totals=_totals(rates),
-        classes=classes,
-        failed=failed,
-        limit=FAILED_LIMIT,
-        where=where,
-        channels=CHANNELS,
-        error_classes=ERROR_CLASSES,
-        type_names=_type_names(request.app.state),
-        ended_statuses=RATED_STATUSES,
-        dlq=dlq,
-        campaigns=campaigns,
-        charts=charts,
-        refresh_seconds=REFRESH_SECONDS,
-        generated_at=datetime.fromtimestamp(now, UTC),
-    )
+        return None
 
 
 async def _campaigns(
@@ -319,7 +237,7 @@ def _totals(rates: list[ChannelFailureRate]) -> ChannelFailureRate:
 @get(
     "/dashboard/notifications/{notification_id:str}",
     include_in_schema=False,
-    exception_handlers=_HTML_ERRORS,
+    exception_handlers=HTML_ERRORS,
 )
 async def notification_timeline(request: Req, notification_id: FromPath[str]) -> Response[str]:
     """One notification of the caller's producer: its deliveries and every event, in order."""
@@ -350,7 +268,7 @@ async def notification_timeline(request: Req, notification_id: FromPath[str]) ->
             "delivery_id": event.delivery_id,
             "version": event.version,
             "fields": [
-                (name, _value(value), name in _NOTABLE_FIELDS)
+                (name, field_text(value), name in _NOTABLE_FIELDS)
                 for name, value in sorted(event.body.items())
                 if name not in _EVENT_COLUMNS and not (hidden and name in _RECIPIENT_FIELDS)
             ],

@@ -30,7 +30,7 @@ from litestar.params import FromPath
 from litestar.types import ExceptionHandlersMap
 from redis.exceptions import RedisError
 
-from app.api.dashboard import HTML_HEADERS, render
+from app.api.html_pages import HTML_HEADERS, render
 from app.catalog import Catalog
 from app.signed_tokens import TokenRefused
 from app.unsubscribe import OptOut, UnsubscribeTokens

@@ -14,7 +14,8 @@ from app.processes.redis_checks import RedisNotReady, check_redis
 from app.settings import Settings, SettingsError
 from projections.database import DatabaseNotReady
 from projections.database import connect as connect_database
-from projections.rebuild import RebuildError, RebuildSummary, rebuild
+from projections.rebuild import RebuildSummary, rebuild
+from projections.rebuild_schema import RebuildError
 from streams.core.keys import KeySpace
 
 _PHASES = {

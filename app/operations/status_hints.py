@@ -196,13 +196,23 @@ def _status_webhook_hints(snapshot: Snapshot) -> list[Hint]:
 def render(snapshot: Snapshot, before: Snapshot) -> str:
     """The status table, the totals and the hints, as printed."""
     rates = Rates.between(before, snapshot)
-    backlog = snapshot.backlog
-    at = datetime.fromtimestamp(backlog.now_ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    at = datetime.fromtimestamp(snapshot.backlog.now_ms / 1000, UTC).strftime(
+        "%Y-%m-%d %H:%M:%S UTC"
+    )
+    lines = [f"Clarion status at {at} (rates over {rates.seconds:.1f} s)", ""]
+    lines += _stream_table(snapshot, before, rates)
+    lines += ["", *_totals(snapshot, rates), ""]
+    lines += [f"hint: {hint.problem}: {hint.text}" for hint in hints(snapshot, rates)]
+    return "\n".join(lines)
+
+
+def _stream_table(snapshot: Snapshot, before: Snapshot, rates: Rates) -> list[str]:
+    """One line per stream and group, in aligned columns, with how fast its wait changes."""
     waiting_before = {
         (g.stream, g.shard, g.group): g.lag + g.pending for g in before.backlog.groups
     }
     rows = [("stream", "shard", "group", "length", "pending", "lag", "oldest", "change/s")]
-    for group in backlog.groups:
+    for group in snapshot.backlog.groups:
         waiting = group.lag + group.pending
         earlier = waiting_before.get((group.stream, group.shard, group.group), waiting)
         rows.append(
@@ -213,13 +223,17 @@ def render(snapshot: Snapshot, before: Snapshot) -> str:
             )
         )  # fmt: skip
     widths = [max(len(row[n]) for row in rows) for n in range(len(rows[0]))]
-    lines = [f"Clarion status at {at} (rates over {rates.seconds:.1f} s)", ""]
-    lines += [
+    return [
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
         for row in rows
     ]
-    lines += [
-        "",
+
+
+def _totals(snapshot: Snapshot, rates: Rates) -> list[str]:
+    """The lines under the table: dead letters, delayed, queued, the projection, the totals
+    so far, and the status webhooks and circuits when there are any."""
+    backlog = snapshot.backlog
+    lines = [
         f"dead letters    {backlog.dlq_size:,} (+{rates.new_dead_letters})",
         f"delayed         {backlog.delayed_size:,}, earliest overdue by "
         f"{_age(backlog.delayed_overdue_ms)}",
@@ -246,11 +260,7 @@ def render(snapshot: Snapshot, before: Snapshot) -> str:
                 for provider, circuit in sorted(snapshot.circuits.items())
             )
         )
-    lines += [
-        "",
-    ]
-    lines += [f"hint: {hint.problem}: {hint.text}" for hint in hints(snapshot, rates)]
-    return "\n".join(lines)
+    return lines
 
 
 def _age(ms: int) -> str:

@@ -2,7 +2,7 @@
 -- the counts, the delivery's state and event, the feed entry and its publication, in one
 -- atomic step.
 --
--- Keys and arguments: ``streams.inbox.store.inbox_mark_call`` lays them out.
+-- Keys and arguments: ``streams.inbox.marks.inbox_mark_call`` lays them out.
 -- KEYS: the inbox hash, its feed, the shard's events, then per change the delivery's state
 --       hash
 -- ARGV: the feed's length, how long (ms) it lives after its newest change, the Pub/Sub

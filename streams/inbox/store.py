@@ -13,32 +13,24 @@ read model keeps the whole history (``InboxMessageCreated`` carries the message)
 Reading, unreading, seeing and archiving a message are events about its delivery
 (``InboxMessageRead`` …), numbered after the delivery's version; a read moves the delivery
 to READ, an unread back to SENT. ``InboxStore.mark`` reads a message's state, decides the
-change, and records it with ``mark.lua`` only if nothing changed meanwhile.
+change (``streams.inbox.marks``), and records it with ``mark.lua`` only if nothing changed
+meanwhile.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Final, Literal
+from typing import Final
 
 from redis.asyncio import Redis
 
-from streams.core import codec, scripts
+from streams.core import scripts
 from streams.core.batching import BatchedScript
 from streams.core.errors import Conflict
-from streams.core.events import (
-    InboxMessageArchived,
-    InboxMessageEvent,
-    InboxMessageRead,
-    InboxMessageSeen,
-    InboxMessageUnarchived,
-    InboxMessageUnread,
-)
 from streams.core.keys import InboxKeys, KeySpace, ShardKeys, shard_from_id
-from streams.core.scripts import Call, KeyOrArg
-from streams.delivery.state import DeliveryStatus
+from streams.core.scripts import KeyOrArg
+from streams.inbox.marks import Action, Change, changed, inbox_mark_call
 from streams.inbox.messages import (
     InboxMessage,
     MessageState,
@@ -50,8 +42,6 @@ from streams.inbox.messages import (
 )
 from streams.inbox.pages import Listing, PageAsk, inbox_page_call
 from streams.inbox.revocation import REVOKED_PAGE, TokensRevoked, revoked
-
-Action = Literal["read", "unread", "seen", "archive", "unarchive"]
 
 # Defaults of the ``inbox`` provider: messages kept per recipient and shard, for how long,
 # and the changes a realtime client can resume from, for how long after the last one.
@@ -109,73 +99,6 @@ class InboxWrite:
             self.message.id, encode(self.message), self.version, self.keep, self.ttl_ms,
             self.feed_length, self.feed_ttl_ms, self.live, self.recipient_id,
         ]  # fmt: skip
-
-
-# What each action changes: (the state's attribute, set or clear, the event).
-_ACTIONS: Final[dict[Action, tuple[str, bool, type[InboxMessageEvent]]]] = {
-    "read": ("read_ms", True, InboxMessageRead),
-    "unread": ("read_ms", False, InboxMessageUnread),
-    "seen": ("seen_ms", True, InboxMessageSeen),
-    "archive": ("archived_ms", True, InboxMessageArchived),
-    "unarchive": ("archived_ms", False, InboxMessageUnarchived),
-}
-_KINDS: Final[dict[Action, str]] = {
-    "read": "read", "unread": "unread", "seen": "seen",
-    "archive": "archived", "unarchive": "unarchived",
-}  # fmt: skip
-
-
-@dataclass(frozen=True, slots=True)
-class _Change:
-    """One message's change, ready for ``mark.lua``."""
-
-    message_id: str
-    kind: str
-    before: MessageState
-    after: MessageState
-    version_read: str  # the delivery state's version, "" when there was none
-    status: DeliveryStatus
-    event: bytes
-
-    def arguments(self) -> list[KeyOrArg]:
-        unread = int(self.after.unread) - int(self.before.unread)
-        unseen = int(self.after.unseen) - int(self.before.unseen)
-        return [
-            self.message_id, self.kind, self.before.text(), self.after.text(), unread, unseen,
-            self.version_read, self.status, self.event,
-        ]  # fmt: skip
-
-
-def changed(
-    action: Action,
-    stored: StoredMessage,
-    recipient_id: str,
-    version_read: str,
-    now_ms: int,
-) -> _Change | None:
-    """The change ``action`` makes to a message (None: it is so already)."""
-    attribute, setting, event_type = _ACTIONS[action]
-    state = stored.state
-    if bool(getattr(state, attribute)) == setting:
-        return None
-    version = max(state.version, int(version_read or 0)) + 1
-    values = {"read_ms": state.read_ms, "seen_ms": state.seen_ms, "archived_ms": state.archived_ms}
-    values[attribute] = now_ms if setting else 0
-    after = MessageState(**values, version=version)
-    status = DeliveryStatus.READ if after.read_ms else DeliveryStatus.SENT
-    message = stored.message
-    event = event_type(
-        at=datetime.fromtimestamp(now_ms / 1000, UTC),
-        notification_id=message.notification_id,
-        delivery_id=message.id,
-        version=version,
-        recipient_id=recipient_id,
-        status=status,
-    )
-    return _Change(
-        message.id, _KINDS[action], state, after, version_read, status,
-        codec.encode_events([event]),
-    )  # fmt: skip
 
 
 class InboxStore:
@@ -357,7 +280,7 @@ class InboxStore:
         return stored, versions
 
     async def _record(
-        self, shard: ShardKeys, recipient_id: str, changes: Sequence[_Change]
+        self, shard: ShardKeys, recipient_id: str, changes: Sequence[Change]
     ) -> list[str]:
         call = inbox_mark_call(
             shard, recipient_id, changes, (self.feed_length, self.feed_ttl_ms), self.keys.inbox_live
@@ -371,21 +294,3 @@ def _text(raw: object) -> str:
 
 class InboxBusy(Conflict):
     """A message kept changing while it was being marked (other changes won each time)."""
-
-
-def inbox_mark_call(
-    shard: ShardKeys,
-    recipient_id: str,
-    changes: Sequence[_Change],
-    feed: tuple[int, int],
-    live: str,
-) -> Call:
-    """The keys and arguments of one ``mark.lua`` call; ``feed`` is the feed's
-    length and how long (ms) it lives after its newest change."""
-    inbox = shard.inbox(recipient_id)
-    keys: list[KeyOrArg] = [inbox.messages, inbox.feed, shard.events]
-    args: list[KeyOrArg] = [*feed, live, recipient_id]
-    for change in changes:
-        keys.append(shard.delivery(change.message_id))
-        args += change.arguments()
-    return keys, args

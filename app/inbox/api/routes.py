@@ -39,10 +39,11 @@ from app.api.errors import AUTHENTICATED, BodyTooLarge, NotJson, RedisUnavailabl
 from app.inbox.tokens import MAX_TTL_SECONDS, Grant, InboxTokens
 from app.recipients.api.settings import recipient_id_of
 from app.signed_tokens import TokenRefused
+from streams.inbox.marks import Action
 from streams.inbox.messages import StoredMessage
 from streams.inbox.pages import Listing
 from streams.inbox.revocation import InboxRevocations, TokensRevoked
-from streams.inbox.store import Action, Counts, InboxBusy, InboxStore
+from streams.inbox.store import Counts, InboxBusy, InboxStore
 
 Req = Request[Any, Any, State]
 _json = msgspec.json.Encoder()

@@ -30,6 +30,7 @@ from app.catalog import guarded_providers
 from app.metrics import COUNTERS, HISTOGRAMS, Snapshot, lag_report, read_snapshot
 from app.operations.readiness import readiness
 from streams.delivery.circuit_breaker import CircuitState
+from streams.metrics.backlog import Backlog
 
 log = structlog.get_logger(__name__)
 
@@ -160,7 +161,19 @@ def _gauge(name: str, help_text: str, labels: tuple[str, ...]) -> GaugeMetricFam
 
 
 def _backlog_families(snapshot: Snapshot) -> list[Metric]:
-    backlog = snapshot.backlog
+    """The backlog's gauges: streams and their groups, shards, and the projection's lag."""
+    projection = GaugeMetricFamily(
+        "clarion_projection_lag_seconds",
+        "Age of the oldest event the projector has not written to PostgreSQL",
+        value=snapshot.projection_lag_ms / 1000,
+    )
+    return [
+        *_stream_families(snapshot.backlog), *_shard_families(snapshot.backlog), projection,
+    ]  # fmt: skip
+
+
+def _stream_families(backlog: Backlog) -> list[Metric]:
+    """Each stream's length, and each consumer group's pending entries, lag and ages."""
     per_group = ("stream", "shard", "group")
     length = _gauge("clarion_stream_length", "Entries in the stream", ("stream", "shard"))
     pending = _gauge("clarion_stream_pending", "Entries read, not yet acknowledged", per_group)
@@ -186,7 +199,11 @@ def _backlog_families(snapshot: Snapshot) -> list[Metric]:
         lag.add_metric(labels, group.lag)
         oldest_pending.add_metric(labels, group.oldest_pending_age_ms / 1000)
         oldest_unread.add_metric(labels, group.oldest_unread_age_ms / 1000)
+    return [length, pending, lag, oldest_pending, oldest_unread]
 
+
+def _shard_families(backlog: Backlog) -> list[Metric]:
+    """Each shard's dead letters, delayed entries and producers' fair-share queues."""
     dlq = _gauge("clarion_dlq_size", "Entries in the dead-letter stream", ("shard",))
     delayed = _gauge(
         "clarion_delayed_size", "Retries and deferrals waiting in the delayed set", ("shard",)
@@ -207,12 +224,4 @@ def _backlog_families(snapshot: Snapshot) -> list[Metric]:
         overdue.add_metric((str(shard.shard),), shard.delayed_overdue_ms / 1000)
         for producer, count in shard.queued.items():
             queued.add_metric((str(shard.shard), producer), count)
-    projection = GaugeMetricFamily(
-        "clarion_projection_lag_seconds",
-        "Age of the oldest event the projector has not written to PostgreSQL",
-        value=snapshot.projection_lag_ms / 1000,
-    )
-    return [
-        length, pending, lag, oldest_pending, oldest_unread, dlq, delayed, overdue, queued,
-        projection,
-    ]  # fmt: skip
+    return [dlq, delayed, overdue, queued]

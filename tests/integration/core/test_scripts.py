@@ -61,12 +61,13 @@ from streams.feedback.store import (
     feedback_apply_call,
     feedback_take_call,
 )
+from streams.inbox.marks import changed as inbox_changed
+from streams.inbox.marks import inbox_mark_call
 from streams.inbox.messages import InboxMessage
 from streams.inbox.messages import decode as decode_inbox_message
 from streams.inbox.pages import PageAsk, inbox_page_call
 from streams.inbox.revocation import inbox_revoke_call
-from streams.inbox.store import InboxStore, inbox_mark_call
-from streams.inbox.store import changed as inbox_changed
+from streams.inbox.store import InboxStore
 from streams.ingest.quota import QuotaRates, ingest_quota_call
 from streams.ingest.writer import IngestItem, ingest_call
 from streams.recipients.erase import erase_call, find_waiting

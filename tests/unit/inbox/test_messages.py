@@ -9,7 +9,7 @@ from redis.asyncio import Redis
 from app.inbox.api.routes import message_view
 from streams.core import scripts
 from streams.inbox.messages import MessageState, StoredMessage, encode, is_message_id, state_json
-from tests.unit.inbox.test_store import MESSAGE
+from tests.unit.inbox.test_marks import MESSAGE
 
 
 def test_a_state_reads_back_as_it_was_written() -> None:

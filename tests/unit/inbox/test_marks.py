@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 
 from streams.core import codec
 from streams.core.events import InboxMessageArchived, InboxMessageRead
+from streams.inbox.marks import changed
 from streams.inbox.messages import InboxMessage, MessageState, StoredMessage
-from streams.inbox.store import changed
 
 MESSAGE = InboxMessage(
     id="019bc123-4567-7abc-8def-0123456789a0",

@@ -1,8 +1,8 @@
-"""The FAILED dashboard's own formatting."""
+"""The server-rendered pages' own formatting."""
 
 from __future__ import annotations
 
-from app.api.dashboard import duration
+from app.api.html_pages import duration
 
 
 def test_durations_read_briefly() -> None:
