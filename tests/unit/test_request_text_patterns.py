@@ -125,7 +125,9 @@ def test_the_email_pattern_is_linear_even_past_its_length_limit() -> None:
 # Patterns never applied to request text: settings, the catalog, table and file names.
 NOT_REQUEST_TEXT = {
     "app.catalog.Name",
+    "app.catalog.channels.Name",
     "app.catalog.ProducerName",
+    "app.catalog.quotas.ProducerName",
     "app.catalog.Label",
     # Catalog templates; linear all the same (test_catalog_templates.py).
     "app.catalog.templates._OLD_STYLE",
