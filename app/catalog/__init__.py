@@ -3,7 +3,8 @@
 (``status_webhooks``).
 
 A broken catalog stops start-up with a ``CatalogError`` naming the file, the type and the key
-(for a template also its part and line: ``templates`` compiles them here, once).
+(for a template also its part and line: ``templates`` compiles them here, once, and
+``template_fields`` reads the data each one requires).
 """
 
 from __future__ import annotations
