@@ -37,7 +37,8 @@ from typing import Any, Final, TypedDict
 import msgspec
 from redis.asyncio import Redis
 
-from app.catalog import Catalog, RetryPolicy, load_catalog
+from app.catalog import Catalog, load_catalog
+from app.catalog.channels import RetryPolicy
 from app.delivery.rendering import render
 from app.delivery.retry_policy import may_retry, retry_delay
 from app.providers.base import Message, ProviderError

@@ -6,7 +6,7 @@ Recipients belong to the deployment, not to a producer: a campaign that selects 
 keys with the ``recipients`` scope as well; to others it is a 403 naming that scope, and
 the list leaves it out. A ``send`` key runs campaigns over the ids it uploads itself. Every
 ``POST`` counts one request against the producer's ingest quota (429 with ``Retry-After``
-over it), and its campaigns have limits (``app.catalog.CampaignLimits``: 429 for too many
+over it), and its campaigns have limits (``app.catalog.quotas.CampaignLimits``: 429 for too many
 open campaigns, 413 for too many recipients, nothing written).
 
 ``POST /v1/campaigns`` creates a draft; ``POST /v1/campaigns/{id}/recipients`` appends up to

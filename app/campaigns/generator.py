@@ -43,7 +43,7 @@ from streams.core.events import (
     CampaignBatchGenerated,
 )
 from streams.core.vocabulary import CampaignState, Priority
-from streams.recipients.settings import RecipientSettings
+from streams.recipients.read import RecipientSettings
 
 log = structlog.get_logger(__name__)
 

@@ -246,7 +246,7 @@ class Campaigns:
 
 def _refuse_over_limit(written: WriteResult) -> None:
     """The refusal of a change past one of the producer's campaign limits (see
-    ``app.catalog.CampaignLimits``; nothing was written)."""
+    ``app.catalog.quotas.CampaignLimits``; nothing was written)."""
     word, limit = written
     if word == "OPEN":
         raise RateLimited(

@@ -1,8 +1,10 @@
-"""The type catalog (``clarion.toml``): notification types, channels and providers, ingest
-quotas, and how status webhooks are sent (``status_webhooks``).
+"""The type catalog (``clarion.toml``): notification types, channels and providers
+(``channels``), ingest quotas (``quotas``), and how status webhooks are sent
+(``status_webhooks``).
 
 A broken catalog stops start-up with a ``CatalogError`` naming the file, the type and the key
-(for a template also its part and line: ``templates`` compiles them here, once).
+(for a template also its part and line: ``templates`` compiles them here, once, and
+``template_fields`` reads the data each one requires).
 """
 
 from __future__ import annotations
@@ -13,53 +15,31 @@ from typing import Annotated, Any
 
 import msgspec
 
-from app.catalog.kinds import KIND_CHANNELS, KIND_PLATFORM, ProviderConfig
+from app.catalog.channels import ChannelConfig, Name, check_channels, push_orders
+from app.catalog.kinds import ProviderConfig
 from app.catalog.providers import SecretMissing
 from app.catalog.push import Platform, platform_of
+from app.catalog.quotas import ProducerName, Quotas
 from app.catalog.status_webhooks import StatusWebhooksConfig
 from app.catalog.templates import CompiledTemplate, Template, TemplateProblem, compile_template
 from app.validation import describe
 from streams.core.errors import ClarionError
-from streams.core.vocabulary import CHANNELS, Channel, Priority
+from streams.core.vocabulary import Channel, Priority
 from streams.delivery.fairness import Fairness
 
-Name = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
-# As in CLARION_API_KEYS (``app.settings``).
-ProducerName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
 # Words for people: one line without control characters.
 Label = Annotated[str, msgspec.Meta(min_length=1, max_length=100, pattern=r"^[^\x00-\x1f\x7f]+$")]
+# The top-level keys of a catalog file.
+_SECTIONS = frozenset({
+    "default_locale", "providers", "channels", "types", "quotas", "status_webhooks",
+    "fairness",
+})  # fmt: skip
+# Converts a value of the file to a type, or raises ``CatalogError`` naming its path.
+Converter = Callable[[Any, Any, str], Any]
 
 
 class CatalogError(ClarionError):
     """The catalog file cannot be used; the message names the file and the key."""
-
-
-class RetryPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    base_seconds: Annotated[float, msgspec.Meta(gt=0)] = 2.0
-    max_seconds: Annotated[float, msgspec.Meta(gt=0)] = 300.0
-    max_attempts: Annotated[int, msgspec.Meta(ge=1, le=100)] = 6
-
-
-class ChannelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """``[channels.<CHANNEL>]``: its provider, or providers in failover order, and retries."""
-
-    provider: Name | None = None
-    # Failover order: an attempt goes to the first provider whose circuit is not open, and
-    # the next attempt to the next provider after one that certainly did not take the message.
-    providers: list[Name] = []
-    retry: RetryPolicy = RetryPolicy()
-    # SMS: a body longer than this many segments fails (PERMANENT, reason template).
-    max_segments: Annotated[int, msgspec.Meta(ge=1, le=20)] = 10
-    # PUSH: each platform's providers in failover order; a platform not named here goes to
-    # the channel's provider(s), those of them that can send to it.
-    platforms: dict[Platform, list[Name]] = {}
-    # PUSH: the platform of a plain ``push_tokens`` string.
-    default_platform: Platform = Platform.FCM
-
-    @property
-    def provider_order(self) -> tuple[str, ...]:
-        """The channel's providers, first choice first."""
-        return (self.provider,) if self.provider else tuple(self.providers)
 
 
 class TypeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -81,53 +61,6 @@ class TypeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     def label_of(self, name: str) -> str:
         """What recipients call this type, ``name`` in the catalog."""
         return self.label or name.replace("_", " ")
-
-
-class Quota(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """A sustained rate and how much may come at once."""
-
-    per_second: Annotated[float, msgspec.Meta(gt=0)]
-    burst: Annotated[int, msgspec.Meta(ge=1)]
-
-
-class CampaignLimits(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """How much of Redis one producer's campaigns may hold: campaigns open at once (created,
-    not yet completed or cancelled), recipients uploaded to one campaign, and recipients
-    uploaded to all its open campaigns together. Every uploaded id waits in Redis until its
-    notification is generated; Redis runs without eviction, so without these one producer
-    could fill it and stop every producer's writes."""
-
-    open: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 100
-    audience: Annotated[int, msgspec.Meta(ge=1, le=100_000_000)] = 1_000_000
-    open_audience: Annotated[int, msgspec.Meta(ge=1, le=1_000_000_000)] = 2_000_000
-
-
-class IngestQuota(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """What one producer may ingest: HTTP requests and notifications (a batch counts one
-    request and each of its items, a campaign call one request, and a campaign's generator
-    each notification); a quota left out is not limited. ``campaigns``: its campaigns'
-    limits, which always apply (the defaults when left out)."""
-
-    requests: Quota | None = None
-    notifications: Quota | None = None
-    campaigns: CampaignLimits = CampaignLimits()
-
-
-class Quotas(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """``[quotas]``: the quota of every producer without one of its own (``default``), and
-    producers' own quotas, which replace the default for them."""
-
-    default: IngestQuota | None = None
-    producers: dict[ProducerName, IngestQuota] = {}
-
-    def of(self, producer: str) -> IngestQuota | None:
-        """The quota ``producer`` ingests under; None: no limit."""
-        return self.producers.get(producer, self.default)
-
-    def campaigns_of(self, producer: str) -> CampaignLimits:
-        """The limits of ``producer``'s campaigns (the defaults without a quota)."""
-        quota = self.of(producer)
-        return CampaignLimits() if quota is None else quota.campaigns
 
 
 class Catalog(msgspec.Struct, frozen=True):
@@ -239,27 +172,13 @@ def parse_catalog(raw: bytes | str, source: str = "clarion.toml") -> Catalog:
         except msgspec.ValidationError as error:
             raise CatalogError(f"{source}: {describe(error, path)}") from None
 
-    sections = {
-        "default_locale", "providers", "channels", "types", "quotas", "status_webhooks",
-        "fairness",
-    }  # fmt: skip
-    unknown = sorted(set(document) - sections)
+    unknown = sorted(set(document) - _SECTIONS)
     if unknown:
         raise fail(unknown[0], "unknown key")
     default_locale: str = convert(document.get("default_locale", "en"), str, "default_locale")
-    providers: dict[str, ProviderConfig] = {}
-    for name, value in convert(document.get("providers", {}), dict[str, Any], "providers").items():
-        convert(name, Name, f"providers.{name}")
-        providers[name] = convert(value, ProviderConfig, f"providers.{name}")
-    channels: dict[Channel, ChannelConfig] = {}
-    for name, value in convert(document.get("channels", {}), dict[str, Any], "channels").items():
-        channel = convert(name, Channel, f"channels.{name}")
-        channels[channel] = convert(value, ChannelConfig, f"channels.{name}")
-    types: dict[str, TypeConfig] = {}
-    for name, value in convert(document.get("types", {}), dict[str, Any], "types").items():
-        convert(name, Name, f"types.{name}")
-        _check_templates(name, value, convert)
-        types[name] = convert(value, TypeConfig, f"types.{name}")
+    providers = _read_providers(document, convert)
+    channels = _read_channels(document, convert)
+    types = _read_types(document, convert)
     compiled = _cross_check(providers, channels, types, default_locale, fail)
     return Catalog(
         source=source,
@@ -270,7 +189,7 @@ def parse_catalog(raw: bytes | str, source: str = "clarion.toml") -> Catalog:
         template_fields={key: template.fields for key, template in compiled.items()},
         quotas=convert(document.get("quotas", {}), Quotas, "quotas"),
         compiled=compiled,
-        push_orders=_push_orders(providers, channels.get(Channel.PUSH)),
+        push_orders=push_orders(providers, channels.get(Channel.PUSH)),
         status_webhooks=convert(
             document.get("status_webhooks", {}), StatusWebhooksConfig, "status_webhooks"
         ),
@@ -278,7 +197,35 @@ def parse_catalog(raw: bytes | str, source: str = "clarion.toml") -> Catalog:
     )
 
 
-def _check_templates(type_name: str, value: Any, convert: Callable[[Any, Any, str], Any]) -> None:
+def _read_providers(document: dict[str, Any], convert: Converter) -> dict[str, ProviderConfig]:
+    """``[providers.<name>]``, each converted on its own."""
+    providers: dict[str, ProviderConfig] = {}
+    for name, value in convert(document.get("providers", {}), dict[str, Any], "providers").items():
+        convert(name, Name, f"providers.{name}")
+        providers[name] = convert(value, ProviderConfig, f"providers.{name}")
+    return providers
+
+
+def _read_channels(document: dict[str, Any], convert: Converter) -> dict[Channel, ChannelConfig]:
+    """``[channels.<CHANNEL>]``, each converted on its own."""
+    channels: dict[Channel, ChannelConfig] = {}
+    for name, value in convert(document.get("channels", {}), dict[str, Any], "channels").items():
+        channel = convert(name, Channel, f"channels.{name}")
+        channels[channel] = convert(value, ChannelConfig, f"channels.{name}")
+    return channels
+
+
+def _read_types(document: dict[str, Any], convert: Converter) -> dict[str, TypeConfig]:
+    """``[types.<name>]``, each converted on its own after its templates."""
+    types: dict[str, TypeConfig] = {}
+    for name, value in convert(document.get("types", {}), dict[str, Any], "types").items():
+        convert(name, Name, f"types.{name}")
+        _check_templates(name, value, convert)
+        types[name] = convert(value, TypeConfig, f"types.{name}")
+    return types
+
+
+def _check_templates(type_name: str, value: Any, convert: Converter) -> None:
     """Check each template on its own, so an error names its locale and channel."""
     templates = convert(
         value.get("templates", {}) if isinstance(value, dict) else {},
@@ -292,72 +239,6 @@ def _check_templates(type_name: str, value: Any, convert: Callable[[Any, Any, st
             convert(template, Template, path)
 
 
-def _check_channels(
-    providers: dict[str, ProviderConfig],
-    channels: dict[Channel, ChannelConfig],
-    fail: Callable[[str, str], CatalogError],
-) -> None:
-    """Each channel names providers that exist and can send it (PUSH: each platform's
-    providers can send to that platform)."""
-    for channel, config in channels.items():
-        if config.provider and config.providers:
-            raise fail(f"channels.{channel}", "give provider or providers, not both")
-        key = f"channels.{channel}.provider" if config.provider else f"channels.{channel}.providers"
-        if config.platforms and channel != Channel.PUSH:
-            raise fail(f"channels.{channel}.platforms", "only the PUSH channel has platforms")
-        if not config.provider_order and not config.platforms:
-            raise fail(key, "missing: name the channel's provider")
-        _check_order(key, config.provider_order, channel, providers, fail)
-        for platform, order in config.platforms.items():
-            path = f"channels.{channel}.platforms.{platform}"
-            if not order:
-                raise fail(path, "missing: name the platform's provider")
-            _check_order(path, tuple(order), channel, providers, fail)
-            for name in order:
-                kind = providers[name].kind
-                if KIND_PLATFORM.get(kind, platform) != platform:
-                    raise fail(path, f"provider {name!r} is of kind {kind}, not {platform}")
-
-
-def _check_order(
-    key: str,
-    order: tuple[str, ...],
-    channel: Channel,
-    providers: dict[str, ProviderConfig],
-    fail: Callable[[str, str], CatalogError],
-) -> None:
-    if len(set(order)) < len(order):
-        raise fail(key, "a provider is named twice")
-    for name in order:
-        if name not in providers:
-            raise fail(key, f"no provider named {name!r}")
-        kind = providers[name].kind
-        if channel not in KIND_CHANNELS.get(kind, CHANNELS):
-            raise fail(key, f"provider {name!r} is of kind {kind}, which cannot send {channel}")
-
-
-def _push_orders(
-    providers: dict[str, ProviderConfig], push: ChannelConfig | None
-) -> dict[Platform, tuple[str, ...]]:
-    """Each platform's providers: its own list, else those of the channel's that can send
-    to it (a sandbox stands in for any platform)."""
-    if push is None:
-        return {}
-    orders: dict[Platform, tuple[str, ...]] = {}
-    for platform in Platform:
-        own = push.platforms.get(platform)
-        orders[platform] = (
-            tuple(own)
-            if own
-            else tuple(
-                name
-                for name in push.provider_order
-                if KIND_PLATFORM.get(providers[name].kind, platform) == platform
-            )
-        )
-    return orders
-
-
 def _cross_check(
     providers: dict[str, ProviderConfig],
     channels: dict[Channel, ChannelConfig],
@@ -366,7 +247,7 @@ def _cross_check(
     fail: Callable[[str, str], CatalogError],
 ) -> dict[tuple[str, str, Channel], CompiledTemplate]:
     """Check references between sections; return every template compiled."""
-    _check_channels(providers, channels, fail)
+    check_channels(providers, channels, fail)
     compiled: dict[tuple[str, str, Channel], CompiledTemplate] = {}
     for type_name, type_config in types.items():
         for channel in type_config.channels:

@@ -6,13 +6,9 @@ the only part with autoescape on. Every part runs in Jinja's immutable sandbox w
 ``StrictUndefined``, so a template reaches no Python internals and a missing value is an error,
 never an empty string.
 
-What ingest requires of ``data`` (``fields``) comes from each part's syntax tree: the names
-``jinja2.meta.find_undeclared_variables`` reports, less those every use of which is guarded.
-A use is guarded inside ``{% if name is defined %}`` (or the ``else`` of ``is not defined``,
-also combined with ``and``/``or``/``not``, and in ``x if name is defined else y``), as the
-operand of that test itself, and as ``name | default(...)``: there a missing value cannot fail
-the render. Anything else needs the name, so when in doubt a name is required: a request is
-refused with 422 rather than accepted to fail at delivery.
+What ingest requires of ``data`` (``fields``) comes from each part's syntax tree
+(``app.catalog.template_fields``): every name whose use is not guarded by ``is defined`` or
+``default``.
 
 Most templates are literal text and plain ``{{ name }}`` outputs; those render without
 Jinja, with its semantics (``str`` of the value, ``markupsafe.escape`` in HTML): a text part
@@ -30,10 +26,11 @@ from typing import Any
 
 import jinja2
 import msgspec
-from jinja2 import meta, nodes
+from jinja2 import nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from markupsafe import escape
 
+from app.catalog.template_fields import required_fields
 from streams.core.errors import ClarionError
 from streams.core.vocabulary import Channel
 
@@ -99,8 +96,6 @@ _ONE_LINE = dict.fromkeys((*range(32), 127), " ")
 # next brace, so runs never overlap and each character is read a bounded number of times.
 _OLD_STYLE = re.compile(r"\{([A-Za-z_]\w*)(?:![rsa])?(?::[^{}]*)?\}")
 _OLD_STYLE_HTML = re.compile(r"\{([A-Za-z_]\w*)\}")
-_DEFINED_TESTS = frozenset({"defined", "undefined"})
-_DEFAULT_FILTERS = frozenset({"default", "d"})
 _NO_FILES = (nodes.Extends, nodes.Include, nodes.Import, nodes.FromImport)
 
 # A fast-path piece: literal text (name None) or the data name whose value goes there.
@@ -242,7 +237,7 @@ def _compile_part(part: str, source: str, env: jinja2.Environment, fields: set[s
             part, f"line {statement.lineno}: a template cannot extend, include or import another"
         )
     _refuse_old_style(part, tree, _OLD_STYLE_HTML if env.autoescape else _OLD_STYLE)
-    fields |= meta.find_undeclared_variables(tree) & _unguarded(tree, frozenset())
+    fields |= required_fields(tree)
     return Part.of(compiled, _pieces(tree, env), escaped=bool(env.autoescape))
 
 
@@ -279,81 +274,3 @@ def _pieces(tree: nodes.Template, env: jinja2.Environment) -> tuple[Piece, ...] 
             else:
                 return None
     return tuple(pieces)
-
-
-def _unguarded(node: nodes.Node, known: frozenset[str]) -> set[str]:
-    """The names ``node`` loads where a missing value fails the render (``known``: those
-    a guard around ``node`` has shown to be defined)."""
-    if isinstance(node, nodes.Name):
-        return {node.name} if node.ctx == "load" and node.name not in known else set()
-    if isinstance(node, nodes.If):
-        return _if_unguarded(node, known)
-    if isinstance(node, nodes.And | nodes.Or | nodes.CondExpr):
-        return _short_circuit_unguarded(node, known)
-    children = list(node.iter_child_nodes())
-    if _asks_for_its_name(node):  # ``name is defined``, ``name | default(...)``
-        children = [child for child in children if child is not node.node]  # type: ignore[attr-defined]
-    return _each_unguarded(children, known)
-
-
-def _asks_for_its_name(node: nodes.Node) -> bool:
-    """Is ``node`` a test or filter whose operand, a name, may be missing?"""
-    if isinstance(node, nodes.Test):
-        names = _DEFINED_TESTS
-    elif isinstance(node, nodes.Filter):
-        names = _DEFAULT_FILTERS
-    else:
-        return False
-    return node.name in names and isinstance(node.node, nodes.Name)
-
-
-def _short_circuit_unguarded(
-    node: nodes.And | nodes.Or | nodes.CondExpr, known: frozenset[str]
-) -> set[str]:
-    """What is evaluated only when a test came out one way knows what that test showed."""
-    if isinstance(node, nodes.CondExpr):
-        names = _unguarded(node.test, known)
-        names |= _unguarded(node.expr1, known | _defined_when(node.test, True))
-        if node.expr2 is not None:
-            names |= _unguarded(node.expr2, known | _defined_when(node.test, False))
-        return names
-    # The right side of an "and" runs when the left was true; of an "or", when it was false.
-    after = _defined_when(node.left, isinstance(node, nodes.And))
-    return _unguarded(node.left, known) | _unguarded(node.right, known | after)
-
-
-def _each_unguarded(children: Any, known: frozenset[str]) -> set[str]:
-    names: set[str] = set()
-    for child in children:
-        names |= _unguarded(child, known)
-    return names
-
-
-def _if_unguarded(node: nodes.If, known: frozenset[str]) -> set[str]:
-    """An ``if`` with its ``elif`` branches and ``else``: each branch runs only when the
-    tests before it were false."""
-    names: set[str] = set()
-    for branch in (node, *node.elif_):
-        names |= _unguarded(branch.test, known)
-        names |= _each_unguarded(branch.body, known | _defined_when(branch.test, True))
-        known = known | _defined_when(branch.test, False)
-    return names | _each_unguarded(node.else_, known)
-
-
-def _defined_when(test: nodes.Node, outcome: bool) -> frozenset[str]:
-    """The names certainly defined when ``test`` comes out as ``outcome``."""
-    if (
-        isinstance(test, nodes.Test)
-        and test.name in _DEFINED_TESTS
-        and isinstance(test.node, nodes.Name)
-    ):
-        defined = outcome == (test.name == "defined")
-        return frozenset({test.node.name}) if defined else frozenset()
-    if isinstance(test, nodes.Not):
-        return _defined_when(test.node, not outcome)
-    if isinstance(test, nodes.And | nodes.Or):
-        left, right = _defined_when(test.left, outcome), _defined_when(test.right, outcome)
-        # Both sides have the outcome when an "and" is true or an "or" false; else only one.
-        both = outcome == isinstance(test, nodes.And)
-        return left | right if both else left & right
-    return frozenset()

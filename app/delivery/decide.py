@@ -14,7 +14,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from app.catalog import RetryPolicy
+from app.catalog.channels import RetryPolicy
 from app.delivery.retry_policy import may_retry, retry_delay
 from app.logging import mask
 from app.providers.base import ProviderError

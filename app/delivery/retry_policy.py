@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from app.catalog import RetryPolicy
+from app.catalog.channels import RetryPolicy
 
 
 def backoff_ceiling(policy: RetryPolicy, attempt: int) -> float:

@@ -32,7 +32,8 @@ from streams.core.records import (
 )
 from streams.core.vocabulary import Channel, Priority
 from streams.ingest.writer import IngestItem
-from streams.recipients.settings import AddressDigest, RecipientSettings
+from streams.recipients.read import RecipientSettings
+from streams.recipients.settings import AddressDigest
 from streams.recipients.suppressions import EMPTY as EMPTY_LIST
 from streams.recipients.suppressions import ListView, address_field
 

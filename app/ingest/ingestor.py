@@ -37,7 +37,7 @@ from streams.core.errors import Conflict, Forbidden, Invalid
 from streams.core.keys import KeySpace, ShardKeys
 from streams.ingest.writer import IngestItem, IngestReply, IngestWriter
 from streams.metrics.recorder import MetricsRecorder
-from streams.recipients.settings import RecipientSettings, read_many
+from streams.recipients.read import RecipientSettings, read_many
 from streams.recipients.suppressions import EMPTY as EMPTY_LIST
 from streams.recipients.suppressions import ListView, decode
 

@@ -12,7 +12,7 @@ import math
 
 from redis.asyncio import Redis
 
-from app.catalog import IngestQuota, Quotas
+from app.catalog.quotas import IngestQuota, Quotas
 from streams.core.errors import RateLimited, TooLarge
 from streams.core.keys import KeySpace
 from streams.ingest.quota import QuotaRates, take_quota

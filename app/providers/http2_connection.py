@@ -1,9 +1,9 @@
 """One HTTP/2 connection of the push client (``app.providers.http2``): ``h2``'s client state
-machine under an asyncio protocol of ours. ``h2`` frames, encodes and decodes header blocks,
-keeps the flow-control windows, answers PINGs and SETTINGS and checks what the server sends;
-this module keeps the requests: the streams they wait for, their bodies waiting for a
-window, their answers, the writes (one per loop turn for every request of that turn) and
-the keepalive."""
+machine (as ``app.providers.http2_machine`` configures it) under an asyncio protocol of ours.
+``h2`` frames, encodes and decodes header blocks, keeps the flow-control windows, answers
+PINGs and SETTINGS and checks what the server sends; this module keeps the requests: the
+streams they wait for, their bodies waiting for a window, their answers, the writes (one per
+loop turn for every request of that turn) and the keepalive."""
 
 from __future__ import annotations
 
@@ -12,74 +12,20 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Final, cast
 
-import h2.config
-import h2.connection
 import h2.events
 import h2.exceptions
 import h2.settings
-from h2.connection import ConnectionInputs, H2ConnectionStateMachine
 from h2.errors import ErrorCodes
 
-from app.providers.http2_hpack import Decoder, Encoder
+from app.providers.http2_machine import H2Client
 
 MAX_STREAMS: Final = 1000
 LAST_STREAM_ID: Final = 2**31 - 3  # then a connection is used up
 KEEPALIVE_SECONDS: Final = 60.0
-STREAM_WINDOW: Final = 1 << 20  # what one answer may send us
 RECEIVE_WINDOW: Final = 16 << 20  # what all answers of a connection may send us unacknowledged
-MAX_HEADER_LIST: Final = 64 * 1024
 DEFAULT_WINDOW: Final = 65_535
 
 Fields = Sequence[tuple[bytes, bytes]]
-# The fields are ours (lowercase names, values without line breaks): h2 need not check or
-# rewrite them. Of an answer's fields this client reads ``:status`` (checked here) and hands
-# the others on as text; h2's checks of them cost a tenth of a request.
-_CONFIG: Final = h2.config.H2Configuration(
-    client_side=True,
-    header_encoding=None,
-    validate_outbound_headers=False,
-    normalize_outbound_headers=False,
-    validate_inbound_headers=False,
-    normalize_inbound_headers=False,
-)
-_SETTINGS: Final = {
-    h2.settings.SettingCodes.ENABLE_PUSH: 0,
-    h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
-    h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: MAX_HEADER_LIST,
-}
-
-
-class _StateMachine(H2ConnectionStateMachine):
-    """``h2``'s connection states but for a GOAWAY received: ``h2`` takes the connection for
-    closed and then refuses every frame after it as a protocol error (python-hyper/h2
-    #1199), so the streams the server still finishes, those up to its last stream id, would
-    fail. Here a GOAWAY leaves the state as it was; the connection opens no stream after one
-    (``Connection.usable``) and closes once its streams are over."""
-
-    def process_input(self, input_: ConnectionInputs) -> list[h2.events.Event]:
-        if input_ is ConnectionInputs.RECV_GOAWAY:
-            return []
-        return super().process_input(input_)
-
-
-class _H2(h2.connection.H2Connection):
-    """``h2``'s client connection counting its open streams as ``Connection`` does.
-
-    ``h2`` counts them for every new stream by walking all of its streams, which with a
-    hundred in flight cost a third of a request's CPU. ``Connection`` never opens more than
-    the server allows, so ``open`` (set by it) is the count; the walk, which also forgets
-    the streams that are over, runs once the table has grown to twice what it was after
-    the last one."""
-
-    open = 0
-    _sweep_at = 64
-
-    @property
-    def open_outbound_streams(self) -> int:
-        if len(self.streams) >= self._sweep_at:
-            self.open = self._open_streams(1)
-            self._sweep_at = 2 * self.open + 64
-        return self.open
 
 
 class Failed(Exception):  # no answer; ``sent``: the request may have reached the server
@@ -114,10 +60,7 @@ class Connection(asyncio.Protocol):
 
     def __init__(self, loop: asyncio.AbstractEventLoop, max_body: int, keepalive: float) -> None:
         self._loop, self._max_body, self._keepalive = loop, max_body, keepalive
-        self._h2 = _H2(_CONFIG)
-        self._h2.encoder, self._h2.decoder = Encoder(), Decoder(MAX_HEADER_LIST)
-        self._h2.local_settings = h2.settings.Settings(client=True, initial_values=_SETTINGS)
-        self._h2.state_machine = _StateMachine()
+        self._h2 = H2Client()
         self._streams: dict[int, Response] = {}
         self._bodies: dict[int, memoryview] = {}  # unsent request bodies, in the order they came
         self._next_id = 1

@@ -172,7 +172,7 @@ INBOX_MARK = LuaScript("inbox/mark")  # streams.inbox.marks.inbox_mark_call
 INBOX_REVOKE = LuaScript("inbox/revoke")  # streams.inbox.revocation.inbox_revoke_call
 LEASE = LuaScript("core/lease")  # streams.core.leases.lease_call
 CAMPAIGN_WRITE = LuaScript("campaigns/write")  # streams.campaigns.store.campaign_write_call
-# streams.recipients.settings.recipients_read_call
+# streams.recipients.read.recipients_read_call
 RECIPIENTS_READ = LuaScript("recipients/read")
 FAIR_FEED = LuaScript("delivery/fair_feed")  # streams.delivery.fairness.fair_feed_call
 # streams.status_webhooks.outbox.status_outbox_append_call

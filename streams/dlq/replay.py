@@ -35,7 +35,8 @@ from streams.delivery.delayed import delayed_member
 from streams.delivery.work_items import WorkItem
 from streams.dlq.entries import DeadLetter, resolution_mark
 from streams.dlq.scan import Selection, more_than, scan
-from streams.recipients.settings import QUIET_HOURS_EXEMPT, AddressDigest, RecipientSettings
+from streams.recipients.read import RecipientSettings
+from streams.recipients.settings import QUIET_HOURS_EXEMPT, AddressDigest
 from streams.recipients.suppressions import REASONS as SUPPRESSION_REASONS
 from streams.recipients.suppressions import address_field
 

@@ -21,7 +21,7 @@ from streams.core.batching import BatchedScript
 from streams.core.keys import ShardKeys
 from streams.core.scripts import Call, KeyOrArg
 from streams.core.vocabulary import Priority
-from streams.recipients.settings import RecipientSettings
+from streams.recipients.read import RecipientSettings
 
 # Bound once: looked up per item, and through the class it costs more.
 _HIGH, _NORMAL, _LOW = Priority.HIGH, Priority.NORMAL, Priority.LOW

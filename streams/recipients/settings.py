@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import hmac
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Literal
 
-import msgspec
 from redis.asyncio import Redis
 
 from streams.core import codec, scripts
@@ -34,8 +33,7 @@ from streams.core.events import (
 from streams.core.keys import KeySpace, ShardKeys
 from streams.core.scripts import Call
 from streams.core.vocabulary import Channel
-
-_quiet_hours_decoder = msgspec.json.Decoder(QuietHoursSetting)
+from streams.recipients.read import RecipientSettings
 
 # Channels quiet hours never hold back: IN_APP lands silently in an inbox and WEBHOOK calls a
 # machine, while quiet hours guard against buzzing phones and inboxes. HIGH deliveries are
@@ -44,57 +42,6 @@ QUIET_HOURS_EXEMPT: frozenset[Channel] = frozenset({Channel.IN_APP, Channel.WEBH
 
 # Who changed a recipient's settings (``PreferenceChanged.source``).
 Source = Literal["api", "unsubscribe_link"]
-
-
-_NONE: frozenset[tuple[str, str]] = frozenset()
-
-
-# A Struct, not a dataclass: ingest builds one per recipient it reads, and a frozen
-# dataclass's constructor costs several times a Struct's.
-class RecipientSettings(msgspec.Struct, frozen=True):
-    version: int = 0
-    # (type, channel) pairs the recipient switched off.
-    disabled: frozenset[tuple[str, str]] = _NONE
-    quiet_hours: QuietHoursSetting | None = None
-    # (channel, address digest) of addresses a provider reported dead.
-    invalid: frozenset[tuple[str, str]] = _NONE
-    # The recipient's profile as stored (JSON), b"" when it has none.
-    profile: bytes = b""
-
-    @classmethod
-    def from_hash(cls, flat: list[Any] | dict[Any, Any]) -> RecipientSettings:
-        """Build from HGETALL's reply (a flat list inside Lua, a dict from redis-py)."""
-        pairs = flat.items() if isinstance(flat, dict) else zip(flat[::2], flat[1::2], strict=True)
-        version, quiet_hours, profile = 0, None, b""
-        disabled: set[tuple[str, str]] = set()
-        invalid: set[tuple[str, str]] = set()
-        for raw_name, raw_value in pairs:
-            name = raw_name.decode()
-            if name == "v":
-                version = int(raw_value)
-            elif name == "pf":
-                profile = raw_value
-            elif name == "qh":
-                quiet_hours = _quiet_hours_decoder.decode(raw_value)
-            elif name.startswith("p:"):
-                type_name, _, channel = name[2:].rpartition(":")
-                disabled.add((type_name, channel))
-            elif name.startswith("x:"):
-                channel, _, digest = name[2:].partition(":")
-                invalid.add((channel, digest))
-        return cls(
-            version,
-            frozenset(disabled) if disabled else _NONE,
-            quiet_hours,
-            frozenset(invalid) if invalid else _NONE,
-            profile,
-        )
-
-    def preference_entries(self) -> list[PreferenceEntry]:
-        return [
-            PreferenceEntry(type=t, channel=c, enabled=False)  # type: ignore[arg-type]
-            for t, c in sorted(self.disabled)
-        ]
 
 
 class RecipientSettingsStore:
@@ -262,6 +209,10 @@ class RecipientSettingsStore:
             reply = await scripts.RECIPIENT_SETTINGS(self.redis, *call)
             if reply == b"OK":
                 break
+        return await self._copy_to_other_shards(recipient_id, home)
+
+    async def _copy_to_other_shards(self, recipient_id: str, home: ShardKeys) -> RecipientSettings:
+        """The home shard's settings, copied to every other shard."""
         # Copies on the other shards take the home shard's whole hash; one already as new
         # is left alone.
         copies = [shard for shard in self.keys.all_shards() if shard != home]
@@ -284,22 +235,6 @@ class RecipientSettingsStore:
                 ],
             )
         return RecipientSettings.from_hash(home_hash)
-
-
-def recipients_read_call(shard: ShardKeys, recipient_ids: Sequence[str]) -> Call:
-    """The keys and arguments of one ``read.lua`` call.
-
-    KEYS: the recipients' settings hashes on ``shard``. ARGV: none.
-    """
-    return [shard.recipient(recipient_id) for recipient_id in recipient_ids], []
-
-
-async def read_many(
-    redis: Redis, shard: ShardKeys, recipient_ids: Sequence[str]
-) -> list[RecipientSettings]:
-    """The settings ``shard`` holds of each recipient, in one round trip."""
-    replies = await scripts.RECIPIENTS_READ(redis, *recipients_read_call(shard, recipient_ids))
-    return [RecipientSettings.from_hash(flat) for flat in replies]
 
 
 def recipient_settings_call(

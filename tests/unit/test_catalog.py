@@ -2,52 +2,14 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 
 from app.catalog import Catalog, CatalogError, load_catalog, parse_catalog
+from tests.unit.catalog.examples import PUSH_CATALOG, VALID, broken, catalog_error
 
 REPO = Path(__file__).resolve().parents[2]
-
-VALID = """\
-default_locale = "en"
-
-[providers.sandbox]
-kind = "sandbox"
-
-[channels.SMS]
-provider = "sandbox"
-
-[channels.EMAIL]
-provider = "sandbox"
-
-[types.otp]
-channels = ["SMS"]
-priority = "HIGH"
-ttl_seconds = 300
-opt_out = false
-
-[types.otp.templates.en]
-SMS = { body = "Your code is {{ code }}." }
-EMAIL = { title = "Code for {{ name }}", body = "Your code is {{ code }}." }
-
-[types.otp.templates.de]
-SMS = { body = "Ihr Code lautet {{ code }}." }
-"""
-
-
-def broken(old: str, new: str) -> str:
-    """VALID with one piece of text replaced (which must be there)."""
-    assert old in VALID
-    return VALID.replace(old, new, 1)
-
-
-def catalog_error(text: str) -> str:
-    with pytest.raises(CatalogError) as caught:
-        parse_catalog(text, source="x.toml")
-    return str(caught.value)
 
 
 @pytest.fixture(scope="module")
@@ -169,14 +131,6 @@ def test_a_template_for_an_unconfigured_channel_is_refused() -> None:
     assert "types.otp.templates.de.PUSH" in message
 
 
-def test_a_channel_with_an_undefined_provider_is_refused() -> None:
-    text = broken('[channels.SMS]\nprovider = "sandbox"', '[channels.SMS]\nprovider = "twilio"')
-    message = catalog_error(text)
-    assert message.startswith("x.toml: ")
-    assert "channels.SMS.provider" in message
-    assert "twilio" in message
-
-
 def test_a_default_channel_without_a_default_locale_template_is_refused() -> None:
     text = broken('channels = ["SMS"]', 'channels = ["SMS", "EMAIL"]').replace(
         'EMAIL = { title = "Code for {{ name }}", body = "Your code is {{ code }}." }\n', ""
@@ -258,80 +212,6 @@ def test_a_type_is_named_to_recipients_by_its_label_or_its_name_in_words() -> No
         parse_catalog(VALID.replace("opt_out = false", 'opt_out = false\nlabel = "a\\nb"'))
 
 
-def test_quotas_are_read_per_producer_with_a_default() -> None:
-    text = VALID + (
-        "\n[quotas.default]\nrequests = { per_second = 10, burst = 20 }\n"
-        "\n[quotas.producers.marketing]\nnotifications = { per_second = 5, burst = 50 }\n"
-    )
-    quotas = parse_catalog(text).quotas
-    default, marketing = quotas.of("orders"), quotas.of("marketing")
-    assert default is not None
-    assert default.requests is not None
-    assert (default.requests.per_second, default.requests.burst) == (10, 20)
-    assert marketing is not None
-    assert marketing.requests is None
-    assert parse_catalog(VALID).quotas.of("orders") is None
-
-
-def test_campaign_limits_apply_by_default_and_per_producer() -> None:
-    text = VALID + (
-        "\n[quotas.producers.marketing]\ncampaigns = { open = 5, audience = 10 }\n"
-        "\n[quotas.producers.orders]\nrequests = { per_second = 10, burst = 20 }\n"
-    )
-    quotas = parse_catalog(text).quotas
-    limits = quotas.campaigns_of("marketing")
-    assert (limits.open, limits.audience, limits.open_audience) == (5, 10, 2_000_000)
-    for producer in ("orders", "anyone"):  # an entry without them, or none: the defaults
-        limits = quotas.campaigns_of(producer)
-        assert (limits.open, limits.audience, limits.open_audience) == (100, 1_000_000, 2_000_000)
-    error = catalog_error(VALID + "\n[quotas.default]\ncampaigns = { open = 0 }\n")
-    assert "quotas" in error
-    assert "open" in error
-
-
-def test_a_bad_quota_names_its_key() -> None:
-    error = catalog_error(VALID + "\n[quotas.default]\nrequests = { per_second = 0, burst = 1 }\n")
-    assert "quotas" in error
-    assert "per_second" in error
-
-
-PUSH_CATALOG = """\
-[providers.sandbox]
-kind = "sandbox"
-
-[providers.fcm]
-kind = "fcm"
-project_id = "clarion-test"
-service_account_env = "FCM_ACCOUNT"
-
-[providers.apns]
-kind = "apns"
-team_id = "TEAM123456"
-key_id = "KEY1234567"
-key_env = "APNS_KEY"
-topic = "com.example.app"
-
-[providers.apns_backup]
-kind = "apns"
-team_id = "TEAM123456"
-key_id = "KEY7654321"
-key_env = "APNS_KEY"
-topic = "com.example.app"
-
-[channels.PUSH]
-{channel}
-
-[types.news]
-channels = ["PUSH"]
-priority = "LOW"
-ttl_seconds = 3600
-opt_out = true
-
-[types.news.templates.en]
-PUSH = {{ title = "News", body = "{{{{ headline }}}}" }}
-"""
-
-
 def test_an_fcm_base_url_without_tls_is_refused_naming_the_field() -> None:
     plain = PUSH_CATALOG.format(channel='provider = "sandbox"').replace(
         'service_account_env = "FCM_ACCOUNT"\n',
@@ -340,69 +220,3 @@ def test_an_fcm_base_url_without_tls_is_refused_naming_the_field() -> None:
     error = catalog_error(plain)
     assert error.startswith("x.toml: providers.fcm.base_url: Expected `str` matching regex")
     assert "'^https://" in error
-
-
-def push_catalog(channel: str) -> Catalog:
-    return parse_catalog(PUSH_CATALOG.format(channel=channel), source="x.toml")
-
-
-def test_each_push_platform_has_its_providers() -> None:
-    catalog = push_catalog('provider = "sandbox"\nplatforms = { apns = ["apns", "apns_backup"] }')
-    assert catalog.push_orders == {
-        "fcm": ("sandbox",),
-        "apns": ("apns", "apns_backup"),
-        "webpush": ("sandbox",),
-    }
-    assert catalog.provider_order("PUSH", "apns " + "a1" * 32) == ("apns", "apns_backup")
-    assert catalog.provider_order("PUSH", "plain-token") == ("sandbox",)
-
-
-def test_a_channel_provider_takes_only_its_own_platform() -> None:
-    catalog = push_catalog('providers = ["fcm", "sandbox"]\ndefault_platform = "apns"')
-    assert catalog.push_orders == {
-        "fcm": ("fcm", "sandbox"),
-        "apns": ("sandbox",),
-        "webpush": ("sandbox",),
-    }
-    # A plain token is of the default platform.
-    assert catalog.provider_order("PUSH", "plain-token") == ("sandbox",)
-
-
-def test_a_platform_nobody_sends_to_has_no_providers() -> None:
-    catalog = push_catalog('platforms = { fcm = ["fcm"] }')
-    assert catalog.push_orders == {"fcm": ("fcm",), "apns": (), "webpush": ()}
-
-
-@pytest.mark.parametrize(
-    ("channel", "problem"),
-    [
-        (
-            'platforms = { fcm = ["apns"] }',
-            "channels.PUSH.platforms.fcm: provider 'apns' is of kind apns, not fcm",
-        ),
-        ("platforms = { fcm = [] }", "channels.PUSH.platforms.fcm: missing"),
-        ('platforms = { apns = ["nope"] }', "no provider named 'nope'"),
-        ('platforms = { apns = ["apns", "apns"] }', "a provider is named twice"),
-        ('platforms = { android = ["fcm"] }', "channels.PUSH"),
-        ("", "channels.PUSH.providers: missing"),
-    ],
-)
-def test_broken_push_platforms_name_the_key(channel: str, problem: str) -> None:
-    with pytest.raises(CatalogError, match=re.escape(problem)):
-        push_catalog(channel)
-
-
-def test_only_push_has_platforms() -> None:
-    text = broken(
-        '[channels.SMS]\nprovider = "sandbox"',
-        '[channels.SMS]\nprovider = "sandbox"\nplatforms = { fcm = ["sandbox"] }',
-    )
-    assert "channels.SMS.platforms: only the PUSH channel has platforms" in catalog_error(text)
-
-
-def test_push_kinds_send_push_only() -> None:
-    text = (
-        PUSH_CATALOG.format(channel='provider = "sandbox"') + '\n[channels.SMS]\nprovider = "fcm"\n'
-    )
-    message = catalog_error(text)
-    assert "channels.SMS.provider: provider 'fcm' is of kind fcm, which cannot send SMS" in message

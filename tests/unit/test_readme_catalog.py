@@ -9,7 +9,8 @@ import re
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from app.catalog import KIND_CHANNELS, check_for_workers, parse_catalog
+from app.catalog import check_for_workers, parse_catalog
+from app.catalog.kinds import KIND_CHANNELS
 from tests.conftest import REPO
 
 

@@ -25,7 +25,7 @@ from app.inbox import provider as inbox
 from app.inbox import tokens as inbox_tokens
 from app.ingest import profiles, quiet_hours, requests
 from app.ingest.quiet_hours import QuietHoursError
-from app.providers import apns, smtp, ssrf, webpush, webpush_message
+from app.providers import apns, smtp_answers, smtp_message, ssrf, webpush, webpush_message
 from app.validation import describe
 from streams.core.events import QuietHoursSetting
 from tests.conftest import REPO
@@ -69,12 +69,12 @@ def applications(text: str) -> Iterator[tuple[str, Callable[[], object]]]:
     yield "validation._PATH", lambda: describe(error)
     yield "validation._PATH (no path)", lambda: describe(msgspec.ValidationError(text))
     # Addresses and texts an SMTP relay answers with; webhook URLs and their hosts.
-    yield "smtp._LOCAL_PART", lambda: smtp._LOCAL_PART.fullmatch(text)
-    yield "smtp._DOMAIN", lambda: smtp._DOMAIN.fullmatch(text)
-    yield "smtp._NOT_ATEXT", lambda: smtp._NOT_ATEXT.sub("-", text)
-    yield "smtp._LINE_BREAKS", lambda: smtp._LINE_BREAKS.sub(" ", text)
-    yield "smtp._LEADING_DOT", lambda: smtp._LEADING_DOT.sub(b"..", text.encode())
-    yield "smtp._ENHANCED", lambda: smtp._ENHANCED.match(text)
+    yield "smtp_message._LOCAL_PART", lambda: smtp_message._LOCAL_PART.fullmatch(text)
+    yield "smtp_message._DOMAIN", lambda: smtp_message._DOMAIN.fullmatch(text)
+    yield "smtp_message._NOT_ATEXT", lambda: smtp_message._NOT_ATEXT.sub("-", text)
+    yield "smtp_message._LINE_BREAKS", lambda: smtp_message._LINE_BREAKS.sub(" ", text)
+    yield "smtp_message._LEADING_DOT", lambda: smtp_message._LEADING_DOT.sub(b"..", text.encode())
+    yield "smtp_answers._ENHANCED", lambda: smtp_answers._ENHANCED.match(text)
     yield "ssrf._URL_CHARACTERS", lambda: ssrf._URL_CHARACTERS.fullmatch(text)
     yield "ssrf._HOST_NAME", lambda: ssrf._HOST_NAME.fullmatch(text)
     yield "ssrf._NUMERIC_LABEL", lambda: ssrf._NUMERIC_LABEL.fullmatch(text)
@@ -125,7 +125,9 @@ def test_the_email_pattern_is_linear_even_past_its_length_limit() -> None:
 # Patterns never applied to request text: settings, the catalog, table and file names.
 NOT_REQUEST_TEXT = {
     "app.catalog.Name",
+    "app.catalog.channels.Name",
     "app.catalog.ProducerName",
+    "app.catalog.quotas.ProducerName",
     "app.catalog.Label",
     # Catalog templates; linear all the same (test_catalog_templates.py).
     "app.catalog.templates._OLD_STYLE",
@@ -161,9 +163,10 @@ TESTED = {
     "app.logging._PHONE",
     "app.logging._BEARER",
     "app.logging._TOKEN",
-    *(f"app.providers.smtp.{name}" for name in (
-        "_LOCAL_PART", "_DOMAIN", "_NOT_ATEXT", "_LINE_BREAKS", "_LEADING_DOT", "_ENHANCED",
+    *(f"app.providers.smtp_message.{name}" for name in (
+        "_LOCAL_PART", "_DOMAIN", "_NOT_ATEXT", "_LINE_BREAKS", "_LEADING_DOT",
     )),
+    "app.providers.smtp_answers._ENHANCED",
     *(f"app.providers.ssrf.{name}" for name in ("_URL_CHARACTERS", "_HOST_NAME", "_NUMERIC_LABEL")),
     *(f"app.providers.webpush_message.{name}" for name in ("_TOPIC", "_ABSOLUTE_LINK")),
     "app.providers.webpush._REASON_CODE",

@@ -29,7 +29,8 @@ from app.ingest.profiles import decode as decode_profile
 from app.recipients.api.settings import recipient_id_of
 from app.recipients.erasure import Eraser
 from app.recipients.profiles import TargetsPatch, changed, encode, patched
-from streams.recipients.settings import RecipientSettings, RecipientSettingsStore
+from streams.recipients.read import RecipientSettings
+from streams.recipients.settings import RecipientSettingsStore
 
 Req = Request[Any, Any, State]
 

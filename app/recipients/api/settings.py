@@ -28,7 +28,8 @@ from app.api.schemas import (
 from app.catalog import Catalog
 from app.ingest.quiet_hours import check
 from streams.core.events import PreferenceEntry, QuietHoursSetting
-from streams.recipients.settings import RecipientSettings, RecipientSettingsStore
+from streams.recipients.read import RecipientSettings
+from streams.recipients.settings import RecipientSettingsStore
 
 _MAX_ID = 255
 Req = Request[Any, Any, State]

@@ -71,12 +71,8 @@ from streams.inbox.store import InboxStore
 from streams.ingest.quota import QuotaRates, ingest_quota_call
 from streams.ingest.writer import IngestItem, ingest_call
 from streams.recipients.erase import erase_call, find_waiting
-from streams.recipients.settings import (
-    RecipientSettings,
-    RecipientSettingsStore,
-    recipient_settings_call,
-    recipients_read_call,
-)
+from streams.recipients.read import RecipientSettings, recipients_read_call
+from streams.recipients.settings import RecipientSettingsStore, recipient_settings_call
 from streams.recipients.suppressions import Suppression, suppression_call
 from streams.status_webhooks.outbox import (
     DueStatus,

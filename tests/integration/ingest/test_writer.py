@@ -16,7 +16,8 @@ from streams.core.events import NotificationAccepted, PreferenceEntry
 from streams.core.keys import KeySpace
 from streams.core.vocabulary import Priority
 from streams.ingest.writer import IngestWriter
-from streams.recipients.settings import RecipientSettings, RecipientSettingsStore
+from streams.recipients.read import RecipientSettings
+from streams.recipients.settings import RecipientSettingsStore
 from tests.conftest import DIGEST, REQUEST, Clock
 
 

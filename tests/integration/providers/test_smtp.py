@@ -16,7 +16,7 @@ from app.catalog.providers import SmtpConfig
 from app.logging import mask
 from app.providers import smtp as smtp_module
 from app.providers.base import Message, ProviderError, Reason
-from app.providers.smtp import SmtpProvider, failure_error, reply_error
+from app.providers.smtp import SmtpProvider
 from streams.core.vocabulary import ErrorClass
 from tests.peers.smtp import HOST, USERNAME, Script, SmtpPeer, silent_port
 from tests.servers import free_port
@@ -308,18 +308,6 @@ async def test_each_refusal_is_classified_and_never_accepted(
     assert f"refused: {code}" in error.message
 
 
-def test_enhanced_codes_about_the_sender_do_not_blame_the_recipient() -> None:
-    error = reply_error("mail", "end of data", 553, "5.1.8 Bad sender's system address", "")
-    assert error.reason is Reason.REJECTED
-    error = reply_error("mail", "MAIL", 550, "5.1.1 sender unknown", "")
-    assert error.reason is Reason.REJECTED
-    error = reply_error("mail", "RCPT", 550, "5.1.8 sender domain has no MX", "")
-    assert error.reason is Reason.REJECTED
-    # An enhanced code of another class than the reply's is not one (RFC 3463 section 2).
-    error = reply_error("mail", "end of data", 554, "4.1.1 odd", "")
-    assert error.reason is Reason.REJECTED
-
-
 async def test_a_closed_port_is_refused_and_not_accepted() -> None:
     async with provider(config(free_port())) as smtp:
         error = await refusal(smtp, message())
@@ -357,14 +345,6 @@ async def test_no_answer_to_the_final_dot_may_have_been_accepted(script: Script)
             await smtp.send(message("dlv-2"))
     assert (error.error_class, error.not_accepted) == (ErrorClass.TRANSIENT, False)
     assert "may have queued" in error.message
-
-
-def test_a_send_that_timed_out_waiting_for_a_connection_was_not_accepted() -> None:
-    # Through the pool the deadlines of the holder and the waiter fall together, and which
-    # fires first is up to the scheduler: the classification is checked on its own.
-    error = failure_error("mail", "waiting for a connection", TimeoutError(), BOB)
-    assert (error.error_class, error.not_accepted) == (ErrorClass.TRANSIENT, True)
-    assert error.message == "mail: waiting for a connection: timed out"
 
 
 # The pool.

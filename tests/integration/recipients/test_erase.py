@@ -29,7 +29,7 @@ from streams.recipients.erase import (
     remove_dead_letters,
     remove_sandbox_records,
 )
-from streams.recipients.settings import RecipientSettings
+from streams.recipients.read import RecipientSettings
 from tests.conftest import DIGEST, stream_events
 
 

@@ -15,11 +15,8 @@ from streams.core.events import (
 )
 from streams.core.keys import KeySpace
 from streams.core.vocabulary import Channel
-from streams.recipients.settings import (
-    AddressDigest,
-    RecipientSettings,
-    RecipientSettingsStore,
-)
+from streams.recipients.read import RecipientSettings
+from streams.recipients.settings import AddressDigest, RecipientSettingsStore
 from tests.conftest import DIGEST, stream_events
 
 NIGHT = QuietHoursSetting(start="22:00", end="08:00", timezone="Europe/Berlin")

@@ -150,34 +150,6 @@ def test_sms_and_webhook_have_no_title() -> None:
 # --- the data a template requires ---------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("source", "required"),
-    [
-        ("Hi {{ name }}, {{ code }}", {"name", "code"}),
-        ("{% if name is defined %}Hi {{ name }}. {% endif %}{{ code }}", {"code"}),
-        ("{% if name is not defined %}Hi.{% else %}Hi {{ name }}.{% endif %}", set()),
-        ("{% if name is defined and name | length > 2 %}{{ name }}{% endif %}", set()),
-        ("{{ name if name is defined else 'you' }}", set()),
-        ("{{ name | default('you') }}", set()),
-        ("{% if not (name is undefined) %}{{ name }}{% endif %}", set()),
-        # Not guarded: an "or" proves neither; an elif runs when the guard was false.
-        ("{% if name is defined or nick is defined %}{{ name }}{% endif %}", {"name"}),
-        ("{% if name is defined %}{% elif code %}{{ name }}{% endif %}", {"name", "code"}),
-        ("{% if name %}{{ name }}{% endif %}", {"name"}),  # undefined in a test fails too
-        ("{{ user.name | default('x') }}", {"user"}),  # only user.name may be missing
-        ("{% if user.name is defined %}{{ user.name }}{% endif %}", {"user"}),
-        # Names the template defines itself, and Jinja's globals, are no data.
-        ("{% for item in items %}{{ loop.index }} {{ item }}{% endfor %}", {"items"}),
-        ("{% set greeting = 'Hi' %}{{ greeting }} {{ range(2) | list }}", set()),
-    ],
-)
-def test_required_fields_come_from_the_syntax_tree(source: str, required: set[str]) -> None:
-    template = compiled("PUSH", body=source)
-    assert template.fields == required
-    data = {"code": 1, "items": [1], "user": {}}
-    template.fill({name: data.get(name, "x") for name in required})  # renders without the rest
-
-
 def test_required_fields_are_those_of_every_part() -> None:
     catalog = catalog_of("EMAIL", title="{{ a }}", body="{{ b }}", html="{{ c }}")
     assert catalog.template_fields[("t", "en", Channel.EMAIL)] == {"a", "b", "c"}

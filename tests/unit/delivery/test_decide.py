@@ -9,7 +9,7 @@ import dataclasses
 
 import pytest
 
-from app.catalog import RetryPolicy
+from app.catalog.channels import RetryPolicy
 from app.delivery import decide
 from app.providers.base import ProviderError, Reason
 from streams.core import codec

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.catalog import RetryPolicy
+from app.catalog.channels import RetryPolicy
 from app.delivery.retry_policy import backoff_ceiling, may_retry, retry_delay
 
 POLICY = RetryPolicy(base_seconds=2, max_seconds=60, max_attempts=4)

@@ -8,7 +8,7 @@ import msgspec
 
 from app.ingest.fanout import Planner
 from streams.core import codec
-from streams.recipients.settings import RecipientSettings
+from streams.recipients.read import RecipientSettings
 from tests.conftest import DIGEST
 from tests.unit.ingest.test_fanout import deliveries, fates, order, plan, planner, request
 

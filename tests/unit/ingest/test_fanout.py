@@ -34,7 +34,7 @@ from streams.core.vocabulary import Priority
 from streams.delivery.delayed import work_item_of_member
 from streams.delivery.work_items import WorkItem
 from streams.ingest.writer import IngestItem, PlannedWork
-from streams.recipients.settings import RecipientSettings
+from streams.recipients.read import RecipientSettings
 from tests.conftest import DIGEST, REQUEST
 from tests.unit.tracing_support import tracing_on
 
