@@ -19,7 +19,8 @@ Sub-packages, one per feature; each docstring says what it owns and what it may 
 - ``processes``: one entry point per kind of process, their supervisor and start-up checks.
 
 Modules at this level are shared by all of them and import no sub-package but ``catalog``
-and the inbox's ``tokens``: ``settings`` (environment), ``logging`` (structlog and masking),
+and the inbox's ``tokens``: ``settings`` (environment), ``setting_values`` (one variable's
+text checked and made a setting's value), ``logging`` (structlog and masking),
 ``validation`` (messages naming the field), ``metrics`` (what Clarion measures),
 ``tracing`` (OpenTelemetry), ``signed_tokens`` (sealed tokens), ``unsubscribe`` (the signed
 one-click unsubscribe links the worker makes and the API reads).

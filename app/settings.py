@@ -1,4 +1,8 @@
-"""Settings from the environment. A bad value stops start-up with a message naming the variable."""
+"""Settings from the environment. A bad value stops start-up with a message naming the variable.
+
+Owns the settings and their defaults, which variable sets each, the producers' API keys and
+the keys that sign recipient tokens; ``setting_values`` checks each other value.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +12,10 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
-from urllib.parse import urlsplit
 
 import app.inbox.tokens as inbox_tokens
-from streams.core.connection import cluster_nodes, is_cluster_url, redact
-from streams.core.errors import ClarionError
+import app.setting_values as values
+from app.setting_values import MIN_DIGEST_SECRET, SettingsError
 from streams.recipients.settings import AddressDigest
 
 # send: notifications; read: the producer's own notifications, deliveries, dead letters and
@@ -21,11 +24,6 @@ from streams.recipients.settings import AddressDigest
 Scope = Literal["send", "read", "recipients", "admin"]
 SCOPES: frozenset[str] = frozenset({"send", "read", "recipients", "admin"})
 _PRODUCER = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-_PREFIX = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-
-
-class SettingsError(ClarionError):
-    """An environment variable has a value Clarion cannot use."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +122,7 @@ class Settings:
             return value or default
 
         integers = {
-            field: _integer(env, variable, getattr(defaults, field), low, high)
+            field: values.integer(env, variable, getattr(defaults, field), low, high)
             for field, (variable, low, high) in _INTEGER_VARIABLES.items()
         }
         if integers["body_timeout_seconds"] < integers["header_timeout_seconds"]:
@@ -138,17 +136,17 @@ class Settings:
                 f"a connection, got {integers['inbox_streams']} and {integers['max_connections']}"
             )
         return cls(
-            redis_url=_redis_url(text("CLARION_REDIS_URL", defaults.redis_url)),
-            database_url=_database_url(text("CLARION_DATABASE_URL", defaults.database_url)),
-            key_prefix=_key_prefix(text("CLARION_KEY_PREFIX", defaults.key_prefix)),
+            redis_url=values.redis_url(text("CLARION_REDIS_URL", defaults.redis_url)),
+            database_url=values.database_url(text("CLARION_DATABASE_URL", defaults.database_url)),
+            key_prefix=values.key_prefix(text("CLARION_KEY_PREFIX", defaults.key_prefix)),
             config_path=text("CLARION_CONFIG", defaults.config_path),
             api_keys=parse_api_keys(env.get("CLARION_API_KEYS", "")),
-            digest_secret=_digest_secret(env.get("CLARION_DIGEST_SECRET", "")),
+            digest_secret=values.digest_secret(env.get("CLARION_DIGEST_SECRET", "")),
             inbox_token_keys=parse_inbox_token_keys(env.get("CLARION_INBOX_TOKEN_KEYS", "")),
             host=text("CLARION_HOST", defaults.host),
-            public_url=_public_url(env.get("CLARION_PUBLIC_URL", "")),
-            inbox_origins=_origins(env.get("CLARION_INBOX_ORIGINS", "")),
-            log_format=_log_format(text("CLARION_LOG_FORMAT", defaults.log_format)),
+            public_url=values.public_url(env.get("CLARION_PUBLIC_URL", "")),
+            inbox_origins=values.origins(env.get("CLARION_INBOX_ORIGINS", "")),
+            log_format=values.log_format(text("CLARION_LOG_FORMAT", defaults.log_format)),
             log_level=text("CLARION_LOG_LEVEL", defaults.log_level).upper(),
             **integers,
         )
@@ -164,8 +162,6 @@ class Settings:
             )
         return AddressDigest(self.digest_secret)
 
-
-MIN_DIGEST_SECRET = 16
 
 # Settings that are whole numbers: field -> (variable, lowest, highest value).
 _INTEGER_VARIABLES: dict[str, tuple[str, int, int]] = {
@@ -198,32 +194,6 @@ _INTEGER_VARIABLES: dict[str, tuple[str, int, int]] = {
 }
 
 
-# An origin is a scheme, a host and maybe a port: nothing else may be in one.
-_ORIGIN = re.compile(
-    r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?|https?://\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?"
-)
-
-
-def _origins(raw: str) -> tuple[str, ...]:
-    origins = tuple(part.strip().rstrip("/") for part in raw.split(",") if part.strip())
-    for origin in origins:
-        if not _ORIGIN.fullmatch(origin):
-            raise SettingsError(
-                f"CLARION_INBOX_ORIGINS: {origin[:100]!r} is no origin (scheme://host[:port])"
-            )
-    return origins
-
-
-def _digest_secret(raw: str) -> bytes:
-    secret = raw.strip()
-    if secret and len(secret) < MIN_DIGEST_SECRET:
-        # The value itself is never part of a message.
-        raise SettingsError(
-            f"CLARION_DIGEST_SECRET must have at least {MIN_DIGEST_SECRET} characters"
-        )
-    return secret.encode()
-
-
 MAX_INBOX_TOKEN_KEYS = 8
 
 
@@ -249,90 +219,6 @@ def parse_inbox_token_keys(raw: str) -> tuple[tuple[str, bytes], ...]:
     if len(keys) > MAX_INBOX_TOKEN_KEYS:
         raise SettingsError(f"CLARION_INBOX_TOKEN_KEYS: at most {MAX_INBOX_TOKEN_KEYS} keys")
     return tuple(keys)
-
-
-# What a public URL may hold: RFC 3986's characters, but nothing that would end the
-# List-Unsubscribe header's angle brackets or need encoding in a header, and neither "," nor
-# ";", where a long header line may be folded.
-_URL_CHARACTERS = re.compile(r"[A-Za-z0-9._~!$&'()*+=:@%/\[\]-]+")
-# Plain http is for a test on this machine: a recipient's link must be https.
-_LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
-
-
-def _public_url(raw: str) -> str:
-    url = raw.strip()
-    if not url:
-        return ""
-    wrong = "CLARION_PUBLIC_URL must be the https URL recipients reach Clarion at"
-    example = "e.g. https://notify.example.com"
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError:
-        raise SettingsError(f"{wrong} ({example}); it is not a URL") from None
-    if parts.scheme not in ("https", "http") or not parts.hostname:
-        raise SettingsError(f"{wrong} ({example}), got {redact(url)!r}")
-    if parts.scheme == "http" and parts.hostname not in _LOCAL_HOSTS:
-        raise SettingsError(
-            f"{wrong}: plain http only for 127.0.0.1 or localhost (tests), got {redact(url)!r}"
-        )
-    if parts.username is not None or parts.password is not None:
-        raise SettingsError(f"{wrong}: without a user name or password")
-    if parts.query or parts.fragment or url.endswith(("?", "#")):
-        raise SettingsError(f"{wrong}: without a query or fragment, got {url!r}")
-    if not _URL_CHARACTERS.fullmatch(url) or port == 0:
-        raise SettingsError(
-            f"{wrong}: ASCII URL characters only (an international domain in its xn-- form) "
-            f"and a port from 1 to 65535, got {url!r}"
-        )
-    return url.rstrip("/")
-
-
-def _key_prefix(prefix: str) -> str:
-    if not _PREFIX.match(prefix):
-        raise SettingsError(
-            f"CLARION_KEY_PREFIX must be 1-64 letters, digits, '_', '.' or '-', got {prefix!r}"
-        )
-    return prefix
-
-
-def _log_format(log_format: str) -> Literal["json", "console"]:
-    if log_format not in ("json", "console"):
-        raise SettingsError(f"CLARION_LOG_FORMAT must be 'json' or 'console', got {log_format!r}")
-    return log_format  # type: ignore[return-value]
-
-
-def _redis_url(url: str) -> str:
-    if is_cluster_url(url):
-        try:
-            cluster_nodes(url)
-        except ValueError as error:
-            raise SettingsError(f"CLARION_REDIS_URL: {error}") from None
-    elif not url.startswith(("redis://", "rediss://", "unix://")):
-        raise SettingsError(
-            "CLARION_REDIS_URL must start with redis://, rediss://, unix:// or (a Redis "
-            f"Cluster) redis+cluster://, got {redact(url)!r}"
-        )
-    return url
-
-
-def _database_url(url: str) -> str:
-    if not url.startswith(("postgresql://", "postgres://")):
-        raise SettingsError("CLARION_DATABASE_URL must start with postgresql://")
-    return url
-
-
-def _integer(env: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise SettingsError(f"{name} must be a whole number, got {raw!r}") from None
-    if not low <= value <= high:
-        raise SettingsError(f"{name} must be between {low} and {high}, got {value}")
-    return value
 
 
 def parse_api_keys(raw: str) -> tuple[ApiKey, ...]:

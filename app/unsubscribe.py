@@ -24,7 +24,8 @@ import struct
 from dataclasses import dataclass
 from typing import Final
 
-from app.settings import Settings, SettingsError
+from app.setting_values import SettingsError
+from app.settings import Settings
 from app.signed_tokens import Seal, SealBroken, TokenRefused
 from streams.core.vocabulary import Channel
 

@@ -214,6 +214,28 @@ def _state(
     }
 
 
+def _batch_route(settings: Settings) -> Router:
+    """The batch endpoint, under a body limit of its own."""
+    return Router(
+        "/",
+        route_handlers=[create_notifications_batch],
+        request_max_body_size=settings.max_batch_body_bytes,
+    )
+
+
+def _middleware(settings: Settings, recorder: MetricsRecorder) -> list[DefineMiddleware]:
+    """What wraps every request: the inbox's CORS, the HTTP metrics, the cross-site guard and,
+    with tracing on, a span per request."""
+    return [
+        DefineMiddleware(InboxCors, origins=settings.inbox_origins),
+        DefineMiddleware(HttpMetrics, recorder=recorder),
+        DefineMiddleware(
+            CrossSiteGuard, public_url=settings.public_url, inbox_origins=settings.inbox_origins
+        ),
+        *([DefineMiddleware(RequestSpans)] if tracing.ENABLED else []),
+    ]
+
+
 def create_app(
     settings: Settings,
     *,
@@ -232,11 +254,6 @@ def create_app(
     """
     keys = KeySpace(settings.key_prefix, settings.shards)
     recorder = MetricsRecorder(redis, keys)
-    batch = Router(
-        "/",
-        route_handlers=[create_notifications_batch],
-        request_max_body_size=settings.max_batch_body_bytes,
-    )
     state = _state(settings, redis, catalog, keys, recorder, clock=clock, db=db)
     state["feedback_schemes"] = schemes(
         catalog,
@@ -244,17 +261,10 @@ def create_app(
         state["address_digest"],
     )
     return Litestar(
-        route_handlers=[create_notification, batch, *ROUTES],
+        route_handlers=[create_notification, _batch_route(settings), *ROUTES],
         request_max_body_size=settings.max_body_bytes,
         before_request=bind_request_context,
-        middleware=[
-            DefineMiddleware(InboxCors, origins=settings.inbox_origins),
-            DefineMiddleware(HttpMetrics, recorder=recorder),
-            DefineMiddleware(
-                CrossSiteGuard, public_url=settings.public_url, inbox_origins=settings.inbox_origins
-            ),
-            *([DefineMiddleware(RequestSpans)] if tracing.ENABLED else []),
-        ],
+        middleware=_middleware(settings, recorder),
         lifespan=[recorder.flushing(), state["inbox_hub"].running()],
         openapi_config=openapi_config(),
         state=State(state),

@@ -21,20 +21,20 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 import structlog
 
 from app.campaigns import segments, specs
+from app.campaigns.batches import Batch, Entry, Known, Pace, ReadAhead, Tally
 from app.campaigns.lifecycle import state_change
 from app.campaigns.specs import CampaignSpec
 from app.ingest.answers import IngestAnswer
 from app.ingest.delivery_plan import epoch_ms
 from app.ingest.ingestor import Ingestor
 from app.ingest.quotas import NotificationQuota
-from app.ingest.requests import NotificationRequest
 from streams.campaigns.ids import notification_key
 from streams.campaigns.store import CHUNK_SIZE, Campaign, CampaignChange, CampaignStore
 from streams.core.errors import ClarionError, Conflict, Unavailable
@@ -43,7 +43,6 @@ from streams.core.events import (
     CampaignBatchGenerated,
 )
 from streams.core.vocabulary import CampaignState, Priority
-from streams.recipients.read import RecipientSettings
 
 log = structlog.get_logger(__name__)
 
@@ -63,61 +62,7 @@ class GeneratorOptions:
     backlog_poll_s: float = 0.2
 
 
-@dataclass
-class _Tally:
-    accepted: int = 0
-    repeated: int = 0
-    skipped: int = 0
-
-    def count(self, answer: IngestAnswer) -> None:
-        if answer.accepted:
-            if answer.replayed:
-                self.repeated += 1
-            else:
-                self.accepted += 1
-        else:
-            self.skipped += 1
-
-
 Renew = Callable[[], Awaitable[bool]]
-_Entry = tuple[str, NotificationRequest]
-_Known = Mapping[str, RecipientSettings]
-
-
-@dataclass(frozen=True)
-class _Batch:
-    """One chunk's notifications (idempotency key, request) and their recipients' settings
-    as read before planning."""
-
-    entries: list[_Entry]
-    known: _Known
-
-
-class _Ahead:
-    """The next chunk, being read while the current one is written."""
-
-    def __init__(self) -> None:
-        self._cursor = -1
-        self._task: asyncio.Task[_Batch] | None = None
-
-    def start(self, cursor: int, read: Coroutine[Any, Any, _Batch]) -> None:
-        self.drop()
-        self._cursor, self._task = cursor, asyncio.ensure_future(read)
-
-    async def take(self, cursor: int) -> _Batch | None:
-        """The chunk read ahead if it is the one at ``cursor`` (None: read it now)."""
-        if self._task is None or self._cursor != cursor:
-            self.drop()
-            return None
-        task, self._task = self._task, None
-        return await task
-
-    def drop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            # A read that failed before it was dropped has nothing more to say.
-            task.add_done_callback(lambda done: done.cancelled() or done.exception())
 
 
 class Generator:
@@ -133,14 +78,14 @@ class Generator:
 
     async def run(self, campaign_id: str, renew: Renew) -> None:
         """Generate until the campaign is done, paused or cancelled, or the lease is lost."""
-        ahead = _Ahead()
+        ahead = ReadAhead()
         try:
             await self._run(campaign_id, renew, ahead)
         finally:
             ahead.drop()
 
-    async def _run(self, campaign_id: str, renew: Renew, ahead: _Ahead) -> None:
-        paced = _Pace()
+    async def _run(self, campaign_id: str, renew: Renew, ahead: ReadAhead) -> None:
+        paced = Pace()
         while await renew():
             campaign = await self.store.get(campaign_id)
             if campaign is None:
@@ -219,27 +164,27 @@ class Generator:
                 last_renewal = time.monotonic()
         return True
 
-    async def _read(self, campaign: Campaign, spec: CampaignSpec, later: int) -> _Batch:
+    async def _read(self, campaign: Campaign, spec: CampaignSpec, later: int) -> Batch:
         """The notifications of the chunk ``later`` chunks after the campaign's cursor, and
         their recipients' settings."""
         recipients = await self.store.chunk(campaign.id, campaign.cursor + later)
         entries = [(notification_key(campaign.id, r), spec.notification(r)) for r in recipients]
         # Campaign recipients have profiles: read their settings with the batch, so that
         # each notification is planned once (see ``Ingestor.read_settings``).
-        return _Batch(entries, await self.ingestor.read_settings(campaign.producer, entries))
+        return Batch(entries, await self.ingestor.read_settings(campaign.producer, entries))
 
     async def _generate(
         self,
         campaign: Campaign,
         spec: CampaignSpec,
-        batch: _Batch,
-        paced: _Pace,
+        batch: Batch,
+        paced: Pace,
         renew: Renew,
-    ) -> _Tally | None:
+    ) -> Tally | None:
         """Ingest one chunk's notifications (None: given up halfway, as the lease was lost
         or, for a paced campaign, it was paused or cancelled: the chunk runs again on resume,
         its recipients generated so far counted as repeated then)."""
-        tally = _Tally()
+        tally = Tally()
         burst = self.quota.burst(campaign.producer)
         step = min(paced.step(spec.rate), burst or CHUNK_SIZE)
         for start in range(0, len(batch.entries), step):
@@ -268,7 +213,7 @@ class Generator:
         return True
 
     async def _ingest(
-        self, campaign: Campaign, batch: Sequence[_Entry], known: _Known
+        self, campaign: Campaign, batch: Sequence[Entry], known: Known
     ) -> list[IngestAnswer]:
         """The ingest answers for ``batch``, retrying those that may still succeed (with
         their recipients' settings read again)."""
@@ -301,7 +246,7 @@ class Generator:
                 )
         return done
 
-    async def _checkpoint(self, campaign: Campaign, tally: _Tally) -> None:
+    async def _checkpoint(self, campaign: Campaign, tally: Tally) -> None:
         """Record the batch (whatever happened to the campaign meanwhile: it was written)."""
         batch = campaign.cursor
         event = CampaignBatchGenerated(
@@ -346,23 +291,3 @@ class Generator:
 
     def _priority(self, spec: CampaignSpec) -> Priority:
         return spec.priority or self.ingestor.planner.catalog.types[spec.type].priority
-
-
-class _Pace:
-    """Keeps a campaign at its rate: recipients a second since this run began."""
-
-    def __init__(self) -> None:
-        self.began = time.monotonic()
-        self.done = 0
-
-    @staticmethod
-    def step(rate: int | None) -> int:
-        """Recipients ingested at once: a quarter of a second's worth at a set rate."""
-        return CHUNK_SIZE if not rate else max(1, min(CHUNK_SIZE, rate // 4))
-
-    async def wait(self, rate: int | None, count: int) -> None:
-        if rate:
-            ahead = self.began + self.done / rate - time.monotonic()
-            if ahead > 0:
-                await asyncio.sleep(ahead)
-        self.done += count

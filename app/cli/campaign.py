@@ -15,7 +15,8 @@ import click
 from app.campaigns.progress import progress_of, render
 from app.cli.status import run_reading_redis
 from app.processes.clients import redis_client
-from app.settings import Settings, SettingsError
+from app.setting_values import SettingsError
+from app.settings import Settings
 from projections.campaign_queries import campaign_counts
 from projections.database import DatabaseNotReady
 from projections.database import connect as connect_database

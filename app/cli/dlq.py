@@ -32,7 +32,8 @@ from app.operations.dlq import (
     summary_view,
 )
 from app.processes.clients import redis_client
-from app.settings import Settings, SettingsError
+from app.setting_values import SettingsError
+from app.settings import Settings
 from streams.core.connection import redact
 from streams.core.keys import KeySpace
 from streams.core.vocabulary import CHANNELS, ERROR_CLASSES

@@ -25,7 +25,8 @@ from app.processes import worker as worker_process
 from app.processes.clients import redis_client
 from app.processes.redis_checks import RedisNotReady, check_redis
 from app.processes.supervisor import Child, supervise
-from app.settings import Settings, SettingsError
+from app.setting_values import SettingsError
+from app.settings import Settings
 from projections.database import DatabaseNotReady
 from streams.core.vocabulary import Priority
 

@@ -11,7 +11,8 @@ import click
 from app.logging import configure_logging
 from app.processes.clients import redis_client
 from app.processes.redis_checks import RedisNotReady, check_redis
-from app.settings import Settings, SettingsError
+from app.setting_values import SettingsError
+from app.settings import Settings
 from projections.database import DatabaseNotReady
 from projections.database import connect as connect_database
 from projections.rebuild import RebuildSummary, rebuild

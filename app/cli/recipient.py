@@ -14,7 +14,8 @@ import click
 
 from app.cli.status import run_reading_redis
 from app.processes.clients import redis_client
-from app.settings import Settings, SettingsError
+from app.setting_values import SettingsError
+from app.settings import Settings
 from streams.core.keys import KeySpace
 from streams.inbox.revocation import InboxRevocations
 

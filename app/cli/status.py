@@ -19,7 +19,8 @@ from app.catalog import CatalogError, guarded_providers, load_catalog
 from app.metrics import read_snapshot
 from app.operations.status_hints import render
 from app.processes.clients import redis_client
-from app.settings import Settings, SettingsError
+from app.setting_values import SettingsError
+from app.settings import Settings
 from streams.core.keys import KeySpace
 
 

@@ -1,7 +1,8 @@
 """Delivery: the worker that hands work items to providers.
 
-Owns the worker's lanes and lifecycle (``worker``), one attempt from rendering to the recorded
-outcome (``attempt``), taking over and dead-lettering what others left (``recovery``), moving
+Owns the worker's lanes and lifecycle (``worker``), the readers of its lanes (``lane_reader``),
+leasing what they read (``leasing``), one attempt from rendering to the recorded outcome
+(``attempt``), taking over and dead-lettering what others left (``recovery``), moving
 due ``delayed`` members back (``scheduler``), the retry policy, rendering and provider time
 limits, and what a provider's word that an address is dead changes (``dead_addresses``).
 

@@ -1,12 +1,12 @@
 """The delivery worker: reads work items per priority lane and hands them to providers.
 
-Per shard and priority one reader task takes entries from ``work:<priority>`` with the
-consumer group ``delivery``; every priority has its own bound on sends in flight (``lanes``:
-a place is taken before a delivery is leased), so LOW can never take HIGH's capacity. A batch
-read is leased in one script call and rate-limited in one; each send is a task of its own
-(``attempt``), started only while its lease covers the provider's time limit, and the
-outcomes of concurrent sends are recorded in shared pipelines. On start a consumer first
-drains its own pending entries.
+Per shard and priority one reader task (``lane_reader``) takes entries from
+``work:<priority>`` with the consumer group ``delivery``; every priority has its own bound on
+sends in flight (``lanes``: a place is taken before a delivery is leased), so LOW can never
+take HIGH's capacity. A batch read is leased in one script call (``leasing``) and
+rate-limited in one; each send is a task of its own (``attempt``), started only while its
+lease covers the provider's time limit, and the outcomes of concurrent sends are recorded in
+shared pipelines. On start a consumer first drains its own pending entries.
 Beside the lanes run ``recovery`` (abandoned and poison entries) and the ``scheduler`` (due
 ``delayed`` members) of every shard.
 """
@@ -17,36 +17,36 @@ import asyncio
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import msgspec
 import structlog
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
 from app import __version__, tracing
 from app.catalog import Catalog
 from app.delivery import decide
 from app.delivery.attempt import Attempts
 from app.delivery.dead_addresses import DeadAddresses
+from app.delivery.lane_reader import LaneReader
 from app.delivery.lanes import Lanes
+from app.delivery.leasing import Leasing
 from app.delivery.provider_quota import ProviderQuota
 from app.delivery.provider_timeouts import ProviderTimeouts, start_within_ms
 from app.delivery.recovery import Recovery, RecoveryOptions
 from app.delivery.routing import Bulkheads, Route, Router, circuit_policies
 from app.delivery.scheduler import Scheduler
 from app.delivery.tracing import TracedAttempts
-from app.metrics import DELIVERY_FAILURES, record_outcome
+from app.metrics import record_outcome
 from app.providers.base import Provider
 from app.unsubscribe import UnsubscribeLinks
 from streams.core import clock, codec
-from streams.core.consumer_groups import DELIVERY_GROUP, Entry, ensure_group, is_missing_group
+from streams.core.consumer_groups import Entry
 from streams.core.keys import KeySpace, ShardKeys
-from streams.core.vocabulary import ErrorClass, Priority
+from streams.core.vocabulary import Priority
 from streams.delivery import outcomes as delivery_outcomes
 from streams.delivery.circuit_breaker import CircuitBreakers
 from streams.delivery.decisions import Decision, Deferred
-from streams.delivery.leases import UNSENT, LeasedDelivery, LeaseVerdict
+from streams.delivery.leases import LeasedDelivery
 from streams.delivery.rate_limiter import RateLimiter
 from streams.delivery.store import (
     FAILED_STATE_RETENTION_MS,
@@ -62,7 +62,6 @@ from streams.recipients.suppressions import SuppressionStore
 
 log = structlog.get_logger(__name__)
 
-READ_BLOCK_MS = 1000
 _WORK_FIELD = codec.WORK_FIELD.encode()
 
 
@@ -115,24 +114,11 @@ class DeliveryWorker:
         self.recipient_settings = RecipientSettingsStore(redis, keys)
         self.metrics = MetricsRecorder(redis, keys)
         self.worker = Worker(consumer, __version__)
+        self._leasing = Leasing(
+            self.store, self.worker, self.metrics, options.lease_ms, options.max_deliveries
+        )
         self._timeouts = ProviderTimeouts()
-        dead = DeadAddresses(
-            self.recipient_settings, SuppressionStore(redis, keys), address_digest, now_ms
-        )
-        # With tracing on, each attempt is a span (decided once: off, a send costs no more).
-        self._attempts = (TracedAttempts if tracing.ENABLED else Attempts)(
-            catalog, providers, self._timeouts, now_ms, dead.forget, links=options.unsubscribe
-        )
-        self._scheduler = Scheduler(redis, keys.all_shards())
-        self._recovery = Recovery(
-            redis,
-            keys,
-            self.store,
-            worker=self.worker,
-            options=RecoveryOptions(options.lease_ms, options.reclaim_interval_s),
-            metrics=self.metrics,
-            handle=self._handle_taken_over,
-        )
+        self._attempts = self._attempts_for(providers)
         self.breakers = CircuitBreakers(redis, keys, circuit_policies(catalog))
         bounds = {name: config.max_in_flight for name, config in catalog.providers.items()}
         self._router = Router(catalog, self.breakers, Bulkheads(bounds))
@@ -141,15 +127,48 @@ class DeliveryWorker:
         self._start_within_ms = start_within_ms(catalog, options.lease_ms)
         self._in_flight: set[asyncio.Task[None]] = set()
         self._stopping = asyncio.Event()
+        self._reader = LaneReader(redis, consumer, self._lanes, self._stopping, self.handle_entries)
+        self._scheduler = Scheduler(redis, keys.all_shards())
+        self._recovery = self._recovery_for(self._reader)
+
+    def _attempts_for(self, providers: Mapping[str, Provider]) -> Attempts:
+        """The attempts, which forget the addresses a provider says are dead."""
+        dead = DeadAddresses(
+            self.recipient_settings,
+            SuppressionStore(self.redis, self.keys),
+            self.address_digest,
+            self.now_ms,
+        )
+        # With tracing on, each attempt is a span (decided once: off, a send costs no more).
+        return (TracedAttempts if tracing.ENABLED else Attempts)(
+            self.catalog,
+            providers,
+            self._timeouts,
+            self.now_ms,
+            dead.forget,
+            links=self.options.unsubscribe,
+        )
+
+    def _recovery_for(self, reader: LaneReader) -> Recovery:
+        """Recovery, handing what it takes over to the lanes' reader (a lane's room at a time)."""
+        return Recovery(
+            self.redis,
+            self.keys,
+            self.store,
+            worker=self.worker,
+            options=RecoveryOptions(self.options.lease_ms, self.options.reclaim_interval_s),
+            metrics=self.metrics,
+            handle=reader.handle_taken_over,
+        )
 
     # --- lifecycle -------------------------------------------------------------------
 
     async def run(self) -> None:
         """Run until ``stop()``; then finish what is in flight, within the grace period."""
         shards = self.keys.all_shards()
-        await self._ensure_groups(shards)
+        await self._reader.ensure_groups(shards)
         loops = [
-            asyncio.create_task(self._read_lane(shard, priority), name=f"lane-{priority}")
+            asyncio.create_task(self._reader.read_lane(shard, priority), name=f"lane-{priority}")
             for shard in shards
             for priority in Priority
         ]
@@ -175,84 +194,11 @@ class DeliveryWorker:
         await asyncio.gather(watchdog, flusher, breakers, return_exceptions=True)
         log.info("worker.stopped", consumer=self.consumer, unfinished=len(self._in_flight))
 
-    async def _ensure_groups(self, shards: Sequence[ShardKeys]) -> None:
-        """Create the consumer groups, waiting out a Redis that is briefly away: a worker
-        (re)started while Redis restarts must wait for it, not exit."""
-        delay = 0.1
-        while not self._stopping.is_set():
-            try:
-                for shard in shards:
-                    for stream in shard.work_streams:
-                        await ensure_group(self.redis, stream, DELIVERY_GROUP)
-                return
-            except (RedisError, OSError) as error:
-                log.warning("worker.redis_unavailable", error=type(error).__name__, retry_in=delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
-
     def stop(self) -> None:
         """Ask ``run`` to stop reading and return."""
         self._stopping.set()
 
-    # --- reading -----------------------------------------------------------------------
-
-    async def _read_lane(self, shard: ShardKeys, priority: Priority) -> None:
-        stream = shard.work(priority)
-        cursor = "0"  # first this consumer's own pending entries, then new ones
-        # Every loop also checks the flag: a client library that turns a cancellation into
-        # an error of its own must not keep a stopping worker alive.
-        while not self._stopping.is_set():
-            try:
-                entries = await self._read(stream, cursor, priority)
-                if cursor != ">":
-                    if not entries:
-                        cursor = ">"
-                        continue
-                    # Go on after what was just read: these entries stay pending while they
-                    # are sent, and reading them again would send them again.
-                    cursor = entries[-1][0]
-                await self.handle_entries(shard, priority, entries)
-            except asyncio.CancelledError:
-                raise
-            except Exception as error:
-                # Whatever was read stays pending and is read again first (a refused write,
-                # an out-of-memory Redis say, leased nothing: it costs the entries nothing).
-                # A group or stream that vanished (Redis restarted empty) is made again.
-                cursor = "0"
-                if is_missing_group(error):
-                    log.warning("worker.group_missing", stream=stream)
-                    await self._ensure_groups([shard])
-                    continue
-                log.exception("worker.read_failed", stream=stream)
-                await asyncio.sleep(1)
-
-    async def _read(self, stream: str, cursor: str, priority: Priority) -> list[Entry]:
-        """Entries after ``cursor``, each in a lane place taken for it (the rest go back)."""
-        places = await self._lanes.take(priority)
-        entries: list[Entry] = []
-        try:
-            reply: Any = await self.redis.xreadgroup(
-                DELIVERY_GROUP,
-                self.consumer,
-                {stream: cursor},
-                count=places,
-                block=None if cursor != ">" else READ_BLOCK_MS,
-            )
-            read = reply[0][1] if reply else []
-            entries = [(_text(entry_id), fields) for entry_id, fields in read]
-            return entries
-        finally:
-            self._lanes.give_back(priority, places - len(entries))
-
-    async def _handle_taken_over(
-        self, shard: ShardKeys, priority: Priority, entries: Sequence[Entry]
-    ) -> None:
-        """Entries recovery took over, handled a lane's room at a time (see ``lanes``)."""
-        done = 0
-        while done < len(entries):
-            places = await self._lanes.take(priority, len(entries) - done)
-            await self.handle_entries(shard, priority, entries[done : done + places])
-            done += places
+    # --- batches read or taken over ------------------------------------------------------
 
     async def handle_entries(
         self, shard: ShardKeys, priority: Priority, entries: Sequence[Entry]
@@ -271,40 +217,11 @@ class DeliveryWorker:
                     await self._recovery.poison(shard, priority, entry_id, fields, reason)
             if items:
                 leased_at = self.now_ms()  # the leases begin in Redis after this
-                go = await self._lease(shard, priority, items)
+                go = await self._leasing.lease(shard, priority, items)
                 places -= len(go)  # ``_start`` hands their places to sends or gives them back
                 await self._start(priority, go, leased_at)
         finally:
             self._lanes.give_back(priority, places)
-
-    async def _lease(
-        self, shard: ShardKeys, priority: Priority, items: list[tuple[str, WorkItem]]
-    ) -> list[LeasedDelivery]:
-        """Lease the items' deliveries in one call, record what is not to be sent; the
-        deliveries leased to us to send. LEASED items stay pending: their holder finishes
-        them or recovery hands them out again."""
-        leases = await self.store.begin(
-            shard, priority, items, self.consumer,
-            lease_ms=self.options.lease_ms, max_leases=self.options.max_deliveries,
-        )  # fmt: skip
-        held = [
-            LeasedDelivery.taken(shard, item, entry_id, lease, self.worker)
-            for (entry_id, item), lease in zip(items, leases, strict=True)
-        ]
-        dropped = [self._unsent(leased) for leased in held if leased.lease.verdict in UNSENT]
-        if dropped:
-            await self.store.finish(dropped)
-        return [leased for leased in held if leased.lease.verdict is LeaseVerdict.GO]
-
-    def _unsent(self, leased: LeasedDelivery) -> Outcome:
-        """The outcome of a delivery its lease says not to send (TERMINAL, CANCELLED, POISON)."""
-        lease = leased.lease
-        if lease.verdict is LeaseVerdict.POISON:
-            limit = self.options.max_deliveries
-            log.warning("delivery.poison", delivery_id=leased.item.delivery_id, leases=limit + 1)
-            self.metrics.inc(DELIVERY_FAILURES, (leased.item.channel, ErrorClass.POISON))
-        decision = decide.not_to_send(lease, self.options.max_deliveries)
-        return delivery_outcomes.outcome(leased, decision, lease.now_ms)
 
     async def _start(self, priority: Priority, held: list[LeasedDelivery], leased_at: int) -> None:
         """Expire what is past its TTL, route the rest to providers, defer what has no
@@ -317,19 +234,7 @@ class DeliveryWorker:
         owed: Counter[str] = Counter()
         sending = 0
         try:
-            for leased in held:
-                expired = decide.expired_before(leased.item, now)
-                if expired is not None:
-                    decided.append((leased, expired))
-                    continue
-                route = self._router.route_now(leased.item, now) or await self._router.route(
-                    leased.item, now
-                )
-                if route.provider:
-                    ready.append((leased, route))
-                    owed[route.provider] += 1
-                else:
-                    decided.append((leased, Deferred(route.until_ms, route.reason)))
+            await self._route(held, now, ready, decided, owed)
             waits = await self._quota.waits([(route.provider, priority) for _, route in ready])
             started_at = self.now_ms()
             for (leased, route), wait in zip(ready, waits, strict=True):
@@ -353,6 +258,30 @@ class DeliveryWorker:
                     self._router.done(provider)
         if decided:
             await self.store.finish([self._held_back(*pair, now) for pair in decided])
+
+    async def _route(
+        self,
+        held: list[LeasedDelivery],
+        now: int,
+        ready: list[tuple[LeasedDelivery, Route]],
+        decided: list[tuple[LeasedDelivery, Decision]],
+        owed: Counter[str],
+    ) -> None:
+        """Sort what is held: past its TTL or without a provider now into ``decided``, the
+        rest into ``ready`` with its route, each route's bulkhead place into ``owed``."""
+        for leased in held:
+            expired = decide.expired_before(leased.item, now)
+            if expired is not None:
+                decided.append((leased, expired))
+                continue
+            route = self._router.route_now(leased.item, now) or await self._router.route(
+                leased.item, now
+            )
+            if route.provider:
+                ready.append((leased, route))
+                owed[route.provider] += 1
+            else:
+                decided.append((leased, Deferred(route.until_ms, route.reason)))
 
     def _held_back(self, leased: LeasedDelivery, decision: Decision, now: int) -> Outcome:
         """An expired or deferred delivery's outcome; a deferral wakes the scheduler."""
@@ -394,7 +323,3 @@ class DeliveryWorker:
             self._router.done(route.provider)
             if route.probe:
                 await self.breakers.probe_done(route.provider, ok=provider_failed is not True)
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

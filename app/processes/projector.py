@@ -48,43 +48,54 @@ async def serve(settings: Settings) -> None:
     try:
         await check_redis(redis, settings.redis_url)
         keys = KeySpace(settings.key_prefix, settings.shards)
-        retention = policies(
-            keys,
-            stream_retention_ms=settings.stream_retention_seconds * 1000,
-            dlq_retention_ms=settings.dlq_retention_seconds * 1000,
-        )
-        trimmer = asyncio.create_task(
-            keep_trimmed(redis, retention, min(TRIM_INTERVAL_S, settings.stream_retention_seconds))
-        )
+        trimmer = _start_trimming(settings, redis, keys)
         pool = await _database(settings, stop)
         if pool is None:
             return
-        consumer = f"{socket.gethostname()}-projector"
-        projector = Projector(
-            redis, pool, keys, consumer=consumer,
-            projected_state_retention_ms=settings.projected_state_retention_seconds * 1000,
-        )  # fmt: skip
-        metrics = MetricsRecorder(redis, keys)
-        feedback = _feedback_processor(
-            settings, redis, keys, pool, consumer=consumer, metrics=metrics
-        )
-        async with metrics.flushing():
-            running = asyncio.create_task(projector.run())
-            matching = asyncio.create_task(feedback.run())
-            upkeep = asyncio.create_task(_keep_partitions(pool, settings.retention_days))
-            stopping = asyncio.create_task(stop.wait())
-            await asyncio.wait({running, matching, stopping}, return_when=asyncio.FIRST_COMPLETED)
-            projector.stop()
-            feedback.stop()
-            stopping.cancel()
-            upkeep.cancel()
-            await asyncio.gather(running, matching)
+        await _project(settings, redis, keys, pool, stop)
         await pool.close()
     finally:
         if trimmer is not None:
             trimmer.cancel()
             await asyncio.gather(trimmer, return_exceptions=True)
         await redis.aclose()
+
+
+def _start_trimming(settings: Settings, redis: Redis, keys: KeySpace) -> asyncio.Task[None]:
+    """The task that keeps every stream trimmed to its retention."""
+    retention = policies(
+        keys,
+        stream_retention_ms=settings.stream_retention_seconds * 1000,
+        dlq_retention_ms=settings.dlq_retention_seconds * 1000,
+    )
+    return asyncio.create_task(
+        keep_trimmed(redis, retention, min(TRIM_INTERVAL_S, settings.stream_retention_seconds))
+    )
+
+
+async def _project(
+    settings: Settings, redis: Redis, keys: KeySpace, pool: asyncpg.Pool, stop: asyncio.Event
+) -> None:
+    """Project the events and match providers' feedback, keeping the history's partitions,
+    until ``stop`` is set or the projector or the feedback processor ends."""
+    consumer = f"{socket.gethostname()}-projector"
+    projector = Projector(
+        redis, pool, keys, consumer=consumer,
+        projected_state_retention_ms=settings.projected_state_retention_seconds * 1000,
+    )  # fmt: skip
+    metrics = MetricsRecorder(redis, keys)
+    feedback = _feedback_processor(settings, redis, keys, pool, consumer=consumer, metrics=metrics)
+    async with metrics.flushing():
+        running = asyncio.create_task(projector.run())
+        matching = asyncio.create_task(feedback.run())
+        upkeep = asyncio.create_task(_keep_partitions(pool, settings.retention_days))
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait({running, matching, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        projector.stop()
+        feedback.stop()
+        stopping.cancel()
+        upkeep.cancel()
+        await asyncio.gather(running, matching)
 
 
 def _feedback_processor(

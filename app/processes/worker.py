@@ -10,7 +10,7 @@ import structlog
 import uvloop
 
 from app import tracing
-from app.campaigns.runner import campaign_runner
+from app.campaigns.runner import CampaignRunner, campaign_runner
 from app.catalog import Catalog, load_catalog
 from app.delivery.feeder import Feeder
 from app.delivery.worker import DeliveryWorker, WorkerOptions
@@ -97,27 +97,37 @@ async def serve(settings: Settings, slot: int) -> None:
             options=options,
         )
         campaigns = campaign_runner(settings, redis, keys, catalog, consumer_name(slot))
-        feeding_stops = asyncio.Event()
-        running = asyncio.create_task(worker.run())
-        generating = asyncio.create_task(campaigns.run())
-        feeding = asyncio.create_task(
-            Feeder(redis, catalog.fairness).run(keys.all_shards(), feeding_stops)
-        )
-        stopping = asyncio.create_task(stop.wait())
-        parts = {running, generating, feeding, stopping}
-        await asyncio.wait(parts, return_when=asyncio.FIRST_COMPLETED)
-        worker.stop()
-        campaigns.stop()
-        feeding_stops.set()
-        stopping.cancel()
         try:
-            await running  # raises what made the worker end on its own, if anything
-            await generating
-            await feeding
+            await _run_until_stopped(worker, campaigns, Feeder(redis, catalog.fairness), keys, stop)
         finally:
             await close_providers(providers)
     finally:
         await redis.aclose()
+
+
+async def _run_until_stopped(
+    worker: DeliveryWorker,
+    campaigns: CampaignRunner,
+    feeder: Feeder,
+    keys: KeySpace,
+    stop: asyncio.Event,
+) -> None:
+    """Run the delivery worker, the campaigns' generators and the fairness feeder until
+    ``stop`` is set or one of them ends; then stop them all and wait for them."""
+    feeding_stops = asyncio.Event()
+    running = asyncio.create_task(worker.run())
+    generating = asyncio.create_task(campaigns.run())
+    feeding = asyncio.create_task(feeder.run(keys.all_shards(), feeding_stops))
+    stopping = asyncio.create_task(stop.wait())
+    parts = {running, generating, feeding, stopping}
+    await asyncio.wait(parts, return_when=asyncio.FIRST_COMPLETED)
+    worker.stop()
+    campaigns.stop()
+    feeding_stops.set()
+    stopping.cancel()
+    await running  # raises what made the worker end on its own, if anything
+    await generating
+    await feeding
 
 
 def main(slot: int) -> None:

@@ -141,9 +141,9 @@ NOT_REQUEST_TEXT = {
     # The service account's token_uri, read from a secret at start-up.
     "app.catalog.push._TOKEN_URI",
     "app.settings._PRODUCER",
-    "app.settings._PREFIX",
-    "app.settings._URL_CHARACTERS",
-    "app.settings._ORIGIN",
+    "app.setting_values._PREFIX",
+    "app.setting_values._URL_CHARACTERS",
+    "app.setting_values._ORIGIN",
     "app.catalog.providers.LinkScheme",
     "projections.database._MIGRATION_FILE",
 }

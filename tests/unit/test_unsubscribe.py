@@ -7,7 +7,8 @@ import hmac
 
 import pytest
 
-from app.settings import Settings, SettingsError
+from app.setting_values import SettingsError
+from app.settings import Settings
 from app.signed_tokens import MAC_BYTES, MAX_TOKEN_CHARS, TokenRefused
 from app.unsubscribe import (
     MAX_URL_CHARS,

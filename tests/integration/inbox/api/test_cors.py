@@ -70,7 +70,8 @@ async def test_a_change_from_another_site_is_taken_only_from_a_configured_origin
 
 
 def test_settings_name_a_bad_origin() -> None:
-    from app.settings import Settings, SettingsError  # noqa: PLC0415
+    from app.setting_values import SettingsError  # noqa: PLC0415
+    from app.settings import Settings  # noqa: PLC0415
 
     with pytest.raises(SettingsError, match="CLARION_INBOX_ORIGINS"):
         Settings.from_env({"CLARION_INBOX_ORIGINS": "https://ok.example, javascript:alert(1)"})
