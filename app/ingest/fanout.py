@@ -8,15 +8,14 @@ each delivery's fate is decided by ``app.ingest.delivery_plan``.
 
 from __future__ import annotations
 
-import hashlib
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import msgspec
 
 from app import tracing
 from app.catalog import Catalog
 from app.ingest.delivery_plan import Identity, NotificationPlan, epoch_ms
+from app.ingest.fingerprints import fingerprint
 from app.ingest.quiet_hours import window_end
 from app.ingest.requests import Accepted, NotificationRequest, target_address
 from streams.campaigns.ids import campaign_of
@@ -38,7 +37,6 @@ from streams.recipients.suppressions import ListView, address_field
 
 _HIGH = Priority.HIGH  # bound once: looked up per notification
 
-_canonical = msgspec.json.Encoder(order="sorted")
 _response_encoder = msgspec.json.Encoder()
 _MAX_ROUTES = 4096
 
@@ -55,35 +53,6 @@ class FanoutError(Invalid, ValueError):
 
 class NotAllowed(Forbidden, ValueError):
     """The producer may not send this type."""
-
-
-_FINGERPRINTED = len(NotificationRequest.__struct_fields__)
-
-
-def fingerprint(request: NotificationRequest) -> str:
-    """A digest of the request's canonical form: key order and spacing do not matter.
-
-    Only the fields of a single POST count, so a batch item (which adds its idempotency
-    key after them) fingerprints like the same notification posted alone.
-    """
-    fields = msgspec.structs.astuple(request)[:_FINGERPRINTED]
-    recipient = request.recipient
-    if recipient.webhook_url is None or not recipient.push_targets:
-        # The fields a recipient gained later count only when given, so a retry of a
-        # request accepted by an earlier version still matches its record.
-        before: dict[str, Any] = {
-            "id": recipient.id,
-            "email": recipient.email,
-            "phone": recipient.phone,
-            "push_tokens": recipient.push_tokens,
-        }
-        if recipient.webhook_url is not None:
-            before["webhook_url"] = recipient.webhook_url
-        if recipient.push_targets:
-            before["push_targets"] = recipient.push_targets
-        fields = (before, *fields[1:])
-    canonical = _canonical.encode(fields)
-    return hashlib.sha256(canonical).hexdigest()[:32]
 
 
 def addresses_by_channel(

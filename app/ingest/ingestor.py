@@ -24,9 +24,9 @@ from app.ingest.fanout import (
     FanoutError,
     NotAllowed,
     Planner,
-    fingerprint,
     utc_now,
 )
+from app.ingest.fingerprints import fingerprint
 from app.ingest.high_first import HighFirst
 from app.ingest.pending import NO_SETTINGS, CheckedRequest, Pending, with_profile_of
 from app.ingest.requests import NotificationRequest
