@@ -24,11 +24,7 @@ from streams.core.errors import Forbidden, Invalid
 from streams.core.events import Event
 from streams.core.ids import new_ids
 from streams.core.keys import ShardKeys
-from streams.core.records import (
-    NotificationRecord,
-    decode_record,
-    encode_record,
-)
+from streams.core.records import decode_record
 from streams.core.vocabulary import Channel, Priority
 from streams.ingest.writer import IngestItem
 from streams.recipients.settings import AddressDigest, RecipientSettings
@@ -220,17 +216,7 @@ class Planner:
         )
         events: list[Event] = [notification.accepted(producer, idempotency_key, identity)]
         at_acceptance, work, shared_data, suppressed_at = notification.deliveries(identity, events)
-        record = NotificationRecord(
-            id=notification.id,
-            type=request.type,
-            priority=notification.priority,
-            recipient_id=request.recipient.id,
-            producer=producer,
-            created_ms=notification.now_ms,
-            expires_ms=notification.expires_ms,
-            deliveries=at_acceptance,
-            campaign_id=campaign,
-        )
+        response, record = notification.encoded(at_acceptance)
         return IngestItem(
             shard=shard,
             priority=notification.priority,
@@ -243,10 +229,8 @@ class Planner:
             suppression_version=suppressions.version,
             suppression_checks=checks,
             suppressions_known=known,
-            response=_response_encoder.encode(
-                Accepted(id=notification.id, deliveries=at_acceptance)
-            ),
-            record=encode_record(record),
+            response=response,
+            record=record,
             events=codec.encode_events(events),
             work=work,
             shared_data=shared_data,
