@@ -1,5 +1,5 @@
 """One notification's deliveries at ingest: each delivery's fate, its first event and its
-work item.
+work item; and the notification's record and accepted answer, which list them.
 
 ``app.ingest.fanout`` checks a request against the catalog and fixes its ids; what it then
 knows about one notification (its priority, expiry, the recipient's settings and quiet
@@ -15,7 +15,7 @@ from datetime import datetime
 
 import msgspec
 
-from app.ingest.requests import NotificationRequest
+from app.ingest.requests import Accepted, NotificationRequest
 from streams.core import codec
 from streams.core.events import (
     DeliveryDeferred,
@@ -25,7 +25,7 @@ from streams.core.events import (
     Event,
     NotificationAccepted,
 )
-from streams.core.records import DeliveryAtAcceptance
+from streams.core.records import DeliveryAtAcceptance, NotificationRecord, encode_record
 from streams.core.vocabulary import Channel, Priority
 from streams.delivery.delayed import delayed_member
 from streams.delivery.state import DeliveryStatus
@@ -39,6 +39,7 @@ _QUEUED, _SCHEDULED = DeliveryStatus.QUEUED, DeliveryStatus.SCHEDULED
 _SUPPRESSED, _EXPIRED = DeliveryStatus.SUPPRESSED, DeliveryStatus.EXPIRED
 
 _data_encoder = msgspec.json.Encoder()
+_response_encoder = msgspec.json.Encoder()
 
 
 class Identity(msgspec.Struct, frozen=True):
@@ -152,6 +153,23 @@ class NotificationPlan(msgspec.Struct, frozen=True, kw_only=True):
                 ))  # fmt: skip
                 work.append(PlannedWork(priority, self._work_item(did, channel, address, shared)))
         return at_acceptance, work, shared if work else b"", suppressed_at
+
+    def encoded(self, at_acceptance: list[DeliveryAtAcceptance]) -> tuple[bytes, bytes]:
+        """The notification accepted, encoded twice: the answer that says so (its id and its
+        deliveries at ingest), and its record as stored."""
+        response = _response_encoder.encode(Accepted(id=self.id, deliveries=at_acceptance))
+        record = NotificationRecord(
+            id=self.id,
+            type=self.request.type,
+            priority=self.priority,
+            recipient_id=self.request.recipient.id,
+            producer=self.producer,
+            created_ms=self.now_ms,
+            expires_ms=self.expires_ms,
+            deliveries=at_acceptance,
+            campaign_id=self.campaign,
+        )
+        return response, encode_record(record)
 
     def _shared_data(self, work_items: int) -> bytes:
         """The encoded data when ``work_items`` items share it, else b"" (each carries it)."""

@@ -8,15 +8,14 @@ each delivery's fate is decided by ``app.ingest.delivery_plan``.
 
 from __future__ import annotations
 
-import hashlib
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import msgspec
 
 from app import tracing
 from app.catalog import Catalog
 from app.ingest.delivery_plan import Identity, NotificationPlan, epoch_ms
+from app.ingest.fingerprints import fingerprint
 from app.ingest.quiet_hours import window_end
 from app.ingest.requests import Accepted, NotificationRequest, target_address
 from streams.campaigns.ids import campaign_of
@@ -25,11 +24,7 @@ from streams.core.errors import Forbidden, Invalid
 from streams.core.events import Event
 from streams.core.ids import new_ids
 from streams.core.keys import ShardKeys
-from streams.core.records import (
-    NotificationRecord,
-    decode_record,
-    encode_record,
-)
+from streams.core.records import decode_record
 from streams.core.vocabulary import Channel, Priority
 from streams.ingest.writer import IngestItem
 from streams.recipients.read import RecipientSettings
@@ -39,7 +34,6 @@ from streams.recipients.suppressions import ListView, address_field
 
 _HIGH = Priority.HIGH  # bound once: looked up per notification
 
-_canonical = msgspec.json.Encoder(order="sorted")
 _response_encoder = msgspec.json.Encoder()
 _MAX_ROUTES = 4096
 
@@ -56,35 +50,6 @@ class FanoutError(Invalid, ValueError):
 
 class NotAllowed(Forbidden, ValueError):
     """The producer may not send this type."""
-
-
-_FINGERPRINTED = len(NotificationRequest.__struct_fields__)
-
-
-def fingerprint(request: NotificationRequest) -> str:
-    """A digest of the request's canonical form: key order and spacing do not matter.
-
-    Only the fields of a single POST count, so a batch item (which adds its idempotency
-    key after them) fingerprints like the same notification posted alone.
-    """
-    fields = msgspec.structs.astuple(request)[:_FINGERPRINTED]
-    recipient = request.recipient
-    if recipient.webhook_url is None or not recipient.push_targets:
-        # The fields a recipient gained later count only when given, so a retry of a
-        # request accepted by an earlier version still matches its record.
-        before: dict[str, Any] = {
-            "id": recipient.id,
-            "email": recipient.email,
-            "phone": recipient.phone,
-            "push_tokens": recipient.push_tokens,
-        }
-        if recipient.webhook_url is not None:
-            before["webhook_url"] = recipient.webhook_url
-        if recipient.push_targets:
-            before["push_targets"] = recipient.push_targets
-        fields = (before, *fields[1:])
-    canonical = _canonical.encode(fields)
-    return hashlib.sha256(canonical).hexdigest()[:32]
 
 
 def addresses_by_channel(
@@ -252,17 +217,7 @@ class Planner:
         )
         events: list[Event] = [notification.accepted(producer, idempotency_key, identity)]
         at_acceptance, work, shared_data, suppressed_at = notification.deliveries(identity, events)
-        record = NotificationRecord(
-            id=notification.id,
-            type=request.type,
-            priority=notification.priority,
-            recipient_id=request.recipient.id,
-            producer=producer,
-            created_ms=notification.now_ms,
-            expires_ms=notification.expires_ms,
-            deliveries=at_acceptance,
-            campaign_id=campaign,
-        )
+        response, record = notification.encoded(at_acceptance)
         return IngestItem(
             shard=shard,
             priority=notification.priority,
@@ -275,10 +230,8 @@ class Planner:
             suppression_version=suppressions.version,
             suppression_checks=checks,
             suppressions_known=known,
-            response=_response_encoder.encode(
-                Accepted(id=notification.id, deliveries=at_acceptance)
-            ),
-            record=encode_record(record),
+            response=response,
+            record=record,
             events=codec.encode_events(events),
             work=work,
             shared_data=shared_data,

@@ -20,18 +20,17 @@ from redis.exceptions import RedisError
 
 from app import tracing
 from app.ingest.answers import RETRY_S, IngestAnswer, answer_of, refused, unavailable
-from app.ingest.delivery_plan import Identity
 from app.ingest.fanout import (
     FanoutError,
     NotAllowed,
     Planner,
-    fingerprint,
     utc_now,
 )
+from app.ingest.fingerprints import fingerprint
 from app.ingest.high_first import HighFirst
-from app.ingest.profiles import decode as decode_profile
-from app.ingest.profiles import merged
+from app.ingest.pending import NO_SETTINGS, CheckedRequest, Pending, with_profile_of
 from app.ingest.requests import NotificationRequest
+from app.ingest.span_notes import note_on_span
 from app.metrics import OPT_OUTS, SUPPRESSED
 from streams.core.errors import Conflict, Forbidden, Invalid
 from streams.core.keys import KeySpace, ShardKeys
@@ -52,41 +51,6 @@ MAX_ROUNDS = 4
 # A batch yields every ``SLICE`` items planned (about 1 ms), writes in parts of
 # ``WRITE_CHUNK`` (answering 1000 at once took milliseconds); with ``overlap``, in ``PLAN_CHUNK``.
 SLICE, WRITE_CHUNK, PLAN_CHUNK = 25, 250, 100
-_NO_SETTINGS = RecipientSettings()
-
-
-class _AcceptedId(msgspec.Struct):
-    id: str
-
-
-# The id in an accepted body, for the request's span (tracing on only).
-_accepted_id = msgspec.json.Decoder(_AcceptedId)
-
-
-class _Request(msgspec.Struct, frozen=True):
-    """A request checked against the catalog, with its notification id fixed for all its
-    rounds. ``body`` is the request as planned: the one given (``given``), with the
-    recipient's profile filled in once a round found one (and with it new delivery ids:
-    nothing of a round that does not accept is written)."""
-
-    producer: str
-    shard: ShardKeys
-    key: str
-    body: NotificationRequest
-    identity: Identity
-    fingerprint: str
-    given: NotificationRequest
-
-
-class _Pending(msgspec.Struct):
-    """A request being ingested: where its answer goes, what is written for it, and what the
-    last round learnt of the recipient's settings and of the suppression list."""
-
-    index: int
-    request: _Request
-    item: IngestItem
-    settings: RecipientSettings = _NO_SETTINGS
-    suppressions: ListView = EMPTY_LIST
 
 
 class Ingestor:
@@ -140,31 +104,11 @@ class Ingestor:
         each hundred in a pipeline of its own (``IngestWriter.write``'s ``alone``)."""
         now = self.clock()
         answers: list[IngestAnswer | None] = [None] * len(entries)
-        pending: list[_Pending] = []
         writing: list[asyncio.Task[None]] = []
         try:
-            for index, (key, request) in enumerate(entries):
-                if index % SLICE == SLICE - 1:
-                    # Single requests get in between, HIGH ones first (``HighFirst``):
-                    # planning a big batch takes milliseconds. With ``overlap``, what is
-                    # planned goes to Redis now, and is written there while the rest is
-                    # planned.
-                    if overlap and len(pending) >= PLAN_CHUNK:
-                        written = self._rounds(pending, answers, now, alone=True)
-                        writing.append(asyncio.create_task(written))
-                        pending = []
-                    await self.high_first.batch_turn()
-                if isinstance(request, IngestAnswer):
-                    answers[index] = request
-                    continue
-                known_settings = known.get(request.recipient.id) if known else None
-                entry = self._first_plan(
-                    index, producer, key, request, now, settings=known_settings or _NO_SETTINGS
-                )
-                if isinstance(entry, IngestAnswer):
-                    answers[index] = entry
-                    continue
-                pending.append(entry)
+            pending = await self._plan_batch(
+                producer, entries, known, now, answers=answers, writing=writing, overlap=overlap
+            )
             for start in range(0, len(pending), WRITE_CHUNK):
                 part = pending[start : start + WRITE_CHUNK]
                 await self._rounds(part, answers, now, alone=overlap)
@@ -177,12 +121,51 @@ class Ingestor:
                 raise result
         assert all(answer is not None for answer in answers)  # every index is answered
         if tracing.ENABLED:
-            self._note_on_span(producer, entries, answers)  # type: ignore[arg-type]
+            types = self.planner.catalog.types
+            note_on_span(types, producer, entries, answers)  # type: ignore[arg-type]
         return answers  # type: ignore[return-value]
+
+    async def _plan_batch(
+        self,
+        producer: str,
+        entries: Sequence[tuple[str, NotificationRequest | IngestAnswer]],
+        known: Mapping[str, RecipientSettings] | None,
+        now: datetime,
+        *,
+        answers: list[IngestAnswer | None],
+        writing: list[asyncio.Task[None]],
+        overlap: bool,
+    ) -> list[Pending]:
+        """Plan each entry for its first round, answering at once those refused or already
+        answered; what is left to write. With ``overlap``, each ``PLAN_CHUNK`` planned is
+        written meanwhile, in a task added to ``writing`` (which the caller waits for)."""
+        pending: list[Pending] = []
+        for index, (key, request) in enumerate(entries):
+            if index % SLICE == SLICE - 1:
+                # Single requests get in between, HIGH ones first (``HighFirst``): planning a
+                # big batch takes milliseconds. With ``overlap``, what is planned goes to
+                # Redis now, and is written there while the rest is planned.
+                if overlap and len(pending) >= PLAN_CHUNK:
+                    written = self._rounds(pending, answers, now, alone=True)
+                    writing.append(asyncio.create_task(written))
+                    pending = []
+                await self.high_first.batch_turn()
+            if isinstance(request, IngestAnswer):
+                answers[index] = request
+                continue
+            known_settings = known.get(request.recipient.id) if known else None
+            entry = self._first_plan(
+                index, producer, key, request, now, settings=known_settings or NO_SETTINGS
+            )
+            if isinstance(entry, IngestAnswer):
+                answers[index] = entry
+                continue
+            pending.append(entry)
+        return pending
 
     async def _rounds(
         self,
-        pending: list[_Pending],
+        pending: list[Pending],
         answers: list[IngestAnswer | None],
         now: datetime,
         *,
@@ -231,12 +214,12 @@ class Ingestor:
         now: datetime,
         *,
         settings: RecipientSettings,
-    ) -> _Pending | IngestAnswer:
+    ) -> Pending | IngestAnswer:
         """Check the request against the catalog, fix its ids and plan it for the
         recipient's settings as known (none, the common case); ``Invalid`` if it cannot be,
         ``Forbidden`` if the producer may not send its type."""
         shard = self.keys.for_ingest(producer, key)
-        body = _with_profile_of(request, settings)
+        body = with_profile_of(request, settings)
         try:
             self.planner.check_sender(producer, request.type)
             identity = self.planner.identity(shard, body)
@@ -244,26 +227,26 @@ class Ingestor:
             return refused(Forbidden(str(error)))
         except FanoutError as error:
             return refused(Invalid(str(error)))
-        checked = _Request(
+        checked = CheckedRequest(
             producer, shard, key, body, identity, fingerprint(request), given=request
         )
         version = self._list_versions.get(shard.shard, 0)
         view = ListView(version) if version else EMPTY_LIST
         plan = self._plan(checked, settings, view, now)
-        return _Pending(index, checked, plan, settings=settings, suppressions=view)
+        return Pending(index, checked, plan, settings=settings, suppressions=view)
 
     async def _write(
         self,
-        pending: list[_Pending],
+        pending: list[Pending],
         answers: list[IngestAnswer | None],
         now: datetime,
         *,
         alone: bool = False,
-    ) -> list[_Pending]:
+    ) -> list[Pending]:
         """One round of writes: answer each item, except those whose recipient's settings
         changed (STALE), which are planned again and returned for the next round."""
         replies = await self.writer.write([entry.item for entry in pending], alone=alone)
-        again: list[_Pending] = []
+        again: list[Pending] = []
         for entry, reply in zip(pending, replies, strict=True):
             if isinstance(reply, RedisError):
                 answers[entry.index] = unavailable()
@@ -286,10 +269,10 @@ class Ingestor:
                 answers[entry.index] = self._answer(entry, reply)
         return again
 
-    def _with_profile(self, request: _Request, settings: RecipientSettings) -> _Request:
+    def _with_profile(self, request: CheckedRequest, settings: RecipientSettings) -> CheckedRequest:
         """The request as planned for a recipient with these settings: with its profile's
         addresses and locale where the request gives none, and the deliveries that makes."""
-        body = _with_profile_of(request.given, settings)
+        body = with_profile_of(request.given, settings)
         if body == request.body:
             return request
         identity = self.planner.identity(
@@ -299,7 +282,7 @@ class Ingestor:
 
     def _plan(
         self,
-        request: _Request,
+        request: CheckedRequest,
         settings: RecipientSettings,
         suppressions: ListView,
         now: datetime,
@@ -318,30 +301,12 @@ class Ingestor:
             suppressions=suppressions,
         )
 
-    def _answer(self, entry: _Pending, reply: IngestReply) -> IngestAnswer:
+    def _answer(self, entry: Pending, reply: IngestReply) -> IngestAnswer:
         if reply.kind == "OK" and self.metrics is not None:
             self._count_suppressed(entry)
         return answer_of(entry.item.response, reply)
 
-    def _note_on_span(
-        self,
-        producer: str,
-        entries: Sequence[tuple[str, NotificationRequest | IngestAnswer]],
-        answers: Sequence[IngestAnswer],
-    ) -> None:
-        """Describe the request on its trace's span (tracing on only)."""
-        types = self.planner.catalog.types
-        kinds = [
-            (request.type, str(request.priority or types[request.type].priority))
-            for _, request in entries
-            if isinstance(request, NotificationRequest) and request.type in types
-        ]
-        accepted = [
-            _accepted_id.decode(answer.response).id for answer in answers if answer.accepted
-        ]
-        tracing.note_ingest(producer, kinds, accepted, len(entries))
-
-    def _count_suppressed(self, entry: _Pending) -> None:
+    def _count_suppressed(self, entry: Pending) -> None:
         """Count the deliveries suppressed at acceptance, as the plan found them. A replay
         (DUP) does not count twice."""
         suppressed = entry.item.suppressed
@@ -354,11 +319,3 @@ class Ingestor:
             opted_out += reason == "opted_out"
         if opted_out:
             self.metrics.inc(OPT_OUTS, (entry.request.body.type,), opted_out)
-
-
-def _with_profile_of(
-    given: NotificationRequest, settings: RecipientSettings
-) -> NotificationRequest:
-    """The request with the profile of the recipient's settings filled in, where it has one."""
-    profile = decode_profile(settings.profile)
-    return given if profile is None else merged(given, profile)

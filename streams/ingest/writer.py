@@ -175,24 +175,35 @@ def ingest_call(
     """The keys and arguments of one ``ingest.lua`` call, as the script reads them.
 
     KEYS: events, the three work streams, delayed, the suppression list, the sets of
-    producers with NORMAL and with LOW items queued (``streams.delivery.fairness``), then per
-    item its idempotency record, notification record, recipient settings, its producer's queue of
-    its priority, and its data hash when its work items share their data. ARGV: the
-    idempotency record's and the in-flight marker's lifetimes (ms), every item's events
-    joined into one array and each item's byte span in it (``codec.join_events``,
-    ``codec.span_text``), the fairness buffer, then per item: its idempotency
-    record once accepted, the settings version it was planned with, the suppression list as
-    it was planned with it (version, fields checked, fields found), its notification record,
-    its shared
-    data ("" for none) and, only when there is some, when that data expires (ms), its number
-    of work items, and per work item where it goes (``PlannedWork.destination``) and the
-    item.
+    producers with NORMAL and with LOW items queued (``streams.delivery.fairness``), then each
+    item's keys. ARGV: the idempotency record's and the in-flight marker's lifetimes (ms),
+    every item's events joined into one array and each item's byte span in it
+    (``codec.join_events``, ``codec.span_text``), the fairness buffer, then each item's
+    arguments (``_add_items``).
     """
     keys: list[KeyOrArg] = [shard.events, *shard.work_streams, shard.delayed, shard.suppressions]
     keys += [shard.queued_producers(_NORMAL), shard.queued_producers(_LOW)]
     joined, spans = codec.join_events([item.events for item in items])
     args: list[KeyOrArg] = [idempotency_ttl_ms, pending_ttl_ms, joined, codec.span_text(spans)]
     args.append(fair_buffer)
+    _add_items(shard, items, keys, args)
+    return keys, args
+
+
+def _add_items(
+    shard: ShardKeys, items: Sequence[IngestItem], keys: list[KeyOrArg], args: list[KeyOrArg]
+) -> None:
+    """Append each item's keys and arguments to one ``ingest.lua`` call's, all items in one
+    loop (a call per item would cost every notification).
+
+    KEYS per item: its idempotency record, notification record, recipient settings, its
+    producer's queue of its priority, and its data hash when its work items share their data.
+    ARGV per item: its idempotency record once accepted, the settings version it was planned
+    with, the suppression list as it was planned with it (version, fields checked, fields
+    found), its notification record, its shared data ("" for none) and, only when there is
+    some, when that data expires (ms), its number of work items, and per work item where it
+    goes (``PlannedWork.destination``) and the item.
+    """
     for item in items:
         keys += [
             shard.idempotency(item.producer, item.idempotency_key),
@@ -217,7 +228,6 @@ def ingest_call(
         args.append(len(item.work))
         for work in item.work:
             args += [work.destination, work.item]
-    return keys, args
 
 
 _OK = IngestReply("OK")  # the common reply, shared

@@ -1,6 +1,6 @@
 """One notification's deliveries at ingest: whose work items they are, when they share the
 template data, and which dead addresses suppress them (the fates themselves are exercised
-through the planner in ``test_ingest_fanout``)."""
+through the planner in ``test_fanout``); the answer and the record that list them."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import msgspec
 
 from app.ingest.fanout import Planner
 from streams.core import codec
+from streams.core.records import decode_record
 from streams.recipients.read import RecipientSettings
 from tests.conftest import DIGEST
 from tests.unit.ingest.test_fanout import deliveries, fates, order, plan, planner, request
@@ -47,3 +48,14 @@ def test_a_dead_address_is_found_by_its_keyed_digest(planner: Planner) -> None:
     assert fates(item)[0] == ("EMAIL", "SUPPRESSED", "invalid_address")
     other_key = RecipientSettings(invalid=frozenset({("EMAIL", "0" * 32)}))
     assert fates(plan(planner, order(email="a@example.com"), other_key))[0][1] == "QUEUED"
+
+
+def test_the_answer_and_the_record_list_the_same_deliveries(planner: Planner) -> None:
+    item = plan(planner, order(email="a@example.com"))
+    stored = decode_record(item.record)
+    answer = msgspec.json.decode(item.response)
+    assert answer["id"] == stored.id == item.notification_id
+    assert [d["id"] for d in answer["deliveries"]] == [d.id for d in stored.deliveries]
+    assert (stored.producer, stored.recipient_id, stored.type) == (
+        "orders", "user-42", "order_confirmed",
+    )  # fmt: skip
