@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -31,28 +32,22 @@ READ_BLOCK_MS = 1000
 HandleEntries = Callable[[ShardKeys, Priority, Sequence[Entry]], Awaitable[None]]
 
 
+@dataclass(frozen=True, slots=True)
 class LaneReader:
-    """The reader loops of one consumer, sharing its lanes and its stop flag."""
+    """The reader loops of one consumer, sharing its lanes and its stop flag; ``handle``
+    takes each batch read."""
 
-    def __init__(
-        self,
-        redis: Redis,
-        consumer: str,
-        lanes: Lanes,
-        stopping: asyncio.Event,
-        handle: HandleEntries,
-    ) -> None:
-        self.redis = redis
-        self.consumer = consumer
-        self._lanes = lanes
-        self._stopping = stopping
-        self._handle = handle
+    redis: Redis
+    consumer: str
+    lanes: Lanes
+    stopping: asyncio.Event
+    handle: HandleEntries
 
     async def ensure_groups(self, shards: Sequence[ShardKeys]) -> None:
         """Create the consumer groups, waiting out a Redis that is briefly away: a worker
         (re)started while Redis restarts must wait for it, not exit."""
         delay = 0.1
-        while not self._stopping.is_set():
+        while not self.stopping.is_set():
             try:
                 for shard in shards:
                     for stream in shard.work_streams:
@@ -69,7 +64,7 @@ class LaneReader:
         cursor = "0"  # first this consumer's own pending entries, then new ones
         # Every loop also checks the flag: a client library that turns a cancellation into
         # an error of its own must not keep a stopping worker alive.
-        while not self._stopping.is_set():
+        while not self.stopping.is_set():
             try:
                 entries = await self._read(stream, cursor, priority)
                 if cursor != ">":
@@ -79,7 +74,7 @@ class LaneReader:
                     # Go on after what was just read: these entries stay pending while they
                     # are sent, and reading them again would send them again.
                     cursor = entries[-1][0]
-                await self._handle(shard, priority, entries)
+                await self.handle(shard, priority, entries)
             except asyncio.CancelledError:
                 raise
             except Exception as error:
@@ -100,13 +95,13 @@ class LaneReader:
         """Entries recovery took over, handled a lane's room at a time (see ``lanes``)."""
         done = 0
         while done < len(entries):
-            places = await self._lanes.take(priority, len(entries) - done)
-            await self._handle(shard, priority, entries[done : done + places])
+            places = await self.lanes.take(priority, len(entries) - done)
+            await self.handle(shard, priority, entries[done : done + places])
             done += places
 
     async def _read(self, stream: str, cursor: str, priority: Priority) -> list[Entry]:
         """Entries after ``cursor``, each in a lane place taken for it (the rest go back)."""
-        places = await self._lanes.take(priority)
+        places = await self.lanes.take(priority)
         entries: list[Entry] = []
         try:
             reply: Any = await self.redis.xreadgroup(
@@ -120,7 +115,7 @@ class LaneReader:
             entries = [(_text(entry_id), fields) for entry_id, fields in read]
             return entries
         finally:
-            self._lanes.give_back(priority, places - len(entries))
+            self.lanes.give_back(priority, places - len(entries))
 
 
 def _text(value: bytes | str) -> str:

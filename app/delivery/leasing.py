@@ -8,6 +8,8 @@ deliveries not to be sent are recorded here, in one call; the rest go back to th
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import structlog
 
 from app.delivery import decide
@@ -24,22 +26,15 @@ from streams.metrics.recorder import MetricsRecorder
 log = structlog.get_logger(__name__)
 
 
+@dataclass(frozen=True, slots=True)
 class Leasing:
     """Leases batches of deliveries for one consumer."""
 
-    def __init__(
-        self,
-        store: DeliveryStore,
-        worker: Worker,
-        metrics: MetricsRecorder,
-        lease_ms: int,
-        max_deliveries: int,
-    ) -> None:
-        self.store = store
-        self.worker = worker
-        self.metrics = metrics
-        self.lease_ms = lease_ms
-        self.max_deliveries = max_deliveries
+    store: DeliveryStore
+    worker: Worker
+    metrics: MetricsRecorder
+    lease_ms: int
+    max_deliveries: int
 
     async def lease(
         self, shard: ShardKeys, priority: Priority, items: list[tuple[str, WorkItem]]

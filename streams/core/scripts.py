@@ -146,42 +146,41 @@ class LuaScript:
         return list(await pipe.execute(raise_on_error=False))
 
 
-# Every script, and the function that lays out its call.
-INGEST = LuaScript("ingest/ingest")  # streams.ingest.writer.ingest_call
-DELIVERY_BEGIN = LuaScript("delivery/begin")  # streams.delivery.store.delivery_begin_call
-DELIVERY_FINISH = LuaScript("delivery/finish")  # streams.delivery.store.delivery_finish_call
-DEAD_LETTER_RAW = LuaScript(
-    "delivery/dead_letter_raw"
-)  # streams.delivery.store.dead_letter_raw_call
-SCHEDULE_DUE = LuaScript("delivery/schedule_due")  # streams.delivery.delayed.schedule_due_call
-RECIPIENT_SETTINGS = LuaScript("recipients/settings")  # streams.recipients.settings.…_call
-SANDBOX_SEND = LuaScript("delivery/sandbox_send")  # app.providers.sandbox.sandbox_send_call
-RATE_LIMIT = LuaScript("delivery/rate_limit")  # streams.delivery.rate_limiter.rate_limit_call
-INGEST_QUOTA = LuaScript("ingest/quota")  # streams.ingest.quota.ingest_quota_call
-TRIM_STREAM = LuaScript("core/trim_stream")  # streams.core.retention.trim_stream_call
-DLQ_REPLAY = LuaScript("dlq/replay")  # streams.dlq.replay.dlq_replay_call
-CIRCUIT = LuaScript("delivery/circuit")  # streams.delivery.circuit_breaker.circuit_call
-SUPPRESSION = LuaScript(
-    "recipients/suppression"
-)  # streams.recipients.suppressions.suppression_call
-ERASE = LuaScript("recipients/erase")  # streams.recipients.erase.erase_call
-FEEDBACK_TAKE = LuaScript("feedback/take")  # streams.feedback.store.feedback_take_call
-FEEDBACK_APPLY = LuaScript("feedback/apply")  # streams.feedback.store.feedback_apply_call
-INBOX_PAGE = LuaScript("inbox/page")  # streams.inbox.pages.inbox_page_call
-INBOX_MARK = LuaScript("inbox/mark")  # streams.inbox.marks.inbox_mark_call
-INBOX_REVOKE = LuaScript("inbox/revoke")  # streams.inbox.revocation.inbox_revoke_call
-LEASE = LuaScript("core/lease")  # streams.core.leases.lease_call
-CAMPAIGN_WRITE = LuaScript("campaigns/write")  # streams.campaigns.store.campaign_write_call
-# streams.recipients.read.recipients_read_call
-RECIPIENTS_READ = LuaScript("recipients/read")
-FAIR_FEED = LuaScript("delivery/fair_feed")  # streams.delivery.fairness.fair_feed_call
-# streams.status_webhooks.outbox.status_outbox_append_call
-STATUS_OUTBOX_APPEND = LuaScript("status_webhooks/outbox_append")
-# streams.status_webhooks.outbox.status_dead_letter_call
-STATUS_DEAD_LETTER = LuaScript("status_webhooks/dead_letter")
-RELEASE_STATES = LuaScript(
-    "delivery/release_states"
-)  # streams.delivery.state_release.release_states_call
+# Every script, by feature: its file (``delivery/begin`` is ``streams/delivery/begin.lua``) and
+# the module whose ``<script name>_call`` function lays out its call (``DELIVERY_BEGIN``:
+# ``streams.delivery.store.delivery_begin_call``).
+LEASE = LuaScript("core/lease")  # core.leases
+TRIM_STREAM = LuaScript("core/trim_stream")  # core.retention
+
+INGEST = LuaScript("ingest/ingest")  # ingest.writer
+INGEST_QUOTA = LuaScript("ingest/quota")  # ingest.quota
+
+DELIVERY_BEGIN = LuaScript("delivery/begin")  # delivery.store
+DELIVERY_FINISH = LuaScript("delivery/finish")  # delivery.store
+DEAD_LETTER_RAW = LuaScript("delivery/dead_letter_raw")  # delivery.store
+SCHEDULE_DUE = LuaScript("delivery/schedule_due")  # delivery.delayed
+RATE_LIMIT = LuaScript("delivery/rate_limit")  # delivery.rate_limiter
+CIRCUIT = LuaScript("delivery/circuit")  # delivery.circuit_breaker
+FAIR_FEED = LuaScript("delivery/fair_feed")  # delivery.fairness
+RELEASE_STATES = LuaScript("delivery/release_states")  # delivery.state_release
+SANDBOX_SEND = LuaScript("delivery/sandbox_send")  # app.providers.sandbox
+
+RECIPIENT_SETTINGS = LuaScript("recipients/settings")  # recipients.settings
+RECIPIENTS_READ = LuaScript("recipients/read")  # recipients.read
+SUPPRESSION = LuaScript("recipients/suppression")  # recipients.suppressions
+ERASE = LuaScript("recipients/erase")  # recipients.erase
+
+INBOX_PAGE = LuaScript("inbox/page")  # inbox.pages
+INBOX_MARK = LuaScript("inbox/mark")  # inbox.marks
+INBOX_REVOKE = LuaScript("inbox/revoke")  # inbox.revocation
+
+CAMPAIGN_WRITE = LuaScript("campaigns/write")  # campaigns.store
+DLQ_REPLAY = LuaScript("dlq/replay")  # dlq.replay
+FEEDBACK_TAKE = LuaScript("feedback/take")  # feedback.store
+FEEDBACK_APPLY = LuaScript("feedback/apply")  # feedback.store
+STATUS_OUTBOX_APPEND = LuaScript("status_webhooks/outbox_append")  # status_webhooks.outbox
+STATUS_DEAD_LETTER = LuaScript("status_webhooks/dead_letter")  # status_webhooks.outbox
+
 ALL: tuple[LuaScript, ...] = (
     INGEST,
     DELIVERY_BEGIN,

@@ -8,6 +8,8 @@ script understood the layout: the reply and the effect are what the arguments as
 
 from __future__ import annotations
 
+import importlib
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -670,6 +672,16 @@ async def test_inbox_mark(real_redis: Redis, key_prefix: str, catalog: Catalog) 
 def test_every_script_has_a_contract_test() -> None:
     tested = {name.removeprefix("test_") for name in globals() if name.startswith("test_")}
     assert {script.name.replace("/", "_") for script in scripts.ALL} <= tested
+
+
+def test_every_script_names_the_module_that_lays_out_its_call() -> None:
+    """The registry's comment beside each script names the module holding its ``_call``."""
+    source = (REPO / "streams" / "core" / "scripts.py").read_text()
+    named = re.findall(r'^([A-Z_]+) = LuaScript\("[a-z_/]+"\)  # ([a-z_.]+)$', source, re.M)
+    assert len(named) == len(scripts.ALL)
+    for constant, module in named:
+        where = module if module.startswith("app.") else f"streams.{module}"
+        assert hasattr(importlib.import_module(where), f"{constant.lower()}_call"), constant
 
 
 def test_every_lua_file_is_registered() -> None:
