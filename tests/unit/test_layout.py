@@ -300,6 +300,32 @@ def test_devtools_is_not_shipped() -> None:
     assert "COPY . " not in image
 
 
+def _package_dir(path: Path) -> Path:
+    """The folder of the package a data file belongs to: its nearest with an ``__init__``."""
+    folder = path.parent
+    while not (folder / "__init__.py").exists():
+        folder = folder.parent
+    return folder
+
+
+def test_every_file_a_package_reads_is_shipped() -> None:
+    """Each Lua script, template, static file or migration is named by its package's entry in
+    the distribution's package data, so the installed service (and the image) has it too."""
+    build = tomllib.loads((REPO / "pyproject.toml").read_text())
+    shipped = build["tool"]["setuptools"]["package-data"]
+    missing = []
+    for top in PRODUCT:
+        for path in (REPO / top).rglob("*"):
+            if path.suffix not in {".lua", ".html", ".js", ".sql"}:
+                continue
+            package = _package_dir(path)
+            name = ".".join(package.relative_to(REPO).parts)
+            inside = path.relative_to(package).as_posix()
+            if not any(fnmatch.fnmatch(inside, pattern) for pattern in shipped.get(name, [])):
+                missing.append(str(path.relative_to(REPO)))
+    assert not missing, f"add these to [tool.setuptools.package-data] in pyproject.toml: {missing}"
+
+
 def test_no_module_is_too_long() -> None:
     long = {
         module: lines
