@@ -50,6 +50,7 @@ from projections.dashboard.queries import (
 )
 from streams.campaigns.ids import campaign_of
 from streams.campaigns.store import CampaignStore
+from streams.core.codec import as_text
 from streams.core.keys import KeySpace
 from streams.core.vocabulary import CHANNELS, ERROR_CLASSES
 
@@ -88,14 +89,10 @@ async def dead_letters(redis: Redis, keys: KeySpace, now_ms: int) -> DeadLetters
             pipe.xrange(shard.dlq, count=1)
         replies: list[Any] = await pipe.execute()
     size = sum(int(length) for length in replies[0::2])
-    firsts = [int(_text(entries[0][0]).partition("-")[0]) for entries in replies[1::2] if entries]
+    firsts = [int(as_text(entries[0][0]).partition("-")[0]) for entries in replies[1::2] if entries]
     if not firsts:
         return DeadLetters(size, None)
     return DeadLetters(size, duration((now_ms - min(firsts)) / 1000))
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 async def _pool(request: Req) -> asyncpg.Pool:

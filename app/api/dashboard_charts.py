@@ -26,6 +26,7 @@ from app.api.charts import PALETTE, Bar, Series, bar_chart, empty_chart, line_ch
 from app.campaigns.progress import Progress
 from app.catalog import guarded_providers
 from projections.dashboard.charts import MinuteCount, ended_per_minute
+from streams.core.codec import as_text
 from streams.core.consumer_groups import DELIVERY_GROUP
 from streams.core.keys import KeySpace
 from streams.core.vocabulary import Priority
@@ -173,7 +174,7 @@ async def dead_letters_per_hour(
     counts = [0.0] * hours
     for entries in replies:
         for entry_id, _ in entries:
-            at_ms = int(_text(entry_id).partition("-")[0])
+            at_ms = int(as_text(entry_id).partition("-")[0])
             counts[(at_ms - since_ms) // HOUR_MS] += 1
     return counts, any(len(entries) >= DEAD_LETTERS_READ for entries in replies)
 
@@ -187,10 +188,6 @@ def dead_letter_chart(counts: list[float] | None, cut: bool, since: datetime) ->
         title += f", newest {DEAD_LETTERS_READ} a shard"
     labels = time_labels(since, len(counts), timedelta(hours=1), every=3)
     return line_chart(title, [Series("dead letters", counts, PALETTE[1])], labels)
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 async def read_charts(

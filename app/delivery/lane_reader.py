@@ -20,6 +20,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from app.delivery.lanes import Lanes
+from streams.core.codec import as_text
 from streams.core.consumer_groups import DELIVERY_GROUP, Entry, ensure_group, is_missing_group
 from streams.core.keys import ShardKeys
 from streams.core.vocabulary import Priority
@@ -112,11 +113,7 @@ class LaneReader:
                 block=None if cursor != ">" else READ_BLOCK_MS,
             )
             read = reply[0][1] if reply else []
-            entries = [(_text(entry_id), fields) for entry_id, fields in read]
+            entries = [(as_text(entry_id), fields) for entry_id, fields in read]
             return entries
         finally:
             self.lanes.give_back(priority, places - len(entries))
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

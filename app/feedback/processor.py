@@ -38,6 +38,7 @@ from redis.exceptions import RedisError
 from app.metrics import FEEDBACK, FEEDBACK_UNMATCHED
 from projections.queries import SentDelivery, deliveries_by_message, feedback_applied
 from streams.core import clock, scripts
+from streams.core.codec import as_text
 from streams.core.consumer_groups import ensure_group, is_missing_group
 from streams.core.events import ProviderFeedbackReceived
 from streams.core.keys import KeySpace
@@ -117,7 +118,7 @@ class FeedbackProcessor:
             entries = reply[0][1] if reply else []
             if start == "0" and not entries:
                 start = ">"  # own pending entries done
-            await self.process([(_text(e), f) for e, f in entries if f])
+            await self.process([(as_text(e), f) for e, f in entries if f])
 
     async def process(self, entries: list[tuple[str, dict[bytes, bytes]]]) -> None:
         """Apply what ``entries`` hold, with the unmatched ones due for another try."""
@@ -245,7 +246,3 @@ class FeedbackProcessor:
     def _count(self, counter: Any, labels: tuple[str, ...]) -> None:
         if self.metrics is not None:
             self.metrics.inc(counter, labels)
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

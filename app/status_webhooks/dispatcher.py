@@ -36,6 +36,7 @@ from redis.exceptions import RedisError
 from app.status_webhooks.owners import Owners
 from app.status_webhooks.payloads import DueEvent, body, carried_channel, is_due
 from streams.core import codec
+from streams.core.codec import as_text
 from streams.core.connection import being_cancelled
 from streams.core.consumer_groups import (
     PROJECTOR_GROUP,
@@ -109,7 +110,7 @@ class Dispatcher:
             for producer, count in added.items():
                 if count > 0:
                     self._wake(producer)
-        ids = [_text(entry_id) for entry_id, _ in entries]
+        ids = [as_text(entry_id) for entry_id, _ in entries]
         await self.redis.xack(shard.events, STATUS_WEBHOOK_GROUP, *ids)
         return True
 
@@ -128,10 +129,10 @@ class Dispatcher:
             except (msgspec.DecodeError, msgspec.ValidationError) as error:
                 log.error(
                     "status_webhooks.undecodable_entry",
-                    shard=shard.shard, entry_id=_text(entry_id), error=str(error),
+                    shard=shard.shard, entry_id=as_text(entry_id), error=str(error),
                 )  # fmt: skip
                 continue
-            source = _text(entry_id)
+            source = as_text(entry_id)
             for event in events:
                 learn(event, wanted)
                 if is_due(event):
@@ -197,13 +198,13 @@ class Dispatcher:
     async def _projected_past(self, shard: ShardKeys, entry_id: str) -> bool:
         """Whether the projector has written every entry of the shard up to ``entry_id``."""
         groups: Any = await self.redis.xinfo_groups(shard.events)
-        projector = [g for g in groups if _text(g["name"]) == PROJECTOR_GROUP]
-        if not projector or _id(_text(projector[0]["last-delivered-id"])) < _id(entry_id):
+        projector = [g for g in groups if as_text(g["name"]) == PROJECTOR_GROUP]
+        if not projector or _id(as_text(projector[0]["last-delivered-id"])) < _id(entry_id):
             return False
         if not projector[0]["pending"]:
             return True
         summary: Any = await self.redis.xpending(shard.events, PROJECTOR_GROUP)
-        return _id(_text(summary["min"])) > _id(entry_id)
+        return _id(as_text(summary["min"])) > _id(entry_id)
 
     async def _ensure_group(self, stream: str) -> None:
         backoff = 0.1
@@ -283,7 +284,3 @@ class Dispatcher:
 def _id(entry_id: str) -> tuple[int, int]:
     ms, _, seq = entry_id.partition("-")
     return int(ms), int(seq or 0)
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

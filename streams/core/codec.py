@@ -20,6 +20,11 @@ EVENT_FIELD = "e"
 WORK_FIELD = "w"
 
 
+def as_text(value: bytes | str) -> str:
+    """A string from Redis as text: redis-py answers bytes unless its client decodes."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
 def encode(value: msgspec.Struct) -> bytes:
     """Encode an event, a work item or a setting stored in Redis."""
     return _encoder.encode(value)

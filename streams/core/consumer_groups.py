@@ -16,6 +16,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
+from streams.core.codec import as_text
 from streams.core.keys import ShardKeys
 
 DELIVERY_GROUP = "delivery"
@@ -59,14 +60,10 @@ async def autoclaim(
     )
     # Redis 7 answers [cursor, [[id, fields]...], [deleted ids]]; entries trimmed from the
     # stream come back as ids only and must be acknowledged, or they stay pending forever.
-    cursor = _text(reply[0])
-    claimed = [(_text(entry_id), fields or {}) for entry_id, fields in reply[1] if entry_id]
-    deleted = [_text(entry_id) for entry_id in (reply[2] if len(reply) > 2 else [])]
+    cursor = as_text(reply[0])
+    claimed = [(as_text(entry_id), fields or {}) for entry_id, fields in reply[1] if entry_id]
+    deleted = [as_text(entry_id) for entry_id in (reply[2] if len(reply) > 2 else [])]
     return cursor, claimed, deleted
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def groups_of(shard: ShardKeys) -> list[tuple[str, str]]:
@@ -101,6 +98,6 @@ async def missing_groups(redis: Redis, shards: Sequence[ShardKeys]) -> list[tupl
             missing.append((stream, group))
         elif isinstance(reply, Exception):
             raise reply
-        elif group not in {_text(info["name"]) for info in reply}:
+        elif group not in {as_text(info["name"]) for info in reply}:
             missing.append((stream, group))
     return missing

@@ -85,8 +85,9 @@ class ShardKeys:
         return f"{self.tag}:dlv:{delivery_id}"
 
     def data(self, notification_id: str) -> str:
-        """A notification's template data when its work items share it (see ``work_items``):
-        a hash of the data (``d``) and how many of its deliveries have yet to end (``n``)."""
+        """A notification's template data when its work items share it (see
+        ``streams.delivery.work_items``): a hash of the data (``d``) and how many of its
+        deliveries have yet to end (``n``)."""
         return f"{self.tag}:data:{notification_id}"
 
     def recipient(self, recipient_id: str) -> str:

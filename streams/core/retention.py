@@ -23,6 +23,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from streams.core import scripts
+from streams.core.codec import as_text
 from streams.core.connection import being_cancelled
 from streams.core.consumer_groups import DELIVERY_GROUP, EVENTS_GROUPS
 from streams.core.keys import KeySpace
@@ -77,8 +78,8 @@ async def trim(redis: Redis, policy: StreamRetention) -> Trimmed:
     removed, kept_from, missing = await scripts.TRIM_STREAM(redis, *trim_stream_call(policy))
     marks_removed = 0
     if policy.marks and int(removed):
-        marks_removed = await forget_marks(redis, policy.marks, _text(kept_from))
-    return Trimmed(policy.stream, int(removed), _text(kept_from), _text(missing), marks_removed)
+        marks_removed = await forget_marks(redis, policy.marks, as_text(kept_from))
+    return Trimmed(policy.stream, int(removed), as_text(kept_from), as_text(missing), marks_removed)
 
 
 def trim_stream_call(policy: StreamRetention) -> Call:
@@ -144,13 +145,9 @@ async def keep_trimmed(
         await asyncio.sleep(interval_s)
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
 def _entry_id(value: bytes | str) -> tuple[int, int] | None:
     """A stream entry id ("<ms>-<seq>") as numbers to compare, or None if it is not one."""
-    ms, dash, seq = _text(value).partition("-")
+    ms, dash, seq = as_text(value).partition("-")
     if not (dash and ms.isdigit() and seq.isdigit()):
         return None
     return int(ms), int(seq)

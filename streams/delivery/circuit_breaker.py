@@ -27,6 +27,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from streams.core import clock
+from streams.core.codec import as_text
 from streams.core.connection import being_cancelled
 from streams.core.keys import KeySpace
 from streams.core.scripts import CIRCUIT, KeyOrArg
@@ -68,7 +69,7 @@ class Circuit:
     @classmethod
     def of_reply(cls, reply: Sequence[Any]) -> tuple[Circuit, bool]:
         """The circuit a script reply describes, and whether a probe was granted."""
-        state = CircuitState(_text(reply[0]))
+        state = CircuitState(as_text(reply[0]))
         until = int(reply[6]) if state is CircuitState.HALF_OPEN else int(reply[1])
         circuit = cls(state, until, int(reply[2]), int(reply[3]), int(reply[4]))
         return circuit, int(reply[5]) == 1
@@ -204,7 +205,7 @@ async def read_circuits(
     for provider, (state, until, probe_until, opened) in zip(
         providers, await pipe.execute(), strict=True
     ):
-        current = CircuitState(_text(state)) if state else CircuitState.CLOSED
+        current = CircuitState(as_text(state)) if state else CircuitState.CLOSED
         until_ms = int(until or 0)
         if current is CircuitState.OPEN and until_ms <= now_ms:
             current, until_ms = CircuitState.HALF_OPEN, 0
@@ -212,7 +213,3 @@ async def read_circuits(
             until_ms = int(probe_until or 0)
         circuits[provider] = Circuit(current, until_ms, opened=int(opened or 0))
     return circuits
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

@@ -28,6 +28,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from streams.core.codec import as_text
 from streams.core.keys import ShardKeys
 from streams.core.vocabulary import ENDED_UNSENT, PROVIDER_ACCEPTED, TERMINAL, DeliveryStatus
 
@@ -75,7 +76,7 @@ class DeliveryState:
     def from_hash(cls, raw: Mapping[Any, Any]) -> DeliveryState | None:
         """HGETALL's reply (bytes or text) as a state; None for an absent hash (or one
         without a status, which no script writes)."""
-        fields = {_text(name): _text(value) for name, value in raw.items()}
+        fields = {as_text(name): as_text(value) for name, value in raw.items()}
         if not fields.get("status"):
             return None
         values: dict[str, Any] = {}
@@ -117,7 +118,3 @@ async def read_states(
             pipe.hgetall(shard.delivery(delivery_id))
         replies: list[dict[bytes, bytes]] = await pipe.execute()
     return [DeliveryState.from_hash(raw) for raw in replies]
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

@@ -18,6 +18,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from streams.core.codec import as_text
 from streams.core.keys import KeySpace
 from streams.core.vocabulary import Channel, ErrorClass
 from streams.dlq.entries import DeadLetter, parse_entry, parse_resolution
@@ -85,7 +86,7 @@ async def scan(
             if not entries:
                 break
             looked += len(entries)
-            ids = [_text(entry_id) for entry_id, _ in entries]
+            ids = [as_text(entry_id) for entry_id, _ in entries]
             marks: list[Any] = await redis.hmget(shard.dlq_resolved, ids)
             page = []
             for entry_id, (_, raw), mark in zip(ids, entries, marks, strict=True):
@@ -178,7 +179,3 @@ async def more_than(redis: Redis, keys: KeySpace, selection: Selection, limit: i
         if total > limit:
             return True
     return False
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

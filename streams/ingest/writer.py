@@ -32,7 +32,7 @@ SHARED_DATA_SLACK_MS = 300_000
 
 class PlannedWork(msgspec.Struct, frozen=True):
     """A work item for its priority's work stream, or (with ``due_ms``) a ``delayed`` member
-    (see ``scheduler``) that waits in ``delayed`` until then."""
+    (see ``streams.delivery.delayed``) that waits in ``delayed`` until then."""
 
     priority: Priority
     item: bytes
@@ -55,8 +55,8 @@ class IngestItem(msgspec.Struct, frozen=True, kw_only=True):
     settings_version: int
     # The suppression list as the item was planned with it
     # (``streams.recipients.suppressions``): its version (0: empty, nothing to check), the
-    # list fields of the item's addresses, and
-    # those of them that were active, each space-separated.
+    # list fields of the item's addresses, and those of them that were active, each
+    # space-separated.
     suppression_version: int = 0
     suppression_checks: str = ""
     suppressions_known: str = ""
@@ -67,8 +67,8 @@ class IngestItem(msgspec.Struct, frozen=True, kw_only=True):
     # All events of this notification's acceptance, as one JSON array.
     events: bytes
     work: list[PlannedWork] = []
-    # The template data its work items share (``streams.delivery.work_items``), encoded; b"" when
-    # each item carries its own.
+    # The template data its work items share (``streams.delivery.work_items``), encoded; b""
+    # when each item carries its own.
     shared_data: bytes = b""
     # When the notification expires (ms): shared data is of no use after that.
     expires_ms: int = 0

@@ -19,6 +19,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
+from streams.core.codec import as_text
 from streams.core.connection import clock_reply_ms, queue_clock
 from streams.core.consumer_groups import DELIVERY_GROUP, EVENTS_GROUPS
 from streams.core.keys import KeySpace, ShardKeys
@@ -129,7 +130,7 @@ async def read_backlog(redis: Redis, keys: KeySpace) -> Backlog:
     for number, stream in enumerate(streams):
         length = int(_ok(replies[1 + 2 * number]))
         info = replies[2 + 2 * number]
-        groups = {} if _missing_stream(info) else {_text(g["name"]): g for g in _ok(info)}
+        groups = {} if _missing_stream(info) else {as_text(g["name"]): g for g in _ok(info)}
         found += [
             (stream, length, name, None) for name in stream.expected_groups if name not in groups
         ]
@@ -177,7 +178,7 @@ async def _group_figures(
 ) -> list[GroupBacklog]:
     pipe = redis.pipeline(transaction=False)
     for stream, _, name, group in found:
-        last_read = "0-0" if group is None else _text(group["last-delivered-id"])
+        last_read = "0-0" if group is None else as_text(group["last-delivered-id"])
         pipe.xrange(stream.key, f"({last_read}", "+", count=1)
         if group is not None:  # a group that does not exist yet has nothing pending
             pipe.xpending(stream.key, name)
@@ -198,7 +199,7 @@ async def _group_figures(
         elif not first_unread:
             lag = 0
         else:
-            lag = await _count_after(redis, stream.key, _text(group["last-delivered-id"]))
+            lag = await _count_after(redis, stream.key, as_text(group["last-delivered-id"]))
         figures.append(
             GroupBacklog(
                 stream.name, stream.shard.shard, name, length, pending, lag,
@@ -215,7 +216,7 @@ async def _count_after(redis: Redis, stream: str, last_read: str) -> int:
 
 
 def _age(now_ms: int, entry_id: bytes | str) -> int:
-    return max(0, now_ms - int(_text(entry_id).partition("-")[0]))
+    return max(0, now_ms - int(as_text(entry_id).partition("-")[0]))
 
 
 def _missing_stream(reply: Any) -> bool:
@@ -227,7 +228,3 @@ def _ok(reply: Any) -> Any:
     if isinstance(reply, Exception):
         raise reply
     return reply
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

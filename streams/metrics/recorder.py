@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import structlog
 from redis.asyncio import Redis
 
+from streams.core.codec import as_text
 from streams.core.connection import being_cancelled
 from streams.core.keys import KeySpace
 
@@ -228,7 +229,7 @@ async def _read(redis: Redis, keys: KeySpace, names: Sequence[str]) -> list[dict
     for name in names:
         pipe.hgetall(keys.metric(name))
     replies: list[Any] = await pipe.execute()
-    return [{_text(k): _text(v) for k, v in reply.items()} for reply in replies]
+    return [{as_text(k): as_text(v) for k, v in reply.items()} for reply in replies]
 
 
 T = TypeVar("T")
@@ -249,7 +250,3 @@ def _cumulative(counts: list[float]) -> list[float]:
 
 def _labels(field: str) -> Labels:
     return tuple(field.split(_SEPARATOR)) if field else ()
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

@@ -22,6 +22,7 @@ from typing import Literal
 from redis.asyncio import Redis
 
 from streams.core import codec, scripts
+from streams.core.codec import as_text
 from streams.core.events import (
     Event,
     PreferenceChanged,
@@ -218,7 +219,7 @@ class RecipientSettingsStore:
         copies = [shard for shard in self.keys.all_shards() if shard != home]
         home_hash = await self.redis.hgetall(home.recipient(recipient_id))
         if copies:
-            flat = [_text(part) for pair in home_hash.items() for part in pair]
+            flat = [as_text(part) for pair in home_hash.items() for part in pair]
             version = RecipientSettings.from_hash(home_hash).version
             await scripts.RECIPIENT_SETTINGS.run_many(
                 self.redis,
@@ -260,10 +261,6 @@ def recipient_settings_call(
         [shard.recipient(recipient_id), shard.events],
         [expected_version, new_version, change, payload, encoded],
     )
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 class AddressDigest:

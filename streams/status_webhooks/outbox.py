@@ -22,6 +22,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from streams.core import scripts
+from streams.core.codec import as_text
 from streams.core.keys import KeySpace, StatusWebhookKeys
 from streams.core.scripts import Call, KeyOrArg
 from streams.status_webhooks.store import entry_ms
@@ -107,7 +108,7 @@ async def read_outbox(
 
 def _entry(entry_id: bytes | str, fields: dict[bytes, bytes]) -> OutboxEntry:
     return OutboxEntry(
-        entry_id=_text(entry_id),
+        entry_id=as_text(entry_id),
         delivery_id=fields[b"d"].decode(),
         version=int(fields[b"v"]),
         body=fields[b"b"],
@@ -194,7 +195,7 @@ async def read_dead_letters(
         fields = {key.decode(): value for key, value in raw.items()}
         found.append(
             DeadStatus(
-                entry_id=_text(entry_id),
+                entry_id=as_text(entry_id),
                 webhook_id=fields["webhook_id"].decode(),
                 delivery_id=fields["delivery_id"].decode(),
                 version=int(fields["version"]),
@@ -208,7 +209,3 @@ async def read_dead_letters(
             )
         )
     return found
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

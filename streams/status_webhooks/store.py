@@ -21,6 +21,7 @@ import msgspec
 from redis.asyncio import Redis
 
 from streams.core import clock
+from streams.core.codec import as_text
 from streams.core.connection import clock_reply_ms, queue_clock
 from streams.core.keys import KeySpace
 
@@ -95,7 +96,7 @@ class StatusWebhookStore:
     async def all(self) -> dict[str, StatusWebhook]:
         """Every producer's webhook."""
         producers = sorted(
-            _text(p) for p in await self.redis.smembers(self.keys.status_webhook_producers)
+            as_text(p) for p in await self.redis.smembers(self.keys.status_webhook_producers)
         )
         if not producers:
             return {}
@@ -124,7 +125,7 @@ class OutboxFigures:
 async def read_outboxes(redis: Redis, keys: KeySpace) -> list[OutboxFigures]:
     """The figures of every producer with a webhook, ages on the Redis clock (two round
     trips)."""
-    producers = sorted(_text(p) for p in await redis.smembers(keys.status_webhook_producers))
+    producers = sorted(as_text(p) for p in await redis.smembers(keys.status_webhook_producers))
     async with redis.pipeline(transaction=False) as pipe:
         queue_clock(pipe, keys.status_webhook_producers)
         for producer in producers:
@@ -144,8 +145,4 @@ async def read_outboxes(redis: Redis, keys: KeySpace) -> list[OutboxFigures]:
 
 def entry_ms(entry_id: bytes | str) -> int:
     """The Redis clock's milliseconds at which a stream entry was added (from its id)."""
-    return int(_text(entry_id).partition("-")[0])
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+    return int(as_text(entry_id).partition("-")[0])

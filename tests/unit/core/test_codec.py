@@ -103,3 +103,9 @@ def test_what_is_not_an_events_entry_is_refused() -> None:
         codec.decode_events(b"[{")
     with pytest.raises(msgspec.DecodeError):
         codec.decode_work_item(b"not json")
+
+
+def test_as_text_reads_bytes_and_strings_alike() -> None:
+    assert codec.as_text(b"work:high") == "work:high"
+    assert codec.as_text("work:high") == "work:high"
+    assert codec.as_text("é".encode()) == "é"
