@@ -1,4 +1,5 @@
-"""Clarion's benchmarks (run as scripts; see each script's docstring and README "Performance").
+"""Clarion's benchmarks (run as scripts; see each script's docstring,
+``docs/developing/benchmarks.md`` and ``docs/performance.md``; earlier runs: ``HISTORY.md``).
 
 - ``harness.py``: everything two or more benchmarks use; the only module they share.
 - ``ingest.py`` (with ``bare_app.py`` and ``wrk_post.lua``), ``pipeline.py``,

@@ -20,9 +20,10 @@ A benchmark script (``ingest.py``, ``pipeline.py``, ``projector.py``, ``memory.p
 **One latest result per benchmark.** A benchmark writes its result to
 ``bench/results/<benchmark>-<UTC time>.json`` (the report a ``.json`` and ``.md`` pair) and
 then removes the older results of the same benchmark from that directory, so it holds the
-latest of each; earlier figures live in git's history and in ``docs/``. ``bench/report.py``
-runs the benchmarks with ``CLARION_BENCH_RESULTS`` naming a scratch directory: it embeds
-their results in its own, and the benchmarks' latest results in ``bench/results/`` stay.
+latest of each; earlier figures live in git's history and in ``bench/HISTORY.md``.
+``bench/report.py`` runs the benchmarks with ``CLARION_BENCH_RESULTS`` naming a scratch
+directory: it embeds their results in its own, and the benchmarks' latest results in
+``bench/results/`` stay.
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ connection of its own (``oauth2.googleapis.com`` beside ``fcm.googleapis.com``).
 account's ``token_uri``) must be https. Against the local peer the HTTP/1.1 client this
 adapter had before (aiohttp, one request per connection at a time, a syscall each way per
 request) cost 220 to 280 µs of CPU a send; this one costs 120 to 140 µs with 8 sends in
-flight and under 80 µs with 128 (``bench/fcm_client.py``, ``docs/performance.md``).
+flight and under 80 µs with 128 (``bench/fcm_client.py``, ``bench/HISTORY.md``).
 
 A failure of the transport is classified as ``http2.Client`` does: not accepted when the
 request certainly never left (no connection, TLS refused, the stream refused), else it may

@@ -42,7 +42,7 @@ made 670 to 980 requests/s at 1,020 to 1,450 µs of CPU each, its pool and per-r
 around the same ``h2``. Driven directly, one write and one read a loop turn for every request
 of that turn, ``h2`` costs 78 to 103 µs of CPU a send against the FCM peer, two to three
 times what a hand-written client cost, and meets the push targets with room to spare
-(``docs/performance.md``, "Real providers").
+(``docs/performance.md``, "HTTP/2 through h2").
 """
 
 from __future__ import annotations

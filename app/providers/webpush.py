@@ -22,8 +22,8 @@ aes128gcm``. It replaced aiohttp's HTTP/1.1 (one request per connection at a tim
 syscall each way per request): against the local push service a send costs 325 to 350 µs of
 CPU instead of 410 to 430, of which making the message is about 155
 (``bench/webpush_client.py``); end to end the workers spend about 150 µs a delivery less
-(``docs/performance.md``). Most of what is left of the transport is decoding the answers'
-header blocks, each unlike the last (its own ``Location``).
+(``bench/HISTORY.md``, "Real providers"). Most of what is left of the transport is
+decoding the answers' header blocks, each unlike the last (its own ``Location``).
 
 Endpoints are https only: push services speak TLS (RFC 8030 section 8), and this client
 speaks HTTP/2 over TLS only. An ``http://`` endpoint fails for good (REJECTED, not accepted),

@@ -3,7 +3,7 @@
 -- One reply for a whole batch: the client parses it in one go, where a pipeline of HGETALLs
 -- costs the Python client about 20 µs per reply.
 --
--- Keys and arguments: ``streams.recipients.settings.recipients_read_call`` lays them out.
+-- Keys and arguments: ``streams.recipients.read.recipients_read_call`` lays them out.
 -- KEYS: the recipients' settings hashes
 -- ARGV: none
 --
