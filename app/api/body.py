@@ -34,7 +34,7 @@ CUT_DEPTH = MAX_DATA_DEPTH + 16
 _TOO_DEEP = f"body: objects and arrays nested deeper than {CUT_DEPTH} levels"
 # Finding what to cut reads the body at 5-30 ns a byte and takes about 0.4 µs per run of
 # brackets; past these bounds (25 ms at most) the body is refused whole, a batch with it.
-# 1000 batch items like the README's are 190 KB with 6,000 runs.
+# 1000 batch items like the full body in docs/using/api.md are 190 KB with 6,000 runs.
 _CUT_MAX_BYTES = 1 << 20
 _CUT_MAX_RUNS = 50_000
 
