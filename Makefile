@@ -6,8 +6,9 @@ BIN := $(VENV)/bin
 DEV_KEYS := dev:dev-secret-key:send+read+recipients+admin
 DEV_DIGEST_SECRET := dev-digest-secret-not-for-production
 # Redis and PostgreSQL: those at the default URLs when they answer (or the URLs you set), else
-# private ones under .clarion/, started for the command and stopped after it (README, Quick
-# start). --for tests: the tests' variables, CLARION_TEST_REDIS_URL and CLARION_TEST_DATABASE_URL.
+# private ones under .clarion/, started for the command and stopped after it
+# (docs/running/installation.md). --for tests: the tests' variables, CLARION_TEST_REDIS_URL
+# and CLARION_TEST_DATABASE_URL.
 # devtools/ is development tooling run from this checkout, never installed in the image.
 SERVICES := $(BIN)/python -m devtools.services exec
 

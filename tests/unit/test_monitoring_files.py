@@ -1,6 +1,7 @@
 """The shipped Prometheus alert rules and Grafana dashboard (deploy/): promtool checks the
-rules and runs their unit tests, every alert says how bad it is and where its runbook is, and
-the dashboard survives a round trip through the models of Grafana's dashboard schema.
+rules and runs their unit tests, every alert says how bad it is and where its runbook is (a
+section of docs/running/runbooks.md), and the dashboard survives a round trip through the
+models of Grafana's dashboard schema.
 
 promtool comes from ``make promtool`` (``make test`` runs it). Without it these tests fail;
 only a developer who sets ``CLARION_ALLOW_NO_PROMTOOL=1`` outside CI gets a skip instead."""
@@ -9,12 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
+import markdown
 import pytest
 import yaml
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
@@ -26,6 +27,7 @@ from tests.conftest import REPO
 RULES = REPO / "deploy" / "prometheus" / "clarion-alerts.yml"
 RULE_TESTS = REPO / "deploy" / "prometheus" / "clarion-alerts.test.yml"
 DASHBOARD = REPO / "deploy" / "grafana" / "clarion-dashboard.json"
+RUNBOOKS = REPO / "docs" / "running" / "runbooks.md"
 SEVERITIES = {"critical", "warning"}
 DATASOURCE = {"type": "prometheus", "uid": "${DS_PROMETHEUS}"}
 
@@ -83,10 +85,17 @@ def test_the_unit_tests_catch_a_looser_limit(tmp_path: Path) -> None:
     assert "ClarionHighPriorityLagHigh" in result.stdout + result.stderr
 
 
-def readme_anchors() -> set[str]:
-    """GitHub's anchors of the README's headings: lower case, punctuation dropped."""
-    headings = re.findall(r"^#{1,6} (.+)$", (REPO / "README.md").read_text(), re.MULTILINE)
-    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+def runbook_anchors() -> set[str]:
+    """The anchors of the runbooks page's headings, as MkDocs makes them: the page is rendered
+    by Python-Markdown with the toc extension (MkDocs' slugs: lower case, punctuation dropped,
+    spaces to '-'), fenced code read as code and ``{#id}`` attributes honoured."""
+    page = markdown.Markdown(extensions=["toc", "attr_list", "pymdownx.superfences"])
+    page.convert(RUNBOOKS.read_text())
+
+    def ids(tokens: list[dict[str, Any]]) -> set[str]:
+        return {t["id"] for t in tokens} | {i for t in tokens for i in ids(t["children"])}
+
+    return ids(page.toc_tokens)  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("rule", alerts(), ids=lambda rule: rule["alert"])
@@ -96,8 +105,8 @@ def test_every_alert_says_how_bad_and_where_its_runbook_is(rule: dict[str, Any])
     assert annotations["summary"].strip()
     assert annotations["description"].strip()
     page, _, anchor = annotations["runbook_url"].partition("#")
-    assert page == "README.md"
-    assert anchor in readme_anchors(), f"README.md has no heading for #{anchor}"
+    assert page == RUNBOOKS.relative_to(REPO).as_posix()
+    assert anchor in runbook_anchors(), f"{page} has no heading for #{anchor}"
 
 
 def test_high_priority_is_held_to_a_much_stricter_limit_than_low() -> None:
