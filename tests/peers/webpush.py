@@ -21,7 +21,7 @@ is for).
 - the body decrypts with the subscription's private key (400 otherwise). The decryption is
   this module's own reading of RFC 8291 and RFC 8188 with ``cryptography``'s primitives, not
   ``http_ece`` nor the adapter's: a bug two of them shared would pass unseen. Its test is
-  RFC 8291's Appendix A example (tests/unit/test_providers_webpush_encryption.py).
+  RFC 8291's Appendix A example (tests/unit/providers/test_webpush_message.py).
 
 A message taken is kept in ``accepted`` (its plaintext, header fields with ``:authority``,
 and JWT) and answered 201 with a ``Location`` (the push message resource). Scripted faults

@@ -1,5 +1,6 @@
-"""The README's complete provider catalog is a catalog Clarion accepts, with every provider
-kind in it: the example users copy from cannot drift from what the code checks."""
+"""The complete catalog of the docs (docs/running/catalog.md, "A complete catalog") is a
+catalog Clarion accepts, with every provider kind in it: the example users copy from cannot
+drift from what the code checks."""
 
 from __future__ import annotations
 
@@ -13,12 +14,14 @@ from app.catalog import check_for_workers, parse_catalog
 from app.catalog.kinds import KIND_CHANNELS
 from tests.conftest import REPO
 
+PAGE = "docs/running/catalog.md"
 
-def readme_catalog() -> str:
-    text = (REPO / "README.md").read_text()
-    providers = text[text.index("\n## Providers\n") :]
+
+def docs_catalog() -> str:
+    text = (REPO / PAGE).read_text()
+    example = text[text.index("\n## A complete catalog\n") :]
     # The first TOML block of the section is the complete example.
-    return re.search(r"```toml\n(.*?)```", providers, re.DOTALL).group(1)  # type: ignore[union-attr]
+    return re.search(r"```toml\n(.*?)```", example, re.DOTALL).group(1)  # type: ignore[union-attr]
 
 
 def pem(key: rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey) -> str:
@@ -27,8 +30,8 @@ def pem(key: rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey) -> str:
     ).decode()
 
 
-def test_the_readme_catalog_loads_with_every_provider_kind() -> None:
-    catalog = parse_catalog(readme_catalog(), "README.md")
+def test_the_docs_catalog_loads_with_every_provider_kind() -> None:
+    catalog = parse_catalog(docs_catalog(), PAGE)
     kinds = {config.kind for config in catalog.providers.values()}
     assert kinds == set(KIND_CHANNELS)
     account = {
