@@ -32,11 +32,12 @@ class NotFoundError(ClarionError):
 
 
 class InvalidRequestError(ClarionError):
-    """400, 413 or 422: the request itself is wrong; sending it again will not help."""
+    """400, 413, 415 or 422: the request itself is wrong; sending it again will not help."""
 
 
 class ConflictError(ClarionError):
-    """409: a request with the same idempotency key was still in flight after every retry."""
+    """409: a request with the same idempotency key was still in flight after every retry, or a
+    campaign is in a state that refuses the call (final: not retried)."""
 
 
 class RateLimitedError(ClarionError):
@@ -65,6 +66,7 @@ _BY_STATUS: dict[int, type[ClarionError]] = {
     404: NotFoundError,
     409: ConflictError,
     413: InvalidRequestError,
+    415: InvalidRequestError,
     422: InvalidRequestError,
     429: RateLimitedError,
     503: UnavailableError,

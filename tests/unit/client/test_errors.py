@@ -21,7 +21,8 @@ from clarion_client.errors import (
 @pytest.mark.parametrize(
     ("status", "kind"),
     [(400, InvalidRequestError), (401, AuthError), (403, AuthError), (404, NotFoundError),
-     (409, ConflictError), (413, InvalidRequestError), (422, InvalidRequestError),
+     (409, ConflictError), (413, InvalidRequestError), (415, InvalidRequestError),
+     (422, InvalidRequestError),
      (429, RateLimitedError), (500, ServerError), (502, ServerError), (503, UnavailableError)],
 )  # fmt: skip
 def test_each_status_has_its_class_with_the_servers_detail(
