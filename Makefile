@@ -12,7 +12,7 @@ DEV_DIGEST_SECRET := dev-digest-secret-not-for-production
 # devtools/ is development tooling run from this checkout, never installed in the image.
 SERVICES := $(BIN)/python -m devtools.services exec
 
-.PHONY: install browser nginx promtool run test lint typecheck pytest test-cluster chaos bench bench-report bench-check services-down clean
+.PHONY: install browser nginx promtool run test lint typecheck pytest docs docs-build test-cluster chaos bench bench-report bench-check services-down clean
 
 # The Python client (client/) is installed editable beside the server, so the tests import it.
 $(BIN)/.installed: pyproject.toml client/pyproject.toml
@@ -71,8 +71,8 @@ run: install
 	CLARION_LOG_FORMAT="$${CLARION_LOG_FORMAT:-console}" \
 	$(SERVICES) -- $(BIN)/clarion run
 
-## test: install, then lint, type-check and run the default test suite
-test: install lint typecheck pytest
+## test: install, then lint, type-check, run the default test suite and build the docs strictly
+test: install lint typecheck pytest docs-build
 
 lint: install
 	$(BIN)/ruff check .
@@ -83,6 +83,15 @@ typecheck: install
 
 pytest: install browser nginx promtool
 	$(SERVICES) --for tests -- $(BIN)/pytest -m "not chaos"
+
+## docs: serve the docs site at http://127.0.0.1:8000, rebuilt on every change (the
+## configuration and API references are generated from the code at each build)
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
+
+## docs-build: build the docs site into .tmp/site; any warning (a broken link or anchor) fails
+docs-build: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir .tmp/site
 
 ## test-cluster: the integration and end-to-end suites against a private three-master Redis Cluster
 test-cluster: install browser

@@ -1,7 +1,8 @@
 """Settings from the environment. A bad value stops start-up with a message naming the variable.
 
-Owns the settings and their defaults, which variable sets each, the producers' API keys and
-the keys that sign recipient tokens; ``setting_values`` checks each other value.
+Owns the settings and their defaults, the producers' API keys and the keys that sign recipient
+tokens; ``setting_variables`` declares the variable that sets each setting, its bounds and its
+meaning, and ``setting_values`` checks each other value.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Literal
 import app.inbox.tokens as inbox_tokens
 import app.setting_values as values
 from app.setting_values import MIN_DIGEST_SECRET, SettingsError
+from app.setting_variables import BY_FIELD
 from streams.recipients.settings import AddressDigest
 
 # send: notifications; read: the producer's own notifications, deliveries, dead letters and
@@ -40,73 +42,51 @@ class ApiKey:
 
 @dataclass(frozen=True, slots=True)
 class Settings:
+    """The settings and their defaults; ``app.setting_variables`` declares the variable that
+    sets each, its bounds and its meaning."""
+
     redis_url: str = "redis://127.0.0.1:6379/0"
     database_url: str = "postgresql://postgres@127.0.0.1:5432/clarion"
     key_prefix: str = "clarion"
     shards: int = 1
     config_path: str = "clarion.toml"
     api_keys: tuple[ApiKey, ...] = field(default=(), repr=False)
-    # Keys the digests that name contact addresses (CLARION_DIGEST_SECRET); never printed.
-    digest_secret: bytes = field(default=b"", repr=False)
+    digest_secret: bytes = field(default=b"", repr=False)  # never printed
     host: str = "127.0.0.1"
     port: int = 8000
-    # How long a producer's Idempotency-Key is remembered.
     idempotency_ttl_seconds: int = 24 * 3600
-    # Largest accepted body of a single POST and of a batch.
     max_body_bytes: int = 64 * 1024
     max_batch_body_bytes: int = 16 * 1024 * 1024
     log_format: Literal["json", "console"] = "json"
     log_level: str = "INFO"
-    # Delivery workers: sends in flight per process and priority, lease, poison threshold.
-    # NORMAL's lane is the widest: transactional mail is the bulk of the traffic, and a
-    # wider lane means larger batches per Redis round trip (at 128 instead of 32 a delivery
-    # cost a worker 65-69 µs of CPU instead of 85-87).
+    # Delivery workers' lanes: NORMAL's is the widest, as transactional mail is the bulk of
+    # the traffic (at 128 instead of 32 a delivery cost a worker 65-69 µs of CPU instead of
+    # 85-87).
     lane_high: int = 64
     lane_normal: int = 128
     lane_low: int = 8
     lease_ms: int = 15_000
     max_deliveries: int = 5
-    # Days of event history PostgreSQL keeps (daily partitions of delivery_event).
     retention_days: int = 30
-    # Seconds Redis keeps stream entries every consumer group is done with (events, work).
     stream_retention_seconds: int = 3600
-    # Seconds the dead-letter stream keeps an entry (its audit trail and replay source).
     dlq_retention_seconds: int = 7 * 86400
-    # Seconds a delivery's state hash lives on in Redis after the delivery ended SENT,
-    # EXPIRED or SUPPRESSED; a FAILED one's lives as long as its dead letter.
     delivery_state_retention_seconds: int = 86400
-    # Seconds an ended delivery's state stays in Redis once the read model has it (except a
-    # FAILED one's); the retention above is then only the safety net for a state the
-    # projector never reached (``streams.delivery.state_release``).
+    # The safety net above is for a state the projector never reached
+    # (``streams.delivery.state_release``); this one applies once it did.
     projected_state_retention_seconds: int = 300
-    # The https base URL recipients reach Clarion at (CLARION_PUBLIC_URL, without a trailing
-    # "/"): unsubscribe links start with it. "" adds no List-Unsubscribe header.
-    public_url: str = ""
-    # Seconds an unsubscribe link works after its email was sent (CLARION_UNSUBSCRIBE_TTL).
+    public_url: str = ""  # without a trailing "/"
     unsubscribe_ttl_seconds: int = 60 * 86400
-    # Seconds a recipient token works when its request asks for no other (CLARION_INBOX_TOKEN_TTL).
     inbox_token_ttl_seconds: int = 3600
-    # The keys that sign recipient tokens, (key id, secret), the first signing
-    # (CLARION_INBOX_TOKEN_KEYS); none: one derived from the digest secret. Never printed.
+    # (key id, secret), the first signing; never printed.
     inbox_token_keys: tuple[tuple[str, bytes], ...] = field(default=(), repr=False)
-    # Web origins whose pages may call the inbox API (CLARION_INBOX_ORIGINS, comma-separated,
-    # e.g. "https://app.example.com"); none: only same-origin pages (the demo) may.
     inbox_origins: tuple[str, ...] = ()
-    # Work items of a campaign's priority that may wait before its generator makes more
-    # (CLARION_CAMPAIGN_BACKLOG): what a campaign of any size holds of itself in Redis.
     campaign_backlog: int = 100_000
-    # The HTTP server's edge, per API process (``app.processes.http_edge``): the largest
-    # request head (request line and headers), how long a client may take to send it, how
-    # long an idle kept-alive connection stays open, and the connections and requests a
-    # process holds at once (past that a request is answered 503).
+    # The HTTP server's edge, per API process (``app.processes.http_edge``).
     max_header_bytes: int = 32 * 1024
     header_timeout_seconds: int = 10
-    # How long a request body may go without a byte coming (CLARION_BODY_TIMEOUT).
     body_timeout_seconds: int = 30
     keep_alive_seconds: int = 5
     max_connections: int = 1000
-    # Inbox streams (``GET /v1/inbox/stream``) per API process and per recipient in it, and
-    # how many times a minute a recipient's reconnects may re-read its feeds.
     inbox_streams: int = 500
     inbox_streams_per_recipient: int = 5
     inbox_resumes_per_minute: int = 10
@@ -123,7 +103,7 @@ class Settings:
 
         integers = {
             field: values.integer(env, variable, getattr(defaults, field), low, high)
-            for field, (variable, low, high) in _INTEGER_VARIABLES.items()
+            for field, variable, low, high in _INTEGER_VARIABLES
         }
         if integers["body_timeout_seconds"] < integers["header_timeout_seconds"]:
             raise SettingsError(
@@ -163,35 +143,13 @@ class Settings:
         return AddressDigest(self.digest_secret)
 
 
-# Settings that are whole numbers: field -> (variable, lowest, highest value).
-_INTEGER_VARIABLES: dict[str, tuple[str, int, int]] = {
-    "shards": ("CLARION_SHARDS", 1, 1024),
-    "port": ("CLARION_PORT", 1, 65535),
-    "idempotency_ttl_seconds": ("CLARION_IDEMPOTENCY_TTL", 60, 30 * 86400),
-    "max_body_bytes": ("CLARION_MAX_BODY_BYTES", 1024, 1 << 30),
-    "max_batch_body_bytes": ("CLARION_MAX_BATCH_BODY_BYTES", 1024, 1 << 30),
-    "lane_high": ("CLARION_LANE_HIGH", 1, 10_000),
-    "lane_normal": ("CLARION_LANE_NORMAL", 1, 10_000),
-    "lane_low": ("CLARION_LANE_LOW", 1, 10_000),
-    "lease_ms": ("CLARION_LEASE_MS", 100, 3_600_000),
-    "max_deliveries": ("CLARION_MAX_DELIVERIES", 1, 1000),
-    "retention_days": ("CLARION_RETENTION_DAYS", 1, 3650),
-    "stream_retention_seconds": ("CLARION_STREAM_RETENTION", 60, 30 * 86400),
-    "dlq_retention_seconds": ("CLARION_DLQ_RETENTION", 3600, 3650 * 86400),
-    "delivery_state_retention_seconds": ("CLARION_DELIVERY_STATE_RETENTION", 3600, 3650 * 86400),
-    "projected_state_retention_seconds": ("CLARION_PROJECTED_STATE_RETENTION", 0, 86400),
-    "unsubscribe_ttl_seconds": ("CLARION_UNSUBSCRIBE_TTL", 3600, 3650 * 86400),
-    "inbox_token_ttl_seconds": ("CLARION_INBOX_TOKEN_TTL", 60, 12 * 3600),
-    "campaign_backlog": ("CLARION_CAMPAIGN_BACKLOG", 1000, 100_000_000),
-    "max_header_bytes": ("CLARION_MAX_HEADER_BYTES", 4096, 1 << 20),
-    "header_timeout_seconds": ("CLARION_HEADER_TIMEOUT", 1, 300),
-    "body_timeout_seconds": ("CLARION_BODY_TIMEOUT", 1, 3600),
-    "keep_alive_seconds": ("CLARION_KEEP_ALIVE", 1, 300),
-    "max_connections": ("CLARION_MAX_CONNECTIONS", 16, 1_000_000),
-    "inbox_streams": ("CLARION_INBOX_STREAMS", 1, 1_000_000),
-    "inbox_streams_per_recipient": ("CLARION_INBOX_STREAMS_PER_RECIPIENT", 1, 100),
-    "inbox_resumes_per_minute": ("CLARION_INBOX_RESUMES_PER_MINUTE", 1, 10_000),
-}
+# Settings that are whole numbers, read by their bounds.
+# field, variable, lowest and highest value
+_INTEGER_VARIABLES: tuple[tuple[str, str, int, int], ...] = tuple(
+    (v.field, v.name, v.low, v.high)
+    for v in BY_FIELD.values()
+    if v.low is not None and v.high is not None
+)
 
 
 MAX_INBOX_TOKEN_KEYS = 8

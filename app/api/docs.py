@@ -5,20 +5,27 @@ that embeds the whole schema. Here its files come from the pinned ``swagger-ui-b
 package, served under ``/schema/swagger-ui/``, and a first-party script starts it with the
 schema at ``/schema/openapi.json``. So the page sends no request beyond this host and its
 Content-Security-Policy allows scripts from this site only, none inline.
+
+``schema_document`` and ``operations`` give the schema and the function behind each of its
+operations to the docs site's API reference (``devtools.api_reference``).
 """
 
 from __future__ import annotations
 
 import functools
 import html
+import json
+from collections.abc import Callable
 from importlib import resources
 from typing import Any, Final
 
-from litestar import Request, Response, Router, get
+from litestar import Litestar, Request, Response, Router, get
 from litestar.datastructures import ResponseHeader
 from litestar.exceptions import NotFoundException
 from litestar.openapi.plugins import SwaggerRenderPlugin
 from litestar.params import FromPath
+from litestar.routes import HTTPRoute
+from litestar.serialization import encode_json
 from swagger_ui_bundle import swagger_ui_path
 
 DOCS_PATH: Final = "/swagger"
@@ -116,3 +123,31 @@ def schema_router() -> Router:
     return Router(
         SCHEMA_PATH, route_handlers=[], include_in_schema=False, response_headers=RESPONSE_HEADERS
     )
+
+
+# The seed of the examples Litestar makes up for answers (``ResponseSpec``), for a document
+# that is the same at every build.
+EXAMPLES_SEED: Final = 40
+
+
+def schema_document(app: Litestar) -> dict[str, Any]:
+    """The OpenAPI schema ``app`` serves at ``/schema/openapi.json``, as JSON types, its
+    made-up examples the same every time (call it before anything reads ``app``'s schema)."""
+    # Imported here: it is Litestar's own, loaded when a schema is first made.
+    from litestar._openapi.schema_generation.examples import ExampleFactory  # noqa: PLC0415
+
+    ExampleFactory.seed_random(EXAMPLES_SEED)
+    document: dict[str, Any] = json.loads(encode_json(app.openapi_schema.to_schema()))
+    return document
+
+
+def operations(app: Litestar) -> dict[tuple[str, str], Callable[..., Any]]:
+    """The function behind each operation, by method (lower case) and path as the schema
+    writes them (``/v1/recipients/{recipient_id}``)."""
+    found: dict[tuple[str, str], Callable[..., Any]] = {}
+    for route in app.routes:
+        if isinstance(route, HTTPRoute):
+            for handler in route.route_handlers:
+                for method in handler.http_methods:
+                    found[(method.lower(), route.path_format)] = handler.fn
+    return found

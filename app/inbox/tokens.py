@@ -4,7 +4,7 @@ A producer's backend (scope ``recipients``) asks for one for a recipient it has 
 and hands it to the app; the token grants that recipient's inbox and nothing else, until it
 expires (at most ``MAX_TTL_SECONDS``) or is revoked. It is signed, not encrypted.
 
-Keys: ``CLARION_INBOX_NAMED_KEYS`` (``k2:<secret>,k1:<older secret>``) names them by key
+Keys: ``CLARION_INBOX_TOKEN_KEYS`` (``k2:<secret>,k1:<older secret>``) names them by key
 id; the first signs, every one verifies, and a token names the key that signed it, so keys
 rotate (add a new one first, drop the old one once its tokens have expired: at most 12 h)
 without touching unsubscribe links or the suppression list's digests. Without it one key
