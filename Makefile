@@ -84,10 +84,10 @@ typecheck: install
 pytest: install browser nginx promtool
 	$(SERVICES) --for tests -- $(BIN)/pytest -m "not chaos"
 
-## docs: serve the docs site at http://127.0.0.1:8000, rebuilt on every change (the
-## configuration and API references are generated from the code at each build)
+## docs: serve the docs site at http://127.0.0.1:8001 (beside make run's 8000), rebuilt on every
+## change (the configuration and API references are generated from the code at each build)
 docs: install
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --dev-addr 127.0.0.1:8001
 
 ## docs-build: build the docs site into .tmp/site; any warning (a broken link or anchor) fails
 docs-build: install
