@@ -156,7 +156,7 @@ class Started:
 
 
 def logs(name: str, lines: int = 40) -> str:
-    return podman("logs", "--tail", str(lines), name, check=False)
+    return podman("logs", "--tail", str(lines), name, check=False, both=True)
 
 
 def wait_until(name: str, ready: Callable[[], bool], timeout: float, what: str) -> None:

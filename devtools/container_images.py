@@ -98,19 +98,23 @@ def podman_environment() -> dict[str, str]:
     return {**os.environ, "CONTAINERS_CONF": str(CONTAINERS_CONF)}
 
 
-def podman(*arguments: str, check: bool = True, log: Path | None = None) -> str:
+def podman(*arguments: str, check: bool = True, log: Path | None = None, both: bool = False) -> str:
     """Run ``podman --runtime runc ARGUMENTS``; return its output (see ``run``)."""
-    return run(["podman", "--runtime", RUNTIME, *arguments], check=check, log=log)
+    return run(["podman", "--runtime", RUNTIME, *arguments], check=check, log=log, both=both)
 
 
-def run(command: Sequence[str], *, check: bool = True, log: Path | None = None) -> str:
-    """Run ``command``; return its standard output, or with ``log`` its whole output, which
-    goes to that file. With ``check``, a failure raises ``CheckFailed`` with its last lines."""
+def run(
+    command: Sequence[str], *, check: bool = True, log: Path | None = None, both: bool = False
+) -> str:
+    """Run ``command``; return its standard output (with ``both`` its standard error after
+    it), or with ``log`` its whole output, which goes to that file. With ``check``, a failure
+    raises ``CheckFailed`` with its last lines."""
     if log is None:
         done = subprocess.run(  # noqa: S603 (fixed commands of this package)
             command, env=podman_environment(), capture_output=True, text=True, check=False
         )
-        output, returncode, result = done.stdout + done.stderr, done.returncode, done.stdout
+        output, returncode = done.stdout + done.stderr, done.returncode
+        result = output if both else done.stdout
     else:
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("w") as sink:
