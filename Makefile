@@ -12,7 +12,7 @@ DEV_DIGEST_SECRET := dev-digest-secret-not-for-production
 # devtools/ is development tooling run from this checkout, never installed in the image.
 SERVICES := $(BIN)/python -m devtools.services exec
 
-.PHONY: install browser nginx promtool run test lint typecheck pytest docs docs-build test-cluster chaos bench bench-report bench-check services-down clean
+.PHONY: install browser nginx promtool podman container-check run test lint typecheck pytest docs docs-build test-cluster chaos bench bench-report bench-check services-down clean
 
 # The Python client (client/) is installed editable beside the server, so the tests import it.
 $(BIN)/.installed: pyproject.toml client/pyproject.toml
@@ -62,6 +62,24 @@ promtool:
 			> $$dir/promtool && install -m 755 $$dir/promtool /usr/local/bin/promtool; \
 		status=$$?; rm -rf $$dir; exit $$status; \
 	fi
+
+## podman: podman, runc and mmdebstrap, which make container-check runs (Debian's packages, as root)
+podman:
+	@if ! command -v podman >/dev/null 2>&1 || ! command -v runc >/dev/null 2>&1 || \
+			! command -v mmdebstrap >/dev/null 2>&1; then \
+		if [ "$$(id -u)" != 0 ]; then \
+			echo "make container-check needs root and podman, runc and mmdebstrap:" \
+				"sudo apt-get install podman runc mmdebstrap"; exit 1; \
+		fi; \
+		echo "installing podman, runc and mmdebstrap"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+			apt-get install -y -qq podman runc mmdebstrap >/dev/null; \
+	fi
+
+## container-check: build the Dockerfile on a local Debian bookworm base and run it with Redis
+## and PostgreSQL containers until the quick start's notification is SENT (as root; no registry)
+container-check: install podman
+	$(BIN)/python -m devtools.container_check
 
 ## run: install, then run the whole service against local Redis and PostgreSQL (sandbox provider)
 run: install
