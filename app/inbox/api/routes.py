@@ -53,9 +53,10 @@ MAX_PAGE = 100
 RECIPIENT_AUTH: list[type[HTTPException]] = [
     ValidationException,
     NotAuthorizedException,
-    InvalidField,
     RedisUnavailable,
 ]
+# A GET endpoint's: a query parameter it does not take is refused (``app.api.params``).
+RECIPIENT_READ: list[type[HTTPException]] = [*RECIPIENT_AUTH, InvalidField]
 
 
 class MessageBusy(ClientException):
@@ -220,7 +221,7 @@ async def revoke_inbox_tokens(request: Req, recipient_id: FromPath[str]) -> Revo
     return RevokedView(recipient_id, datetime.fromtimestamp(epoch / 1000, UTC))
 
 
-@get("/v1/inbox", raises=RECIPIENT_AUTH, opt=TOKEN_IN_QUERY)
+@get("/v1/inbox", raises=RECIPIENT_READ, opt=TOKEN_IN_QUERY)
 async def list_inbox(
     request: Req,
     limit: Annotated[int, QueryParameter(ge=1, le=MAX_PAGE)] = 20,
@@ -243,7 +244,7 @@ async def list_inbox(
     return cast("Response[PageView]", Response(body, media_type=MediaType.JSON))
 
 
-@get("/v1/inbox/counts", raises=RECIPIENT_AUTH, opt=TOKEN_IN_QUERY)
+@get("/v1/inbox/counts", raises=RECIPIENT_READ, opt=TOKEN_IN_QUERY)
 async def inbox_counts(request: Req) -> CountsView:
     """How many messages are unread and unseen (archived ones count for neither)."""
     grant = grant_of(request)

@@ -42,7 +42,7 @@ from redis.exceptions import RedisError
 from app.api.errors import StreamsFull, TooManyStreams
 from app.api.params import READS_QUERY
 from app.inbox.api.routes import (
-    RECIPIENT_AUTH,
+    RECIPIENT_READ,
     CountsView,
     checked_grant,
     message_view,
@@ -81,7 +81,7 @@ class NewMessage(msgspec.Struct, frozen=True):
 
 @get(
     "/v1/inbox/stream",
-    raises=[*RECIPIENT_AUTH, TooManyStreams, StreamsFull],
+    raises=[*RECIPIENT_READ, TooManyStreams, StreamsFull],
     response_headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     # EventSource sends no header: the token and where to resume may come in the query.
     opt={READS_QUERY: ("token", "last_event_id")},
