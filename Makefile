@@ -81,13 +81,19 @@ podman:
 container-check: install podman
 	$(BIN)/python -m devtools.container_check
 
-## run: install, then run the whole service against local Redis and PostgreSQL (sandbox provider)
+## run: install, then run the whole service against local Redis and PostgreSQL (sandbox provider).
+## PORT: the API's port (default: CLARION_PORT if set, else 8000); the default CLARION_PUBLIC_URL follows it unless you
+## set one. WORKERS: uvicorn worker processes (clarion run --workers; unset: its default).
+## E.g. make run PORT=9000 WORKERS=4
+PORT ?= $(or $(CLARION_PORT),8000)
+WORKERS ?=
 run: install
 	CLARION_API_KEYS="$${CLARION_API_KEYS:-$(DEV_KEYS)}" \
 	CLARION_DIGEST_SECRET="$${CLARION_DIGEST_SECRET:-$(DEV_DIGEST_SECRET)}" \
-	CLARION_PUBLIC_URL="$${CLARION_PUBLIC_URL:-http://127.0.0.1:8000}" \
+	CLARION_PORT="$(PORT)" \
+	CLARION_PUBLIC_URL="$${CLARION_PUBLIC_URL:-http://127.0.0.1:$(PORT)}" \
 	CLARION_LOG_FORMAT="$${CLARION_LOG_FORMAT:-console}" \
-	$(SERVICES) -- $(BIN)/clarion run
+	$(SERVICES) -- $(BIN)/clarion run $(if $(WORKERS),--workers $(WORKERS))
 
 ## test: install, then lint, type-check, run the default test suite and build the docs strictly
 test: install lint typecheck pytest docs-build

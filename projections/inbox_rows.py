@@ -45,14 +45,39 @@ _CHANGE: Final = """
 UPDATE inbox_message SET {column} = $2, version = $3 WHERE id = $1 AND version < $3
 """
 _ERASE: Final = "DELETE FROM inbox_message WHERE recipient_id = $1"
-_ERASE_EVENT_TEXT: Final = """
+# The fields of an InboxMessageCreated an erasure removes from its event in the history.
+REDACTED: Final = ("title", "body", "action_url", "data")
+_ERASE_EVENT_TEXT: Final = f"""
 UPDATE delivery_event AS e
-SET body = e.body - 'title' - 'body' - 'action_url' - 'data'
+SET body = e.body {" ".join(f"- '{name}'" for name in REDACTED)}
 FROM notification AS n
 WHERE n.recipient_id = $1 AND e.notification_id = n.id AND e.type = 'InboxMessageCreated'
-"""
+"""  # noqa: S608 (REDACTED is a constant)
 
 _json = msgspec.json.Encoder()
+_REDACTED_TEXT: Final = {"title": "", "body": ""}
+
+
+def redacted_inbox_message(raw: str | bytes) -> InboxMessageCreated | None:
+    """The event of ``delivery_event`` ``raw`` holds, if it is an ``InboxMessageCreated``
+    whose text an erasure removed (``RecipientErased``), with empty text; None if it is
+    anything else, an event that decodes as it is or one that does not decode at all."""
+    try:
+        fields = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return None
+    if (
+        not isinstance(fields, dict)
+        or fields.get("type") != "InboxMessageCreated"
+        or any(name in fields for name in REDACTED)
+    ):
+        return None
+    try:
+        return msgspec.json.decode(
+            _json.encode({**fields, **_REDACTED_TEXT}), type=InboxMessageCreated
+        )
+    except msgspec.ValidationError:
+        return None
 
 
 @dataclass(slots=True)

@@ -38,6 +38,8 @@ class DeliveryRow:
     notification_type: str | None
     channel: Channel | None
     status: DeliveryStatus
+    # Why it is in its status, as its latest change said (``projections.delivery_changes``).
+    reason: str | None
     attempts: int
     error_class: str | None
     last_error: str | None
@@ -73,8 +75,8 @@ class DeliveryFilter:
 
 
 _DELIVERY_COLUMNS = """
-d.id, d.notification_id, d.producer, d.notification_type, d.channel, d.status, d.attempts,
-d.error_class, d.last_error, d.provider_message_id, d.updated_at
+d.id, d.notification_id, d.producer, d.notification_type, d.channel, d.status, d.reason,
+d.attempts, d.error_class, d.last_error, d.provider_message_id, d.updated_at
 """
 
 _NOTIFICATION = """
@@ -108,6 +110,7 @@ def _delivery(row: asyncpg.Record) -> DeliveryRow:
         notification_type=row["notification_type"],
         channel=None if row["channel"] is None else Channel(row["channel"]),
         status=DeliveryStatus(row["status"]),
+        reason=row["reason"],
         attempts=row["attempts"],
         error_class=row["error_class"],
         last_error=row["last_error"],

@@ -36,6 +36,7 @@ import structlog
 from redis.asyncio import Redis
 
 from projections.database import advisory_key
+from projections.inbox_rows import redacted_inbox_message
 from projections.partitions import PARTITION_LOCK_KEY
 from projections.rebuild_schema import SCHEMA, RebuildError, create_indexes, create_tables
 from projections.rows import Rows, rows_of, write_rows
@@ -93,6 +94,9 @@ class RebuildSummary:
     # History events that no longer decode (logged; undecodable Redis entries are logged
     # by the projector's code).
     undecodable_events: int
+    # Inbox messages whose text an erasure removed (``projections.inbox_rows``): expected,
+    # so only counted; their delivery's row is rebuilt from them all the same.
+    redacted_events: int
     notifications_before: int
     notifications_after: int
     deliveries_before: int
@@ -130,6 +134,7 @@ async def rebuild(
                 oldest_event=history.oldest,
                 redis_entries=entries,
                 undecodable_events=history.undecodable,
+                redacted_events=history.redacted,
                 **dict(counts or {}),
             )
             if not confirm(summary):
@@ -140,8 +145,9 @@ async def rebuild(
             for (table,) in await guard.fetch(_NEW_TABLES):
                 await guard.execute(f"ALTER TABLE {SCHEMA}.{table} SET SCHEMA {live_schema}")
             await guard.execute(f"DROP SCHEMA {SCHEMA}")
-        log.info("rebuild.swapped", **_loggable(summary))
-        return dataclasses.replace(summary, swapped=True)
+        swapped = dataclasses.replace(summary, swapped=True)
+        log.info("rebuild.swapped", **_loggable(swapped))
+        return swapped
     finally:
         await guard.close()
 
@@ -178,6 +184,7 @@ async def _build(
 class _History:
     events: int = 0
     undecodable: int = 0
+    redacted: int = 0
     oldest: datetime | None = None
     newest: dict[int, str] = dataclasses.field(default_factory=dict)  # shard -> entry id
 
@@ -201,6 +208,13 @@ async def _project_history(
             try:
                 event = codec.decode_event(record["body"])
             except (msgspec.DecodeError, msgspec.ValidationError) as error:
+                redacted = redacted_inbox_message(record["body"])
+                if redacted is not None:
+                    # Erasure removed its text: what it says about the delivery still counts.
+                    history.redacted += 1
+                    log.debug("rebuild.redacted_event", event_id=record["event_id"])
+                    rows.add_redacted(record["event_id"], redacted)
+                    continue
                 history.undecodable += 1
                 log.error(
                     "rebuild.undecodable_event", event_id=record["event_id"], error=str(error)
@@ -211,6 +225,8 @@ async def _project_history(
                 await _write_history(writer, rows, progress)
                 rows = Rows()
         await _write_history(writer, rows, progress)
+    if history.redacted:
+        log.info("rebuild.redacted_events", count=history.redacted)
     return history
 
 

@@ -166,6 +166,13 @@ class Rows:
         if isinstance(event, _INBOX_EVENTS):
             self.inbox.add(event)
 
+    def add_redacted(self, event_id: str, event: InboxMessageCreated) -> None:
+        """Add the rows of an inbox message whose text an erasure removed
+        (``projections.inbox_rows.redacted_inbox_message``): its delivery's change, and no
+        inbox message, which the erasure deleted."""
+        self.events.append(_event_row(event_id, event))
+        self.deliveries.append(_delivery_row(event, self.accepted.get(event.notification_id)))
+
     def ended(self) -> dict[str, int]:
         """The deliveries whose newest change in this batch ends them for good
         (``streams.delivery.state_release``), with that change's version."""

@@ -26,6 +26,7 @@ from app.api.docs import LocalSwaggerPlugin, schema_router
 from app.api.errors import clarion_error, internal_error, redis_unavailable
 from app.api.http_metrics import HttpMetrics
 from app.api.notification_status import get_notification_status, list_deliveries
+from app.api.params import declared_query, refuse_unknown_query
 from app.api.read_model import ReadModel, read_model_unavailable
 from app.api.request_spans import RequestSpans
 from app.api.unsubscribe import UNSUBSCRIBE_ROUTES
@@ -69,12 +70,20 @@ from streams.recipients.suppressions import SuppressionStore
 from streams.status_webhooks.store import StatusWebhookStore
 
 
+async def before_request(request: Request[Any, Any, Any]) -> None:
+    """Litestar's ``before_request`` hook of every request: a fresh log context
+    (``bind_request_context``), then a query parameter the endpoint does not take is
+    refused (``app.api.params.refuse_unknown_query``)."""
+    await bind_request_context(request)
+    refuse_unknown_query(request, request.app.state.declared_query)
+
+
 async def bind_request_context(request: Request[Any, Any, Any]) -> None:
     """Start each API request with a fresh log context, bound to the notification it is about.
 
-    A Litestar ``before_request`` hook: it runs in the request's task, before the handler.
-    It is a coroutine function because Litestar runs a plain function hook in a thread pool,
-    which cost more than the rest of a single POST.
+    Part of the ``before_request`` hook: it runs in the request's task, before the handler.
+    The hook is a coroutine function because Litestar runs a plain function hook in a
+    thread pool, which cost more than the rest of a single POST.
     """
     structlog.contextvars.clear_contextvars()
     notification_id = request.path_params.get("notification_id")
@@ -260,10 +269,10 @@ def create_app(
         feedback_secrets(catalog, os.environ if environ is None else environ),
         state["address_digest"],
     )
-    return Litestar(
+    app = Litestar(
         route_handlers=[create_notification, _batch_route(settings), *ROUTES],
         request_max_body_size=settings.max_body_bytes,
-        before_request=bind_request_context,
+        before_request=before_request,
         middleware=_middleware(settings, recorder),
         lifespan=[recorder.flushing(), state["inbox_hub"].running()],
         openapi_config=openapi_config(),
@@ -277,3 +286,6 @@ def create_app(
         },
         debug=False,
     )
+    # What each GET endpoint takes, for ``before_request`` to refuse anything else.
+    app.state.declared_query = declared_query(app)
+    return app

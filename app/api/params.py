@@ -1,19 +1,28 @@
 """Query parameters: how optional ones are documented in the OpenAPI schema, the filters
-several endpoints share, and the checks that answer 422 naming the parameter."""
+several endpoints share, and the checks that answer 422 naming the parameter, among them
+the refusal of a parameter the endpoint does not take (``refuse_unknown_query``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Final, TypeVar
 
+from litestar import Litestar, Request
 from litestar.exceptions import ClientException
+from litestar.handlers import HTTPRouteHandler
 from litestar.openapi.spec import OpenAPIType
 from litestar.params import QueryParameter
+from litestar.routes import HTTPRoute
 
 from streams.core.vocabulary import CHANNELS, ERROR_CLASSES
 
 MAX_TYPE_LENGTH = 64
+# A route handler's ``opt`` key: the query parameters it reads from the request itself, not
+# as arguments of its own (``refuse_unknown_query`` takes them as known).
+READS_QUERY: Final = "reads_query"
+# How much of an unknown parameter's name an answer repeats.
+_SHOWN_NAME = 64
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -114,3 +123,38 @@ def page_size(value: str | None, default: int, most: int) -> int:
 def from_ms(ms: int) -> datetime:
     """A UTC time from milliseconds since the epoch."""
     return _EPOCH + timedelta(milliseconds=ms)
+
+
+def declared_query(app: Litestar) -> dict[HTTPRouteHandler, frozenset[str]]:
+    """The query parameters each GET endpoint of the OpenAPI schema takes: those it declares
+    (its own and its dependencies', as Litestar resolved them) and those its ``opt`` names
+    under ``READS_QUERY``. Pages for browsers (left out of the schema) are not listed: a
+    link may carry what it likes to them."""
+    declared: dict[HTTPRouteHandler, frozenset[str]] = {}
+    for route in app.routes:
+        if not isinstance(route, HTTPRoute) or "GET" not in route.route_handler_map:
+            continue
+        handler, kwargs_model = route.route_handler_map["GET"]
+        if handler.resolve_include_in_schema():
+            names = {parameter.field_alias for parameter in kwargs_model.expected_query_params}
+            declared[handler] = frozenset(names | set(handler.opt.get(READS_QUERY, ())))
+    return declared
+
+
+def refuse_unknown_query(
+    request: Request[Any, Any, Any], declared: Mapping[HTTPRouteHandler, frozenset[str]]
+) -> None:
+    """422 naming the first query parameter the request's endpoint does not take (see
+    ``declared_query``), as an unknown field of a body is refused; nothing for an endpoint
+    not in ``declared``."""
+    known = declared.get(request.route_handler)
+    if known is None or not request.scope["query_string"]:
+        return
+    for name in request.query_params:
+        if name not in known:
+            takes = ", ".join(sorted(known)) if known else "none"
+            raise ClientException(
+                status_code=422,
+                detail=f"{name[:_SHOWN_NAME]}: unknown query parameter (this endpoint takes: "
+                f"{takes})",
+            )

@@ -65,12 +65,15 @@ class RecipientSettingsView(msgspec.Struct, frozen=True):
 
 
 class DeliveryView(msgspec.Struct, frozen=True, kw_only=True):
-    """A delivery's current state (``error_class``, ``last_error`` are from its latest
-    failed attempt; ``provider_message_id`` is set once it was sent)."""
+    """A delivery's current state (``reason`` says why it is SUPPRESSED, EXPIRED or
+    deferred, or which provider feedback set its status, null when nothing needs saying;
+    ``error_class``, ``last_error`` are from its latest failed attempt;
+    ``provider_message_id`` is set once it was sent)."""
 
     id: str
     channel: Channel | None
     status: DeliveryStatus
+    reason: str | None
     attempts: int
     error_class: str | None
     last_error: str | None

@@ -45,6 +45,7 @@ class CampaignRunner:
         *,
         poll_s: float = 0.5,
         lease_ms: int = LEASE_MS,
+        metrics: MetricsRecorder | None = None,
     ) -> None:
         self.redis = redis
         self.keys = keys
@@ -53,12 +54,20 @@ class CampaignRunner:
         self.holder = holder
         self.poll_s = poll_s
         self.lease_ms = lease_ms
+        # What the generator's ingestor records (suppressions, opt-outs, ...): flushed to
+        # Redis while ``run`` runs, and once more when it ends.
+        self.metrics = metrics
         self._running: dict[str, asyncio.Task[None]] = {}
         self._stopping = asyncio.Event()
 
     async def run(self) -> None:
         """Look for due campaigns until ``stop``; then let the generators finish their
         batch."""
+        flushing = self.metrics.flushing() if self.metrics else contextlib.nullcontext()
+        async with flushing:
+            await self._poll()
+
+    async def _poll(self) -> None:
         try:
             while not self._stopping.is_set():
                 try:
@@ -102,14 +111,15 @@ class CampaignRunner:
 def campaign_runner(
     settings: Settings, redis: Redis, keys: KeySpace, catalog: Catalog, holder: str
 ) -> CampaignRunner:
-    """A worker process's runner, its generator ingesting as the API does."""
+    """A worker process's runner, its generator ingesting (and counting) as the API does."""
+    metrics = MetricsRecorder(redis, keys)
     ingestor = Ingestor(
         redis,
         keys,
         Planner(catalog, settings.address_digest()),
         settings.idempotency_ttl_seconds,
-        metrics=MetricsRecorder(redis, keys),
+        metrics=metrics,
     )
     store = CampaignStore(redis, keys)
     generator = Generator(ingestor, store, GeneratorOptions(backlog=settings.campaign_backlog))
-    return CampaignRunner(redis, keys, generator, holder)
+    return CampaignRunner(redis, keys, generator, holder, metrics=metrics)

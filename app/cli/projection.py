@@ -100,6 +100,8 @@ def _describe(summary: RebuildSummary, retention_days: int) -> None:
     )
     if summary.undecodable_events:
         click.echo(f"Skipped {summary.undecodable_events} events that no longer decode.")
+    if summary.redacted_events:
+        click.echo(f"{summary.redacted_events} inbox messages had their text erased.")
     click.echo(
         f"notification: {summary.notifications_before} rows now, "
         f"{summary.notifications_after} rebuilt; delivery: {summary.deliveries_before} now, "

@@ -124,7 +124,9 @@ class BatchResponse(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class DeliveryView(msgspec.Struct, frozen=True, kw_only=True):
-    """A delivery's current state; the error fields are from its latest failed attempt."""
+    """A delivery's current state; ``reason`` says why it is suppressed, expired or
+    deferred (or which provider feedback set its status); the error fields are from its
+    latest failed attempt."""
 
     id: str
     channel: str | None
@@ -134,6 +136,7 @@ class DeliveryView(msgspec.Struct, frozen=True, kw_only=True):
     last_error: str | None
     provider_message_id: str | None
     updated_at: datetime
+    reason: str | None = None  # servers before it do not send it
 
 
 class NotificationStatus(msgspec.Struct, frozen=True, kw_only=True):

@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import json
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
+import structlog
 from redis.asyncio import Redis
 
 from projections.database import connect
+from projections.inbox_rows import InboxRows
 from projections.projector import Projector
 from projections.rebuild import RebuildSummary, rebuild
 from projections.rows import apply, rows_of
 from streams.campaigns.ids import notification_key
 from streams.core.consumer_groups import DELIVERY_GROUP, PROJECTOR_GROUP
+from streams.core.events import RecipientErased
 from streams.core.keys import KeySpace
 from streams.core.retention import StreamRetention, trim
 from tests.integration.delivery_support import accept, fast_catalog, running_worker, wait_until
@@ -236,3 +241,59 @@ async def test_a_rebuild_while_everything_runs_loses_nothing(
             assert await snapshot(pool) == await snapshot(reference)
         finally:
             await reference.close()
+
+
+async def test_the_swap_is_logged_as_done(
+    real_redis: Redis, key_prefix: str, pool: asyncpg.Pool, database_url: str
+) -> None:
+    keys = KeySpace(key_prefix)
+    await project_everything(real_redis, pool, keys)
+
+    with structlog.testing.capture_logs() as logs:
+        summary = await rebuild(database_url, real_redis, keys)
+
+    assert summary.swapped
+    swapped = [entry for entry in logs if entry["event"] == "rebuild.swapped"]
+    assert len(swapped) == 1
+    assert swapped[0]["swapped"] is True
+    assert swapped[0]["notifications_after"] == summary.notifications_after
+
+
+async def test_inbox_messages_an_erasure_redacted_are_no_alarm_but_garbage_is(
+    real_redis: Redis, key_prefix: str, pool: asyncpg.Pool, database_url: str
+) -> None:
+    keys = KeySpace(key_prefix)
+    await project_everything(real_redis, pool, keys)  # u-3's order_confirmed went to its inbox
+    async with pool.acquire() as connection:
+        # What projecting u-3's RecipientErased does to its inbox messages' events.
+        rows = InboxRows()
+        rows.add(RecipientErased(at=datetime.now(UTC), recipient_id="u-3"))
+        await rows.write(connection)
+        redacted = await connection.fetch(
+            "SELECT event_id, body::text FROM delivery_event "
+            "WHERE type = 'InboxMessageCreated' AND body->>'recipient_id' = 'u-3'"
+        )
+        assert redacted
+        assert all("title" not in json.loads(row["body"]) for row in redacted)
+        garbage = '{"type": "DeliverySent", "at": "yesterday"}'
+        await connection.execute(
+            "INSERT INTO delivery_event VALUES ($1, now(), 'DeliverySent', NULL, NULL, NULL, $2)",
+            "0-99999999999999-0-0", garbage,
+        )  # fmt: skip
+    live = await snapshot(pool)
+
+    with structlog.testing.capture_logs() as logs:
+        summary = await rebuild(database_url, real_redis, keys)
+
+    assert summary.redacted_events == len(redacted)
+    assert summary.undecodable_events == 1
+    errors = [entry for entry in logs if entry["log_level"] == "error"]
+    assert [entry["event"] for entry in errors] == ["rebuild.undecodable_event"]
+    assert errors[0]["event_id"] == "0-99999999999999-0-0"
+    quiet = [entry for entry in logs if entry["event"] == "rebuild.redacted_event"]
+    assert {entry["event_id"] for entry in quiet} == {row["event_id"] for row in redacted}
+    assert {entry["log_level"] for entry in quiet} == {"debug"}
+    counted = [entry for entry in logs if entry["event"] == "rebuild.redacted_events"]
+    assert [(entry["log_level"], entry["count"]) for entry in counted] == [("info", len(redacted))]
+    # A redacted message still counts for its delivery's row: rebuilt equals live.
+    assert await snapshot(pool) == live

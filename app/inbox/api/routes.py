@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Annotated, Any, cast
+from typing import Annotated, Any, Final, cast
 
 import msgspec
 from litestar import MediaType, Request, Response, get, post
@@ -35,7 +35,8 @@ from litestar.params import FromPath, FromQuery, QueryParameter
 
 from app.api.auth import authorize
 from app.api.body import documented_body, read_json
-from app.api.errors import AUTHENTICATED, BodyTooLarge, NotJson, RedisUnavailable
+from app.api.errors import AUTHENTICATED, BodyTooLarge, InvalidField, NotJson, RedisUnavailable
+from app.api.params import READS_QUERY
 from app.inbox.tokens import MAX_TTL_SECONDS, Grant, InboxTokens
 from app.recipients.api.settings import recipient_id_of
 from app.signed_tokens import TokenRefused
@@ -54,6 +55,8 @@ RECIPIENT_AUTH: list[type[HTTPException]] = [
     NotAuthorizedException,
     RedisUnavailable,
 ]
+# A GET endpoint's: a query parameter it does not take is refused (``app.api.params``).
+RECIPIENT_READ: list[type[HTTPException]] = [*RECIPIENT_AUTH, InvalidField]
 
 
 class MessageBusy(ClientException):
@@ -151,6 +154,9 @@ def grant_of(request: Req, *, in_query: bool = False) -> Grant:
         raise NotAuthorizedException(detail=f"the recipient token is {refused.why}") from None
 
 
+# A token in the query is looked at, to be refused with the hint above: not as unknown.
+TOKEN_IN_QUERY: Final = {READS_QUERY: ("token",)}
+
 _MISSING = {
     True: "a recipient token is required: 'Authorization: Bearer <token>' (?token= on "
     "/v1/inbox/stream only)",
@@ -215,7 +221,7 @@ async def revoke_inbox_tokens(request: Req, recipient_id: FromPath[str]) -> Revo
     return RevokedView(recipient_id, datetime.fromtimestamp(epoch / 1000, UTC))
 
 
-@get("/v1/inbox", raises=RECIPIENT_AUTH)
+@get("/v1/inbox", raises=RECIPIENT_READ, opt=TOKEN_IN_QUERY)
 async def list_inbox(
     request: Req,
     limit: Annotated[int, QueryParameter(ge=1, le=MAX_PAGE)] = 20,
@@ -238,7 +244,7 @@ async def list_inbox(
     return cast("Response[PageView]", Response(body, media_type=MediaType.JSON))
 
 
-@get("/v1/inbox/counts", raises=RECIPIENT_AUTH)
+@get("/v1/inbox/counts", raises=RECIPIENT_READ, opt=TOKEN_IN_QUERY)
 async def inbox_counts(request: Req) -> CountsView:
     """How many messages are unread and unseen (archived ones count for neither)."""
     grant = grant_of(request)

@@ -40,8 +40,9 @@ from litestar.response import Stream
 from redis.exceptions import RedisError
 
 from app.api.errors import StreamsFull, TooManyStreams
+from app.api.params import READS_QUERY
 from app.inbox.api.routes import (
-    RECIPIENT_AUTH,
+    RECIPIENT_READ,
     CountsView,
     checked_grant,
     message_view,
@@ -80,8 +81,10 @@ class NewMessage(msgspec.Struct, frozen=True):
 
 @get(
     "/v1/inbox/stream",
-    raises=[*RECIPIENT_AUTH, TooManyStreams, StreamsFull],
+    raises=[*RECIPIENT_READ, TooManyStreams, StreamsFull],
     response_headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    # EventSource sends no header: the token and where to resume may come in the query.
+    opt={READS_QUERY: ("token", "last_event_id")},
 )
 async def inbox_stream(request: Req) -> Stream:
     """The recipient's inbox changes as Server-Sent Events (resumable with Last-Event-ID)."""

@@ -25,6 +25,7 @@ from prometheus_client.metrics_core import (
 )
 
 from app.api.auth import authorize
+from app.api.errors import InvalidField
 from app.api.read_model import ReadModel
 from app.catalog import guarded_providers
 from app.metrics import COUNTERS, HISTOGRAMS, Snapshot, lag_report, read_snapshot
@@ -35,7 +36,7 @@ from streams.metrics.backlog import Backlog
 log = structlog.get_logger(__name__)
 
 
-@get("/v1/ops/health/live")
+@get("/v1/ops/health/live", raises=[InvalidField])
 async def live() -> dict[str, str]:
     """Liveness: the process answers. No key needed."""
     return {"status": "ok"}
@@ -43,6 +44,7 @@ async def live() -> dict[str, str]:
 
 @get(
     ["/v1/ops/health/ready", "/v1/ops/health"],
+    raises=[InvalidField],
     responses={503: ResponseSpec(dict[str, Any], description="Not ready: each check says why")},
 )
 async def ready(request: Request[Any, Any, State]) -> Response[dict[str, Any]]:
@@ -54,7 +56,7 @@ async def ready(request: Request[Any, Any, State]) -> Response[dict[str, Any]]:
     return Response(body, status_code=200 if result.ready else 503)
 
 
-@get("/metrics", media_type=CONTENT_TYPE_PLAIN_0_0_4)
+@get("/metrics", media_type=CONTENT_TYPE_PLAIN_0_0_4, raises=[InvalidField])
 async def metrics(request: Request[Any, Any, State]) -> Response[bytes]:
     """Every Clarion metric in the Prometheus text format."""
     authorize(request, "read")
@@ -64,7 +66,7 @@ async def metrics(request: Request[Any, Any, State]) -> Response[bytes]:
     )
 
 
-@get("/v1/ops/lag")
+@get("/v1/ops/lag", raises=[InvalidField])
 async def lag(request: Request[Any, Any, State]) -> dict[str, Any]:
     """Per stream and group: length, pending, lag and ages; DLQ, delayed, projection lag."""
     authorize(request, "read")

@@ -184,6 +184,34 @@ async def test_after_projection_the_read_model_answers_and_agrees_with_the_write
         assert response.json() == answers[accepted["id"]]
 
 
+async def test_a_suppressed_deliverys_reason_is_in_both_models_answers(
+    client: Client, real_redis: Redis, keys: KeySpace, pool: asyncpg.Pool, fast: Catalog
+) -> None:
+    order = await accept(client, ORDER, "k1")  # no push token: PUSH is suppressed at once
+    push = order["deliveries"][1]
+    assert (push["channel"], push["status"], push["reason"]) == ("PUSH", "SUPPRESSED", "no_address")
+
+    def reasons(body: dict[str, Any]) -> list[tuple[str, str | None]]:
+        return [(d["status"], d["reason"]) for d in body["deliveries"]]
+
+    from_redis = (await status_of(client, order["id"])).json()
+    assert reasons(from_redis) == [("QUEUED", None), ("SUPPRESSED", "no_address"), ("QUEUED", None)]
+
+    await settle(real_redis, keys, pool, fast, order)
+    shard = keys.shard(0)
+    await real_redis.delete(
+        shard.notification(order["id"]), *[shard.delivery(i) for i in ids_of(order)]
+    )
+    from_postgresql = (await status_of(client, order["id"])).json()
+    assert reasons(from_postgresql) == [
+        ("SENT", None),
+        ("SUPPRESSED", "no_address"),
+        ("SENT", None),
+    ]
+    listed = (await deliveries(client, "?status=SUPPRESSED")).json()["deliveries"]
+    assert [(d["id"], d["reason"]) for d in listed] == [(push["id"], "no_address")]
+
+
 async def test_another_producers_unknown_and_malformed_ids_are_404(
     client: Client, real_redis: Redis, keys: KeySpace, pool: asyncpg.Pool
 ) -> None:

@@ -6,10 +6,14 @@ import asyncio
 
 from redis.asyncio import Redis
 
-from app.campaigns.runner import CampaignRunner
+from app.campaigns.runner import CampaignRunner, campaign_runner
 from app.catalog import Catalog
+from app.metrics import OPT_OUTS, SUPPRESSED
+from app.settings import Settings
 from streams.core.events import CampaignBatchGenerated
 from streams.core.keys import KeySpace
+from streams.metrics.recorder import read_counters
+from streams.recipients.settings import RecipientSettingsStore
 from tests.conftest import stream_events
 from tests.integration.campaign_support import give_profiles, parts, started
 from tests.integration.delivery_support import wait_until
@@ -44,3 +48,30 @@ async def test_one_runner_at_a_time_generates_a_due_campaign(
     done = await campaigns.get("orders", campaign.id)
     assert (done.accepted, done.repeated) == (3000, 0)
     assert not await real_redis.exists(keys.shard(0).campaign(campaign.id).lease)
+
+
+async def test_a_worker_processs_runner_counts_the_suppressions_of_its_campaigns(
+    real_redis: Redis, key_prefix: str, catalog: Catalog, settings: Settings
+) -> None:
+    keys = KeySpace(key_prefix)
+    ids = [f"u-{i}" for i in range(6)]
+    await give_profiles(real_redis, keys, ids)  # an email address each, no push token
+    await RecipientSettingsStore(real_redis, keys).switch_off("u-0", "marketing", "EMAIL", "api")
+    # The runner a worker process makes (the one ``clarion run`` starts), not the test's parts.
+    runner = campaign_runner(settings, real_redis, keys, catalog, "w")
+    runner.poll_s = 0.01
+    running = asyncio.create_task(runner.run())
+    campaigns, _ = parts(real_redis, keys, catalog)
+    campaign = await started(campaigns, ids)
+
+    async def completed() -> bool:
+        return (await campaigns.get("orders", campaign.id)).state == "completed"
+
+    await wait_until(completed, within=30)
+    runner.stop()
+    await running
+
+    # What /metrics reads: every suppression of the campaign, flushed to Redis.
+    counters = await read_counters(real_redis, keys, [SUPPRESSED, OPT_OUTS])
+    assert counters[SUPPRESSED.name] == {("PUSH", "no_address"): 6, ("EMAIL", "opted_out"): 1}
+    assert counters[OPT_OUTS.name] == {("marketing",): 1}
