@@ -82,8 +82,9 @@ container-check: install podman
 	$(BIN)/python -m devtools.container_check
 
 ## run: install, then run the whole service against local Redis and PostgreSQL (sandbox provider).
-## PORT: the API's port (default: CLARION_PORT if set, else 8000); the default CLARION_PUBLIC_URL follows it unless you
-## set one. WORKERS: uvicorn worker processes (clarion run --workers; unset: its default).
+## PORT: the API's port (default: CLARION_PORT if set, else 8000); the default
+## CLARION_PUBLIC_URL follows it unless you set one. WORKERS: uvicorn worker processes
+## (clarion run --workers; unset: its default).
 ## E.g. make run PORT=9000 WORKERS=4
 PORT ?= $(or $(CLARION_PORT),8000)
 WORKERS ?=

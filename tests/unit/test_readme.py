@@ -3,7 +3,10 @@ two commands the Makefile really has."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import tomllib
 
 import yaml
 
@@ -62,3 +65,44 @@ def test_the_quick_start_is_two_make_targets() -> None:
     makefile = (REPO / "Makefile").read_text()
     for target in ("run", "test", "docs"):
         assert re.search(rf"^{target}:", makefile, re.MULTILINE), f"no make {target}"
+
+
+def test_the_readme_says_where_the_example_catalog_sends_each_channel() -> None:
+    """Not "every channel goes to the sandbox": IN_APP goes to the inbox."""
+    catalog = tomllib.loads((REPO / "clarion.toml").read_text())
+    by_provider: dict[str, list[str]] = {}
+    for channel, table in catalog["channels"].items():
+        by_provider.setdefault(table["provider"], []).append(channel)
+    assert sorted(by_provider) == ["inbox", "sandbox"]
+    sandbox = ", ".join(sorted(by_provider["sandbox"], key=["PUSH", "EMAIL", "SMS"].index))
+    assert by_provider["inbox"] == ["IN_APP"]
+    said = " ".join(README.split())
+    assert f"{sandbox.replace(', SMS', ' and SMS')} go to the `sandbox` provider" in said
+    assert "IN_APP to the built-in inbox" in said
+
+
+def make_run(*arguments: str, **environ: str) -> str:
+    """What ``make run`` would run (``make -n``), with only ``environ`` set."""
+    env = {"PATH": os.environ["PATH"], **environ}
+    done = subprocess.run(
+        ["make", "-s", "-n", "-C", str(REPO), "run", *arguments],
+        env=env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return done.stdout
+
+
+def test_the_public_url_follows_make_runs_port() -> None:
+    """Unsubscribe links lead to the port the API listens on."""
+    assert 'CLARION_PUBLIC_URL="${CLARION_PUBLIC_URL:-http://127.0.0.1:8000}"' in make_run()
+    moved = make_run("PORT=9000", "WORKERS=4")
+    assert 'CLARION_PORT="9000"' in moved
+    assert 'CLARION_PUBLIC_URL="${CLARION_PUBLIC_URL:-http://127.0.0.1:9000}"' in moved
+    assert moved.rstrip().endswith("clarion run --workers 4")
+    assert 'CLARION_PORT="9100"' in make_run(CLARION_PORT="9100")
+
+
+def test_compose_and_make_run_give_the_same_public_url() -> None:
+    compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+    service = compose["services"]["clarion"]
+    assert service["environment"]["CLARION_PUBLIC_URL"].endswith(":-http://127.0.0.1:8000}")
+    assert service["ports"] == ["127.0.0.1:8000:8000"]
