@@ -54,7 +54,7 @@ POSTGRES_DB = "clarion"
 CLARION_ENVIRONMENT = {
     "CLARION_API_KEYS": "dev:dev-secret-key:send+read+recipients+admin",
     "CLARION_DIGEST_SECRET": "dev-digest-secret-not-for-production",
-    "CLARION_PUBLIC_URL": "http://localhost:8000",
+    "CLARION_PUBLIC_URL": "http://127.0.0.1:8000",
     "CLARION_LOG_FORMAT": "json",
 }
 
