@@ -1,11 +1,13 @@
 """What Clarion measures, where it is recorded, and how an operator reads it.
 
 Counters and histograms (``streams.metrics.recorder``) are recorded where things happen: a
-delivery's outcome in the worker, opt-outs at ingest, every HTTP request in
-``app.api.http_metrics``, status webhooks in their sender. Gauges of the backlog
-(``streams.metrics.backlog``) and of the producers' status-webhook outboxes
-(``streams.status_webhooks.store``) are read live from Redis when asked. ``read_snapshot`` gathers
-them all; ``/metrics``, ``GET /v1/ops/lag`` and ``clarion status`` all show one.
+delivery's outcome in the worker, opt-outs and replayed requests at ingest, every HTTP
+request in ``app.api.http_metrics``, status webhooks in their sender, unsubscribes in the
+link's route and the feedback processor. Gauges of the backlog (``streams.metrics.backlog``),
+of the open dead letters by error class (``streams.dlq.scan``, the newest ``SUMMARY_SCAN``
+entries) and of the producers' status-webhook outboxes (``streams.status_webhooks.store``) are
+read live from Redis when asked. ``read_snapshot`` gathers them all; ``/metrics``,
+``GET /v1/ops/lag`` and ``clarion status`` all show one.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from streams.core.vocabulary import DeliveryStatus
 from streams.delivery.circuit_breaker import Circuit, read_circuits
 from streams.delivery.store import Outcome
 from streams.delivery.work_items import WorkItem
+from streams.dlq.scan import Selection, Summary, summarize
 from streams.metrics.backlog import Backlog, read_backlog
 from streams.metrics.recorder import (
     CounterSpec,
@@ -90,9 +93,34 @@ STATUS_WEBHOOKS = CounterSpec(
     "dead_lettered (given up)",
     ("producer", "outcome"),
 )
+SENT_AFTER_RETRY = CounterSpec(
+    "clarion_sent_after_retry_total",
+    "Deliveries that ended SENT after more than one provider attempt (their share: this "
+    'over clarion_delivery_attempts_count{status="SENT"})',
+    ("channel",),
+)
+# Where a duplicate was found and left alone: a request replayed under its Idempotency-Key
+# (ingest), a work item whose delivery ended already or another live lease holds (worker), a
+# provider's feedback applied already (feedback).
+DUPLICATE_LAYERS = ("ingest", "worker", "feedback")
+DUPLICATES_SKIPPED = CounterSpec(
+    "clarion_duplicates_skipped_total",
+    "Duplicates found and skipped: replayed requests (ingest), work items already ended or "
+    "leased elsewhere (worker), provider feedback already applied (feedback)",
+    ("layer",),
+)
+# How a recipient unsubscribed: the one-click link, or a provider's feedback (an unsubscribe
+# or a complaint about the message).
+UNSUBSCRIBE_SOURCES = ("link", "feedback")
+UNSUBSCRIBES = CounterSpec(
+    "clarion_unsubscribes_total",
+    "Recipients who unsubscribed, by the type and channel of the message they did it from "
+    "and how: link (one-click unsubscribe) or feedback (a provider's unsubscribe or complaint)",
+    ("type", "channel", "source"),
+)
 COUNTERS = (
     DELIVERY_FAILURES, ATTEMPT_FAILURES, OPT_OUTS, SUPPRESSED, FEEDBACK, FEEDBACK_UNMATCHED,
-    STATUS_WEBHOOKS,
+    STATUS_WEBHOOKS, SENT_AFTER_RETRY, DUPLICATES_SKIPPED, UNSUBSCRIBES,
 )  # fmt: skip
 HISTOGRAMS = (DELIVERY_LATENCY, DELIVERY_ATTEMPTS, HTTP_REQUESTS)
 # Work entries dead-lettered as POISON cannot always be decoded: their channel is unknown.
@@ -118,6 +146,8 @@ def record_outcome(recorder: MetricsRecorder, item: WorkItem, outcome: Outcome) 
     if status in (_SENT, _FAILED):
         attempts = outcome.fields.get("attempts", 0)
         recorder.observe(DELIVERY_ATTEMPTS, (item.channel, str(status)), float(attempts))
+        if status == _SENT and int(attempts) > 1:
+            recorder.inc(SENT_AFTER_RETRY, (item.channel,))
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +161,8 @@ class Snapshot:
     circuits: dict[str, Circuit] = field(default_factory=dict)
     # Each producer's status-webhook outbox and dead letters.
     outboxes: list[OutboxFigures] = field(default_factory=list)
+    # The open dead letters among the newest ``SUMMARY_SCAN`` entries, by error class.
+    dead_letters: Summary = field(default_factory=Summary)
 
     @property
     def projection_lag_ms(self) -> int:
@@ -173,14 +205,15 @@ class Snapshot:
 async def read_snapshot(redis: Redis, keys: KeySpace, providers: Sequence[str] = ()) -> Snapshot:
     """Read every figure from Redis: works in any process, also while the API is down.
     ``providers``: those whose circuit breakers to read."""
-    backlog, counters, histograms, circuits, outboxes = await asyncio.gather(
+    backlog, counters, histograms, circuits, outboxes, dead_letters = await asyncio.gather(
         read_backlog(redis, keys),
         read_counters(redis, keys, COUNTERS),
         read_histograms(redis, keys, HISTOGRAMS),
         read_circuits(redis, keys, providers),
         read_outboxes(redis, keys),
+        summarize(redis, keys, Selection(), samples=0),
     )
-    return Snapshot(backlog, counters, histograms, circuits, outboxes)
+    return Snapshot(backlog, counters, histograms, circuits, outboxes, dead_letters)
 
 
 def lag_report(snapshot: Snapshot) -> dict[str, object]:
@@ -239,14 +272,19 @@ def _backlog_report(backlog: Backlog) -> dict[str, object]:
 
 
 def _delivery_report(snapshot: Snapshot) -> dict[str, object]:
-    """Deliveries sent and failed so far, failing attempts, opt-outs and suppressions."""
+    """Deliveries sent (after a retry too) and failed so far, failing attempts, open dead
+    letters, opt-outs, suppressions, unsubscribes and duplicates skipped."""
     return {
         "sent": int(snapshot.ended(DeliveryStatus.SENT)),
+        "sent_after_retry": int(snapshot.total(SENT_AFTER_RETRY)),
         "failed": int(snapshot.ended(DeliveryStatus.FAILED)),
         "failed_by_error_class": _ints(snapshot.by_label(DELIVERY_FAILURES, "error_class")),
         "attempt_failures": int(snapshot.total(ATTEMPT_FAILURES)),
         "opted_out_by_type": _ints(snapshot.by_label(OPT_OUTS, "type")),
         "suppressed_by_reason": _ints(snapshot.by_label(SUPPRESSED, "reason")),
+        "dead_letters_open_by_error_class": _ints(dict(snapshot.dead_letters.by_error_class)),
+        "unsubscribed_by_type": _ints(snapshot.by_label(UNSUBSCRIBES, "type")),
+        "duplicates_skipped_by_layer": _ints(snapshot.by_label(DUPLICATES_SKIPPED, "layer")),
     }
 
 

@@ -299,6 +299,8 @@ class SentDelivery:
     notification_id: str
     status: DeliveryStatus
     version: int
+    notification_type: str = ""
+    channel: str = ""
 
 
 async def deliveries_by_message(
@@ -310,14 +312,16 @@ async def deliveries_by_message(
         return {}
     rows = await pool.fetch(
         "SELECT d.provider, d.provider_message_id, d.id::text, d.notification_id::text,"
-        " d.status, d.version FROM delivery d"
+        " d.status, d.version, d.notification_type, d.channel FROM delivery d"
         " JOIN unnest($1::text[], $2::text[]) AS m(provider, message_id)"
         " ON d.provider_message_id = m.message_id AND d.provider = m.provider",
         [provider for provider, _ in messages],
         [message_id for _, message_id in messages],
     )
     return {
-        (row[0], row[1]): SentDelivery(row[2], row[3], DeliveryStatus(row[4]), row[5])
+        (row[0], row[1]): SentDelivery(
+            row[2], row[3], DeliveryStatus(row[4]), row[5], row[6] or "", row[7] or ""
+        )
         for row in rows
     }
 

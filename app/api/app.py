@@ -220,6 +220,7 @@ def _state(
         "inbox_token_ttl_seconds": settings.inbox_token_ttl_seconds,
         "clock": clock,
         "campaigns": Campaigns(redis, keys, planner, clock),
+        "metrics": recorder,
     }
 
 

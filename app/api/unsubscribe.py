@@ -8,8 +8,8 @@ one-click POST) switches the recipient's (type, channel) pair off only when its 
 form RFC 8058 names, ``List-Unsubscribe=One-Click`` (``application/x-www-form-urlencoded``, as
 the page's button sends it, or ``multipart/form-data``); any other body is answered 400 and
 changes nothing. The change is recorded as a ``PreferenceChanged`` event with source
-``unsubscribe_link``, and a short confirmation page answers; repeated, it changes nothing
-more.
+``unsubscribe_link`` and counted (``clarion_unsubscribes_total``, source ``link``), and a short
+confirmation page answers; repeated, it changes and counts nothing more.
 
 A token that is cut short, changed, signed with another key or expired is answered 404 with
 a page saying so; nothing here answers a 5xx but an outage (503). The token is never logged
@@ -32,9 +32,11 @@ from redis.exceptions import RedisError
 
 from app.api.html_pages import HTML_HEADERS, render
 from app.catalog import Catalog
+from app.metrics import UNSUBSCRIBES
 from app.signed_tokens import TokenRefused
 from app.unsubscribe import OptOut, UnsubscribeTokens
 from streams.core.vocabulary import Channel
+from streams.metrics.recorder import MetricsRecorder
 from streams.recipients.settings import RecipientSettingsStore
 
 log = structlog.get_logger(__name__)
@@ -206,9 +208,15 @@ class Unsubscribe(Controller):
         await _one_click(request)
         store: RecipientSettingsStore = request.app.state.recipient_settings
         opt_out = what.opt_out
+        pair = (opt_out.notification_type, str(opt_out.channel))
+        # Counted once: a pair that is off already (a repeated POST) is no new unsubscribe.
+        was_on = pair not in (await store.get(opt_out.recipient_id)).disabled
         settings = await store.switch_off(
             opt_out.recipient_id, opt_out.notification_type, opt_out.channel, "unsubscribe_link"
         )
+        if was_on:
+            metrics: MetricsRecorder = request.app.state.metrics
+            metrics.inc(UNSUBSCRIBES, (*pair, "link"))
         log.info(
             "unsubscribe.recorded", recipient_id=opt_out.recipient_id,
             notification_type=opt_out.notification_type, channel=opt_out.channel,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import structlog
 
 from app.delivery import decide
-from app.metrics import DELIVERY_FAILURES
+from app.metrics import DELIVERY_FAILURES, DUPLICATES_SKIPPED
 from streams.core.keys import ShardKeys
 from streams.core.vocabulary import ErrorClass, Priority
 from streams.delivery import outcomes as delivery_outcomes
@@ -24,6 +24,9 @@ from streams.dlq.entries import Worker
 from streams.metrics.recorder import MetricsRecorder
 
 log = structlog.get_logger(__name__)
+
+# Verdicts on a duplicate: its delivery ended already, or another live lease holds it.
+_DUPLICATE = frozenset({LeaseVerdict.TERMINAL, LeaseVerdict.LEASED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +54,9 @@ class Leasing:
             for (entry_id, item), lease in zip(items, leases, strict=True)
         ]
         dropped = [self._unsent(leased) for leased in held if leased.lease.verdict in UNSENT]
+        skipped = sum(leased.lease.verdict in _DUPLICATE for leased in held)
+        if skipped:
+            self.metrics.inc(DUPLICATES_SKIPPED, ("worker",), skipped)
         if dropped:
             await self.store.finish(dropped)
         # Read once, not per delivery: on Python 3.11 a read of a member off its enum class

@@ -35,7 +35,7 @@ import structlog
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from app.metrics import FEEDBACK, FEEDBACK_UNMATCHED
+from app.metrics import DUPLICATES_SKIPPED, FEEDBACK, FEEDBACK_UNMATCHED, UNSUBSCRIBES
 from projections.queries import SentDelivery, deliveries_by_message, feedback_applied
 from streams.core import clock, scripts
 from streams.core.codec import as_text
@@ -55,6 +55,8 @@ RETRY_S: Final = 1.0
 BATCH: Final = 500
 _SENT, _DELIVERED, _FAILED = DeliveryStatus.SENT, DeliveryStatus.DELIVERED, DeliveryStatus.FAILED
 _FAILS: Final = frozenset({"bounced", "undelivered", "token_invalid"})
+# Feedback that is the recipient unsubscribing (``clarion_unsubscribes_total``, source feedback).
+UNSUBSCRIBING: Final = frozenset({"complained", "unsubscribed"})
 
 
 def status_after(kind: str, status: DeliveryStatus) -> DeliveryStatus:
@@ -190,6 +192,7 @@ class FeedbackProcessor:
         done, todo, changes = [], [], []
         for (w, sent), state in zip(pairs, states, strict=True):
             if (sent.id, w.item.feedback_id) in applied:
+                self._count(DUPLICATES_SKIPPED, ("feedback",))
                 done.append(w.entry_id)
                 continue
             status = state.status if state else sent.status
@@ -200,14 +203,18 @@ class FeedbackProcessor:
             return done
         call = feedback_apply_call(shard, changes, self.state_retention_ms)
         replies = await scripts.FEEDBACK_APPLY(self.redis, *call)
-        for (w, _), reply in zip(todo, replies, strict=True):
+        for (w, sent), reply in zip(todo, replies, strict=True):
             if reply == b"MOVED":
                 self._unmatched[w.entry_id] = w  # read again next time
                 continue
             done.append(w.entry_id)
             if reply == b"OK":
                 self._count(FEEDBACK, (w.item.provider, w.item.kind))
+                if w.item.kind in UNSUBSCRIBING:
+                    self._count(UNSUBSCRIBES, (sent.notification_type, sent.channel, "feedback"))
                 await self._suppress(w.item)
+            elif reply == b"DUP":  # marked on the delivery's state: applied already
+                self._count(DUPLICATES_SKIPPED, ("feedback",))
         return done
 
     def _change(

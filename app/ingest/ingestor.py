@@ -31,7 +31,7 @@ from app.ingest.high_first import HighFirst
 from app.ingest.pending import NO_SETTINGS, CheckedRequest, Pending, with_profile_of
 from app.ingest.requests import NotificationRequest
 from app.ingest.span_notes import note_on_span
-from app.metrics import OPT_OUTS, SUPPRESSED
+from app.metrics import DUPLICATES_SKIPPED, OPT_OUTS, SUPPRESSED
 from streams.core.errors import Conflict, Forbidden, Invalid
 from streams.core.keys import KeySpace, ShardKeys
 from streams.ingest.writer import IngestItem, IngestReply, IngestWriter
@@ -302,9 +302,13 @@ class Ingestor:
         )
 
     def _answer(self, entry: Pending, reply: IngestReply) -> IngestAnswer:
-        if reply.kind == "OK" and self.metrics is not None:
-            self._count_suppressed(entry)
-        return answer_of(entry.item.response, reply)
+        answer = answer_of(entry.item.response, reply)
+        if self.metrics is not None:
+            if reply.kind == "OK":
+                self._count_suppressed(entry)
+            elif answer.replayed:  # the earlier answer, from its idempotency record
+                self.metrics.inc(DUPLICATES_SKIPPED, ("ingest",))
+        return answer
 
     def _count_suppressed(self, entry: Pending) -> None:
         """Count the deliveries suppressed at acceptance, as the plan found them. A replay

@@ -30,7 +30,9 @@ from app.api.read_model import ReadModel
 from app.catalog import guarded_providers
 from app.metrics import COUNTERS, HISTOGRAMS, Snapshot, lag_report, read_snapshot
 from app.operations.readiness import readiness
+from streams.core.vocabulary import ERROR_CLASSES
 from streams.delivery.circuit_breaker import CircuitState
+from streams.dlq.scan import SUMMARY_SCAN
 from streams.metrics.backlog import Backlog
 
 log = structlog.get_logger(__name__)
@@ -108,7 +110,29 @@ def families(snapshot: Snapshot) -> list[Metric]:
         + _backlog_families(snapshot)
         + [_circuit_family(snapshot)]
         + _status_webhook_families(snapshot)
+        + _dead_letter_families(snapshot)
     )
+
+
+def _dead_letter_families(snapshot: Snapshot) -> list[Metric]:
+    """The open dead letters by error class (every class, 0 when none), among the newest
+    ``SUMMARY_SCAN`` entries, and whether the queue holds more than that."""
+    open_letters = _gauge(
+        "clarion_dead_letters_open",
+        f"Dead letters not yet replayed, by error class, among the newest {SUMMARY_SCAN:,} "
+        "entries of the dead-letter streams",
+        ("error_class",),
+    )
+    summary = snapshot.dead_letters
+    for error_class in sorted({*ERROR_CLASSES, *summary.by_error_class}):
+        open_letters.add_metric((error_class,), summary.by_error_class.get(error_class, 0))
+    truncated = GaugeMetricFamily(
+        "clarion_dead_letters_open_truncated",
+        f"1 when the dead-letter streams hold more than {SUMMARY_SCAN:,} entries: "
+        "clarion_dead_letters_open counts only the newest of them",
+        value=int(summary.truncated),
+    )
+    return [open_letters, truncated]
 
 
 def _status_webhook_families(snapshot: Snapshot) -> list[Metric]:
