@@ -2,18 +2,21 @@
 changes nothing; its button and a mail client's one-click POST switch the pair off once (a
 PreferenceChanged event, source ``unsubscribe_link``) and the next email of that type is
 suppressed; every link that does not work gets a page saying why, never a 5xx; the token
-never reaches a log line."""
+never reaches a log line. Each pair switched off counts once in ``clarion_unsubscribes_total``
+(source ``link``), read from a real ``/metrics``."""
 
 from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import httpx
 import pytest
 import structlog
+from litestar import Litestar
 from redis.asyncio import Redis
 
 from app.api.app import create_app
@@ -26,7 +29,7 @@ from streams.core.keys import KeySpace
 from streams.core.vocabulary import Channel
 from streams.recipients.settings import RecipientSettingsStore
 from tests.conftest import DIGEST_SECRET, PROFILES, REPO, Clock, http_client, stream_events
-from tests.integration.api_support import post
+from tests.integration.api_support import post, sample, scrape
 from tests.servers import free_port
 
 Client = httpx.AsyncClient
@@ -135,6 +138,25 @@ async def test_repeating_it_is_harmless_and_records_nothing_more(
     assert "You are unsubscribed" in again.text
     assert len(await events(redis, key_prefix)) == 1
     assert (await settings_of(client))["version"] == 1
+
+
+async def test_an_unsubscribe_is_counted_once_by_type_and_channel(
+    make_app: Callable[..., Litestar], clock: Clock
+) -> None:
+    app = make_app()
+    async with http_client(app) as client:
+        path = link(clock)
+        assert (await client.get(path)).status_code == 200  # the page alone counts nothing
+        assert (await client.post(path, **ONE_CLICK)).status_code == 200
+        assert (await client.post(path, **ONE_CLICK)).status_code == 200  # no change: not again
+        marketing = link(clock, "marketing", channel=Channel.SMS)
+        assert (await client.post(marketing, **ONE_CLICK)).status_code == 200
+        await app.state.metrics.flush()
+        samples = await scrape(client)
+    unsubscribes = "clarion_unsubscribes_total"
+    order = {"type": "order_confirmed", "channel": "EMAIL", "source": "link"}
+    assert sample(samples, unsubscribes, **order) == 1
+    assert sample(samples, unsubscribes, type="marketing", channel="SMS", source="link") == 1
 
 
 async def test_head_answers_as_get_would_without_a_body(client: Client, clock: Clock) -> None:

@@ -4,7 +4,9 @@ over the API, and the processor moves its delivery (DELIVERED; FAILED with the b
 reason, its address then suppressed, so the next notification is SUPPRESSED hard_bounce); a
 complaint suppresses the address for what may be opted out of and an older dead letter's
 replay is refused; a callback about a message nobody sent is answered 200 and counted as
-unmatched once the window ends; applying the same feedback twice changes nothing."""
+unmatched once the window ends; applying the same feedback twice changes nothing (and is
+counted as a duplicate skipped); a complaint counts as an unsubscribe from its message's type
+and channel, read from a real ``/metrics``."""
 
 from __future__ import annotations
 
@@ -31,10 +33,11 @@ from app.settings import Settings
 from projections.projector import PROJECTED_STATE_RETENTION_MS, Projector
 from streams.core.events import ProviderFeedbackReceived
 from streams.core.keys import KeySpace
+from streams.feedback.store import FIELD, Feedback, encode
 from streams.metrics.recorder import MetricsRecorder, read_counters
 from streams.recipients.suppressions import SuppressionStore
 from tests.conftest import DIGEST, ORDERS, http_client, stream_events
-from tests.integration.api_support import post
+from tests.integration.api_support import post, sample, scrape
 from tests.integration.delivery_support import catalog_text, running_worker, state, wait_until
 
 pytestmark = pytest.mark.timeout(60)
@@ -233,3 +236,33 @@ async def test_a_complaint_suppresses_the_address_and_an_older_dead_letter_stays
     [skipped] = replay.json()["skipped"]
     assert (skipped["delivery_id"], skipped["outcome"]) == (dead, "suppressed_complaint")
     assert "suppression list (complaint)" in skipped["detail"]
+
+
+async def test_a_complaint_counts_as_an_unsubscribe_once_and_its_repeat_as_a_duplicate(
+    api: httpx.AsyncClient, real_redis: Redis, key_prefix: str, pool: asyncpg.Pool
+) -> None:
+    keys = KeySpace(key_prefix)
+    sent = (await post(api, ORDER, key="o-1")).json()["deliveries"][0]["id"]
+    async with (
+        running_worker(real_redis, keys, feedback_catalog()),
+        Running(real_redis, pool, keys) as running,
+    ):
+        message = await sent_message(real_redis, keys, sent)
+        await wait_until(lambda: status_is(pool, sent, "SENT"))  # matched from the read model
+        complaint = callback(message, "complained", "c1")
+        assert (await api.post("/v1/feedback/sandbox", **complaint)).status_code == 200
+        receipt = callback(message, "delivered", "d1")
+        assert (await api.post("/v1/feedback/sandbox", **receipt)).status_code == 200
+        await wait_until(lambda: status_is(pool, sent, "DELIVERED"))
+        # The complaint read again (as after a crash before its acknowledgement): applied
+        # already, so skipped.
+        again = Feedback(provider="sandbox", feedback_id="c1", message_id=message,
+                         kind="complained", received_ms=int(time.time() * 1000))  # fmt: skip
+        await running.processor.process([("0-1", {FIELD.encode(): encode(again)})])
+        await running.metrics.flush()
+        samples = await scrape(api)
+    unsubscribes = "clarion_unsubscribes_total"
+    complained = {"type": "order_confirmed", "channel": "EMAIL", "source": "feedback"}
+    assert sample(samples, unsubscribes, **complained) == 1
+    assert sum(v for (name, _), v in samples.items() if name == unsubscribes) == 1  # no receipt
+    assert sample(samples, "clarion_duplicates_skipped_total", layer="feedback") == 1
