@@ -9,7 +9,7 @@
 - ``cross_site``, ``request_spans``, ``http_metrics``: middleware;
 - ``docs``: the OpenAPI documentation;
 - ``notification_status``: the status API (a notification and its deliveries);
-- ``dashboard``, ``dashboard_charts``, ``charts``: the FAILED dashboard;
+- ``dashboard``, ``dashboard_charts``, ``dashboard_signals``, ``charts``: the FAILED dashboard;
 - ``unsubscribe``: the one-click unsubscribe page;
 - ``html_pages``: the HTML both render (``templates``), its headers and error page.
 

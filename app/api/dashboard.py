@@ -30,6 +30,7 @@ from redis.exceptions import RedisError
 
 from app.api.auth import authorize_reader
 from app.api.dashboard_charts import read_charts
+from app.api.dashboard_signals import Signals, read_signals
 from app.api.html_pages import HTML_ERRORS, duration, field_text, render
 from app.api.params import Word
 from app.api.read_model import ReadModel
@@ -137,7 +138,8 @@ async def dashboard(
     error_class: FromQuery[str | None] = None,
 ) -> Response[str]:
     """Charts of the last day, failure rates, failures by error class, the FAILED list, the
-    dead-letter queue and the campaigns."""
+    dead-letter queue, the signals (retries, unsubscribes, duplicates, open dead letters by
+    class) and the campaigns."""
     key = authorize_reader(request)
     where = FailureFilter(
         channel=_choice("channel", channel, CHANNELS),
@@ -158,6 +160,7 @@ async def dashboard(
         type_names=_type_names(request.app.state),
         ended_statuses=RATED_STATUSES,
         dlq=await _dead_letters_if_any(request, now),
+        signals=await _signals_if_any(request),
         refresh_seconds=REFRESH_SECONDS,
         generated_at=datetime.fromtimestamp(now, UTC),
     )
@@ -197,6 +200,15 @@ async def _dead_letters_if_any(request: Req, now: float) -> DeadLetters | None:
         return await dead_letters(
             request.app.state.redis, request.app.state.key_space, int(now * 1000)
         )
+    except (RedisError, OSError) as error:
+        log.warning("dashboard.redis_unavailable", error=type(error).__name__)
+        return None
+
+
+async def _signals_if_any(request: Req) -> Signals | None:
+    """The signals of every producer (None: Redis is unavailable; the page still shows)."""
+    try:
+        return await read_signals(request.app.state.redis, request.app.state.key_space)
     except (RedisError, OSError) as error:
         log.warning("dashboard.redis_unavailable", error=type(error).__name__)
         return None
