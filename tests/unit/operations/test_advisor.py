@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
+import yaml
 
 from app.operations.advisor import (
     ADD_WORKERS_TEXT,
@@ -28,6 +30,7 @@ from app.operations.advisor import (
     WorkLag,
     advise,
 )
+from tests.conftest import REPO
 
 P = Problem
 # Delivery workers at work with room to spare: the quiet baseline every row changes.
@@ -197,3 +200,60 @@ def test_every_text_names_a_command_or_a_metric_to_look_at() -> None:
     assert "Do not scale blindly" in DLQ_AND_RETRIES_TEXT
     assert "replay only after the fix" in DEAD_LETTERS_TEXT
     assert "increase the backoff" in RETRY_STORM_TEXT
+
+
+RUNBOOKS = REPO / "docs" / "running" / "runbooks.md"
+ALERTS = REPO / "deploy" / "prometheus" / "clarion-alerts.yml"
+# Each alert's hint texts, as its runbook section quotes them; alerts the advisor does not
+# see (the scrape, the API's answers) have none.
+ALERT_HINTS: dict[str, tuple[str, ...]] = {
+    "ClarionMetricsDown": (),
+    "ClarionHighPriorityLagHigh": (LAG_TEXT, ADD_WORKERS_TEXT, NO_WORKER_TEXT),
+    "ClarionNormalPriorityLagHigh": (LAG_TEXT,),
+    "ClarionLowPriorityLagHigh": (LAG_TEXT,),
+    "ClarionDueRetriesNotMoved": (NO_WORKER_TEXT,),
+    "ClarionDeadLettersGrowing": (DLQ_AND_RETRIES_TEXT, DEAD_LETTERS_TEXT),
+    "ClarionRetryStorm": (DLQ_AND_RETRIES_TEXT, RETRY_STORM_TEXT),
+    "ClarionProviderCircuitOpen": (PROVIDER_WAITS_TEXT,),
+    "ClarionBugErrors": (DEAD_LETTERS_TEXT,),
+    "ClarionProjectionLagHigh": (PROJECTION_LAG_TEXT,),
+    "ClarionStatusWebhooksLagHigh": (STATUS_WEBHOOK_LAG_TEXT,),
+    "ClarionStatusWebhookOutboxStuck": (STATUS_WEBHOOK_LAG_TEXT,),
+    "ClarionApiServerErrors": (),
+}
+
+
+def runbook_sections() -> dict[str, str]:
+    """Each ``## `` section of the runbooks page by its title, as one line of words (quote
+    marks and line breaks dropped), so a quoted text may wrap."""
+    sections = re.split(r"^## ", RUNBOOKS.read_text(), flags=re.MULTILINE)[1:]
+    found = {}
+    for section in sections:
+        title, _, body = section.partition("\n")
+        lines = [line.removeprefix(">").strip() for line in body.splitlines()]
+        found[title.strip()] = " ".join(" ".join(lines).split())
+    return found
+
+
+def test_every_alert_is_mapped_to_its_hints() -> None:
+    groups = yaml.safe_load(ALERTS.read_text())["groups"]
+    alerts = {rule["alert"] for group in groups for rule in group["rules"] if "alert" in rule}
+    assert set(ALERT_HINTS) == alerts
+
+
+@pytest.mark.parametrize("alert", sorted(ALERT_HINTS))
+def test_each_alerts_runbook_section_quotes_its_hint_verbatim(alert: str) -> None:
+    section = runbook_sections()[alert]
+    for text in ALERT_HINTS[alert]:
+        assert text in section, f"the runbook of {alert} does not quote: {text}"
+
+
+def test_the_runbooks_quote_every_hint_in_the_trees_order() -> None:
+    tree = runbook_sections()["The advisor"]
+    texts = [
+        DLQ_AND_RETRIES_TEXT, LAG_TEXT, ADD_WORKERS_TEXT, DEAD_LETTERS_TEXT, RETRY_STORM_TEXT,
+        PROVIDER_WAITS_TEXT, STABLE_TEXT,
+    ]  # fmt: skip
+    positions = [tree.find(text) for text in texts]
+    assert -1 not in positions
+    assert positions == sorted(positions)
