@@ -207,12 +207,13 @@ async def _dead_letters_if_any(request: Req, now: float) -> DeadLetters | None:
 
 
 async def _advice_if_any(request: Req) -> list[AdviceView] | None:
-    """The advisor's hints, as ``GET /v1/ops/lag`` gives them (None: Redis is unavailable)."""
+    """The advisor's hints, as ``GET /v1/ops/lag`` gives them but naming no producer (None:
+    Redis is unavailable)."""
     state = request.app.state
     catalog = state.get("catalog")
     providers = guarded_providers(catalog) if catalog is not None else []
     try:
-        hints = await read_advice(state.redis, state.key_space, providers)
+        hints = await read_advice(state.redis, state.key_space, providers, name_producers=False)
     except (RedisError, OSError) as error:
         log.warning("dashboard.redis_unavailable", error=type(error).__name__)
         return None

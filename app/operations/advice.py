@@ -1,9 +1,11 @@
 """The advisor's signals, gathered in one place from a metrics snapshot, and its advice as
 ``clarion status``, ``GET /v1/ops/lag`` and the dashboard show it (the same texts in all
-three: ``app.operations.advisor``)."""
+three: ``app.operations.advisor``). The dashboard, which a producer reads, names no producer
+in the evidence."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import msgspec
@@ -72,13 +74,28 @@ def _work_lag(snapshot: Snapshot, priority: Priority) -> WorkLag:
     )
 
 
-def advice(snapshot: Snapshot) -> list[Hint]:
-    return advise(signals_of(snapshot))
+def without_producers(signals: Signals) -> Signals:
+    """The signals with no producer named: what one producer's dashboard may show of the
+    others (how many outboxes are stuck, not whose; no largest queue)."""
+    stuck = signals.stuck_outboxes
+    return dataclasses.replace(
+        signals,
+        largest_queue=None,
+        stuck_outboxes=(f"{len(stuck)} producers",) if stuck else (),
+    )
 
 
-async def read_advice(redis: Redis, keys: KeySpace, providers: Sequence[str]) -> list[Hint]:
+def advice(snapshot: Snapshot, *, name_producers: bool = True) -> list[Hint]:
+    signals = signals_of(snapshot)
+    return advise(signals if name_producers else without_producers(signals))
+
+
+async def read_advice(
+    redis: Redis, keys: KeySpace, providers: Sequence[str], *, name_producers: bool = True
+) -> list[Hint]:
     """Read a snapshot and advise on it (``providers``: those whose circuits to read)."""
-    return advice(await read_snapshot(redis, keys, providers))
+    snapshot = await read_snapshot(redis, keys, providers)
+    return advice(snapshot, name_producers=name_producers)
 
 
 def advice_view(hints: Sequence[Hint]) -> list[AdviceView]:

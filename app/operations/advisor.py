@@ -86,7 +86,10 @@ PROVIDER_WAITS_TEXT = (
     "without spending attempts. Check its status page, credentials and quota, and the last "
     "errors (`clarion dlq list`, the worker logs)."
 )
-STABLE_TEXT = "Stable: keep watching SLOs, lag and dead letters."
+STABLE_TEXT = (
+    "Stable: keep watching SLOs, lag and dead letters (`clarion status --watch`, the "
+    "Grafana dashboard)."
+)
 
 
 class Problem(StrEnum):

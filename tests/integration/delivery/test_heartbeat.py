@@ -11,6 +11,13 @@ from app.delivery.heartbeat import HeartbeatWriter
 from streams.core import clock
 from streams.core.keys import KeySpace
 from streams.metrics.heartbeats import read_workers
+from tests.integration.delivery_support import (
+    accept,
+    fast_catalog,
+    final_state,
+    otp,
+    running_worker,
+)
 
 
 class Clocks:
@@ -58,3 +65,20 @@ async def test_a_running_writer_reports_and_takes_its_report_back_when_stopped(
     running.cancel()
     await asyncio.gather(running, return_exceptions=True)
     assert not await real_redis.exists(keys.worker_heartbeats)
+
+
+async def test_a_workers_heartbeat_counts_the_deliveries_a_rate_limit_held_back(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    limit = "rate_limit = { per_second = 5, burst = 1 }"
+    keys, catalog = KeySpace(key_prefix), fast_catalog(rate_limit=limit)
+    ids = [
+        (await accept(real_redis, keys, catalog, otp(str(n)), f"k{n}"))["deliveries"][0]["id"]
+        for n in range(4)
+    ]
+    async with running_worker(real_redis, keys, catalog) as worker:
+        for delivery_id in ids:
+            await final_state(real_redis, keys, delivery_id)
+        beat = worker.heartbeat.beat()
+    assert beat.waits.get("rate_limited", 0) >= 1
+    assert set(beat.waits) <= {"rate_limited"}

@@ -93,3 +93,17 @@ async def test_old_work_without_a_worker_is_lag_high_naming_the_missing_worker(
     assert (signals.workers_reporting, signals.worker_cpu_share) == (1, 0.95)
     [lag] = advice_view(await read_advice(real_redis, keys, []))
     assert "add workers" in lag.text
+
+
+async def test_a_producers_view_names_no_other_producer(real_redis: Redis, key_prefix: str) -> None:
+    keys = KeySpace(key_prefix)
+    now = await redis_now_ms(real_redis)
+    await worker(real_redis, keys, now)
+    await real_redis.xadd(keys.shard(0).work(Priority.NORMAL), {"w": b"[]"}, id=f"{now - 90_000}-0")
+    await real_redis.sadd(keys.shard(0).queued_producers(Priority.NORMAL), "rival")
+    await real_redis.rpush(keys.shard(0).queued(Priority.NORMAL, "rival"), b"x", b"y")
+    [named] = await read_advice(real_redis, keys, [])
+    [anonymous] = await read_advice(real_redis, keys, [], name_producers=False)
+    assert "largest producer queue: rival (2)" in named.evidence
+    assert "rival" not in anonymous.evidence
+    assert anonymous.text == named.text
