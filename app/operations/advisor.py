@@ -51,8 +51,8 @@ LAG_TEXT = (
     "(clarion_provider_circuit_state) and rate-limit waits (`GET /v1/ops/lag`: "
     "workers.provider_waits). Then hot spots: one shard, priority or producer (the "
     "`clarion status` table, clarion_queued_size). Then consumer rebalancing: pending "
-    "entries per consumer (`XINFO CONSUMERS <work stream> delivery`); a dead worker's entries "
-    "wait out their lease before XAUTOCLAIM hands them over."
+    "entries per consumer (`XINFO CONSUMERS clarion:{s<N>}:work:<priority> delivery`); a "
+    "dead worker's entries wait out their lease before XAUTOCLAIM hands them over."
 )
 ADD_WORKERS_TEXT = (
     "The delivery workers are the bottleneck (CPU busy, providers with room, no retry "
