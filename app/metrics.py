@@ -5,9 +5,11 @@ delivery's outcome in the worker, opt-outs and replayed requests at ingest, ever
 request in ``app.api.http_metrics``, status webhooks in their sender, unsubscribes in the
 link's route and the feedback processor. Gauges of the backlog (``streams.metrics.backlog``),
 of the open dead letters by error class (``streams.dlq.scan``, the newest ``SUMMARY_SCAN``
-entries) and of the producers' status-webhook outboxes (``streams.status_webhooks.store``) are
-read live from Redis when asked. ``read_snapshot`` gathers them all; ``/metrics``,
-``GET /v1/ops/lag`` and ``clarion status`` all show one.
+entries), of the producers' status-webhook outboxes (``streams.status_webhooks.store``), of the
+retries waiting in ``delayed`` (``streams.metrics.retries``) and the delivery workers'
+heartbeats (``streams.metrics.heartbeats``) are read live from Redis when asked.
+``read_snapshot`` gathers them all; ``/metrics``, ``GET /v1/ops/lag`` and ``clarion status``
+all show one, and the advisor (``app.operations.advisor``) reads its signals from one.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from redis.asyncio import Redis
 
@@ -26,6 +29,7 @@ from streams.delivery.store import Outcome
 from streams.delivery.work_items import WorkItem
 from streams.dlq.scan import Selection, Summary, summarize
 from streams.metrics.backlog import Backlog, read_backlog
+from streams.metrics.heartbeats import PROVIDER_WAIT_REASONS, Workers, read_workers
 from streams.metrics.recorder import (
     CounterSpec,
     HistogramSpec,
@@ -35,6 +39,7 @@ from streams.metrics.recorder import (
     read_counters,
     read_histograms,
 )
+from streams.metrics.retries import Retries, read_retries
 from streams.status_webhooks.store import OutboxFigures, read_outboxes
 
 DELIVERY_LATENCY = HistogramSpec(
@@ -163,6 +168,9 @@ class Snapshot:
     outboxes: list[OutboxFigures] = field(default_factory=list)
     # The open dead letters among the newest ``SUMMARY_SCAN`` entries, by error class.
     dead_letters: Summary = field(default_factory=Summary)
+    # Retries waiting in ``delayed``, by priority; the delivery workers' fresh heartbeats.
+    retries: Retries = field(default_factory=Retries)
+    workers: Workers = field(default_factory=Workers)
 
     @property
     def projection_lag_ms(self) -> int:
@@ -213,10 +221,15 @@ async def read_snapshot(redis: Redis, keys: KeySpace, providers: Sequence[str] =
         read_outboxes(redis, keys),
         summarize(redis, keys, Selection(), samples=0),
     )
-    return Snapshot(backlog, counters, histograms, circuits, outboxes, dead_letters)
+    retries, workers = await asyncio.gather(
+        read_retries(redis, keys, backlog.now_ms), read_workers(redis, keys, backlog.now_ms)
+    )
+    return Snapshot(
+        backlog, counters, histograms, circuits, outboxes, dead_letters, retries, workers
+    )
 
 
-def lag_report(snapshot: Snapshot) -> dict[str, object]:
+def lag_report(snapshot: Snapshot) -> dict[str, Any]:
     """The figures of ``GET /v1/ops/lag``: the backlog, plus delivery totals so far."""
     return {
         "at_ms": snapshot.backlog.now_ms,
@@ -232,6 +245,18 @@ def lag_report(snapshot: Snapshot) -> dict[str, object]:
         },
         "status_webhooks": status_webhook_report(snapshot),
         "deliveries": _delivery_report(snapshot),
+        "retries": {
+            "by_priority": {
+                str(priority): {"count": figures.count, "oldest_age_ms": figures.oldest_age_ms}
+                for priority, figures in snapshot.retries.by_priority.items()
+            },
+            "capped": snapshot.retries.capped,
+        },
+        "workers": {
+            "reporting": snapshot.workers.reporting,
+            "cpu_share": round(snapshot.workers.cpu_share, 3),
+            "provider_waits": {r: snapshot.workers.waits(r) for r in PROVIDER_WAIT_REASONS},
+        },
     }
 
 
@@ -254,6 +279,7 @@ def _backlog_report(backlog: Backlog) -> dict[str, object]:
         ],
         "dlq": {
             "size": backlog.dlq_size,
+            "open": backlog.dlq_open,
             "shards": [{"shard": s.shard, "size": s.dlq_size} for s in backlog.shards],
         },
         "delayed": {

@@ -6,7 +6,8 @@ text from the read model is escaped by Jinja's autoescaping: error texts come fr
 
 The handlers read what ``app.api.app.create_app`` puts in ``request.app.state``: ``key_ring``
 (who is calling), ``read_model`` (no pool while PostgreSQL is unreachable: 503), ``redis``
-and ``key_space`` (the dead-letter streams), and ``catalog`` (type names for the filter).
+and ``key_space`` (the dead-letter streams, the advisor's signals), and ``catalog`` (type names
+for the filter, the providers whose circuits the advisor reads).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ from app.api.read_model import ReadModel
 from app.campaigns import segments
 from app.campaigns.lifecycle import by_segment
 from app.campaigns.progress import Progress, progress_of
+from app.catalog import guarded_providers
+from app.operations.advice import AdviceView, advice_view, read_advice
 from app.settings import ApiKey
 from projections.campaign_queries import campaign_counts
 from projections.dashboard.queries import (
@@ -139,7 +142,7 @@ async def dashboard(
 ) -> Response[str]:
     """Charts of the last day, failure rates, failures by error class, the FAILED list, the
     dead-letter queue, the signals (retries, unsubscribes, duplicates, open dead letters by
-    class) and the campaigns."""
+    class), the advisor's hints and the campaigns."""
     key = authorize_reader(request)
     where = FailureFilter(
         channel=_choice("channel", channel, CHANNELS),
@@ -161,6 +164,7 @@ async def dashboard(
         ended_statuses=RATED_STATUSES,
         dlq=await _dead_letters_if_any(request, now),
         signals=await _signals_if_any(request),
+        advice=await _advice_if_any(request),
         refresh_seconds=REFRESH_SECONDS,
         generated_at=datetime.fromtimestamp(now, UTC),
     )
@@ -212,6 +216,20 @@ async def _signals_if_any(request: Req) -> Signals | None:
     except (RedisError, OSError) as error:
         log.warning("dashboard.redis_unavailable", error=type(error).__name__)
         return None
+
+
+async def _advice_if_any(request: Req) -> list[AdviceView] | None:
+    """The advisor's hints, as ``GET /v1/ops/lag`` gives them but naming no producer (None:
+    Redis is unavailable)."""
+    state = request.app.state
+    catalog = state.get("catalog")
+    providers = guarded_providers(catalog) if catalog is not None else []
+    try:
+        hints = await read_advice(state.redis, state.key_space, providers, name_producers=False)
+    except (RedisError, OSError) as error:
+        log.warning("dashboard.redis_unavailable", error=type(error).__name__)
+        return None
+    return advice_view(hints)
 
 
 async def _campaigns(

@@ -1,8 +1,8 @@
-"""``clarion status``: the backlog and delivery figures as a table, with a runbook hint.
+"""``clarion status``: the backlog and delivery figures as a table, with the advisor's hints.
 
 It reads Redis directly (the figures of ``GET /v1/ops/lag``), so it works while the API is
 down. Two readings ``--interval`` seconds apart give the rates; ``--watch`` keeps printing.
-What is shown and which hints apply: ``app.operations.status_hints``.
+What is shown: ``app.operations.status_hints``; which hints apply: ``app.operations.advisor``.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ async def _show(settings: Settings, interval: float, watch: bool, providers: lis
 )
 @click.option("--watch", is_flag=True, help="keep printing, every --interval seconds")
 def status(interval: float, watch: bool) -> None:
-    """Show queues, lag, dead letters and delivery rates, with a runbook hint (from Redis)."""
+    """Show queues, lag, dead letters and delivery rates, with the advisor's hints (from Redis)."""
     try:
         settings = Settings.from_env()
         providers = guarded_providers(load_catalog(settings.config_path))

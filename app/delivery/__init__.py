@@ -4,7 +4,8 @@ Owns the worker's lanes and lifecycle (``worker``), the readers of its lanes (``
 leasing what they read (``leasing``), one attempt from rendering to the recorded outcome
 (``attempt``), taking over and dead-lettering what others left (``recovery``), moving
 due ``delayed`` members back (``scheduler``), the retry policy, rendering and provider time
-limits, and what a provider's word that an address is dead changes (``dead_addresses``).
+limits, what a provider's word that an address is dead changes (``dead_addresses``), and the
+worker's heartbeat: its CPU share and provider waits, for the advisor (``heartbeat``).
 
 May import: the shared ``app`` modules, ``app.providers``, ``app.recipients`` (how the
 suppression list shows an address), ``streams``.

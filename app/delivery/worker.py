@@ -8,7 +8,7 @@ rate-limited in one; each send is a task of its own (``attempt``), started only 
 lease covers the provider's time limit, and the outcomes of concurrent sends are recorded in
 shared pipelines. On start a consumer first drains its own pending entries.
 Beside the lanes run ``recovery`` (abandoned and poison entries) and the ``scheduler`` (due
-``delayed`` members) of every shard.
+``delayed`` members) of every shard, and the ``heartbeat`` (CPU share, provider waits).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from app.catalog import Catalog
 from app.delivery import decide
 from app.delivery.attempt import Attempts
 from app.delivery.dead_addresses import DeadAddresses
+from app.delivery.heartbeat import HeartbeatWriter
 from app.delivery.lane_reader import LaneReader
 from app.delivery.lanes import Lanes
 from app.delivery.leasing import Leasing
@@ -113,6 +114,7 @@ class DeliveryWorker:
         self.rate_limiter = RateLimiter(redis, keys)
         self.recipient_settings = RecipientSettingsStore(redis, keys)
         self.metrics = MetricsRecorder(redis, keys)
+        self.heartbeat = HeartbeatWriter(redis, keys, consumer)
         self.worker = Worker(consumer, __version__)
         self._leasing = Leasing(
             self.store, self.worker, self.metrics, options.lease_ms, options.max_deliveries
@@ -177,6 +179,7 @@ class DeliveryWorker:
         ]
         loops.append(asyncio.create_task(self._recovery.run(self._stopping)))
         flusher = asyncio.create_task(self.metrics.run())
+        beating = asyncio.create_task(self.heartbeat.run())
         watchdog = asyncio.create_task(self._timeouts.run())
         breakers = asyncio.create_task(self.breakers.run())
         log.info("worker.started", consumer=self.consumer, shards=len(shards))
@@ -189,9 +192,9 @@ class DeliveryWorker:
             # name: the next start drains it first, or another worker reclaims it.
             await asyncio.wait(self._in_flight, timeout=self.options.shutdown_grace_s)
         # After the in-flight sends: their time limits hold and their outcomes are counted.
-        for task in (watchdog, flusher, breakers):
+        for task in (watchdog, flusher, breakers, beating):
             task.cancel()
-        await asyncio.gather(watchdog, flusher, breakers, return_exceptions=True)
+        await asyncio.gather(watchdog, flusher, breakers, beating, return_exceptions=True)
         log.info("worker.stopped", consumer=self.consumer, unfinished=len(self._in_flight))
 
     def stop(self) -> None:
@@ -287,6 +290,7 @@ class DeliveryWorker:
         """An expired or deferred delivery's outcome; a deferral wakes the scheduler."""
         if isinstance(decision, Deferred):
             self._scheduler.wake(leased.shard)
+            self.heartbeat.deferred(decision.reason)
         return delivery_outcomes.outcome(leased, decision, now)
 
     # --- one delivery ----------------------------------------------------------------------

@@ -255,6 +255,12 @@ class KeySpace:
         ``streams.metrics.recorder``). Global: all metric hashes share a hash tag of their own."""
         return f"{self.prefix}:{{metrics}}:{name}"
 
+    @property
+    def worker_heartbeats(self) -> str:
+        """The delivery workers' latest reports, one field per consumer (a hash; see
+        ``streams.metrics.heartbeats``), beside the metric hashes."""
+        return f"{self.prefix}:{{metrics}}:worker_heartbeats"
+
     def quota_bucket(self, producer: str, kind: str) -> str:
         """A GCRA bucket of a producer's ingest quota: ``requests`` or ``notifications``.
 

@@ -3,7 +3,8 @@
 For every shard's ``events`` and ``work:<priority>`` stream and each consumer group on it:
 the stream's length, the group's pending entries (read, not yet acknowledged) and the age of
 the oldest, its lag (entries not yet read by the group) and the age of the oldest of those;
-per shard the dead-letter stream's length, the ``delayed`` set's size and how overdue its
+per shard the dead-letter stream's length and how many of its entries are open (no replay
+settled them: no mark in ``dlq:resolved``), the ``delayed`` set's size and how overdue its
 earliest member is, and the work items waiting in producers' queues (``streams.delivery.fairness``).
 Ages are measured on the Redis clock, which stamped the entry ids, so a reader on another
 host with a skewed clock still gets them right. Two pipelined round trips for any number of
@@ -61,6 +62,13 @@ class ShardBacklog:
     # NORMAL and LOW work items waiting in producers' queues for their fair share
     # (``streams.delivery.fairness``), by producer.
     queued: dict[str, int] = field(default_factory=dict)
+    # Dead letters a replay settled (their marks in ``dlq:resolved``, which go with their
+    # entries): the others are open.
+    dlq_resolved: int = 0
+
+    @property
+    def dlq_open(self) -> int:
+        return max(0, self.dlq_size - self.dlq_resolved)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +80,11 @@ class Backlog:
     @property
     def dlq_size(self) -> int:
         return sum(shard.dlq_size for shard in self.shards)
+
+    @property
+    def dlq_open(self) -> int:
+        """Dead letters no replay settled, over all shards."""
+        return sum(shard.dlq_open for shard in self.shards)
 
     @property
     def delayed_size(self) -> int:
@@ -122,6 +135,7 @@ async def read_backlog(redis: Redis, keys: KeySpace) -> Backlog:
         pipe.xlen(shard.dlq)
         pipe.zcard(shard.delayed)
         pipe.zrange(shard.delayed, 0, 0, withscores=True)
+        pipe.hlen(shard.dlq_resolved)
     replies: list[Any] = await pipe.execute(raise_on_error=False)
     now_ms = clock_reply_ms(_ok(replies[0]))
 
@@ -139,10 +153,14 @@ async def read_backlog(redis: Redis, keys: KeySpace) -> Backlog:
     shard_replies = replies[1 + 2 * len(streams) :]
     shards = []
     for number, shard in enumerate(keys.all_shards()):
-        dlq, delayed, earliest = shard_replies[3 * number : 3 * number + 3]
+        dlq, delayed, earliest, resolved = shard_replies[4 * number : 4 * number + 4]
         overdue = max(0, now_ms - int(_ok(earliest)[0][1])) if _ok(earliest) else 0
         queued = await _queued(redis, shard)
-        shards.append(ShardBacklog(shard.shard, int(_ok(dlq)), int(_ok(delayed)), overdue, queued))
+        shards.append(
+            ShardBacklog(
+                shard.shard, int(_ok(dlq)), int(_ok(delayed)), overdue, queued, int(_ok(resolved))
+            )
+        )
 
     return Backlog(now_ms, await _group_figures(redis, found, now_ms), shards)
 

@@ -1,5 +1,5 @@
-"""Operational endpoints: liveness and readiness, ``GET /v1/ops/lag`` and ``GET /metrics``
-(Prometheus).
+"""Operational endpoints: liveness and readiness, ``GET /v1/ops/lag`` (with the advisor's
+hints) and ``GET /metrics`` (Prometheus).
 
 Lag and metrics read everything from Redis at request time: the counters every process adds
 there and the live backlog. So each API process answers the same, whichever one a scrape
@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import msgspec
 import structlog
 from litestar import Request, Response, get
 from litestar.datastructures import State
@@ -29,6 +30,7 @@ from app.api.errors import InvalidField
 from app.api.read_model import ReadModel
 from app.catalog import guarded_providers
 from app.metrics import COUNTERS, HISTOGRAMS, Snapshot, lag_report, read_snapshot
+from app.operations.advice import AdviceView, advice, advice_view
 from app.operations.readiness import readiness
 from streams.core.vocabulary import ERROR_CLASSES
 from streams.delivery.circuit_breaker import CircuitState
@@ -68,11 +70,33 @@ async def metrics(request: Request[Any, Any, State]) -> Response[bytes]:
     )
 
 
+class LagReport(msgspec.Struct, frozen=True, kw_only=True):
+    """The backlog and delivery figures (see the Operations page), and the advisor's hints:
+    the first is the runbook's answer, the others further findings, in its order."""
+
+    at_ms: int
+    streams: list[dict[str, Any]]
+    dlq: dict[str, Any]
+    delayed: dict[str, Any]
+    queued: dict[str, Any]
+    projection_lag_ms: int
+    circuits: dict[str, dict[str, Any]]
+    status_webhooks: dict[str, Any]
+    deliveries: dict[str, Any]
+    # Retries waiting in ``delayed``: per priority their count and the oldest one's age.
+    retries: dict[str, Any]
+    # The delivery workers reporting: how many, their mean CPU share, the provider waits.
+    workers: dict[str, Any]
+    advice: list[AdviceView]
+
+
 @get("/v1/ops/lag", raises=[InvalidField])
-async def lag(request: Request[Any, Any, State]) -> dict[str, Any]:
-    """Per stream and group: length, pending, lag and ages; DLQ, delayed, projection lag."""
+async def lag(request: Request[Any, Any, State]) -> LagReport:
+    """Per stream and group: length, pending, lag and ages; DLQ, delayed, projection lag,
+    retries, workers; the advisor's hints (``advice``: problem, text, evidence)."""
     authorize(request, "read")
-    return lag_report(await _snapshot(request))
+    snapshot = await _snapshot(request)
+    return LagReport(**lag_report(snapshot), advice=advice_view(advice(snapshot)))
 
 
 async def _snapshot(request: Request[Any, Any, State]) -> Snapshot:
@@ -111,6 +135,7 @@ def families(snapshot: Snapshot) -> list[Metric]:
         + [_circuit_family(snapshot)]
         + _status_webhook_families(snapshot)
         + _dead_letter_families(snapshot)
+        + _retry_families(snapshot)
     )
 
 
@@ -133,6 +158,26 @@ def _dead_letter_families(snapshot: Snapshot) -> list[Metric]:
         value=int(summary.truncated),
     )
     return [open_letters, truncated]
+
+
+def _retry_families(snapshot: Snapshot) -> list[Metric]:
+    """Retries waiting in ``delayed``, per priority (``streams.metrics.retries``)."""
+    count = _gauge(
+        "clarion_due_retries",
+        "Retries waiting in the delayed sets for their due time (deliveries with a failed "
+        "attempt), by the priority they return to; counted among each shard's earliest-due "
+        "members",
+        ("priority",),
+    )
+    oldest = _gauge(
+        "clarion_oldest_due_retry_age_seconds",
+        "How long ago the notification of the oldest waiting retry was accepted (0: none waits)",
+        ("priority",),
+    )
+    for priority, figures in snapshot.retries.by_priority.items():
+        count.add_metric((str(priority),), figures.count)
+        oldest.add_metric((str(priority),), figures.oldest_age_ms / 1000)
+    return [count, oldest]
 
 
 def _status_webhook_families(snapshot: Snapshot) -> list[Metric]:

@@ -25,6 +25,7 @@ from typing import Any
 
 import asyncpg
 import httpx
+import markupsafe
 import pytest
 import uvicorn
 from litestar import Litestar
@@ -38,6 +39,7 @@ from app.campaigns.lifecycle import Campaigns
 from app.campaigns.specs import CampaignSpec
 from app.catalog import Catalog
 from app.ingest.fanout import Planner
+from app.operations.advisor import DEAD_LETTERS_TEXT
 from app.settings import Settings
 from projections.projector import Projector
 from streams.core.connection import connect as connect_redis
@@ -406,6 +408,10 @@ async def test_the_dashboard_is_scoped_escaped_and_guarded(
         assert "&lt;i&gt;Spring&lt;/i&gt;" in page
         assert '<progress max="3" value="0">' in page
         assert hostile.delivery_id in page
+        # The advisor's hints, as GET /v1/ops/lag gives them: two dead letters are open.
+        assert '<p data-problem="dead letters">' in page
+        assert str(markupsafe.escape(DEAD_LETTERS_TEXT)) in page
+        assert "2 open" in page
         # A provider's text is shown, never interpreted.
         assert HOSTILE not in page
         escaped = "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt; &amp; &lt;b&gt;bold&lt;/b&gt;"

@@ -7,12 +7,13 @@ import time
 from click.testing import CliRunner
 
 from app.cli.main import main
+from app.operations.advisor import NO_WORKER_TEXT
 from streams.core.keys import KeySpace
 from streams.core.vocabulary import Priority
 from tests.conftest import REDIS_URL, sync_test_redis
 
 
-def test_status_prints_the_backlog_and_a_lag_hint(key_prefix: str) -> None:
+def test_status_prints_the_backlog_and_the_advisors_lag_hint(key_prefix: str) -> None:
     high = KeySpace(key_prefix).shard(0).work(Priority.HIGH)
     redis = sync_test_redis()
     try:
@@ -31,8 +32,9 @@ def test_status_prints_the_backlog_and_a_lag_hint(key_prefix: str) -> None:
     # stream, shard, group, length, pending, lag, oldest ("10.0 s"), change/s
     assert row[:6] == ["work:high", "0", "delivery", "1", "0", "1"]
     assert float(row[6]) >= 10
-    assert "hint: lag high: work:high (shard 0) has waited" in result.output
-    assert "clarion worker --processes N" in result.output
+    # No worker reports a heartbeat: the advisor says to start one, not to look downstream.
+    assert "hint: lag high: HIGH: 1 waiting, the oldest 10." in result.output
+    assert NO_WORKER_TEXT in result.output
 
 
 def test_status_names_an_unreachable_redis(key_prefix: str) -> None:

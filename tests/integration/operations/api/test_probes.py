@@ -12,6 +12,7 @@ from redis.asyncio import Redis
 from app.api.app import create_app
 from app.catalog import Catalog
 from app.metrics import STATUS_WEBHOOKS
+from app.operations.advisor import DLQ_AND_RETRIES_TEXT
 from app.settings import Settings
 from streams.core.consumer_groups import DELIVERY_GROUP, ensure_all_groups, ensure_group
 from streams.core.keys import KeySpace
@@ -21,6 +22,8 @@ from streams.status_webhooks.store import StatusWebhookStore
 from tests.conftest import AUTH, http_client
 from tests.integration.api_support import api, lag_report, otp, post, sample, scrape, stream_row
 from tests.integration.delivery_support import fast_catalog, running_worker, wait_until
+from tests.integration.metrics.test_backlog import redis_now_ms
+from tests.integration.operations.test_advice import dead_letters, retries
 
 SECRET = "whsec_c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0"
 
@@ -138,3 +141,45 @@ async def test_status_webhooks_show_their_lag_outboxes_and_outcomes(
     assert sample(samples, "clarion_status_webhooks_total", producer="orders", outcome="sent") == 7
     lag = {"stream": "events", "shard": "0", "group": "status-webhooks"}
     assert sample(samples, "clarion_stream_lag", **lag) == 1
+
+
+async def test_lag_carries_the_advice_and_metrics_the_retry_gauges(
+    real_redis: Redis, settings: Settings, key_prefix: str
+) -> None:
+    keys = KeySpace(key_prefix)
+    now = await redis_now_ms(real_redis)
+    await retries(real_redis, keys, 3, now)  # NORMAL retries, accepted 20 s ago
+    await dead_letters(real_redis, keys, 1)
+    async with api(real_redis, settings, fast_catalog()) as client:
+        report = await lag_report(client)
+        samples = await scrape(client)
+        schema = (await client.get("/schema/openapi.json")).json()
+    assert report["advice"] == [
+        {
+            "problem": "dead letters and retries",
+            "text": DLQ_AND_RETRIES_TEXT,
+            "evidence": report["advice"][0]["evidence"],
+        }
+    ]
+    assert report["advice"][0]["evidence"].startswith("1 open dead letters, 3 retries waiting")
+    assert report["dlq"]["open"] == 1
+    assert report["retries"]["by_priority"]["NORMAL"]["count"] == 3
+    assert report["workers"] == {
+        "reporting": 0,
+        "cpu_share": 0.0,
+        "provider_waits": {"rate_limited": 0, "bulkhead_full": 0, "circuit_open": 0},
+    }
+    assert sample(samples, "clarion_due_retries", priority="NORMAL") == 3
+    assert sample(samples, "clarion_due_retries", priority="HIGH") == 0
+    assert 20 <= sample(samples, "clarion_oldest_due_retry_age_seconds", priority="NORMAL") < 60
+    assert sample(samples, "clarion_oldest_due_retry_age_seconds", priority="LOW") == 0
+    # The OpenAPI schema documents the advice's fields.
+    answer = schema["paths"]["/v1/ops/lag"]["get"]["responses"]["200"]["content"]
+    report_schema = schema["components"]["schemas"][
+        answer["application/json"]["schema"]["$ref"].rsplit("/", 1)[1]
+    ]
+    assert "advice" in report_schema["required"]
+    advice_ref = report_schema["properties"]["advice"]["items"]["$ref"].rsplit("/", 1)[1]
+    assert set(schema["components"]["schemas"][advice_ref]["properties"]) == {
+        "problem", "text", "evidence",
+    }  # fmt: skip
