@@ -47,6 +47,7 @@ from app.ingest.ingestor import Ingestor
 from app.ingest.quotas import IngestQuotas
 from app.operations.api.dlq import get_dlq, replay_dlq
 from app.operations.api.probes import lag, live, metrics, ready
+from app.recipients.api.deliveries import get_recipient_deliveries
 from app.recipients.api.profiles import RecipientProfile, patch_push_targets
 from app.recipients.api.settings import QuietHours, get_recipient_settings, put_preferences
 from app.recipients.api.suppressions import Suppressions, look_up_suppression, remove_suppression
@@ -99,6 +100,7 @@ ROUTES: list[ControllerRouterHandler] = [
     put_preferences,
     QuietHours,
     get_recipient_settings,
+    get_recipient_deliveries,
     Suppressions,
     look_up_suppression,
     remove_suppression,

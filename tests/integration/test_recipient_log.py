@@ -1,0 +1,104 @@
+"""A recipient's message log on real PostgreSQL: every producer's deliveries to one recipient,
+newest change first, paged by keyset, filtered, error texts bounded."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+import msgspec
+
+from projections.recipient_log import (
+    MAX_ERROR_TEXT,
+    LoggedDelivery,
+    RecipientFilter,
+    recipient_deliveries,
+)
+from streams.core.events import ProviderFeedbackReceived
+from streams.core.ids import new_id
+from streams.core.vocabulary import Channel, DeliveryStatus
+from tests.integration.projection_support import accepted, delivered, project
+
+T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+async def sent_to(
+    pool: asyncpg.Pool, recipient: str, producer: str, status: str, minute: int, **more: str
+) -> str:
+    """One notification of ``producer`` to ``recipient``, its delivery in ``status``, at
+    ``minute`` past T0; the delivery id."""
+    notification_id, delivery_id = new_id(0), new_id(0)
+    at = T0 + timedelta(minutes=minute)
+    notification = msgspec.structs.replace(
+        accepted(notification_id, [delivery_id], at=at, producer=producer, **more),
+        recipient_id=recipient,
+    )
+    await project(pool, [notification, *delivered(notification_id, delivery_id, status, at=at)])
+    return delivery_id
+
+
+async def page(pool: asyncpg.Pool, **selection: object) -> tuple[list[LoggedDelivery], bool]:
+    return await recipient_deliveries(pool, RecipientFilter(recipient_id="anna", **selection))  # type: ignore[arg-type]
+
+
+async def test_every_producers_deliveries_newest_first_paged_by_keyset(
+    pool: asyncpg.Pool,
+) -> None:
+    first = await sent_to(pool, "anna", "shop", "SENT", 1)
+    second = await sent_to(pool, "anna", "auth", "FAILED", 2, notification_type="login")
+    third = await sent_to(pool, "anna", "shop", "SUPPRESSED", 3)
+    await sent_to(pool, "bert", "shop", "SENT", 4)
+
+    rows, more = await page(pool)
+    assert [row.id for row in rows] == [third, second, first]
+    assert not more
+    assert [(row.producer, row.notification_type) for row in rows] == [
+        ("shop", "otp"), ("auth", "login"), ("shop", "otp")
+    ]  # fmt: skip
+    failed = rows[1]
+    assert (failed.status, failed.error_class, failed.last_error) == (
+        DeliveryStatus.FAILED, "PERMANENT", "refused: PERMANENT"
+    )  # fmt: skip
+    assert rows[2].provider_message_id == "m"
+    assert rows[0].reason == "opted_out"
+    assert failed.created_at == T0 + timedelta(minutes=2)
+
+    head, more = await page(pool, limit=2)
+    assert [row.id for row in head] == [third, second]
+    assert more
+    tail, more = await page(pool, limit=2, after=(head[-1].updated_at, head[-1].id))
+    assert [row.id for row in tail] == [first]
+    assert not more
+
+
+async def test_filters_narrow_the_log(pool: asyncpg.Pool) -> None:
+    sms = await sent_to(pool, "anna", "shop", "SENT", 1)
+    login = await sent_to(pool, "anna", "auth", "FAILED", 2, notification_type="login")
+
+    async def ids(**selection: object) -> list[str]:
+        return [row.id for row in (await page(pool, **selection))[0]]
+
+    assert await ids(status=DeliveryStatus.FAILED) == [login]
+    assert await ids(notification_type="otp") == [sms]
+    assert await ids(channel=Channel.SMS) == [login, sms]
+    assert await ids(channel=Channel.EMAIL) == []
+    assert await ids(since=T0 + timedelta(minutes=2)) == [login]
+    assert await ids(until=T0 + timedelta(minutes=2)) == [sms]
+    assert await recipient_deliveries(pool, RecipientFilter(recipient_id="nobody")) == ([], False)
+
+
+async def test_a_long_error_text_is_cut(pool: asyncpg.Pool) -> None:
+    delivery_id = await sent_to(pool, "anna", "shop", "SENT", 1)
+    [row], _ = await page(pool)
+    bounce = ProviderFeedbackReceived(
+        at=T0 + timedelta(minutes=2), notification_id=row.notification_id,
+        delivery_id=delivery_id, version=3, feedback="bounced", provider="sandbox",
+        status="FAILED", detail="x" * 2000,
+    )  # fmt: skip
+    await project(pool, [bounce])
+    [row], _ = await page(pool)
+    assert row.status == DeliveryStatus.FAILED
+    assert row.reason == "bounced"
+    assert row.last_error is not None
+    assert len(row.last_error) == MAX_ERROR_TEXT
+    assert row.last_error.startswith("bounced: xxx")
