@@ -153,6 +153,37 @@ class NotificationStatus(msgspec.Struct, frozen=True, kw_only=True):
     projection_lag_ms: int
 
 
+class RecipientDelivery(msgspec.Struct, frozen=True, kw_only=True):
+    """One delivery of a recipient's message log: whose notification it was, on which
+    channel, where it is and why (``reason``; ``error_class`` and ``last_error`` from its
+    latest failed attempt)."""
+
+    id: str
+    notification_id: str
+    producer: str
+    type: str
+    channel: str | None
+    status: str
+    reason: str | None
+    attempts: int
+    error_class: str | None
+    last_error: str | None
+    provider_message_id: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class RecipientDeliveryPage(msgspec.Struct, frozen=True, kw_only=True):
+    """``GET /v1/recipients/{id}/deliveries``: one page of what was sent to the recipient, by
+    every producer, newest change first; pass ``next_cursor`` (None on the last page) as
+    ``cursor`` for the next."""
+
+    recipient_id: str
+    deliveries: list[RecipientDelivery]
+    next_cursor: str | None
+    projection_lag_ms: int
+
+
 AttributeValue = str | int | float | bool
 
 

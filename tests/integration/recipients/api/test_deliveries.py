@@ -15,6 +15,7 @@ from redis.asyncio import Redis
 
 from app.api.app import create_app
 from app.settings import Settings
+from clarion_client import AsyncClarion, AuthError, InvalidRequestError
 from projections.projector import Projector
 from streams.core.consumer_groups import PROJECTOR_GROUP
 from streams.core.keys import KeySpace
@@ -213,3 +214,23 @@ async def test_the_openapi_schema_documents_the_log(client: Client) -> None:
     assert names == {
         "recipient_id", "status", "channel", "type", "since", "until", "limit", "cursor",
     }  # fmt: skip
+
+
+async def test_the_client_reads_the_log_page_by_page(
+    client: Client, sent: dict[str, list[str]]
+) -> None:
+    whole = (await log_of(client)).json()["deliveries"]
+    async with AsyncClarion("http://clarion", "profiles-secret", http_client=client) as clarion:
+        first = await clarion.recipient_deliveries(PERSON, limit=3)
+        rest = await clarion.recipient_deliveries(PERSON, limit=3, cursor=first.next_cursor)
+        sms = await clarion.recipient_deliveries(PERSON, channel="SMS", notification_type="otp")
+        with pytest.raises(InvalidRequestError, match="limit: must be an integer"):
+            await clarion.recipient_deliveries(PERSON, limit=501)
+    assert first.recipient_id == PERSON
+    assert [d.id for d in first.deliveries + rest.deliveries] == [d["id"] for d in whole]
+    assert rest.next_cursor is None
+    assert sorted(d.id for d in sms.deliveries) == sorted(sent["auth"])
+    assert {d.producer for d in sms.deliveries} == {"auth"}
+    async with AsyncClarion("http://clarion", "orders-secret", http_client=client) as clarion:
+        with pytest.raises(AuthError):
+            await clarion.recipient_deliveries(PERSON)
