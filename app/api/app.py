@@ -22,6 +22,7 @@ from app import tracing
 from app.api.auth import KeyRing
 from app.api.cross_site import CrossSiteGuard
 from app.api.dashboard import DASHBOARD_ROUTES
+from app.api.dashboard_recipients import DASHBOARD_RECIPIENT_ROUTES
 from app.api.docs import LocalSwaggerPlugin, schema_router
 from app.api.errors import clarion_error, internal_error, redis_unavailable
 from app.api.http_metrics import HttpMetrics
@@ -114,6 +115,7 @@ ROUTES: list[ControllerRouterHandler] = [
     lag,
     metrics,
     *DASHBOARD_ROUTES,
+    *DASHBOARD_RECIPIENT_ROUTES,
     *UNSUBSCRIBE_ROUTES,
     *INBOX_ROUTES,
     inbox_stream,

@@ -30,6 +30,7 @@ from redis.exceptions import RedisError
 
 from app.api.auth import authorize_reader
 from app.api.dashboard_charts import read_charts
+from app.api.dashboard_recipients import may_search_recipients
 from app.api.html_pages import HTML_ERRORS, duration, field_text, render
 from app.api.params import Word
 from app.api.read_model import ReadModel
@@ -160,6 +161,7 @@ async def dashboard(
         dlq=await _dead_letters_if_any(request, now),
         refresh_seconds=REFRESH_SECONDS,
         generated_at=datetime.fromtimestamp(now, UTC),
+        search_recipients=may_search_recipients(key),
     )
 
 
