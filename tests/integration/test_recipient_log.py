@@ -14,7 +14,7 @@ from projections.recipient_log import (
     RecipientFilter,
     recipient_deliveries,
 )
-from streams.core.events import ProviderFeedbackReceived
+from streams.core.events import DeliveryCancelled, DeliveryDeferred, ProviderFeedbackReceived
 from streams.core.ids import new_id
 from streams.core.vocabulary import Channel, DeliveryStatus
 from tests.integration.projection_support import accepted, delivered, project
@@ -102,3 +102,23 @@ async def test_a_long_error_text_is_cut(pool: asyncpg.Pool) -> None:
     assert row.last_error is not None
     assert len(row.last_error) == MAX_ERROR_TEXT
     assert row.last_error.startswith("bounced: xxx")
+
+
+async def test_why_a_delivery_did_not_go_is_its_reason(pool: asyncpg.Pool) -> None:
+    """A throttled delivery's deferral, a cancelled campaign's canceller, a suppression."""
+    notification_id, throttled, cancelled = new_id(0), new_id(0), new_id(0)
+    at = T0 + timedelta(minutes=1)
+    ids = {"at": at, "notification_id": notification_id}
+    await project(pool, [
+        msgspec.structs.replace(accepted(notification_id, [throttled, cancelled], at=at),
+                                recipient_id="anna"),
+        DeliveryDeferred(**ids, delivery_id=throttled, version=1, channel="SMS",
+                         reason="rate_limited", until=at + timedelta(seconds=5)),
+        DeliveryCancelled(**ids, delivery_id=cancelled, version=1, channel="EMAIL",
+                          campaign_id="c-9", cancelled_by="shop"),
+    ])  # fmt: skip
+    rows, _ = await page(pool)
+    assert {(row.id, row.status, row.reason) for row in rows} == {
+        (throttled, DeliveryStatus.SCHEDULED, "rate_limited"),
+        (cancelled, DeliveryStatus.CANCELLED, "campaign c-9 cancelled by shop"),
+    }
