@@ -124,8 +124,8 @@ class BatchResponse(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class DeliveryView(msgspec.Struct, frozen=True, kw_only=True):
-    """A delivery's current state; ``reason`` says why it is suppressed, expired or
-    deferred (or which provider feedback set its status); the error fields are from its
+    """A delivery's current state; ``reason`` says why it is suppressed, expired, cancelled
+    or deferred (or which provider feedback set its status); the error fields are from its
     latest failed attempt."""
 
     id: str
