@@ -1,11 +1,11 @@
 """A recipient's message log: every producer's deliveries to one recipient, newest change
 first, paged by keyset on (updated_at, id) like the delivery list (``projections.queries``).
 
-The read model keeps the recipient on the notification, not on its deliveries: the
-recipient's notifications are found through ``notification_by_recipient`` and their
-deliveries through ``delivery_by_notification``, so a page costs what the recipient's
-deliveries within retention cost to sort (a person's own history, not a producer's). No
-address is in the read model (events never carry one), so none is shown.
+Each delivery row carries its notification's recipient, producer and type (the projector
+copies them from ``NotificationAccepted``), so a page is one range of the partial index
+``delivery_by_recipient`` (``recipient_id, updated_at DESC, id``) in each daily partition,
+seeking straight to the cursor; the filters narrow that one recipient's rows. No address is
+in the read model (events never carry one), so none is shown.
 """
 
 from __future__ import annotations
@@ -58,9 +58,9 @@ class LoggedDelivery:
 
 
 _COLUMNS = f"""
-d.id, d.notification_id, n.producer, n.type, d.channel, d.status, d.reason, d.attempts,
-d.error_class, left(d.last_error, {MAX_ERROR_TEXT}) AS last_error, d.provider_message_id,
-COALESCE(d.created_at, n.created_at) AS created_at, d.updated_at
+d.id, d.notification_id, d.producer, d.notification_type, d.channel, d.status, d.reason,
+d.attempts, d.error_class, left(d.last_error, {MAX_ERROR_TEXT}) AS last_error,
+d.provider_message_id, COALESCE(d.created_at, d.updated_at) AS created_at, d.updated_at
 """
 
 
@@ -71,13 +71,13 @@ def _query(selection: RecipientFilter) -> tuple[str, list[Any]]:
         args.append(value)
         return f"${len(args)}"
 
-    clauses = [f"n.recipient_id = {param(selection.recipient_id)}"]
+    clauses = [f"d.recipient_id = {param(selection.recipient_id)}"]
     if selection.status is not None:
         clauses.append(f"d.status = {param(selection.status.value)}")
     if selection.channel is not None:
         clauses.append(f"d.channel = {param(selection.channel)}")
     if selection.notification_type is not None:
-        clauses.append(f"n.type = {param(selection.notification_type)}")
+        clauses.append(f"d.notification_type = {param(selection.notification_type)}")
     if selection.since is not None:
         clauses.append(f"d.updated_at >= {param(selection.since)}")
     if selection.until is not None:
@@ -87,8 +87,7 @@ def _query(selection: RecipientFilter) -> tuple[str, list[Any]]:
         clauses.append(f"(d.updated_at, d.id) < ({param(updated_at)}, {param(delivery_id)})")
     # One row more than a page tells whether another page follows.
     sql = (
-        f"SELECT {_COLUMNS} FROM notification n JOIN delivery d ON d.notification_id = n.id "  # noqa: S608
-        f"WHERE {' AND '.join(clauses)} "
+        f"SELECT {_COLUMNS} FROM delivery d WHERE {' AND '.join(clauses)} "  # noqa: S608
         f"ORDER BY d.updated_at DESC, d.id DESC LIMIT {param(selection.limit + 1)}"
     )
     return sql, args
@@ -98,8 +97,8 @@ def _logged(row: asyncpg.Record) -> LoggedDelivery:
     return LoggedDelivery(
         id=str(row["id"]),
         notification_id=str(row["notification_id"]),
-        producer=row["producer"],
-        notification_type=row["type"],
+        producer=row["producer"] or "",  # both copied with the recipient: never absent
+        notification_type=row["notification_type"] or "",
         channel=None if row["channel"] is None else Channel(row["channel"]),
         status=DeliveryStatus(row["status"]),
         reason=row["reason"],
