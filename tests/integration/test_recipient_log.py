@@ -3,7 +3,9 @@ newest change first, paged by keyset, filtered, error texts bounded."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import asyncpg
 import msgspec
@@ -12,6 +14,7 @@ from projections.recipient_log import (
     MAX_ERROR_TEXT,
     LoggedDelivery,
     RecipientFilter,
+    _query,
     recipient_deliveries,
 )
 from streams.core.events import DeliveryCancelled, DeliveryDeferred, ProviderFeedbackReceived
@@ -122,3 +125,39 @@ async def test_why_a_delivery_did_not_go_is_its_reason(pool: asyncpg.Pool) -> No
         (throttled, DeliveryStatus.SCHEDULED, "rate_limited"),
         (cancelled, DeliveryStatus.CANCELLED, "campaign c-9 cancelled by shop"),
     }
+
+
+def walk(node: dict[str, Any]) -> list[dict[str, Any]]:
+    """``node`` and every node under it in an EXPLAIN plan."""
+    found = [node]
+    for child in node.get("Plans", []):
+        found += walk(child)
+    return found
+
+
+async def test_a_page_reads_only_the_recipients_rows_through_its_index(
+    pool: asyncpg.Pool,
+) -> None:
+    """20,000 deliveries to 400 recipients: a page of one reads its rows by index, not the
+    table, and stops once the page is full."""
+    await pool.execute(
+        "INSERT INTO delivery (id, notification_id, producer, notification_type, channel,"
+        " status, updated_at, version, recipient_id)"
+        " SELECT gen_random_uuid(), gen_random_uuid(), 'shop', 'otp', 'SMS', 'SENT',"
+        " now() - n * interval '1 second', 2, 'r-' || (n % 400)"
+        " FROM generate_series(1, 20000) AS n"
+    )
+    await pool.execute("ANALYZE delivery")
+    sql, args = _query(RecipientFilter(recipient_id="r-7", limit=10))
+    plan = json.loads(await pool.fetchval("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, *args))
+    scans = [n for n in walk(plan[0]["Plan"]) if n.get("Relation Name", "").startswith("delivery")]
+    reading = [n for n in scans if n["Actual Rows"]]
+    assert reading, scans
+    assert all(n["Node Type"] in {"Index Scan", "Index Only Scan"} for n in reading), reading
+    assert all("recipient_id" in n["Index Cond"] for n in reading), reading
+    # A page and the row that says more follow, and at most one more from each partition the
+    # merge looked into: not the recipient's 50 rows, nor anyone else's.
+    assert sum(int(n["Actual Rows"]) for n in scans) <= 11 + len(scans) < 50
+    rows, more = await recipient_deliveries(pool, RecipientFilter(recipient_id="r-7", limit=10))
+    assert len(rows) == 10
+    assert more
