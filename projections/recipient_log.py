@@ -17,10 +17,7 @@ from typing import Any
 import asyncpg
 
 from streams.core.vocabulary import Channel, DeliveryStatus
-
-# Characters of an error text shown: what the write model keeps of one (its events' and
-# states' bound), also for a provider feedback's text.
-MAX_ERROR_TEXT = 500
+from streams.delivery.outcomes import MAX_ERROR_TEXT
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +54,8 @@ class LoggedDelivery:
     updated_at: datetime
 
 
+# An error text is cut to what the write model keeps of one (MAX_ERROR_TEXT), also a provider
+# feedback's, which the row prefixes with its kind.
 _COLUMNS = f"""
 d.id, d.notification_id, d.producer, d.notification_type, d.channel, d.status, d.reason,
 d.attempts, d.error_class, left(d.last_error, {MAX_ERROR_TEXT}) AS last_error,
