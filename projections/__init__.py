@@ -9,6 +9,7 @@
 - ``rebuild``: the read model made again from the event history, into the fresh tables
   ``rebuild_schema`` makes like the live ones;
 - ``queries``: what the status API reads, and how far behind the read model is;
+- ``recipient_log``: a recipient's message log, every producer's deliveries to it;
 - ``campaign_queries``: a campaign's deliveries counted by status;
 - ``dashboard``: what the dashboard's pages and charts read.
 

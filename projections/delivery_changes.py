@@ -29,6 +29,7 @@ from streams.core.events import (
     ProviderFeedbackReceived,
 )
 from streams.core.vocabulary import Channel, Priority
+from streams.delivery.outcomes import cancellation_reason
 from streams.delivery.state import DeliveryStatus
 
 # What an event says about its delivery's row, as ``_change`` orders it: status, channel,
@@ -82,7 +83,8 @@ def _expired(event: DeliveryExpired) -> _Change:
 
 
 def _cancelled(event: DeliveryCancelled) -> _Change:
-    return _change(_CANCELLED, channel=event.channel)
+    reason = cancellation_reason(event.campaign_id, event.cancelled_by)
+    return _change(_CANCELLED, channel=event.channel, reason=reason)
 
 
 def _attempt_failed(event: DeliveryAttemptFailed) -> _Change:

@@ -46,7 +46,7 @@ _DELIVERY_TABLE = """
     channel text, status text, reason text, attempts integer, error_class text,
     last_error text, provider text, provider_message_id text, created_at timestamptz,
     updated_at timestamptz, sent_at timestamptz, failed_at timestamptz, version integer,
-    campaign_id text
+    campaign_id text, recipient_id text
 """
 _EVENT_TABLE = """
     event_id text, at timestamptz, type text, notification_id uuid, delivery_id uuid,
@@ -65,11 +65,11 @@ _UPSERT_DELIVERIES = """
 INSERT INTO delivery AS d (id, notification_id, producer, notification_type, priority, channel,
                            status, reason, attempts, error_class, last_error, provider,
                            provider_message_id, created_at, updated_at, sent_at, failed_at,
-                           version, campaign_id)
+                           version, campaign_id, recipient_id)
 SELECT b.id, b.notification_id, b.producer, b.notification_type, b.priority, b.channel,
        b.status, b.reason, COALESCE(b.attempts, -1), b.error_class, b.last_error, b.provider,
        b.provider_message_id, b.created_at, b.updated_at, b.sent_at, b.failed_at, b.version,
-       b.campaign_id
+       b.campaign_id, b.recipient_id
 FROM {table} AS b
 ON CONFLICT (id) DO UPDATE SET
     producer = COALESCE(EXCLUDED.producer, d.producer),
@@ -89,7 +89,8 @@ ON CONFLICT (id) DO UPDATE SET
     sent_at = COALESCE(EXCLUDED.sent_at, d.sent_at),
     failed_at = COALESCE(EXCLUDED.failed_at, d.failed_at),
     version = EXCLUDED.version,
-    campaign_id = COALESCE(EXCLUDED.campaign_id, d.campaign_id)
+    campaign_id = COALESCE(EXCLUDED.campaign_id, d.campaign_id),
+    recipient_id = COALESCE(EXCLUDED.recipient_id, d.recipient_id)
 WHERE d.version < EXCLUDED.version
 """
 
@@ -121,6 +122,7 @@ class _Context:
     created_at: datetime
     # The campaign its idempotency key names (``streams.campaigns.ids``); None for none.
     campaign_id: str | None
+    recipient_id: str
 
 
 @dataclass(slots=True)
@@ -146,6 +148,7 @@ class Rows:
                 event.priority,
                 event.at,
                 campaign_of(event.idempotency_key) or None,
+                event.recipient_id,
             )
             self.notifications.append(
                 (
@@ -248,6 +251,7 @@ def _delivery_row(event: DeliveryEvent, context: _Context | None) -> tuple[Any, 
         failed_at,
         event.version,
         context.campaign_id if context else None,
+        context.recipient_id if context else None,
     )
 
 

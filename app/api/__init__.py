@@ -10,6 +10,7 @@
 - ``docs``: the OpenAPI documentation;
 - ``notification_status``: the status API (a notification and its deliveries);
 - ``dashboard``, ``dashboard_charts``, ``dashboard_signals``, ``charts``: the FAILED dashboard;
+  ``dashboard_recipients``: its recipient search (a recipient's message log);
 - ``unsubscribe``: the one-click unsubscribe page;
 - ``html_pages``: the HTML both render (``templates``), its headers and error page.
 

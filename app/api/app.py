@@ -22,6 +22,7 @@ from app import tracing
 from app.api.auth import KeyRing
 from app.api.cross_site import CrossSiteGuard
 from app.api.dashboard import DASHBOARD_ROUTES
+from app.api.dashboard_recipients import DASHBOARD_RECIPIENT_ROUTES
 from app.api.docs import LocalSwaggerPlugin, schema_router
 from app.api.errors import clarion_error, internal_error, redis_unavailable
 from app.api.http_metrics import HttpMetrics
@@ -47,6 +48,7 @@ from app.ingest.ingestor import Ingestor
 from app.ingest.quotas import IngestQuotas
 from app.operations.api.dlq import get_dlq, replay_dlq
 from app.operations.api.probes import lag, live, metrics, ready
+from app.recipients.api.deliveries import get_recipient_deliveries
 from app.recipients.api.profiles import RecipientProfile, patch_push_targets
 from app.recipients.api.settings import QuietHours, get_recipient_settings, put_preferences
 from app.recipients.api.suppressions import Suppressions, look_up_suppression, remove_suppression
@@ -99,6 +101,7 @@ ROUTES: list[ControllerRouterHandler] = [
     put_preferences,
     QuietHours,
     get_recipient_settings,
+    get_recipient_deliveries,
     Suppressions,
     look_up_suppression,
     remove_suppression,
@@ -112,6 +115,7 @@ ROUTES: list[ControllerRouterHandler] = [
     lag,
     metrics,
     *DASHBOARD_ROUTES,
+    *DASHBOARD_RECIPIENT_ROUTES,
     *UNSUBSCRIBE_ROUTES,
     *INBOX_ROUTES,
     inbox_stream,

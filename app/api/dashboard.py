@@ -31,6 +31,7 @@ from redis.exceptions import RedisError
 
 from app.api.auth import authorize_reader
 from app.api.dashboard_charts import read_charts
+from app.api.dashboard_recipients import may_search_recipients
 from app.api.dashboard_signals import Signals, read_signals
 from app.api.html_pages import HTML_ERRORS, duration, field_text, render
 from app.api.params import Word
@@ -167,6 +168,7 @@ async def dashboard(
         advice=await _advice_if_any(request),
         refresh_seconds=REFRESH_SECONDS,
         generated_at=datetime.fromtimestamp(now, UTC),
+        search_recipients=may_search_recipients(key),
     )
 
 

@@ -65,8 +65,9 @@ class RecipientSettingsView(msgspec.Struct, frozen=True):
 
 
 class DeliveryView(msgspec.Struct, frozen=True, kw_only=True):
-    """A delivery's current state (``reason`` says why it is SUPPRESSED, EXPIRED or
-    deferred, or which provider feedback set its status, null when nothing needs saying;
+    """A delivery's current state (``reason`` says why it is SUPPRESSED, EXPIRED, CANCELLED
+    (which campaign, cancelled by which producer) or deferred, or which provider feedback set
+    its status, null when nothing needs saying;
     ``error_class``, ``last_error`` are from its latest failed attempt;
     ``provider_message_id`` is set once it was sent)."""
 

@@ -183,14 +183,16 @@ class Campaigns:
             return change
 
         campaign, _ = await self._change(producer, campaign_id, decide)
-        await self._mark_cancelled(campaign_id)
+        await self._mark_cancelled(campaign_id, producer)
         return campaign
 
-    async def _mark_cancelled(self, campaign_id: str) -> None:
-        """Tell the workers, on every shard, to end the campaign's waiting deliveries."""
+    async def _mark_cancelled(self, campaign_id: str, producer: str) -> None:
+        """Tell the workers, on every shard, to end the campaign's waiting deliveries; the
+        marker names who cancelled (their ``DeliveryCancelled`` events say so)."""
         async with self.redis.pipeline(transaction=False) as pipe:
             for shard in self.keys.all_shards():
-                pipe.set(shard.campaign_cancelled(campaign_id), "1", ex=CANCEL_MARKER_SECONDS)
+                marker = shard.campaign_cancelled(campaign_id)
+                pipe.set(marker, producer, ex=CANCEL_MARKER_SECONDS)
             await pipe.execute()
 
     def _to_waiting(self, campaign: Campaign, spec: CampaignSpec, by: str) -> CampaignChange:

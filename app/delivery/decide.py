@@ -42,7 +42,7 @@ def not_to_send(lease: Lease, max_leases: int) -> AcknowledgeOnly | Cancelled | 
     if lease.verdict is LeaseVerdict.TERMINAL:
         return AcknowledgeOnly()
     if lease.verdict is LeaseVerdict.CANCELLED:
-        return Cancelled()
+        return Cancelled(lease.cancelled_by)
     reason = f"leased {max_leases + 1} times without an outcome: workers keep failing on it"
     return Failed(ErrorClass.POISON, reason, attempts=lease.attempts)
 

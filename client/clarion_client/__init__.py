@@ -1,9 +1,9 @@
 """A typed client for Clarion's producer API: ``Clarion`` (blocking) and ``AsyncClarion``.
 
 It owns the HTTP calls a producer makes: sending notifications, one or in batches of any
-size, reading their status, campaigns (create, upload recipients, start, progress), and
-recipient tokens for the inbox (make, revoke); idempotency keys and retries. It imports
-nothing of the server: only httpx and msgspec.
+size, reading their status, a recipient's message log, campaigns (create, upload
+recipients, start, progress), and recipient tokens for the inbox (make, revoke);
+idempotency keys and retries. It imports nothing of the server: only httpx and msgspec.
 """
 
 from clarion_client.async_client import AsyncClarion
@@ -34,6 +34,8 @@ from clarion_client.models import (
     NotificationStatus,
     Progress,
     Recipient,
+    RecipientDelivery,
+    RecipientDeliveryPage,
     Segment,
     SubscriptionKeys,
     UploadAnswer,
@@ -69,6 +71,8 @@ __all__ = [
     "Progress",
     "RateLimitedError",
     "Recipient",
+    "RecipientDelivery",
+    "RecipientDeliveryPage",
     "RetryPolicy",
     "Segment",
     "ServerError",

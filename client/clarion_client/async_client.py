@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from datetime import datetime
 from types import TracebackType
 
 import httpx
@@ -23,6 +24,7 @@ from clarion_client.models import (
     Notification,
     NotificationStatus,
     Progress,
+    RecipientDeliveryPage,
     Upload,
     UploadAnswer,
 )
@@ -86,6 +88,29 @@ class AsyncClarion:
         unknown, or another producer's)."""
         response = await self._call("GET", calls.status_path(notification_id))
         return calls.decoded(response, NotificationStatus)
+
+    async def recipient_deliveries(
+        self,
+        recipient_id: str,
+        *,
+        status: str | None = None,
+        channel: str | None = None,
+        notification_type: str | None = None,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> RecipientDeliveryPage:
+        """What was sent to the recipient, by every producer (scope ``recipients``): one page
+        of its deliveries, newest change first, narrowed by the filters given (``since`` and
+        ``until`` bound ``updated_at``; ``limit`` 1 to 500, the server's default 50). Pass the
+        page's ``next_cursor`` as ``cursor`` for the next one."""
+        path = calls.recipient_deliveries_path(
+            recipient_id, status=status, channel=channel, notification_type=notification_type,
+            since=since, until=until, limit=limit, cursor=cursor,
+        )  # fmt: skip
+        response = await self._call("GET", path)
+        return calls.decoded(response, RecipientDeliveryPage)
 
     async def create_campaign(self, spec: CampaignSpec) -> Progress:
         """Create a draft campaign. It takes no idempotency key, so it is tried again only

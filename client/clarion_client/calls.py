@@ -4,8 +4,9 @@ idempotency keys, and reading an answer into its Struct."""
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import Any, TypeVar
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 import httpx
 import msgspec
@@ -52,6 +53,30 @@ def inbox_tokens_path(recipient_id: str, action: str = "") -> str:
     """The path of a recipient's inbox tokens, or of an action on them (``revoke``)."""
     path = f"/v1/recipients/{quote(recipient_id, safe='')}/inbox-tokens"
     return f"{path}/{action}" if action else path
+
+
+def recipient_deliveries_path(
+    recipient_id: str,
+    *,
+    status: str | None,
+    channel: str | None,
+    notification_type: str | None,
+    since: datetime | str | None,
+    until: datetime | str | None,
+    limit: int | None,
+    cursor: str | None,
+) -> str:
+    """The path and query of ``GET /v1/recipients/{id}/deliveries``: the filters given (a
+    time as ISO 8601; one without an offset is UTC to the server)."""
+    path = f"/v1/recipients/{quote(recipient_id, safe='')}/deliveries"
+    given = {
+        "status": status, "channel": channel, "type": notification_type,
+        "since": since.isoformat() if isinstance(since, datetime) else since,
+        "until": until.isoformat() if isinstance(until, datetime) else until,
+        "limit": limit, "cursor": cursor,
+    }  # fmt: skip
+    query = urlencode({name: value for name, value in given.items() if value is not None})
+    return f"{path}?{query}" if query else path
 
 
 def new_key() -> str:

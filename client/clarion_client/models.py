@@ -124,8 +124,8 @@ class BatchResponse(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class DeliveryView(msgspec.Struct, frozen=True, kw_only=True):
-    """A delivery's current state; ``reason`` says why it is suppressed, expired or
-    deferred (or which provider feedback set its status); the error fields are from its
+    """A delivery's current state; ``reason`` says why it is suppressed, expired, cancelled
+    or deferred (or which provider feedback set its status); the error fields are from its
     latest failed attempt."""
 
     id: str
@@ -150,6 +150,37 @@ class NotificationStatus(msgspec.Struct, frozen=True, kw_only=True):
     recipient_id: str | None
     created_at: datetime
     deliveries: list[DeliveryView]
+    projection_lag_ms: int
+
+
+class RecipientDelivery(msgspec.Struct, frozen=True, kw_only=True):
+    """One delivery of a recipient's message log: whose notification it was, on which
+    channel, where it is and why (``reason``; ``error_class`` and ``last_error`` from its
+    latest failed attempt)."""
+
+    id: str
+    notification_id: str
+    producer: str
+    type: str
+    channel: str | None
+    status: str
+    reason: str | None
+    attempts: int
+    error_class: str | None
+    last_error: str | None
+    provider_message_id: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class RecipientDeliveryPage(msgspec.Struct, frozen=True, kw_only=True):
+    """``GET /v1/recipients/{id}/deliveries``: one page of what was sent to the recipient, by
+    every producer, newest change first; pass ``next_cursor`` (None on the last page) as
+    ``cursor`` for the next."""
+
+    recipient_id: str
+    deliveries: list[RecipientDelivery]
+    next_cursor: str | None
     projection_lag_ms: int
 
 

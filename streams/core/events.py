@@ -110,10 +110,13 @@ class DeliveryExpired(DeliveryEvent, frozen=True, kw_only=True):
 
 
 class DeliveryCancelled(DeliveryEvent, frozen=True, kw_only=True):
-    """The delivery's campaign was cancelled before it was sent: it never will be."""
+    """The delivery's campaign was cancelled before it was sent: it never will be.
+    ``cancelled_by``: the producer whose call cancelled it ("" in events from before it was
+    recorded)."""
 
     channel: Channel
     campaign_id: str
+    cancelled_by: str = ""
 
 
 class DeliveryDeadLettered(DeliveryEvent, frozen=True, kw_only=True):

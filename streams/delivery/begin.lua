@@ -11,7 +11,9 @@
 --
 -- Reply: one flat list, six values per item (a list per item would cost Lua a table, Redis
 -- a nested array and the client a list each): verdict, version, attempts, now_ms,
--- first_attempt_ms, shared data ("" when the item has none or it is gone).
+-- first_attempt_ms, shared data ("" when the item has none or it is gone); for CANCELLED
+-- instead the marker's value: who cancelled the campaign (its producer; "1" from a version
+-- before it was recorded).
 --   GO        the lease is ours until now + lease length; the state is SENDING
 --   POISON    the lease is ours, but the delivery has been leased more often than allowed
 --             without any outcome being recorded (workers keep dying on it): the caller
@@ -48,15 +50,15 @@ local function answer(verdict, version, attempts, first, data)
   replies[n + 4], replies[n + 5], replies[n + 6] = now, first, data
 end
 
--- Whether the marker at a position in KEYS is set, read once per call: a batch often holds
--- many deliveries of one campaign.
+-- The value of the marker at a position in KEYS (false when it is not set), read once per
+-- call: a batch often holds many deliveries of one campaign.
 local markers = {}
 local function cancelled(marker_at)
   if marker_at == 0 then
     return false
   end
   if markers[marker_at] == nil then
-    markers[marker_at] = redis.call("EXISTS", KEYS[marker_at]) == 1
+    markers[marker_at] = redis.call("GET", KEYS[marker_at])
   end
   return markers[marker_at]
 end
@@ -96,7 +98,9 @@ for i = 1, items do
     verdict = "CANCELLED"
   end
   local data = ""
-  if data_at > 0 and (verdict == "GO" or verdict == "POISON") then
+  if verdict == "CANCELLED" then
+    data = markers[marker_at]
+  elseif data_at > 0 and (verdict == "GO" or verdict == "POISON") then
     data = redis.call("HGET", KEYS[data_at], "d") or ""
   end
   answer(verdict, version, attempts, first, data)

@@ -83,10 +83,12 @@ class Expired(msgspec.Struct, frozen=True):
 
 
 class Cancelled(msgspec.Struct, frozen=True):
-    """Its campaign was cancelled before it was sent: it is never sent."""
+    """Its campaign was cancelled before it was sent (``by``: the producer who cancelled it,
+    "" when unknown): it is never sent."""
 
     status: ClassVar[DeliveryStatus | None] = DeliveryStatus.CANCELLED
     error_class: ClassVar[ErrorClass | None] = None
+    by: str = ""
 
 
 class AcknowledgeOnly(msgspec.Struct, frozen=True):

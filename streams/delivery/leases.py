@@ -38,6 +38,20 @@ UNSENT: frozenset[LeaseVerdict] = frozenset(
 VERDICT_OF_REPLY: dict[bytes, LeaseVerdict] = {
     verdict.value.encode(): verdict for verdict in LeaseVerdict
 }
+# The value a cancel marker had before it named who cancelled.
+_UNNAMED_CANCELLER = b"1"
+
+
+def lease_of_reply(values: tuple[bytes, ...]) -> Lease:
+    """One item's six values of ``begin.lua``'s reply as a lease: verdict, version, attempts,
+    now, first attempt, then the shared data, or for CANCELLED the campaign's cancel marker
+    (who cancelled it)."""
+    verdict, version, attempts, now, first, data = values
+    said = VERDICT_OF_REPLY[verdict]
+    if said is LeaseVerdict.CANCELLED:
+        by = "" if data == _UNNAMED_CANCELLER else data.decode(errors="replace")
+        return Lease(said, int(version), int(attempts), int(now), int(first), cancelled_by=by)
+    return Lease(said, int(version), int(attempts), int(now), int(first), data)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +67,9 @@ class Lease:
     # with ``shared_data`` (b"" when it has none, or when it is gone, or for any other
     # verdict).
     shared_data: bytes = b""
+    # For a CANCELLED lease: who cancelled the campaign, as its cancel marker says (the
+    # producer; "" when the marker predates that record).
+    cancelled_by: str = ""
 
 
 _data_decoder = msgspec.json.Decoder(dict[str, Any])

@@ -93,7 +93,7 @@ def _unattempted(
         case Expired():
             return expired(leased, now_ms, decision.reason)
         case Cancelled():
-            return cancelled(leased, now_ms)
+            return cancelled(leased, now_ms, decision.by)
         case AcknowledgeOnly():
             return acknowledge_only(leased)
 
@@ -174,14 +174,24 @@ def expired(leased: LeasedDelivery, now_ms: int, reason: str = "ttl") -> Outcome
     return _outcome(leased, [event], fields, now_ms=now_ms)
 
 
-def cancelled(leased: LeasedDelivery, now_ms: int) -> Outcome:
-    """The delivery's campaign was cancelled before it was sent: never send it."""
+def cancelled(leased: LeasedDelivery, now_ms: int, by: str = "") -> Outcome:
+    """The delivery's campaign was cancelled before it was sent (``by`` that producer, ""
+    when unknown): never send it."""
     item = leased.item
     event = DeliveryCancelled(
-        **_ids(leased, 1, now_ms), channel=item.channel, campaign_id=item.campaign
-    )
-    fields: dict[str, KeyOrArg] = {"status": DeliveryStatus.CANCELLED}
+        **_ids(leased, 1, now_ms), channel=item.channel, campaign_id=item.campaign,
+        cancelled_by=by,
+    )  # fmt: skip
+    fields: dict[str, KeyOrArg] = {
+        "status": DeliveryStatus.CANCELLED, "reason": cancellation_reason(item.campaign, by)
+    }  # fmt: skip
     return _outcome(leased, [event], fields, now_ms=now_ms)
+
+
+def cancellation_reason(campaign_id: str, by: str) -> str:
+    """A CANCELLED delivery's ``reason``: which campaign, and who cancelled it when known."""
+    said = f"campaign {campaign_id} cancelled"
+    return f"{said} by {by}" if by else said
 
 
 def deferred(

@@ -22,7 +22,7 @@ from streams.core.consumer_groups import DELIVERY_GROUP
 from streams.core.keys import ShardKeys
 from streams.core.scripts import Call, KeyOrArg
 from streams.core.vocabulary import Priority
-from streams.delivery.leases import VERDICT_OF_REPLY, Lease
+from streams.delivery.leases import Lease, lease_of_reply
 from streams.delivery.state import DeliveryState
 from streams.delivery.work_items import WorkItem
 from streams.inbox.store import InboxWrite
@@ -105,12 +105,7 @@ class DeliveryStore:
         call = delivery_begin_call(shard, priority, entries, consumer, (lease_ms, max_leases))
         flat = iter(await scripts.DELIVERY_BEGIN(self.redis, *call))
         per_item = zip(flat, flat, flat, flat, flat, flat, strict=True)  # six values per item
-        return [
-            Lease(
-                VERDICT_OF_REPLY[verdict], int(version), int(attempts), int(now), int(first), data
-            )
-            for verdict, version, attempts, now, first, data in per_item
-        ]
+        return [lease_of_reply(values) for values in per_item]
 
     async def finish(self, outcomes: Sequence[Outcome]) -> list[FinishReply]:
         """Record ``outcomes``; concurrent callers share pipelines."""

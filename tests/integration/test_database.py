@@ -222,8 +222,11 @@ async def test_rows_of_every_partition_are_kept_when_their_words_become_checked(
             )
         monkeypatch.undo()
 
-        assert await migrate(connection) == [7]
+        assert await migrate(connection) == [7, 8]
         assert await connection.fetchval("SELECT count(*) FROM delivery") == 3
+        # Each row got its notification's recipient (008), in every partition.
+        recipients = await connection.fetch("SELECT DISTINCT recipient_id FROM delivery")
+        assert [row[0] for row in recipients] == ["r"]
         # A word no enum has is refused, in whichever partition the row would go.
         notification_id, delivery_id = new_ids(1, 2)
         for status, channel, refused_by in (

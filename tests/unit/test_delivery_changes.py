@@ -60,4 +60,8 @@ def test_a_send_and_an_unknown_event() -> None:
 
 def test_a_cancellation_ends_the_row_cancelled() -> None:
     cancelled = DeliveryCancelled(at=AT, **IDS, channel="EMAIL", campaign_id="c-7")
-    assert change(cancelled) == {"status": "CANCELLED", "channel": "EMAIL"}
+    assert change(cancelled) == {
+        "status": "CANCELLED", "channel": "EMAIL", "reason": "campaign c-7 cancelled"
+    }  # fmt: skip
+    by = DeliveryCancelled(at=AT, **IDS, channel="EMAIL", campaign_id="c-7", cancelled_by="shop")
+    assert change(by)["reason"] == "campaign c-7 cancelled by shop"

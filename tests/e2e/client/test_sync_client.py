@@ -66,6 +66,14 @@ def test_a_sent_notification_can_be_read_back(clarion: Clarion) -> None:
     assert [d.id for d in status.deliveries] == [delivery.id]
 
 
+def test_a_recipients_log_is_read_and_its_filters_checked(clarion: Clarion) -> None:
+    # This API runs no projector: the log (from the read model) is empty, yet answered.
+    page = clarion.recipient_deliveries("user-44", channel="SMS", since=datetime.now(UTC))
+    assert (page.recipient_id, page.deliveries, page.next_cursor) == ("user-44", [], None)
+    with pytest.raises(InvalidRequestError, match="status: must be one of"):
+        clarion.recipient_deliveries("user-44", status="LOST")
+
+
 def test_a_recipient_token_is_made_and_revoked(clarion: Clarion, api_url: str) -> None:
     made = clarion.create_inbox_token("user-42", ttl_seconds=600)
     assert (made.recipient_id, made.token.startswith("d.")) == ("user-42", True)

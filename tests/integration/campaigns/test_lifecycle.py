@@ -74,8 +74,8 @@ async def test_racing_pause_and_cancel_are_each_decided_on_the_state_they_find(
     )
     if len(changes) == 2:
         assert isinstance(results[0], Conflict)
-    # Every shard's workers are told.
-    assert await real_redis.exists(keys.shard(0).campaign_cancelled(campaign.id))
+    # Every shard's workers are told, and by whom.
+    assert await real_redis.get(keys.shard(0).campaign_cancelled(campaign.id)) == b"orders"
 
 
 async def test_a_campaign_with_a_start_time_waits_for_it(

@@ -27,6 +27,7 @@ from clarion_client.models import (
     Notification,
     NotificationStatus,
     Progress,
+    RecipientDeliveryPage,
     Upload,
     UploadAnswer,
 )
@@ -38,6 +39,7 @@ NOTIFICATIONS = "/v1/notifications"
 BATCH = "/v1/notifications/batch"
 CAMPAIGNS = "/v1/campaigns"
 CAMPAIGN = "/v1/campaigns/{campaign_id}"
+RECIPIENT_LOG = "/v1/recipients/{recipient_id}/deliveries"
 
 
 @pytest.fixture(scope="module")
@@ -221,6 +223,7 @@ ANSWERS = [
     (UploadAnswer, f"{CAMPAIGN}/recipients", "post", "200"),
     (Progress, f"{CAMPAIGN}/start", "post", "200"),
     (Progress, CAMPAIGN, "get", "200"),
+    (RecipientDeliveryPage, RECIPIENT_LOG, "get", "200"),
     (ErrorBody, NOTIFICATIONS, "post", "422"),
     (ErrorBody, STATUS_PATH, "get", "404"),
 ]

@@ -50,7 +50,7 @@ async def test_a_cancelled_campaigns_delivery_ends_cancelled_without_a_provider_
 ) -> None:
     keys, catalog = KeySpace(key_prefix), fast_catalog()
     shard = keys.shard(0)
-    await real_redis.set(shard.campaign_cancelled("c-1"), "1")
+    await real_redis.set(shard.campaign_cancelled("c-1"), "orders")  # who cancelled it
     cancelled = await accept(real_redis, keys, catalog, otp("1"), notification_key("c-1", "u-1"))
     running = await accept(real_redis, keys, catalog, otp("2"), notification_key("c-2", "u-1"))
     own = await accept(real_redis, keys, catalog, otp("3"), "c-1")  # a producer's own key
@@ -63,13 +63,14 @@ async def test_a_cancelled_campaigns_delivery_ends_cancelled_without_a_provider_
         done = await final_state(real_redis, keys, cancelled_id)
 
     assert (done["status"], done["version"], done["attempts"]) == ("CANCELLED", "2", "0")
+    assert done["reason"] == "campaign c-1 cancelled by orders"
     calls = await sandbox_calls(real_redis, keys)
     assert sorted(c["delivery_id"] for c in calls) == sorted([running_id, own_id])
     events = await stream_events(real_redis, shard.events)
     [event] = [e for e in events if isinstance(e, DeliveryCancelled)]
     assert event == DeliveryCancelled(
         at=event.at, notification_id=cancelled["id"], delivery_id=cancelled_id, version=2,
-        channel="SMS", campaign_id="c-1",
+        channel="SMS", campaign_id="c-1", cancelled_by="orders",
     )  # fmt: skip
     # Every work entry was acknowledged and deleted with its outcome.
     assert await real_redis.xlen(shard.work(Priority.HIGH)) == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 
 import httpx
 import pytest
@@ -15,6 +16,7 @@ from clarion_client.calls import (
     headers,
     inbox_tokens_path,
     new_key,
+    recipient_deliveries_path,
     status_path,
 )
 from clarion_client.errors import ServerError
@@ -60,6 +62,22 @@ def test_campaign_paths_quote_the_id() -> None:
 def test_inbox_token_paths_quote_the_recipient_id() -> None:
     assert inbox_tokens_path("u-1") == "/v1/recipients/u-1/inbox-tokens"
     assert inbox_tokens_path("a/b?c", "revoke") == "/v1/recipients/a%2Fb%3Fc/inbox-tokens/revoke"
+
+
+def test_a_recipients_log_path_quotes_the_id_and_carries_only_the_filters_given() -> None:
+    nothing: dict[str, None] = dict.fromkeys(
+        ("status", "channel", "notification_type", "since", "until", "limit", "cursor")
+    )
+    assert recipient_deliveries_path("u-1", **nothing) == "/v1/recipients/u-1/deliveries"
+    since = datetime(2026, 12, 1, 12, 30, tzinfo=UTC)
+    path = recipient_deliveries_path(
+        "a/b?c", **{**nothing, "notification_type": "otp", "since": since, "limit": 2,
+                    "until": "2026-12-02T00:00:00+01:00", "cursor": "abc"},
+    )  # fmt: skip
+    assert path == (
+        "/v1/recipients/a%2Fb%3Fc/deliveries?type=otp&since=2026-12-01T12%3A30%3A00%2B00%3A00"
+        "&until=2026-12-02T00%3A00%3A00%2B01%3A00&limit=2&cursor=abc"
+    )
 
 
 def test_new_keys_are_fresh_uuids() -> None:

@@ -8,7 +8,14 @@ import re
 import msgspec
 
 from streams.core.keys import KeySpace
-from streams.delivery.leases import UNSENT, VERDICT_OF_REPLY, Lease, LeasedDelivery, LeaseVerdict
+from streams.delivery.leases import (
+    UNSENT,
+    VERDICT_OF_REPLY,
+    Lease,
+    LeasedDelivery,
+    LeaseVerdict,
+    lease_of_reply,
+)
 from streams.dlq.entries import Worker
 from tests.conftest import REPO
 from tests.unit.delivery_examples import ITEM
@@ -50,3 +57,14 @@ def test_a_delivery_with_its_own_data_keeps_it() -> None:
     assert held.data == {"code": "1"}
     assert held.self_contained_item() is item
     assert held.priority is item.priority
+
+
+def test_a_cancelled_lease_says_who_cancelled_and_carries_no_data() -> None:
+    reply = (b"CANCELLED", b"3", b"1", b"1000", b"900")
+    assert lease_of_reply((*reply, b"shop")) == Lease(
+        LeaseVerdict.CANCELLED, 3, 1, 1000, 900, shared_data=b"", cancelled_by="shop"
+    )
+    # A marker set before it named anyone.
+    assert lease_of_reply((*reply, b"1")).cancelled_by == ""
+    go = lease_of_reply((b"GO", b"3", b"1", b"1000", b"900", b'{"a":1}'))
+    assert (go.shared_data, go.cancelled_by) == (b'{"a":1}', "")

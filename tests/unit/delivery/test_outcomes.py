@@ -86,10 +86,22 @@ def test_a_cancellation_names_the_campaign_counts_no_attempt_and_frees_shared_da
         DeliveryCancelled(at=at(NOW), notification_id="n", delivery_id="d", version=4,
                           channel="SMS", campaign_id="c-7"),
     ]  # fmt: skip
-    assert outcome.fields == {"status": "CANCELLED", "version": 4, **ENDS_THE_LEASE}
+    assert outcome.fields == {
+        "status": "CANCELLED", "reason": "campaign c-7 cancelled", "version": 4, **ENDS_THE_LEASE
+    }  # fmt: skip
     assert (outcome.entry_id, outcome.expected_version) == ("1-0", 3)  # acknowledged with it
     assert (outcome.delayed_member, outcome.dead_letter) == (b"", {})
     assert outcome.releases_data == held.shard.data("n")
+
+
+def test_a_cancellation_names_who_cancelled_when_the_marker_said() -> None:
+    decision = delivery_outcomes.outcome(
+        leased(version=3, campaign="c-7"), Cancelled(by="shop"), NOW
+    )
+    [event] = events(decision)
+    assert isinstance(event, DeliveryCancelled)
+    assert event.cancelled_by == "shop"
+    assert decision.fields["reason"] == "campaign c-7 cancelled by shop"
 
 
 def test_a_rate_limited_delivery_waits_in_delayed_without_counting_an_attempt() -> None:
