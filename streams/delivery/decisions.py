@@ -12,7 +12,7 @@ from typing import ClassVar
 
 import msgspec
 
-from streams.core.events import DeferReason
+from streams.core.events import DeferReason, SuppressReason
 from streams.core.vocabulary import ErrorClass
 from streams.delivery.state import DeliveryStatus
 from streams.inbox.messages import InboxMessage
@@ -82,6 +82,15 @@ class Expired(msgspec.Struct, frozen=True):
     reason: str = "ttl"
 
 
+class Suppressed(msgspec.Struct, frozen=True):
+    """It is never sent, for ``reason``: a delivery that waited for an address found none
+    in time (``no_address``), or the address it found may not be used."""
+
+    status: ClassVar[DeliveryStatus | None] = DeliveryStatus.SUPPRESSED
+    error_class: ClassVar[ErrorClass | None] = None
+    reason: SuppressReason = "no_address"
+
+
 class Cancelled(msgspec.Struct, frozen=True):
     """Its campaign was cancelled before it was sent: it is never sent."""
 
@@ -96,4 +105,7 @@ class AcknowledgeOnly(msgspec.Struct, frozen=True):
     error_class: ClassVar[ErrorClass | None] = None
 
 
-Decision = Sent | SentToInbox | RetryAt | Failed | Deferred | Expired | Cancelled | AcknowledgeOnly
+Decision = (
+    Sent | SentToInbox | RetryAt | Failed | Deferred | Expired | Suppressed | Cancelled
+    | AcknowledgeOnly
+)  # fmt: skip

@@ -26,8 +26,10 @@ from streams.core.events import (
     DeliveryExpired,
     DeliveryFailed,
     DeliverySent,
+    DeliverySuppressed,
     Event,
     InboxMessageCreated,
+    SuppressReason,
 )
 from streams.core.scripts import KeyOrArg
 from streams.core.vocabulary import ErrorClass
@@ -41,6 +43,7 @@ from streams.delivery.decisions import (
     RetryAt,
     Sent,
     SentToInbox,
+    Suppressed,
 )
 from streams.delivery.delayed import delayed_member
 from streams.delivery.leases import LeasedDelivery
@@ -84,7 +87,9 @@ def outcome(leased: LeasedDelivery, decision: Decision, now_ms: int) -> Outcome:
 
 
 def _unattempted(
-    leased: LeasedDelivery, decision: Deferred | Expired | Cancelled | AcknowledgeOnly, now_ms: int
+    leased: LeasedDelivery,
+    decision: Deferred | Expired | Suppressed | Cancelled | AcknowledgeOnly,
+    now_ms: int,
 ) -> Outcome:
     """The outcome of a decision made without an attempt."""
     match decision:
@@ -92,6 +97,8 @@ def _unattempted(
             return deferred(leased, decision.until_ms, now_ms, decision.reason)
         case Expired():
             return expired(leased, now_ms, decision.reason)
+        case Suppressed():
+            return suppressed(leased, now_ms, decision.reason)
         case Cancelled():
             return cancelled(leased, now_ms)
         case AcknowledgeOnly():
@@ -171,6 +178,15 @@ def expired(leased: LeasedDelivery, now_ms: int, reason: str = "ttl") -> Outcome
     """The notification's TTL passed before the delivery was sent: never send it."""
     event = DeliveryExpired(**_ids(leased, 1, now_ms), channel=leased.item.channel, reason=reason)
     fields: dict[str, KeyOrArg] = {"status": DeliveryStatus.EXPIRED, "reason": reason}
+    return _outcome(leased, [event], fields, now_ms=now_ms)
+
+
+def suppressed(leased: LeasedDelivery, now_ms: int, reason: SuppressReason) -> Outcome:
+    """The delivery is never sent, for ``reason`` (it waited for an address in vain)."""
+    event = DeliverySuppressed(
+        **_ids(leased, 1, now_ms), channel=leased.item.channel, reason=reason
+    )
+    fields: dict[str, KeyOrArg] = {"status": DeliveryStatus.SUPPRESSED, "reason": reason}
     return _outcome(leased, [event], fields, now_ms=now_ms)
 
 
