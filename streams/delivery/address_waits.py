@@ -45,33 +45,29 @@ async def wait(
 ) -> bool:
     """Index a member that went back to wait; True when the recipient's settings changed
     since ``settings_version`` (the member is due now)."""
-    call = wait_call(shard, recipient_id, member, until_ms, settings_version)
+    call = await_address_call(shard, recipient_id, (member, until_ms, settings_version))
     return bool(await scripts.AWAIT_ADDRESS(redis, *call))
 
 
 async def release(redis: Redis, keys: KeySpace, recipient_id: str) -> int:
     """Make the recipient's waiting deliveries due now, on every shard; how many."""
-    calls = [release_call(shard, recipient_id) for shard in keys.all_shards()]
+    calls = [await_address_call(shard, recipient_id) for shard in keys.all_shards()]
     return sum(int(n) for n in await scripts.AWAIT_ADDRESS.run_many(redis, calls))
 
 
-def wait_call(
-    shard: ShardKeys, recipient_id: str, member: bytes, until_ms: int, settings_version: int
+def await_address_call(
+    shard: ShardKeys, recipient_id: str, waiting: tuple[bytes, int, int] | None = None
 ) -> Call:
-    """The keys and arguments of ``await_address.lua``'s "wait".
+    """The keys and arguments of one ``await_address.lua`` call: "wait" for ``waiting`` (the
+    member, until when it may wait in ms, the settings version seen), else "release".
 
-    KEYS: the recipient's index, delayed, the recipient's settings. ARGV: "wait", the member,
-    until when it may wait (ms), the settings version seen, ``MAX_INDEXED``.
+    KEYS: the recipient's index, delayed, the recipient's settings. ARGV: "release"; or
+    "wait", the member, until when, the settings version seen, ``MAX_INDEXED``.
     """
     keys: list[KeyOrArg] = [
         shard.awaiting(recipient_id), shard.delayed, shard.recipient(recipient_id)
     ]  # fmt: skip
+    if waiting is None:
+        return keys, ["release"]
+    member, until_ms, settings_version = waiting
     return keys, ["wait", member, until_ms, settings_version, MAX_INDEXED]
-
-
-def release_call(shard: ShardKeys, recipient_id: str) -> Call:
-    """The keys and arguments of ``await_address.lua``'s "release".
-
-    KEYS: the recipient's index, delayed. ARGV: "release".
-    """
-    return [shard.awaiting(recipient_id), shard.delayed], ["release"]

@@ -1,12 +1,13 @@
--- Deliveries waiting for an address (``streams.delivery.address_waits``): the recipient's index of
--- their ``delayed`` members, kept by a worker each time one goes back to wait, and emptied by
--- a profile change, which makes every one of them due now.
+-- Deliveries waiting for an address (``streams.delivery.address_waits``): the recipient's
+-- index of their ``delayed`` members, kept by a worker each time one goes back to wait, and
+-- emptied by a profile change, which makes every one of them due now.
 --
--- Keys and arguments: ``streams.delivery.address_waits.wait_call`` and ``release_call`` lay them out.
--- KEYS: the recipient's ``awaiting`` index, delayed, the recipient's settings hash (wait only)
--- ARGV "wait": the member (as ``delayed`` holds it), until when it may wait (ms), the settings
---   version the worker planned with, the most members an index keeps
--- ARGV "release": nothing more
+-- Keys and arguments: ``streams.delivery.address_waits.await_address_call`` lays them out.
+-- KEYS: the recipient's ``awaiting`` index, delayed, the recipient's settings hash (read by
+--   "wait" only)
+-- ARGV: "wait", the member (as ``delayed`` holds it), until when it may wait (ms), the
+--   settings version the worker read the profile at, the most members an index keeps;
+--   or "release"
 -- Reply: "wait": 1 when the settings changed since the worker read them (the member is due
 --   now), else 0; "release": how many members were made due now.
 local index, delayed = KEYS[1], KEYS[2]
