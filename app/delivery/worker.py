@@ -267,6 +267,9 @@ class DeliveryWorker:
         if decided:
             outcomes = [self._held_back(*pair, now) for pair in decided]
             replies = await self.store.finish(outcomes)
+            for (leased, _), outcome, reply in zip(decided, outcomes, replies, strict=True):
+                if reply == "OK":
+                    record_outcome(self.metrics, leased.item, outcome)
             if looked.waiting:
                 await self._awaiter.index(looked, outcomes, replies)
 

@@ -14,6 +14,7 @@ from redis.asyncio import Redis
 
 from app.catalog import Catalog, parse_catalog
 from app.ingest.profiles import Profile
+from app.metrics import SUPPRESSED
 from app.recipients.profiles import encode
 from projections.projector import Projector
 from streams.core.events import DeliveryDeferred, DeliverySuppressed
@@ -87,8 +88,9 @@ async def test_it_waits_looks_again_and_is_suppressed_no_address_after_its_bound
     answer = await accept(real_redis, keys, catalog, order(), "k")
     [delivery] = answer["deliveries"]
     assert (delivery["status"], delivery["reason"]) == ("SCHEDULED", "awaiting_address")
-    async with running_worker(real_redis, keys, catalog):
+    async with running_worker(real_redis, keys, catalog) as worker:
         done = await ended(real_redis, keys, delivery["id"], within=6)
+        await worker.metrics.flush()
     took = time.monotonic() - started
     assert (done["status"], done["reason"]) == ("SUPPRESSED", "no_address")
     assert 1.9 < took < 4.5
@@ -102,6 +104,8 @@ async def test_it_waits_looks_again_and_is_suppressed_no_address_after_its_bound
     assert await sandbox_calls(real_redis, keys) == []
     assert await real_redis.zcard(keys.shard(0).delayed) == 0
     assert await real_redis.pttl(keys.shard(0).awaiting(RECIPIENT)) < 1500  # gone, or soon
+    counted = await real_redis.hgetall(keys.metric(SUPPRESSED.name))
+    assert [int(n) for field, n in counted.items() if b"no_address" in field] == [1]
 
 
 async def test_a_profile_change_giving_an_address_releases_it_within_a_second(
