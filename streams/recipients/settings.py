@@ -145,10 +145,11 @@ class RecipientSettingsStore:
         )
 
     async def forget(self, recipient_id: str) -> None:
-        """Delete every copy of the recipient's settings (an erasure records its own event)."""
+        """Delete every copy of the recipient's settings, and the index of its deliveries
+        waiting for an address (an erasure records its own event and ends those)."""
         async with self.redis.pipeline(transaction=False) as pipe:
             for shard in self.keys.all_shards():
-                pipe.delete(shard.recipient(recipient_id))
+                pipe.delete(shard.recipient(recipient_id), shard.awaiting(recipient_id))
             await pipe.execute()
 
     async def update_profile(
