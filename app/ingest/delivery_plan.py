@@ -201,7 +201,7 @@ class NotificationPlan(msgspec.Struct, frozen=True, kw_only=True):
             channel=channel, reason="awaiting_address", until=at_ms(due_ms),
         ))  # fmt: skip
         item = WorkItem(
-            **msgspec.structs.asdict(self._item(did, channel, "", b"")),
+            **msgspec.structs.asdict(self._item(did, channel, "", shared)),
             trace=self.trace,
             await_until_ms=self.await_until_ms,
         )

@@ -515,3 +515,13 @@ def test_an_address_given_or_an_opt_out_goes_as_without_the_option() -> None:
     assert fates(plan(waiting, order(email="anna@example.com")))[0] == ("EMAIL", "QUEUED", "")
     off = RecipientSettings(version=2, disabled=frozenset({("order_confirmed", "EMAIL")}))
     assert fates(plan(waiting, order(), off))[0] == ("EMAIL", "SUPPRESSED", "opted_out")
+
+
+def test_a_waiting_delivery_shares_the_notifications_data_like_the_others() -> None:
+    """The ``data:<id>`` hash counts every work item; each must release it when it ends."""
+    req = msgspec.structs.replace(order(), data={"order_id": "1001", "note": "x" * 300})
+    item = plan(waiting_planner(600), req)
+    works = [work for _, _, work in deliveries(item) if work is not None]
+    assert len(works) == 3
+    assert all(work.shared_data and work.data == {} for work in works)
+    assert item.shared_data
