@@ -47,7 +47,9 @@ def without_address(item: WorkItem, now_ms: int) -> Decision:
     """No address yet: look again later, or, once its bound has come, never send it."""
     if now_ms >= item.await_until_ms:
         return Suppressed("no_address")
-    return Deferred(next_look_ms(item.created_ms, now_ms, item.await_until_ms), "awaiting_address")
+    # It waits on as ingest recorded it (SCHEDULED, awaiting_address): no event.
+    until_ms = next_look_ms(item.created_ms, now_ms, item.await_until_ms)
+    return Deferred(until_ms, "awaiting_address", event=False)
 
 
 def with_address(

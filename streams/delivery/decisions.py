@@ -66,12 +66,16 @@ class Failed(msgspec.Struct, frozen=True):
 
 
 class Deferred(msgspec.Struct, frozen=True):
-    """No provider can take it now: it waits until ``until_ms``, no attempt counted."""
+    """No provider can take it now (or it waits for an address): it waits until
+    ``until_ms``, no attempt counted. ``event``: whether a ``DeliveryDeferred`` records it;
+    not when it only waits on as it waited (a look that found no address yet changes
+    neither its status nor its reason, and a day's looks would be 1,440 events)."""
 
     status: ClassVar[DeliveryStatus | None] = DeliveryStatus.SCHEDULED
     error_class: ClassVar[ErrorClass | None] = None
     until_ms: int
     reason: DeferReason = "rate_limited"
+    event: bool = True
 
 
 class Expired(msgspec.Struct, frozen=True):

@@ -94,7 +94,9 @@ def _unattempted(
     """The outcome of a decision made without an attempt."""
     match decision:
         case Deferred():
-            return deferred(leased, decision.until_ms, now_ms, decision.reason)
+            return deferred(
+                leased, decision.until_ms, now_ms, decision.reason, event=decision.event
+            )
         case Expired():
             return expired(leased, now_ms, decision.reason)
         case Suppressed():
@@ -201,19 +203,25 @@ def cancelled(leased: LeasedDelivery, now_ms: int) -> Outcome:
 
 
 def deferred(
-    leased: LeasedDelivery, until_ms: int, now_ms: int, reason: DeferReason = "rate_limited"
+    leased: LeasedDelivery,
+    until_ms: int,
+    now_ms: int,
+    reason: DeferReason = "rate_limited",
+    *,
+    event: bool = True,
 ) -> Outcome:
-    """No provider can take it now (no quota, circuits open, bulkhead full): wait until
-    ``until_ms``, without counting an attempt."""
-    event = DeliveryDeferred(
-        **_ids(leased, 1, now_ms),
-        channel=leased.item.channel,
-        reason=reason,
-        until=_at(until_ms),
-    )
+    """No provider can take it now (no quota, circuits open, bulkhead full), or it waits for
+    an address: wait until ``until_ms``, without counting an attempt; recorded by an event
+    unless ``event`` is False (it waits on as it waited: its version stays)."""
+    events: list[Event] = []
+    if event:
+        events.append(DeliveryDeferred(
+            **_ids(leased, 1, now_ms), channel=leased.item.channel, reason=reason,
+            until=_at(until_ms),
+        ))  # fmt: skip
     member = delayed_member(leased.priority, codec.encode_work_item(leased.item))
     fields: dict[str, KeyOrArg] = {"status": DeliveryStatus.SCHEDULED, "due_ms": until_ms}
-    return _outcome(leased, [event], fields, now_ms=now_ms, delayed=(member, until_ms))
+    return _outcome(leased, events, fields, now_ms=now_ms, delayed=(member, until_ms))
 
 
 def retry_later(
