@@ -12,15 +12,18 @@ from typing import Any
 import asyncpg
 from redis.asyncio import Redis
 
+from app.api.app import create_app
 from app.catalog import Catalog, parse_catalog
 from app.ingest.profiles import Profile
 from app.metrics import SUPPRESSED
 from app.recipients.profiles import encode
+from app.settings import Settings
 from projections.projector import Projector
 from streams.core.events import DeliveryDeferred, DeliverySuppressed
 from streams.core.keys import KeySpace
 from streams.recipients.settings import RecipientSettingsStore
-from tests.conftest import stream_events
+from tests.conftest import ORDERS, http_client, stream_events
+from tests.integration.api_support import post
 from tests.integration.delivery_support import (
     accept,
     catalog_text,
@@ -161,3 +164,18 @@ async def test_the_read_model_shows_the_wait_then_the_suppression(
     finally:
         projector.stop()
         await task
+
+
+async def test_a_producer_sees_the_wait_in_the_answer_and_the_status_api(
+    real_redis: Redis, settings: Settings, pool: asyncpg.Pool
+) -> None:
+    app = create_app(settings, redis=real_redis, catalog=waiting_catalog(60), db=pool)
+    async with http_client(app) as client:
+        answer = await post(client, order(), key="o-1")
+        assert answer.status_code == 202
+        [delivery] = answer.json()["deliveries"]
+        assert (delivery["status"], delivery["reason"]) == ("SCHEDULED", "awaiting_address")
+        status = await client.get(f"/v1/notifications/{answer.json()['id']}", headers=ORDERS)
+    assert status.status_code == 200
+    [seen] = status.json()["deliveries"]
+    assert (seen["status"], seen["reason"]) == ("SCHEDULED", "awaiting_address")
