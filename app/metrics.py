@@ -73,7 +73,7 @@ OPT_OUTS = CounterSpec(
 SUPPRESSED = CounterSpec(
     "clarion_suppressed_deliveries_total",
     "Deliveries suppressed at ingest (opted out, no or a dead address, the suppression "
-    "list's reasons, no provider), by channel and reason",
+    "list's reasons, no provider) or after waiting for an address, by channel and reason",
     ("channel", "reason"),
 )
 FEEDBACK = CounterSpec(
@@ -133,10 +133,12 @@ UNKNOWN_CHANNEL = "UNKNOWN"
 # Read off the enum once, not per delivery: on Python 3.11 each ``DeliveryStatus.SENT`` goes
 # through the hook of ``EnumType.__getattr__``, about 1,000 instructions.
 _SENT, _FAILED = DeliveryStatus.SENT, DeliveryStatus.FAILED
+_SUPPRESSED = DeliveryStatus.SUPPRESSED
 
 
 def record_outcome(recorder: MetricsRecorder, item: WorkItem, outcome: Outcome) -> None:
-    """Count a delivery step's recorded outcome: a send, a failed attempt, a final failure."""
+    """Count a delivery step's recorded outcome: a send, a failed attempt, a final failure,
+    a suppression."""
     status = outcome.fields.get("status")
     error_class = outcome.fields.get("error_class")
     if status == _SENT:
@@ -148,6 +150,8 @@ def record_outcome(recorder: MetricsRecorder, item: WorkItem, outcome: Outcome) 
         recorder.inc(ATTEMPT_FAILURES, (item.channel, str(error_class)))
     if status == _FAILED:
         recorder.inc(DELIVERY_FAILURES, (item.channel, str(error_class)))
+    if status == _SUPPRESSED:  # a delivery that waited for an address
+        recorder.inc(SUPPRESSED, (item.channel, str(outcome.fields.get("reason", ""))))
     if status in (_SENT, _FAILED):
         attempts = outcome.fields.get("attempts", 0)
         recorder.observe(DELIVERY_ATTEMPTS, (item.channel, str(status)), float(attempts))

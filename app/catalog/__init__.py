@@ -34,6 +34,8 @@ _SECTIONS = frozenset({
     "default_locale", "providers", "channels", "types", "quotas", "status_webhooks",
     "fairness",
 })  # fmt: skip
+# The longest a type's deliveries may wait for an address (``await_address_seconds``).
+MAX_AWAIT_ADDRESS_SECONDS = 86400
 # Converts a value of the file to a type, or raises ``CatalogError`` naming its path.
 Converter = Callable[[Any, Any, str], Any]
 
@@ -57,6 +59,12 @@ class TypeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # How recipients see this type named (the unsubscribe page): plain words such as
     # "Order updates"; by default the type's name with spaces for "_".
     label: Label | None = None
+    # A delivery without an address waits this long for the recipient's profile to give one
+    # (re-checked with backoff, released at once by a profile change), then is SUPPRESSED
+    # ``no_address``; None (the default): suppressed at once. At most the TTL and a day.
+    await_address_seconds: (
+        Annotated[int, msgspec.Meta(ge=1, le=MAX_AWAIT_ADDRESS_SECONDS)] | None
+    ) = None
 
     def label_of(self, name: str) -> str:
         """What recipients call this type, ``name`` in the catalog."""
@@ -250,6 +258,12 @@ def _cross_check(
     check_channels(providers, channels, fail)
     compiled: dict[tuple[str, str, Channel], CompiledTemplate] = {}
     for type_name, type_config in types.items():
+        awaited = type_config.await_address_seconds
+        if awaited is not None and awaited > type_config.ttl_seconds:
+            raise fail(
+                f"types.{type_name}.await_address_seconds",
+                f"{awaited} s is longer than the type's ttl_seconds ({type_config.ttl_seconds})",
+            )
         for channel in type_config.channels:
             if channel not in channels:
                 raise fail(f"types.{type_name}.channels", f"channel {channel} is not configured")

@@ -7,6 +7,7 @@ take HIGH's capacity. A batch read is leased in one script call (``leasing``) an
 rate-limited in one; each send is a task of its own (``attempt``), started only while its
 lease covers the provider's time limit, and the outcomes of concurrent sends are recorded in
 shared pipelines. On start a consumer first drains its own pending entries.
+A delivery waiting for an address is looked at first (``awaiting``).
 Beside the lanes run ``recovery`` (abandoned and poison entries) and the ``scheduler`` (due
 ``delayed`` members) of every shard, and the ``heartbeat`` (CPU share, provider waits).
 """
@@ -26,6 +27,7 @@ from app import __version__, tracing
 from app.catalog import Catalog
 from app.delivery import decide
 from app.delivery.attempt import Attempts
+from app.delivery.awaiting import AddressAwaiter, Looked
 from app.delivery.dead_addresses import DeadAddresses
 from app.delivery.heartbeat import HeartbeatWriter
 from app.delivery.lane_reader import LaneReader
@@ -120,6 +122,8 @@ class DeliveryWorker:
             self.store, self.worker, self.metrics, options.lease_ms, options.max_deliveries
         )
         self._timeouts = ProviderTimeouts()
+        self._suppressions = SuppressionStore(redis, keys)
+        self._awaiter = AddressAwaiter(redis, catalog, self._suppressions, address_digest)
         self._attempts = self._attempts_for(providers)
         self.breakers = CircuitBreakers(redis, keys, circuit_policies(catalog))
         bounds = {name: config.max_in_flight for name, config in catalog.providers.items()}
@@ -137,7 +141,7 @@ class DeliveryWorker:
         """The attempts, which forget the addresses a provider says are dead."""
         dead = DeadAddresses(
             self.recipient_settings,
-            SuppressionStore(self.redis, self.keys),
+            self._suppressions,
             self.address_digest,
             self.now_ms,
         )
@@ -231,13 +235,17 @@ class DeliveryWorker:
         provider or quota now, send the rest: each in a lane place the caller holds."""
         now = self.now_ms()
         ready: list[tuple[LeasedDelivery, Route]] = []
-        decided: list[tuple[LeasedDelivery, Decision]] = []  # expired or deferred
+        # Expired, deferred, or (waiting for an address) suppressed or waiting again.
+        decided: list[tuple[LeasedDelivery, Decision]] = []
+        looked = Looked()
         # Bulkhead places routing took and no send has taken over yet: whatever ends this
         # call early (Redis refusing the quota call, a stop) must not keep them for ever.
         owed: Counter[str] = Counter()
         sending = 0
         try:
-            await self._route(held, now, ready, decided, owed)
+            looked = await self._awaiter.look(held, now)
+            decided += looked.decided
+            await self._route(looked.held, now, ready, decided, owed)
             waits = await self._quota.waits([(route.provider, priority) for _, route in ready])
             started_at = self.now_ms()
             for (leased, route), wait in zip(ready, waits, strict=True):
@@ -260,7 +268,13 @@ class DeliveryWorker:
                 for _ in range(places):
                     self._router.done(provider)
         if decided:
-            await self.store.finish([self._held_back(*pair, now) for pair in decided])
+            outcomes = [self._held_back(*pair, now) for pair in decided]
+            replies = await self.store.finish(outcomes)
+            for (leased, _), outcome, reply in zip(decided, outcomes, replies, strict=True):
+                if reply == "OK":
+                    record_outcome(self.metrics, leased.item, outcome)
+            if looked.waiting:
+                await self._awaiter.index(looked, outcomes, replies)
 
     async def _route(
         self,

@@ -6,12 +6,13 @@ knows about one notification (its priority, expiry, the recipient's settings and
 window) is a ``NotificationPlan``, which decides, delivery by delivery, whether it is
 suppressed (opted out, no address, a dead address, an address on the suppression list, a
 push platform no provider sends to), expired (quiet hours past its TTL),
-deferred until quiet hours end, or queued.
+deferred until quiet hours end, waiting for an address (no address, and its type waits for
+one: ``await_address_seconds``), or queued.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 import msgspec
 
@@ -27,6 +28,7 @@ from streams.core.events import (
 )
 from streams.core.records import DeliveryAtAcceptance, NotificationRecord, encode_record
 from streams.core.vocabulary import Channel, Priority
+from streams.delivery.address_waits import FIRST_STEP_MS
 from streams.delivery.delayed import delayed_member
 from streams.delivery.state import DeliveryStatus
 from streams.delivery.work_items import UntracedWorkItem, WorkItem, share_data
@@ -76,6 +78,9 @@ class NotificationPlan(msgspec.Struct, frozen=True, kw_only=True):
     campaign: str = ""
     # The W3C ``traceparent`` its work items carry ("" when tracing is off).
     trace: str = ""
+    # Until when (ms) a delivery without an address waits for the recipient's profile to
+    # give one (0: it is suppressed at once; ``streams.delivery.address_waits``).
+    await_until_ms: int = 0
 
     def accepted(
         self, producer: str, idempotency_key: str, identity: Identity
@@ -114,7 +119,10 @@ class NotificationPlan(msgspec.Struct, frozen=True, kw_only=True):
             if (type_name, channel) in disabled:
                 status, reason = _SUPPRESSED, "opted_out"
             elif not address:
-                status, reason = _SUPPRESSED, "no_address"
+                # Its type may wait for the recipient's profile to give one.
+                waits = self.await_until_ms > self.now_ms
+                status = _SCHEDULED if waits else _SUPPRESSED
+                reason = "awaiting_address" if waits else "no_address"
             elif invalid and (channel, self.address_digest(address)) in invalid:
                 status, reason = _SUPPRESSED, "invalid_address"
             elif suppressed and (channel, address) in suppressed:
@@ -139,13 +147,7 @@ class NotificationPlan(msgspec.Struct, frozen=True, kw_only=True):
                     channel=channel, reason=reason,
                 ))  # fmt: skip
             elif status is _SCHEDULED:
-                assert quiet_until is not None
-                events.append(DeliveryDeferred(
-                    at=now, notification_id=nid, delivery_id=did, version=1,
-                    channel=channel, reason="quiet_hours", until=quiet_until,
-                ))  # fmt: skip
-                member = delayed_member(priority, self._work_item(did, channel, address, shared))
-                work.append(PlannedWork(priority, member, epoch_ms(quiet_until)))
+                work.append(self._deferred(did, channel, address, shared, events))
             else:
                 events.append(DeliveryQueued(
                     at=now, notification_id=nid, delivery_id=did, version=1,
@@ -178,9 +180,44 @@ class NotificationPlan(msgspec.Struct, frozen=True, kw_only=True):
         encoded = _data_encoder.encode(self.request.data)
         return encoded if share_data(len(encoded), work_items) else b""
 
+    def _deferred(
+        self, did: str, channel: Channel, address: str, shared: bytes, events: list[Event]
+    ) -> PlannedWork:
+        """A delivery that waits at ingest: for the recipient's quiet hours to end, or, with
+        no address, for one (its first look is due in a second:
+        ``streams.delivery.address_waits``)."""
+        if address:
+            quiet_until = self.quiet_until
+            assert quiet_until is not None
+            events.append(DeliveryDeferred(
+                at=self.now, notification_id=self.id, delivery_id=did, version=1,
+                channel=channel, reason="quiet_hours", until=quiet_until,
+            ))  # fmt: skip
+            member = delayed_member(self.priority, self._work_item(did, channel, address, shared))
+            return PlannedWork(self.priority, member, epoch_ms(quiet_until))
+        due_ms = min(self.now_ms + FIRST_STEP_MS, self.await_until_ms)
+        events.append(DeliveryDeferred(
+            at=self.now, notification_id=self.id, delivery_id=did, version=1,
+            channel=channel, reason="awaiting_address", until=at_ms(due_ms),
+        ))  # fmt: skip
+        item = WorkItem(
+            **msgspec.structs.asdict(self._item(did, channel, "", shared)),
+            trace=self.trace,
+            await_until_ms=self.await_until_ms,
+        )
+        return PlannedWork(self.priority, delayed_member(self.priority, codec.encode(item)), due_ms)
+
     def _work_item(self, did: str, channel: Channel, address: str, shared: bytes) -> bytes:
         """The encoded work item of one delivery; without a trace as before traces existed."""
-        item = UntracedWorkItem(
+        item = self._item(did, channel, address, shared)
+        if self.trace:  # tracing on: only then is the item made twice
+            return codec.encode_work_item(
+                WorkItem(**msgspec.structs.asdict(item), trace=self.trace)
+            )
+        return codec.encode(item)
+
+    def _item(self, did: str, channel: Channel, address: str, shared: bytes) -> UntracedWorkItem:
+        return UntracedWorkItem(
             delivery_id=did,
             notification_id=self.id,
             notification_type=self.request.type,
@@ -196,9 +233,11 @@ class NotificationPlan(msgspec.Struct, frozen=True, kw_only=True):
             shared_data=bool(shared),
             campaign=self.campaign,
         )
-        if self.trace:  # tracing on: only then is the item made twice
-            item = WorkItem(**msgspec.structs.asdict(item), trace=self.trace)
-        return codec.encode(item)
+
+
+def at_ms(ms: int) -> datetime:
+    """The moment ``ms`` milliseconds after the epoch."""
+    return datetime.fromtimestamp(ms / 1000, UTC)
 
 
 def epoch_ms(moment: datetime) -> int:

@@ -279,6 +279,7 @@ class Planner:
             unroutable=self._unroutable(identity) if self._push_gaps else frozenset(),
             campaign=campaign,
             trace=tracing.traceparent() if tracing.ENABLED else "",
+            await_until_ms=_await_until(type_config.await_address_seconds, moment.ms, expires_ms),
         )
 
     def _suppressed(
@@ -310,6 +311,12 @@ class Planner:
             for channel, address in identity.pairs
             if channel == "PUSH" and address and not self.catalog.provider_order(channel, address)
         )
+
+
+def _await_until(await_seconds: int | None, now_ms: int, expires_ms: int) -> int:
+    """Until when a delivery without an address waits for one (0: it does not wait): the
+    type's ``await_address_seconds``, never past the notification's expiry."""
+    return 0 if await_seconds is None else min(now_ms + await_seconds * 1000, expires_ms)
 
 
 def utc_now() -> datetime:

@@ -171,7 +171,7 @@ def _nests_deeper(values: Iterable[Any], levels: int) -> bool:
 
 class Accepted(msgspec.Struct, frozen=True):
     """202 answer: the notification id and one entry per delivery (with the reason when it
-    was suppressed or expired at once)."""
+    was suppressed or expired at once, or waits for an address)."""
 
     id: str
     deliveries: list[DeliveryAtAcceptance]

@@ -33,13 +33,18 @@ def encode(value: msgspec.Struct) -> bytes:
 # How an item without a trace ends when msgspec encodes it: msgspec writes every field of an
 # array-like struct, trailing defaults too (``omit_defaults`` does not apply to arrays).
 _UNTRACED_END = b',""]'
+_NO_WAIT_END = b",0]"  # a work item's last field when it waits for no address
 
 
 def encode_work_item(item: WorkItem) -> bytes:
-    """Encode a work item. One without a trace (tracing off) is written without that last,
-    empty field, byte for byte as before items carried traces: the decoder's default
-    restores it."""
+    """Encode a work item. One that waits for no address is written without that last
+    field (0), and one without a trace (tracing off) without that empty field too, byte for
+    byte as before items carried either: the decoder's defaults restore them."""
     encoded = _encoder.encode(item)
+    if item.await_until_ms:  # waiting for an address: every field is written
+        return encoded
+    # Not waiting for an address: that last field, 0, is left out as well.
+    encoded = encoded[: -len(_NO_WAIT_END)] + b"]"
     if item.trace or not encoded.endswith(_UNTRACED_END):
         return encoded
     # The last field is an empty default, whichever it is: the decoder restores it.

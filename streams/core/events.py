@@ -33,7 +33,12 @@ SuppressReason = Literal[
 SuppressionReason = Literal[
     "hard_bounce", "complaint", "unsubscribed", "invalid_token", "invalid_address", "stop"
 ]
-DeferReason = Literal["quiet_hours", "rate_limited", "circuit_open", "bulkhead_full", "no_provider"]
+# Why a delivery waits ("awaiting_address": its type waits for the recipient's profile to give
+# an address, ``await_address_seconds`` in the catalog).
+DeferReason = Literal[
+    "quiet_hours", "rate_limited", "circuit_open", "bulkhead_full", "no_provider",
+    "awaiting_address",
+]  # fmt: skip
 
 
 class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):

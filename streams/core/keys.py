@@ -94,6 +94,11 @@ class ShardKeys:
         """A recipient's preferences and quiet hours; every shard holds a copy."""
         return f"{self.tag}:rcpt:{recipient_id}"
 
+    def awaiting(self, recipient_id: str) -> str:
+        """The ``delayed`` members of the recipient's deliveries waiting for an address (a
+        sorted set scored by how long each may wait; ``streams.delivery.address_waits``)."""
+        return f"{self.tag}:awaiting:{recipient_id}"
+
     @property
     def recipients_pattern(self) -> str:
         """A SCAN pattern of this shard's ``recipient`` keys."""

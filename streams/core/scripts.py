@@ -159,6 +159,7 @@ DELIVERY_BEGIN = LuaScript("delivery/begin")  # delivery.store
 DELIVERY_FINISH = LuaScript("delivery/finish")  # delivery.store
 DEAD_LETTER_RAW = LuaScript("delivery/dead_letter_raw")  # delivery.store
 SCHEDULE_DUE = LuaScript("delivery/schedule_due")  # delivery.delayed
+AWAIT_ADDRESS = LuaScript("delivery/await_address")  # delivery.address_waits
 RATE_LIMIT = LuaScript("delivery/rate_limit")  # delivery.rate_limiter
 CIRCUIT = LuaScript("delivery/circuit")  # delivery.circuit_breaker
 FAIR_FEED = LuaScript("delivery/fair_feed")  # delivery.fairness
@@ -187,6 +188,7 @@ ALL: tuple[LuaScript, ...] = (
     DELIVERY_FINISH,
     DEAD_LETTER_RAW,
     SCHEDULE_DUE,
+    AWAIT_ADDRESS,
     RECIPIENT_SETTINGS,
     SANDBOX_SEND,
     RATE_LIMIT,

@@ -8,6 +8,8 @@
 - ``store``: leases taken and outcomes recorded (``begin.lua``, ``finish.lua``,
   ``dead_letter_raw.lua``);
 - ``delayed``: the ``delayed`` set of retries and deferrals (``schedule_due.lua``);
+- ``address_waits``: deliveries waiting for the recipient's profile to give an address, and
+  their release by a profile change (``await_address.lua``);
 - ``fairness``: fair shares between producers within a priority (``fair_feed.lua``);
 - ``circuit_breaker``, ``rate_limiter``: shared by every worker (``circuit.lua``,
   ``rate_limit.lua``);

@@ -12,7 +12,7 @@ from typing import ClassVar
 
 import msgspec
 
-from streams.core.events import DeferReason
+from streams.core.events import DeferReason, SuppressReason
 from streams.core.vocabulary import ErrorClass
 from streams.delivery.state import DeliveryStatus
 from streams.inbox.messages import InboxMessage
@@ -66,12 +66,16 @@ class Failed(msgspec.Struct, frozen=True):
 
 
 class Deferred(msgspec.Struct, frozen=True):
-    """No provider can take it now: it waits until ``until_ms``, no attempt counted."""
+    """No provider can take it now (or it waits for an address): it waits until
+    ``until_ms``, no attempt counted. ``event``: whether a ``DeliveryDeferred`` records it;
+    not when it only waits on as it waited (a look that found no address yet changes
+    neither its status nor its reason, and a day's looks would be 1,440 events)."""
 
     status: ClassVar[DeliveryStatus | None] = DeliveryStatus.SCHEDULED
     error_class: ClassVar[ErrorClass | None] = None
     until_ms: int
     reason: DeferReason = "rate_limited"
+    event: bool = True
 
 
 class Expired(msgspec.Struct, frozen=True):
@@ -80,6 +84,15 @@ class Expired(msgspec.Struct, frozen=True):
     status: ClassVar[DeliveryStatus | None] = DeliveryStatus.EXPIRED
     error_class: ClassVar[ErrorClass | None] = None
     reason: str = "ttl"
+
+
+class Suppressed(msgspec.Struct, frozen=True):
+    """It is never sent, for ``reason``: a delivery that waited for an address found none
+    in time (``no_address``), or the address it found may not be used."""
+
+    status: ClassVar[DeliveryStatus | None] = DeliveryStatus.SUPPRESSED
+    error_class: ClassVar[ErrorClass | None] = None
+    reason: SuppressReason = "no_address"
 
 
 class Cancelled(msgspec.Struct, frozen=True):
@@ -98,4 +111,7 @@ class AcknowledgeOnly(msgspec.Struct, frozen=True):
     error_class: ClassVar[ErrorClass | None] = None
 
 
-Decision = Sent | SentToInbox | RetryAt | Failed | Deferred | Expired | Cancelled | AcknowledgeOnly
+Decision = (
+    Sent | SentToInbox | RetryAt | Failed | Deferred | Expired | Suppressed | Cancelled
+    | AcknowledgeOnly
+)  # fmt: skip

@@ -26,8 +26,10 @@ from streams.core.events import (
     DeliveryExpired,
     DeliveryFailed,
     DeliverySent,
+    DeliverySuppressed,
     Event,
     InboxMessageCreated,
+    SuppressReason,
 )
 from streams.core.scripts import KeyOrArg
 from streams.core.vocabulary import ErrorClass
@@ -41,6 +43,7 @@ from streams.delivery.decisions import (
     RetryAt,
     Sent,
     SentToInbox,
+    Suppressed,
 )
 from streams.delivery.delayed import delayed_member
 from streams.delivery.leases import LeasedDelivery
@@ -84,14 +87,20 @@ def outcome(leased: LeasedDelivery, decision: Decision, now_ms: int) -> Outcome:
 
 
 def _unattempted(
-    leased: LeasedDelivery, decision: Deferred | Expired | Cancelled | AcknowledgeOnly, now_ms: int
+    leased: LeasedDelivery,
+    decision: Deferred | Expired | Suppressed | Cancelled | AcknowledgeOnly,
+    now_ms: int,
 ) -> Outcome:
     """The outcome of a decision made without an attempt."""
     match decision:
         case Deferred():
-            return deferred(leased, decision.until_ms, now_ms, decision.reason)
+            return deferred(
+                leased, decision.until_ms, now_ms, decision.reason, event=decision.event
+            )
         case Expired():
             return expired(leased, now_ms, decision.reason)
+        case Suppressed():
+            return suppressed(leased, now_ms, decision.reason)
         case Cancelled():
             return cancelled(leased, now_ms, decision.by)
         case AcknowledgeOnly():
@@ -174,6 +183,15 @@ def expired(leased: LeasedDelivery, now_ms: int, reason: str = "ttl") -> Outcome
     return _outcome(leased, [event], fields, now_ms=now_ms)
 
 
+def suppressed(leased: LeasedDelivery, now_ms: int, reason: SuppressReason) -> Outcome:
+    """The delivery is never sent, for ``reason`` (it waited for an address in vain)."""
+    event = DeliverySuppressed(
+        **_ids(leased, 1, now_ms), channel=leased.item.channel, reason=reason
+    )
+    fields: dict[str, KeyOrArg] = {"status": DeliveryStatus.SUPPRESSED, "reason": reason}
+    return _outcome(leased, [event], fields, now_ms=now_ms)
+
+
 def cancelled(leased: LeasedDelivery, now_ms: int, by: str = "") -> Outcome:
     """The delivery's campaign was cancelled before it was sent (``by`` that producer, ""
     when unknown): never send it."""
@@ -195,19 +213,25 @@ def cancellation_reason(campaign_id: str, by: str) -> str:
 
 
 def deferred(
-    leased: LeasedDelivery, until_ms: int, now_ms: int, reason: DeferReason = "rate_limited"
+    leased: LeasedDelivery,
+    until_ms: int,
+    now_ms: int,
+    reason: DeferReason = "rate_limited",
+    *,
+    event: bool = True,
 ) -> Outcome:
-    """No provider can take it now (no quota, circuits open, bulkhead full): wait until
-    ``until_ms``, without counting an attempt."""
-    event = DeliveryDeferred(
-        **_ids(leased, 1, now_ms),
-        channel=leased.item.channel,
-        reason=reason,
-        until=_at(until_ms),
-    )
+    """No provider can take it now (no quota, circuits open, bulkhead full), or it waits for
+    an address: wait until ``until_ms``, without counting an attempt; recorded by an event
+    unless ``event`` is False (it waits on as it waited: its version stays)."""
+    events: list[Event] = []
+    if event:
+        events.append(DeliveryDeferred(
+            **_ids(leased, 1, now_ms), channel=leased.item.channel, reason=reason,
+            until=_at(until_ms),
+        ))  # fmt: skip
     member = delayed_member(leased.priority, codec.encode_work_item(leased.item))
     fields: dict[str, KeyOrArg] = {"status": DeliveryStatus.SCHEDULED, "due_ms": until_ms}
-    return _outcome(leased, [event], fields, now_ms=now_ms, delayed=(member, until_ms))
+    return _outcome(leased, events, fields, now_ms=now_ms, delayed=(member, until_ms))
 
 
 def retry_later(

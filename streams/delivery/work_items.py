@@ -65,6 +65,9 @@ class WorkItem(UntracedWorkItem, frozen=True, kw_only=True, array_like=True):
     # attempt's span joins that trace (``app.tracing``). Kept through retries, deferrals and
     # dead-letter replays, which re-queue the item as it is (``codec.encode_work_item``).
     trace: str = ""
+    # Until when (ms) a delivery without an address waits for the recipient's profile to give
+    # one (0: it does not wait; ``streams.delivery.address_waits``). Only such an item has it.
+    await_until_ms: int = 0
 
 
 def share_data(encoded_data_size: int, work_items: int) -> bool:

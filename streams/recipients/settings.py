@@ -34,6 +34,7 @@ from streams.core.events import (
 from streams.core.keys import KeySpace, ShardKeys
 from streams.core.scripts import Call
 from streams.core.vocabulary import Channel
+from streams.delivery import address_waits
 from streams.recipients.read import RecipientSettings
 
 # Channels quiet hours never hold back: IN_APP lands silently in an inbox and WEBHOOK calls a
@@ -144,10 +145,11 @@ class RecipientSettingsStore:
         )
 
     async def forget(self, recipient_id: str) -> None:
-        """Delete every copy of the recipient's settings (an erasure records its own event)."""
+        """Delete every copy of the recipient's settings, and the index of its deliveries
+        waiting for an address (an erasure records its own event and ends those)."""
         async with self.redis.pipeline(transaction=False) as pipe:
             for shard in self.keys.all_shards():
-                pipe.delete(shard.recipient(recipient_id))
+                pipe.delete(shard.recipient(recipient_id), shard.awaiting(recipient_id))
             await pipe.execute()
 
     async def update_profile(
@@ -155,7 +157,9 @@ class RecipientSettingsStore:
     ) -> RecipientSettings:
         """Change the recipient's profile: ``update`` gets the stored one (b"": none) and
         gives the new one (b"" removes it) and the names of what changed; it is asked again
-        when a concurrent change came first, and may raise to give up."""
+        when a concurrent change came first, and may raise to give up. The recipient's
+        deliveries waiting for an address are then due at once
+        (``streams.delivery.address_waits``)."""
 
         def plan(current: RecipientSettings) -> tuple[str, Callable[[int], Event | None]]:
             profile, changed = update(current.profile)
@@ -163,7 +167,9 @@ class RecipientSettingsStore:
                 at=_now(), recipient_id=recipient_id, settings_version=version, changed=changed
             )
 
-        return await self._change_with(recipient_id, "profile", plan)
+        settings = await self._change_with(recipient_id, "profile", plan)
+        await address_waits.release(self.redis, self.keys, recipient_id)
+        return settings
 
     async def _change(
         self,

@@ -220,3 +220,32 @@ def test_an_fcm_base_url_without_tls_is_refused_naming_the_field() -> None:
     error = catalog_error(plain)
     assert error.startswith("x.toml: providers.fcm.base_url: Expected `str` matching regex")
     assert "'^https://" in error
+
+
+def test_await_address_is_off_unless_a_type_names_it(shipped: Catalog) -> None:
+    assert parse_catalog(VALID).types["otp"].await_address_seconds is None
+    assert all(config.await_address_seconds is None for config in shipped.types.values())
+
+
+def test_await_address_within_the_ttl_is_taken() -> None:
+    text = broken("opt_out = false", "opt_out = false\nawait_address_seconds = 300")
+    assert parse_catalog(text).types["otp"].await_address_seconds == 300
+
+
+def test_await_address_longer_than_the_ttl_is_refused_naming_both() -> None:
+    message = catalog_error(
+        broken("opt_out = false", "opt_out = false\nawait_address_seconds = 301")
+    )
+    assert message == (
+        "x.toml: types.otp.await_address_seconds: 301 s is longer than the type's ttl_seconds (300)"
+    )
+
+
+@pytest.mark.parametrize("value", ["0", "86401", '"10m"', "1.5"])
+def test_await_address_out_of_range_or_not_whole_seconds_is_refused(value: str) -> None:
+    text = broken("ttl_seconds = 300", "ttl_seconds = 2592000").replace(
+        "opt_out = false", f"opt_out = false\nawait_address_seconds = {value}", 1
+    )
+    message = catalog_error(text)
+    assert message.startswith("x.toml: ")
+    assert "types.otp.await_address_seconds" in message

@@ -42,6 +42,7 @@ from streams.core.retention import StreamRetention, trim_stream_call
 from streams.core.scripts import Call, LuaScript
 from streams.core.vocabulary import Channel, ErrorClass, Priority
 from streams.delivery import outcomes as delivery_outcomes
+from streams.delivery.address_waits import await_address_call
 from streams.delivery.circuit_breaker import CircuitPolicy, circuit_call
 from streams.delivery.delayed import delayed_member, schedule_due_call
 from streams.delivery.fairness import Fairness, fair_feed_call
@@ -322,6 +323,28 @@ async def test_delivery_schedule_due(real_redis: Redis, key_prefix: str) -> None
     assert fields == {b"w": b"due"}
     [(_, parked)] = await real_redis.xrange(shard.dlq)
     assert parked[b"member"] == b"nonsense"
+
+
+async def test_delivery_await_address(real_redis: Redis, key_prefix: str) -> None:
+    shard = KeySpace(key_prefix).shard(0)
+    now_ms = int(time.time() * 1000)
+    member = delayed_member(Priority.NORMAL, b'["waits"]')
+    await real_redis.zadd(shard.delayed, {member: now_ms + 30_000})
+    await real_redis.hset(shard.recipient("user-1"), "v", 2)
+
+    waiting = (member, now_ms + 60_000, 2)
+    assert (
+        await run(real_redis, scripts.AWAIT_ADDRESS, await_address_call(shard, "user-1", waiting))
+        == 0
+    )
+    assert await real_redis.zscore(shard.awaiting("user-1"), member) == now_ms + 60_000
+    assert await real_redis.zscore(shard.delayed, member) == now_ms + 30_000
+
+    released = await run(real_redis, scripts.AWAIT_ADDRESS, await_address_call(shard, "user-1"))
+
+    assert released == 1
+    assert await real_redis.zscore(shard.delayed, member) <= time.time() * 1000
+    assert not await real_redis.exists(shard.awaiting("user-1"))
 
 
 async def test_recipients_settings(real_redis: Redis, key_prefix: str) -> None:

@@ -184,3 +184,20 @@ def test_an_address_digest_is_keyed_and_128_bits() -> None:
     assert digest == DIGEST("+4915112345678")
     assert AddressDigest(b"another-deployment")("+4915112345678") != digest
     assert "test-digest-secret" not in repr(DIGEST)
+
+
+async def test_forgetting_a_recipient_drops_the_index_of_its_deliveries_waiting_for_an_address(
+    redis: Redis, key_prefix: str
+) -> None:
+    keys = KeySpace(key_prefix, shards=2)
+    store = RecipientSettingsStore(redis, keys)
+    await store.update_profile("user-1", lambda _stored: (b'{"locale":"de"}', ["locale"]))
+    for shard in keys.all_shards():
+        await redis.zadd(shard.awaiting("user-1"), {b'normal ["waits"]': 1})
+        await redis.zadd(shard.awaiting("user-2"), {b'normal ["waits"]': 1})
+
+    await store.forget("user-1")
+
+    for shard in keys.all_shards():
+        assert not await redis.exists(shard.recipient("user-1"), shard.awaiting("user-1"))
+        assert await redis.exists(shard.awaiting("user-2"))

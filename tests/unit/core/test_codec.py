@@ -45,15 +45,26 @@ WORK_FIELDS = list(WorkItem.__struct_fields__)
 def test_work_items_written_before_later_fields_existed_still_decode() -> None:
     # Work items are arrays in field order: fields added later come last, with defaults.
     stored = json.loads(codec.encode(work_item()))
-    assert WORK_FIELDS[-6:] == [
-        "attempts", "producer", "shared_data", "failover", "campaign", "trace",
+    assert WORK_FIELDS[-7:] == [
+        "attempts", "producer", "shared_data", "failover", "campaign", "trace", "await_until_ms",
     ]  # fmt: skip
-    before_attempts = codec.decode_work_item(json.dumps(stored[:-6]))
+    before_attempts = codec.decode_work_item(json.dumps(stored[:-7]))
     assert (before_attempts.attempts, before_attempts.producer) == (0, "")
-    assert not codec.decode_work_item(json.dumps(stored[:-4])).shared_data
-    assert codec.decode_work_item(json.dumps(stored[:-3])).failover == 0
-    assert codec.decode_work_item(json.dumps(stored[:-2])).campaign == ""
-    assert codec.decode_work_item(json.dumps(stored[:-1])).trace == ""
+    assert not codec.decode_work_item(json.dumps(stored[:-5])).shared_data
+    assert codec.decode_work_item(json.dumps(stored[:-4])).failover == 0
+    assert codec.decode_work_item(json.dumps(stored[:-3])).campaign == ""
+    assert codec.decode_work_item(json.dumps(stored[:-2])).trace == ""
+    assert codec.decode_work_item(json.dumps(stored[:-1])).await_until_ms == 0
+
+
+def test_a_work_item_waiting_for_an_address_keeps_its_bound_and_an_empty_trace() -> None:
+    item = msgspec.structs.replace(work_item(), address="", await_until_ms=1_700_000_060_000)
+    encoded = codec.encode_work_item(item)
+    assert encoded.endswith(b',"",1700000060000]')
+    assert codec.decode_work_item(encoded) == item
+    plain = codec.encode_work_item(work_item())
+    assert json.loads(plain)[-1] == ""  # the campaign: neither trace nor bound written
+    assert codec.decode_work_item(plain) == work_item()
 
 
 def test_a_work_item_with_a_bad_channel_is_refused() -> None:

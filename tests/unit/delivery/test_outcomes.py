@@ -16,6 +16,7 @@ from streams.core.events import (
     DeliveryExpired,
     DeliveryFailed,
     DeliverySent,
+    DeliverySuppressed,
 )
 from streams.core.vocabulary import ErrorClass, Priority
 from streams.delivery import outcomes as delivery_outcomes
@@ -28,6 +29,7 @@ from streams.delivery.decisions import (
     RetryAt,
     Sent,
     SentToInbox,
+    Suppressed,
 )
 from streams.delivery.delayed import work_item_of_member
 from streams.delivery.outcomes import MAX_ERROR_TEXT
@@ -115,6 +117,27 @@ def test_a_rate_limited_delivery_waits_in_delayed_without_counting_an_attempt() 
     assert outcome.delayed_member.startswith(b"high ")
     assert codec.decode_work_item(work_item_of_member(outcome.delayed_member)) == ITEM
     assert outcome.due_ms == LATER
+
+
+def test_a_delivery_waiting_on_for_an_address_moves_its_due_time_without_an_event() -> None:
+    decision = Deferred(LATER, "awaiting_address", event=False)
+    outcome = delivery_outcomes.outcome(leased(version=1), decision, NOW)
+    assert outcome.events == b""
+    assert outcome.fields == {"status": "SCHEDULED", "due_ms": LATER, "version": 1,
+                              **ENDS_THE_LEASE}  # fmt: skip
+    assert (outcome.due_ms, outcome.expected_version) == (LATER, 1)
+    assert codec.decode_work_item(work_item_of_member(outcome.delayed_member)) == ITEM
+
+
+def test_a_delivery_that_waited_for_an_address_in_vain_ends_suppressed() -> None:
+    outcome = delivery_outcomes.outcome(leased(version=1), Suppressed("no_address"), NOW)
+    assert events(outcome) == [
+        DeliverySuppressed(at=at(NOW), notification_id="n", delivery_id="d", version=2,
+                           channel="SMS", reason="no_address"),
+    ]  # fmt: skip
+    assert outcome.fields == {"status": "SUPPRESSED", "reason": "no_address", "version": 2,
+                              **ENDS_THE_LEASE}  # fmt: skip
+    assert outcome.delayed_member == b""
 
 
 def test_a_retry_counts_the_attempt_in_the_state_and_in_the_work_item() -> None:

@@ -462,7 +462,8 @@ def test_without_tracing_work_items_are_written_as_before_traces(planner: Planne
     item = plan(planner, order(email="anna@example.com"))
     for planned in item.work:
         assert json.loads(planned.item)[-1] == ""  # the campaign, the last field before traces
-        assert len(json.loads(planned.item)) == len(WorkItem.__struct_fields__) - 1
+        # Neither the trace nor how long it waits for an address (it has one).
+        assert len(json.loads(planned.item)) == len(WorkItem.__struct_fields__) - 2
 
 
 def test_is_high_follows_the_type_and_a_priority_given_in_the_request(planner: Planner) -> None:
@@ -474,3 +475,53 @@ def test_is_high_follows_the_type_and_a_priority_given_in_the_request(planner: P
     assert planner.is_high(msgspec.structs.replace(REQUEST, priority=Priority.HIGH))
     assert not planner.is_high(msgspec.structs.replace(otp, priority=Priority.NORMAL))
     assert not planner.is_high(msgspec.structs.replace(REQUEST, type="no-such-type"))
+
+
+def waiting_planner(seconds: int) -> Planner:
+    """The shipped catalog with order confirmations waiting ``seconds`` for an address."""
+    text = (REPO / "clarion.toml").read_text()
+    header = "[types.order_confirmed]\n"
+    text = text.replace(header, f"{header}await_address_seconds = {seconds}\n", 1)
+    return Planner(parse_catalog(text), DIGEST)
+
+
+def test_a_type_that_waits_for_an_address_defers_instead_of_suppressing() -> None:
+    item = plan(waiting_planner(600), order())  # no email, no device: both wait
+    now_ms = int(NOON.timestamp() * 1000)
+    assert fates(item) == [
+        ("EMAIL", "SCHEDULED", "awaiting_address"),
+        ("PUSH", "SCHEDULED", "awaiting_address"),
+        ("IN_APP", "QUEUED", ""),
+    ]
+    for _, planned, work in deliveries(item)[:2]:
+        assert planned is not None
+        assert work is not None
+        assert planned.due_ms == now_ms + 1000  # the first look, a second later
+        assert (work.address, work.await_until_ms) == ("", now_ms + 600_000)
+    deferred = [e for e in codec.decode_events(item.events) if isinstance(e, DeliveryDeferred)]
+    assert [(e.reason, e.version) for e in deferred] == [("awaiting_address", 1)] * 2
+    assert not [e for e in codec.decode_events(item.events) if isinstance(e, DeliverySuppressed)]
+
+
+def test_a_wait_never_outlasts_the_notifications_ttl() -> None:
+    req = msgspec.structs.replace(order(), ttl_seconds=60)
+    [(_, _, work), *_] = deliveries(plan(waiting_planner(600), req))
+    assert work is not None
+    assert work.await_until_ms == int(NOON.timestamp() * 1000) + 60_000
+
+
+def test_an_address_given_or_an_opt_out_goes_as_without_the_option() -> None:
+    waiting = waiting_planner(600)
+    assert fates(plan(waiting, order(email="anna@example.com")))[0] == ("EMAIL", "QUEUED", "")
+    off = RecipientSettings(version=2, disabled=frozenset({("order_confirmed", "EMAIL")}))
+    assert fates(plan(waiting, order(), off))[0] == ("EMAIL", "SUPPRESSED", "opted_out")
+
+
+def test_a_waiting_delivery_shares_the_notifications_data_like_the_others() -> None:
+    """The ``data:<id>`` hash counts every work item; each must release it when it ends."""
+    req = msgspec.structs.replace(order(), data={"order_id": "1001", "note": "x" * 300})
+    item = plan(waiting_planner(600), req)
+    works = [work for _, _, work in deliveries(item) if work is not None]
+    assert len(works) == 3
+    assert all(work.shared_data and work.data == {} for work in works)
+    assert item.shared_data

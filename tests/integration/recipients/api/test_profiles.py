@@ -15,6 +15,8 @@ from streams.core import codec
 from streams.core.events import RecipientProfileChanged
 from streams.core.keys import KeySpace
 from streams.core.vocabulary import Priority
+from streams.delivery import address_waits
+from streams.delivery.delayed import delayed_member
 from tests.conftest import JSON, ORDERS, PROFILES, stream_events
 from tests.integration.api_support import post
 
@@ -144,3 +146,29 @@ async def test_who_may_and_what_is_missing(client: Client) -> None:
     refused = await client.delete("/v1/recipients/u", headers=PROFILES)
     assert refused.status_code == 503
     assert (await client.get("/v1/recipients/u", headers=PROFILES)).status_code == 200
+
+
+@pytest.mark.parametrize("change", ["put", "patch"])
+async def test_a_profile_change_makes_the_recipients_deliveries_waiting_for_an_address_due(
+    client: Client, redis: Redis, key_prefix: str, change: str
+) -> None:
+    shard = KeySpace(key_prefix).shard(0)
+    seconds, micros = await redis.time()
+    now_ms = int(seconds) * 1000 + int(micros) // 1000
+    member = delayed_member(Priority.NORMAL, b'["waits for an address"]')
+    await redis.zadd(shard.delayed, {member: now_ms + 30_000})
+    assert not await address_waits.wait(
+        redis, shard, recipient_id="user-42", member=member, until_ms=now_ms + 60_000,
+        settings_version=0,
+    )  # fmt: skip
+    if change == "put":
+        answer = await put(client, {"email": "anna@example.com"})
+    else:
+        answer = await client.patch(
+            "/v1/recipients/user-42/push-targets", json={"add": [FCM]}, headers=PROFILES
+        )
+    assert answer.status_code == 200
+    due = await redis.zscore(shard.delayed, member)
+    assert due is not None
+    assert due <= now_ms + 1_000
+    assert not await redis.exists(shard.awaiting("user-42"))

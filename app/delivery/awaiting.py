@@ -1,0 +1,117 @@
+"""Deliveries that waited for an address (``await_address_seconds``), when a worker leases
+them: it reads the recipient's settings on the delivery's shard, takes the address its
+profile gives now (``app.recipients.awaiting``) and either sends it like any delivery or
+records what becomes of it instead: waiting again (``awaiting_address``, indexed so a
+profile change releases it: ``streams.delivery.address_waits``), SUPPRESSED, deferred for quiet
+hours, or EXPIRED.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import msgspec
+from redis.asyncio import Redis
+
+from app.catalog import Catalog
+from app.recipients import awaiting as rules
+from streams.delivery import address_waits
+from streams.delivery.decisions import Decision, Deferred
+from streams.delivery.leases import LeasedDelivery
+from streams.delivery.store import FinishReply, Outcome
+from streams.recipients.read import RecipientSettings
+from streams.recipients.settings import AddressDigest
+from streams.recipients.suppressions import SuppressionStore
+
+
+@dataclass(slots=True)
+class Looked:
+    """Leased deliveries after a look: those to route and send (``held``: with the address
+    found, or not waiting), those decided here, and each one sent back to wait with the
+    settings version it was decided at (by delivery id)."""
+
+    held: list[LeasedDelivery] = field(default_factory=list)
+    decided: list[tuple[LeasedDelivery, Decision]] = field(default_factory=list)
+    waiting: dict[str, tuple[LeasedDelivery, int]] = field(default_factory=dict)
+
+
+class AddressAwaiter:
+    """Looks up the address of leased deliveries waiting for one."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        catalog: Catalog,
+        suppressions: SuppressionStore,
+        address_digest: AddressDigest,
+    ) -> None:
+        self.redis = redis
+        self.catalog = catalog
+        self.suppressions = suppressions
+        self.address_digest = address_digest
+
+    async def look(self, held: Sequence[LeasedDelivery], now_ms: int) -> Looked:
+        """Sort ``held``: each one waiting for an address gets it, or its decision."""
+        looked = Looked()
+        for leased in held:
+            item = leased.item
+            if not item.await_until_ms or item.address:
+                looked.held.append(leased)
+                continue
+            raw = await self.redis.hgetall(leased.shard.recipient(item.recipient_id))
+            settings = RecipientSettings.from_hash(raw)
+            address = rules.address_for(settings.profile, item.channel)
+            if not address:
+                decision = rules.without_address(item, now_ms)
+                looked.decided.append((leased, decision))
+                if isinstance(decision, Deferred):
+                    looked.waiting[item.delivery_id] = (leased, settings.version)
+                continue
+            # From now on an item like any other: a retry or deferral keeps the address.
+            found = msgspec.structs.replace(item, address=address, await_until_ms=0)
+            with_address = dataclasses.replace(leased, item=found)
+            decided = await self._decide(with_address, settings, now_ms)
+            if decided is None:
+                looked.held.append(with_address)
+            else:
+                looked.decided.append((with_address, decided))
+        return looked
+
+    async def _decide(
+        self, leased: LeasedDelivery, settings: RecipientSettings, now_ms: int
+    ) -> Decision | None:
+        item = leased.item
+        type_config = self.catalog.types.get(item.notification_type)
+        opt_out = type_config.opt_out if type_config is not None else False
+        digest = self.address_digest(item.address)
+        return rules.with_address(
+            item,
+            settings,
+            self.address_digest,
+            opt_out=opt_out,
+            listed=await self.suppressions.get(item.channel, digest),
+            routable=bool(self.catalog.provider_order(item.channel, item.address)),
+            now_ms=now_ms,
+        )
+
+    async def index(
+        self, looked: Looked, outcomes: Sequence[Outcome], replies: Sequence[FinishReply]
+    ) -> None:
+        """Index the deliveries recorded (``outcomes``, ``replies``: as ``finish`` answered)
+        as waiting again, so a profile change releases them; one that came since their look
+        makes them due now."""
+        for outcome, reply in zip(outcomes, replies, strict=True):
+            waiting = looked.waiting.get(outcome.delivery_id)
+            if waiting is None or reply != "OK" or not outcome.delayed_member:
+                continue
+            leased, version = waiting
+            await address_waits.wait(
+                self.redis,
+                leased.shard,
+                recipient_id=leased.item.recipient_id,
+                member=outcome.delayed_member,
+                until_ms=leased.item.await_until_ms,
+                settings_version=version,
+            )
