@@ -8,7 +8,6 @@ hours, or EXPIRED.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -54,6 +53,8 @@ class AddressAwaiter:
 
     async def look(self, held: Sequence[LeasedDelivery], now_ms: int) -> Looked:
         """Sort ``held``: each one waiting for an address gets it, or its decision."""
+        if not [leased for leased in held if leased.item.await_until_ms]:
+            return Looked(held=list(held))  # the usual batch: nothing waits for an address
         looked = Looked()
         for leased in held:
             item = leased.item
@@ -71,7 +72,7 @@ class AddressAwaiter:
                 continue
             # From now on an item like any other: a retry or deferral keeps the address.
             found = msgspec.structs.replace(item, address=address, await_until_ms=0)
-            with_address = dataclasses.replace(leased, item=found)
+            with_address = msgspec.structs.replace(leased, item=found)
             decided = await self._decide(with_address, settings, now_ms)
             if decided is None:
                 looked.held.append(with_address)

@@ -6,7 +6,6 @@ The verdicts travel as the script's plain words; ``LeaseVerdict`` names them on 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -54,8 +53,9 @@ def lease_of_reply(values: tuple[bytes, ...]) -> Lease:
     return Lease(said, int(version), int(attempts), int(now), int(first), data)
 
 
-@dataclass(frozen=True, slots=True)
-class Lease:
+# Lease and LeasedDelivery are made once per delivery: as frozen msgspec Structs they cost a
+# tenth of what frozen dataclasses do (no object.__setattr__ call per field).
+class Lease(msgspec.Struct, frozen=True):
     """What ``begin`` found for one delivery."""
 
     verdict: LeaseVerdict
@@ -75,8 +75,7 @@ class Lease:
 _data_decoder = msgspec.json.Decoder(dict[str, Any])
 
 
-@dataclass(frozen=True, slots=True)
-class LeasedDelivery:
+class LeasedDelivery(msgspec.Struct, frozen=True):
     """A delivery a worker holds: its work item, where the item came from, what the lease
     found, the worker, and the template data (the item's own, or the notification's shared
     data that the lease read; None when shared data is gone)."""

@@ -5,8 +5,7 @@ stored error text masked."""
 
 from __future__ import annotations
 
-import dataclasses
-
+import msgspec
 import pytest
 
 from app.catalog.channels import RetryPolicy
@@ -171,9 +170,9 @@ def test_a_refusal_is_stored_with_its_reason_and_fails_over_only_when_never_acce
 def test_a_lease_that_says_not_to_send_has_an_outcome_of_its_own() -> None:
     def verdict(name: LeaseVerdict) -> Outcome:
         held = leased(attempts=2)
-        lease = dataclasses.replace(held.lease, verdict=name)
+        lease = msgspec.structs.replace(held.lease, verdict=name)
         decision = decide.not_to_send(lease, 5)
-        return delivery_outcomes.outcome(dataclasses.replace(held, lease=lease), decision, 0)
+        return delivery_outcomes.outcome(msgspec.structs.replace(held, lease=lease), decision, 0)
 
     assert verdict(LeaseVerdict.TERMINAL).events == b""  # already ended: only acknowledged
     assert verdict(LeaseVerdict.CANCELLED).status == "CANCELLED"
@@ -184,11 +183,11 @@ def test_a_lease_that_says_not_to_send_has_an_outcome_of_its_own() -> None:
 
 
 def test_a_lease_verdict_decides_without_the_delivery() -> None:
-    lease = dataclasses.replace(leased(attempts=2).lease, verdict=LeaseVerdict.TERMINAL)
+    lease = msgspec.structs.replace(leased(attempts=2).lease, verdict=LeaseVerdict.TERMINAL)
     assert decide.not_to_send(lease, 5) == AcknowledgeOnly()
-    cancelled = dataclasses.replace(lease, verdict=LeaseVerdict.CANCELLED)
+    cancelled = msgspec.structs.replace(lease, verdict=LeaseVerdict.CANCELLED)
     assert decide.not_to_send(cancelled, 5) == Cancelled()
-    poison = decide.not_to_send(dataclasses.replace(lease, verdict=LeaseVerdict.POISON), 5)
+    poison = decide.not_to_send(msgspec.structs.replace(lease, verdict=LeaseVerdict.POISON), 5)
     assert isinstance(poison, Failed)
     assert (poison.error_class, poison.attempts) == (ErrorClass.POISON, 2)
 

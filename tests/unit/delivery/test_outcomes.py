@@ -3,8 +3,9 @@ version the lease found, and its ``delayed`` member or dead letter."""
 
 from __future__ import annotations
 
-import dataclasses
 from datetime import UTC, datetime
+
+import msgspec
 
 from streams.core import codec
 from streams.core.events import (
@@ -224,7 +225,7 @@ def test_acknowledging_only_records_nothing() -> None:
 
 def test_an_ending_outcome_releases_the_shared_data_and_a_dead_letter_keeps_a_copy() -> None:
     held = leased(shared_data=True, data={})
-    held = dataclasses.replace(held, data={"code": "9"})
+    held = msgspec.structs.replace(held, data={"code": "9"})
     sent = delivery_outcomes.sent(held, "sandbox", "m-1", NOW)
     assert sent.releases_data == held.shard.data("n")
     retry = delivery_outcomes.retry_later(held, ErrorClass.TRANSIENT, "busy", NOW + 1, NOW)
