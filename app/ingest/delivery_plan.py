@@ -200,24 +200,15 @@ class NotificationPlan(msgspec.Struct, frozen=True, kw_only=True):
             at=self.now, notification_id=self.id, delivery_id=did, version=1,
             channel=channel, reason="awaiting_address", until=at_ms(due_ms),
         ))  # fmt: skip
-        item = WorkItem(
-            **msgspec.structs.asdict(self._item(did, channel, "", shared)),
-            trace=self.trace,
-            await_until_ms=self.await_until_ms,
-        )
-        return PlannedWork(self.priority, delayed_member(self.priority, codec.encode(item)), due_ms)
+        item = self._work_item(did, channel, "", shared, await_until_ms=self.await_until_ms)
+        return PlannedWork(self.priority, delayed_member(self.priority, item), due_ms)
 
-    def _work_item(self, did: str, channel: Channel, address: str, shared: bytes) -> bytes:
-        """The encoded work item of one delivery; without a trace as before traces existed."""
-        item = self._item(did, channel, address, shared)
-        if self.trace:  # tracing on: only then is the item made twice
-            return codec.encode_work_item(
-                WorkItem(**msgspec.structs.asdict(item), trace=self.trace)
-            )
-        return codec.encode(item)
-
-    def _item(self, did: str, channel: Channel, address: str, shared: bytes) -> UntracedWorkItem:
-        return UntracedWorkItem(
+    def _work_item(
+        self, did: str, channel: Channel, address: str, shared: bytes, await_until_ms: int = 0
+    ) -> bytes:
+        """The encoded work item of one delivery; without a trace and not waiting for an
+        address, as before items carried either."""
+        item = UntracedWorkItem(
             delivery_id=did,
             notification_id=self.id,
             notification_type=self.request.type,
@@ -233,6 +224,13 @@ class NotificationPlan(msgspec.Struct, frozen=True, kw_only=True):
             shared_data=bool(shared),
             campaign=self.campaign,
         )
+        if self.trace or await_until_ms:  # only then is the item made twice
+            return codec.encode_work_item(
+                WorkItem(
+                    **msgspec.structs.asdict(item), trace=self.trace, await_until_ms=await_until_ms
+                )
+            )
+        return codec.encode(item)
 
 
 def at_ms(ms: int) -> datetime:

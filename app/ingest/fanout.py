@@ -279,7 +279,9 @@ class Planner:
             unroutable=self._unroutable(identity) if self._push_gaps else frozenset(),
             campaign=campaign,
             trace=tracing.traceparent() if tracing.ENABLED else "",
-            await_until_ms=_await_until(type_config.await_address_seconds, moment.ms, expires_ms),
+            await_until_ms=_await_until(type_config.await_address_seconds, moment.ms, expires_ms)
+            if type_config.await_address_seconds is not None
+            else 0,
         )
 
     def _suppressed(

@@ -22,7 +22,7 @@ from streams.core.consumer_groups import DELIVERY_GROUP
 from streams.core.keys import ShardKeys
 from streams.core.scripts import Call, KeyOrArg
 from streams.core.vocabulary import Priority
-from streams.delivery.leases import Lease, lease_of_reply
+from streams.delivery.leases import VERDICT_OF_REPLY, Lease, LeaseVerdict, lease_of_reply
 from streams.delivery.state import DeliveryState
 from streams.delivery.work_items import WorkItem
 from streams.inbox.store import InboxWrite
@@ -31,6 +31,9 @@ from streams.inbox.store import InboxWrite
 # FAILED one's: as long as its dead letter may be replayed (CLARION_DLQ_RETENTION).
 STATE_RETENTION_MS = 86400 * 1000
 FAILED_STATE_RETENTION_MS = 7 * 86400 * 1000
+
+# Read once: a member read off its enum class costs a hook call each time on Python 3.11.
+_CANCELLED = LeaseVerdict.CANCELLED
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +108,14 @@ class DeliveryStore:
         call = delivery_begin_call(shard, priority, entries, consumer, (lease_ms, max_leases))
         flat = iter(await scripts.DELIVERY_BEGIN(self.redis, *call))
         per_item = zip(flat, flat, flat, flat, flat, flat, strict=True)  # six values per item
-        return [lease_of_reply(values) for values in per_item]
+        # Inline rather than ``lease_of_reply`` per item: a call per delivery costs more than
+        # the lease itself; only a CANCELLED one (its sixth value: who cancelled) goes there.
+        return [
+            Lease(said, int(version), int(attempts), int(now), int(first), data)
+            if (said := VERDICT_OF_REPLY[verdict]) is not _CANCELLED
+            else lease_of_reply((verdict, version, attempts, now, first, data))
+            for verdict, version, attempts, now, first, data in per_item
+        ]
 
     async def finish(self, outcomes: Sequence[Outcome]) -> list[FinishReply]:
         """Record ``outcomes``; concurrent callers share pipelines."""
