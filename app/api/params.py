@@ -21,6 +21,10 @@ MAX_TYPE_LENGTH = 64
 # A route handler's ``opt`` key: the query parameters it reads from the request itself, not
 # as arguments of its own (``refuse_unknown_query`` takes them as known).
 READS_QUERY: Final = "reads_query"
+# In a handler's ``opt``: it takes any query parameter (a provider's callback URL).
+ANY_QUERY: Final = "any_query"
+# Litestar answers these itself for every route.
+_UNCHECKED_METHODS: Final = frozenset({"HEAD", "OPTIONS"})
 # How much of an unknown parameter's name an answer repeats.
 _SHOWN_NAME = 64
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -126,18 +130,21 @@ def from_ms(ms: int) -> datetime:
 
 
 def declared_query(app: Litestar) -> dict[HTTPRouteHandler, frozenset[str]]:
-    """The query parameters each GET endpoint of the OpenAPI schema takes: those it declares
-    (its own and its dependencies', as Litestar resolved them) and those its ``opt`` names
-    under ``READS_QUERY``. Pages for browsers (left out of the schema) are not listed: a
-    link may carry what it likes to them."""
+    """The query parameters each endpoint of the OpenAPI schema takes, whatever its method:
+    those it declares (its own and its dependencies', as Litestar resolved them) and those
+    its ``opt`` names under ``READS_QUERY``. Pages for browsers (left out of the schema) are
+    not listed: a link may carry what it likes to them; nor are the endpoints whose ``opt``
+    sets ``ANY_QUERY`` (the providers' callbacks: the provider owns that URL)."""
     declared: dict[HTTPRouteHandler, frozenset[str]] = {}
     for route in app.routes:
-        if not isinstance(route, HTTPRoute) or "GET" not in route.route_handler_map:
+        if not isinstance(route, HTTPRoute):
             continue
-        handler, kwargs_model = route.route_handler_map["GET"]
-        if handler.resolve_include_in_schema():
-            names = {parameter.field_alias for parameter in kwargs_model.expected_query_params}
-            declared[handler] = frozenset(names | set(handler.opt.get(READS_QUERY, ())))
+        for method, (handler, kwargs_model) in route.route_handler_map.items():
+            if method in _UNCHECKED_METHODS or handler.opt.get(ANY_QUERY):
+                continue
+            if handler.resolve_include_in_schema():
+                names = {parameter.field_alias for parameter in kwargs_model.expected_query_params}
+                declared[handler] = frozenset(names | set(handler.opt.get(READS_QUERY, ())))
     return declared
 
 

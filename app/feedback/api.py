@@ -19,6 +19,7 @@ from litestar.datastructures import State
 from litestar.exceptions import HTTPException, NotFoundException
 from litestar.params import FromPath
 
+from app.api.params import ANY_QUERY
 from app.catalog.providers import MAX_FEEDBACK_BYTES
 from app.feedback.callbacks import Scheme
 from app.feedback.requests import Callback, too_large
@@ -71,6 +72,7 @@ async def body(request: Req, max_bytes: int) -> bytes:
     status_code=200,
     request_max_body_size=MAX_CALLBACK_BYTES,
     raises=[NotFoundException],
+    opt={ANY_QUERY: True},  # the provider owns the callback URL and what it appends to it
 )
 async def receive_feedback(request: Req, provider: FromPath[str]) -> FeedbackAnswer:
     """Take a provider's signed callback about messages it took (delivery receipts, bounces,

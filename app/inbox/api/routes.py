@@ -253,7 +253,7 @@ async def inbox_counts(request: Req) -> CountsView:
         return counts_view(await store.counts(grant.recipient_id, grant.epoch))
 
 
-@post("/v1/inbox/read-all", status_code=200, raises=RECIPIENT_AUTH)
+@post("/v1/inbox/read-all", status_code=200, raises=RECIPIENT_AUTH, opt=TOKEN_IN_QUERY)
 async def read_all(request: Req) -> ReadAllView:
     """Mark every unread message read."""
     grant = grant_of(request)
@@ -267,6 +267,7 @@ async def read_all(request: Req) -> ReadAllView:
     "/v1/inbox/{message_id:str}/{action:str}",
     status_code=200,
     raises=[*RECIPIENT_AUTH, NotFoundException, MessageBusy],
+    opt=TOKEN_IN_QUERY,
 )
 async def mark_message(
     request: Req, message_id: FromPath[str], action: FromPath[str]

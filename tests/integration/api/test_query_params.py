@@ -1,5 +1,5 @@
-"""Unknown query parameters are refused, as unknown body fields are: every GET endpoint of
-the OpenAPI schema answers 422 naming one it does not take (real Redis and PostgreSQL)."""
+"""Unknown query parameters are refused, as unknown body fields are: every endpoint of the
+OpenAPI schema answers 422 naming one it does not take (real Redis and PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -108,3 +108,41 @@ async def test_the_openapi_schema_documents_the_refusal(client: httpx.AsyncClien
         if "get" in item and "422" not in item["get"]["responses"]
     ]  # fmt: skip
     assert undocumented == []
+
+
+async def test_every_endpoint_that_changes_something_refuses_an_unknown_query_parameter_too(
+    client: httpx.AsyncClient,
+) -> None:
+    """POST, PUT, PATCH and DELETE as GET: refused before the body is read, before anything
+    is written. The providers' feedback callbacks are the one exception: their URL is the
+    provider's to append to."""
+    schema = (await client.get("/schema/openapi.json")).json()
+    checked = 0
+    for path, item in schema["paths"].items():
+        filled = re.sub(r"\{(\w+)\}", lambda m: PATH_VALUES.get(m[1], "x"), path)
+        for method in ("post", "put", "patch", "delete"):
+            if method not in item:
+                continue
+            response = await client.request(
+                method.upper(), filled, params={"utm_source": "x"}, headers=OPS, json={}
+            )
+            if path.startswith("/v1/feedback/"):
+                assert response.status_code != 422 or "utm_source" not in response.text
+                continue
+            assert response.status_code == 422, (method, path, response.text)
+            assert response.json()["detail"].startswith("utm_source: unknown query parameter")
+            checked += 1
+    assert checked >= 15
+
+
+async def test_a_notification_sent_with_an_unknown_query_parameter_is_not_accepted(
+    client: httpx.AsyncClient,
+) -> None:
+    body = {"recipient": {"id": "u-1", "email": "u@example.com"}, "type": "order_confirmed",
+            "data": {"order_id": "A-1"}}  # fmt: skip
+    headers = {**ORDERS, "Idempotency-Key": "q-1"}
+    refused = await client.post("/v1/notifications?dry_run=1", json=body, headers=headers)
+    assert refused.status_code == 422
+    assert refused.json()["detail"].startswith("dry_run: unknown query parameter")
+    accepted = await client.post("/v1/notifications", json=body, headers=headers)
+    assert accepted.status_code == 202  # the key was not spent by the refused request
