@@ -119,6 +119,11 @@ API = _section(
         field="idempotency_ttl_seconds", low=60, high=30 * _DAY,
     ),
     Variable(
+        "CLARION_MAX_SCHEDULE",
+        "Seconds ahead a notification's `send_at` or `delay` may be; 422 beyond.",
+        field="max_schedule_seconds", low=60, high=365 * _DAY,
+    ),
+    Variable(
         "CLARION_MAX_BODY_BYTES", "Largest body of a single request; 413 above.",
         field="max_body_bytes", low=1024, high=1 << 30,
     ),

@@ -55,6 +55,7 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 8000
     idempotency_ttl_seconds: int = 24 * 3600
+    max_schedule_seconds: int = 30 * 86400
     max_body_bytes: int = 64 * 1024
     max_batch_body_bytes: int = 16 * 1024 * 1024
     log_format: Literal["json", "console"] = "json"

@@ -12,11 +12,13 @@ from streams.core.events import (
     DeliveryCancelled,
     DeliveryDeadLettered,
     DeliveryDeferred,
+    DeliveryDue,
     DeliveryEvent,
     DeliveryExpired,
     DeliveryFailed,
     DeliveryQueued,
     DeliveryReplayed,
+    DeliveryScheduled,
     DeliverySent,
     DeliverySuppressed,
     InboxMessageArchived,
@@ -29,14 +31,15 @@ from streams.core.events import (
     ProviderFeedbackReceived,
 )
 from streams.core.vocabulary import Channel, Priority
-from streams.delivery.outcomes import cancellation_reason
+from streams.delivery.cancellations import cancellation_reason
 from streams.delivery.state import DeliveryStatus
 
 # What an event says about its delivery's row, as ``_change`` orders it: status, channel,
 # priority, reason, attempts, error class, last error, provider, provider message id, sent
-# at, failed at. None where the event says nothing: the row keeps what it has (see
-# _UPSERT_DELIVERIES). A plain tuple, not a dict or a NamedTuple: this runs for every event
-# the projector reads, and a tuple costs about half as much.
+# at, failed at, due at (when a SCHEDULED delivery is due). None where the event says
+# nothing: the row keeps what it has (see _UPSERT_DELIVERIES), but for due at, which only
+# the events that schedule a delivery set. A plain tuple, not a dict or a NamedTuple: this
+# runs for every event the projector reads, and a tuple costs about half as much.
 _Change = tuple[Any, ...]
 # The statuses bound once: an enum member looked up through its class costs about 150 ns on
 # Python 3.11, and this runs for every event.
@@ -59,10 +62,11 @@ def _change(
     provider_message_id: str | None = None,
     sent_at: datetime | None = None,
     failed_at: datetime | None = None,
+    due_at: datetime | None = None,
 ) -> _Change:
     return (
         status, channel, priority, reason, attempts, error_class, last_error, provider,
-        provider_message_id, sent_at, failed_at,
+        provider_message_id, sent_at, failed_at, due_at,
     )  # fmt: skip
 
 
@@ -71,7 +75,19 @@ def _queued(event: DeliveryQueued) -> _Change:
 
 
 def _deferred(event: DeliveryDeferred) -> _Change:
-    return _change(_SCHEDULED, channel=event.channel, reason=event.reason)
+    return _change(_SCHEDULED, channel=event.channel, reason=event.reason, due_at=event.until)
+
+
+def _scheduled(event: DeliveryScheduled) -> _Change:
+    return _change(
+        _SCHEDULED, channel=event.channel, priority=event.priority, reason="scheduled",
+        due_at=event.until,
+    )  # fmt: skip
+
+
+def _due(event: DeliveryDue) -> _Change:
+    # Taken up at its time: what became of it comes next, in the same entry.
+    return _change(_QUEUED, channel=event.channel, reason="due")
 
 
 def _suppressed(event: DeliverySuppressed) -> _Change:
@@ -83,7 +99,7 @@ def _expired(event: DeliveryExpired) -> _Change:
 
 
 def _cancelled(event: DeliveryCancelled) -> _Change:
-    reason = cancellation_reason(event.campaign_id, event.cancelled_by)
+    reason = cancellation_reason(event.campaign_id, event.cancelled_by, event.cancellation_key)
     return _change(_CANCELLED, channel=event.channel, reason=reason)
 
 
@@ -93,6 +109,7 @@ def _attempt_failed(event: DeliveryAttemptFailed) -> _Change:
         attempts=event.attempt,
         error_class=event.error_class,
         last_error=event.error,
+        due_at=event.retry_at,
     )
 
 
@@ -153,6 +170,8 @@ def _inbox_changed(event: InboxMessageEvent) -> _Change:
 CHANGE_OF: dict[type[DeliveryEvent], Callable[[Any], _Change]] = {
     DeliveryQueued: _queued,
     DeliveryDeferred: _deferred,
+    DeliveryScheduled: _scheduled,
+    DeliveryDue: _due,
     DeliverySuppressed: _suppressed,
     DeliveryExpired: _expired,
     DeliveryCancelled: _cancelled,

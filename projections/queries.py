@@ -344,3 +344,13 @@ async def feedback_applied(
         [feedback_id for _, feedback_id in items],
     )
     return {(row[0], row[1]) for row in rows}
+
+
+_DELIVERY_STATUSES = "SELECT id::text AS id, status FROM delivery WHERE id = ANY($1::uuid[])"
+
+
+async def delivery_statuses(pool: asyncpg.Pool, delivery_ids: list[str]) -> dict[str, str]:
+    """The projected status of each of ``delivery_ids`` the read model has."""
+    async with pool.acquire() as connection:
+        rows = await connection.fetch(_DELIVERY_STATUSES, delivery_ids)
+    return {row["id"]: row["status"] for row in rows}

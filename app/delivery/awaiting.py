@@ -52,14 +52,20 @@ class AddressAwaiter:
         self.address_digest = address_digest
 
     async def look(self, held: Sequence[LeasedDelivery], now_ms: int) -> Looked:
-        """Sort ``held``: each one waiting for an address gets it, or its decision."""
-        if not [leased for leased in held if leased.item.await_until_ms]:
-            return Looked(held=list(held))  # the usual batch: nothing waits for an address
+        """Sort ``held``: each one waiting for an address gets it, or its decision; each one
+        sent later is decided again by the recipient's settings as they are now."""
+        if not [leased for leased in held if leased.item.await_until_ms or leased.item.send_at_ms]:
+            return Looked(held=list(held))  # the usual batch: nothing waits for anything
         looked = Looked()
         for leased in held:
             item = leased.item
+            if item.send_at_ms and leased.lease.version == 1:
+                leased = msgspec.structs.replace(leased, came_due=True)  # noqa: PLW2901
             if not item.await_until_ms or item.address:
-                looked.held.append(leased)
+                if item.send_at_ms:
+                    await self._look_again(leased, now_ms, looked)
+                else:
+                    looked.held.append(leased)
                 continue
             raw = await self.redis.hgetall(leased.shard.recipient(item.recipient_id))
             settings = RecipientSettings.from_hash(raw)
@@ -79,6 +85,16 @@ class AddressAwaiter:
             else:
                 looked.decided.append((with_address, decided))
         return looked
+
+    async def _look_again(self, leased: LeasedDelivery, now_ms: int, looked: Looked) -> None:
+        """A delivery sent later, now due: the recipient may have switched it off, its
+        address may have gone on the suppression list, or it may be their quiet hours."""
+        raw = await self.redis.hgetall(leased.shard.recipient(leased.item.recipient_id))
+        decided = await self._decide(leased, RecipientSettings.from_hash(raw), now_ms)
+        if decided is None:
+            looked.held.append(leased)
+        else:
+            looked.decided.append((leased, decided))
 
     async def _decide(
         self, leased: LeasedDelivery, settings: RecipientSettings, now_ms: int

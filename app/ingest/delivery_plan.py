@@ -22,6 +22,7 @@ from streams.core.events import (
     DeliveryDeferred,
     DeliveryExpired,
     DeliveryQueued,
+    DeliveryScheduled,
     DeliverySuppressed,
     Event,
     NotificationAccepted,
@@ -81,6 +82,10 @@ class NotificationPlan(msgspec.Struct, frozen=True, kw_only=True):
     # Until when (ms) a delivery without an address waits for the recipient's profile to
     # give one (0: it is suppressed at once; ``streams.delivery.address_waits``).
     await_until_ms: int = 0
+    # When the producer asked it to go (``send_at``/``delay``; ms, 0: now). Its deliveries
+    # wait in ``delayed`` until then (SCHEDULED), and the recipient's preferences and quiet
+    # hours are looked at when they come due, not now.
+    due_ms: int = 0
 
     def accepted(
         self, producer: str, idempotency_key: str, identity: Identity
@@ -108,7 +113,7 @@ class NotificationPlan(msgspec.Struct, frozen=True, kw_only=True):
         eighth more instructions."""
         nid, now, priority, quiet_until = self.id, self.now, self.priority, self.quiet_until
         type_name, disabled, invalid = self.request.type, self.disabled, self.invalid
-        unroutable, suppressed = self.unroutable, self.suppressed
+        unroutable, suppressed, due_ms = self.unroutable, self.suppressed, self.due_ms
         # Decided for every delivery getting a work item, which is at most one per pair.
         shared = self._shared_data(len(identity.pairs))
         suppressed_at: list[tuple[str, str]] = []
@@ -132,9 +137,11 @@ class NotificationPlan(msgspec.Struct, frozen=True, kw_only=True):
             elif quiet_until is not None and channel not in QUIET_HOURS_EXEMPT:
                 status = _SCHEDULED if quiet_until < self.expires else _EXPIRED
                 reason = "" if status is _SCHEDULED else "quiet_hours_past_ttl"
-            at_acceptance.append(
-                DeliveryAtAcceptance(id=did, channel=channel, status=status, reason=reason)
-            )
+            elif due_ms:  # sent later: nothing else about it is decided now
+                status, reason = _SCHEDULED, "scheduled"
+            at_acceptance.append(DeliveryAtAcceptance(
+                id=did, channel=channel, status=status, reason=reason,
+                due_ms=due_ms if reason == "scheduled" else 0))  # fmt: skip
             if status is _SUPPRESSED:
                 suppressed_at.append((channel, reason))
                 events.append(DeliverySuppressed(
@@ -147,7 +154,7 @@ class NotificationPlan(msgspec.Struct, frozen=True, kw_only=True):
                     channel=channel, reason=reason,
                 ))  # fmt: skip
             elif status is _SCHEDULED:
-                work.append(self._deferred(did, channel, address, shared, events))
+                work.append(self._waiting(did, channel, address, shared, events, reason=reason))
             else:
                 events.append(DeliveryQueued(
                     at=now, notification_id=nid, delivery_id=did, version=1,
@@ -170,6 +177,7 @@ class NotificationPlan(msgspec.Struct, frozen=True, kw_only=True):
             expires_ms=self.expires_ms,
             deliveries=at_acceptance,
             campaign_id=self.campaign,
+            cancellation_key=self.request.cancellation_key or "",
         )
         return response, encode_record(record)
 
@@ -179,6 +187,21 @@ class NotificationPlan(msgspec.Struct, frozen=True, kw_only=True):
             return b""
         encoded = _data_encoder.encode(self.request.data)
         return encoded if share_data(len(encoded), work_items) else b""
+
+    def _waiting(
+        self,
+        did: str,
+        channel: Channel,
+        address: str,
+        shared: bytes,
+        events: list[Event],
+        *,
+        reason: str,
+    ) -> PlannedWork:
+        """A delivery that waits at ingest: sent later, or deferred."""
+        if reason == "scheduled":
+            return self._scheduled(did, channel, address, shared, events)
+        return self._deferred(did, channel, address, shared, events)
 
     def _deferred(
         self, did: str, channel: Channel, address: str, shared: bytes, events: list[Event]
@@ -203,6 +226,17 @@ class NotificationPlan(msgspec.Struct, frozen=True, kw_only=True):
         item = self._work_item(did, channel, "", shared, await_until_ms=self.await_until_ms)
         return PlannedWork(self.priority, delayed_member(self.priority, item), due_ms)
 
+    def _scheduled(
+        self, did: str, channel: Channel, address: str, shared: bytes, events: list[Event]
+    ) -> PlannedWork:
+        """A delivery the producer asked to go later: it waits in ``delayed`` until then."""
+        events.append(DeliveryScheduled(
+            at=self.now, notification_id=self.id, delivery_id=did, version=1,
+            channel=channel, priority=self.priority, until=at_ms(self.due_ms),
+        ))  # fmt: skip
+        item = self._work_item(did, channel, address, shared)
+        return PlannedWork(self.priority, delayed_member(self.priority, item), self.due_ms)
+
     def _work_item(
         self, did: str, channel: Channel, address: str, shared: bytes, await_until_ms: int = 0
     ) -> bytes:
@@ -224,10 +258,13 @@ class NotificationPlan(msgspec.Struct, frozen=True, kw_only=True):
             shared_data=bool(shared),
             campaign=self.campaign,
         )
-        if self.trace or await_until_ms:  # only then is the item made twice
+        if self.trace or await_until_ms or self.due_ms:  # only then is the item made twice
             return codec.encode_work_item(
                 WorkItem(
-                    **msgspec.structs.asdict(item), trace=self.trace, await_until_ms=await_until_ms
+                    **msgspec.structs.asdict(item),
+                    trace=self.trace,
+                    await_until_ms=await_until_ms,
+                    send_at_ms=self.due_ms,
                 )
             )
         return codec.encode(item)

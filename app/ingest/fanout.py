@@ -18,6 +18,7 @@ from app.ingest.delivery_plan import Identity, NotificationPlan, epoch_ms
 from app.ingest.fingerprints import fingerprint
 from app.ingest.quiet_hours import window_end
 from app.ingest.requests import Accepted, NotificationRequest, target_address
+from app.ingest.schedule import DEFAULT_MAX_SCHEDULE_SECONDS, ScheduleError, due_ms
 from streams.campaigns.ids import campaign_of
 from streams.core import codec
 from streams.core.errors import Forbidden, Invalid
@@ -111,8 +112,15 @@ class _Moment:
 class Planner:
     """Turns validated requests into ingest items according to the catalog."""
 
-    def __init__(self, catalog: Catalog, address_digest: AddressDigest) -> None:
+    def __init__(
+        self,
+        catalog: Catalog,
+        address_digest: AddressDigest,
+        max_schedule_seconds: int = DEFAULT_MAX_SCHEDULE_SECONDS,
+    ) -> None:
         self.catalog = catalog
+        # How far ahead ``send_at`` and ``delay`` may be (``CLARION_MAX_SCHEDULE``).
+        self.max_schedule_seconds = max_schedule_seconds
         # Names the addresses a provider reported dead (``RecipientSettings.invalid``).
         self.address_digest = address_digest
         # (type, requested channels, locale) -> what the catalog says about that choice.
@@ -179,15 +187,29 @@ class Planner:
             )
 
     def identity(
-        self, shard: ShardKeys, request: NotificationRequest, notification_id: str = ""
+        self,
+        shard: ShardKeys,
+        request: NotificationRequest,
+        notification_id: str = "",
+        now: datetime | None = None,
     ) -> Identity:
-        """Check the request against the catalog and fix its ids (the notification's may be
-        given: a later round keeps it); raises ``FanoutError``."""
+        """Check the request against the catalog (and its send time against ``now``, the
+        time it is planned at) and fix its ids (the notification's may be given: a later
+        round keeps it); raises ``FanoutError``."""
         channels = self.channels(request)  # checks that the type exists
+        if request.send_at is not None or request.delay is not None:
+            self.due_ms(request, epoch_ms(now or utc_now()))  # checks how far ahead
         webhook_url = self.catalog.types[request.type].webhook_url
         pairs = addresses_by_channel(request, channels, webhook_url)
         new_id, *delivery_ids = new_ids(shard.shard, 1 + len(pairs))
         return Identity(notification_id or new_id, tuple(pairs), tuple(delivery_ids))
+
+    def due_ms(self, request: NotificationRequest, now_ms: int) -> int:
+        """When ``request`` is due (ms; 0: now); raises ``FanoutError`` naming the field."""
+        try:
+            return due_ms(request.send_at, request.delay, now_ms, self.max_schedule_seconds)
+        except ScheduleError as error:
+            raise FanoutError(str(error)) from None
 
     def _moment_of(self, now: datetime) -> _Moment:
         if self._moment.now is not now:  # a new request or batch
@@ -237,6 +259,8 @@ class Planner:
             shared_data=shared_data,
             expires_ms=notification.expires_ms,
             suppressed=suppressed_at,
+            keeps_record=notification.due_ms > 0,
+            cancellation_key=request.cancellation_key or "",
         )
 
     def _notification(
@@ -255,10 +279,20 @@ class Planner:
         if type(priority) is not Priority:  # a request built in code, not decoded
             priority = Priority(priority)
         moment = self._moment_of(now)
-        expires, expires_ms = moment.expiry(request.ttl_seconds or type_config.ttl_seconds)
+        ttl_seconds = request.ttl_seconds or type_config.ttl_seconds
+        due = 0
+        if request.send_at is not None or request.delay is not None:
+            due = self.due_ms(request, moment.ms)
+        if due:
+            # Sent later: its TTL counts from then, and the recipient's preferences and
+            # quiet hours are looked at then (``app.delivery.awaiting``).
+            expires_ms = due + ttl_seconds * 1000
+            expires = datetime.fromtimestamp(expires_ms / 1000, UTC)
+        else:
+            expires, expires_ms = moment.expiry(ttl_seconds)
         quiet_until = (
             window_end(settings.quiet_hours, now)
-            if settings.quiet_hours is not None and priority != _HIGH
+            if settings.quiet_hours is not None and priority != _HIGH and not due
             else None
         )
         return NotificationPlan(
@@ -272,7 +306,7 @@ class Planner:
             expires=expires,
             expires_ms=expires_ms,
             quiet_until=quiet_until,
-            disabled=settings.disabled if type_config.opt_out else frozenset(),
+            disabled=settings.disabled if type_config.opt_out and not due else frozenset(),
             invalid=settings.invalid,
             suppressed=suppressed,
             address_digest=self.address_digest,
@@ -282,6 +316,7 @@ class Planner:
             await_until_ms=_await_until(type_config.await_address_seconds, moment.ms, expires_ms)
             if type_config.await_address_seconds is not None
             else 0,
+            due_ms=due,
         )
 
     def _suppressed(

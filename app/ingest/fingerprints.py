@@ -12,7 +12,10 @@ import msgspec
 from app.ingest.requests import NotificationRequest
 
 _canonical = msgspec.json.Encoder(order="sorted")
-_FINGERPRINTED = len(NotificationRequest.__struct_fields__)
+# The fields a request had before sending later and cancelling: the ones after them count
+# only when given, so a request accepted by an earlier version fingerprints as it did.
+_LATER_FIELDS = ("send_at", "delay", "cancellation_key")
+_FINGERPRINTED = len(NotificationRequest.__struct_fields__) - len(_LATER_FIELDS)
 
 
 def fingerprint(request: NotificationRequest) -> str:
@@ -37,5 +40,7 @@ def fingerprint(request: NotificationRequest) -> str:
         if recipient.push_targets:
             before["push_targets"] = recipient.push_targets
         fields = (before, *fields[1:])
+    if request.send_at is not None or request.delay is not None or request.cancellation_key:
+        fields = (*fields, request.send_at, request.delay, request.cancellation_key)
     canonical = _canonical.encode(fields)
     return hashlib.sha256(canonical).hexdigest()[:32]

@@ -222,7 +222,7 @@ class Ingestor:
         body = with_profile_of(request, settings)
         try:
             self.planner.check_sender(producer, request.type)
-            identity = self.planner.identity(shard, body)
+            identity = self.planner.identity(shard, body, now=now)
         except NotAllowed as error:
             return refused(Forbidden(str(error)))
         except FanoutError as error:

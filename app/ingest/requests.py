@@ -8,6 +8,7 @@ types.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Annotated, Any
 
 import msgspec
@@ -58,6 +59,15 @@ PushKey = Annotated[
     str, msgspec.Meta(min_length=16, max_length=128, pattern=r"^[A-Za-z0-9_-]+={0,2}(?!\n)$")
 ]
 TtlSeconds = Annotated[int, msgspec.Meta(ge=1, le=30 * 86400)]
+# RFC 3339 with its offset: a time without one names no moment.
+SendAt = Annotated[datetime, msgspec.Meta(tz=True)]
+# Seconds, or an ISO 8601 duration (``app.ingest.schedule``); how far ahead is checked there.
+Delay = Annotated[float, msgspec.Meta(ge=0)] | Annotated[str, msgspec.Meta(max_length=64)]
+# A producer's own name for notifications it may want to take back together (an order id):
+# printable ASCII without spaces.
+CancellationKey = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[!-~]+(?!\n)$")
+]
 MAX_PUSH_TARGETS = 20
 # An APNs device token: 64 hex digits today; Apple says they may grow, so up to 200.
 ApnsToken = Annotated[
@@ -140,6 +150,13 @@ class NotificationRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unkn
     locale: Locale | None = None
     ttl_seconds: TtlSeconds | None = None
     data: dict[str, Any] = {}
+    # Send later: at this time, or after this delay (one of them; ``app.ingest.schedule``).
+    # The TTL counts from then.
+    send_at: SendAt | None = None
+    delay: Delay | None = None
+    # ``POST /v1/cancellations`` with this key cancels every delivery of the producer's
+    # notifications carrying it that has not gone to a provider yet.
+    cancellation_key: CancellationKey | None = None
 
     def __post_init__(self) -> None:
         """Refuse ``data`` nested deeper than ``MAX_DATA_DEPTH`` (msgspec: a 422 naming it)."""

@@ -29,6 +29,7 @@ from streams.core.events import (
     DeliveryDeferred,
     DeliveryExpired,
     DeliveryQueued,
+    DeliveryScheduled,
     DeliverySuppressed,
     NotificationAccepted,
 )
@@ -43,7 +44,9 @@ DEFAULT_LIMIT = 200_000
 # A failed connection to PostgreSQL is tried again after this long.
 RECONNECT_S = 5.0
 # The events that name a delivery's channel when it is accepted (or expires later).
-_WITH_CHANNEL = (DeliveryQueued, DeliveryDeferred, DeliverySuppressed, DeliveryExpired)
+_WITH_CHANNEL = (
+    DeliveryQueued, DeliveryScheduled, DeliveryDeferred, DeliverySuppressed, DeliveryExpired
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,14 +34,19 @@ def encode(value: msgspec.Struct) -> bytes:
 # array-like struct, trailing defaults too (``omit_defaults`` does not apply to arrays).
 _UNTRACED_END = b',""]'
 _NO_WAIT_END = b",0]"  # a work item's last field when it waits for no address
+_NO_SEND_AT_END = b",0]"  # its last field when it is not sent later
 
 
 def encode_work_item(item: WorkItem) -> bytes:
-    """Encode a work item. One that waits for no address is written without that last
-    field (0), and one without a trace (tracing off) without that empty field too, byte for
-    byte as before items carried either: the decoder's defaults restore them."""
+    """Encode a work item. One not sent later is written without that last field (0), one
+    that waits for no address without that one (0) too, and one without a trace (tracing
+    off) without that empty field as well, byte for byte as before items carried any of
+    them: the decoder's defaults restore them."""
     encoded = _encoder.encode(item)
-    if item.await_until_ms:  # waiting for an address: every field is written
+    if item.send_at_ms:  # sent later: every field is written
+        return encoded
+    encoded = encoded[: -len(_NO_SEND_AT_END)] + b"]"
+    if item.await_until_ms:  # waiting for an address: every field before is written
         return encoded
     # Not waiting for an address: that last field, 0, is left out as well.
     encoded = encoded[: -len(_NO_WAIT_END)] + b"]"

@@ -79,6 +79,26 @@ class DeliveryDeferred(DeliveryEvent, frozen=True, kw_only=True):
     until: datetime
 
 
+class DeliveryScheduled(DeliveryEvent, frozen=True, kw_only=True):
+    """The producer asked for the delivery to go later (``send_at`` or ``delay``): it waits
+    in ``delayed`` until ``until``, when the recipient's preferences and quiet hours are
+    looked at again."""
+
+    channel: Channel
+    priority: Priority
+    until: datetime
+
+
+class DeliveryDue(DeliveryEvent, frozen=True, kw_only=True):
+    """A scheduled delivery's time came and a worker took it up; what became of it is the
+    next event (sent, deferred for quiet hours, suppressed because the recipient opted out
+    meanwhile, ...). ``scheduled_for``: the time it was scheduled for (its lateness is
+    ``at`` minus that)."""
+
+    channel: Channel
+    scheduled_for: datetime
+
+
 class DeliverySuppressed(DeliveryEvent, frozen=True, kw_only=True):
     channel: Channel
     reason: SuppressReason
@@ -115,13 +135,17 @@ class DeliveryExpired(DeliveryEvent, frozen=True, kw_only=True):
 
 
 class DeliveryCancelled(DeliveryEvent, frozen=True, kw_only=True):
-    """The delivery's campaign was cancelled before it was sent: it never will be.
+    """The delivery was cancelled before it was handed to a provider: it never will be. By
+    its campaign's cancellation (``campaign_id``), or by a cancellation of its notification
+    (``campaign_id`` "": by id, or by the ``cancellation_key`` it was sent with).
     ``cancelled_by``: the producer whose call cancelled it ("" in events from before it was
     recorded)."""
 
     channel: Channel
     campaign_id: str
     cancelled_by: str = ""
+    # The notification's cancellation key when it was cancelled by key ("" otherwise).
+    cancellation_key: str = ""
 
 
 class DeliveryDeadLettered(DeliveryEvent, frozen=True, kw_only=True):
@@ -304,6 +328,8 @@ AnyEvent = (
     NotificationAccepted
     | DeliveryQueued
     | DeliveryDeferred
+    | DeliveryScheduled
+    | DeliveryDue
     | DeliverySuppressed
     | DeliveryAttemptFailed
     | DeliverySent

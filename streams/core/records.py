@@ -18,6 +18,8 @@ class DeliveryAtAcceptance(msgspec.Struct, frozen=True, kw_only=True, omit_defau
     channel: Channel
     status: DeliveryStatus
     reason: str = ""
+    # When a SCHEDULED delivery is due (ms since the epoch; 0: not scheduled at ingest).
+    due_ms: int = 0
 
 
 class NotificationRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -32,6 +34,8 @@ class NotificationRecord(msgspec.Struct, frozen=True, kw_only=True, omit_default
     # The campaign that generated it ("": none), which says whether the producer chose its
     # recipient (the status API shows a segment's recipients only to the ``recipients`` scope).
     campaign_id: str = ""
+    # The producer's cancellation key ("": none): ``POST /v1/cancellations`` finds it by it.
+    cancellation_key: str = ""
 
 
 _encoder = msgspec.json.Encoder()

@@ -86,6 +86,9 @@ class LeasedDelivery(msgspec.Struct, frozen=True):
     lease: Lease
     worker: Worker
     data: dict[str, Any] | None
+    # A scheduled delivery (``send_at``/``delay``) leased for the first time: its outcome
+    # records first that it came due (``DeliveryDue``).
+    came_due: bool = False
 
     @classmethod
     def taken(

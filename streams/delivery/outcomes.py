@@ -23,6 +23,7 @@ from streams.core.events import (
     DeliveryCancelled,
     DeliveryDeadLettered,
     DeliveryDeferred,
+    DeliveryDue,
     DeliveryExpired,
     DeliveryFailed,
     DeliverySent,
@@ -33,6 +34,7 @@ from streams.core.events import (
 )
 from streams.core.scripts import KeyOrArg
 from streams.core.vocabulary import ErrorClass
+from streams.delivery.cancellations import cancellation_reason
 from streams.delivery.decisions import (
     AcknowledgeOnly,
     Cancelled,
@@ -160,7 +162,7 @@ def sent_to_inbox(
         data=message.data,
         notification_type=item.notification_type,
     )
-    version = leased.lease.version + 2
+    version = _version(leased) + 2
     inbox = InboxWrite(
         keys=leased.shard.inbox(item.recipient_id),
         message=message,
@@ -204,12 +206,6 @@ def cancelled(leased: LeasedDelivery, now_ms: int, by: str = "") -> Outcome:
         "status": DeliveryStatus.CANCELLED, "reason": cancellation_reason(item.campaign, by)
     }  # fmt: skip
     return _outcome(leased, [event], fields, now_ms=now_ms)
-
-
-def cancellation_reason(campaign_id: str, by: str) -> str:
-    """A CANCELLED delivery's ``reason``: which campaign, and who cancelled it when known."""
-    said = f"campaign {campaign_id} cancelled"
-    return f"{said} by {by}" if by else said
 
 
 def deferred(
@@ -311,7 +307,7 @@ def failed(
         first_attempt_ms=leased.lease.first_attempt_ms or (now_ms if attempted_now else 0),
         last_attempt_ms=now_ms if attempted_now else 0,
         worker=leased.worker,
-        version=leased.lease.version + len(events),
+        version=_version(leased) + len(events),
         work_entry_id=leased.entry_id,
     )
     return _outcome(leased, events, fields, now_ms=now_ms, dead_letter=dead_letter)
@@ -334,9 +330,15 @@ def _outcome(
     # Every outcome ends the lease (and the count of leases without one) and stamps the change.
     ends = fields["status"] in TERMINAL
     fields = {**fields, "lease_owner": "", "lease_until": 0, "leases": 0, "updated_ms": now_ms}
+    item = leased.item
+    if leased.came_due:
+        # A scheduled delivery taken up at its time: that comes first, then what became of it.
+        due = DeliveryDue(
+            **_ids(leased, 0, now_ms), channel=item.channel, scheduled_for=_at(item.send_at_ms)
+        )
+        events = [due, *events]
     fields["version"] = leased.lease.version + len(events)
     member, due_ms = delayed or (b"", 0)
-    item = leased.item
     return _about(
         leased,
         events=codec.encode_events(events) if events else b"",
@@ -373,8 +375,14 @@ def _ids(leased: LeasedDelivery, offset: int, now_ms: int) -> _Ids:
         at=_at(now_ms),
         notification_id=leased.item.notification_id,
         delivery_id=leased.item.delivery_id,
-        version=leased.lease.version + offset,
+        version=_version(leased) + offset,
     )
+
+
+def _version(leased: LeasedDelivery) -> int:
+    """The version the outcome's own events count from: the lease's, or one more when the
+    outcome first records that a scheduled delivery came due (``DeliveryDue``)."""
+    return leased.lease.version + leased.came_due
 
 
 def _attempt_times(leased: LeasedDelivery, now_ms: int) -> dict[str, KeyOrArg]:

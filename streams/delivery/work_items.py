@@ -68,6 +68,10 @@ class WorkItem(UntracedWorkItem, frozen=True, kw_only=True, array_like=True):
     # Until when (ms) a delivery without an address waits for the recipient's profile to give
     # one (0: it does not wait; ``streams.delivery.address_waits``). Only such an item has it.
     await_until_ms: int = 0
+    # When the producer asked it to go (ms; 0: at once): a delivery sent later
+    # (``send_at``/``delay``) is looked at again when it comes due, against the recipient's
+    # preferences and quiet hours as they are then (``app.delivery.awaiting``).
+    send_at_ms: int = 0
 
 
 def share_data(encoded_data_size: int, work_items: int) -> bool:

@@ -4,8 +4,8 @@
 -- KEYS: events, work:high, work:normal, work:low, delayed, suppression list, the producers
 --       with NORMAL items queued, those with LOW items queued (``streams.delivery.fairness``), then
 --       per item: idempotency record, notification record, recipient settings, its
---       producer's queue of its priority, and its data hash when its work items share their
---       template data.
+--       producer's queue of its priority, its data hash when its work items share their
+--       template data, and its cancellation index when it has a cancellation key.
 -- ARGV: idempotency ttl (ms), in-flight marker ttl (ms), every item's events joined into one
 --       JSON array (``codec.join_events``), each item's first and last byte in that array as
 --       one string of numbers ("1 420 422 845 ..."), the fairness buffer (items a NORMAL or
@@ -16,7 +16,9 @@
 --       addresses ("<channel>:<digest>", space-separated; "" when it assumed an empty list),
 --       the fields it found suppressed (the same way), notification record, shared template
 --       data ("" for none) followed, only when there
---       is some, by the time it expires (ms since the epoch), work item count, then per work
+--       is some, by the time it expires (ms since the epoch), until when the record is kept
+--       ("<ms since the epoch> <1: indexed by its cancellation key, 0: not>"; "": as long as
+--       the idempotency record), work item count, then per work
 --       item: where it goes (high, normal or low for a work stream; the due time in ms for
 --       ``delayed``) and the encoded item.
 --
@@ -204,6 +206,15 @@ while argi <= last do
     data_expires_at, data_key = ARGV[argi + 4], KEYS[keyi]
     argi, keyi = argi + 1, keyi + 1
   end
+  local keep, keep_until, index = ARGV[argi + 4], nil, nil
+  if keep ~= "" then
+    local indexed
+    keep_until, indexed = string.match(keep, "^(%d+) (%d)$")
+    if indexed == "1" then
+      index, keyi = KEYS[keyi], keyi + 1
+    end
+  end
+  argi = argi + 1
   local work_count = tonumber(ARGV[argi + 4])
   local first_work = argi + 5
   argi = first_work + 2 * work_count
@@ -241,6 +252,17 @@ while argi <= last do
         redis.call("SET", idem, done, "PX", idem_ttl)
       end
       redis.call("SET", ntf, record, "PX", idem_ttl)
+      if keep_until then
+        -- Sent later or with a cancellation key: it may be cancelled until it expires.
+        redis.call("PEXPIREAT", ntf, keep_until, "GT")
+        if index then
+          local _, id = fingerprint_and_id(done)
+          redis.call("ZADD", index, keep_until, id)
+          if redis.call("PEXPIRETIME", index) < tonumber(keep_until) then
+            redis.call("PEXPIREAT", index, keep_until)
+          end
+        end
+      end
       if data_key then
         redis.call("HSET", data_key, "d", shared_data, "n", work_count)
         redis.call("PEXPIREAT", data_key, data_expires_at)

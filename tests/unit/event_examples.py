@@ -15,10 +15,12 @@ from streams.core.events import (
     DeliveryCancelled,
     DeliveryDeadLettered,
     DeliveryDeferred,
+    DeliveryDue,
     DeliveryExpired,
     DeliveryFailed,
     DeliveryQueued,
     DeliveryReplayed,
+    DeliveryScheduled,
     DeliverySent,
     DeliverySuppressed,
     Event,
@@ -62,6 +64,10 @@ EXAMPLES: list[Event] = [
         at=AT, **DELIVERY, channel="PUSH", reason="rate_limited", until=AT + timedelta(seconds=5)
     ),
     DeliverySuppressed(at=AT, **DELIVERY, channel="SMS", reason="opted_out"),
+    DeliveryScheduled(
+        at=AT, **DELIVERY, channel="EMAIL", priority="NORMAL", until=AT + timedelta(hours=1)
+    ),
+    DeliveryDue(at=AT, **DELIVERY, channel="EMAIL", scheduled_for=AT - timedelta(seconds=1)),
     DeliveryAttemptFailed(
         at=AT, **DELIVERY, attempt=1, error_class="TRANSIENT", error="503", retry_at=AT
     ),
@@ -70,6 +76,14 @@ EXAMPLES: list[Event] = [
     DeliveryFailed(at=AT, **DELIVERY, attempts=6, error_class="PERMANENT", error="bounced"),
     DeliveryExpired(at=AT, **DELIVERY, channel="IN_APP"),
     DeliveryCancelled(at=AT, **DELIVERY, channel="EMAIL", campaign_id=CID),
+    DeliveryCancelled(
+        at=AT,
+        **DELIVERY,
+        channel="SMS",
+        campaign_id="",
+        cancelled_by="orders",
+        cancellation_key="order-123",
+    ),
     DeliveryDeadLettered(at=AT, **DELIVERY, error_class="POISON"),
     DeliveryReplayed(at=AT, **DELIVERY, operator="alice", reason="fixed"),
     ProviderFeedbackReceived(at=AT, **DELIVERY, feedback="token_invalid", provider="sandbox"),

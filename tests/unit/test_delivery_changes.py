@@ -8,7 +8,13 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from projections.delivery_changes import CHANGE_OF, UNKNOWN
-from streams.core.events import DeliveryCancelled, DeliverySent, ProviderFeedbackReceived
+from streams.core.events import (
+    DeliveryCancelled,
+    DeliveryDue,
+    DeliveryScheduled,
+    DeliverySent,
+    ProviderFeedbackReceived,
+)
 
 AT = datetime(2026, 1, 15, 9, 30, tzinfo=UTC)
 IDS = {"notification_id": "n", "delivery_id": "d", "version": 3}
@@ -16,7 +22,7 @@ IDS = {"notification_id": "n", "delivery_id": "d", "version": 3}
 
 def change(event: object) -> dict[str, object]:
     names = ("status", "channel", "priority", "reason", "attempts", "error_class", "last_error",
-             "provider", "message_id", "sent_at", "failed_at")  # fmt: skip
+             "provider", "message_id", "sent_at", "failed_at", "due_at")  # fmt: skip
     values = CHANGE_OF[type(event)](event)  # type: ignore[index]
     return {name: value for name, value in zip(names, values, strict=True) if value is not None}
 
@@ -65,3 +71,21 @@ def test_a_cancellation_ends_the_row_cancelled() -> None:
     }  # fmt: skip
     by = DeliveryCancelled(at=AT, **IDS, channel="EMAIL", campaign_id="c-7", cancelled_by="shop")
     assert change(by)["reason"] == "campaign c-7 cancelled by shop"
+
+
+def test_a_scheduled_delivery_shows_when_it_is_due_until_it_comes_due() -> None:
+    until = datetime(2026, 1, 15, 10, 30, tzinfo=UTC)
+    scheduled = DeliveryScheduled(at=AT, **IDS, channel="EMAIL", priority="LOW", until=until)
+    assert change(scheduled) == {
+        "status": "SCHEDULED", "channel": "EMAIL", "priority": "LOW", "reason": "scheduled",
+        "due_at": until,
+    }  # fmt: skip
+    due = DeliveryDue(at=until, **IDS, channel="EMAIL", scheduled_for=until)
+    assert change(due) == {"status": "QUEUED", "channel": "EMAIL", "reason": "due"}
+
+
+def test_a_cancellation_by_key_says_so() -> None:
+    cancelled = DeliveryCancelled(
+        at=AT, **IDS, channel="SMS", campaign_id="", cancelled_by="shop", cancellation_key="o-1"
+    )
+    assert change(cancelled)["reason"] == "cancelled by key o-1 by shop"

@@ -34,7 +34,7 @@ from tests.unit.adversarial_text import BOUND_S, SHAPES, best_of_three
 # The constrained strings of a notification request, checked by msgspec (max_length first).
 REQUEST_STRINGS = (
     "RecipientId", "Email", "Phone", "PushToken", "WebhookUrl", "Locale", "ApnsToken",
-    "PushEndpoint", "PushKey",
+    "PushEndpoint", "PushKey", "CancellationKey",
 )  # fmt: skip
 
 

@@ -45,8 +45,9 @@ WORK_FIELDS = list(WorkItem.__struct_fields__)
 def test_work_items_written_before_later_fields_existed_still_decode() -> None:
     # Work items are arrays in field order: fields added later come last, with defaults.
     stored = json.loads(codec.encode(work_item()))
-    assert WORK_FIELDS[-7:] == [
+    assert WORK_FIELDS[-8:] == [
         "attempts", "producer", "shared_data", "failover", "campaign", "trace", "await_until_ms",
+        "send_at_ms",
     ]  # fmt: skip
     before_attempts = codec.decode_work_item(json.dumps(stored[:-7]))
     assert (before_attempts.attempts, before_attempts.producer) == (0, "")
@@ -62,6 +63,10 @@ def test_a_work_item_waiting_for_an_address_keeps_its_bound_and_an_empty_trace()
     encoded = codec.encode_work_item(item)
     assert encoded.endswith(b',"",1700000060000]')
     assert codec.decode_work_item(encoded) == item
+    later = msgspec.structs.replace(item, send_at_ms=1_700_000_030_000)
+    encoded = codec.encode_work_item(later)
+    assert encoded.endswith(b',"",1700000060000,1700000030000]')
+    assert codec.decode_work_item(encoded) == later
     plain = codec.encode_work_item(work_item())
     assert json.loads(plain)[-1] == ""  # the campaign: neither trace nor bound written
     assert codec.decode_work_item(plain) == work_item()
