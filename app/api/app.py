@@ -33,6 +33,8 @@ from app.api.request_spans import RequestSpans
 from app.api.unsubscribe import UNSUBSCRIBE_ROUTES
 from app.campaigns.api import CAMPAIGN_ROUTES
 from app.campaigns.lifecycle import Campaigns
+from app.cancellations.api import ROUTES as CANCELLATION_ROUTES
+from app.cancellations.service import Cancellations
 from app.catalog import Catalog, feedback_secrets
 from app.catalog.providers import InboxConfig
 from app.feedback.api import receive_feedback
@@ -120,6 +122,7 @@ ROUTES: list[ControllerRouterHandler] = [
     *INBOX_ROUTES,
     inbox_stream,
     *CAMPAIGN_ROUTES,
+    *CANCELLATION_ROUTES,
     *DEMO_ROUTES,
 ]
 
@@ -191,7 +194,7 @@ def _state(
     """What handlers find in ``request.app.state``."""
     address_digest = settings.address_digest()
     read_model = ReadModel(db)
-    planner = Planner(catalog, address_digest)
+    planner = Planner(catalog, address_digest, settings.max_schedule_seconds)
     inbox = _inbox_store(redis, keys, catalog)
     return {
         "redis": redis,
@@ -224,6 +227,14 @@ def _state(
         "inbox_token_ttl_seconds": settings.inbox_token_ttl_seconds,
         "clock": clock,
         "campaigns": Campaigns(redis, keys, planner, clock),
+        "cancellations": Cancellations(
+            redis,
+            keys,
+            read_model.pool,
+            state_retention_ms=settings.delivery_state_retention_seconds * 1000,
+            released_after_ms=settings.projected_state_retention_seconds * 1000,
+            clock=clock,
+        ),
         "metrics": recorder,
     }
 

@@ -46,6 +46,7 @@ from streams.core.events import (
     ProviderFeedbackReceived,
 )
 from streams.core.vocabulary import Channel
+from streams.delivery.cancellations import cancellation_reason
 from streams.delivery.state import DeliveryStatus
 
 # The events a producer's webhook is told about.
@@ -164,7 +165,11 @@ def _details(event: DueEvent) -> tuple[DeliveryStatus, dict[str, Any]]:
     if isinstance(event, DeliverySuppressed):
         return DeliveryStatus.SUPPRESSED, {"reason": event.reason}
     if isinstance(event, DeliveryCancelled):
-        return DeliveryStatus.CANCELLED, {}
+        return DeliveryStatus.CANCELLED, {
+            "reason": cancellation_reason(
+                event.campaign_id, event.cancelled_by, event.cancellation_key
+            )
+        }
     # Feedback written before events said the status after it: as the read model reads it.
     after = (
         DeliveryStatus(event.status)

@@ -138,6 +138,12 @@ class ShardKeys:
         """The campaigns of this shard that a generator should run, by when (a sorted set)."""
         return f"{self.tag}:cmps:due"
 
+    def cancellation_index(self, producer: str, key: str) -> str:
+        """The producer's notifications on this shard sent with cancellation key ``key``
+        (a sorted set of notification ids scored by when each expires):
+        ``POST /v1/cancellations`` reads it."""
+        return f"{self.tag}:cancel:{producer}:{key}"
+
     def campaign_cancelled(self, campaign_id: str) -> str:
         """Set in every shard when a campaign is cancelled (a string that expires): a worker
         about to send one of the campaign's deliveries ends it CANCELLED instead."""

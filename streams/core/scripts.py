@@ -164,6 +164,7 @@ RATE_LIMIT = LuaScript("delivery/rate_limit")  # delivery.rate_limiter
 CIRCUIT = LuaScript("delivery/circuit")  # delivery.circuit_breaker
 FAIR_FEED = LuaScript("delivery/fair_feed")  # delivery.fairness
 RELEASE_STATES = LuaScript("delivery/release_states")  # delivery.state_release
+CANCEL = LuaScript("delivery/cancel")  # delivery.cancellations
 SANDBOX_SEND = LuaScript("delivery/sandbox_send")  # app.providers.sandbox
 
 RECIPIENT_SETTINGS = LuaScript("recipients/settings")  # recipients.settings
@@ -210,4 +211,5 @@ ALL: tuple[LuaScript, ...] = (
     STATUS_OUTBOX_APPEND,
     STATUS_DEAD_LETTER,
     RELEASE_STATES,
+    CANCEL,
 )

@@ -14,7 +14,9 @@
 - ``circuit_breaker``, ``rate_limiter``: shared by every worker (``circuit.lua``,
   ``rate_limit.lua``);
 - ``state_release``: ended deliveries' state leaves Redis once the read model has it
-  (``release_states.lua``).
+  (``release_states.lua``);
+- ``cancellations``: a notification's pending deliveries cancelled, by its id or its
+  producer's cancellation key (``cancel.lua``).
 
 ``sandbox_send.lua`` is the sandbox provider's record of a call (``app.providers.sandbox``).
 """

@@ -19,8 +19,9 @@
 --             without any outcome being recorded (workers keep dying on it): the caller
 --             fails it into the dead-letter queue instead of sending it
 --   CANCELLED the lease is ours, but the item's campaign was cancelled (its marker is
---             set): the caller ends it CANCELLED instead of sending it. It wins over
---             POISON: such a delivery is not to be sent either way
+--             set), or its notification was cancelled while a worker held it (``cancel.lua``
+--             marked its state ``cancelled_by``): the caller ends it CANCELLED instead of
+--             sending it. It wins over POISON: such a delivery is not to be sent either way
 --   TERMINAL  the delivery already ended (a TERMINAL status, ``streams.core.vocabulary``): drop the item
 --   LEASED    a live lease is held: leave the item for later. Also when this consumer holds
 --             it: the item is then a second work entry of a delivery leased in this batch,
@@ -68,7 +69,7 @@ for i = 1, items do
   local entry_id, nid, channel = next_arg(), next_arg(), next_arg()
   local data_at, marker_at = tonumber(next_arg()), tonumber(next_arg())
   local state = redis.call("HMGET", key, "status", "version", "attempts", "lease_owner",
-    "lease_until", "first_attempt_ms", "leases")
+    "lease_until", "first_attempt_ms", "leases", "cancelled_by")
   local status = state[1]
   local verdict, version, attempts, first = "GO", 1, 0, 0
   if not status and #redis.call("XRANGE", stream, entry_id, entry_id) == 0 then
@@ -94,12 +95,16 @@ for i = 1, items do
       end
     end
   end
-  if (verdict == "GO" or verdict == "POISON") and cancelled(marker_at) then
+  local by = nil
+  if verdict == "GO" or verdict == "POISON" then
+    by = state[8] or cancelled(marker_at)
+  end
+  if by then
     verdict = "CANCELLED"
   end
   local data = ""
   if verdict == "CANCELLED" then
-    data = markers[marker_at]
+    data = by
   elseif data_at > 0 and (verdict == "GO" or verdict == "POISON") then
     data = redis.call("HGET", KEYS[data_at], "d") or ""
   end

@@ -49,10 +49,12 @@ ALLOWED: dict[str, set[str]] = {
     "app.operations": {*SHARED_APP, "app.operations", "app.ingest", "projections", "streams"},
     "app.recipients": {*SHARED_APP, "app.recipients", "app.ingest", "projections", "streams"},
     "app.campaigns": {*SHARED_APP, "app.campaigns", "app.ingest", "projections", "streams"},
+    "app.cancellations": {*SHARED_APP, "app.cancellations", "projections", "streams"},
     "app.feedback": {*SHARED_APP, "app.feedback", "app.recipients", "projections", "streams"},
     "app.api": {
         *SHARED_APP, "app.api", "app.campaigns", "app.ingest", "app.operations", "app.recipients",
-        "app.feedback", "app.status_webhooks", "app.inbox", "projections", "streams",
+        "app.feedback", "app.status_webhooks", "app.inbox", "app.cancellations", "projections",
+        "streams",
     },
     "app.processes": {
         *SHARED_APP, "app.processes", "app.api", "app.campaigns", "app.delivery", "app.providers",
@@ -72,6 +74,7 @@ ALLOWED: dict[str, set[str]] = {
 # (``test_only_the_http_layer_imports_http``).
 ROUTED_FEATURES = (
     "campaigns", "feedback", "inbox", "ingest", "operations", "recipients", "status_webhooks",
+    "cancellations",
 )  # fmt: skip
 for feature in ROUTED_FEATURES:
     ALLOWED[f"app.{feature}.api"] = ALLOWED["app.api"]

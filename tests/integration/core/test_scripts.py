@@ -38,11 +38,13 @@ from streams.core.events import (
 )
 from streams.core.keys import KeySpace
 from streams.core.leases import lease_call
+from streams.core.records import decode_record
 from streams.core.retention import StreamRetention, trim_stream_call
 from streams.core.scripts import Call, LuaScript
 from streams.core.vocabulary import Channel, ErrorClass, Priority
 from streams.delivery import outcomes as delivery_outcomes
 from streams.delivery.address_waits import await_address_call
+from streams.delivery.cancellations import cancel_call
 from streams.delivery.circuit_breaker import CircuitPolicy, circuit_call
 from streams.delivery.delayed import delayed_member, schedule_due_call
 from streams.delivery.fairness import Fairness, fair_feed_call
@@ -566,6 +568,26 @@ async def test_status_webhooks_dead_letter(real_redis: Redis, key_prefix: str) -
     [(_, letter)] = await real_redis.xrange(hooks.dlq)
     assert (letter[b"webhook_id"], letter[b"status_code"]) == (b"d1.3", b"503")
     assert 0 < await real_redis.pttl(hooks.dlq) <= 60_000
+
+
+async def test_delivery_cancel(real_redis: Redis, key_prefix: str, catalog: Catalog) -> None:
+    keys = KeySpace(key_prefix)
+    later = {**ORDER, "delay": 3600, "cancellation_key": "order-1"}
+    item = plan(catalog, keys, "later", later)
+    shard = keys.shard(0)
+    await scripts.INGEST(real_redis, *ingest_call(shard, [item], 60_000, 10_000, 2000))
+    record = decode_record(await real_redis.get(shard.notification(item.notification_id)))
+    planned = [(record, delivery) for delivery in record.deliveries]
+    call = cancel_call(
+        shard, planned, by="orders", key="", reason="cancelled", projected={},
+        retention_ms=60_000, now=datetime.now(UTC),
+    )  # fmt: skip
+
+    after = [b"CANCELLED" if d.status == "SCHEDULED" else d.status.encode() for _, d in planned]
+    assert b"CANCELLED" in after
+    assert await run(real_redis, scripts.CANCEL, call) == after
+    assert await real_redis.zcard(shard.delayed) == 0
+    assert await run(real_redis, scripts.CANCEL, call) == after
 
 
 async def test_delivery_release_states(real_redis: Redis, key_prefix: str) -> None:

@@ -97,7 +97,14 @@ def test_a_sent_delivery() -> None:
         (
             DeliveryCancelled(**IDS, version=2, channel=Channel.SMS, campaign_id="c-7"),
             "delivery.cancelled",
-            {"status": "CANCELLED", "channel": "SMS", "attempts": 0, "reason": ""},
+            {"status": "CANCELLED", "channel": "SMS", "attempts": 0,
+             "reason": "campaign c-7 cancelled"},
+        ),
+        (
+            DeliveryCancelled(**IDS, version=2, channel=Channel.SMS, campaign_id="",
+                              cancelled_by="shop", cancellation_key="order-9"),
+            "delivery.cancelled",
+            {"status": "CANCELLED", "reason": "cancelled by key order-9 by shop"},
         ),
         (
             ProviderFeedbackReceived(**IDS, version=5, feedback="delivered", provider="twilio",
