@@ -36,20 +36,38 @@ local now = now_ms()
 local next_arg = arguments(4)
 local written, replies = {}, {}
 
+-- The ``delayed`` members due at each time looked at, by the delivery id each names first
+-- (a work item is a JSON array that starts with it): many deliveries of a batch share their
+-- due time, so each time's members are read and parsed once per call.
+local due_members = {}
+local function members_due_at(due)
+  local found = due_members[due]
+  if not found then
+    found = {}
+    for _, member in ipairs(redis.call("ZRANGEBYSCORE", delayed, due, due)) do
+      local id = string.match(member, '^%S+ %["([^"]+)"')
+      if id then
+        found[id] = member
+      end
+    end
+    due_members[due] = found
+  end
+  return found
+end
+
 -- Remove the ``delayed`` member of delivery ``id`` due at ``due``; whether one was found.
 local function unschedule(id, due)
   if not due or due <= 0 then
     return false
   end
-  local head = '["' .. id .. '"'
-  for _, member in ipairs(redis.call("ZRANGEBYSCORE", delayed, due, due)) do
-    local space = string.find(member, " ", 1, true)
-    if space and string.sub(member, space + 1, space + #head) == head then
-      redis.call("ZREM", delayed, member)
-      return true
-    end
+  local members = members_due_at(due)
+  local member = members[id]
+  if not member then
+    return false
   end
-  return false
+  redis.call("ZREM", delayed, member)
+  members[id] = nil
+  return true
 end
 
 for i = 3, #KEYS do
