@@ -21,6 +21,7 @@ from streams.core.events import (
     DeliveryReplayed,
     DeliverySent,
     DeliverySuppressed,
+    DeliveryThrottled,
     Event,
     InboxMessageArchived,
     InboxMessageCreated,
@@ -71,6 +72,10 @@ EXAMPLES: list[Event] = [
     DeliveryExpired(at=AT, **DELIVERY, channel="IN_APP"),
     DeliveryCancelled(at=AT, **DELIVERY, channel="EMAIL", campaign_id=CID),
     DeliveryDeadLettered(at=AT, **DELIVERY, error_class="POISON"),
+    DeliveryThrottled(
+        at=AT, **DELIVERY, channel="EMAIL", notification_type="marketing", action="defer",
+        limit=3, per_seconds=3600, scope="t:marketing", until=AT + timedelta(minutes=20),
+    ),  # fmt: skip
     DeliveryReplayed(at=AT, **DELIVERY, operator="alice", reason="fixed"),
     ProviderFeedbackReceived(at=AT, **DELIVERY, feedback="token_invalid", provider="sandbox"),
     PreferenceChanged(
