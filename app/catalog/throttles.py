@@ -138,10 +138,10 @@ def explicit_rules(
     gives each type's (category, throttle, channels); ``fail(key, problem)`` makes the
     error that names the type (or category) and the field."""
     by_category: dict[str, Rule] = {}
-    for name, category in categories.items():
-        if category.throttle is not None:
+    for name, config in categories.items():
+        if config.throttle is not None:
             key = f"categories.{name}.throttle"
-            by_category[name] = _checked(f"c:{name}", category.throttle, key, None, fail)
+            by_category[name] = _checked(f"c:{name}", config.throttle, key, None, fail)
     rules: dict[str, Rule] = {}
     for name, (category, throttle, channels) in types.items():
         if category is not None and category not in categories:

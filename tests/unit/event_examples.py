@@ -73,9 +73,16 @@ EXAMPLES: list[Event] = [
     DeliveryCancelled(at=AT, **DELIVERY, channel="EMAIL", campaign_id=CID),
     DeliveryDeadLettered(at=AT, **DELIVERY, error_class="POISON"),
     DeliveryThrottled(
-        at=AT, **DELIVERY, channel="EMAIL", notification_type="marketing", action="defer",
-        limit=3, per_seconds=3600, scope="t:marketing", until=AT + timedelta(minutes=20),
-    ),  # fmt: skip
+        at=AT,
+        **DELIVERY,
+        channel="EMAIL",
+        notification_type="marketing",
+        action="defer",
+        limit=3,
+        per_seconds=3600,
+        scope="t:marketing",
+        until=AT + timedelta(minutes=20),
+    ),
     DeliveryReplayed(at=AT, **DELIVERY, operator="alice", reason="fixed"),
     ProviderFeedbackReceived(at=AT, **DELIVERY, feedback="token_invalid", provider="sandbox"),
     PreferenceChanged(

@@ -49,13 +49,13 @@ from streams.delivery.fairness import Fairness, fair_feed_call
 from streams.delivery.leases import Lease, LeasedDelivery, LeaseVerdict
 from streams.delivery.rate_limiter import Rate, rate_limit_call
 from streams.delivery.state_release import release_states_call
-from streams.delivery.throttles import throttle_call
 from streams.delivery.store import (
     DeliveryStore,
     dead_letter_raw_call,
     delivery_begin_call,
     delivery_finish_call,
 )
+from streams.delivery.throttles import throttle_call
 from streams.dlq.entries import Worker, parse_entry, poison_entry
 from streams.dlq.replay import Candidate, ReplayOrder, dlq_replay_call
 from streams.dlq.scan import Selection

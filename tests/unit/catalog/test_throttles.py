@@ -47,7 +47,7 @@ def test_durations(text: str, seconds: int) -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["", "h", "1", "1y", "1.5h", "-1h", "1 h", " 1h", "1H", "0s", "31d", "1h1", "١h"]
+    "text", ["", "h", "1", "1y", "1.5h", "-1h", "1 h", " 1h", "1H", "0s", "31d", "1h1", "\u0661h"]
 )
 def test_what_is_no_duration(text: str) -> None:
     with pytest.raises(ThrottleError):
