@@ -8,7 +8,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from projections.delivery_changes import CHANGE_OF, UNKNOWN
-from streams.core.events import DeliveryCancelled, DeliverySent, ProviderFeedbackReceived
+from streams.core.events import (
+    DeliveryCancelled,
+    DeliverySent,
+    DeliveryThrottled,
+    ProviderFeedbackReceived,
+)
 
 AT = datetime(2026, 1, 15, 9, 30, tzinfo=UTC)
 IDS = {"notification_id": "n", "delivery_id": "d", "version": 3}
@@ -65,3 +70,18 @@ def test_a_cancellation_ends_the_row_cancelled() -> None:
     }  # fmt: skip
     by = DeliveryCancelled(at=AT, **IDS, channel="EMAIL", campaign_id="c-7", cancelled_by="shop")
     assert change(by)["reason"] == "campaign c-7 cancelled by shop"
+
+
+def test_a_throttled_delivery_reads_as_the_change_it_follows() -> None:
+    def throttled(action: str) -> DeliveryThrottled:
+        return DeliveryThrottled(
+            at=AT, **IDS, channel="EMAIL", notification_type="news", action=action,  # type: ignore[arg-type]
+            limit=3, per_seconds=3600, scope="t:news",
+        )  # fmt: skip
+
+    assert change(throttled("suppress")) == {
+        "status": "SUPPRESSED", "channel": "EMAIL", "reason": "throttled",
+    }  # fmt: skip
+    assert change(throttled("defer")) == {
+        "status": "SCHEDULED", "channel": "EMAIL", "reason": "throttled",
+    }  # fmt: skip
