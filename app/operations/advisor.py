@@ -92,7 +92,7 @@ PROVIDER_WAITS_TEXT = (
 THROTTLING_TEXT = (
     "Recipients keep hitting a type's throttle: a producer may be looping, sending one person "
     "the same notification again and again. Find who sends it (clarion_throttled_total by "
-    "type; the notifications of one recipient, `GET /v1/recipients/<id>/deliveries`) "
+    "type; the deliveries of one recipient, `GET /v1/recipients/<id>/deliveries`) "
     "before raising the type's `throttle` in the catalog."
 )
 STABLE_TEXT = (
