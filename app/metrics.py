@@ -73,7 +73,8 @@ OPT_OUTS = CounterSpec(
 SUPPRESSED = CounterSpec(
     "clarion_suppressed_deliveries_total",
     "Deliveries suppressed at ingest (opted out, no or a dead address, the suppression "
-    "list's reasons, no provider) or after waiting for an address, by channel and reason",
+    "list's reasons, no provider), after waiting for an address, or by a recipient's throttle, "
+    "by channel and reason",
     ("channel", "reason"),
 )
 FEEDBACK = CounterSpec(
