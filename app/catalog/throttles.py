@@ -129,6 +129,17 @@ def rules_of(
     return rules
 
 
+def log_scopes(
+    explicit: dict[str, Rule],
+    priorities: dict[str, Priority],
+    default_cap: tuple[int, int] | None,
+) -> list[str]:
+    """Every scope a recipient's throttle logs may have under these throttles, each also
+    per channel: what erasing a recipient deletes (``app.recipients.erasure``)."""
+    scopes = {rule.scope for rule in rules_of(explicit, priorities, default_cap).values()}
+    return sorted(scopes | {f"{scope}:{channel}" for scope in scopes for channel in Channel})
+
+
 def explicit_rules(
     types: dict[str, tuple[str | None, ThrottleConfig | None, list[Channel]]],
     categories: dict[str, CategoryConfig],

@@ -13,6 +13,7 @@ from app.catalog.throttles import (
     DEFAULT_SCOPE,
     Rule,
     ThrottleError,
+    log_scopes,
     parse_cap,
     parse_duration,
     rules_of,
@@ -143,3 +144,12 @@ def test_bad_categories_name_their_key() -> None:
     assert "categories.Social" in error
     error = catalog_error(with_news("", "\n[categories.social]\nlimit = 3\n"))
     assert "categories.social" in error
+
+
+def test_the_scopes_an_erasure_deletes() -> None:
+    priorities = {"otp": Priority.HIGH, "news": Priority.LOW, "order": Priority.NORMAL}
+    own = {"news": Rule("t:news", 3, 3600, "suppress")}
+    scopes = log_scopes(own, priorities, (100, 3600))
+    assert {"t:news", "t:news:EMAIL", "default", "default:SMS"} <= set(scopes)
+    assert len(scopes) == 2 * (1 + len(Channel))
+    assert log_scopes({}, priorities, None) == []
