@@ -45,9 +45,9 @@ class Throttling:
         rules = self._rules
         asked: list[tuple[LeasedDelivery, Rule]] = []
         for leased in held:
-            rule = rules.get(leased.item.notification_type)
-            # One past its TTL expires in routing: it takes no place in the window.
             item = leased.item
+            rule = rules.get(item.notification_type)
+            # One past its TTL expires in routing: it takes no place in the window.
             if rule is not None and rule.applies_to(item.channel) and now_ms < item.expires_ms:
                 asked.append((leased, rule))
         if not asked:
