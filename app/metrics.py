@@ -73,7 +73,8 @@ OPT_OUTS = CounterSpec(
 SUPPRESSED = CounterSpec(
     "clarion_suppressed_deliveries_total",
     "Deliveries suppressed at ingest (opted out, no or a dead address, the suppression "
-    "list's reasons, no provider) or after waiting for an address, by channel and reason",
+    "list's reasons, no provider), after waiting for an address, or by a recipient's throttle, "
+    "by channel and reason",
     ("channel", "reason"),
 )
 FEEDBACK = CounterSpec(
@@ -123,9 +124,15 @@ UNSUBSCRIBES = CounterSpec(
     "and how: link (one-click unsubscribe) or feedback (a provider's unsubscribe or complaint)",
     ("type", "channel", "source"),
 )
+THROTTLED = CounterSpec(
+    "clarion_throttled_total",
+    "Deliveries a recipient's throttle refused (its type's, its category's or the default "
+    "cap), by type and action: suppress (SUPPRESSED) or defer (SCHEDULED until it allows)",
+    ("type", "action"),
+)
 COUNTERS = (
     DELIVERY_FAILURES, ATTEMPT_FAILURES, OPT_OUTS, SUPPRESSED, FEEDBACK, FEEDBACK_UNMATCHED,
-    STATUS_WEBHOOKS, SENT_AFTER_RETRY, DUPLICATES_SKIPPED, UNSUBSCRIBES,
+    STATUS_WEBHOOKS, SENT_AFTER_RETRY, DUPLICATES_SKIPPED, UNSUBSCRIBES, THROTTLED,
 )  # fmt: skip
 HISTOGRAMS = (DELIVERY_LATENCY, DELIVERY_ATTEMPTS, HTTP_REQUESTS)
 # Work entries dead-lettered as POISON cannot always be decoded: their channel is unknown.
@@ -157,6 +164,11 @@ def record_outcome(recorder: MetricsRecorder, item: WorkItem, outcome: Outcome) 
         recorder.observe(DELIVERY_ATTEMPTS, (item.channel, str(status)), float(attempts))
         if status == _SENT and int(attempts) > 1:
             recorder.inc(SENT_AFTER_RETRY, (item.channel,))
+
+
+def record_throttled(recorder: MetricsRecorder, item: WorkItem, action: str) -> None:
+    """Count a delivery its recipient's throttle refused (the outcome was recorded)."""
+    recorder.inc(THROTTLED, (item.notification_type, action))
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Literal
 from urllib.parse import urlsplit
 
+from app.catalog.throttles import ThrottleError, parse_cap
 from streams.core.connection import cluster_nodes, is_cluster_url, redact
 from streams.core.errors import ClarionError
 
@@ -130,3 +131,11 @@ def integer(env: Mapping[str, str], name: str, default: int, low: int, high: int
     if not low <= value <= high:
         raise SettingsError(f"{name} must be between {low} and {high}, got {value}")
     return value
+
+
+def recipient_cap(raw: str) -> tuple[int, int] | None:
+    """``CLARION_RECIPIENT_CAP``: ``<limit>/<duration>`` as (limit, seconds); None if empty."""
+    try:
+        return parse_cap(raw)
+    except ThrottleError as error:
+        raise SettingsError(f"CLARION_RECIPIENT_CAP: {error}") from None

@@ -237,6 +237,14 @@ DELIVERY = _section(
         "Leases of one delivery without an outcome before it is dead-lettered as POISON.",
         field="max_deliveries", low=1, high=1000,
     ),
+    Variable(
+        "CLARION_RECIPIENT_CAP",
+        "The default cap of deliveries per recipient and channel, as `<limit>/<duration>` "
+        "(`100/1h`; durations `30s`, `10m`, `1h`, `1d`): over it a delivery is SUPPRESSED, "
+        "reason `throttled`. For every type without a throttle of its own or its category's "
+        "(which replace it), except HIGH priority types. Empty: no default cap.",
+        field="recipient_cap", form="`<limit>/<duration>`",
+    ),
 )  # fmt: skip
 
 RETENTION = _section(

@@ -68,6 +68,8 @@ class Settings:
     lane_low: int = 8
     lease_ms: int = 15_000
     max_deliveries: int = 5
+    # The default cap per recipient and channel, (limit, seconds); None: off.
+    recipient_cap: tuple[int, int] | None = None
     retention_days: int = 30
     stream_retention_seconds: int = 3600
     dlq_retention_seconds: int = 7 * 86400
@@ -129,6 +131,7 @@ class Settings:
             inbox_origins=values.origins(env.get("CLARION_INBOX_ORIGINS", "")),
             log_format=values.log_format(text("CLARION_LOG_FORMAT", defaults.log_format)),
             log_level=text("CLARION_LOG_LEVEL", defaults.log_level).upper(),
+            recipient_cap=values.recipient_cap(env.get("CLARION_RECIPIENT_CAP", "")),
             **integers,
         )
 

@@ -21,6 +21,7 @@ from streams.core.events import (
     DeliveryScheduled,
     DeliverySent,
     DeliverySuppressed,
+    DeliveryThrottled,
     InboxMessageArchived,
     InboxMessageCreated,
     InboxMessageEvent,
@@ -133,6 +134,12 @@ def _failed(event: DeliveryFailed) -> _Change:
     )
 
 
+def _throttled(event: DeliveryThrottled) -> _Change:
+    # Right after the change it explains: as that change left it.
+    status = _SUPPRESSED if event.action == "suppress" else _SCHEDULED
+    return _change(status, channel=event.channel, reason="throttled")
+
+
 def _dead_lettered(event: DeliveryDeadLettered) -> _Change:
     return _change(_FAILED)
 
@@ -179,6 +186,7 @@ CHANGE_OF: dict[type[DeliveryEvent], Callable[[Any], _Change]] = {
     DeliverySent: _sent,
     DeliveryFailed: _failed,
     DeliveryDeadLettered: _dead_lettered,
+    DeliveryThrottled: _throttled,
     DeliveryReplayed: _replayed,
     ProviderFeedbackReceived: _feedback,
     InboxMessageCreated: _inbox_created,

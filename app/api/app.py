@@ -37,6 +37,7 @@ from app.cancellations.api import ROUTES as CANCELLATION_ROUTES
 from app.cancellations.service import Cancellations
 from app.catalog import Catalog, feedback_secrets
 from app.catalog.providers import InboxConfig
+from app.catalog.throttles import log_scopes
 from app.feedback.api import receive_feedback
 from app.feedback.callbacks import schemes
 from app.inbox.api.cors import InboxCors
@@ -163,8 +164,11 @@ def _stream_limits(settings: Settings, inbox: InboxStore) -> StreamLimits:
     )
 
 
-def _eraser(settings: Settings, redis: Redis, keys: KeySpace, read_model: ReadModel) -> Eraser:
-    """Erasure, naming a recipient's deliveries from the read model (503 without it)."""
+def _eraser(
+    settings: Settings, redis: Redis, keys: KeySpace, read_model: ReadModel, catalog: Catalog
+) -> Eraser:
+    """Erasure, naming a recipient's deliveries from the read model (503 without it), and
+    the scopes of its throttle logs from the catalog and the default cap."""
 
     async def deliveries_of(recipient_id: str) -> list[str]:
         pool = await read_model.pool()
@@ -178,6 +182,11 @@ def _eraser(settings: Settings, redis: Redis, keys: KeySpace, read_model: ReadMo
         state_retention_ms=settings.delivery_state_retention_seconds * 1000,
         lease_ms=settings.lease_ms,
         recipient_deliveries=deliveries_of,
+        throttle_scopes=log_scopes(
+            catalog.throttles,
+            {name: config.priority for name, config in catalog.types.items()},
+            settings.recipient_cap,
+        ),
     )
 
 
@@ -211,7 +220,7 @@ def _state(
         # How soon an ended delivery's state may leave Redis once projected: the status API
         # then needs the read model to answer for it.
         "projected_state_retention_ms": settings.projected_state_retention_seconds * 1000,
-        "eraser": _eraser(settings, redis, keys, read_model),
+        "eraser": _eraser(settings, redis, keys, read_model, catalog),
         "public_url": settings.public_url,
         "feedback_inbox": Inbox(redis, keys),
         "ingest_quotas": IngestQuotas(redis, keys, catalog.quotas),

@@ -5,6 +5,8 @@ the metrics every process adds to in Redis (``app.metrics``) and from the dead-l
 - unsubscribes per notification type, by the one-click link and by a provider's feedback
   (an unsubscribe or a complaint);
 - duplicates found and skipped, per layer (ingest, worker, feedback);
+- deliveries recipients' throttles refused, per notification type, suppressed and deferred
+  (many: a producer may be looping);
 - open dead letters per error class, among the newest ``SUMMARY_SCAN`` entries (the same
   figures as ``/metrics``' ``clarion_dead_letters_open``).
 """
@@ -12,7 +14,7 @@ the metrics every process adds to in Redis (``app.metrics``) and from the dead-l
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from redis.asyncio import Redis
 
@@ -21,6 +23,7 @@ from app.metrics import (
     DUPLICATE_LAYERS,
     DUPLICATES_SKIPPED,
     SENT_AFTER_RETRY,
+    THROTTLED,
     UNSUBSCRIBES,
 )
 from streams.core.keys import KeySpace
@@ -56,12 +59,14 @@ class Signals:
     duplicates: list[tuple[str, int]]  # every layer, 0 when none was skipped
     dead_letters: list[tuple[str, int]]  # every error class's open dead letters
     dead_letters_truncated: bool  # more entries than were counted
+    # (type, suppressed, deferred): deliveries its recipients' throttles refused
+    throttled: list[tuple[str, int, int]] = field(default_factory=list)
 
 
 async def read_signals(redis: Redis, keys: KeySpace) -> Signals:
     """Read the counters and count the open dead letters (a bounded scan)."""
     counters, histograms, summary = await asyncio.gather(
-        read_counters(redis, keys, (SENT_AFTER_RETRY, UNSUBSCRIBES, DUPLICATES_SKIPPED)),
+        read_counters(redis, keys, (SENT_AFTER_RETRY, UNSUBSCRIBES, DUPLICATES_SKIPPED, THROTTLED)),
         read_histograms(redis, keys, (DELIVERY_ATTEMPTS,)),
         summarize(redis, keys, Selection(), samples=0),
     )
@@ -84,6 +89,9 @@ def signals_of(
         sources = by_type.setdefault(type_name, {})
         sources[source] = sources.get(source, 0) + int(n)
     skipped = {layer: int(n) for (layer,), n in counters[DUPLICATES_SKIPPED.name].items()}
+    throttled: dict[str, dict[str, int]] = {}
+    for (type_name, action), n in counters.get(THROTTLED.name, {}).items():
+        throttled.setdefault(type_name, {})[action] = int(n)
     return Signals(
         retries=[RetryShare(c, sent.get(c, 0), after.get(c, 0)) for c in sorted({*sent, *after})],
         unsubscribes=[
@@ -96,4 +104,8 @@ def signals_of(
             for error_class in ERROR_CLASSES
         ],
         dead_letters_truncated=summary.truncated,
+        throttled=[
+            (name, actions.get("suppress", 0), actions.get("defer", 0))
+            for name, actions in sorted(throttled.items())
+        ],
     )

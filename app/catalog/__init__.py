@@ -1,6 +1,6 @@
 """The type catalog (``clarion.toml``): notification types, channels and providers
-(``channels``), ingest quotas (``quotas``), and how status webhooks are sent
-(``status_webhooks``).
+(``channels``), ingest quotas (``quotas``), how status webhooks are sent
+(``status_webhooks``), and per-recipient rate caps of types and categories (``throttles``).
 
 A broken catalog stops start-up with a ``CatalogError`` naming the file, the type and the key
 (for a template also its part and line: ``templates`` compiles them here, once, and
@@ -22,6 +22,7 @@ from app.catalog.push import Platform, platform_of
 from app.catalog.quotas import ProducerName, Quotas
 from app.catalog.status_webhooks import StatusWebhooksConfig
 from app.catalog.templates import CompiledTemplate, Template, TemplateProblem, compile_template
+from app.catalog.throttles import CategoryConfig, Rule, ThrottleConfig, explicit_rules
 from app.validation import describe
 from streams.core.errors import ClarionError
 from streams.core.vocabulary import Channel, Priority
@@ -32,7 +33,7 @@ Label = Annotated[str, msgspec.Meta(min_length=1, max_length=100, pattern=r"^[^\
 # The top-level keys of a catalog file.
 _SECTIONS = frozenset({
     "default_locale", "providers", "channels", "types", "quotas", "status_webhooks",
-    "fairness",
+    "fairness", "categories",
 })  # fmt: skip
 # The longest a type's deliveries may wait for an address (``await_address_seconds``).
 MAX_AWAIT_ADDRESS_SECONDS = 86400
@@ -65,6 +66,11 @@ class TypeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     await_address_seconds: (
         Annotated[int, msgspec.Meta(ge=1, le=MAX_AWAIT_ADDRESS_SECONDS)] | None
     ) = None
+    # The category it belongs to (``[categories.<name>]``), whose throttle it then shares.
+    category: Name | None = None
+    # At most ``limit`` deliveries per recipient within ``per`` (``app.catalog.throttles``);
+    # wins over its category's.
+    throttle: ThrottleConfig | None = None
 
     def label_of(self, name: str) -> str:
         """What recipients call this type, ``name`` in the catalog."""
@@ -91,6 +97,10 @@ class Catalog(msgspec.Struct, frozen=True):
     status_webhooks: StatusWebhooksConfig = StatusWebhooksConfig()
     # ``[fairness]``: producers' shares of NORMAL and LOW delivery (``streams.delivery.fairness``).
     fairness: Fairness = Fairness()
+    # ``[categories.<name>]``, and the throttle of each type with one of its own or through
+    # its category (the default cap is the worker's: ``app.catalog.throttles.rules_of``).
+    categories: dict[str, CategoryConfig] = {}
+    throttles: dict[str, Rule] = {}
 
     def provider_order(self, channel: Channel, address: str) -> tuple[str, ...]:
         """The providers a delivery to ``address`` on ``channel`` goes to, first choice first."""
@@ -188,6 +198,11 @@ def parse_catalog(raw: bytes | str, source: str = "clarion.toml") -> Catalog:
     channels = _read_channels(document, convert)
     types = _read_types(document, convert)
     compiled = _cross_check(providers, channels, types, default_locale, fail)
+    categories = _read_categories(document, convert)
+    throttled = {
+        name: (t.category, t.throttle, [*t.channels, *_template_channels(t)])
+        for name, t in types.items()
+    }
     return Catalog(
         source=source,
         default_locale=default_locale,
@@ -202,6 +217,8 @@ def parse_catalog(raw: bytes | str, source: str = "clarion.toml") -> Catalog:
             document.get("status_webhooks", {}), StatusWebhooksConfig, "status_webhooks"
         ),
         fairness=convert(document.get("fairness", {}), Fairness, "fairness"),
+        categories=categories,
+        throttles=explicit_rules(throttled, categories, fail),
     )
 
 
@@ -231,6 +248,21 @@ def _read_types(document: dict[str, Any], convert: Converter) -> dict[str, TypeC
         _check_templates(name, value, convert)
         types[name] = convert(value, TypeConfig, f"types.{name}")
     return types
+
+
+def _read_categories(document: dict[str, Any], convert: Converter) -> dict[str, CategoryConfig]:
+    """``[categories.<name>]``, each converted on its own."""
+    categories: dict[str, CategoryConfig] = {}
+    raw = convert(document.get("categories", {}), dict[str, Any], "categories")
+    for name, value in raw.items():
+        convert(name, Name, f"categories.{name}")
+        categories[name] = convert(value, CategoryConfig, f"categories.{name}")
+    return categories
+
+
+def _template_channels(config: TypeConfig) -> set[Channel]:
+    """Every channel the type has a template for, in any locale."""
+    return {channel for by_channel in config.templates.values() for channel in by_channel}
 
 
 def _check_templates(type_name: str, value: Any, convert: Converter) -> None:

@@ -7,7 +7,8 @@ take HIGH's capacity. A batch read is leased in one script call (``leasing``) an
 rate-limited in one; each send is a task of its own (``attempt``), started only while its
 lease covers the provider's time limit, and the outcomes of concurrent sends are recorded in
 shared pipelines. On start a consumer first drains its own pending entries.
-A delivery waiting for an address is looked at first (``awaiting``).
+A delivery waiting for an address is looked at first (``awaiting``), then one of a throttled
+type is counted against its recipient's throttle (``throttling``).
 Beside the lanes run ``recovery`` (abandoned and poison entries) and the ``scheduler`` (due
 ``delayed`` members) of every shard, and the ``heartbeat`` (CPU share, provider waits).
 """
@@ -38,8 +39,9 @@ from app.delivery.provider_timeouts import ProviderTimeouts, start_within_ms
 from app.delivery.recovery import Recovery, RecoveryOptions
 from app.delivery.routing import Bulkheads, Route, Router, circuit_policies
 from app.delivery.scheduler import Scheduler
+from app.delivery.throttling import Throttling
 from app.delivery.tracing import TracedAttempts
-from app.metrics import record_outcome
+from app.metrics import record_outcome, record_throttled
 from app.providers.base import Provider
 from app.unsubscribe import UnsubscribeLinks
 from streams.core import clock, codec
@@ -48,7 +50,7 @@ from streams.core.keys import KeySpace, ShardKeys
 from streams.core.vocabulary import Priority
 from streams.delivery import outcomes as delivery_outcomes
 from streams.delivery.circuit_breaker import CircuitBreakers
-from streams.delivery.decisions import Decision, Deferred
+from streams.delivery.decisions import Decision, Deferred, Throttled
 from streams.delivery.leases import LeasedDelivery
 from streams.delivery.rate_limiter import RateLimiter
 from streams.delivery.store import (
@@ -57,6 +59,7 @@ from streams.delivery.store import (
     DeliveryStore,
     Outcome,
 )
+from streams.delivery.throttles import throttled
 from streams.delivery.work_items import WorkItem
 from streams.dlq.entries import Worker
 from streams.metrics.recorder import MetricsRecorder
@@ -84,6 +87,9 @@ class WorkerOptions:
     shutdown_grace_s: float = 10.0
     # One-click unsubscribe links for EMAIL of opt-out-able types (None: no such header).
     unsubscribe: UnsubscribeLinks | None = None
+    # The default cap of deliveries per recipient and channel (limit, seconds;
+    # CLARION_RECIPIENT_CAP), for types without a throttle of their own and not HIGH.
+    recipient_cap: tuple[int, int] | None = None
 
 
 class DeliveryWorker:
@@ -129,6 +135,7 @@ class DeliveryWorker:
         bounds = {name: config.max_in_flight for name, config in catalog.providers.items()}
         self._router = Router(catalog, self.breakers, Bulkheads(bounds))
         self._quota = ProviderQuota(self.rate_limiter, catalog)
+        self._throttling = Throttling.of(redis, keys, catalog, options.recipient_cap)
         self._lanes = Lanes(options.lanes)
         self._start_within_ms = start_within_ms(catalog, options.lease_ms)
         self._in_flight: set[asyncio.Task[None]] = set()
@@ -235,8 +242,8 @@ class DeliveryWorker:
         provider or quota now, send the rest: each in a lane place the caller holds."""
         now = self.now_ms()
         ready: list[tuple[LeasedDelivery, Route]] = []
-        # Expired, deferred, or (waiting for an address) suppressed or waiting again.
-        decided: list[tuple[LeasedDelivery, Decision]] = []
+        # Expired, deferred, throttled or (waiting for an address) suppressed or waiting again.
+        decided: list[tuple[LeasedDelivery, Decision | Throttled]] = []
         looked = Looked()
         # Bulkhead places routing took and no send has taken over yet: whatever ends this
         # call early (Redis refusing the quota call, a stop) must not keep them for ever.
@@ -245,7 +252,11 @@ class DeliveryWorker:
         try:
             looked = await self._awaiter.look(held, now)
             decided += looked.decided
-            await self._route(looked.held, now, ready, decided, owed)
+            routable = looked.held
+            if self._throttling is not None:  # None: no type is throttled, nothing to ask
+                routable, refused = await self._throttling.sift(routable, now)
+                decided += refused
+            await self._route(routable, now, ready, decided, owed)
             waits = await self._quota.waits([(route.provider, priority) for _, route in ready])
             started_at = self.now_ms()
             for (leased, route), wait in zip(ready, waits, strict=True):
@@ -270,18 +281,29 @@ class DeliveryWorker:
         if decided:
             outcomes = [self._held_back(*pair, now) for pair in decided]
             replies = await self.store.finish(outcomes)
-            for (leased, _), outcome, reply in zip(decided, outcomes, replies, strict=True):
-                if reply == "OK":
-                    record_outcome(self.metrics, leased.item, outcome)
+            self._count(decided, outcomes, replies)
             if looked.waiting:
                 await self._awaiter.index(looked, outcomes, replies)
+
+    def _count(
+        self,
+        decided: list[tuple[LeasedDelivery, Decision | Throttled]],
+        outcomes: list[Outcome],
+        replies: Sequence[str],
+    ) -> None:
+        """Count the outcomes of deliveries held back that were recorded."""
+        for (leased, decision), outcome, reply in zip(decided, outcomes, replies, strict=True):
+            if reply == "OK":
+                record_outcome(self.metrics, leased.item, outcome)
+                if isinstance(decision, Throttled):
+                    record_throttled(self.metrics, leased.item, decision.action)
 
     async def _route(
         self,
         held: list[LeasedDelivery],
         now: int,
         ready: list[tuple[LeasedDelivery, Route]],
-        decided: list[tuple[LeasedDelivery, Decision]],
+        decided: list[tuple[LeasedDelivery, Decision | Throttled]],
         owed: Counter[str],
     ) -> None:
         """Sort what is held: past its TTL or without a provider now into ``decided``, the
@@ -300,8 +322,15 @@ class DeliveryWorker:
             else:
                 decided.append((leased, Deferred(route.until_ms, route.reason)))
 
-    def _held_back(self, leased: LeasedDelivery, decision: Decision, now: int) -> Outcome:
-        """An expired or deferred delivery's outcome; a deferral wakes the scheduler."""
+    def _held_back(
+        self, leased: LeasedDelivery, decision: Decision | Throttled, now: int
+    ) -> Outcome:
+        """An expired, deferred or throttled delivery's outcome; a deferral wakes the
+        scheduler."""
+        if isinstance(decision, Throttled):
+            if decision.action == "defer":
+                self._scheduler.wake(leased.shard)
+            return throttled(leased, decision, now)
         if isinstance(decision, Deferred):
             self._scheduler.wake(leased.shard)
             self.heartbeat.deferred(decision.reason)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import msgspec
 from redis.asyncio import Redis
 
-from app.metrics import Snapshot, read_snapshot
+from app.metrics import THROTTLED, Snapshot, read_snapshot
 from app.operations.advisor import OUTBOX_AGE_LIMIT_MS, Hint, Signals, WorkLag, advise
 from streams.core.consumer_groups import DELIVERY_GROUP
 from streams.core.keys import KeySpace
@@ -53,6 +53,10 @@ def signals_of(snapshot: Snapshot) -> Signals:
             name
             for name, circuit in sorted(snapshot.circuits.items())
             if circuit.state is not CircuitState.CLOSED
+        ),
+        throttled=tuple(
+            (name, int(count))
+            for name, count in sorted(snapshot.by_label(THROTTLED, "type").items())
         ),
     )
 

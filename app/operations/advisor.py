@@ -17,7 +17,9 @@ walks the tree in this order, and each branch that applies adds one hint:
    ``RETRY_STORM_TEXT``;
 5. a provider waiting (a circuit not closed, rate-limit waits), unless the lag hint names it
    already: ``PROVIDER_WAITS_TEXT``;
-6. none of these: ``STABLE_TEXT``. Never while a dead letter is open (branch 1 or 3 applies).
+6. a type whose deliveries recipients' throttles refused at least ``THROTTLED_A_LOT`` times
+   (``clarion_throttled_total``): ``THROTTLING_TEXT``, naming the types;
+7. none of these: ``STABLE_TEXT``. Never while a dead letter is open (branch 1 or 3 applies).
 
 The first hint is the tree's answer; the others are further findings, in the tree's order.
 A hint's ``text`` is fixed per branch (the runbooks quote it); its ``evidence`` says what
@@ -38,6 +40,7 @@ OUTBOX_AGE_LIMIT_MS = 300_000
 RETRIES_PRESENT = 1  # retries waiting that count as "retries happening"
 RETRY_STORM_RETRIES = 100  # retries waiting, all priorities
 WORKER_CPU_BUSY_SHARE = 0.8  # mean share of one CPU over the reporting workers
+THROTTLED_A_LOT = 100  # deliveries of one type a throttle refused, since the counts began
 
 DLQ_AND_RETRIES_TEXT = (
     "Dead letters and retries at once: check the error classification first (dead letters "
@@ -86,6 +89,12 @@ PROVIDER_WAITS_TEXT = (
     "without spending attempts. Check its status page, credentials and quota, and the last "
     "errors (`clarion dlq list`, the worker logs)."
 )
+THROTTLING_TEXT = (
+    "Recipients keep hitting a type's throttle: a producer may be looping, sending one person "
+    "the same notification again and again. Find who sends it (clarion_throttled_total by "
+    "type; the deliveries of one recipient, `GET /v1/recipients/<id>/deliveries`) "
+    "before raising the type's `throttle` in the catalog."
+)
 STABLE_TEXT = (
     "Stable: keep watching SLOs, lag and dead letters (`clarion status --watch`, the "
     "Grafana dashboard)."
@@ -100,6 +109,7 @@ class Problem(StrEnum):
     DEAD_LETTERS = "dead letters"
     RETRY_STORM = "retry storm"
     PROVIDER_WAITS = "provider waits"
+    THROTTLING = "throttling"
     STABLE = "stable"
 
 
@@ -138,6 +148,7 @@ class Signals:
     rate_limit_waits: int = 0  # in the workers' last reports
     bulkhead_waits: int = 0
     circuits_not_closed: tuple[str, ...] = ()  # providers
+    throttled: tuple[tuple[str, int], ...] = ()  # (type, deliveries refused), by type
 
 
 def advise(signals: Signals) -> list[Hint]:
@@ -153,6 +164,11 @@ def advise(signals: Signals) -> list[Hint]:
         found.append(Hint(Problem.RETRY_STORM, RETRY_STORM_TEXT, _retries_seen(signals)))
     if _provider_waits(signals) and not any(h.problem is Problem.LAG_HIGH for h in found):
         found.append(Hint(Problem.PROVIDER_WAITS, PROVIDER_WAITS_TEXT, _provider_waits(signals)))
+    looping = [
+        f"{name}: {count} refused" for name, count in signals.throttled if count >= THROTTLED_A_LOT
+    ]
+    if looping:
+        found.append(Hint(Problem.THROTTLING, THROTTLING_TEXT, ", ".join(looping)))
     return found or [Hint(Problem.STABLE, STABLE_TEXT, "nothing over its limit")]
 
 

@@ -47,6 +47,7 @@ def worker_options(settings: Settings) -> WorkerOptions:
         # Look for abandoned work a few times per lease.
         reclaim_interval_s=min(5.0, settings.lease_ms / 3000),
         unsubscribe=unsubscribe_links(settings),
+        recipient_cap=settings.recipient_cap,
     )
 
 

@@ -10,7 +10,8 @@ SUPPRESSED ("erased") and its work item, which holds the address, is removed
 lease) and then looked at again, so a retry it schedules is erased too; dead letters of the
 recipient are deleted, and its inbox on every shard (the read model's copy goes when the projector
 meets ``RecipientErased``); the sandbox's records of calls to its addresses or for its
-deliveries (the read model names them) are deleted. Last, a ``RecipientErased`` event, which
+deliveries (the read model names them) are deleted, and its throttle logs (the ids of the
+deliveries counted for it, ``throttle_scopes``). Last, a ``RecipientErased`` event, which
 carries no personal data. The read model never held an address (events carry none, error
 texts are masked), and the suppression list names addresses by keyed digest only, so both
 keep what they have: an address that bounced stays suppressed after its owner was erased.
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -59,6 +60,8 @@ class Erasure:
     sandbox_records_removed: int = 0
     # The recipient's inbox keys (messages, order, feed) deleted, over every shard.
     inbox_keys_removed: int = 0
+    # The recipient's throttle logs deleted (``streams.delivery.throttles``).
+    throttle_logs_removed: int = 0
     # Deliveries a worker was still sending when the wait ran out (their attempt ends as
     # attempts end; erasing again removes what they leave).
     still_in_flight: int = 0
@@ -85,6 +88,7 @@ class Eraser:
         state_retention_ms: int,
         lease_ms: int,
         recipient_deliveries: Callable[[str], Awaitable[list[str]]],
+        throttle_scopes: Sequence[str] = (),
     ) -> None:
         self.redis = redis
         self.keys = keys
@@ -92,6 +96,8 @@ class Eraser:
         self.lease_ms = lease_ms
         # The read model's delivery ids of a recipient (the sandbox's records name them).
         self.recipient_deliveries = recipient_deliveries
+        # The scopes a recipient's throttle logs may have (``app.catalog.throttles``).
+        self.throttle_scopes = throttle_scopes
 
     async def erase(self, recipient_id: str) -> Erasure:
         """Erase the recipient; what was done."""
@@ -115,6 +121,9 @@ class Eraser:
             done.inbox_keys_removed += await self.redis.delete(
                 inbox.messages, inbox.order, inbox.feed
             )
+        if self.throttle_scopes:  # one slot: the recipient's hash tag
+            logs = [self.keys.throttle(recipient_id, scope) for scope in self.throttle_scopes]
+            done.throttle_logs_removed = await self.redis.delete(*logs)
         delivery_ids |= set(await self.recipient_deliveries(recipient_id))
         done.sandbox_records_removed = await remove_sandbox_records(
             self.redis, self.keys, done.addresses, delivery_ids

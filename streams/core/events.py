@@ -22,11 +22,12 @@ from streams.core.vocabulary import CampaignState, Channel, DeliveryStatus, Erro
 
 # Why a delivery is never sent. The first four are decided by fan-out; the next ones are the
 # reasons an address is on the suppression list (``AddressSuppressed``; "stop": the recipient
-# texted STOP); "erased": the recipient was erased while the delivery waited.
+# texted STOP); "erased": the recipient was erased while the delivery waited; "throttled": the
+# recipient had its type's (or the default) cap of deliveries in the window already.
 SuppressReason = Literal[
     "no_address", "opted_out", "invalid_address", "no_provider",
     "hard_bounce", "complaint", "unsubscribed", "invalid_token", "stop",
-    "erased",
+    "erased", "throttled",
 ]  # fmt: skip
 # Why an address is on the suppression list ("invalid_address": a provider said a phone number
 # or URL is dead; "invalid_token": the same of a push target).
@@ -34,10 +35,11 @@ SuppressionReason = Literal[
     "hard_bounce", "complaint", "unsubscribed", "invalid_token", "invalid_address", "stop"
 ]
 # Why a delivery waits ("awaiting_address": its type waits for the recipient's profile to give
-# an address, ``await_address_seconds`` in the catalog).
+# an address, ``await_address_seconds`` in the catalog; "throttled": it waits until the
+# recipient's throttle window allows it).
 DeferReason = Literal[
     "quiet_hours", "rate_limited", "circuit_open", "bulkhead_full", "no_provider",
-    "awaiting_address",
+    "awaiting_address", "throttled",
 ]  # fmt: skip
 
 
@@ -146,6 +148,22 @@ class DeliveryCancelled(DeliveryEvent, frozen=True, kw_only=True):
     cancelled_by: str = ""
     # The notification's cancellation key when it was cancelled by key ("" otherwise).
     cancellation_key: str = ""
+
+
+class DeliveryThrottled(DeliveryEvent, frozen=True, kw_only=True):
+    """The recipient had ``limit`` deliveries within ``per_seconds`` already (the throttle of
+    the type, its category or the deployment's default cap: ``scope``), so this delivery was
+    not sent now. Recorded right after the change it made (``DeliverySuppressed`` or
+    ``DeliveryDeferred``, reason ``throttled``), as the next version: ``action`` says which;
+    ``until``: when a deferred one is tried again."""
+
+    channel: Channel
+    notification_type: str
+    action: Literal["suppress", "defer"]
+    limit: int
+    per_seconds: int
+    scope: str = ""
+    until: datetime | None = None
 
 
 class DeliveryDeadLettered(DeliveryEvent, frozen=True, kw_only=True):
@@ -337,6 +355,7 @@ AnyEvent = (
     | DeliveryExpired
     | DeliveryCancelled
     | DeliveryDeadLettered
+    | DeliveryThrottled
     | DeliveryReplayed
     | ProviderFeedbackReceived
     | InboxMessageCreated

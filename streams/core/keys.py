@@ -312,6 +312,15 @@ class KeySpace:
         suffix = "" if lane == "total" else f":{lane}"
         return f"{self.prefix}:{{rl:{provider}}}:bucket{suffix}"
 
+    def throttle(self, recipient_id: str, scope: str) -> str:
+        """A recipient's sliding-window log of one throttle scope (a sorted set of delivery
+        ids scored by ms; ``streams.delivery.throttles``). ``scope`` is ``t:<type>``,
+        ``c:<category>`` or ``default``, then ``:<CHANNEL>`` when counted per channel.
+
+        Global, not per shard: every log of one recipient shares a hash tag of its own.
+        """
+        return f"{self.prefix}:{{thr:{recipient_id}}}:{scope}"
+
 
 @dataclass(frozen=True, slots=True)
 class InboxKeys:

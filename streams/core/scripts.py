@@ -161,6 +161,7 @@ DEAD_LETTER_RAW = LuaScript("delivery/dead_letter_raw")  # delivery.store
 SCHEDULE_DUE = LuaScript("delivery/schedule_due")  # delivery.delayed
 AWAIT_ADDRESS = LuaScript("delivery/await_address")  # delivery.address_waits
 RATE_LIMIT = LuaScript("delivery/rate_limit")  # delivery.rate_limiter
+THROTTLE = LuaScript("delivery/throttle")  # delivery.throttles
 CIRCUIT = LuaScript("delivery/circuit")  # delivery.circuit_breaker
 FAIR_FEED = LuaScript("delivery/fair_feed")  # delivery.fairness
 RELEASE_STATES = LuaScript("delivery/release_states")  # delivery.state_release
@@ -212,4 +213,5 @@ ALL: tuple[LuaScript, ...] = (
     STATUS_DEAD_LETTER,
     RELEASE_STATES,
     CANCEL,
+    THROTTLE,
 )

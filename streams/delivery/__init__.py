@@ -13,6 +13,7 @@
 - ``fairness``: fair shares between producers within a priority (``fair_feed.lua``);
 - ``circuit_breaker``, ``rate_limiter``: shared by every worker (``circuit.lua``,
   ``rate_limit.lua``);
+- ``throttles``: per-recipient rate caps, counted once per delivery (``throttle.lua``);
 - ``state_release``: ended deliveries' state leaves Redis once the read model has it
   (``release_states.lua``);
 - ``cancellations``: a notification's pending deliveries cancelled, by its id or its

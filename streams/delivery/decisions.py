@@ -8,7 +8,7 @@ happens, not how it is stored. ``status`` is the status its outcome records (Non
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import msgspec
 
@@ -102,6 +102,24 @@ class Cancelled(msgspec.Struct, frozen=True):
     status: ClassVar[DeliveryStatus | None] = DeliveryStatus.CANCELLED
     error_class: ClassVar[ErrorClass | None] = None
     by: str = ""
+
+
+class Throttled(msgspec.Struct, frozen=True):
+    """The recipient had ``limit`` deliveries within ``per_seconds`` already (the throttle of
+    ``scope``): with ``action`` suppress it is never sent (SUPPRESSED), with defer it waits
+    until ``until_ms`` (SCHEDULED); reason ``throttled`` either way. Made only before routing
+    (``app.delivery.throttling``), and recorded by ``streams.delivery.throttles.throttled``."""
+
+    error_class: ClassVar[ErrorClass | None] = None
+    action: Literal["suppress", "defer"]
+    limit: int
+    per_seconds: int
+    scope: str = ""
+    until_ms: int = 0
+
+    @property
+    def status(self) -> DeliveryStatus:
+        return DeliveryStatus.SUPPRESSED if self.action == "suppress" else DeliveryStatus.SCHEDULED
 
 
 class AcknowledgeOnly(msgspec.Struct, frozen=True):

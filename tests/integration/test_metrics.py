@@ -1,17 +1,25 @@
 """What the worker counts about deliveries, read back through ``/v1/ops/lag`` and ``/metrics``:
-sends, failures, attempts, sends after a retry, open dead letters by class, and duplicates
-skipped at ingest and by the worker."""
+sends, failures, attempts, sends after a retry, open dead letters by class, duplicates
+skipped at ingest and by the worker, and deliveries a recipient's throttle refused."""
 
 from __future__ import annotations
 
 from redis.asyncio import Redis
 
+from app.catalog import parse_catalog
 from app.settings import Settings
 from streams.core.keys import KeySpace
 from streams.core.vocabulary import Priority
 from tests.conftest import ORDERS
 from tests.integration.api_support import api, lag_report, otp, post, sample, scrape
-from tests.integration.delivery_support import fast_catalog, running_worker, wait_until
+from tests.integration.delivery_support import (
+    catalog_text,
+    fast_catalog,
+    running_worker,
+    wait_until,
+)
+
+THROTTLED = "clarion_throttled_total"
 
 
 async def test_failures_and_attempts_are_counted(
@@ -113,3 +121,26 @@ async def test_a_work_item_of_a_delivery_that_ended_is_a_duplicate_the_worker_sk
         samples = await scrape(client)
     assert sample(samples, "clarion_duplicates_skipped_total", layer="worker") == 1
     assert sample(samples, "clarion_delivery_attempts_count", channel="SMS", status="SENT") == 1
+
+
+async def test_deliveries_a_throttle_refused_are_counted_by_type_and_action(
+    real_redis: Redis, settings: Settings, key_prefix: str
+) -> None:
+    keys = KeySpace(key_prefix)
+    marker = 'priority = "HIGH"\nttl_seconds = 300'
+    text = catalog_text().replace(marker, f'{marker}\nthrottle = {{ limit = 1, per = "1h" }}', 1)
+    catalog = parse_catalog(text, "throttled.toml")
+    async with api(real_redis, settings, catalog) as client:
+        for n in range(3):
+            assert (await post(client, otp(), key=f"k{n}")).status_code == 202
+        async with running_worker(real_redis, keys, catalog):
+
+            async def counted() -> bool:
+                samples = await scrape(client)
+                return sample(samples, THROTTLED, type="otp", action="suppress") == 2
+
+            await wait_until(counted, within=15)
+        samples = await scrape(client)
+        assert sample(samples, THROTTLED, type="otp", action="defer") == 0
+        reasons = {"channel": "SMS", "reason": "throttled"}
+        assert sample(samples, "clarion_suppressed_deliveries_total", **reasons) == 2

@@ -1,5 +1,5 @@
 """The rows events write on real PostgreSQL: idempotent, never moving a delivery back, and a
-campaign's deliveries naming their campaign."""
+campaign's deliveries naming their campaign, a throttled delivery with its detail."""
 
 from __future__ import annotations
 
@@ -7,7 +7,12 @@ import asyncpg
 
 from projections.rows import apply, rows_of, write_rows
 from streams.campaigns.ids import notification_key
-from streams.core.events import DeliveryCancelled, DeliveryFailed
+from streams.core.events import (
+    DeliveryCancelled,
+    DeliveryFailed,
+    DeliverySuppressed,
+    DeliveryThrottled,
+)
 from streams.core.ids import new_id
 from tests.integration.projection_support import (
     DID,
@@ -122,3 +127,27 @@ def test_a_batch_names_the_deliveries_it_ends_for_good_with_their_newest_version
     )]], first=9)  # fmt: skip
     # FAILED stays: its dead letter's replay reads its state.
     assert rows_of(0, [sent, *refused]).ended() == {}
+
+
+async def test_a_throttled_delivery_is_suppressed_throttled_with_its_detail_in_the_history(
+    pool: asyncpg.Pool,
+) -> None:
+    ids = {"at": T0, "notification_id": NID, "delivery_id": DID}
+    throttled = [
+        DeliverySuppressed(**ids, version=2, channel="SMS", reason="throttled"),
+        DeliveryThrottled(
+            **ids, version=3, channel="SMS", notification_type="otp", action="suppress",
+            limit=3, per_seconds=3600, scope="t:otp",
+        ),
+    ]  # fmt: skip
+    await apply(pool, "s0", rows_of(0, entries([story()[0], throttled])))
+    async with pool.acquire() as connection:
+        row = await connection.fetchrow("SELECT status, reason, version FROM delivery")
+        history = await connection.fetch(
+            "SELECT type, version, body->>'limit' AS lim FROM delivery_event "
+            "WHERE delivery_id IS NOT NULL ORDER BY version"
+        )
+    assert tuple(row) == ("SUPPRESSED", "throttled", 3)
+    assert [tuple(r) for r in history][-2:] == [
+        ("DeliverySuppressed", 2, None), ("DeliveryThrottled", 3, "3")
+    ]  # fmt: skip

@@ -13,6 +13,7 @@ from streams.core.events import (
     DeliveryDue,
     DeliveryScheduled,
     DeliverySent,
+    DeliveryThrottled,
     ProviderFeedbackReceived,
 )
 
@@ -89,3 +90,18 @@ def test_a_cancellation_by_key_says_so() -> None:
         at=AT, **IDS, channel="SMS", campaign_id="", cancelled_by="shop", cancellation_key="o-1"
     )
     assert change(cancelled)["reason"] == "cancelled by key o-1 by shop"
+
+
+def test_a_throttled_delivery_reads_as_the_change_it_follows() -> None:
+    def throttled(action: str) -> DeliveryThrottled:
+        return DeliveryThrottled(
+            at=AT, **IDS, channel="EMAIL", notification_type="news", action=action,  # type: ignore[arg-type]
+            limit=3, per_seconds=3600, scope="t:news",
+        )  # fmt: skip
+
+    assert change(throttled("suppress")) == {
+        "status": "SUPPRESSED", "channel": "EMAIL", "reason": "throttled",
+    }  # fmt: skip
+    assert change(throttled("defer")) == {
+        "status": "SCHEDULED", "channel": "EMAIL", "reason": "throttled",
+    }  # fmt: skip

@@ -1,5 +1,6 @@
 """One setting's value from its variable: Redis URLs (a cluster's too) and the public URL,
-each refused with a message that names the variable and shows no password."""
+each refused with a message that names the variable and shows no password; the default
+recipient cap."""
 
 from __future__ import annotations
 
@@ -80,3 +81,13 @@ def test_a_public_url_with_a_password_is_refused_without_showing_it() -> None:
     with pytest.raises(SettingsError, match="without a user name or password") as bad:
         Settings.from_env({"CLARION_PUBLIC_URL": "https://ops:hunter2@notify.example.com"})
     assert "hunter2" not in str(bad.value)
+
+
+def test_the_default_recipient_cap_is_off_unless_given() -> None:
+    assert Settings.from_env({}).recipient_cap is None
+    assert Settings.from_env({"CLARION_RECIPIENT_CAP": " "}).recipient_cap is None
+    assert Settings.from_env({"CLARION_RECIPIENT_CAP": "100/1h"}).recipient_cap == (100, 3600)
+    for bad in ("100", "100/1y", "0/1h", "lots/1h"):
+        with pytest.raises(SettingsError) as refused:
+            Settings.from_env({"CLARION_RECIPIENT_CAP": bad})
+        assert str(refused.value).startswith("CLARION_RECIPIENT_CAP: ")

@@ -1,7 +1,7 @@
 """The dashboard's signals against real Redis and PostgreSQL: the counters as every process
 adds them (sends after a retry with their share, unsubscribes per type by source, duplicates
-per layer) and the open dead letters per error class, shown on ``GET /dashboard``; without
-Redis the page still shows and says so."""
+per layer, deliveries throttled per type) and the open dead letters per error class, shown
+on ``GET /dashboard``; without Redis the page still shows and says so."""
 
 from __future__ import annotations
 
@@ -12,7 +12,13 @@ from redis.asyncio import Redis
 
 from app.api.app import create_app
 from app.api.dashboard_signals import RetryShare, Unsubscribes, read_signals
-from app.metrics import DELIVERY_ATTEMPTS, DUPLICATES_SKIPPED, SENT_AFTER_RETRY, UNSUBSCRIBES
+from app.metrics import (
+    DELIVERY_ATTEMPTS,
+    DUPLICATES_SKIPPED,
+    SENT_AFTER_RETRY,
+    THROTTLED,
+    UNSUBSCRIBES,
+)
 from app.settings import Settings
 from streams.core.keys import KeySpace
 from streams.metrics.recorder import MetricsRecorder
@@ -37,6 +43,8 @@ async def record(redis: Redis, keys: KeySpace) -> None:
     recorder.inc(UNSUBSCRIBES, ("marketing", "EMAIL", "feedback"))
     recorder.inc(UNSUBSCRIBES, ("order_confirmed", "EMAIL", "feedback"))
     recorder.inc(DUPLICATES_SKIPPED, ("ingest",), 3)
+    recorder.inc(THROTTLED, ("marketing", "suppress"), 7)
+    recorder.inc(THROTTLED, ("marketing", "defer"), 2)
     await recorder.flush()
     dlq = keys.shard(0).dlq
     await redis.xadd(dlq, {"error_class": "BUG", "last_error": "KeyError"})
@@ -58,6 +66,7 @@ async def test_the_signals_sum_the_counters_and_count_open_dead_letters(
     assert signals.duplicates == [("ingest", 3), ("worker", 0), ("feedback", 0)]
     assert dict(signals.dead_letters) == {"TRANSIENT": 0, "PERMANENT": 0, "POISON": 1, "BUG": 1}
     assert not signals.dead_letters_truncated
+    assert signals.throttled == [("marketing", 7, 2)]
 
 
 def table(page: str, table_id: str) -> list[list[str]]:
@@ -84,6 +93,7 @@ async def test_the_dashboard_shows_the_signals(
                                                    ["order_confirmed", "0", "1"]]  # fmt: skip
     assert table(page, "signals-duplicates") == [["ingest", "3"], ["worker", "0"],
                                                  ["feedback", "0"]]  # fmt: skip
+    assert table(page, "signals-throttled") == [["marketing", "7", "2"]]
     assert table(page, "signals-dead-letters") == [
         ["TRANSIENT", "0"], ["PERMANENT", "0"], ["POISON", "1"], ["BUG", "1"],
     ]  # fmt: skip

@@ -57,6 +57,7 @@ from streams.delivery.store import (
     delivery_begin_call,
     delivery_finish_call,
 )
+from streams.delivery.throttles import throttle_call
 from streams.dlq.entries import Worker, parse_entry, poison_entry
 from streams.dlq.replay import Candidate, ReplayOrder, dlq_replay_call
 from streams.dlq.scan import Selection
@@ -470,6 +471,22 @@ async def test_delivery_rate_limit(real_redis: Redis, key_prefix: str) -> None:
     reply = await run(real_redis, scripts.RATE_LIMIT, rate_limit_call(keys, "smtp", rate, requests))
     assert reply[:2] == [0, 0]  # the burst of two
     assert reply[2] > 0  # the third waits
+
+
+async def test_delivery_throttle(real_redis: Redis, key_prefix: str) -> None:
+    keys = KeySpace(key_prefix)
+    requests = [
+        ("user-1", "t:otp", 2, 60_000, "d1"),
+        ("user-1", "default:EMAIL", 1, 60_000, "d2"),
+        ("user-1", "t:otp", 2, 60_000, "d3"),
+        ("user-1", "t:otp", 2, 60_000, "d4"),
+        ("user-1", "t:otp", 2, 60_000, "d1"),  # counted already
+    ]
+    reply = await run(real_redis, scripts.THROTTLE, throttle_call(keys, "user-1", requests))
+    assert reply[:3] == [0, 0, 0]
+    assert 59_000 < reply[3] <= 60_000  # the oldest leaves the window in about a minute
+    assert reply[4] == 0
+    assert await real_redis.zcard(keys.throttle("user-1", "t:otp")) == 2
 
 
 async def test_ingest_quota(real_redis: Redis, key_prefix: str) -> None:

@@ -3,11 +3,12 @@ with notifications sent (the sandbox recorded them), dead-lettered and still wai
 addresses are looked for afterwards in every Redis key and every read-model row, and none is
 found; its waiting deliveries ended SUPPRESSED ("erased"); a ``RecipientErased`` event
 records it without personal data; a later notification to the id is one for an unknown
-recipient."""
+recipient. Its throttle logs go too."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 
 import asyncpg
@@ -16,13 +17,20 @@ import pytest
 from redis.asyncio import Redis
 
 from app.api.app import create_app
+from app.catalog import parse_catalog
 from app.settings import Settings
 from projections.projector import Projector
 from streams.core.events import RecipientErased
 from streams.core.keys import KeySpace
+from streams.delivery.throttles import Throttles
 from tests.conftest import PROFILES, http_client, stream_events
 from tests.integration.api_support import post
-from tests.integration.delivery_support import fast_catalog, running_worker, wait_until
+from tests.integration.delivery_support import (
+    catalog_text,
+    fast_catalog,
+    running_worker,
+    wait_until,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -159,3 +167,28 @@ async def test_an_erased_recipient_s_addresses_are_nowhere_afterwards(
     assert [d.get("reason") for d in later["deliveries"]] == ["no_address", "no_address", None]
     again = await api.delete("/v1/recipients/erika", headers=PROFILES)
     assert again.json()["deliveries_ended"] == 1  # the inbox delivery just queued
+
+
+async def test_an_erased_recipient_s_throttle_logs_go_too(
+    real_redis: Redis, settings: Settings, key_prefix: str, pool: asyncpg.Pool
+) -> None:
+    keys = KeySpace(key_prefix)
+    marker = 'label = "Order confirmations"'
+    text = catalog_text(attempts=1)
+    assert marker in text
+    catalog = parse_catalog(
+        text.replace(marker, f'{marker}\nthrottle = {{ limit = 5, per = "1h" }}', 1), "t.toml"
+    )
+    capped = dataclasses.replace(settings, recipient_cap=(9, 3600))
+    scopes = ["t:order_confirmed", "default:SMS"]  # the type's own, the default cap's
+    for scope in [*scopes, "t:elsewhere"]:
+        await Throttles(real_redis, keys).count([("erika", scope, 5, 60_000, "d-1")])
+    await Throttles(real_redis, keys).count([("ben", scopes[0], 5, 60_000, "d-2")])
+    app = create_app(capped, redis=real_redis, catalog=catalog, db=pool)
+    async with http_client(app) as client:
+        erased = await client.delete("/v1/recipients/erika", headers=PROFILES)
+    assert erased.status_code == 200, erased.text
+    assert [await real_redis.exists(keys.throttle("erika", s)) for s in scopes] == [0, 0]
+    # A scope no throttle of this catalog has expires on its own; others' logs stay.
+    assert await real_redis.exists(keys.throttle("erika", "t:elsewhere")) == 1
+    assert await real_redis.exists(keys.throttle("ben", scopes[0])) == 1

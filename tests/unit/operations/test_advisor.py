@@ -23,6 +23,8 @@ from app.operations.advisor import (
     RETRY_STORM_TEXT,
     STABLE_TEXT,
     STATUS_WEBHOOK_LAG_TEXT,
+    THROTTLED_A_LOT,
+    THROTTLING_TEXT,
     WAITING_ENTRIES_LIMIT,
     WORKER_CPU_BUSY_SHARE,
     Problem,
@@ -58,6 +60,12 @@ TABLE: list[tuple[str, Signals, list[Problem]]] = [
         [P.DLQ_AND_RETRIES, P.LAG_HIGH],
     ),
     ("HIGH older than its limit", signals(work=HIGH_LATE), [P.LAG_HIGH]),
+    ("a few throttled deliveries", signals(throttled=(("news", THROTTLED_A_LOT - 1),)), [P.STABLE]),
+    (
+        "a type throttled a lot, after the provider waits",
+        signals(throttled=(("news", THROTTLED_A_LOT),), rate_limit_waits=1),
+        [P.PROVIDER_WAITS, P.THROTTLING],
+    ),
     (
         "HIGH at its limit",
         signals(work=(WorkLag("HIGH", 40, QUEUE_AGE_LIMIT_MS["HIGH"]),)),
@@ -124,6 +132,7 @@ TEXTS = {
     P.DEAD_LETTERS: DEAD_LETTERS_TEXT,
     P.RETRY_STORM: RETRY_STORM_TEXT,
     P.PROVIDER_WAITS: PROVIDER_WAITS_TEXT,
+    P.THROTTLING: THROTTLING_TEXT,
     P.STABLE: STABLE_TEXT,
 }
 
@@ -190,6 +199,14 @@ def test_the_lag_hint_says_where_to_look_and_what_it_saw() -> None:
     assert "HIGH: 40 waiting, the oldest 5.0 s (shard 3)" in lag.evidence
     assert "largest producer queue: shop (900)" in lag.evidence
     assert "circuit of sms not closed" in lag.evidence
+
+
+def test_the_throttling_hint_names_each_type_throttled_a_lot() -> None:
+    given = signals(throttled=(("digest", 3), ("news", 250), ("promo", THROTTLED_A_LOT)))
+    [hint] = advise(given)
+    assert hint.problem is P.THROTTLING
+    assert hint.evidence == f"news: 250 refused, promo: {THROTTLED_A_LOT} refused"
+    assert "a producer may be looping" in hint.text
 
 
 def test_every_text_names_a_command_or_a_metric_to_look_at() -> None:

@@ -34,3 +34,8 @@ def test_without_emails_to_unsubscribe_from_it_is_only_information() -> None:
     text = (REPO / "clarion.toml").read_text().replace("opt_out = true", "opt_out = false")
     [line] = said(parse_catalog(text, "t.toml"), Settings(digest_secret=DIGEST_SECRET))
     assert (line["log_level"], line["types"]) == ("info", [])
+
+
+def test_the_default_recipient_cap_reaches_the_worker() -> None:
+    assert worker_options(Settings()).recipient_cap is None
+    assert worker_options(Settings(recipient_cap=(100, 3600))).recipient_cap == (100, 3600)

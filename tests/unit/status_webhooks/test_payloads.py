@@ -95,6 +95,11 @@ def test_a_sent_delivery() -> None:
             {"status": "SUPPRESSED", "reason": "opted_out"},
         ),
         (
+            DeliverySuppressed(**IDS, version=2, channel=Channel.SMS, reason="throttled"),
+            "delivery.suppressed",
+            {"status": "SUPPRESSED", "reason": "throttled"},
+        ),
+        (
             DeliveryCancelled(**IDS, version=2, channel=Channel.SMS, campaign_id="c-7"),
             "delivery.cancelled",
             {"status": "CANCELLED", "channel": "SMS", "attempts": 0,
