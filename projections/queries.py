@@ -45,6 +45,8 @@ class DeliveryRow:
     last_error: str | None
     provider_message_id: str | None
     updated_at: datetime
+    # When a SCHEDULED delivery is due (None in any other status).
+    due_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +78,7 @@ class DeliveryFilter:
 
 _DELIVERY_COLUMNS = """
 d.id, d.notification_id, d.producer, d.notification_type, d.channel, d.status, d.reason,
-d.attempts, d.error_class, d.last_error, d.provider_message_id, d.updated_at
+d.attempts, d.error_class, d.last_error, d.provider_message_id, d.updated_at, d.due_at
 """
 
 _NOTIFICATION = """
@@ -103,19 +105,21 @@ ORDER BY array_position(a.ids, d.id::text) NULLS LAST, d.id
 
 
 def _delivery(row: asyncpg.Record) -> DeliveryRow:
+    status = DeliveryStatus(row["status"])
     return DeliveryRow(
         id=str(row["id"]),
         notification_id=str(row["notification_id"]),
         producer=row["producer"],
         notification_type=row["notification_type"],
         channel=None if row["channel"] is None else Channel(row["channel"]),
-        status=DeliveryStatus(row["status"]),
+        status=status,
         reason=row["reason"],
         attempts=row["attempts"],
         error_class=row["error_class"],
         last_error=row["last_error"],
         provider_message_id=row["provider_message_id"],
         updated_at=row["updated_at"],
+        due_at=row["due_at"] if status is DeliveryStatus.SCHEDULED else None,
     )
 
 

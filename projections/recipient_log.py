@@ -52,6 +52,8 @@ class LoggedDelivery:
     provider_message_id: str | None
     created_at: datetime
     updated_at: datetime
+    # When a SCHEDULED delivery is due (None in any other status).
+    due_at: datetime | None = None
 
 
 # An error text is cut to what the write model keeps of one (MAX_ERROR_TEXT), also a provider
@@ -59,7 +61,8 @@ class LoggedDelivery:
 _COLUMNS = f"""
 d.id, d.notification_id, d.producer, d.notification_type, d.channel, d.status, d.reason,
 d.attempts, d.error_class, left(d.last_error, {MAX_ERROR_TEXT}) AS last_error,
-d.provider_message_id, COALESCE(d.created_at, d.updated_at) AS created_at, d.updated_at
+d.provider_message_id, COALESCE(d.created_at, d.updated_at) AS created_at, d.updated_at,
+CASE WHEN d.status = 'SCHEDULED' THEN d.due_at END AS due_at
 """
 
 
@@ -107,6 +110,7 @@ def _logged(row: asyncpg.Record) -> LoggedDelivery:
         provider_message_id=row["provider_message_id"],
         created_at=row["created_at"],
         updated_at=row["updated_at"],
+        due_at=row["due_at"],
     )
 
 

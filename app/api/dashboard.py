@@ -51,6 +51,7 @@ from projections.dashboard.queries import (
     failed_deliveries,
     failure_rates,
     failures_by_error_class,
+    scheduled_deliveries,
     timeline,
 )
 from streams.campaigns.ids import campaign_of
@@ -141,9 +142,9 @@ async def dashboard(
     notification_type: Annotated[str | None, QueryParameter(name="type")] = None,
     error_class: FromQuery[str | None] = None,
 ) -> Response[str]:
-    """Charts of the last day, failure rates, failures by error class, the FAILED list, the
-    dead-letter queue, the signals (retries, unsubscribes, duplicates, open dead letters by
-    class), the advisor's hints and the campaigns."""
+    """Charts of the last day, failure rates, failures by error class, the FAILED list, what
+    waits SCHEDULED, the dead-letter queue, the signals (retries, unsubscribes, duplicates,
+    open dead letters by class), the advisor's hints and the campaigns."""
     key = authorize_reader(request)
     where = FailureFilter(
         channel=_choice("channel", channel, CHANNELS),
@@ -181,6 +182,7 @@ async def _read_model_figures(
         rates = await failure_rates(pool, key.producer)
         classes = await failures_by_error_class(pool, key.producer)
         failed = await failed_deliveries(pool, key.producer, where)
+        scheduled = await scheduled_deliveries(pool, key.producer)
         campaigns = await _campaigns(
             request, pool, key.producer, now_ms=int(now * 1000), segments=segments.may_select(key)
         )
@@ -195,6 +197,7 @@ async def _read_model_figures(
         "totals": _totals(rates),
         "classes": classes,
         "failed": failed,
+        "scheduled": scheduled,
         "campaigns": campaigns,
         "charts": charts,
     }

@@ -54,7 +54,7 @@ from streams.core.ids import is_uuid
 from streams.core.keys import KeySpace
 from streams.core.records import DeliveryAtAcceptance, decode_record
 from streams.core.vocabulary import CHANNELS, ERROR_CLASSES
-from streams.delivery.state import TERMINAL, DeliveryState, read_states
+from streams.delivery.state import TERMINAL, DeliveryState, DeliveryStatus, read_states
 
 log = structlog.get_logger(__name__)
 
@@ -270,6 +270,7 @@ def _view(row: DeliveryRow) -> DeliveryView:
         last_error=row.last_error,
         provider_message_id=row.provider_message_id,
         updated_at=row.updated_at,
+        due_at=row.due_at,
     )
 
 
@@ -335,6 +336,7 @@ def _view_of_state(
             last_error=None,
             provider_message_id=None,
             updated_at=created,
+            due_at=_due_at(delivery.status, delivery.due_ms),
         )
     return DeliveryView(
         id=delivery.id,
@@ -346,4 +348,12 @@ def _view_of_state(
         last_error=state.last_error or None,
         provider_message_id=state.provider_message_id or None,
         updated_at=from_ms(state.updated_ms) if state.updated_ms else created,
+        due_at=_due_at(state.status, state.due_ms),
     )
+
+
+def _due_at(status: DeliveryStatus, due_ms: int) -> datetime | None:
+    """When a SCHEDULED delivery is due; None in any other status (a state hash keeps its
+    last ``due_ms`` after it moved on) or when the write model does not say (a delivery
+    deferred for quiet hours at acceptance has no ``due_ms`` in its record)."""
+    return from_ms(due_ms) if status == DeliveryStatus.SCHEDULED and due_ms else None

@@ -66,10 +66,12 @@ class RecipientSettingsView(msgspec.Struct, frozen=True):
 
 class DeliveryView(msgspec.Struct, frozen=True, kw_only=True):
     """A delivery's current state (``reason`` says why it is SUPPRESSED, EXPIRED, CANCELLED
-    (which campaign, cancelled by which producer) or deferred, or which provider feedback set
-    its status, null when nothing needs saying;
+    (which campaign, or the notification's cancellation by id or key, cancelled by which
+    producer) or SCHEDULED (``scheduled``: sent later; quiet hours, an address awaited), or
+    which provider feedback set its status, null when nothing needs saying;
     ``error_class``, ``last_error`` are from its latest failed attempt;
-    ``provider_message_id`` is set once it was sent)."""
+    ``provider_message_id`` is set once it was sent; ``due_at``, only while it is SCHEDULED,
+    when it is due)."""
 
     id: str
     channel: Channel | None
@@ -80,6 +82,10 @@ class DeliveryView(msgspec.Struct, frozen=True, kw_only=True):
     last_error: str | None
     provider_message_id: str | None
     updated_at: datetime
+    # When a SCHEDULED delivery is due: sent later (``send_at``/``delay``), the end of the
+    # recipient's quiet hours, a retry's time; null in any other status. Last, with a
+    # default: clients that do not know it are unaffected.
+    due_at: datetime | None = None
 
 
 class NotificationStatus(msgspec.Struct, frozen=True, kw_only=True):

@@ -1,9 +1,10 @@
 """A typed client for Clarion's producer API: ``Clarion`` (blocking) and ``AsyncClarion``.
 
 It owns the HTTP calls a producer makes: sending notifications, one or in batches of any
-size, reading their status, a recipient's message log, campaigns (create, upload
-recipients, start, progress), and recipient tokens for the inbox (make, revoke);
-idempotency keys and retries. It imports nothing of the server: only httpx and msgspec.
+size, now or later, cancelling them (by id or by cancellation key), reading their status, a
+recipient's message log, campaigns (create, upload recipients, start, progress), and
+recipient tokens for the inbox (make, revoke); idempotency keys and retries. It imports
+nothing of the server: only httpx and msgspec.
 """
 
 from clarion_client.async_client import AsyncClarion
@@ -25,11 +26,14 @@ from clarion_client.models import (
     BatchItem,
     BatchResult,
     CampaignSpec,
+    CancelledDelivery,
+    CancelledNotification,
     DeliveryAtAcceptance,
     DeliveryView,
     FcmTarget,
     InboxToken,
     InboxTokensRevoked,
+    KeyCancellation,
     Notification,
     NotificationStatus,
     Progress,
@@ -55,6 +59,8 @@ __all__ = [
     "BatchItem",
     "BatchResult",
     "CampaignSpec",
+    "CancelledDelivery",
+    "CancelledNotification",
     "Clarion",
     "ClarionError",
     "ConflictError",
@@ -65,6 +71,7 @@ __all__ = [
     "InboxToken",
     "InboxTokensRevoked",
     "InvalidRequestError",
+    "KeyCancellation",
     "NotFoundError",
     "Notification",
     "NotificationStatus",

@@ -19,8 +19,11 @@ from clarion_client.models import (
     BatchResponse,
     BatchResult,
     CampaignSpec,
+    CancellationRequest,
+    CancelledNotification,
     InboxToken,
     InboxTokensRevoked,
+    KeyCancellation,
     Notification,
     NotificationStatus,
     Progress,
@@ -88,6 +91,21 @@ class AsyncClarion:
         unknown, or another producer's)."""
         response = await self._call("GET", calls.status_path(notification_id))
         return calls.decoded(response, NotificationStatus)
+
+    async def cancel(self, notification_id: str) -> CancelledNotification:
+        """Cancel every delivery of a notification that has not been handed to a provider
+        (NotFoundError for an unknown id, or another producer's). Repeating it is harmless:
+        it answers the same. A delivery ``SENDING`` in the answer was being handed to the
+        provider at that moment: it may go, but a retry of it will not."""
+        response = await self._call("POST", calls.cancel_path(notification_id))
+        return calls.decoded(response, CancelledNotification)
+
+    async def cancel_by_key(self, key: str) -> KeyCancellation:
+        """Cancel every pending delivery of the notifications sent with ``cancellation_key``
+        ``key`` (yours only; none found: an answer of zeros). Repeating it is harmless."""
+        body = calls.encode(CancellationRequest(key=key))
+        response = await self._call("POST", calls.CANCELLATIONS, body=body)
+        return calls.decoded(response, KeyCancellation)
 
     async def recipient_deliveries(
         self,

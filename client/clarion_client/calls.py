@@ -18,6 +18,7 @@ T = TypeVar("T")
 NOTIFICATIONS = "/v1/notifications"
 BATCH = "/v1/notifications/batch"
 CAMPAIGNS = "/v1/campaigns"
+CANCELLATIONS = "/v1/cancellations"
 USER_AGENT = "clarion-client/0.1.0"
 _decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
 encode = msgspec.json.Encoder().encode
@@ -41,6 +42,11 @@ def checked_api_key(api_key: str) -> str:
 def status_path(notification_id: str) -> str:
     """The path of ``GET /v1/notifications/{id}``, the id quoted whatever it holds."""
     return f"{NOTIFICATIONS}/{quote(notification_id, safe='')}"
+
+
+def cancel_path(notification_id: str) -> str:
+    """The path of ``POST /v1/notifications/{id}/cancel``, the id quoted whatever it holds."""
+    return f"{status_path(notification_id)}/cancel"
 
 
 def campaign_path(campaign_id: str, action: str = "") -> str:

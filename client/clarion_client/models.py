@@ -8,7 +8,7 @@ channels as plain strings, so a server that learns a new status does not break t
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 import msgspec
@@ -65,7 +65,13 @@ class Recipient(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 
 
 class Notification(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """Body of ``POST /v1/notifications``: only ``recipient`` and ``type`` are required."""
+    """Body of ``POST /v1/notifications``: only ``recipient`` and ``type`` are required.
+
+    Send later with ``send_at`` (a time with its offset: the server refuses a naive one) or
+    ``delay`` (seconds, e.g. ``timedelta.total_seconds()``, or an ISO 8601 duration such as
+    ``"PT15M"``), one of them, at most the server's ``CLARION_MAX_SCHEDULE`` ahead (30 days
+    by default); the TTL counts from then. ``cancellation_key``: ``cancel_by_key`` with it
+    takes back every notification sent with it that has not gone out."""
 
     recipient: Recipient
     type: str
@@ -74,6 +80,9 @@ class Notification(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     locale: str | None = None
     ttl_seconds: int | None = None
     data: dict[str, Any] = {}
+    send_at: datetime | None = None
+    delay: float | str | None = None
+    cancellation_key: str | None = None
 
 
 class BatchItem(Notification, frozen=True, kw_only=True, omit_defaults=True):
@@ -89,12 +98,20 @@ class BatchRequest(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class DeliveryAtAcceptance(msgspec.Struct, frozen=True, kw_only=True):
-    """A delivery as ingest planned it: QUEUED, SCHEDULED, SUPPRESSED or EXPIRED."""
+    """A delivery as ingest planned it: QUEUED, SCHEDULED, SUPPRESSED or EXPIRED. One sent
+    later is SCHEDULED with reason ``scheduled`` and ``due_ms``, when it is due (ms since
+    the epoch; 0 otherwise)."""
 
     id: str
     channel: str
     status: str
     reason: str = ""
+    due_ms: int = 0
+
+    @property
+    def due_at(self) -> datetime | None:
+        """``due_ms`` as a UTC time; None when the delivery was not sent later."""
+        return datetime.fromtimestamp(self.due_ms / 1000, UTC) if self.due_ms else None
 
 
 class Accepted(msgspec.Struct, frozen=True, kw_only=True):
@@ -137,6 +154,8 @@ class DeliveryView(msgspec.Struct, frozen=True, kw_only=True):
     provider_message_id: str | None
     updated_at: datetime
     reason: str | None = None  # servers before it do not send it
+    # When a SCHEDULED delivery is due (None in any other status, or from older servers).
+    due_at: datetime | None = None
 
 
 class NotificationStatus(msgspec.Struct, frozen=True, kw_only=True):
@@ -171,6 +190,8 @@ class RecipientDelivery(msgspec.Struct, frozen=True, kw_only=True):
     provider_message_id: str | None
     created_at: datetime
     updated_at: datetime
+    # When a SCHEDULED delivery is due (None in any other status, or from older servers).
+    due_at: datetime | None = None
 
 
 class RecipientDeliveryPage(msgspec.Struct, frozen=True, kw_only=True):
@@ -182,6 +203,43 @@ class RecipientDeliveryPage(msgspec.Struct, frozen=True, kw_only=True):
     deliveries: list[RecipientDelivery]
     next_cursor: str | None
     projection_lag_ms: int
+
+
+class CancelledDelivery(msgspec.Struct, frozen=True, kw_only=True):
+    """A delivery after a cancellation: CANCELLED, or its status when it could not be
+    (SENT and later: it went before; SENDING: a worker was handing it to the provider, so it
+    may go, but a retry of it will not; SUPPRESSED, EXPIRED, FAILED: it had ended)."""
+
+    id: str
+    channel: str | None
+    status: str
+
+
+class CancelledNotification(msgspec.Struct, frozen=True, kw_only=True):
+    """``POST /v1/notifications/{id}/cancel``: each delivery's status after the call."""
+
+    id: str
+    deliveries: list[CancelledDelivery]
+
+
+class CancellationRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """Body of ``POST /v1/cancellations``: the ``cancellation_key`` to cancel by."""
+
+    key: str
+
+
+class KeyCancellation(msgspec.Struct, frozen=True, kw_only=True):
+    """``POST /v1/cancellations``: the notifications found under the key, and their
+    deliveries by what became of them: ``cancelled``; ``sent`` before the call; ``sending``
+    (a worker was calling the provider: it may go, a retry of it will not); ``ended``
+    before otherwise (suppressed, expired, failed)."""
+
+    key: str
+    notifications: int
+    cancelled: int
+    sent: int
+    sending: int
+    ended: int
 
 
 AttributeValue = str | int | float | bool

@@ -1,4 +1,5 @@
-"""Read-model queries behind the FAILED dashboard: failure rates, failures, a timeline.
+"""Read-model queries behind the FAILED dashboard: failure rates, failures, what waits
+SCHEDULED, a timeline.
 
 Pure asyncpg over the tables of ``migrations/001_read_model.sql``; every query is scoped to
 one producer. Times are compared with the database's ``now()``.
@@ -64,6 +65,15 @@ ORDER BY updated_at DESC, id DESC
 LIMIT $5
 """
 
+# What waits SCHEDULED (a retry, quiet hours, an address awaited, or sent later: reason
+# "scheduled"), and the earliest due. On ``delivery_by_status``.
+_SCHEDULED = """
+SELECT count(*) AS waiting, count(*) FILTER (WHERE reason = 'scheduled') AS sent_later,
+       min(due_at) AS next_due
+FROM delivery
+WHERE status = 'SCHEDULED' AND producer = $1
+"""
+
 _NOTIFICATION = """
 SELECT id, type, priority, recipient_id, locale, created_at, expires_at, idempotency_key
 FROM notification
@@ -71,7 +81,8 @@ WHERE id = $1 AND producer = $2
 """
 
 _DELIVERIES_OF = """
-SELECT id, channel, status, reason, attempts, error_class, last_error, updated_at
+SELECT id, channel, status, reason, attempts, error_class, last_error, updated_at,
+       CASE WHEN status = 'SCHEDULED' THEN due_at END AS due_at
 FROM delivery
 WHERE notification_id = $1 AND id >= $2 AND id < $3  -- the partition of the notification's day
 ORDER BY channel, id
@@ -146,6 +157,17 @@ class DeliverySummary:
     error_class: str | None
     last_error: str | None
     updated_at: datetime
+    due_at: datetime | None = None  # when a SCHEDULED delivery is due
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledDeliveries:
+    """The producer's deliveries waiting SCHEDULED: all of them, those sent later at its
+    request (``send_at``/``delay``), and when the first is due (None: none waits)."""
+
+    waiting: int
+    sent_later: int
+    next_due: datetime | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +243,13 @@ async def failed_deliveries(
     ]
 
 
+async def scheduled_deliveries(pool: asyncpg.Pool, producer: str) -> ScheduledDeliveries:
+    """How many of the producer's deliveries wait SCHEDULED, and the first one's due time."""
+    async with pool.acquire() as connection:
+        row = await connection.fetchrow(_SCHEDULED, producer)
+    return ScheduledDeliveries(row["waiting"], row["sent_later"], row["next_due"])
+
+
 async def timeline(
     pool: asyncpg.Pool, producer: str, notification_id: uuid.UUID
 ) -> Timeline | None:
@@ -254,6 +283,7 @@ async def timeline(
                 error_class=row["error_class"],
                 last_error=row["last_error"],
                 updated_at=row["updated_at"],
+                due_at=row["due_at"],
             )
             for row in deliveries
         ],

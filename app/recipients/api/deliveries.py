@@ -50,7 +50,8 @@ class RecipientDelivery(msgspec.Struct, frozen=True, kw_only=True):
     """One delivery to the recipient: whose notification it was, on which channel, where it
     is and why (``reason``: why it is SUPPRESSED, EXPIRED, CANCELLED or deferred, or which
     provider feedback set its status; ``error_class`` and ``last_error``, at most 500
-    characters, from its latest failed attempt)."""
+    characters, from its latest failed attempt; ``due_at``, while it is SCHEDULED, when it
+    is due)."""
 
     id: str
     notification_id: str
@@ -65,6 +66,9 @@ class RecipientDelivery(msgspec.Struct, frozen=True, kw_only=True):
     provider_message_id: str | None
     created_at: datetime
     updated_at: datetime
+    # When a SCHEDULED delivery is due (sent later, quiet hours, a retry); null in any other
+    # status. Last, with a default: clients that do not know it are unaffected.
+    due_at: datetime | None = None
 
 
 class RecipientDeliveryPage(msgspec.Struct, frozen=True, kw_only=True):
@@ -93,6 +97,7 @@ def item_of(row: LoggedDelivery) -> RecipientDelivery:
         provider_message_id=row.provider_message_id,
         created_at=row.created_at,
         updated_at=row.updated_at,
+        due_at=row.due_at,
     )
 
 

@@ -10,8 +10,10 @@ import inspect
 import json
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import httpx
+import msgspec
 import pytest
 
 from clarion_client import (
@@ -55,6 +57,27 @@ async def test_send_repeat_and_read_back(api_url: str) -> None:
     assert again == first
     assert (status.id, status.type, status.priority) == (first.id, "otp", "HIGH")
     assert [d.channel for d in status.deliveries] == ["SMS"]
+
+
+async def test_sent_later_then_cancelled_by_id_and_by_key(api_url: str) -> None:
+    base = otp("user-46")
+    async with AsyncClarion(api_url, API_KEY) as clarion:
+        later = await clarion.send(msgspec.structs.replace(base, delay="PT30M"))
+        keyed = await clarion.send(
+            msgspec.structs.replace(base, delay=600, cancellation_key="async-o-1")
+        )
+        status = await clarion.get_notification(later.id)
+        cancelled = await clarion.cancel(later.id)
+        by_key = await clarion.cancel_by_key("async-o-1")
+        after = await clarion.get_notification(keyed.id)
+    [delivery] = later.deliveries
+    assert (delivery.status, delivery.reason) == ("SCHEDULED", "scheduled")
+    assert status.deliveries[0].due_at == delivery.due_at
+    assert delivery.due_at is not None
+    assert 1790 <= (delivery.due_at - datetime.now(UTC)).total_seconds() <= 1800
+    assert [d.status for d in cancelled.deliveries] == ["CANCELLED"]
+    assert (by_key.notifications, by_key.cancelled, by_key.sending) == (1, 1, 0)
+    assert [(d.status, d.due_at) for d in after.deliveries] == [("CANCELLED", None)]
 
 
 async def test_a_recipient_token_is_made_and_revoked(api_url: str) -> None:

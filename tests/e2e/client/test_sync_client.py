@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import httpx
+import msgspec
 import pytest
 
 from clarion_client import (
@@ -64,6 +65,48 @@ def test_a_sent_notification_can_be_read_back(clarion: Clarion) -> None:
     status = clarion.get_notification(accepted.id)
     assert (status.id, status.type, status.recipient_id) == (accepted.id, "otp", "user-42")
     assert [d.id for d in status.deliveries] == [delivery.id]
+
+
+def test_sent_later_it_waits_scheduled_until_cancelled_by_id_or_key(clarion: Clarion) -> None:
+    send_at = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=1)
+    base = otp("user-45")
+    later = clarion.send(msgspec.structs.replace(base, send_at=send_at, cancellation_key="o-9"))
+    [delivery] = later.deliveries
+    assert (delivery.status, delivery.reason, delivery.due_at) == (
+        "SCHEDULED", "scheduled", send_at
+    )  # fmt: skip
+    [shown] = clarion.get_notification(later.id).deliveries
+    assert (shown.status, shown.reason, shown.due_at) == ("SCHEDULED", "scheduled", send_at)
+    [keyed, by_seconds] = clarion.send_batch([
+        msgspec.structs.replace(base, delay="P1DT2H", cancellation_key="o-9"),
+        msgspec.structs.replace(base, delay=90.5),
+    ])  # fmt: skip
+    assert keyed.deliveries is not None
+    assert keyed.deliveries[0].due_at is not None
+    assert by_seconds.deliveries is not None
+    assert by_seconds.deliveries[0].status == "SCHEDULED"
+
+    cancelled = clarion.cancel(later.id)
+    assert cancelled.id == later.id
+    assert [(d.id, d.channel, d.status) for d in cancelled.deliveries] == [
+        (delivery.id, "SMS", "CANCELLED")
+    ]
+    assert clarion.cancel(later.id) == cancelled  # again: the same answer
+    [now_cancelled] = clarion.get_notification(later.id).deliveries
+    assert (now_cancelled.status, now_cancelled.due_at) == ("CANCELLED", None)
+    assert now_cancelled.reason == "notification cancelled by fuzz"
+    by_key = clarion.cancel_by_key("o-9")
+    assert (by_key.key, by_key.notifications, by_key.cancelled, by_key.sent) == ("o-9", 2, 2, 0)
+    assert keyed.id is not None
+    [gone] = clarion.get_notification(keyed.id).deliveries
+    assert (gone.status, gone.reason) == ("CANCELLED", "cancelled by key o-9 by fuzz")
+    assert clarion.cancel_by_key("no-such-key").notifications == 0
+    with pytest.raises(NotFoundError):
+        clarion.cancel("0192f0c4-0000-7000-8000-000000000000")
+    with pytest.raises(InvalidRequestError, match="delay: years and months"):
+        clarion.send(msgspec.structs.replace(base, delay="P1M"))
+    with pytest.raises(InvalidRequestError, match="send_at"):
+        clarion.send(msgspec.structs.replace(base, send_at=datetime(2030, 1, 1, 12)))
 
 
 def test_a_recipients_log_is_read_and_its_filters_checked(clarion: Clarion) -> None:

@@ -8,6 +8,7 @@ import asyncio
 import html
 import re
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -166,3 +167,42 @@ async def test_keys_without_the_scope_get_403_and_bad_input_a_4xx_page(client: C
     )
     assert bad_cursor.status_code == 422
     assert "cursor: invalid" in bad_cursor.text
+
+
+async def test_a_delivery_sent_later_shows_scheduled_with_its_due_time(
+    client: Client, real_redis: Redis, keys: KeySpace, pool: asyncpg.Pool
+) -> None:
+    body = {"recipient": {"id": PERSON, "phone": "+4915112345678"}, "type": "otp",
+            "data": {"code": "1"}, "send_at": "2099-01-01T00:00:00Z"}  # fmt: skip
+    too_far = await client.post(
+        "/v1/notifications", json=body, headers={**ORDERS, "Idempotency-Key": "k-far"}
+    )
+    assert too_far.status_code == 422
+    assert "send_at: at most 30 days ahead" in too_far.json()["detail"]
+    response = await client.post(
+        "/v1/notifications",
+        json={**body, "send_at": None, "delay": "P1DT2H"},
+        headers={**ORDERS, "Idempotency-Key": "k-later"},
+    )
+    assert response.status_code == 202, response.text
+    [sms] = response.json()["deliveries"]
+    due = datetime.fromtimestamp(sms["due_ms"] / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    projector = Projector(real_redis, pool, keys, consumer="test-projector")
+    task = asyncio.create_task(projector.run())
+    try:
+        await wait_until(lambda: drained(real_redis, keys))
+    finally:
+        projector.stop()
+        await asyncio.wait_for(task, 20)
+
+    page = (await client.get(SEARCH, params={"recipient_id": PERSON}, headers=SEARCHER)).text
+    assert logged_ids(page) == [sms["id"]]
+    assert ">SCHEDULED</span>" in page
+    assert f"due {due}" in page
+    timeline = await client.get(f"/dashboard/notifications/{response.json()['id']}", headers=READER)
+    assert timeline.status_code == 200, timeline.text
+    assert f"due {due}" in timeline.text
+    dashboard = (await client.get("/dashboard", headers=READER)).text
+    assert '<span id="scheduled-waiting">1</span> waiting' in dashboard
+    assert '<span id="scheduled-later">1</span> sent later on request' in dashboard
+    assert f"next due {due}" in dashboard

@@ -7,7 +7,7 @@ import base64
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -431,3 +431,74 @@ async def test_the_openapi_schema_documents_both_endpoints(client: Client) -> No
     assert parameters["limit"]["schema"]["maximum"] == 500
     assert {"200", "404"} <= set(single["responses"])
     assert {"200", "422", "503"} <= set(listing["responses"])
+
+
+async def project_all(redis: Redis, pool: asyncpg.Pool, keys: KeySpace) -> None:
+    """Run the projector (no worker) until it read every event."""
+    async with running_projector(redis, pool, keys):
+        await wait_until(lambda: drained(redis, keys), within=20)
+
+
+async def test_a_scheduled_deliverys_due_time_is_shown_from_both_models(
+    client: Client, real_redis: Redis, keys: KeySpace, pool: asyncpg.Pool
+) -> None:
+    later = await accept(client, {**ORDER, "delay": "PT2H"}, "k1")
+    due_ms = {d["id"]: d["due_ms"] for d in later["deliveries"] if d["status"] == "SCHEDULED"}
+    assert len(due_ms) == 2  # EMAIL and IN_APP; PUSH is suppressed at once
+    due = {i: datetime.fromtimestamp(ms / 1000, UTC) for i, ms in due_ms.items()}
+    now = await accept(client, ORDER, "k2")
+
+    def shown(body: dict[str, Any]) -> list[tuple[str, str | None, datetime | None]]:
+        return [
+            (d["status"], d["reason"], d["due_at"] and datetime.fromisoformat(d["due_at"]))
+            for d in body["deliveries"]
+        ]
+
+    expected = [
+        ("SCHEDULED", "scheduled", due[ids_of(later)[0]]),
+        ("SUPPRESSED", "no_address", None),
+        ("SCHEDULED", "scheduled", due[ids_of(later)[2]]),
+    ]
+    from_redis = (await status_of(client, later["id"])).json()
+    assert await count(pool, "notification") == 0  # nothing projected: this came from Redis
+    assert shown(from_redis) == expected
+    assert [d["due_at"] for d in (await status_of(client, now["id"])).json()["deliveries"]] == [
+        None, None, None,
+    ]  # fmt: skip
+
+    await project_all(real_redis, pool, keys)
+    shard = keys.shard(0)
+    await real_redis.delete(shard.notification(later["id"]))
+    from_postgresql = (await status_of(client, later["id"])).json()
+    assert from_postgresql["projection_lag_ms"] == 0
+    assert shown(from_postgresql) == expected
+
+    listed = (await deliveries(client, "?status=SCHEDULED")).json()["deliveries"]
+    assert {(d["id"], datetime.fromisoformat(d["due_at"])) for d in listed} == set(due.items())
+    queued = (await deliveries(client, "?status=QUEUED")).json()["deliveries"]
+    assert {d["due_at"] for d in queued} == {None}
+
+
+async def test_the_write_model_shows_a_states_due_time_only_while_it_is_scheduled(
+    client: Client, real_redis: Redis, keys: KeySpace
+) -> None:
+    accepted = await accept(client, ORDER, "k1")
+    email, _, in_app = ids_of(accepted)
+    retry_ms = 1_900_000_000_000
+    shard = keys.shard(0)
+    # As a worker leaves them: a retry waiting in SCHEDULED, and one sent since (its hash
+    # keeps the due_ms of the retry before).
+    await real_redis.hset(  # type: ignore[misc]
+        shard.delivery(email),
+        mapping={"status": "SCHEDULED", "version": 3, "attempts": 1, "due_ms": retry_ms},
+    )
+    await real_redis.hset(  # type: ignore[misc]
+        shard.delivery(in_app),
+        mapping={"status": "SENT", "version": 5, "attempts": 2, "due_ms": retry_ms},
+    )
+    body = (await status_of(client, accepted["id"])).json()
+    retry_at = datetime.fromtimestamp(retry_ms / 1000, UTC)
+    assert [
+        (d["status"], d["due_at"] and datetime.fromisoformat(d["due_at"]))
+        for d in body["deliveries"]
+    ] == [("SCHEDULED", retry_at), ("SUPPRESSED", None), ("SENT", None)]

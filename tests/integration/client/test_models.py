@@ -23,7 +23,10 @@ from clarion_client.models import (
     BatchRequest,
     BatchResponse,
     CampaignSpec,
+    CancellationRequest,
+    CancelledNotification,
     ErrorBody,
+    KeyCancellation,
     Notification,
     NotificationStatus,
     Progress,
@@ -40,6 +43,8 @@ BATCH = "/v1/notifications/batch"
 CAMPAIGNS = "/v1/campaigns"
 CAMPAIGN = "/v1/campaigns/{campaign_id}"
 RECIPIENT_LOG = "/v1/recipients/{recipient_id}/deliveries"
+CANCEL = "/v1/notifications/{notification_id}/cancel"
+CANCELLATIONS = "/v1/cancellations"
 
 
 @pytest.fixture(scope="module")
@@ -170,6 +175,7 @@ REQUESTS = [
     (BatchRequest, BATCH),
     (CampaignSpec, CAMPAIGNS),
     (Upload, f"{CAMPAIGN}/recipients"),
+    (CancellationRequest, CANCELLATIONS),
 ]
 
 
@@ -224,6 +230,8 @@ ANSWERS = [
     (Progress, f"{CAMPAIGN}/start", "post", "200"),
     (Progress, CAMPAIGN, "get", "200"),
     (RecipientDeliveryPage, RECIPIENT_LOG, "get", "200"),
+    (CancelledNotification, CANCEL, "post", "200"),
+    (KeyCancellation, CANCELLATIONS, "post", "200"),
     (ErrorBody, NOTIFICATIONS, "post", "422"),
     (ErrorBody, STATUS_PATH, "get", "404"),
 ]

@@ -1,5 +1,6 @@
 """The FAILED dashboard's queries on real PostgreSQL: failure rates over the deliveries that
-ended, failures by error class, the failed list, and a notification's timeline."""
+ended, failures by error class, the failed list, what waits SCHEDULED, and a notification's
+timeline."""
 
 from __future__ import annotations
 
@@ -13,13 +14,16 @@ from projections.dashboard.queries import (
     ChannelFailureRate,
     ErrorClassCount,
     FailureFilter,
+    ScheduledDeliveries,
     failed_deliveries,
     failure_rates,
     failures_by_error_class,
+    scheduled_deliveries,
     timeline,
 )
-from streams.core.events import DeliveryDeadLettered, DeliveryQueued
+from streams.core.events import DeliveryDeadLettered, DeliveryQueued, DeliveryScheduled
 from streams.core.ids import new_id
+from streams.core.vocabulary import Channel, Priority
 from streams.delivery.state import TERMINAL, DeliveryStatus
 from tests.integration.projection_support import accepted, delivered, project
 
@@ -158,3 +162,29 @@ async def test_a_timeline_shows_every_event_of_a_producers_notification(
     assert failure.body["error"] == "refused: PERMANENT"
     assert await timeline(pool, "other", uuid.UUID(notification_id)) is None
     assert await timeline(pool, "shop", uuid.UUID(new_id(0))) is None
+
+
+async def test_what_waits_scheduled_is_counted_with_the_first_due_time(
+    pool: asyncpg.Pool,
+) -> None:
+    assert await scheduled_deliveries(pool, "shop") == ScheduledDeliveries(0, 0, None)
+    await deliveries(pool, ("SMS", "SCHEDULED", ago(minutes=3)))  # a retry, due at its time
+    await deliveries(pool, ("SMS", "SENT", ago(minutes=1)), ("SMS", "QUEUED", ago(minutes=1)))
+    await deliveries(pool, ("SMS", "SCHEDULED", ago(minutes=9)), producer="other")
+    due = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=1)
+    notification_id, delivery_id = new_id(0), new_id(0)
+    await project(pool, [
+        accepted(notification_id, [delivery_id], at=ago(minutes=1)),
+        DeliveryScheduled(at=ago(minutes=1), notification_id=notification_id,
+                          delivery_id=delivery_id, version=1, channel=Channel.EMAIL,
+                          priority=Priority.NORMAL, until=due),
+    ])  # fmt: skip
+
+    counted = await scheduled_deliveries(pool, "shop")
+    assert (counted.waiting, counted.sent_later) == (2, 1)
+    assert counted.next_due is not None
+    assert abs((counted.next_due - ago(minutes=3)).total_seconds()) < 5
+    found = await timeline(pool, "shop", uuid.UUID(notification_id))
+    assert found is not None
+    [later] = found.deliveries
+    assert (later.status, later.reason, later.due_at) == ("SCHEDULED", "scheduled", due)

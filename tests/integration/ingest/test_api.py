@@ -433,3 +433,33 @@ async def test_a_high_request_goes_ahead_of_batches_and_a_normal_one_does_not(
     assert [high.status_code, normal.status_code, invalid.status_code] == [202, 202, 422]
     assert busy_while_ingested == [True, False, True]
     assert not ingestor.high_first.busy  # every turn ended, the refused one's too
+
+
+@pytest.mark.parametrize(
+    ("schedule", "detail"),
+    [
+        ({"delay": "P1M"}, "delay: years and months are not durations of fixed length"),
+        ({"delay": "PT1.5M"}, "delay: only seconds may have a fraction"),
+        ({"delay": "soon"}, "delay: an ISO 8601 duration such as PT15M or P1DT2H, or seconds"),
+        ({"delay": -5}, "delay: Expected `float` >= 0.0"),
+        ({"delay": "P40D"}, "delay: at most 30 days ahead (CLARION_MAX_SCHEDULE=2592000)"),
+        (
+            {"send_at": "2999-01-01T00:00:00Z"},
+            "send_at: at most 30 days ahead (CLARION_MAX_SCHEDULE=2592000)",
+        ),
+        (
+            {"send_at": "2026-12-24T09:00:00"},
+            "send_at: Expected `datetime` with a timezone component",
+        ),
+        (
+            {"send_at": "2026-12-24T09:00:00Z", "delay": 60},
+            "send_at, delay: give one of them, not both",
+        ),
+    ],
+)
+async def test_a_send_time_that_cannot_be_used_is_422_as_the_docs_say(
+    client: Client, schedule: dict[str, Any], detail: str
+) -> None:
+    response = await post(client, {**OTP, **schedule})
+    assert response.status_code == 422, response.text
+    assert response.json()["detail"].startswith(detail)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import asyncpg
@@ -117,7 +118,9 @@ async def test_every_producers_deliveries_to_the_recipient_newest_first(
     assert set(push) == {
         "id", "notification_id", "producer", "type", "channel", "status", "reason", "attempts",
         "error_class", "last_error", "provider_message_id", "created_at", "updated_at",
+        "due_at",
     }  # fmt: skip
+    assert push["due_at"] is None
     # No address is shown anywhere: the read model keeps none.
     assert "anna@example.com" not in response.text
     assert "4915112345678" not in response.text
@@ -164,6 +167,29 @@ async def test_filters_by_status_channel_type_and_time(
     assert await ids("?since=2000-01-01T00:00:00Z") == everything
     assert await ids("?until=2000-01-01T00:00:00Z") == []
     assert await ids("?since=2999-01-01T00:00:00Z") == []
+
+
+async def test_a_delivery_sent_later_is_logged_scheduled_with_its_due_time(
+    client: Client, real_redis: Redis, keys: KeySpace, pool: asyncpg.Pool
+) -> None:
+    send_at = (datetime.now(UTC) + timedelta(days=1)).replace(microsecond=0)
+    body = {**OTP, "send_at": send_at.astimezone(timezone(timedelta(hours=2))).isoformat()}
+    later = await accept(client, body, "a-1", AUTH)
+    [sms] = later["deliveries"]
+    assert (sms["status"], sms["reason"]) == ("SCHEDULED", "scheduled")
+    projector = Projector(real_redis, pool, keys, consumer="test-projector")
+    task = asyncio.create_task(projector.run())
+    try:
+        await wait_until(lambda: drained(real_redis, keys))
+    finally:
+        projector.stop()
+        await asyncio.wait_for(task, 20)
+
+    [logged] = (await log_of(client)).json()["deliveries"]
+    assert (logged["id"], logged["status"], logged["reason"]) == (
+        sms["id"], "SCHEDULED", "scheduled"
+    )  # fmt: skip
+    assert datetime.fromisoformat(logged["due_at"]) == send_at
 
 
 async def test_a_recipient_nothing_was_sent_to_has_an_empty_log(
