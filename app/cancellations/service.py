@@ -22,6 +22,7 @@ import msgspec
 from redis.asyncio import Redis
 
 from projections import queries
+from projections.database import DatabaseNotReady
 from streams.campaigns.ids import campaign_of
 from streams.core.keys import KeySpace, ShardKeys
 from streams.core.records import DeliveryAtAcceptance, NotificationRecord
@@ -32,6 +33,18 @@ from streams.delivery.state import read_states
 
 # The longest a delivery may still wait: the longest horizon and the longest TTL after it.
 _LONGEST_WAIT_MS = 60 * 86_400_000
+
+
+# PostgreSQL cannot be used right now (``app.api.read_model`` answers these 503 too).
+_UNAVAILABLE: tuple[type[BaseException], ...] = (
+    OSError,
+    TimeoutError,
+    DatabaseNotReady,
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.OperatorInterventionError,
+    asyncpg.InsufficientResourcesError,
+)
 
 
 class ReadModelNeeded(Exception):
@@ -135,7 +148,10 @@ class Cancellations:
         pool = await self.read_model()
         if pool is None:
             raise ReadModelNeeded
-        return await queries.delivery_statuses(pool, absent)
+        try:
+            return await queries.delivery_statuses(pool, absent)
+        except _UNAVAILABLE:
+            raise ReadModelNeeded from None
 
     def _now_ms(self) -> int:
         return int(self.clock().timestamp() * 1000)
@@ -148,7 +164,10 @@ class Cancellations:
         pool = await self.read_model()
         if pool is None:
             raise ReadModelNeeded
-        row = await queries.notification_status(pool, notification_id)
+        try:
+            row = await queries.notification_status(pool, notification_id)
+        except _UNAVAILABLE:
+            raise ReadModelNeeded from None
         if row is None or row.producer != producer:
             return None
         # Its expiry is not in the row: a work item of it lives no longer than the longest

@@ -24,7 +24,7 @@ from streams.core.records import decode_record
 from streams.core.vocabulary import Priority
 from tests.chaos.relay import Relayed
 
-FINAL = frozenset({"SENT", "FAILED", "EXPIRED", "SUPPRESSED"})
+FINAL = frozenset({"SENT", "FAILED", "EXPIRED", "SUPPRESSED", "CANCELLED"})
 PIPELINE_CHUNK = 5000
 
 

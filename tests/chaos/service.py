@@ -103,6 +103,7 @@ def running_service(
     idempotent: bool,
     max_deliveries: int = MAX_DELIVERIES,
     cluster: bool = False,
+    catalog_change: Callable[[str], str] = lambda text: text,
 ) -> Iterator[Service]:
     """Redis (a three-master cluster with ``cluster``), PostgreSQL, the relay (set up for
     ``plans``) and the service's processes, stopped afterwards whatever happened."""
@@ -112,7 +113,7 @@ def running_service(
     relay = ChaosRelay(password=password, mailboxes=mailboxes)
     with relay:
         catalog = workdir / "clarion.toml"
-        catalog.write_text(chaos_catalog(relay, idempotent=idempotent))
+        catalog.write_text(catalog_change(chaos_catalog(relay, idempotent=idempotent)))
         (workdir / "redis").mkdir()
         shards = CLUSTER_SHARDS if cluster else 1
         redis: DurableRedis | DurableCluster = (

@@ -11,6 +11,10 @@ and the service drains, ``verdict`` judges what is left, against the sandbox's r
 relay's; the summary table is printed at the end of the session. Redis faults the service
 must heal from without any restart are in ``test_redis_faults``.
 
+The fourth run puts time into the traffic (``later``): notifications sent later, some
+cancelled after their 202, a type capped per recipient; under the same faults nothing may
+reach a provider before its time, after its cancellation was acknowledged or beyond its cap.
+
 The third run does the same on a three-master Redis Cluster (AOF, ``appendfsync always``,
 8 shards): the Redis crash SIGKILLs one master and restarts it from its AOF while the others
 serve on. The service runs slower there on two cores (three Redis servers and 8 shards' loops
@@ -31,6 +35,14 @@ from pathlib import Path
 import pytest
 
 from tests.chaos.faults import FaultInjector
+from tests.chaos.later import (
+    LaterProducer,
+    judge_later,
+    plan_later,
+    resolve,
+    summary,
+    with_throttle,
+)
 from tests.chaos.load import Producer, plan
 from tests.chaos.report import render
 from tests.chaos.service import (
@@ -90,6 +102,54 @@ async def test_faults_lose_and_double_nothing(
         redis = "a three-master Redis Cluster" if cluster else "one Redis"
         table = render(
             f"{len(plans)} notifications, {sandbox} sandbox, EMAIL over SMTP, {redis}",
+            started,
+            injector.faults,
+            injector.crashes,
+            injector.refused_starts,
+            producer.stats,
+            verdict,
+            {"send": sent - started, "drain": settled_at - sent},
+        )
+        conclude(service, verdict, table, injector.crashes, tmp_path, chaos_report)
+
+
+async def test_time_under_faults_sends_nothing_early_cancelled_or_beyond_a_cap(
+    tmp_path: Path, chaos_report: Callable[[str], None]
+) -> None:
+    """The same faults over traffic with time in it (``later``): a quarter sent later, some
+    cancelled after their 202, marketing capped per recipient. Besides everything the other
+    runs check: nothing reaches a provider before its time, after its cancellation was
+    acknowledged, or beyond its cap."""
+    planned = plan_later(NOTIFICATIONS // 2, seed=13)
+    with running_service(
+        tmp_path, planned.plans, idempotent=True, catalog_change=with_throttle
+    ) as service:
+        injector = FaultInjector(
+            service.redis, service.postgres, service.workers, service.projector, service.api,
+            lease_s=LEASE_MS / 1000,
+        )  # fmt: skip
+        respawner = asyncio.create_task(injector.respawn())
+        producer = LaterProducer(service.base_url, API_SECRET, planned.cancel)
+        started = time.time()
+        try:
+            sending = asyncio.create_task(producer.send_all(planned.plans, SEND_SECONDS))
+            await injector.run(lambda: producer.progress, sending)
+            await sending
+            sent = time.time()
+            evidence = await drained(service, producer.acknowledged)
+        finally:
+            respawner.cancel()
+        settled_at = time.time()
+        expected, answered = resolve(producer, evidence)
+        verdict = judge(
+            producer.acknowledged, evidence, injector.faults, injector.crashes, producer.stats,
+            idempotent=True, expected=expected,
+        )  # fmt: skip
+        judge_later(verdict, producer, evidence, answered)
+        check_logs(service, verdict)
+        table = render(
+            f"{len(planned.plans)} notifications with time "
+            f"({summary(producer, answered, evidence)}), idempotent sandbox, one Redis",
             started,
             injector.faults,
             injector.crashes,

@@ -133,9 +133,12 @@ def judge(
     stats: ProducerStats,
     *,
     idempotent: bool,
+    expected: dict[str, Expected] | None = None,
 ) -> Verdict:
+    """The verdict on a run; ``expected``: each delivery's expected end, when not only the
+    directives decide it (``later``)."""
     verdict = Verdict(idempotent, acknowledged=len(acknowledged))
-    expected = expectations(acknowledged)
+    expected = expected if expected is not None else expectations(acknowledged)
     verdict.deliveries = len(expected)
     _notifications(verdict, acknowledged, evidence)
     _released(verdict, evidence)

@@ -89,3 +89,17 @@ async def test_a_notification_whose_record_is_gone_is_answered_from_the_read_mod
     assert await cancellations.cancel_notification("auth", answer["id"]) is None
     found = await real_redis.hgetall(keys.shard(0).delivery(answer["deliveries"][0]["id"]))
     assert found[b"status"] == b"CANCELLED"
+
+
+async def test_a_read_model_failing_under_the_call_is_unavailable_not_a_bug(
+    real_redis: Redis, key_prefix: str, database_url: str
+) -> None:
+    keys = KeySpace(key_prefix)
+    answer = await accept(real_redis, keys, fast_catalog(), ORDER, "k-4")
+    closed = await asyncpg.create_pool(database_url, min_size=1, max_size=1)
+    await closed.close()  # as a crashed PostgreSQL leaves a pool: every call fails
+    with pytest.raises(ReadModelNeeded):
+        await service(real_redis, keys, closed).cancel_notification("orders", answer["id"])
+    await real_redis.delete(keys.shard(0).notification(answer["id"]))
+    with pytest.raises(ReadModelNeeded):
+        await service(real_redis, keys, closed).cancel_notification("orders", answer["id"])
