@@ -66,8 +66,9 @@ class NotificationPlan(msgspec.Struct, frozen=True, kw_only=True):
     now_ms: int
     expires: datetime
     expires_ms: int
-    # When the recipient's quiet window ends, if this notification falls into one.
+    # When the recipient's quiet window ends, if this notification falls into one (and in ms).
     quiet_until: datetime | None
+    quiet_ms: int = 0
     disabled: frozenset[tuple[str, str]]  # (type, channel) pairs the recipient switched off
     invalid: frozenset[tuple[str, str]]  # (channel, address digest) of dead addresses
     # (channel, address) the suppression list stops for this type, and the entry's reason.
@@ -114,8 +115,8 @@ class NotificationPlan(msgspec.Struct, frozen=True, kw_only=True):
         nid, now, priority, quiet_until = self.id, self.now, self.priority, self.quiet_until
         type_name, disabled, invalid = self.request.type, self.disabled, self.invalid
         unroutable, suppressed, due_ms = self.unroutable, self.suppressed, self.due_ms
-        # Decided for every delivery getting a work item, which is at most one per pair.
-        shared = self._shared_data(len(identity.pairs))
+        quiet_ms = self.quiet_ms
+        shared = self._shared_data(len(identity.pairs))  # for each that gets a work item
         suppressed_at: list[tuple[str, str]] = []
         at_acceptance: list[DeliveryAtAcceptance] = []
         work: list[PlannedWork] = []
@@ -139,9 +140,10 @@ class NotificationPlan(msgspec.Struct, frozen=True, kw_only=True):
                 reason = "" if status is _SCHEDULED else "quiet_hours_past_ttl"
             elif due_ms:  # sent later: nothing else about it is decided now
                 status, reason = _SCHEDULED, "scheduled"
+            until = (due_ms or quiet_ms) if status is _SCHEDULED else 0  # an address: unknown
             at_acceptance.append(DeliveryAtAcceptance(
                 id=did, channel=channel, status=status, reason=reason,
-                due_ms=due_ms if reason == "scheduled" else 0))  # fmt: skip
+                due_ms=0 if reason == "awaiting_address" else until))  # fmt: skip
             if status is _SUPPRESSED:
                 suppressed_at.append((channel, reason))
                 events.append(DeliverySuppressed(

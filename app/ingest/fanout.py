@@ -306,6 +306,7 @@ class Planner:
             expires=expires,
             expires_ms=expires_ms,
             quiet_until=quiet_until,
+            quiet_ms=epoch_ms(quiet_until) if quiet_until is not None else 0,
             disabled=settings.disabled if type_config.opt_out and not due else frozenset(),
             invalid=settings.invalid,
             suppressed=suppressed,

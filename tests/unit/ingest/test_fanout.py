@@ -342,16 +342,19 @@ def test_the_response_lists_every_delivery_with_its_status(planner: Planner) -> 
     item = plan(planner, order(email="jane@example.com"), QUIET, LATE)
     response = json.loads(item.response)
     assert response["id"] == item.notification_id
-    # A delivery that ends at once says why; the others carry no reason.
+    # A delivery that ends at once says why; the others carry no reason; one held for quiet
+    # hours says until when.
     assert response["deliveries"] == [
         {
             "id": d.id,
             "channel": d.channel,
             "status": d.status,
             **({"reason": d.reason} if d.reason else {}),
+            **({"due_ms": d.due_ms} if d.due_ms else {}),
         }
         for d in record(item).deliveries
     ]
+    assert response["deliveries"][0]["due_ms"] > 0
     assert response["deliveries"][1]["reason"] == "no_address"
     assert [entry["status"] for entry in response["deliveries"]] == [
         "SCHEDULED",
