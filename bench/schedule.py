@@ -979,7 +979,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     result: dict[str, Any] = {
         **result_head(KIND, started, client),
         "parameters": {
-            "command": "bench/schedule.py " + " ".join(sys.argv[1:] if argv is None else argv),
+            "command": " ".join(["bench/schedule.py", *(sys.argv[1:] if argv is None else argv)]),
             "count": args.count,
             "rate": args.rate,
             "shape": args.shape,
