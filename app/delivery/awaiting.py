@@ -4,6 +4,12 @@ profile gives now (``app.recipients.awaiting``) and either sends it like any del
 records what becomes of it instead: waiting again (``awaiting_address``, indexed so a
 profile change releases it: ``streams.delivery.address_waits``), SUPPRESSED, deferred for quiet
 hours, or EXPIRED.
+
+Deliveries sent later are looked at again when they come due (``send_at``/``delay``): the
+recipient's settings and the suppression list as they are then decide. A batch of them is
+read in one round trip (a pipeline of the recipients' settings, one HMGET of the list): at
+10,000 due a second, two round trips a delivery one after the other held a worker's lane
+longer than the sends (``bench/schedule.py``).
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from streams.delivery.leases import LeasedDelivery
 from streams.delivery.store import FinishReply, Outcome
 from streams.recipients.read import RecipientSettings
 from streams.recipients.settings import AddressDigest
-from streams.recipients.suppressions import SuppressionStore
+from streams.recipients.suppressions import Suppression, SuppressionStore
 
 
 @dataclass(slots=True)
@@ -57,13 +63,16 @@ class AddressAwaiter:
         if not [leased for leased in held if leased.item.await_until_ms or leased.item.send_at_ms]:
             return Looked(held=list(held))  # the usual batch: nothing waits for anything
         looked = Looked()
+        again = await self._read_again(
+            [leased for leased in held if leased.item.send_at_ms and _has_address(leased)]
+        )
         for leased in held:
             item = leased.item
             if item.send_at_ms and leased.lease.version == 1:
                 leased = msgspec.structs.replace(leased, came_due=True)  # noqa: PLW2901
-            if not item.await_until_ms or item.address:
+            if _has_address(leased):
                 if item.send_at_ms:
-                    await self._look_again(leased, now_ms, looked)
+                    self._look_again(leased, *again[item.delivery_id], now_ms, looked)
                 else:
                     looked.held.append(leased)
                 continue
@@ -86,11 +95,44 @@ class AddressAwaiter:
                 looked.decided.append((with_address, decided))
         return looked
 
-    async def _look_again(self, leased: LeasedDelivery, now_ms: int, looked: Looked) -> None:
+    async def _read_again(
+        self, due: Sequence[LeasedDelivery]
+    ) -> dict[str, tuple[RecipientSettings, Suppression | None]]:
+        """The recipient's settings and the address's suppression entry of each delivery sent
+        later that came due (by delivery id), read together: one pipeline of HGETALLs (the
+        recipients are on the shard the batch was leased from) and one HMGET."""
+        if not due:
+            return {}
+        recipients = list(
+            dict.fromkeys(leased.shard.recipient(leased.item.recipient_id) for leased in due)
+        )
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for key in recipients:
+                pipe.hgetall(key)
+            raw = dict(zip(recipients, await pipe.execute(), strict=True))
+        addresses = [
+            (leased.item.channel, self.address_digest(leased.item.address)) for leased in due
+        ]
+        listed = await self.suppressions.get_many(addresses)
+        return {
+            leased.item.delivery_id: (
+                RecipientSettings.from_hash(raw[leased.shard.recipient(leased.item.recipient_id)]),
+                listed[address],
+            )
+            for leased, address in zip(due, addresses, strict=True)
+        }
+
+    def _look_again(
+        self,
+        leased: LeasedDelivery,
+        settings: RecipientSettings,
+        listed: Suppression | None,
+        now_ms: int,
+        looked: Looked,
+    ) -> None:
         """A delivery sent later, now due: the recipient may have switched it off, its
         address may have gone on the suppression list, or it may be their quiet hours."""
-        raw = await self.redis.hgetall(leased.shard.recipient(leased.item.recipient_id))
-        decided = await self._decide(leased, RecipientSettings.from_hash(raw), now_ms)
+        decided = self._decision(leased, settings, listed, now_ms)
         if decided is None:
             looked.held.append(leased)
         else:
@@ -100,15 +142,25 @@ class AddressAwaiter:
         self, leased: LeasedDelivery, settings: RecipientSettings, now_ms: int
     ) -> Decision | None:
         item = leased.item
+        listed = await self.suppressions.get(item.channel, self.address_digest(item.address))
+        return self._decision(leased, settings, listed, now_ms)
+
+    def _decision(
+        self,
+        leased: LeasedDelivery,
+        settings: RecipientSettings,
+        listed: Suppression | None,
+        now_ms: int,
+    ) -> Decision | None:
+        item = leased.item
         type_config = self.catalog.types.get(item.notification_type)
         opt_out = type_config.opt_out if type_config is not None else False
-        digest = self.address_digest(item.address)
         return rules.with_address(
             item,
             settings,
             self.address_digest,
             opt_out=opt_out,
-            listed=await self.suppressions.get(item.channel, digest),
+            listed=listed,
             routable=bool(self.catalog.provider_order(item.channel, item.address)),
             now_ms=now_ms,
         )
@@ -132,3 +184,8 @@ class AddressAwaiter:
                 until_ms=leased.item.await_until_ms,
                 settings_version=version,
             )
+
+
+def _has_address(leased: LeasedDelivery) -> bool:
+    """Whether a delivery needs no address looked up: it waits for none, or has one."""
+    return not leased.item.await_until_ms or bool(leased.item.address)

@@ -162,6 +162,20 @@ class SuppressionStore:
         )
         return None if value is None else decode(address_field(channel, digest), value)
 
+    async def get_many(
+        self, wanted: Sequence[tuple[Channel, str]]
+    ) -> dict[tuple[Channel, str], Suppression | None]:
+        """The entry (active or not) or None for each (channel, digest), in one HMGET."""
+        if not wanted:
+            return {}
+        pairs = list(dict.fromkeys(wanted))
+        fields = [address_field(channel, digest) for channel, digest in pairs]
+        values = await self.redis.hmget(self.keys.shard(0).suppressions, fields)
+        return {
+            pair: None if value is None else decode(name, value)
+            for pair, name, value in zip(pairs, fields, values, strict=True)
+        }
+
     async def page(self, cursor: int, count: int) -> Page:
         """Entries from ``cursor`` on (an HSCAN of the first shard's copy: every entry once)."""
         key = self.keys.shard(0).suppressions

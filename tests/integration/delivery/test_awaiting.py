@@ -1,12 +1,15 @@
 """A type that waits for an address (``await_address_seconds``), on real Redis with a running
 worker and the sandbox: without the option a delivery without an address is suppressed at
 once; with it, it waits, is looked at again, and ends SUPPRESSED ``no_address`` after its
-bound, or is sent within about a second of a profile change that gives it an address."""
+bound, or is sent within about a second of a profile change that gives it an address.
+Deliveries sent later are looked at again the same way when they come due, a batch at a
+time."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -21,8 +24,10 @@ from app.settings import Settings
 from projections.projector import Projector
 from streams.core.events import DeliveryDeferred, DeliverySuppressed
 from streams.core.keys import KeySpace
+from streams.core.vocabulary import Channel
 from streams.recipients.settings import RecipientSettingsStore
-from tests.conftest import ORDERS, http_client, stream_events
+from streams.recipients.suppressions import Suppression, SuppressionStore
+from tests.conftest import DIGEST, ORDERS, http_client, stream_events
 from tests.integration.api_support import post
 from tests.integration.delivery_support import (
     accept,
@@ -179,3 +184,44 @@ async def test_a_producer_sees_the_wait_in_the_answer_and_the_status_api(
     assert status.status_code == 200
     [seen] = status.json()["deliveries"]
     assert (seen["status"], seen["reason"]) == ("SCHEDULED", "awaiting_address")
+
+
+async def test_deliveries_sent_later_are_decided_together_by_the_settings_when_due(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    """A batch coming due is read in one round trip; each delivery still gets its own
+    recipient's decision: one switched the type off meanwhile, one's address went on the
+    suppression list, the others go."""
+    keys, catalog = KeySpace(key_prefix), waiting_catalog(None)
+    send_at = datetime.now(UTC) + timedelta(seconds=1)
+    ids = {}
+    for name in ("off", "listed", "goes-1", "goes-2"):
+        body = {
+            "recipient": {"id": f"u-{name}", "email": f"{name}@example.com"},
+            "type": "order_confirmed",
+            "channels": ["EMAIL"],
+            "data": {"order_id": name},
+            "send_at": send_at.isoformat(),
+        }
+        answer = await accept(real_redis, keys, catalog, body, f"k-{name}")
+        ids[name] = answer["deliveries"][0]["id"]
+    await RecipientSettingsStore(real_redis, keys).switch_off(
+        "u-off", "order_confirmed", Channel.EMAIL, "api"
+    )
+    await SuppressionStore(real_redis, keys).add(Suppression(
+        channel=Channel.EMAIL, digest=DIGEST("listed@example.com"), reason="complaint",
+        source="test", at_ms=1,
+    ))  # fmt: skip
+
+    async def ended() -> bool:
+        found = [await state(real_redis, keys, i) for i in ids.values()]
+        return all(f.get("status") in {"SENT", "SUPPRESSED"} for f in found)
+
+    async with running_worker(real_redis, keys, catalog):
+        await wait_until(ended, within=10)
+    statuses = {name: (await state(real_redis, keys, i))["status"] for name, i in ids.items()}
+    assert statuses == {
+        "off": "SUPPRESSED", "listed": "SUPPRESSED", "goes-1": "SENT", "goes-2": "SENT",
+    }  # fmt: skip
+    sent = {call["delivery_id"] for call in await sandbox_calls(real_redis, keys)}
+    assert sent == {ids["goes-1"], ids["goes-2"]}

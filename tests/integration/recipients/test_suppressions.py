@@ -72,6 +72,18 @@ async def test_an_entry_is_on_every_shard_and_its_event_on_the_home_shard(
     assert {await store.version(shard) for shard in keys.all_shards()} == {2}
 
 
+async def test_many_entries_are_read_in_one_call_none_where_an_address_is_not_listed(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    store = SuppressionStore(real_redis, KeySpace(key_prefix, shards=2))
+    listed = entry("anna@example.com")
+    await store.add(listed)
+    anna, bob = (Channel.EMAIL, DIGEST("anna@example.com")), (Channel.EMAIL, DIGEST("bob@x.org"))
+    found = await store.get_many([anna, bob, anna])
+    assert found == {anna: listed, bob: None}
+    assert await store.get_many([]) == {}
+
+
 def test_an_entry_past_its_end_is_inactive_and_a_foreign_value_is_refused() -> None:
     now = int(time.time() * 1000)
     ended = entry("a@example.com", until_ms=now - 1)

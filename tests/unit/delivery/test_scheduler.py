@@ -1,5 +1,6 @@
 """A worker's scheduler loop on fakeredis: it sleeps until the next member is due and moves it,
-wakes at once when told to, and ends when cancelled."""
+wakes at once when told to, moves members due every millisecond a tick at a time, and ends
+when cancelled."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from app.delivery import scheduler as scheduler_module
 from app.delivery.scheduler import Scheduler
 from streams.core.keys import KeySpace, ShardKeys
 from streams.core.vocabulary import Priority
-from streams.delivery.delayed import delayed_member
+from streams.delivery.delayed import MOVE_LIMIT, Moved, delayed_member, move_due
 
 
 @pytest.fixture
@@ -81,3 +82,34 @@ async def test_a_cancelled_loop_ends_at_once_even_while_asleep(
     loop.cancel()  # what the worker does to its loops when it stops
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(loop, 2)
+
+
+async def test_members_due_every_millisecond_are_moved_a_tick_at_a_time(
+    fake: Redis, shard: ShardKeys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[int] = []
+
+    async def counted(redis: Redis, at: ShardKeys, limit: int = MOVE_LIMIT) -> Moved:
+        moved = await move_due(redis, at, limit)
+        calls.append(moved.count)
+        return moved
+
+    monkeypatch.setattr(scheduler_module, "move_due", counted)
+    first = await now_ms(fake) + 50
+    members = {delayed_member(Priority.HIGH, b"item-%d" % n): first + n for n in range(300)}
+    await fake.zadd(shard.delayed, members)
+    scheduler, stopping = Scheduler(fake, [shard]), asyncio.Event()
+    loop = asyncio.create_task(scheduler.run(shard, stopping))
+    try:
+        started = time.monotonic()
+        while await fake.zcard(shard.delayed):
+            assert time.monotonic() - started < 5, "not all were moved"
+            await asyncio.sleep(0.01)
+        moving = [count for count in calls if count]
+        # 300 ms of members, one a ms: a call every tick (10 ms) or so, not one a member.
+        assert sum(moving) == 300
+        assert len(moving) <= 300 / (scheduler_module.TICK_S * 1000) * 1.5
+    finally:
+        stopping.set()
+        scheduler.wake(shard)
+        await asyncio.wait_for(loop, 5)
