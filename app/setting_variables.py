@@ -276,6 +276,13 @@ RETENTION = _section(
         "FAILED one's).",
         field="projected_state_retention_seconds", low=0, high=_DAY,
     ),
+    Variable(
+        "CLARION_PARK_AFTER",
+        "Seconds ahead beyond which a waiting work item (a notification sent later, a long "
+        "deferral) is kept in PostgreSQL instead of Redis, put back an hour before it is due "
+        "(half this when shorter); 0: never.",
+        field="park_after_seconds", low=0, high=365 * _DAY,
+    ),
 )  # fmt: skip
 
 TRACING = _section(

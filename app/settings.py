@@ -56,6 +56,8 @@ class Settings:
     port: int = 8000
     idempotency_ttl_seconds: int = 24 * 3600
     max_schedule_seconds: int = 30 * 86400
+    # Beyond this far ahead a waiting work item is kept in PostgreSQL (``projections.parking``).
+    park_after_seconds: int = 6 * 3600
     max_body_bytes: int = 64 * 1024
     max_batch_body_bytes: int = 16 * 1024 * 1024
     log_format: Literal["json", "console"] = "json"

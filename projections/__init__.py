@@ -11,7 +11,9 @@
 - ``queries``: what the status API reads, and how far behind the read model is;
 - ``recipient_log``: a recipient's message log, every producer's deliveries to it;
 - ``campaign_queries``: a campaign's deliveries counted by status;
-- ``dashboard``: what the dashboard's pages and charts read.
+- ``dashboard``: what the dashboard's pages and charts read;
+- ``parking``: work items due far ahead kept here instead of in Redis, put back ahead of
+  their time (run by the projector process).
 
 Imports ``streams`` only.
 """

@@ -64,6 +64,7 @@ from projections.queries import recipient_deliveries
 from streams.core.errors import ClarionError
 from streams.core.keys import KeySpace
 from streams.core.vocabulary import Channel
+from streams.delivery.cancellations import NEVER_PARKED
 from streams.feedback.store import Inbox
 from streams.inbox.admission import StreamLimits
 from streams.inbox.live import InboxHub
@@ -243,6 +244,7 @@ def _state(
             state_retention_ms=settings.delivery_state_retention_seconds * 1000,
             released_after_ms=settings.projected_state_retention_seconds * 1000,
             clock=clock,
+            parked_after_ms=settings.park_after_seconds * 1000 or NEVER_PARKED,
         ),
         "metrics": recorder,
     }

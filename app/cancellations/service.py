@@ -1,8 +1,9 @@
 """Cancelling a producer's notifications: every delivery not handed to a provider yet ends
 CANCELLED, atomically with the workers (``streams/delivery/cancel.lua``).
 
-A notification is found by its record in Redis (``ntf:<id>``): kept as long as its
-idempotency key, and until it expires when it was sent later or with a cancellation key. A
+A notification is found by its record in Redis (``ntf:<id>``), kept as long as its
+idempotency key; after that (a notification sent days ahead, say), by the read model, which
+lists its deliveries: those it has not seen end are cancelled like any other. A
 delivery whose state hash is absent is "as accepted", unless it ended and the projector
 released its state since (``streams.delivery.state_release``, at the earliest
 ``CLARION_PROJECTED_STATE_RETENTION`` after it was projected): for a notification that old,
@@ -10,6 +11,9 @@ the read model is asked first, and without it the cancellation is refused (503) 
 a delivery long sent reported as cancelled. A notification whose record is gone (its key
 expired, it was not sent later) has nothing left to cancel: the read model says how its
 deliveries ended.
+
+A cancellation key's index (``cancel:<producer>:<key>``) keeps each notification until it
+expires, so a key reaches one whose record is gone the same way.
 """
 
 from __future__ import annotations
@@ -76,6 +80,7 @@ class Cancellations:
         state_retention_ms: int,
         released_after_ms: int,
         clock: Callable[[], datetime],
+        parked_after_ms: int = cancellations.NEVER_PARKED,
     ) -> None:
         self.redis = redis
         self.keys = keys
@@ -85,6 +90,8 @@ class Cancellations:
         # A notification younger than this has no state released yet.
         self.released_after_ms = released_after_ms
         self.clock = clock
+        # How far ahead a waiting work item may be parked in PostgreSQL.
+        self.parked_after_ms = parked_after_ms
 
     async def cancel_notification(
         self, producer: str, notification_id: str
@@ -106,12 +113,15 @@ class Cancellations:
         found: list[CancelledNotification] = []
         for shard in self.keys.all_shards():
             ids = await cancellations.indexed(self.redis, shard, producer, key, self._now_ms())
-            records = [
-                record
-                for record in await cancellations.records_of(self.redis, shard, ids)
-                if record is not None and record.producer == producer
-            ]
-            found += await self._cancel(shard, records, by=producer, key=key)
+            records = await cancellations.records_of(self.redis, shard, ids)
+            found += await self._cancel(
+                shard, [r for r in records if r is not None and r.producer == producer],
+                by=producer, key=key,
+            )  # fmt: skip
+            for nid, record in zip(ids, records, strict=True):
+                if record is None:  # its key expired: the read model lists its deliveries
+                    old = await self._from_read_model(producer, nid, key=key)
+                    found += [old] if old is not None else []
             await cancellations.forget(self.redis, shard, producer, key, ids)
         return _summary(key, found)
 
@@ -124,6 +134,7 @@ class Cancellations:
         return await cancellations.cancel(
             self.redis, shard, records, by=by, key=key, projected=projected,
             retention_ms=self.state_retention_ms, now=self.clock(),
+            parked_after_ms=self.parked_after_ms,
         )  # fmt: skip
 
     async def _projected(
@@ -157,7 +168,7 @@ class Cancellations:
         return int(self.clock().timestamp() * 1000)
 
     async def _from_read_model(
-        self, producer: str, notification_id: str
+        self, producer: str, notification_id: str, *, key: str = ""
     ) -> CancelledNotification | None:
         """A notification whose record left Redis with its idempotency key: the read model
         lists its deliveries; those it has not seen end are cancelled like any other."""
@@ -186,8 +197,9 @@ class Cancellations:
         shard = self.keys.notification_shard(notification_id)
         projected = {d.id: d.status for d in row.deliveries}
         [done] = await cancellations.cancel(
-            self.redis, shard, [record], by=producer, projected=projected,
+            self.redis, shard, [record], by=producer, key=key, projected=projected,
             retention_ms=self.state_retention_ms, now=self.clock(),
+            parked_after_ms=self.parked_after_ms,
         )  # fmt: skip
         return done
 

@@ -259,7 +259,6 @@ class Planner:
             shared_data=shared_data,
             expires_ms=notification.expires_ms,
             suppressed=suppressed_at,
-            keeps_record=notification.due_ms > 0,
             cancellation_key=request.cancellation_key or "",
         )
 

@@ -20,6 +20,7 @@ from app.processes.redis_checks import check_redis
 from app.settings import Settings
 from projections.database import DatabaseNotReady
 from projections.database import connect as connect_database
+from projections.parking import PROMOTE_AHEAD_MS, Parker
 from projections.partitions import drop_expired_partitions, ensure_partitions
 from projections.projector import Projector
 from streams.core.connection import connect
@@ -89,12 +90,15 @@ async def _project(
         running = asyncio.create_task(projector.run())
         matching = asyncio.create_task(feedback.run())
         upkeep = asyncio.create_task(_keep_partitions(pool, settings.retention_days))
+        parking = _parking(settings, redis, keys, pool)
         stopping = asyncio.create_task(stop.wait())
         await asyncio.wait({running, matching, stopping}, return_when=asyncio.FIRST_COMPLETED)
         projector.stop()
         feedback.stop()
         stopping.cancel()
         upkeep.cancel()
+        for task in parking:  # a round cut short is repeated whole by the next one
+            task.cancel()
         await asyncio.gather(running, matching)
 
 
@@ -120,6 +124,18 @@ def _feedback_processor(
         state_retention_ms=settings.delivery_state_retention_seconds * 1000,
         metrics=metrics,
     )
+
+
+def _parking(
+    settings: Settings, redis: Redis, keys: KeySpace, pool: asyncpg.Pool
+) -> list[asyncio.Task[None]]:
+    """Far-future work items parked in PostgreSQL (``projections.parking``), unless off."""
+    after_ms = settings.park_after_seconds * 1000
+    if not after_ms:
+        return []
+    ahead_ms = min(PROMOTE_AHEAD_MS, after_ms // 2)
+    parker = Parker(redis, pool, keys, park_after_ms=after_ms, promote_ahead_ms=ahead_ms)
+    return [asyncio.create_task(parker.run(asyncio.Event()))]
 
 
 async def _keep_partitions(pool: asyncpg.Pool, retention_days: int) -> None:

@@ -166,6 +166,7 @@ CIRCUIT = LuaScript("delivery/circuit")  # delivery.circuit_breaker
 FAIR_FEED = LuaScript("delivery/fair_feed")  # delivery.fairness
 RELEASE_STATES = LuaScript("delivery/release_states")  # delivery.state_release
 CANCEL = LuaScript("delivery/cancel")  # delivery.cancellations
+PROMOTE = LuaScript("delivery/promote")  # delivery.parking
 SANDBOX_SEND = LuaScript("delivery/sandbox_send")  # app.providers.sandbox
 
 RECIPIENT_SETTINGS = LuaScript("recipients/settings")  # recipients.settings
@@ -213,5 +214,6 @@ ALL: tuple[LuaScript, ...] = (
     STATUS_DEAD_LETTER,
     RELEASE_STATES,
     CANCEL,
+    PROMOTE,
     THROTTLE,
 )

@@ -17,7 +17,9 @@
 - ``state_release``: ended deliveries' state leaves Redis once the read model has it
   (``release_states.lua``);
 - ``cancellations``: a notification's pending deliveries cancelled, by its id or its
-  producer's cancellation key (``cancel.lua``).
+  producer's cancellation key (``cancel.lua``);
+- ``parking``: ``delayed`` members due far ahead parked in PostgreSQL and put back ahead of
+  their time (``promote.lua``).
 
 ``sandbox_send.lua`` is the sandbox provider's record of a call (``app.providers.sandbox``).
 """

@@ -3,7 +3,9 @@
 -- Keys and arguments: ``streams.delivery.cancellations.cancel_call`` lays them out.
 -- KEYS: events, delayed, then per delivery: its state hash
 -- ARGV: how long (ms) a CANCELLED state stays when nothing of the delivery is left to find
---       it, who cancels (the producer), the CANCELLED state's reason, then per delivery:
+--       it, who cancels (the producer), the CANCELLED state's reason, how far ahead (ms) a
+--       waiting work item may have been parked in PostgreSQL (``projections.parking``),
+--       then per delivery:
 --       its id, its notification's id, its channel, status at acceptance (the notification
 --       record's),
 --       the time it was due at acceptance (ms, 0: none), until when its state must stay
@@ -23,8 +25,9 @@
 --                              worker leasing it after this finds it ended). Its ``delayed``
 --                              member (a delivery sent later, deferred or retried: found by
 --                              its due time, the member naming its id first) is removed;
---                              when none was found, a work item of it may still be in a
---                              stream, a producer's queue or ``delayed``, so the state stays
+--                              when none was found, or it was due far enough ahead to have
+--                              a parked copy, a work item of it may still come from a
+--                              stream, a producer's queue or PostgreSQL, so the state stays
 --                              until the notification expires and the projector does not
 --                              release it early (``held``)
 --
@@ -33,7 +36,8 @@
 local events, delayed = KEYS[1], KEYS[2]
 local retention_ms, by, reason = ARGV[1], ARGV[2], ARGV[3]
 local now = now_ms()
-local next_arg = arguments(4)
+local parked_beyond = now + tonumber(ARGV[4])
+local next_arg = arguments(5)
 local written, replies = {}, {}
 
 -- The ``delayed`` members due at each time looked at, by the delivery id each names first
@@ -103,7 +107,7 @@ for i = 3, #KEYS do
     if not status then
       redis.call("HSET", key, "attempts", 0) -- as a lease creates a state (begin.lua)
     end
-    if removed then
+    if removed and due <= parked_beyond then
       redis.call("PEXPIRE", key, retention_ms)
     else
       redis.call("HSET", key, "held", 1)

@@ -26,6 +26,9 @@ from streams.core.vocabulary import Channel, DeliveryStatus
 # A cancelled delivery's state stays this long past its notification's expiry while a work
 # item of it may still come (a worker past the expiry ends it EXPIRED in any case).
 HOLD_SLACK_MS = 300_000
+# ``parked_after_ms`` when nothing is parked (``CLARION_PARK_AFTER=0``): no due time is that
+# far ahead.
+NEVER_PARKED = 1 << 50
 
 
 def cancellation_reason(campaign_id: str, by: str, key: str = "") -> str:
@@ -110,6 +113,7 @@ async def cancel(
     projected: Mapping[str, str] | None = None,
     retention_ms: int,
     now: datetime,
+    parked_after_ms: int = NEVER_PARKED,
 ) -> list[CancelledNotification]:
     """Cancel every delivery of ``records`` (notifications of ``shard``) that has not gone to
     a provider, as ``by`` (by its cancellation ``key`` when given). ``projected``: the read
@@ -123,7 +127,8 @@ async def cancel(
     for start in range(0, len(planned), CALL_SIZE):
         part = planned[start : start + CALL_SIZE]
         call = cancel_call(shard, part, by=by, key=key, reason=reason, projected=projected,
-                           retention_ms=retention_ms, now=now)  # fmt: skip
+                           retention_ms=retention_ms, now=now,
+                           parked_after_ms=parked_after_ms)  # fmt: skip
         statuses += await scripts.CANCEL(redis, *call)
     by_notification: dict[str, list[CancelledDelivery]] = {record.id: [] for record in records}
     for (record, delivery), status in zip(planned, statuses, strict=True):
@@ -143,17 +148,19 @@ def cancel_call(
     projected: Mapping[str, str],
     retention_ms: int,
     now: datetime,
+    parked_after_ms: int = NEVER_PARKED,
 ) -> Call:
     """The keys and arguments of one ``cancel.lua`` call.
 
     KEYS: events, delayed, then per delivery its state hash. ARGV: the retention of a
-    CANCELLED state nothing will look for, who cancels, the CANCELLED state's reason, then per
+    CANCELLED state nothing will look for, who cancels, the CANCELLED state's reason, how far
+    ahead a waiting work item may have been parked in PostgreSQL, then per
     delivery: its id, notification id, channel, status and due time at acceptance, until
     when its state is held (its notification's expiry and a margin), its status in the read
     model ("" unknown) and its event (version 0, which the script replaces).
     """
     keys: list[KeyOrArg] = [shard.events, shard.delayed]
-    args: list[KeyOrArg] = [retention_ms, by, reason]
+    args: list[KeyOrArg] = [retention_ms, by, reason, parked_after_ms]
     for record, delivery in planned:
         keys.append(shard.delivery(delivery.id))
         event = DeliveryCancelled(

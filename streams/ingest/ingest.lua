@@ -16,9 +16,9 @@
 --       addresses ("<channel>:<digest>", space-separated; "" when it assumed an empty list),
 --       the fields it found suppressed (the same way), notification record, shared template
 --       data ("" for none) followed, only when there
---       is some, by the time it expires (ms since the epoch), until when the record is kept
---       ("<ms since the epoch> <1: indexed by its cancellation key, 0: not>"; "": as long as
---       the idempotency record), work item count, then per work
+--       is some, by the time it expires (ms since the epoch), until when its cancellation
+--       index keeps it (ms since the epoch: when it expires; "" without a cancellation key,
+--       and no index key), work item count, then per work
 --       item: where it goes (high, normal or low for a work stream; the due time in ms for
 --       ``delayed``) and the encoded item.
 --
@@ -206,13 +206,9 @@ while argi <= last do
     data_expires_at, data_key = ARGV[argi + 4], KEYS[keyi]
     argi, keyi = argi + 1, keyi + 1
   end
-  local keep, keep_until, index = ARGV[argi + 4], nil, nil
-  if keep ~= "" then
-    local indexed
-    keep_until, indexed = string.match(keep, "^(%d+) (%d)$")
-    if indexed == "1" then
-      index, keyi = KEYS[keyi], keyi + 1
-    end
+  local indexed_until, index = ARGV[argi + 4], nil
+  if indexed_until ~= "" then
+    index, keyi = KEYS[keyi], keyi + 1
   end
   argi = argi + 1
   local work_count = tonumber(ARGV[argi + 4])
@@ -252,15 +248,11 @@ while argi <= last do
         redis.call("SET", idem, done, "PX", idem_ttl)
       end
       redis.call("SET", ntf, record, "PX", idem_ttl)
-      if keep_until then
-        -- Sent later or with a cancellation key: it may be cancelled until it expires.
-        redis.call("PEXPIREAT", ntf, keep_until, "GT")
-        if index then
-          local _, id = fingerprint_and_id(done)
-          redis.call("ZADD", index, keep_until, id)
-          if redis.call("PEXPIRETIME", index) < tonumber(keep_until) then
-            redis.call("PEXPIREAT", index, keep_until)
-          end
+      if index then -- with a cancellation key: found by it until it expires
+        local _, id = fingerprint_and_id(done)
+        redis.call("ZADD", index, indexed_until, id)
+        if redis.call("PEXPIRETIME", index) < tonumber(indexed_until) then
+          redis.call("PEXPIREAT", index, indexed_until)
         end
       end
       if data_key then

@@ -75,10 +75,7 @@ class IngestItem(msgspec.Struct, frozen=True, kw_only=True):
     # The channel and reason of each delivery suppressed at acceptance (for the metrics; not
     # written).
     suppressed: list[tuple[str, str]] = []
-    # Its record is kept until it expires (not only as long as its idempotency key): a
-    # notification sent later, or with a cancellation key, may be cancelled until then.
-    keeps_record: bool = False
-    # The producer's cancellation key ("": none): the item is indexed by it.
+    # The producer's cancellation key ("": none): the item is indexed by it until it expires.
     cancellation_key: str = ""
 
 
@@ -207,10 +204,9 @@ def _add_items(
     ARGV per item: its idempotency record once accepted, the settings version it was planned
     with, the suppression list as it was planned with it (version, fields checked, fields
     found), its notification record, its shared data ("" for none) and, only when there is
-    some, when that data expires (ms), until when its record is kept ("<ms> <1 when indexed
-    by a cancellation key, else 0>"; "" for as long as the idempotency record), its number
-    of work items, and per work item where it goes (``PlannedWork.destination``) and the
-    item.
+    some, when that data expires (ms), until when its cancellation index keeps it (ms; ""
+    without a cancellation key), its number of work items, and per work item where it goes
+    (``PlannedWork.destination``) and the item.
     """
     for item in items:
         keys += [
@@ -233,13 +229,9 @@ def _add_items(
         if item.shared_data:
             keys.append(shard.data(item.notification_id))
             args.append(item.expires_ms + SHARED_DATA_SLACK_MS)
-        if item.keeps_record or item.cancellation_key:
-            # Until when the record (and the cancellation index) is kept; 1 when the index
-            # key follows the item's others.
-            indexed = 1 if item.cancellation_key else 0
-            args.append(f"{item.expires_ms + SHARED_DATA_SLACK_MS} {indexed}")
-            if indexed:
-                keys.append(shard.cancellation_index(item.producer, item.cancellation_key))
+        if item.cancellation_key:  # indexed by it until it expires
+            keys.append(shard.cancellation_index(item.producer, item.cancellation_key))
+            args.append(item.expires_ms + SHARED_DATA_SLACK_MS)
         else:
             args.append("")
         args.append(len(item.work))

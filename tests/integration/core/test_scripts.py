@@ -49,6 +49,7 @@ from streams.delivery.circuit_breaker import CircuitPolicy, circuit_call
 from streams.delivery.delayed import delayed_member, schedule_due_call
 from streams.delivery.fairness import Fairness, fair_feed_call
 from streams.delivery.leases import Lease, LeasedDelivery, LeaseVerdict
+from streams.delivery.parking import Parked, promote_call
 from streams.delivery.rate_limiter import Rate, rate_limit_call
 from streams.delivery.state_release import release_states_call
 from streams.delivery.store import (
@@ -605,6 +606,15 @@ async def test_delivery_cancel(real_redis: Redis, key_prefix: str, catalog: Cata
     assert await run(real_redis, scripts.CANCEL, call) == after
     assert await real_redis.zcard(shard.delayed) == 0
     assert await run(real_redis, scripts.CANCEL, call) == after
+
+
+async def test_delivery_promote(real_redis: Redis, key_prefix: str) -> None:
+    shard = KeySpace(key_prefix).shard(0)
+    item = b'low ["d-1","n-1","marketing","EMAIL","LOW","u","a@b.c","en"]'
+    call = promote_call(shard, [Parked("d-1", 5_000, item)])
+
+    assert await run(real_redis, scripts.PROMOTE, call) == 1
+    assert await real_redis.zscore(shard.delayed, item) == 5_000
 
 
 async def test_delivery_release_states(real_redis: Redis, key_prefix: str) -> None:
