@@ -16,9 +16,9 @@
 --       addresses ("<channel>:<digest>", space-separated; "" when it assumed an empty list),
 --       the fields it found suppressed (the same way), notification record, shared template
 --       data ("" for none) followed, only when there
---       is some, by the time it expires (ms since the epoch), until when its cancellation
---       index keeps it (ms since the epoch: when it expires; "" without a cancellation key,
---       and no index key), work item count, then per work
+--       is some, by the time it expires (ms since the epoch), work item count (with a
+--       cancellation key: "<count> <until when its index keeps it, ms since the epoch>"; one
+--       argument less for every notification without one), then per work
 --       item: where it goes (high, normal or low for a work stream; the due time in ms for
 --       ``delayed``) and the encoded item.
 --
@@ -206,12 +206,12 @@ while argi <= last do
     data_expires_at, data_key = ARGV[argi + 4], KEYS[keyi]
     argi, keyi = argi + 1, keyi + 1
   end
-  local indexed_until, index = ARGV[argi + 4], nil
-  if indexed_until ~= "" then
-    index, keyi = KEYS[keyi], keyi + 1
+  local work_count, indexed_until, index = tonumber(ARGV[argi + 4]), nil, nil
+  if not work_count then -- "<count> <until>": indexed by its cancellation key until then
+    local count
+    count, indexed_until = string.match(ARGV[argi + 4], "^(%d+) (%d+)$")
+    work_count, index, keyi = tonumber(count), KEYS[keyi], keyi + 1
   end
-  argi = argi + 1
-  local work_count = tonumber(ARGV[argi + 4])
   local first_work = argi + 5
   argi = first_work + 2 * work_count
 

@@ -204,9 +204,9 @@ def _add_items(
     ARGV per item: its idempotency record once accepted, the settings version it was planned
     with, the suppression list as it was planned with it (version, fields checked, fields
     found), its notification record, its shared data ("" for none) and, only when there is
-    some, when that data expires (ms), until when its cancellation index keeps it (ms; ""
-    without a cancellation key), its number of work items, and per work item where it goes
-    (``PlannedWork.destination``) and the item.
+    some, when that data expires (ms), its number of work items (with a cancellation key,
+    followed by a space and until when its index keeps it, in ms), and per work item where
+    it goes (``PlannedWork.destination``) and the item.
     """
     for item in items:
         keys += [
@@ -231,10 +231,9 @@ def _add_items(
             args.append(item.expires_ms + SHARED_DATA_SLACK_MS)
         if item.cancellation_key:  # indexed by it until it expires
             keys.append(shard.cancellation_index(item.producer, item.cancellation_key))
-            args.append(item.expires_ms + SHARED_DATA_SLACK_MS)
+            args.append(f"{len(item.work)} {item.expires_ms + SHARED_DATA_SLACK_MS}")
         else:
-            args.append("")
-        args.append(len(item.work))
+            args.append(len(item.work))
         for work in item.work:
             args += [work.destination, work.item]
 
