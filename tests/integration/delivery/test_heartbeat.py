@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 
+from app.delivery import heartbeat
 from app.delivery.heartbeat import HeartbeatWriter
 from streams.core import clock
 from streams.core.keys import KeySpace
@@ -82,3 +85,24 @@ async def test_a_workers_heartbeat_counts_the_deliveries_a_rate_limit_held_back(
         beat = worker.heartbeat.beat()
     assert beat.waits.get("rate_limited", 0) >= 1
     assert set(beat.waits) <= {"rate_limited"}
+
+
+async def test_a_cancellation_that_reaches_it_as_a_redis_error_still_stops_it(
+    real_redis: Redis, key_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writing = asyncio.Event()
+
+    async def write_swallowing_the_cancellation(*_: object) -> None:
+        writing.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            raise RedisConnectionError("Connection closed by server.") from None
+
+    monkeypatch.setattr(heartbeat, "write_heartbeat", write_swallowing_the_cancellation)
+    writer = HeartbeatWriter(real_redis, KeySpace(key_prefix), "host-1", interval_s=0.01)
+    task = asyncio.create_task(writer.run())
+    await asyncio.wait_for(writing.wait(), 5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 5)
