@@ -51,6 +51,18 @@ class DatabaseNotReady(ClarionError):
     """PostgreSQL cannot be used as Clarion's read model; the message says why."""
 
 
+# PostgreSQL cannot be used right now (as opposed to a bug in a query).
+UNAVAILABLE: tuple[type[BaseException], ...] = (
+    OSError,
+    TimeoutError,
+    DatabaseNotReady,
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.OperatorInterventionError,  # shutting down, or not accepting connections yet
+    asyncpg.InsufficientResourcesError,  # too many connections
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Migration:
     version: int

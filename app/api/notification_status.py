@@ -42,11 +42,12 @@ from app.api.params import (
     time_filter,
     type_filter,
 )
-from app.api.read_model import UNAVAILABLE, ReadModel, read_model_unavailable
+from app.api.read_model import ReadModel, read_model_unavailable
 from app.api.schemas import DeliveryListItem, DeliveryPage, DeliveryView, NotificationStatus
 from app.campaigns import segments
 from app.settings import ApiKey
 from projections import queries
+from projections.database import UNAVAILABLE
 from projections.queries import DELIVERY_STATUSES, DeliveryFilter, DeliveryRow, NotificationRow
 from streams.campaigns.ids import campaign_of
 from streams.campaigns.store import CampaignStore

@@ -16,20 +16,7 @@ import asyncpg
 import structlog
 from litestar.exceptions import ServiceUnavailableException
 
-from projections.database import DatabaseNotReady
-
 log = structlog.get_logger(__name__)
-
-# PostgreSQL cannot be used right now (as opposed to a bug in a query).
-UNAVAILABLE: tuple[type[BaseException], ...] = (
-    OSError,
-    TimeoutError,
-    DatabaseNotReady,
-    asyncpg.PostgresConnectionError,
-    asyncpg.InterfaceError,
-    asyncpg.OperatorInterventionError,  # shutting down, or not accepting connections yet
-    asyncpg.InsufficientResourcesError,  # too many connections
-)
 
 
 class ReadModel:

@@ -33,7 +33,7 @@ from app.api.auth import authorize
 from app.api.body import documented_body, read_json
 from app.api.errors import AUTHENTICATED, BodyTooLarge, NotJson, OverQuota
 from app.api.methods import allowed
-from app.api.read_model import UNAVAILABLE, ReadModel
+from app.api.read_model import ReadModel
 from app.campaigns.lifecycle import Campaigns, by_segment
 from app.campaigns.progress import Progress, progress_of
 from app.campaigns.segments import SEGMENT_SCOPE, may_select
@@ -42,6 +42,7 @@ from app.ingest.api import check_key
 from app.ingest.quotas import IngestQuotas
 from app.settings import ApiKey
 from projections.campaign_queries import campaign_counts
+from projections.database import UNAVAILABLE
 from streams.campaigns.store import Campaign
 from streams.core import clock
 

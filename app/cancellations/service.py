@@ -26,7 +26,7 @@ import msgspec
 from redis.asyncio import Redis
 
 from projections import queries
-from projections.database import DatabaseNotReady
+from projections.database import UNAVAILABLE
 from streams.campaigns.ids import campaign_of
 from streams.core.keys import KeySpace, ShardKeys
 from streams.core.records import DeliveryAtAcceptance, NotificationRecord
@@ -37,18 +37,6 @@ from streams.delivery.state import read_states
 
 # The longest a delivery may still wait: the longest horizon and the longest TTL after it.
 _LONGEST_WAIT_MS = 60 * 86_400_000
-
-
-# PostgreSQL cannot be used right now (``app.api.read_model`` answers these 503 too).
-_UNAVAILABLE: tuple[type[BaseException], ...] = (
-    OSError,
-    TimeoutError,
-    DatabaseNotReady,
-    asyncpg.PostgresConnectionError,
-    asyncpg.InterfaceError,
-    asyncpg.OperatorInterventionError,
-    asyncpg.InsufficientResourcesError,
-)
 
 
 class ReadModelNeeded(Exception):
@@ -161,7 +149,7 @@ class Cancellations:
             raise ReadModelNeeded
         try:
             return await queries.delivery_statuses(pool, absent)
-        except _UNAVAILABLE:
+        except UNAVAILABLE:
             raise ReadModelNeeded from None
 
     def _now_ms(self) -> int:
@@ -177,7 +165,7 @@ class Cancellations:
             raise ReadModelNeeded
         try:
             row = await queries.notification_status(pool, notification_id)
-        except _UNAVAILABLE:
+        except UNAVAILABLE:
             raise ReadModelNeeded from None
         if row is None or row.producer != producer:
             return None

@@ -34,9 +34,10 @@ from app.api.notification_status import (
     Until,
 )
 from app.api.params import ChannelFilter, one_of, page_size, time_filter, type_filter
-from app.api.read_model import UNAVAILABLE, ReadModel, read_model_unavailable
+from app.api.read_model import ReadModel, read_model_unavailable
 from app.recipients.api.settings import recipient_id_of
 from projections import queries
+from projections.database import UNAVAILABLE
 from projections.queries import DELIVERY_STATUSES
 from projections.recipient_log import LoggedDelivery, RecipientFilter, recipient_deliveries
 from streams.core.vocabulary import CHANNELS, Channel, DeliveryStatus
