@@ -7,7 +7,8 @@
 --       (once per campaign), in item order.
 -- ARGV: consumer name, lease length (ms), leases allowed without an outcome, then per item:
 --       its work entry id, notification id, channel, the position in KEYS of its data hash
---       (0: none), the position in KEYS of its campaign's cancel marker (0: none).
+--       (0: none), the position in KEYS of its campaign's cancel marker (0: none), and when
+--       its delivery expires (ms).
 --
 -- Reply: one flat list, six values per item (a list per item would cost Lua a table, Redis
 -- a nested array and the client a list each): verdict, version, attempts, now_ms,
@@ -28,10 +29,15 @@
 --             being sent, or leased before this consumer restarted; a second GO would send
 --             it twice. The reclaimer hands the item out again once the lease has run out.
 -- A missing hash means "as accepted": version 1, no attempts yet; it is created here. Unless
--- the item's work entry is gone from the stream too: then another worker ended the delivery
--- with it (an entry is deleted in the step that records its outcome) and the projector
--- released the ended state (``release_states.lua``) while this worker held the entry
--- without leasing it (stopped between reading and leasing, say): TERMINAL, not sent again.
+-- the delivery shows otherwise that it ended and the projector released its state
+-- (``release_states.lua``), for an item read or left pending before (a worker stopped
+-- between reading and leasing, say, or a stale second entry that waited for a live lease):
+-- TERMINAL, not sent again. It ended when the item's work entry is gone from the stream
+-- (an entry is deleted in the step that records its outcome), or when the item shares its
+-- notification's template data, the data hash is gone and the delivery has not expired (the
+-- hash outlives the expiry; the last of the notification's deliveries to end deletes it).
+-- Without the second test such an item would be sent again, with no data to fill its
+-- template.
 --
 -- ``leases`` counts the leases taken since the last recorded outcome (the finish script
 -- resets it). Only a lease this script really wrote counts: a call that Redis refuses (out
@@ -41,7 +47,7 @@
 local consumer, lease_ms, max_leases = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local now = now_ms()
 local stream = KEYS[1]
-local items = (#ARGV - 3) / 5 -- KEYS may hold data hashes and markers after the states
+local items = (#ARGV - 3) / 6 -- KEYS may hold data hashes and markers after the states
 local next_arg = arguments(4)
 
 local replies = {}
@@ -68,11 +74,14 @@ for i = 1, items do
   local key = KEYS[i + 1]
   local entry_id, nid, channel = next_arg(), next_arg(), next_arg()
   local data_at, marker_at = tonumber(next_arg()), tonumber(next_arg())
+  local expires_ms = tonumber(next_arg())
   local state = redis.call("HMGET", key, "status", "version", "attempts", "lease_owner",
     "lease_until", "first_attempt_ms", "leases", "cancelled_by")
   local status = state[1]
   local verdict, version, attempts, first = "GO", 1, 0, 0
-  if not status and #redis.call("XRANGE", stream, entry_id, entry_id) == 0 then
+  if not status and (#redis.call("XRANGE", stream, entry_id, entry_id) == 0
+      or (data_at > 0 and (expires_ms == 0 or now < expires_ms)
+        and redis.call("EXISTS", KEYS[data_at]) == 0)) then
     verdict = "TERMINAL"
   elseif not status then
     -- The first worker to touch a delivery creates its state, leased: one write.

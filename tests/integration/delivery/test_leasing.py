@@ -1,5 +1,6 @@
 """Leasing a batch read against real Redis: two entries of one delivery in one read send
-once, and a cancelled campaign's delivery ends CANCELLED without a provider call."""
+once, a stale entry of an ended delivery whose state was released is not sent again, and a
+cancelled campaign's delivery ends CANCELLED without a provider call."""
 
 from __future__ import annotations
 
@@ -76,3 +77,42 @@ async def test_a_cancelled_campaigns_delivery_ends_cancelled_without_a_provider_
     assert await real_redis.xlen(shard.work(Priority.HIGH)) == 0
     pending = await real_redis.xpending(shard.work(Priority.HIGH), DELIVERY_GROUP)
     assert pending["pending"] == 0
+
+
+async def test_a_stale_entry_of_an_ended_delivery_whose_state_was_released_is_not_sent(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    keys, catalog = KeySpace(key_prefix), fast_catalog()
+    shard = keys.shard(0)
+    stream = shard.work(Priority.HIGH)
+    await ensure_group(real_redis, stream, DELIVERY_GROUP)
+    # Two channels and enough data for the notification's data hash: its items share it.
+    body = {
+        "recipient": {"id": "u-1", "email": "someone@example.com", "push_tokens": ["t" * 64]},
+        "type": "security_alert",
+        "data": {"message": "New sign-in. " + "x" * 400},
+    }
+    answer = await accept(real_redis, keys, catalog, body, "k1")
+    delivery_ids = [d["id"] for d in answer["deliveries"]]
+    assert len(delivery_ids) == 2
+    assert await real_redis.exists(shard.data(answer["id"]))
+    entries = await real_redis.xrange(stream)
+    async with running_worker(real_redis, keys, catalog, consumer="test-0"):
+        for delivery_id in delivery_ids:
+            assert (await final_state(real_redis, keys, delivery_id))["status"] == "SENT"
+    # The projector released the ended states (retention 0), and a stale second entry of
+    # one delivery (left pending beside the current one by a stopped worker) comes back.
+    await real_redis.delete(*(shard.delivery(d) for d in delivery_ids))
+    assert not await real_redis.exists(shard.data(answer["id"]))
+    await real_redis.xadd(stream, entries[0][1])
+    async with running_worker(real_redis, keys, catalog, consumer="test-1"):
+
+        async def deleted() -> bool:
+            return await real_redis.xlen(stream) == 0
+
+        await wait_until(deleted)
+    assert (await real_redis.xpending(stream, DELIVERY_GROUP))["pending"] == 0
+    assert len(await sandbox_calls(real_redis, keys)) == 2
+    for delivery_id in delivery_ids:
+        assert not await real_redis.exists(shard.delivery(delivery_id))
+    assert not await real_redis.xrange(shard.dlq)
