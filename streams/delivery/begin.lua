@@ -23,7 +23,12 @@
 --             set), or its notification was cancelled while a worker held it (``cancel.lua``
 --             marked its state ``cancelled_by``): the caller ends it CANCELLED instead of
 --             sending it. It wins over POISON: such a delivery is not to be sent either way
---   TERMINAL  the delivery already ended (a TERMINAL status, ``streams.core.vocabulary``): drop the item
+--   TERMINAL  the delivery already ended (a TERMINAL status, ``streams.core.vocabulary``), or
+--             the item is stale: its entry is older than the delivery's last move into
+--             ``delayed`` (``requeued_ms``, written by ``finish.lua``), whose member is its
+--             work now. A worker stopped with the entry read, whose delivery another worker
+--             took over, tried and scheduled again, would otherwise send it once more now
+--             and leave the member as a second entry. Drop the item
 --   LEASED    a live lease is held: leave the item for later. Also when this consumer holds
 --             it: the item is then a second work entry of a delivery leased in this batch,
 --             being sent, or leased before this consumer restarted; a second GO would send
@@ -76,7 +81,7 @@ for i = 1, items do
   local data_at, marker_at = tonumber(next_arg()), tonumber(next_arg())
   local expires_ms = tonumber(next_arg())
   local state = redis.call("HMGET", key, "status", "version", "attempts", "lease_owner",
-    "lease_until", "first_attempt_ms", "leases", "cancelled_by")
+    "lease_until", "first_attempt_ms", "leases", "cancelled_by", "requeued_ms")
   local status = state[1]
   local verdict, version, attempts, first = "GO", 1, 0, 0
   if not status and (#redis.call("XRANGE", stream, entry_id, entry_id) == 0
@@ -93,6 +98,10 @@ for i = 1, items do
     first = tonumber(state[6] or 0) or 0
     if TERMINAL[status] then
       verdict = "TERMINAL"
+    elseif tonumber(state[9] or 0) > tonumber(string.match(entry_id, "^%d+")) then
+      -- Stale: the delivery went into ``delayed`` after this entry was made. Version 0
+      -- makes the acknowledgement record nothing (``finish.lua`` answers MOVED).
+      verdict, version = "TERMINAL", 0
     elseif tonumber(state[5] or 0) > now then
       verdict = "LEASED"
     else

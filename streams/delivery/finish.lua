@@ -35,6 +35,8 @@
 -- entry is acknowledged, nothing is recorded twice; "BROKEN" when its state key holds
 -- something other than a hash.
 --
+-- An item put into ``delayed`` stamps its state's ``requeued_ms`` (the Redis clock): its
+-- work is that member now, and ``begin.lua`` drops a work entry made before as stale.
 -- A state hash that reaches a terminal status expires after its retention; until then a
 -- redelivered work item still finds it ended. A FAILED delivery's state lives as long as its
 -- dead letter may be replayed (a replay re-checks it). A non-terminal state never expires.
@@ -98,6 +100,7 @@ if broken then
 end
 
 local replies, recorded, acked, all_recorded = {}, {}, {}, true
+local requeued_at = nil -- the Redis clock (ms), read once for the items put into ``delayed``
 for i = 5, 4 + tonumber(ARGV[6]) do
   local key = KEYS[i]
   local entry_id, expected = next_arg(), next_arg()
@@ -132,6 +135,9 @@ for i = 5, 4 + tonumber(ARGV[6]) do
     recorded[#recorded + 1] = #replies + 1
     if member ~= "" then
       redis.call("ZADD", delayed, due_ms, member)
+      -- Its work is this member now: a work entry made before is stale (``begin.lua``).
+      requeued_at = requeued_at or now_ms()
+      redis.call("HSET", key, "requeued_ms", requeued_at)
     end
     if #dead_letter > 0 then
       redis.call("XADD", dlq, "*", unpack(dead_letter))

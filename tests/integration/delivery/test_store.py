@@ -1,9 +1,11 @@
 """The delivery store: recording outcomes makes one ``events`` entry and one XACK per script
-call, a delivery whose state key is corrupt fails alone, and the lease of a cancelled
-campaign's delivery says so."""
+call, a delivery whose state key is corrupt fails alone, a stale work entry of a delivery
+scheduled again since is not leased, and the lease of a cancelled campaign's delivery says
+so."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import msgspec
@@ -15,7 +17,7 @@ from streams.core import codec
 from streams.core.consumer_groups import DELIVERY_GROUP, ensure_group
 from streams.core.events import DeliverySent
 from streams.core.keys import KeySpace
-from streams.core.vocabulary import Channel, Priority
+from streams.core.vocabulary import Channel, ErrorClass, Priority
 from streams.delivery import outcomes as delivery_outcomes
 from streams.delivery.leases import LeasedDelivery
 from streams.delivery.store import DeliveryStore
@@ -75,6 +77,37 @@ async def test_outcomes_finished_together_make_one_events_entry_and_one_ack(
     assert await real_redis.xlen(keys.shard(0).events) == events_before + 1
     pending = await real_redis.xpending(keys.shard(0).work(Priority.HIGH), DELIVERY_GROUP)
     assert pending["pending"] == 0
+
+
+async def test_a_stale_entry_of_a_delivery_scheduled_again_since_is_not_leased(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    # A worker read the entry and stopped; another took the delivery over, tried it and put
+    # it into ``delayed`` for a retry in an hour. The first worker, back, leases its entry.
+    keys = KeySpace(key_prefix)
+    shard, store = keys.shard(0), DeliveryStore(real_redis)
+    [step] = await leased_steps(real_redis, keys, 1)
+    await asyncio.sleep(0.005)  # the retry is recorded in a later millisecond than the entry
+    due_ms = 2**45
+    retry = delivery_outcomes.retry_later(step, ErrorClass.TRANSIENT, "timeout", due_ms, 1_000)
+    assert await store.finish([retry]) == ["OK"]
+
+    [stale] = await store.begin(
+        shard, Priority.HIGH, [(step.entry_id, step.item)], "w2", lease_ms=60_000, max_leases=5
+    )
+
+    assert stale.verdict == "TERMINAL"
+    stale_step = LeasedDelivery.taken(shard, step.item, step.entry_id, stale, Worker("w2", "t"))
+    assert await store.finish([delivery_outcomes.acknowledge_only(stale_step)]) == ["MOVED"]
+    state = await real_redis.hgetall(shard.delivery(step.item.delivery_id))
+    assert (state[b"status"], state[b"attempts"], state[b"lease_owner"]) == (
+        b"SCHEDULED",
+        b"1",
+        b"",
+    )
+    assert [
+        score for _, score in await real_redis.zrange(shard.delayed, 0, -1, withscores=True)
+    ] == [due_ms]
 
 
 async def test_a_corrupt_state_key_fails_alone(real_redis: Redis, key_prefix: str) -> None:
