@@ -1,4 +1,4 @@
-"""The ``clarion`` command: run the service, send a notification."""
+"""The ``clarion`` command: run the service, send a notification, cancel one."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 import os
 import sys
 from typing import Any
+from urllib.parse import quote
 
 import click
 import httpx
@@ -176,6 +177,9 @@ def status_webhooks() -> None:
 @click.option("--priority", type=click.Choice([p.value for p in Priority]), default=None)
 @click.option("--data", "data_pairs", multiple=True, help="template variable, name=value")
 @click.option("--locale", default=None)
+@click.option("--send-at", default=None, help="when to send: RFC 3339 with an offset")
+@click.option("--delay", default=None, help="send later: seconds, or ISO 8601 such as PT15M")
+@click.option("--cancellation-key", default=None, help="a key to cancel it by, e.g. order-123")
 @click.option("--key", "idempotency_key", default=None, help="Idempotency-Key (default: random)")
 @click.option("--url", default=None, help="API base URL (default from CLARION_HOST/PORT)")
 @click.option("--api-key", envvar="CLARION_API_KEY", required=True, help="or CLARION_API_KEY")
@@ -189,12 +193,16 @@ def send(
     priority: str | None,
     data_pairs: tuple[str, ...],
     locale: str | None,
+    send_at: str | None,
+    delay: str | None,
+    cancellation_key: str | None,
     idempotency_key: str | None,
     url: str | None,
     api_key: str,
 ) -> None:
-    """Send one notification through the HTTP API and print the answer."""
-    settings = _settings()
+    """Send one notification through the HTTP API and print the answer. The API checks
+    every value (--send-at, --delay and the rest): what it refuses is printed as it
+    answered."""
     data: dict[str, str] = {}
     for pair in data_pairs:
         name, sep, value = pair.partition("=")
@@ -208,20 +216,59 @@ def send(
     }
     optional: dict[str, Any] = {"email": email, "phone": phone, "push_tokens": list(push_tokens)}
     body["recipient"].update({name: value for name, value in optional.items() if value})
-    optional = {"channels": list(channels), "priority": priority, "locale": locale}
+    optional = {
+        "channels": list(channels),
+        "priority": priority,
+        "locale": locale,
+        "send_at": send_at,
+        # Whole seconds go as a number, anything else as the duration text it is.
+        "delay": int(delay) if delay is not None and delay.isdigit() else delay,
+        "cancellation_key": cancellation_key,
+    }
     body.update({name: value for name, value in optional.items() if value})
-    base = url or f"http://{settings.host}:{settings.port}"
     key = idempotency_key or os.urandom(12).hex()
+    _post(url, "/v1/notifications", body, api_key, key)
+
+
+@main.command()
+@click.argument("notification_id", required=False)
+@click.option(
+    "--key", "cancellation_key", default=None, help="the cancellation_key it was sent with"
+)
+@click.option("--url", default=None, help="API base URL (default from CLARION_HOST/PORT)")
+@click.option("--api-key", envvar="CLARION_API_KEY", required=True, help="or CLARION_API_KEY")
+def cancel(
+    notification_id: str | None, cancellation_key: str | None, url: str | None, api_key: str
+) -> None:
+    """Cancel what has not gone out yet: one notification by its id, or every one sent with
+    a cancellation key (``--key``); print what was cancelled and what had already gone."""
+    if (notification_id is None) == (cancellation_key is None):
+        raise click.UsageError("give a notification id or --key, not both")
+    if notification_id is not None:
+        _post(url, f"/v1/notifications/{quote(notification_id, safe='')}/cancel", None, api_key)
+    else:
+        _post(url, "/v1/cancellations", {"key": cancellation_key}, api_key)
+
+
+def _post(
+    url: str | None,
+    path: str,
+    body: dict[str, Any] | None,
+    api_key: str,
+    idempotency_key: str | None = None,
+) -> None:
+    """POST ``body`` to the API, print the status and the answer; exit 1 on a 4xx or 5xx."""
+    settings = _settings()
+    base = url or f"http://{settings.host}:{settings.port}"
+    headers = {"Authorization": f"Bearer {api_key}"}
+    if idempotency_key is not None:
+        headers["Idempotency-Key"] = idempotency_key
     try:
-        response = httpx.post(
-            f"{base}/v1/notifications",
-            json=body,
-            headers={"Authorization": f"Bearer {api_key}", "Idempotency-Key": key},
-            timeout=10,
-        )
+        response = httpx.post(f"{base}{path}", json=body, headers=headers, timeout=10)
     except httpx.HTTPError as error:
         raise click.ClickException(f"cannot reach {base}: {error}") from None
-    click.echo(f"HTTP {response.status_code}  Idempotency-Key: {key}")
+    said = f"  Idempotency-Key: {idempotency_key}" if idempotency_key is not None else ""
+    click.echo(f"HTTP {response.status_code}{said}")
     try:
         click.echo(json.dumps(response.json(), indent=2))
     except ValueError:

@@ -1,4 +1,5 @@
-"""The ``clarion`` command as a user runs it: real processes, real Redis."""
+"""The ``clarion`` command as a user runs it: real processes, real Redis (sending, sending
+later and cancelling included)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -181,3 +183,59 @@ def test_a_sent_notification_can_be_followed_to_its_final_status(
         assert time.monotonic() < deadline, statuses
         time.sleep(0.2)
     assert answer.json()["projection_lag_ms"] >= 0
+
+
+def clarion(url: str, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """Run a ``clarion`` command against the service at ``url`` with the test's API key."""
+    return subprocess.run(
+        [*CLARION, *args, "--url", url, "--api-key", "shop-secret-key"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+def answer_of(run: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    """The API's answer a ``clarion`` command printed after its status line."""
+    found: dict[str, Any] = json.loads(run.stdout.split("\n", 1)[1])
+    return found
+
+
+def test_send_later_and_cancel_from_the_command_line(
+    service: tuple[str, dict[str, str]],
+) -> None:
+    url, env = service
+    order = ("--type", "order_confirmed", "--recipient", "u-9", "--email", "u9@example.com")
+    later = clarion(
+        url, env, "send", *order, "--data", "order_id=A-9", "--delay", "PT1H",
+        "--cancellation-key", "order-9",
+    )  # fmt: skip
+    assert later.returncode == 0, later.stdout + later.stderr
+    sent = answer_of(later)
+    assert {d["status"] for d in sent["deliveries"]} >= {"SCHEDULED"}
+    at = clarion(
+        url, env, "send", *order, "--data", "order_id=A-10", "--send-at",
+        "2099-01-01T08:00:00+09:00",
+    )  # fmt: skip
+    assert at.returncode == 1
+    assert "HTTP 422" in at.stdout
+    assert "send_at" in answer_of(at)["detail"]
+
+    by_key = clarion(url, env, "cancel", "--key", "order-9")
+    assert by_key.returncode == 0, by_key.stdout + by_key.stderr
+    assert answer_of(by_key)["notifications"] == 1
+    by_id = clarion(url, env, "cancel", sent["id"])  # again, by id: nothing left to cancel
+    assert by_id.returncode == 0, by_id.stdout + by_id.stderr
+    scheduled = [d for d in sent["deliveries"] if d["status"] == "SCHEDULED"]
+    cancelled = {d["id"]: d["status"] for d in answer_of(by_id)["deliveries"]}
+    assert {cancelled[d["id"]] for d in scheduled} == {"CANCELLED"}
+
+    neither = clarion(url, env, "cancel")
+    assert neither.returncode == 2
+    assert "give a notification id or --key" in neither.stderr
+    unknown = clarion(url, env, "cancel", "no/such id")
+    assert unknown.returncode == 1
+    assert "HTTP 404" in unknown.stdout
