@@ -5,10 +5,10 @@
 --       then the ``data:<id>`` hash of each item whose template data is shared
 --       (``streams.delivery.work_items``) and the cancel marker of each campaign the items belong to
 --       (once per campaign), in item order.
--- ARGV: consumer name, lease length (ms), leases allowed without an outcome, then per item:
---       its work entry id, notification id, channel, the position in KEYS of its data hash
---       (0: none), the position in KEYS of its campaign's cancel marker (0: none), and when
---       its delivery expires (ms).
+-- ARGV: consumer name, lease length (ms), leases allowed without an outcome, the number of
+--       items, then per item: its work entry id, notification id, channel, the position in
+--       KEYS of its data hash (0: none), the position in KEYS of its campaign's cancel marker
+--       (0: none), and only for an item with a data hash when its delivery expires (ms).
 --
 -- Reply: one flat list, six values per item (a list per item would cost Lua a table, Redis
 -- a nested array and the client a list each): verdict, version, attempts, now_ms,
@@ -52,8 +52,8 @@
 local consumer, lease_ms, max_leases = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local now = now_ms()
 local stream = KEYS[1]
-local items = (#ARGV - 3) / 6 -- KEYS may hold data hashes and markers after the states
-local next_arg = arguments(4)
+local items = tonumber(ARGV[4]) -- KEYS may hold data hashes and markers after the states
+local next_arg = arguments(5)
 
 local replies = {}
 local function answer(verdict, version, attempts, first, data)
@@ -79,7 +79,7 @@ for i = 1, items do
   local key = KEYS[i + 1]
   local entry_id, nid, channel = next_arg(), next_arg(), next_arg()
   local data_at, marker_at = tonumber(next_arg()), tonumber(next_arg())
-  local expires_ms = tonumber(next_arg())
+  local expires_ms = data_at > 0 and tonumber(next_arg()) or 0
   local state = redis.call("HMGET", key, "status", "version", "attempts", "lease_owner",
     "lease_until", "first_attempt_ms", "leases", "cancelled_by", "requeued_ms")
   local status = state[1]

@@ -146,13 +146,14 @@ def delivery_begin_call(
     KEYS: the work stream of ``priority``, each delivery's state hash, then the data hash of
     each item with shared data and the cancel marker of each campaign the items belong to
     (once per campaign), as the items come. ARGV: the consumer, the lease's length (ms) and
-    the leases allowed without an outcome (``lease``), then per delivery its work entry id,
-    its notification id and channel (for a state hash created fresh), the positions in KEYS
-    of its data hash and of its campaign's marker (0 for none) and when it expires (ms).
+    the leases allowed without an outcome (``lease``), the number of deliveries, then per
+    delivery its work entry id, its notification id and channel (for a state hash created
+    fresh), the positions in KEYS of its data hash and of its campaign's marker (0 for none)
+    and, only with a data hash, when it expires (ms).
     """
     keys: list[KeyOrArg] = [shard.work(priority)]
     keys += [shard.delivery(item.delivery_id) for _, item in entries]
-    args: list[KeyOrArg] = [consumer, *lease]
+    args: list[KeyOrArg] = [consumer, *lease, len(entries)]
     markers: dict[str, int] = {}
     for entry_id, item in entries:
         data_at = marker_at = 0
@@ -164,7 +165,9 @@ def delivery_begin_call(
             if not marker_at:
                 keys.append(shard.campaign_cancelled(item.campaign))
                 marker_at = markers[item.campaign] = len(keys)
-        args += [entry_id, item.notification_id, item.channel, data_at, marker_at, item.expires_ms]
+        args += [entry_id, item.notification_id, item.channel, data_at, marker_at]
+        if data_at:
+            args.append(item.expires_ms)
     return keys, args
 
 

@@ -4,6 +4,7 @@ written to real Redis while it runs and taken back when it stops."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 from redis.asyncio import Redis
@@ -106,3 +107,25 @@ async def test_a_cancellation_that_reaches_it_as_a_redis_error_still_stops_it(
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(task, 5)
+
+
+async def test_a_cancellation_the_client_swallows_still_stops_it(
+    real_redis: Redis, key_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writing = asyncio.Event()
+
+    async def write_ignoring_the_cancellation(*_: object) -> None:
+        if writing.is_set():
+            return  # only the first write swallows it: a later cancel ends even a bad writer
+        writing.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(30)  # the report goes through all the same
+
+    monkeypatch.setattr(heartbeat, "write_heartbeat", write_ignoring_the_cancellation)
+    writer = HeartbeatWriter(real_redis, KeySpace(key_prefix), "host-1", interval_s=0.01)
+    task = asyncio.create_task(writer.run())
+    await asyncio.wait_for(writing.wait(), 5)
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=5)  # wait_for would wait on for ever
+    assert task in done, "the writer went on reporting after it was cancelled"
+    assert task.cancelled()
