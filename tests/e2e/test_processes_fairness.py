@@ -34,6 +34,7 @@ from tests.integration.delivery_support import catalog_text, wait_until
 
 pytestmark = pytest.mark.timeout(240)
 BACKLOG, B_COUNT = 200_000, 1000
+STALL_S = 0.5  # what a stall of the shared machine may add to the window
 
 
 def email(n: int) -> NotificationRequest:
@@ -147,8 +148,10 @@ async def test_b_gets_its_share_behind_as_backlog_and_high_stays_fast(
     poll_s = FeederTiming().full_s
     predicted_s = accept_s + poll_s + (B_COUNT * 2 + catalog.fairness.buffer) / rate
     fifo_s = (BACKLOG - sum(1 for d, ms in at.items() if ms < accepted) + B_COUNT) / rate
-    # Within its share, with a quarter to spare for a busy machine; far from first-in-first-out.
-    assert window_s <= 1.25 * predicted_s, (window_s, predicted_s, rate)
+    # Within its share, with a quarter and half a second to spare for a busy machine (a
+    # fresh-clone CI run once took 1.16 s for a predicted 0.80: two workers, the test and
+    # Redis share two cores); far from first-in-first-out.
+    assert window_s <= 1.25 * predicted_s + STALL_S, (window_s, predicted_s, rate)
     assert window_s < fifo_s / 4, (window_s, fifo_s)
     latencies = [float(at[d] - ms) for d, ms in otp_sent if d in at]
     assert len(latencies) == len(otp_sent)
