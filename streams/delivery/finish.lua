@@ -124,6 +124,12 @@ for i = 5, 4 + tonumber(ARGV[6]) do
   elseif state[2] ~= expected then
     reply = "MOVED"
   else
+    if member ~= "" then
+      -- Its work is the ``delayed`` member now: a work entry made before is stale
+      -- (``begin.lua``). Stamped in the same write as the outcome's fields.
+      requeued_at = requeued_at or now_ms()
+      fields[#fields + 1], fields[#fields + 2] = "requeued_ms", requeued_at
+    end
     redis.call("HSET", key, unpack(fields))
     for j = 1, #fields - 1, 2 do
       local status = fields[j + 1]
@@ -135,9 +141,6 @@ for i = 5, 4 + tonumber(ARGV[6]) do
     recorded[#recorded + 1] = #replies + 1
     if member ~= "" then
       redis.call("ZADD", delayed, due_ms, member)
-      -- Its work is this member now: a work entry made before is stale (``begin.lua``).
-      requeued_at = requeued_at or now_ms()
-      redis.call("HSET", key, "requeued_ms", requeued_at)
     end
     if #dead_letter > 0 then
       redis.call("XADD", dlq, "*", unpack(dead_letter))
