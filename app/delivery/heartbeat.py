@@ -76,15 +76,12 @@ class HeartbeatWriter:
                 try:
                     await write_heartbeat(self.redis, self.keys, self.consumer, self.beat())
                 except (RedisError, OSError) as error:
-                    if _cancelling():
-                        # The cancellation came through the client as a connection error:
-                        # taken for a failed report, it would have kept the worker from
-                        # stopping (seen under callgrind, where everything is slow).
-                        raise asyncio.CancelledError from error
-                    log.warning("worker.heartbeat_failed", error=type(error).__name__)
+                    if not _cancelling():
+                        log.warning("worker.heartbeat_failed", error=type(error).__name__)
                 if _cancelling():
-                    # The client swallowed the cancellation and the report went through
-                    # (seen under callgrind too): the next sleep would never be cancelled.
+                    # The client let the cancellation out as a connection error, or swallowed
+                    # it and the report went through (both seen under callgrind, where
+                    # everything is slow): the next sleep would never be cancelled.
                     raise asyncio.CancelledError
         finally:
             with contextlib.suppress(RedisError, OSError, asyncio.CancelledError):
