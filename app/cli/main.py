@@ -241,7 +241,7 @@ def cancel(
     notification_id: str | None, cancellation_key: str | None, url: str | None, api_key: str
 ) -> None:
     """Cancel what has not gone out yet: one notification by its id, or every one sent with
-    a cancellation key (``--key``); print what was cancelled and what had already gone."""
+    a cancellation key (--key); print what was cancelled and what had already gone."""
     if (notification_id is None) == (cancellation_key is None):
         raise click.UsageError("give a notification id or --key, not both")
     if notification_id is not None:

@@ -46,29 +46,10 @@ def service(key_prefix: str) -> Iterator[tuple[str, dict[str, str]]]:
         assert b"shop-secret-key" not in stderr
 
 
-def test_send_shows_up_in_the_events_stream(
-    service: tuple[str, dict[str, str]], key_prefix: str
-) -> None:
-    url, env = service
-    sent = subprocess.run(
-        [
-            *CLARION,
-            "send",
-            "--type",
-            "otp",
-            "--recipient",
-            "user-1",
-            "--phone",
-            "+4915112345678",
-            "--data",
-            "code=424242",
-            "--key",
-            "login-1",
-            "--url",
-            url,
-            "--api-key",
-            "shop-secret-key",
-        ],
+def clarion(url: str, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """Run a ``clarion`` command against the service at ``url`` with the test's API key."""
+    return subprocess.run(
+        [*CLARION, *args, "--url", url, "--api-key", "shop-secret-key"],
         env=env,
         cwd=REPO,
         capture_output=True,
@@ -76,9 +57,25 @@ def test_send_shows_up_in_the_events_stream(
         timeout=30,
         check=False,
     )
+
+
+def answer_of(run: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    """The API's answer a ``clarion`` command printed after its status line."""
+    found: dict[str, Any] = json.loads(run.stdout.split("\n", 1)[1])
+    return found
+
+
+def test_send_shows_up_in_the_events_stream(
+    service: tuple[str, dict[str, str]], key_prefix: str
+) -> None:
+    url, env = service
+    sent = clarion(
+        url, env, "send", "--type", "otp", "--recipient", "user-1", "--phone",
+        "+4915112345678", "--data", "code=424242", "--key", "login-1",
+    )  # fmt: skip
     assert sent.returncode == 0, sent.stdout + sent.stderr
     assert "HTTP 202" in sent.stdout
-    answer = json.loads(sent.stdout.split("\n", 1)[1])
+    answer = answer_of(sent)
     redis = sync_test_redis()
     entries = redis.xrange(KeySpace(key_prefix).shard(0).events)
     redis.close()
@@ -183,25 +180,6 @@ def test_a_sent_notification_can_be_followed_to_its_final_status(
         assert time.monotonic() < deadline, statuses
         time.sleep(0.2)
     assert answer.json()["projection_lag_ms"] >= 0
-
-
-def clarion(url: str, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    """Run a ``clarion`` command against the service at ``url`` with the test's API key."""
-    return subprocess.run(
-        [*CLARION, *args, "--url", url, "--api-key", "shop-secret-key"],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-
-
-def answer_of(run: subprocess.CompletedProcess[str]) -> dict[str, Any]:
-    """The API's answer a ``clarion`` command printed after its status line."""
-    found: dict[str, Any] = json.loads(run.stdout.split("\n", 1)[1])
-    return found
 
 
 def test_send_later_and_cancel_from_the_command_line(
