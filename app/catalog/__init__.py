@@ -1,6 +1,7 @@
 """The type catalog (``clarion.toml``): notification types, channels and providers
 (``channels``), ingest quotas (``quotas``), how status webhooks are sent
-(``status_webhooks``), and per-recipient rate caps of types and categories (``throttles``).
+(``status_webhooks``), per-recipient rate caps of types and categories (``throttles``), and
+types' escalation steps and channel fallbacks (``steps``).
 
 A broken catalog stops start-up with a ``CatalogError`` naming the file, the type and the key
 (for a template also its part and line: ``templates`` compiles them here, once, and
@@ -21,6 +22,7 @@ from app.catalog.providers import SecretMissing
 from app.catalog.push import Platform, platform_of
 from app.catalog.quotas import ProducerName, Quotas
 from app.catalog.status_webhooks import StatusWebhooksConfig
+from app.catalog.steps import PlannedStep, Step, check_fallback, planned_steps
 from app.catalog.templates import CompiledTemplate, Template, TemplateProblem, compile_template
 from app.catalog.throttles import CategoryConfig, Rule, ThrottleConfig, explicit_rules
 from app.validation import describe
@@ -71,6 +73,11 @@ class TypeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # At most ``limit`` deliveries per recipient within ``per`` (``app.catalog.throttles``);
     # wins over its category's.
     throttle: ThrottleConfig | None = None
+    # Escalation steps: channels that go later, unless an earlier one was read or delivered
+    # (``app.catalog.steps``); None: every channel at once.
+    steps: Annotated[list[Step], msgspec.Meta(min_length=1)] | None = None
+    # A channel whose delivery fails permanently is replaced by another: ``{ PUSH = "SMS" }``.
+    fallback: dict[Channel, Channel] = {}
 
     def label_of(self, name: str) -> str:
         """What recipients call this type, ``name`` in the catalog."""
@@ -101,6 +108,8 @@ class Catalog(msgspec.Struct, frozen=True):
     # its category (the default cap is the worker's: ``app.catalog.throttles.rules_of``).
     categories: dict[str, CategoryConfig] = {}
     throttles: dict[str, Rule] = {}
+    # Each type with ``steps``: its stepped channels' plans.
+    steps: dict[str, dict[Channel, PlannedStep]] = {}
 
     def provider_order(self, channel: Channel, address: str) -> tuple[str, ...]:
         """The providers a delivery to ``address`` on ``channel`` goes to, first choice first."""
@@ -219,6 +228,11 @@ def parse_catalog(raw: bytes | str, source: str = "clarion.toml") -> Catalog:
         fairness=convert(document.get("fairness", {}), Fairness, "fairness"),
         categories=categories,
         throttles=explicit_rules(throttled, categories, fail),
+        steps={
+            name: planned_steps(name, t.steps, t.channels, t.ttl_seconds, fail)
+            for name, t in types.items()
+            if t.steps is not None
+        },
     )
 
 
@@ -304,6 +318,11 @@ def _cross_check(
                     f"types.{type_name}.templates.{default_locale}.{channel}",
                     "missing: every default channel needs a template in the default locale",
                 )
+        check_fallback(
+            type_name, type_config.fallback, type_config.channels,
+            lambda channel, t=type_config: channel in t.templates.get(default_locale, {}),
+            fail,
+        )  # fmt: skip
         for locale, by_channel in type_config.templates.items():
             for channel, template in by_channel.items():
                 key = f"types.{type_name}.templates.{locale}.{channel}"

@@ -34,6 +34,9 @@ SuppressReason = Literal[
 SuppressionReason = Literal[
     "hard_bounce", "complaint", "unsubscribed", "invalid_token", "invalid_address", "stop"
 ]
+# What makes an escalation step unneeded when it comes due: an earlier step's delivery was
+# read (IN_APP), or confirmed delivered by provider feedback (or read).
+StepCondition = Literal["read", "delivered"]
 # Why a delivery waits ("awaiting_address": its type waits for the recipient's profile to give
 # an address, ``await_address_seconds`` in the catalog; "throttled": it waits until the
 # recipient's throttle window allows it).
@@ -89,6 +92,14 @@ class DeliveryScheduled(DeliveryEvent, frozen=True, kw_only=True):
     channel: Channel
     priority: Priority
     until: datetime
+    # An escalation step of its type (``steps`` in the catalog): its place in the chain,
+    # counted from 1 (0: not a step), and what makes it unneeded when it comes due
+    # ("read", "delivered": an earlier step's delivery was; empty: nothing).
+    step: int = 0
+    unless: list[StepCondition] = []
+    # A fallback (``fallback`` in the catalog): the delivery on another channel whose
+    # permanent failure made this one ("" for none).
+    fallback_of: str = ""
 
 
 class DeliveryDue(DeliveryEvent, frozen=True, kw_only=True):
@@ -148,6 +159,17 @@ class DeliveryCancelled(DeliveryEvent, frozen=True, kw_only=True):
     cancelled_by: str = ""
     # The notification's cancellation key when it was cancelled by key ("" otherwise).
     cancellation_key: str = ""
+
+
+class DeliverySkipped(DeliveryEvent, frozen=True, kw_only=True):
+    """An escalation step was not needed when it came due, or its notification was read
+    before: ``reason`` is the condition that held ("read", "delivered"), and
+    ``because_of`` the earlier delivery that was read or delivered ("" when not known)."""
+
+    channel: Channel
+    step: int
+    reason: StepCondition
+    because_of: str = ""
 
 
 class DeliveryThrottled(DeliveryEvent, frozen=True, kw_only=True):
@@ -355,6 +377,7 @@ AnyEvent = (
     | DeliveryExpired
     | DeliveryCancelled
     | DeliveryDeadLettered
+    | DeliverySkipped
     | DeliveryThrottled
     | DeliveryReplayed
     | ProviderFeedbackReceived

@@ -71,6 +71,9 @@ class DeliveryStatus(StrEnum):
     DELIVERED = "DELIVERED"  # the provider confirmed it arrived (provider feedback)
     READ = "READ"  # IN_APP: the recipient read the inbox message
     CANCELLED = "CANCELLED"  # its campaign was cancelled before it was sent
+    # An escalation step not needed (``unless``): the notification was read or delivered
+    # on an earlier step's channel before this one came due.
+    SKIPPED = "SKIPPED"
 
 
 # Nothing is sent for a delivery in one of these any more (a replay of a FAILED one starts a
@@ -84,6 +87,7 @@ TERMINAL: frozenset[DeliveryStatus] = frozenset(
         DeliveryStatus.EXPIRED,
         DeliveryStatus.SUPPRESSED,
         DeliveryStatus.CANCELLED,
+        DeliveryStatus.SKIPPED,
     }
 )
 # The provider took it: never sent again, not even by a replay.
@@ -94,7 +98,12 @@ PROVIDER_ACCEPTED: frozenset[DeliveryStatus] = frozenset(
 CONFIRMED: frozenset[DeliveryStatus] = frozenset({DeliveryStatus.DELIVERED, DeliveryStatus.READ})
 # Ended without ever reaching a provider, for a reason a replay cannot undo.
 ENDED_UNSENT: frozenset[DeliveryStatus] = frozenset(
-    {DeliveryStatus.EXPIRED, DeliveryStatus.SUPPRESSED, DeliveryStatus.CANCELLED}
+    {
+        DeliveryStatus.EXPIRED,
+        DeliveryStatus.SUPPRESSED,
+        DeliveryStatus.CANCELLED,
+        DeliveryStatus.SKIPPED,
+    }
 )
 
 

@@ -72,6 +72,17 @@ class WorkItem(UntracedWorkItem, frozen=True, kw_only=True, array_like=True):
     # (``send_at``/``delay``) is looked at again when it comes due, against the recipient's
     # preferences and quiet hours as they are then (``app.delivery.awaiting``).
     send_at_ms: int = 0
+    # An escalation step (``app.catalog.steps``): its number in the chain (0: none), the
+    # conditions that skip it when it comes due ("read", "delivered") and the earlier steps'
+    # deliveries they look at.
+    step: int = 0
+    unless: list[str] = []
+    watch: list[str] = []
+    # Later steps look at this delivery's state: it is kept (``held``) after it ends.
+    watched: bool = False
+    # Made on a permanent failure (``fallback`` in the catalog): the id, channel and address
+    # ("": the recipient's profile gives it) of the delivery that replaces this one.
+    fallback: list[str] = []
 
 
 def share_data(encoded_data_size: int, work_items: int) -> bool:

@@ -1,0 +1,114 @@
+"""Escalation steps and channel fallbacks of a type.
+
+``steps = [{ channel = "IN_APP" }, { channel = "PUSH", after = "15m", unless = "read" },
+{ channel = "EMAIL", after = "1h", unless = ["read", "delivered"] }]`` on a type: each listed
+channel of the type goes ``after`` its notification was accepted (or was due, when sent
+later), unless by then an earlier step's delivery was read (an IN_APP message) or delivered
+(confirmed by provider feedback, or read); such a step ends SKIPPED with that reason. The
+type's channels not listed go at once, as without steps.
+
+``fallback = { PUSH = "SMS" }``: a delivery on the key's channel that fails permanently (an
+invalid token, a refused address), or cannot be made at ingest because the address is
+missing or known dead, is replaced by one on the value's channel, once per notification.
+
+``check_steps`` checks both against the type; the ingest plan asks ``ChainPlan`` what each
+channel of a notification waits for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, get_args
+
+import msgspec
+
+from app.catalog.throttles import ThrottleError, parse_duration
+from streams.core.events import StepCondition
+from streams.core.vocabulary import Channel
+
+CONDITIONS: frozenset[str] = frozenset(get_args(StepCondition))
+# Suppression reasons at ingest after which a fallback is made at once.
+FALLBACK_AT_INGEST: frozenset[str] = frozenset({"no_address", "invalid_address", "no_provider"})
+
+
+class Step(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One step of a type's chain, as the catalog writes it."""
+
+    channel: Channel
+    # "15m", "1h", "30s", "1d" (digits and one unit); omitted: at once.
+    after: Annotated[str, msgspec.Meta(max_length=12)] = ""
+    # "read", "delivered", or a list of them: any one that holds skips the step.
+    unless: StepCondition | list[StepCondition] = []
+
+    def conditions(self) -> tuple[StepCondition, ...]:
+        """``unless`` as a tuple, each condition once, in the order written."""
+        given = [self.unless] if isinstance(self.unless, str) else self.unless
+        return tuple(dict.fromkeys(given))
+
+
+class PlannedStep(msgspec.Struct, frozen=True):
+    """What a channel of a type with steps waits for: its place in the chain (from 1), how
+    long after acceptance it goes, and the conditions that skip it."""
+
+    number: int
+    after_ms: int
+    unless: tuple[StepCondition, ...]
+
+
+def planned_steps(
+    type_name: str,
+    steps: list[Step],
+    channels: list[Channel],
+    ttl_seconds: int,
+    fail: Callable[[str, str], Exception],
+) -> dict[Channel, PlannedStep]:
+    """Check a type's ``steps`` against its channels and TTL; each step's plan by channel."""
+    planned: dict[Channel, PlannedStep] = {}
+    for number, step in enumerate(steps, start=1):
+        key = f"types.{type_name}.steps[{number - 1}]"
+        if step.channel not in channels:
+            raise fail(f"{key}.channel", f"{step.channel} is not one of the type's channels")
+        if step.channel in planned:
+            raise fail(f"{key}.channel", f"{step.channel} has a step already")
+        after_ms = 0
+        if step.after:
+            try:
+                after_ms = parse_duration(step.after) * 1000
+            except ThrottleError as error:
+                raise fail(f"{key}.after", str(error)) from None
+        if after_ms >= ttl_seconds * 1000:
+            raise fail(
+                f"{key}.after",
+                f"{step.after} is not shorter than the type's ttl_seconds ({ttl_seconds}): "
+                "the step would always expire",
+            )
+        unless = step.conditions()
+        earlier = list(planned)
+        if unless and not earlier:
+            raise fail(f"{key}.unless", "the first step has no earlier step to look at")
+        if "read" in unless and Channel.IN_APP not in earlier:
+            raise fail(
+                f"{key}.unless",
+                "'read' needs an earlier IN_APP step: only inbox messages are read",
+            )
+        planned[step.channel] = PlannedStep(number, after_ms, unless)
+    return planned
+
+
+def check_fallback(
+    type_name: str,
+    fallback: dict[Channel, Channel],
+    channels: list[Channel],
+    has_template: Callable[[Channel], bool],
+    fail: Callable[[str, str], Exception],
+) -> None:
+    """Check a type's ``fallback``: each key one of its channels, each value another channel
+    with a template in the default locale and not one of its channels already."""
+    for source, target in fallback.items():
+        key = f"types.{type_name}.fallback.{source}"
+        if source not in channels:
+            raise fail(key, f"{source} is not one of the type's channels")
+        if target == source or target in channels:
+            raise fail(key, f"{target} is one of the type's channels already")
+        if not has_template(target):
+            raise fail(key, f"{target} needs a template in the default locale")
