@@ -28,6 +28,9 @@ from streams.core.vocabulary import Channel
 
 CONDITIONS: frozenset[str] = frozenset(get_args(StepCondition))
 # Suppression reasons at ingest after which a fallback is made at once.
+# The longest a step may wait: an ended delivery's state is kept a day
+# (``streams.delivery.store.STATE_RETENTION_MS``) when later steps look at it.
+MAX_AFTER_MS = 86_400_000
 FALLBACK_AT_INGEST: frozenset[str] = frozenset({"no_address", "invalid_address", "no_provider"})
 
 
@@ -76,6 +79,12 @@ def planned_steps(
                 after_ms = parse_duration(step.after) * 1000
             except ThrottleError as error:
                 raise fail(f"{key}.after", str(error)) from None
+        if after_ms > MAX_AFTER_MS:
+            raise fail(
+                f"{key}.after",
+                f"{step.after} is longer than a day: the earlier steps' states it looks at "
+                "are kept a day after they end",
+            )
         if after_ms >= ttl_seconds * 1000:
             raise fail(
                 f"{key}.after",
