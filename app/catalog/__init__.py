@@ -318,11 +318,8 @@ def _cross_check(
                     f"types.{type_name}.templates.{default_locale}.{channel}",
                     "missing: every default channel needs a template in the default locale",
                 )
-        check_fallback(
-            type_name, type_config.fallback, type_config.channels,
-            lambda channel, t=type_config: channel in t.templates.get(default_locale, {}),
-            fail,
-        )  # fmt: skip
+        defaults = type_config.templates.get(default_locale, {})
+        check_fallback(type_name, type_config.fallback, type_config.channels, defaults, fail)
         for locale, by_channel in type_config.templates.items():
             for channel, template in by_channel.items():
                 key = f"types.{type_name}.templates.{locale}.{channel}"

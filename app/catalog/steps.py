@@ -17,7 +17,7 @@ channel of a notification waits for.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Annotated, get_args
 
 import msgspec
@@ -108,16 +108,17 @@ def check_fallback(
     type_name: str,
     fallback: dict[Channel, Channel],
     channels: list[Channel],
-    has_template: Callable[[Channel], bool],
+    templates: Mapping[Channel, object],
     fail: Callable[[str, str], Exception],
 ) -> None:
     """Check a type's ``fallback``: each key one of its channels, each value another channel
-    with a template in the default locale and not one of its channels already."""
+    with a template in the default locale (``templates``: the type's there, by channel) and
+    not one of its channels already."""
     for source, target in fallback.items():
         key = f"types.{type_name}.fallback.{source}"
         if source not in channels:
             raise fail(key, f"{source} is not one of the type's channels")
         if target == source or target in channels:
             raise fail(key, f"{target} is one of the type's channels already")
-        if not has_template(target):
+        if target not in templates:
             raise fail(key, f"{target} needs a template in the default locale")

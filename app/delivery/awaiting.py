@@ -5,11 +5,12 @@ records what becomes of it instead: waiting again (``awaiting_address``, indexed
 profile change releases it: ``streams.delivery.address_waits``), SUPPRESSED, deferred for quiet
 hours, or EXPIRED.
 
-Deliveries sent later are looked at again when they come due (``send_at``/``delay``): the
-recipient's settings and the suppression list as they are then decide. A batch of them is
-read in one round trip (a pipeline of the recipients' settings, one HMGET of the list): at
-10,000 due a second, two round trips a delivery one after the other held a worker's lane
-longer than the sends (``bench/schedule.py``).
+An escalation step that comes due is first asked whether it is needed
+(``app.delivery.steps``). Deliveries sent later are looked at again when they come due
+(``send_at``/``delay``): the recipient's settings and the suppression list as they are then
+decide. A batch of them is read in one round trip (a pipeline of the recipients' settings,
+one HMGET of the list): at 10,000 due a second, two round trips a delivery one after the
+other held a worker's lane longer than the sends (``bench/schedule.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import msgspec
 from redis.asyncio import Redis
 
 from app.catalog import Catalog
+from app.delivery import steps
 from app.recipients import awaiting as rules
 from streams.delivery import address_waits
 from streams.delivery.decisions import Decision, Deferred
@@ -63,13 +65,19 @@ class AddressAwaiter:
         if not [leased for leased in held if leased.item.await_until_ms or leased.item.send_at_ms]:
             return Looked(held=list(held))  # the usual batch: nothing waits for anything
         looked = Looked()
-        again = await self._read_again(
-            [leased for leased in held if leased.item.send_at_ms and _has_address(leased)]
-        )
+        skipped = await steps.skipped(self.redis, held)
+        again = await self._read_again([
+            leased for leased in held
+            if leased.item.send_at_ms and _has_address(leased)
+            and leased.item.delivery_id not in skipped
+        ])  # fmt: skip
         for leased in held:
             item = leased.item
             if item.send_at_ms and leased.lease.version == 1:
                 leased = msgspec.structs.replace(leased, came_due=True)  # noqa: PLW2901
+            if item.delivery_id in skipped:  # a step not needed: nothing else matters
+                looked.decided.append((leased, skipped[item.delivery_id]))
+                continue
             if _has_address(leased):
                 if item.send_at_ms:
                     self._look_again(leased, *again[item.delivery_id], now_ms, looked)

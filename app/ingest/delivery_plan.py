@@ -12,10 +12,13 @@ one: ``await_address_seconds``), or queued.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
 
 import msgspec
 
+from app.catalog.steps import PlannedStep
+from app.ingest.chains import Chain, Identity
 from app.ingest.requests import Accepted, NotificationRequest
 from streams.core import codec
 from streams.core.events import (
@@ -43,15 +46,6 @@ _SUPPRESSED, _EXPIRED = DeliveryStatus.SUPPRESSED, DeliveryStatus.EXPIRED
 
 _data_encoder = msgspec.json.Encoder()
 _response_encoder = msgspec.json.Encoder()
-
-
-class Identity(msgspec.Struct, frozen=True):
-    """Ids fixed once per request, so a STALE round re-plans with the same ones."""
-
-    notification_id: str
-    # (channel, address) pairs in fan-out order, and one delivery id for each.
-    pairs: tuple[tuple[Channel, str], ...]
-    delivery_ids: tuple[str, ...]
 
 
 class NotificationPlan(msgspec.Struct, frozen=True, kw_only=True):
@@ -87,6 +81,8 @@ class NotificationPlan(msgspec.Struct, frozen=True, kw_only=True):
     # wait in ``delayed`` until then (SCHEDULED), and the recipient's preferences and quiet
     # hours are looked at when they come due, not now.
     due_ms: int = 0
+    # The type's escalation steps by channel (``app.catalog.steps``), None without.
+    steps: dict[Channel, PlannedStep] | None = None
 
     def accepted(
         self, producer: str, idempotency_key: str, identity: Identity
@@ -110,60 +106,92 @@ class NotificationPlan(msgspec.Struct, frozen=True, kw_only=True):
     ) -> tuple[list[DeliveryAtAcceptance], list[PlannedWork], bytes, list[tuple[str, str]]]:
         """Each delivery's state at ingest, its work item unless it ended, the encoded data
         its work items share (else b"") and each suppressed one's channel and reason; first
-        events go to ``events``. One loop in one method: a call per delivery cost fan-out an
-        eighth more instructions."""
+        events go to ``events``. A queued delivery, the usual one, is planned in the loop
+        itself: a call per delivery cost fan-out an eighth more instructions. A fallback
+        made at ingest (``Chain.fallbacks_now``) goes round the loop once more."""
         nid, now, priority, quiet_until = self.id, self.now, self.priority, self.quiet_until
         type_name, disabled, invalid = self.request.type, self.disabled, self.invalid
         unroutable, suppressed, due_ms = self.unroutable, self.suppressed, self.due_ms
-        quiet_ms = self.quiet_ms
+        steps = self.steps
+        chain = Chain(identity, steps) if steps or identity.fallbacks else None
         shared = self._shared_data(len(identity.pairs))  # for each that gets a work item
         suppressed_at: list[tuple[str, str]] = []
         at_acceptance: list[DeliveryAtAcceptance] = []
         work: list[PlannedWork] = []
-        for (channel, address), did in zip(identity.pairs, identity.delivery_ids, strict=True):
-            status, reason = _QUEUED, ""
-            if (type_name, channel) in disabled:
-                status, reason = _SUPPRESSED, "opted_out"
-            elif not address:
-                # Its type may wait for the recipient's profile to give one.
-                waits = self.await_until_ms > self.now_ms
-                status = _SCHEDULED if waits else _SUPPRESSED
-                reason = "awaiting_address" if waits else "no_address"
-            elif invalid and (channel, self.address_digest(address)) in invalid:
-                status, reason = _SUPPRESSED, "invalid_address"
-            elif suppressed and (channel, address) in suppressed:
-                status, reason = _SUPPRESSED, suppressed[(channel, address)]
-            elif unroutable and address in unroutable:
-                status, reason = _SUPPRESSED, "no_provider"
-            elif quiet_until is not None and channel not in QUIET_HOURS_EXEMPT:
-                status = _SCHEDULED if quiet_until < self.expires else _EXPIRED
-                reason = "" if status is _SCHEDULED else "quiet_hours_past_ttl"
-            elif due_ms:  # sent later: nothing else about it is decided now
-                status, reason = _SCHEDULED, "scheduled"
-            until = (due_ms or quiet_ms) if status is _SCHEDULED else 0  # an address: unknown
-            at_acceptance.append(DeliveryAtAcceptance(
-                id=did, channel=channel, status=status, reason=reason,
-                due_ms=0 if reason == "awaiting_address" else until))  # fmt: skip
-            if status is _SUPPRESSED:
-                suppressed_at.append((channel, reason))
-                events.append(DeliverySuppressed(
-                    at=now, notification_id=nid, delivery_id=did, version=1,
-                    channel=channel, reason=reason,  # type: ignore[arg-type]
-                ))  # fmt: skip
-            elif status is _EXPIRED:
-                events.append(DeliveryExpired(
-                    at=now, notification_id=nid, delivery_id=did, version=1,
-                    channel=channel, reason=reason,
-                ))  # fmt: skip
-            elif status is _SCHEDULED:
-                work.append(self._waiting(did, channel, address, shared, events, reason=reason))
-            else:
+        rows: Iterable[tuple[tuple[Channel, str], str]]
+        rows = zip(identity.pairs, identity.delivery_ids, strict=True)
+        while rows:
+            for (channel, address), did in rows:
+                status, reason = _QUEUED, ""
+                step = steps.get(channel) if steps else None
+                if (type_name, channel) in disabled:
+                    status, reason = _SUPPRESSED, "opted_out"
+                elif not address:
+                    # Its type may wait for the recipient's profile to give one.
+                    waits = self.await_until_ms > self.now_ms
+                    status = _SCHEDULED if waits else _SUPPRESSED
+                    reason = "awaiting_address" if waits else "no_address"
+                elif invalid and (channel, self.address_digest(address)) in invalid:
+                    status, reason = _SUPPRESSED, "invalid_address"
+                elif suppressed and (channel, address) in suppressed:
+                    status, reason = _SUPPRESSED, suppressed[(channel, address)]
+                elif unroutable and address in unroutable:
+                    status, reason = _SUPPRESSED, "no_provider"
+                elif step is not None and step.after_ms:  # a later step: decided when due
+                    status, reason = _SCHEDULED, "step"
+                elif quiet_until is not None and channel not in QUIET_HOURS_EXEMPT:
+                    status = _SCHEDULED if quiet_until < self.expires else _EXPIRED
+                    reason = "" if status is _SCHEDULED else "quiet_hours_past_ttl"
+                elif due_ms:  # sent later: nothing else about it is decided now
+                    status, reason = _SCHEDULED, "scheduled"
+                if status is not _QUEUED:
+                    out = (at_acceptance, events, work, suppressed_at)
+                    self._unqueued(did, channel, address, shared, status, reason, step, chain, out)
+                    continue
+                at_acceptance.append(DeliveryAtAcceptance(
+                    id=did, channel=channel, status=status, reason="", due_ms=0))  # fmt: skip
                 events.append(DeliveryQueued(
                     at=now, notification_id=nid, delivery_id=did, version=1,
-                    channel=channel, priority=priority,
+                    channel=channel, priority=priority, step=step.number if step else 0,
+                    fallback_of=chain.fallback_of.get(did, "") if chain else "",
                 ))  # fmt: skip
-                work.append(PlannedWork(priority, self._work_item(did, channel, address, shared)))
+                item = self._work_item(did, channel, address, shared, chain=chain)
+                work.append(PlannedWork(priority, item))
+            rows = chain.fallbacks_now(at_acceptance) if chain else []
         return at_acceptance, work, shared if work else b"", suppressed_at
+
+    def _unqueued(  # noqa: PLR0917 (the loop's own variables, handed on)
+        self,
+        did: str,
+        channel: Channel,
+        address: str,
+        shared: bytes,
+        status: DeliveryStatus,
+        reason: str,
+        step: PlannedStep | None,
+        chain: Chain | None,
+        out: tuple[
+            list[DeliveryAtAcceptance], list[Event], list[PlannedWork], list[tuple[str, str]]
+        ],
+    ) -> None:
+        """Record a delivery not queued at ingest: suppressed, expired, or waiting (a later
+        step, sent later, deferred), into ``deliveries``' lists (``out``)."""
+        at_acceptance, events, work, suppressed_at = out
+        until = (self.due_ms or self.quiet_ms) if status is _SCHEDULED else 0
+        if reason == "step" and step is not None:
+            until = (self.due_ms or self.now_ms) + step.after_ms
+        at_acceptance.append(DeliveryAtAcceptance(
+            id=did, channel=channel, status=status, reason=reason,
+            due_ms=0 if reason == "awaiting_address" else until))  # fmt: skip
+        ids = {"at": self.now, "notification_id": self.id, "delivery_id": did, "version": 1}
+        if status is _SUPPRESSED:
+            suppressed_at.append((channel, reason))
+            events.append(DeliverySuppressed(**ids, channel=channel, reason=reason))  # type: ignore[arg-type]
+        elif status is _EXPIRED:
+            events.append(DeliveryExpired(**ids, channel=channel, reason=reason))  # type: ignore[arg-type]
+        else:
+            waiting = (did, channel, address, shared, events)
+            work.append(self._waiting(*waiting, reason=reason, chain=chain, until=until))
 
     def encoded(self, at_acceptance: list[DeliveryAtAcceptance]) -> tuple[bytes, bytes]:
         """The notification accepted, encoded twice: the answer that says so (its id and its
@@ -199,14 +227,23 @@ class NotificationPlan(msgspec.Struct, frozen=True, kw_only=True):
         events: list[Event],
         *,
         reason: str,
+        chain: Chain | None,
+        until: int,
     ) -> PlannedWork:
-        """A delivery that waits at ingest: sent later, or deferred."""
-        if reason == "scheduled":
-            return self._scheduled(did, channel, address, shared, events)
-        return self._deferred(did, channel, address, shared, events)
+        """A delivery that waits at ingest: a later step, sent later, or deferred."""
+        if reason in ("scheduled", "step"):
+            return self._scheduled(did, channel, address, shared, events, chain=chain, until=until)
+        return self._deferred(did, channel, address, shared, events, chain=chain)
 
     def _deferred(
-        self, did: str, channel: Channel, address: str, shared: bytes, events: list[Event]
+        self,
+        did: str,
+        channel: Channel,
+        address: str,
+        shared: bytes,
+        events: list[Event],
+        *,
+        chain: Chain | None,
     ) -> PlannedWork:
         """A delivery that waits at ingest: for the recipient's quiet hours to end, or, with
         no address, for one (its first look is due in a second:
@@ -218,29 +255,53 @@ class NotificationPlan(msgspec.Struct, frozen=True, kw_only=True):
                 at=self.now, notification_id=self.id, delivery_id=did, version=1,
                 channel=channel, reason="quiet_hours", until=quiet_until,
             ))  # fmt: skip
-            member = delayed_member(self.priority, self._work_item(did, channel, address, shared))
+            item = self._work_item(did, channel, address, shared, chain=chain)
+            member = delayed_member(self.priority, item)
             return PlannedWork(self.priority, member, epoch_ms(quiet_until))
         due_ms = min(self.now_ms + FIRST_STEP_MS, self.await_until_ms)
         events.append(DeliveryDeferred(
             at=self.now, notification_id=self.id, delivery_id=did, version=1,
             channel=channel, reason="awaiting_address", until=at_ms(due_ms),
         ))  # fmt: skip
-        item = self._work_item(did, channel, "", shared, await_until_ms=self.await_until_ms)
+        item = self._work_item(
+            did, channel, "", shared, await_until_ms=self.await_until_ms, chain=chain
+        )
         return PlannedWork(self.priority, delayed_member(self.priority, item), due_ms)
 
     def _scheduled(
-        self, did: str, channel: Channel, address: str, shared: bytes, events: list[Event]
+        self,
+        did: str,
+        channel: Channel,
+        address: str,
+        shared: bytes,
+        events: list[Event],
+        *,
+        chain: Chain | None,
+        until: int,
     ) -> PlannedWork:
-        """A delivery the producer asked to go later: it waits in ``delayed`` until then."""
+        """A delivery that waits in ``delayed`` until ``until``: the producer asked it to go
+        later, or it is a later step of its type."""
+        step = chain.step(channel) if chain else None
         events.append(DeliveryScheduled(
             at=self.now, notification_id=self.id, delivery_id=did, version=1,
-            channel=channel, priority=self.priority, until=at_ms(self.due_ms),
+            channel=channel, priority=self.priority, until=at_ms(until),
+            step=step.number if step else 0,
+            unless=list(step.unless) if step else [],
+            fallback_of=chain.fallback_of.get(did, "") if chain else "",
         ))  # fmt: skip
-        item = self._work_item(did, channel, address, shared)
-        return PlannedWork(self.priority, delayed_member(self.priority, item), self.due_ms)
+        item = self._work_item(did, channel, address, shared, chain=chain, send_at_ms=until)
+        return PlannedWork(self.priority, delayed_member(self.priority, item), until)
 
     def _work_item(
-        self, did: str, channel: Channel, address: str, shared: bytes, await_until_ms: int = 0
+        self,
+        did: str,
+        channel: Channel,
+        address: str,
+        shared: bytes,
+        await_until_ms: int = 0,
+        *,
+        chain: Chain | None = None,
+        send_at_ms: int = 0,
     ) -> bytes:
         """The encoded work item of one delivery; without a trace and not waiting for an
         address, as before items carried either."""
@@ -260,13 +321,15 @@ class NotificationPlan(msgspec.Struct, frozen=True, kw_only=True):
             shared_data=bool(shared),
             campaign=self.campaign,
         )
-        if self.trace or await_until_ms or self.due_ms:  # only then is the item made twice
+        send_at_ms = send_at_ms or self.due_ms
+        if self.trace or await_until_ms or send_at_ms or chain:  # only then made twice
             return codec.encode_work_item(
                 WorkItem(
                     **msgspec.structs.asdict(item),
                     trace=self.trace,
                     await_until_ms=await_until_ms,
-                    send_at_ms=self.due_ms,
+                    send_at_ms=send_at_ms,
+                    **(chain.fields(did, channel) if chain else {}),
                 )
             )
         return codec.encode(item)

@@ -14,7 +14,8 @@ import msgspec
 
 from app import tracing
 from app.catalog import Catalog
-from app.ingest.delivery_plan import Identity, NotificationPlan, epoch_ms
+from app.ingest.chains import Fallback, Identity
+from app.ingest.delivery_plan import NotificationPlan, epoch_ms
 from app.ingest.fingerprints import fingerprint
 from app.ingest.quiet_hours import window_end
 from app.ingest.requests import Accepted, NotificationRequest, target_address
@@ -160,7 +161,8 @@ class Planner:
         if len(set(channels)) != len(channels):
             raise FanoutError("channels: each channel may be listed once")
         templates = []
-        for channel in channels:
+        fallbacks = [type_config.fallback[c] for c in channels if c in type_config.fallback]
+        for channel in [*channels, *fallbacks]:  # a fallback's template is needed too
             used = self.catalog.template_locale(type_name, channel, locale)
             if used is None:
                 raise FanoutError(f"channels: type {type_name!r} has no {channel} template")
@@ -199,10 +201,21 @@ class Planner:
         channels = self.channels(request)  # checks that the type exists
         if request.send_at is not None or request.delay is not None:
             self.due_ms(request, epoch_ms(now or utc_now()))  # checks how far ahead
-        webhook_url = self.catalog.types[request.type].webhook_url
-        pairs = addresses_by_channel(request, channels, webhook_url)
-        new_id, *delivery_ids = new_ids(shard.shard, 1 + len(pairs))
-        return Identity(notification_id or new_id, tuple(pairs), tuple(delivery_ids))
+        type_config = self.catalog.types[request.type]
+        pairs = addresses_by_channel(request, channels, type_config.webhook_url)
+        fallback = [(source, target) for source, target in type_config.fallback.items()
+                    if source in channels]  # fmt: skip
+        new_id, *delivery_ids = new_ids(shard.shard, 1 + len(pairs) + len(fallback))
+        fallbacks = tuple(
+            Fallback(source, target, addresses_by_channel(request, [target])[0][1], fallback_id)
+            for (source, target), fallback_id in zip(
+                fallback, delivery_ids[len(pairs) :], strict=True
+            )
+        )
+        return Identity(
+            notification_id or new_id, tuple(pairs), tuple(delivery_ids[: len(pairs)]),
+            fallbacks=fallbacks,
+        )  # fmt: skip
 
     def due_ms(self, request: NotificationRequest, now_ms: int) -> int:
         """When ``request`` is due (ms; 0: now); raises ``FanoutError`` naming the field."""
@@ -317,6 +330,7 @@ class Planner:
             if type_config.await_address_seconds is not None
             else 0,
             due_ms=due,
+            steps=self.catalog.steps.get(request.type),
         )
 
     def _suppressed(

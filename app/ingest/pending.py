@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import msgspec
 
-from app.ingest.delivery_plan import Identity
+from app.ingest.chains import Identity
 from app.ingest.profiles import decode as decode_profile
 from app.ingest.profiles import merged
 from app.ingest.requests import NotificationRequest

@@ -35,15 +35,20 @@ def encode(value: msgspec.Struct) -> bytes:
 _UNTRACED_END = b',""]'
 _NO_WAIT_END = b",0]"  # a work item's last field when it waits for no address
 _NO_SEND_AT_END = b",0]"  # its last field when it is not sent later
+_NO_STEPS_END = b",0,[],[],false,[]]"  # its last fields without a step or fallback
 
 
 def encode_work_item(item: WorkItem) -> bytes:
-    """Encode a work item. One not sent later is written without that last field (0), one
+    """Encode a work item. One without a step or fallback is written without those last
+    fields (their defaults), one not sent later is written without that last field (0), one
     that waits for no address without that one (0) too, and one without a trace (tracing
     off) without that empty field as well, byte for byte as before items carried any of
     them: the decoder's defaults restore them."""
     encoded = _encoder.encode(item)
-    if item.send_at_ms:  # sent later: every field is written
+    if not encoded.endswith(_NO_STEPS_END):  # a step or a fallback: every field is written
+        return encoded
+    encoded = encoded[: -len(_NO_STEPS_END)] + b"]"
+    if item.send_at_ms:  # sent later: every field before is written
         return encoded
     encoded = encoded[: -len(_NO_SEND_AT_END)] + b"]"
     if item.await_until_ms:  # waiting for an address: every field before is written

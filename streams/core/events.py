@@ -76,6 +76,9 @@ class DeliveryQueued(DeliveryEvent, frozen=True, kw_only=True):
     channel: Channel
     priority: Priority
     attempt: int = 0
+    # Its place in its type's step chain (0: none); the delivery a fallback replaces ("").
+    step: int = 0
+    fallback_of: str = ""
 
 
 class DeliveryDeferred(DeliveryEvent, frozen=True, kw_only=True):
@@ -92,13 +95,10 @@ class DeliveryScheduled(DeliveryEvent, frozen=True, kw_only=True):
     channel: Channel
     priority: Priority
     until: datetime
-    # An escalation step of its type (``steps`` in the catalog): its place in the chain,
-    # counted from 1 (0: not a step), and what makes it unneeded when it comes due
-    # ("read", "delivered": an earlier step's delivery was; empty: nothing).
+    # A step (``steps`` in the catalog): its place in the chain from 1 (0: none) and what
+    # skips it when due. A fallback: the delivery whose permanent failure made it ("").
     step: int = 0
     unless: list[StepCondition] = []
-    # A fallback (``fallback`` in the catalog): the delivery on another channel whose
-    # permanent failure made this one ("" for none).
     fallback_of: str = ""
 
 

@@ -12,7 +12,7 @@ from typing import ClassVar, Literal
 
 import msgspec
 
-from streams.core.events import DeferReason, SuppressReason
+from streams.core.events import DeferReason, StepCondition, SuppressReason
 from streams.core.vocabulary import ErrorClass
 from streams.delivery.state import DeliveryStatus
 from streams.inbox.messages import InboxMessage
@@ -104,6 +104,16 @@ class Cancelled(msgspec.Struct, frozen=True):
     by: str = ""
 
 
+class Skipped(msgspec.Struct, frozen=True):
+    """An escalation step not needed when it came due: an earlier step's delivery
+    (``because_of``) was read or delivered (``reason``). It is never sent."""
+
+    status: ClassVar[DeliveryStatus | None] = DeliveryStatus.SKIPPED
+    error_class: ClassVar[ErrorClass | None] = None
+    reason: StepCondition
+    because_of: str = ""
+
+
 class Throttled(msgspec.Struct, frozen=True):
     """The recipient had ``limit`` deliveries within ``per_seconds`` already (the throttle of
     ``scope``): with ``action`` suppress it is never sent (SUPPRESSED), with defer it waits
@@ -131,5 +141,5 @@ class AcknowledgeOnly(msgspec.Struct, frozen=True):
 
 Decision = (
     Sent | SentToInbox | RetryAt | Failed | Deferred | Expired | Suppressed | Cancelled
-    | AcknowledgeOnly
+    | Skipped | AcknowledgeOnly
 )  # fmt: skip

@@ -11,8 +11,6 @@ length here.
 from __future__ import annotations
 
 import dataclasses
-from datetime import UTC, datetime
-from typing import Any, TypedDict
 
 import msgspec
 
@@ -23,17 +21,19 @@ from streams.core.events import (
     DeliveryCancelled,
     DeliveryDeadLettered,
     DeliveryDeferred,
-    DeliveryDue,
     DeliveryExpired,
     DeliveryFailed,
+    DeliveryScheduled,
     DeliverySent,
+    DeliverySkipped,
     DeliverySuppressed,
     Event,
     InboxMessageCreated,
+    StepCondition,
     SuppressReason,
 )
 from streams.core.scripts import KeyOrArg
-from streams.core.vocabulary import ErrorClass
+from streams.core.vocabulary import Channel, ErrorClass
 from streams.delivery.cancellations import cancellation_reason
 from streams.delivery.decisions import (
     AcknowledgeOnly,
@@ -45,11 +45,13 @@ from streams.delivery.decisions import (
     RetryAt,
     Sent,
     SentToInbox,
+    Skipped,
     Suppressed,
 )
 from streams.delivery.delayed import delayed_member
 from streams.delivery.leases import LeasedDelivery
-from streams.delivery.state import TERMINAL, DeliveryStatus
+from streams.delivery.outcome_records import about, at, attempt_times, ids, recorded, version
+from streams.delivery.state import DeliveryStatus
 from streams.delivery.store import Outcome
 from streams.dlq.entries import failed_delivery_entry
 from streams.inbox.messages import InboxMessage
@@ -69,7 +71,7 @@ def outcome(leased: LeasedDelivery, decision: Decision, now_ms: int) -> Outcome:
             event, fields = _sent(
                 leased, decision.provider, decision.message_id, now_ms, decision.sms_segments
             )
-            return _outcome(leased, [event], fields, now_ms=now_ms)
+            return recorded(leased, [event], fields, now_ms=now_ms)
         case RetryAt():
             return retry_later(
                 leased, decision.error_class, decision.error, decision.due_ms, now_ms,
@@ -90,7 +92,7 @@ def outcome(leased: LeasedDelivery, decision: Decision, now_ms: int) -> Outcome:
 
 def _unattempted(
     leased: LeasedDelivery,
-    decision: Deferred | Expired | Suppressed | Cancelled | AcknowledgeOnly,
+    decision: Deferred | Expired | Suppressed | Cancelled | Skipped | AcknowledgeOnly,
     now_ms: int,
 ) -> Outcome:
     """The outcome of a decision made without an attempt."""
@@ -105,6 +107,8 @@ def _unattempted(
             return suppressed(leased, now_ms, decision.reason)
         case Cancelled():
             return cancelled(leased, now_ms, decision.by)
+        case Skipped():
+            return skipped(leased, now_ms, decision.reason, decision.because_of)
         case AcknowledgeOnly():
             return acknowledge_only(leased)
 
@@ -114,7 +118,7 @@ def sent(
 ) -> Outcome:
     """The provider accepted the message (an SMS of ``sms_segments`` segments)."""
     event, fields = _sent(leased, provider, message_id, now_ms, sms_segments)
-    return _outcome(leased, [event], fields, now_ms=now_ms)
+    return recorded(leased, [event], fields, now_ms=now_ms)
 
 
 def _sent(
@@ -122,7 +126,7 @@ def _sent(
 ) -> tuple[DeliverySent, dict[str, KeyOrArg]]:
     attempt = leased.lease.attempts + 1
     event = DeliverySent(
-        **_ids(leased, 1, now_ms),
+        **ids(leased, 1, now_ms),
         attempt=attempt,
         provider=provider,
         provider_message_id=message_id,
@@ -133,7 +137,7 @@ def _sent(
         "attempts": attempt,
         "provider": provider,
         "provider_message_id": message_id,
-        **_attempt_times(leased, now_ms),
+        **attempt_times(leased, now_ms),
     }
     return event, fields
 
@@ -154,7 +158,7 @@ def sent_to_inbox(
     item = leased.item
     event, fields = _sent(leased, provider, item.delivery_id, now_ms)
     created = InboxMessageCreated(
-        **_ids(leased, 2, now_ms),
+        **ids(leased, 2, now_ms),
         recipient_id=item.recipient_id,
         title=message.title,
         body=message.body,
@@ -162,11 +166,11 @@ def sent_to_inbox(
         data=message.data,
         notification_type=item.notification_type,
     )
-    version = _version(leased) + 2
+    inbox_version = version(leased) + 2
     inbox = InboxWrite(
         keys=leased.shard.inbox(item.recipient_id),
         message=message,
-        version=version,
+        version=inbox_version,
         recipient_id=item.recipient_id,
         live=leased.shard.inbox_live,
         keep=keep,
@@ -174,24 +178,22 @@ def sent_to_inbox(
         feed_length=feed[0],
         feed_ttl_ms=feed[1],
     )
-    outcome = _outcome(leased, [event, created], fields, now_ms=now_ms)
+    outcome = recorded(leased, [event, created], fields, now_ms=now_ms)
     return dataclasses.replace(outcome, inbox=inbox)
 
 
 def expired(leased: LeasedDelivery, now_ms: int, reason: str = "ttl") -> Outcome:
     """The notification's TTL passed before the delivery was sent: never send it."""
-    event = DeliveryExpired(**_ids(leased, 1, now_ms), channel=leased.item.channel, reason=reason)
+    event = DeliveryExpired(**ids(leased, 1, now_ms), channel=leased.item.channel, reason=reason)
     fields: dict[str, KeyOrArg] = {"status": DeliveryStatus.EXPIRED, "reason": reason}
-    return _outcome(leased, [event], fields, now_ms=now_ms)
+    return recorded(leased, [event], fields, now_ms=now_ms)
 
 
 def suppressed(leased: LeasedDelivery, now_ms: int, reason: SuppressReason) -> Outcome:
     """The delivery is never sent, for ``reason`` (it waited for an address in vain)."""
-    event = DeliverySuppressed(
-        **_ids(leased, 1, now_ms), channel=leased.item.channel, reason=reason
-    )
+    event = DeliverySuppressed(**ids(leased, 1, now_ms), channel=leased.item.channel, reason=reason)
     fields: dict[str, KeyOrArg] = {"status": DeliveryStatus.SUPPRESSED, "reason": reason}
-    return _outcome(leased, [event], fields, now_ms=now_ms)
+    return recorded(leased, [event], fields, now_ms=now_ms)
 
 
 def cancelled(leased: LeasedDelivery, now_ms: int, by: str = "") -> Outcome:
@@ -199,13 +201,26 @@ def cancelled(leased: LeasedDelivery, now_ms: int, by: str = "") -> Outcome:
     when unknown): never send it."""
     item = leased.item
     event = DeliveryCancelled(
-        **_ids(leased, 1, now_ms), channel=item.channel, campaign_id=item.campaign,
+        **ids(leased, 1, now_ms), channel=item.channel, campaign_id=item.campaign,
         cancelled_by=by,
     )  # fmt: skip
     fields: dict[str, KeyOrArg] = {
         "status": DeliveryStatus.CANCELLED, "reason": cancellation_reason(item.campaign, by)
     }  # fmt: skip
-    return _outcome(leased, [event], fields, now_ms=now_ms)
+    return recorded(leased, [event], fields, now_ms=now_ms)
+
+
+def skipped(
+    leased: LeasedDelivery, now_ms: int, reason: StepCondition, because_of: str = ""
+) -> Outcome:
+    """An escalation step not needed: an earlier step's delivery was read or delivered."""
+    item = leased.item
+    event = DeliverySkipped(
+        **ids(leased, 1, now_ms), channel=item.channel, step=item.step, reason=reason,
+        because_of=because_of,
+    )  # fmt: skip
+    fields: dict[str, KeyOrArg] = {"status": DeliveryStatus.SKIPPED, "reason": reason}
+    return recorded(leased, [event], fields, now_ms=now_ms)
 
 
 def deferred(
@@ -222,12 +237,12 @@ def deferred(
     events: list[Event] = []
     if event:
         events.append(DeliveryDeferred(
-            **_ids(leased, 1, now_ms), channel=leased.item.channel, reason=reason,
-            until=_at(until_ms),
+            **ids(leased, 1, now_ms), channel=leased.item.channel, reason=reason,
+            until=at(until_ms),
         ))  # fmt: skip
     member = delayed_member(leased.priority, codec.encode_work_item(leased.item))
     fields: dict[str, KeyOrArg] = {"status": DeliveryStatus.SCHEDULED, "due_ms": until_ms}
-    return _outcome(leased, events, fields, now_ms=now_ms, delayed=(member, until_ms))
+    return recorded(leased, events, fields, now_ms=now_ms, delayed=(member, until_ms))
 
 
 def retry_later(
@@ -245,11 +260,11 @@ def retry_later(
     attempt = leased.lease.attempts + 1
     error = error[:MAX_ERROR_TEXT]
     event = DeliveryAttemptFailed(
-        **_ids(leased, 1, now_ms),
+        **ids(leased, 1, now_ms),
         attempt=attempt,
         error_class=error_class,
         error=error,
-        retry_at=_at(due_ms),
+        retry_at=at(due_ms),
         provider=provider,
     )
     failover = leased.item.failover + fail_over
@@ -261,9 +276,9 @@ def retry_later(
         "error_class": error_class,
         "last_error": error,
         "due_ms": due_ms,
-        **_attempt_times(leased, now_ms),
+        **attempt_times(leased, now_ms),
     }
-    return _outcome(leased, [event], fields, now_ms=now_ms, delayed=(member, due_ms))
+    return recorded(leased, [event], fields, now_ms=now_ms, delayed=(member, due_ms))
 
 
 def failed(
@@ -282,16 +297,16 @@ def failed(
     error = error[:MAX_ERROR_TEXT]
     events: list[Event] = [
         DeliveryFailed(
-            **_ids(leased, 1, now_ms),
+            **ids(leased, 1, now_ms),
             attempts=attempts,
             error_class=error_class,
             error=error,
             provider=provider,
         ),
-        DeliveryDeadLettered(**_ids(leased, 2, now_ms), error_class=error_class),
+        DeliveryDeadLettered(**ids(leased, 2, now_ms), error_class=error_class),
     ]
     attempted_now = attempts > leased.lease.attempts
-    times = _attempt_times(leased, now_ms) if attempted_now else {}
+    times = attempt_times(leased, now_ms) if attempted_now else {}
     fields: dict[str, KeyOrArg] = {
         "status": DeliveryStatus.FAILED,
         "attempts": attempts,
@@ -299,6 +314,8 @@ def failed(
         "last_error": error,
         **times,
     }
+    if leased.item.fallback and error_class is ErrorClass.PERMANENT:
+        return _fallen_back(leased, events[0], fields, now_ms)
     dead_letter = failed_delivery_entry(
         leased.self_contained_item(),
         error_class=error_class,
@@ -307,87 +324,37 @@ def failed(
         first_attempt_ms=leased.lease.first_attempt_ms or (now_ms if attempted_now else 0),
         last_attempt_ms=now_ms if attempted_now else 0,
         worker=leased.worker,
-        version=_version(leased) + len(events),
+        version=version(leased) + len(events),
         work_entry_id=leased.entry_id,
     )
-    return _outcome(leased, events, fields, now_ms=now_ms, dead_letter=dead_letter)
+    return recorded(leased, events, fields, now_ms=now_ms, dead_letter=dead_letter)
+
+
+def _fallen_back(
+    leased: LeasedDelivery, failed: Event, fields: dict[str, KeyOrArg], now_ms: int
+) -> Outcome:
+    """A permanent failure of a delivery with a fallback (``fallback`` in the catalog): it
+    ends FAILED, and its fallback is made, due now, in the same step: a delivery on the
+    other channel whose id was fixed at ingest, so that however many of the notification's
+    deliveries fail, one is made. No dead letter: the fallback took the delivery over, and a
+    replay would send the same notification a second way."""
+    fallback_id, channel, address = leased.item.fallback
+    item = msgspec.structs.replace(
+        leased.self_contained_item(), delivery_id=fallback_id, channel=Channel(channel),
+        address=address, attempts=0, failover=0, step=0, unless=[], watch=[], watched=False,
+        fallback=[], send_at_ms=now_ms, await_until_ms=0 if address else now_ms,
+    )  # fmt: skip
+    made = DeliveryScheduled(
+        at=at(now_ms), notification_id=item.notification_id, delivery_id=fallback_id,
+        version=1, channel=item.channel, priority=item.priority, until=at(now_ms),
+        fallback_of=leased.item.delivery_id,
+    )  # fmt: skip
+    member = delayed_member(item.priority, codec.encode_work_item(item))
+    return recorded(
+        leased, [failed], fields, now_ms=now_ms, delayed=(member, now_ms), others=[made]
+    )
 
 
 def acknowledge_only(leased: LeasedDelivery) -> Outcome:
     """Nothing to record (the delivery already ended): only acknowledge the work entry."""
-    return _about(leased, events=b"", fields={})
-
-
-def _outcome(
-    leased: LeasedDelivery,
-    events: list[Event],
-    fields: dict[str, KeyOrArg],
-    *,
-    now_ms: int,
-    delayed: tuple[bytes, int] | None = None,
-    dead_letter: dict[str, KeyOrArg] | None = None,
-) -> Outcome:
-    # Every outcome ends the lease (and the count of leases without one) and stamps the change.
-    ends = fields["status"] in TERMINAL
-    fields = {**fields, "lease_owner": "", "lease_until": 0, "leases": 0, "updated_ms": now_ms}
-    item = leased.item
-    if leased.came_due:
-        # A scheduled delivery taken up at its time: that comes first, then what became of it.
-        due = DeliveryDue(
-            **_ids(leased, 0, now_ms), channel=item.channel, scheduled_for=_at(item.send_at_ms)
-        )
-        events = [due, *events]
-    fields["version"] = leased.lease.version + len(events)
-    member, due_ms = delayed or (b"", 0)
-    return _about(
-        leased,
-        events=codec.encode_events(events) if events else b"",
-        fields=fields,
-        delayed_member=member,
-        due_ms=due_ms,
-        dead_letter=dead_letter or {},
-        releases_data=leased.shard.data(item.notification_id) if ends and item.shared_data else "",
-    )
-
-
-def _about(leased: LeasedDelivery, **recorded: Any) -> Outcome:
-    """An outcome of ``leased``'s delivery, acknowledging its work entry."""
-    return Outcome(
-        shard=leased.shard,
-        priority=leased.priority,
-        delivery_id=leased.item.delivery_id,
-        entry_id=leased.entry_id,
-        expected_version=leased.lease.version,
-        **recorded,
-    )
-
-
-class _Ids(TypedDict):
-    at: datetime
-    notification_id: str
-    delivery_id: str
-    version: int
-
-
-def _ids(leased: LeasedDelivery, offset: int, now_ms: int) -> _Ids:
-    """The fields every event about this delivery has; ``offset`` numbers the change."""
-    return _Ids(
-        at=_at(now_ms),
-        notification_id=leased.item.notification_id,
-        delivery_id=leased.item.delivery_id,
-        version=_version(leased) + offset,
-    )
-
-
-def _version(leased: LeasedDelivery) -> int:
-    """The version the outcome's own events count from: the lease's, or one more when the
-    outcome first records that a scheduled delivery came due (``DeliveryDue``)."""
-    return leased.lease.version + leased.came_due
-
-
-def _attempt_times(leased: LeasedDelivery, now_ms: int) -> dict[str, KeyOrArg]:
-    return {"first_attempt_ms": leased.lease.first_attempt_ms or now_ms, "last_attempt_ms": now_ms}
-
-
-def _at(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, UTC)
+    return about(leased, events=b"", fields={})

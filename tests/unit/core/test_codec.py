@@ -44,11 +44,15 @@ WORK_FIELDS = list(WorkItem.__struct_fields__)
 
 def test_work_items_written_before_later_fields_existed_still_decode() -> None:
     # Work items are arrays in field order: fields added later come last, with defaults.
-    stored = json.loads(codec.encode(work_item()))
-    assert WORK_FIELDS[-8:] == [
+    everything = json.loads(codec.encode(work_item()))
+    assert WORK_FIELDS[-13:] == [
         "attempts", "producer", "shared_data", "failover", "campaign", "trace", "await_until_ms",
-        "send_at_ms",
+        "send_at_ms", "step", "unless", "watch", "watched", "fallback",
     ]  # fmt: skip
+    before_steps = codec.decode_work_item(json.dumps(everything[:-5]))
+    assert (before_steps.step, before_steps.unless, before_steps.watch) == (0, [], [])
+    assert (before_steps.watched, before_steps.fallback) == (False, [])
+    stored = everything[:-5]
     before_attempts = codec.decode_work_item(json.dumps(stored[:-7]))
     assert (before_attempts.attempts, before_attempts.producer) == (0, "")
     assert not codec.decode_work_item(json.dumps(stored[:-5])).shared_data

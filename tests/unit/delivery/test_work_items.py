@@ -47,9 +47,9 @@ def test_an_item_without_a_trace_is_written_byte_for_byte_as_before() -> None:
     old = codec.decode_work_item(BEFORE_TRACES)
     assert old.trace == ""
     assert codec.encode_work_item(old) == BEFORE_TRACES
-    # What msgspec alone writes: the empty trace, no wait for an address (0) and no send time
-    # (0) as well.
-    assert codec.encode(old) == BEFORE_TRACES[:-1] + b',"",0,0]'
+    # What msgspec alone writes: the empty trace, no wait for an address (0), no send time
+    # (0) and no step or fallback as well.
+    assert codec.encode(old) == BEFORE_TRACES[:-1] + b',"",0,0,0,[],[],false,[]]'
 
     class Trimmed(msgspec.Struct, array_like=True, omit_defaults=True):
         kept: int

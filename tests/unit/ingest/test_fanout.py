@@ -465,8 +465,9 @@ def test_without_tracing_work_items_are_written_as_before_traces(planner: Planne
     item = plan(planner, order(email="anna@example.com"))
     for planned in item.work:
         assert json.loads(planned.item)[-1] == ""  # the campaign, the last field before traces
-        # Neither the trace, nor how long it waits for an address (it has one), nor a send time.
-        assert len(json.loads(planned.item)) == len(WorkItem.__struct_fields__) - 3
+        # Neither the trace, nor how long it waits for an address (it has one), nor a send
+        # time, nor the five fields of steps and fallbacks.
+        assert len(json.loads(planned.item)) == len(WorkItem.__struct_fields__) - 8
 
 
 def test_is_high_follows_the_type_and_a_priority_given_in_the_request(planner: Planner) -> None:
