@@ -11,8 +11,8 @@ type's channels not listed go at once, as without steps.
 invalid token, a refused address), or cannot be made at ingest because the address is
 missing or known dead, is replaced by one on the value's channel, once per notification.
 
-``check_steps`` checks both against the type; the ingest plan asks ``ChainPlan`` what each
-channel of a notification waits for.
+``planned_steps`` checks a type's steps against its channels and TTL and gives each stepped
+channel's ``PlannedStep`` (``Catalog.steps``); ``check_fallback`` checks its fallback.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from streams.core.events import StepCondition
 from streams.core.vocabulary import Channel
 
 CONDITIONS: frozenset[str] = frozenset(get_args(StepCondition))
-# Suppression reasons at ingest after which a fallback is made at once.
 # The longest a step may wait: an ended delivery's state is kept a day
 # (``streams.delivery.store.STATE_RETENTION_MS``) when later steps look at it.
 MAX_AFTER_MS = 86_400_000
+# Suppression reasons at ingest after which a fallback is made at once.
 FALLBACK_AT_INGEST: frozenset[str] = frozenset({"no_address", "invalid_address", "no_provider"})
 
 
