@@ -320,8 +320,7 @@ def _cross_check(
                 )
         check_fallback(
             type_name, type_config.fallback, type_config.channels,
-            lambda channel, t=type_config: channel in t.templates.get(default_locale, {}),
-            fail,
+            type_config.templates.get(default_locale, {}), fail,
         )  # fmt: skip
         for locale, by_channel in type_config.templates.items():
             for channel, template in by_channel.items():

@@ -17,7 +17,7 @@ channel's ``PlannedStep`` (``Catalog.steps``); ``check_fallback`` checks its fal
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Annotated, get_args
 
 import msgspec
@@ -130,11 +130,12 @@ def check_fallback(
     type_name: str,
     fallback: dict[Channel, Channel],
     channels: list[Channel],
-    has_template: Callable[[Channel], bool],
+    templated: Collection[Channel],
     fail: Callable[[str, str], Exception],
 ) -> None:
     """Check a type's ``fallback``: each key one of its channels, each value another channel
-    with a template in the default locale and not one of its channels already."""
+    with a template in the default locale (``templated``: the channels that have one) and not
+    one of its channels already."""
     for source, target in fallback.items():
         key = f"types.{type_name}.fallback.{source}"
         if source not in channels:
@@ -143,5 +144,5 @@ def check_fallback(
             raise fail(key, f"{target} cannot fall back to itself")
         if target in channels:
             raise fail(key, f"{target} is one of the type's channels already")
-        if not has_template(target):
+        if target not in templated:
             raise fail(key, f"{target} needs a template in the default locale")
