@@ -318,8 +318,10 @@ def _cross_check(
                     f"types.{type_name}.templates.{default_locale}.{channel}",
                     "missing: every default channel needs a template in the default locale",
                 )
-        defaults = type_config.templates.get(default_locale, {})
-        check_fallback(type_name, type_config.fallback, type_config.channels, defaults, fail)
+        check_fallback(
+            type_name, type_config.fallback, type_config.channels,
+            type_config.templates.get(default_locale, {}), fail,
+        )  # fmt: skip
         for locale, by_channel in type_config.templates.items():
             for channel, template in by_channel.items():
                 key = f"types.{type_name}.templates.{locale}.{channel}"

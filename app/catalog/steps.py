@@ -11,13 +11,13 @@ type's channels not listed go at once, as without steps.
 invalid token, a refused address), or cannot be made at ingest because the address is
 missing or known dead, is replaced by one on the value's channel, once per notification.
 
-``check_steps`` checks both against the type; the ingest plan asks ``ChainPlan`` what each
-channel of a notification waits for.
+``planned_steps`` checks a type's steps against its channels and TTL and gives each stepped
+channel's ``PlannedStep`` (``Catalog.steps``); ``check_fallback`` checks its fallback.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection
 from typing import Annotated, get_args
 
 import msgspec
@@ -27,10 +27,10 @@ from streams.core.events import StepCondition
 from streams.core.vocabulary import Channel
 
 CONDITIONS: frozenset[str] = frozenset(get_args(StepCondition))
-# Suppression reasons at ingest after which a fallback is made at once.
 # The longest a step may wait: an ended delivery's state is kept a day
 # (``streams.delivery.store.STATE_RETENTION_MS``) when later steps look at it.
 MAX_AFTER_MS = 86_400_000
+# Suppression reasons at ingest after which a fallback is made at once.
 FALLBACK_AT_INGEST: frozenset[str] = frozenset({"no_address", "invalid_address", "no_provider"})
 
 
@@ -65,7 +65,10 @@ def planned_steps(
     ttl_seconds: int,
     fail: Callable[[str, str], Exception],
 ) -> dict[Channel, PlannedStep]:
-    """Check a type's ``steps`` against its channels and TTL; each step's plan by channel."""
+    """Check a type's ``steps`` against its channels and TTL; each step's plan by channel.
+
+    A step with ``unless`` goes later than every earlier step: sooner, none of them could have
+    been read or delivered yet."""
     planned: dict[Channel, PlannedStep] = {}
     for number, step in enumerate(steps, start=1):
         key = f"types.{type_name}.steps[{number - 1}]"
@@ -73,24 +76,7 @@ def planned_steps(
             raise fail(f"{key}.channel", f"{step.channel} is not one of the type's channels")
         if step.channel in planned:
             raise fail(f"{key}.channel", f"{step.channel} has a step already")
-        after_ms = 0
-        if step.after:
-            try:
-                after_ms = parse_duration(step.after) * 1000
-            except ThrottleError as error:
-                raise fail(f"{key}.after", str(error)) from None
-        if after_ms > MAX_AFTER_MS:
-            raise fail(
-                f"{key}.after",
-                f"{step.after} is longer than a day: the earlier steps' states it looks at "
-                "are kept a day after they end",
-            )
-        if after_ms >= ttl_seconds * 1000:
-            raise fail(
-                f"{key}.after",
-                f"{step.after} is not shorter than the type's ttl_seconds ({ttl_seconds}): "
-                "the step would always expire",
-            )
+        after_ms = _after_ms(step, key, ttl_seconds, fail)
         unless = step.conditions()
         earlier = list(planned)
         if unless and not earlier:
@@ -100,25 +86,63 @@ def planned_steps(
                 f"{key}.unless",
                 "'read' needs an earlier IN_APP step: only inbox messages are read",
             )
+        last = max(planned.values(), key=lambda p: p.after_ms, default=None)
+        if unless and last is not None and after_ms <= last.after_ms:
+            raise fail(
+                f"{key}.after",
+                f"it goes {_when(step)}, not later than steps[{last.number - 1}] "
+                f"({_when(steps[last.number - 1])}): a step with unless must go later than "
+                "every earlier step, or its conditions could never hold",
+            )
         planned[step.channel] = PlannedStep(number, after_ms, unless)
     return planned
+
+
+def _when(step: Step) -> str:
+    """A step's ``after`` as written, for a message."""
+    return f"after {step.after!r}" if step.after else "at once"
+
+
+def _after_ms(step: Step, key: str, ttl_seconds: int, fail: Callable[[str, str], Exception]) -> int:
+    """A step's ``after`` in milliseconds (0 when omitted), within a day and the TTL."""
+    if not step.after:
+        return 0
+    try:
+        after_ms = parse_duration(step.after) * 1000
+    except ThrottleError as error:
+        raise fail(f"{key}.after", str(error)) from None
+    if after_ms > MAX_AFTER_MS:
+        raise fail(
+            f"{key}.after",
+            f"{step.after!r} is longer than a day: the earlier steps' states it looks at "
+            "are kept a day after they end",
+        )
+    if after_ms >= ttl_seconds * 1000:
+        raise fail(
+            f"{key}.after",
+            f"{step.after!r} is not shorter than the type's ttl_seconds ({ttl_seconds}): "
+            "the step would always expire",
+        )
+    return after_ms
 
 
 def check_fallback(
     type_name: str,
     fallback: dict[Channel, Channel],
     channels: list[Channel],
-    templates: Mapping[Channel, object],
+    templated: Collection[Channel],
     fail: Callable[[str, str], Exception],
 ) -> None:
     """Check a type's ``fallback``: each key one of its channels, each value another channel
-    with a template in the default locale (``templates``: the type's there, by channel) and
-    not one of its channels already."""
+    with a template in the default locale (``templated``: the channels that have one) and not
+    one of its channels already."""
     for source, target in fallback.items():
         key = f"types.{type_name}.fallback.{source}"
         if source not in channels:
             raise fail(key, f"{source} is not one of the type's channels")
-        if target == source or target in channels:
+        if target == source:
+            raise fail(key, f"{target} cannot fall back to itself")
+        if target in channels:
             raise fail(key, f"{target} is one of the type's channels already")
-        if target not in templates:
+        if target not in templated:
             raise fail(key, f"{target} needs a template in the default locale")
