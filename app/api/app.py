@@ -44,6 +44,7 @@ from app.inbox.api.cors import InboxCors
 from app.inbox.api.demo import DEMO_ROUTES
 from app.inbox.api.routes import INBOX_ROUTES
 from app.inbox.api.stream import inbox_stream
+from app.inbox.read_steps import StepsOnRead
 from app.inbox.tokens import InboxTokens
 from app.ingest.api import create_notification, create_notifications_batch
 from app.ingest.fanout import Planner, utc_now
@@ -61,6 +62,7 @@ from app.status_webhooks.api import StatusWebhook
 from app.status_webhooks.endpoint import UrlGuard
 from app.unsubscribe import UnsubscribeTokens
 from projections.queries import recipient_deliveries
+from streams.core.clock import now_ms as wall_clock_ms
 from streams.core.errors import ClarionError
 from streams.core.keys import KeySpace
 from streams.core.vocabulary import Channel
@@ -147,12 +149,14 @@ def openapi_config() -> OpenAPIConfig:
 
 
 def _inbox_store(redis: Redis, keys: KeySpace, catalog: Catalog) -> InboxStore:
-    """The inboxes, their feeds kept as the IN_APP channel's inbox provider says."""
+    """The inboxes, their feeds kept as the IN_APP channel's inbox provider says; a read
+    brings forward its notification's steps that wait on one."""
     channel = catalog.channels.get(Channel.IN_APP)
     config = catalog.providers.get(channel.provider or "") if channel else None
+    on_read = StepsOnRead(redis, catalog, wall_clock_ms) if catalog.steps else None
     if isinstance(config, InboxConfig):
-        return InboxStore(redis, keys, *config.feed)
-    return InboxStore(redis, keys)
+        return InboxStore(redis, keys, *config.feed, on_read=on_read)
+    return InboxStore(redis, keys, on_read=on_read)
 
 
 def _stream_limits(settings: Settings, inbox: InboxStore) -> StreamLimits:

@@ -19,7 +19,7 @@ meanwhile.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -110,9 +110,13 @@ class InboxStore:
         keys: KeySpace,
         feed_length: int = FEED_LENGTH,
         feed_ttl_ms: int = FEED_TTL_MS,
+        on_read: OnRead | None = None,
     ) -> None:
         self.redis = redis
         self.keys = keys
+        # Told of the messages each read marked read, once recorded (their notifications'
+        # escalation steps: ``app.inbox.read_steps``).
+        self.on_read = on_read
         self.feed_length = feed_length
         self.feed_ttl_ms = feed_ttl_ms
         # Concurrent requests' pages of one shard share a script call, and every shard's
@@ -216,6 +220,8 @@ class InboxStore:
             if reply == "GONE":
                 return None
             if reply == "OK":
+                if action == "read" and self.on_read is not None:
+                    await self.on_read(shard, [stored.message])
                 return StoredMessage(stored.message, change.after)
         raise InboxBusy(message_id)
 
@@ -228,14 +234,22 @@ class InboxStore:
                 order = shard.inbox(recipient_id).order
                 message_ids = [_text(raw) for raw in await self.redis.zrange(order, 0, -1)]
                 stored, versions = await self._read(shard, recipient_id, message_ids, epoch)
-                changes = [
-                    change
+                unread = [
+                    (found, change)
                     for found, version in zip(stored, versions, strict=True)
                     if found is not None and found.state.unread
                     if (change := changed("read", found, recipient_id, version, now_ms))
                 ]
+                changes = [change for _, change in unread]
                 replies = await self._record(shard, recipient_id, changes) if changes else []
                 marked += replies.count("OK")
+                read = [
+                    found.message
+                    for (found, _), reply in zip(unread, replies, strict=True)
+                    if reply == "OK"
+                ]
+                if read and self.on_read is not None:
+                    await self.on_read(shard, read)
                 if "MOVED" not in replies:
                     break
         return marked
@@ -290,6 +304,10 @@ class InboxStore:
 
 def _text(raw: object) -> str:
     return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+# Told of messages just read: the shard and the messages; answers how many steps it moved.
+OnRead = Callable[[ShardKeys, Sequence[InboxMessage]], Awaitable[int]]
 
 
 class InboxBusy(Conflict):
