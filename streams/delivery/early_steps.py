@@ -39,7 +39,7 @@ async def bring_forward(
     moved = await redis.zadd(
         shard.delayed, dict.fromkeys(members, now_ms), xx=True, lt=True, ch=True
     )
-    return int(moved)
+    return int(moved or 0)
 
 
 def _delivery_id(member: bytes) -> bytes:
