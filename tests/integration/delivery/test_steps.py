@@ -1,0 +1,130 @@
+"""Escalation steps on real Redis with a running worker and the sandbox: unread, each step
+goes at its time; read in the inbox, the steps that wait on a read come due at once and end
+SKIPPED without reaching the sandbox; a step whose earlier delivery was confirmed delivered
+is skipped when it comes due; the states later steps look at are kept after they end."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from redis.asyncio import Redis
+
+from app.catalog import Catalog, parse_catalog
+from app.delivery import steps
+from app.inbox.read_steps import StepsOnRead
+from streams.core import clock
+from streams.core.keys import KeySpace
+from streams.delivery.leases import Lease, LeasedDelivery, LeaseVerdict, Worker
+from streams.delivery.work_items import WorkItem
+from streams.inbox.store import InboxStore
+from tests.integration.delivery_support import (
+    accept,
+    catalog_text,
+    running_worker,
+    sandbox_calls,
+    state,
+    wait_until,
+)
+
+STEPS = """
+[types.comment]
+channels = ["IN_APP", "PUSH", "EMAIL"]
+priority = "NORMAL"
+ttl_seconds = 3600
+opt_out = true
+steps = [
+  { channel = "IN_APP" },
+  { channel = "PUSH", after = "1s", unless = "read" },
+  { channel = "EMAIL", after = "2s", unless = ["read", "delivered"] },
+]
+
+[types.comment.templates.en]
+IN_APP = { title = "New comment", body = "{{ text }}" }
+PUSH = { title = "New comment", body = "{{ text }}" }
+EMAIL = { title = "New comment", body = "{{ text }}" }
+"""
+
+
+def catalog() -> Catalog:
+    return parse_catalog(catalog_text() + STEPS, "steps.toml")
+
+
+def comment(recipient: str) -> dict[str, Any]:
+    return {
+        "recipient": {"id": recipient, "email": "a@example.com", "push_tokens": ["tok-1"]},
+        "type": "comment",
+        "data": {"text": "Nice!"},
+    }
+
+
+async def status_is(redis: Redis, keys: KeySpace, delivery_id: str, status: str) -> bool:
+    return (await state(redis, keys, delivery_id)).get("status") == status
+
+
+async def test_unread_each_step_goes_at_its_time(real_redis: Redis, key_prefix: str) -> None:
+    keys, steps_catalog = KeySpace(key_prefix), catalog()
+    answer = await accept(real_redis, keys, steps_catalog, comment("u-1"), "k-1")
+    ids = {d["channel"]: d["id"] for d in answer["deliveries"]}
+    async with running_worker(real_redis, keys, steps_catalog):
+        await wait_until(lambda: status_is(real_redis, keys, ids["EMAIL"], "SENT"), within=8)
+    sent = {c["delivery_id"]: c["at_ms"] for c in await sandbox_calls(real_redis, keys)}
+    due = {d["channel"]: d.get("due_ms") for d in answer["deliveries"]}
+    assert 0 <= sent[ids["PUSH"]] - due["PUSH"] < 1000
+    assert 0 <= sent[ids["EMAIL"]] - due["EMAIL"] < 1000
+    in_app = await state(real_redis, keys, ids["IN_APP"])
+    assert (in_app["status"], in_app["held"]) == ("SENT", "1")  # kept for the later steps
+
+
+async def test_a_read_skips_the_waiting_steps_at_once(real_redis: Redis, key_prefix: str) -> None:
+    keys, steps_catalog = KeySpace(key_prefix), catalog()
+    inbox = InboxStore(
+        real_redis, keys, on_read=StepsOnRead(real_redis, steps_catalog, clock.now_ms)
+    )
+    answer = await accept(real_redis, keys, steps_catalog, comment("u-2"), "k-2")
+    ids = {d["channel"]: d["id"] for d in answer["deliveries"]}
+    async with running_worker(real_redis, keys, steps_catalog):
+        await wait_until(lambda: status_is(real_redis, keys, ids["IN_APP"], "SENT"))
+        read_at = time.monotonic()
+        assert await inbox.mark("u-2", ids["IN_APP"], "read", clock.now_ms()) is not None
+        await wait_until(lambda: status_is(real_redis, keys, ids["EMAIL"], "SKIPPED"), within=5)
+        await wait_until(lambda: status_is(real_redis, keys, ids["PUSH"], "SKIPPED"), within=5)
+        assert time.monotonic() - read_at < 1.0  # not at their own time
+    for channel in ("PUSH", "EMAIL"):
+        skipped = await state(real_redis, keys, ids[channel])
+        assert skipped["reason"] == "read"
+    called = {c["delivery_id"] for c in await sandbox_calls(real_redis, keys)}
+    assert not called & {ids["PUSH"], ids["EMAIL"]}
+    assert await real_redis.zcard(keys.shard(0).delayed) == 0
+
+
+async def test_a_step_is_skipped_when_an_earlier_delivery_was_delivered(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    keys = KeySpace(key_prefix)
+    shard = keys.shard(0)
+    await real_redis.hset(shard.delivery("push-1"), mapping={"status": "DELIVERED"})
+    await real_redis.hset(shard.delivery("in-app-1"), mapping={"status": "SENT"})
+    email = step_lease(keys, ["read", "delivered"], ["in-app-1", "push-1"])
+    push = step_lease(keys, ["read"], ["in-app-1"], delivery_id="p")
+    plain = step_lease(keys, [], [], delivery_id="x")
+    decided = await steps.skipped(real_redis, [email, push, plain])
+    assert decided == {"e": steps.Skipped("delivered", because_of="push-1")}
+    await real_redis.hset(shard.delivery("in-app-1"), "status", "READ")
+    decided = await steps.skipped(real_redis, [email, push])
+    assert decided == {
+        "e": steps.Skipped("read", because_of="in-app-1"),
+        "p": steps.Skipped("read", because_of="in-app-1"),
+    }
+
+
+def step_lease(
+    keys: KeySpace, unless: list[str], watch: list[str], delivery_id: str = "e"
+) -> LeasedDelivery:
+    item = WorkItem(
+        delivery_id=delivery_id, notification_id="n", notification_type="comment",
+        channel="EMAIL", priority="NORMAL", recipient_id="r", address="a@example.com",
+        locale="en", created_ms=1, expires_ms=10**13, unless=unless, watch=watch, step=3,
+    )  # fmt: skip
+    lease = Lease(LeaseVerdict.GO, version=1, attempts=0, now_ms=1, first_attempt_ms=0)
+    return LeasedDelivery.taken(keys.shard(0), item, "1-0", lease, Worker("w", "1"))
