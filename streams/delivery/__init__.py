@@ -4,7 +4,8 @@
 - ``state``: a delivery's ``dlv:<id>`` hash and which statuses end it;
 - ``leases``: the verdict ``begin.lua`` gives on a work item, and the leased delivery;
 - ``decisions``: what is to become of a leased delivery, decided before anything is written;
-- ``outcomes``: a decision turned into what ``finish.lua`` records;
+- ``outcomes``: a decision turned into what ``finish.lua`` records, and
+  ``outcome_records``: what every outcome records besides its change;
 - ``store``: leases taken and outcomes recorded (``begin.lua``, ``finish.lua``,
   ``dead_letter_raw.lua``);
 - ``delayed``: the ``delayed`` set of retries and deferrals (``schedule_due.lua``);
@@ -18,6 +19,7 @@
   (``release_states.lua``);
 - ``cancellations``: a notification's pending deliveries cancelled, by its id or its
   producer's cancellation key (``cancel.lua``);
+- ``early_steps``: a notification's escalation steps made due at once when it was read;
 - ``parking``: ``delayed`` members due far ahead parked in PostgreSQL and put back ahead of
   their time (``promote.lua``).
 
