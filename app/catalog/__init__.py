@@ -17,6 +17,7 @@ from typing import Annotated, Any
 import msgspec
 
 from app.catalog.channels import ChannelConfig, Name, check_channels, push_orders
+from app.catalog.digests import Digest, DigestConfig
 from app.catalog.kinds import ProviderConfig
 from app.catalog.providers import SecretMissing
 from app.catalog.push import Platform, platform_of
@@ -78,6 +79,8 @@ class TypeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     steps: Annotated[list[Step], msgspec.Meta(min_length=1)] | None = None
     # A channel whose delivery fails permanently is replaced by another: ``{ PUSH = "SMS" }``.
     fallback: dict[Channel, Channel] = {}
+    # Its notifications to one recipient are joined into one (``app.catalog.digests``).
+    digest: DigestConfig | None = None
 
     def label_of(self, name: str) -> str:
         """What recipients call this type, ``name`` in the catalog."""
@@ -110,6 +113,8 @@ class Catalog(msgspec.Struct, frozen=True):
     throttles: dict[str, Rule] = {}
     # Each type with ``steps``: its stepped channels' plans.
     steps: dict[str, dict[Channel, PlannedStep]] = {}
+    # Each type with a ``digest``: it checked.
+    digests: dict[str, Digest] = {}
 
     def provider_order(self, channel: Channel, address: str) -> tuple[str, ...]:
         """The providers a delivery to ``address`` on ``channel`` goes to, first choice first."""
@@ -233,7 +238,16 @@ def parse_catalog(raw: bytes | str, source: str = "clarion.toml") -> Catalog:
             for name, t in types.items()
             if t.steps is not None
         },
+        digests={name: _digest(name, t, fail) for name, t in types.items() if t.digest is not None},
     )
+
+
+def _digest(name: str, config: TypeConfig, fail: Callable[[str, str], CatalogError]) -> Digest:
+    """A type's digest, checked; HIGH notifications are never held back to be joined."""
+    assert config.digest is not None
+    if config.priority == Priority.HIGH:
+        raise fail(f"types.{name}.digest", "a HIGH type is sent at once, never digested")
+    return Digest(config.digest, f"types.{name}.digest", fail)
 
 
 def _read_providers(document: dict[str, Any], convert: Converter) -> dict[str, ProviderConfig]:

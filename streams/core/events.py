@@ -18,46 +18,34 @@ from typing import Literal
 
 import msgspec
 
-from streams.core.vocabulary import CampaignState, Channel, DeliveryStatus, ErrorClass, Priority
+from streams.core.campaign_events import (
+    CampaignAudienceAdded,
+    CampaignBatchGenerated,
+    CampaignCreated,
+    CampaignStateChanged,
+)
+from streams.core.event_base import (
+    DeferReason,
+    DeliveryEvent,
+    Event,
+    StepCondition,
+    SuppressionReason,
+    SuppressReason,
+)
+from streams.core.vocabulary import Channel, DeliveryStatus, ErrorClass, Priority
 
-# Why a delivery is never sent. The first four are decided by fan-out; the next ones are the
-# reasons an address is on the suppression list (``AddressSuppressed``; "stop": the recipient
-# texted STOP); "erased": the recipient was erased while the delivery waited; "throttled": the
-# recipient had its type's (or the default) cap of deliveries in the window already.
-SuppressReason = Literal[
-    "no_address", "opted_out", "invalid_address", "no_provider",
-    "hard_bounce", "complaint", "unsubscribed", "invalid_token", "stop",
-    "erased", "throttled",
-]  # fmt: skip
-# Why an address is on the suppression list ("invalid_address": a provider said a phone number
-# or URL is dead; "invalid_token": the same of a push target).
-SuppressionReason = Literal[
-    "hard_bounce", "complaint", "unsubscribed", "invalid_token", "invalid_address", "stop"
-]
-# What makes an escalation step unneeded when it comes due: an earlier step's delivery was
-# read (IN_APP), or confirmed delivered by provider feedback (or read).
-StepCondition = Literal["read", "delivered"]
-# Why a delivery waits ("awaiting_address": its type waits for the recipient's profile to give
-# an address, ``await_address_seconds`` in the catalog; "throttled": it waits until the
-# recipient's throttle window allows it).
-DeferReason = Literal[
-    "quiet_hours", "rate_limited", "circuit_open", "bulkhead_full", "no_provider",
-    "awaiting_address", "throttled",
-]  # fmt: skip
-
-
-class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
-    """Base of every event: when it happened."""
-
-    at: datetime
-
-
-class DeliveryEvent(Event, frozen=True, kw_only=True):
-    """Base of events about one delivery."""
-
-    notification_id: str
-    delivery_id: str
-    version: int
+__all__ = [
+    "CampaignAudienceAdded",
+    "CampaignBatchGenerated",
+    "CampaignCreated",
+    "CampaignStateChanged",
+    "DeferReason",
+    "DeliveryEvent",
+    "Event",
+    "StepCondition",
+    "SuppressReason",
+    "SuppressionReason",
+]  # fmt: skip (defined in event_base, named here as before)
 
 
 class NotificationAccepted(Event, frozen=True, kw_only=True):
@@ -98,7 +86,7 @@ class DeliveryScheduled(DeliveryEvent, frozen=True, kw_only=True):
     # A step (``steps`` in the catalog): its place in the chain from 1 (0: none) and what
     # skips it when due. A fallback: the delivery whose permanent failure made it ("").
     step: int = 0
-    unless: list[StepCondition] = []
+    unless: list[StepCondition] = msgspec.field(default_factory=list)
     fallback_of: str = ""
 
 
@@ -172,6 +160,36 @@ class DeliverySkipped(DeliveryEvent, frozen=True, kw_only=True):
     because_of: str = ""
 
 
+class DeliveryDigested(DeliveryEvent, frozen=True, kw_only=True):
+    """Its notification joins a digest (``digest`` in the catalog; ``NotificationDigested``
+    names which): not sent itself, the digest's notification is when the digest closes."""
+
+    channel: Channel
+
+
+class NotificationDigested(Event, frozen=True, kw_only=True):
+    """A notification joined digest ``digest_id``, its ``count``-th item; the digest closes
+    at ``closes_at`` (sooner when it fills up)."""
+
+    notification_id: str
+    digest_id: str
+    recipient_id: str
+    notification_type: str
+    count: int
+    closes_at: datetime
+
+
+class DigestClosed(Event, frozen=True, kw_only=True):
+    """A digest closed: ``notification_id`` is the notification made of its ``count`` items
+    ("" when every item left it, cancelled, and nothing was made)."""
+
+    digest_id: str
+    recipient_id: str
+    notification_type: str
+    count: int
+    notification_id: str
+
+
 class DeliveryThrottled(DeliveryEvent, frozen=True, kw_only=True):
     """The recipient had ``limit`` deliveries within ``per_seconds`` already (the throttle of
     the type, its category or the deployment's default cap: ``scope``), so this delivery was
@@ -224,7 +242,7 @@ class InboxMessageCreated(DeliveryEvent, frozen=True, kw_only=True):
     title: str
     body: str
     action_url: str = ""
-    data: dict[str, str] = {}
+    data: dict[str, str] = msgspec.field(default_factory=dict)
     notification_type: str = ""
 
 
@@ -329,41 +347,6 @@ class AddressUnsuppressed(Event, frozen=True, kw_only=True):
     source: str
 
 
-class CampaignCreated(Event, frozen=True, kw_only=True):
-    campaign_id: str
-    producer: str
-    notification_type: str
-    # Where its recipients come from: uploaded ids ("list") or a profile segment.
-    audience: Literal["list", "segment"]
-    start_at: datetime | None = None
-    rate: int = 0  # recipients a second (0: as fast as it goes)
-
-
-class CampaignAudienceAdded(Event, frozen=True, kw_only=True):
-    """Recipients added to a campaign: an upload, or the recipients a segment selected."""
-
-    campaign_id: str
-    recipients: int
-    audience: int  # the audience's size after them
-
-
-class CampaignStateChanged(Event, frozen=True, kw_only=True):
-    campaign_id: str
-    state: CampaignState
-    previous: CampaignState
-    by: str = ""  # the producer that asked, or "generator"
-
-
-class CampaignBatchGenerated(Event, frozen=True, kw_only=True):
-    """A batch of a campaign's recipients turned into notifications."""
-
-    campaign_id: str
-    batch: int  # its position in the audience, from 0
-    accepted: int  # notifications ingested
-    repeated: int  # recipients that already had theirs (listed twice, or a batch run again)
-    skipped: int  # recipients refused (no address for the type's channels, ...)
-
-
 AnyEvent = (
     NotificationAccepted
     | DeliveryQueued
@@ -378,6 +361,9 @@ AnyEvent = (
     | DeliveryCancelled
     | DeliveryDeadLettered
     | DeliverySkipped
+    | DeliveryDigested
+    | NotificationDigested
+    | DigestClosed
     | DeliveryThrottled
     | DeliveryReplayed
     | ProviderFeedbackReceived

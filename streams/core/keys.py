@@ -144,6 +144,25 @@ class ShardKeys:
         ``POST /v1/cancellations`` reads it."""
         return f"{self.tag}:cancel:{producer}:{key}"
 
+    def digest_open(self, recipient_id: str, type_name: str, key_digest: str) -> str:
+        """The id of the digest open for (recipient, type, key), if one is: the key by its
+        digest (``streams.digests``); on the recipient's home shard."""
+        return f"{self.tag}:dg:open:{type_name}:{key_digest}:{recipient_id}"
+
+    def digest(self, digest_id: str) -> str:
+        """A digest: who and what it is for, when it closes, its state (a hash)."""
+        return f"{self.tag}:dg:{digest_id}"
+
+    def digest_items(self, digest_id: str) -> str:
+        """The data of each notification that joined a digest (a hash by notification id),
+        and their order (``:order``, a list)."""
+        return f"{self.tag}:dg:{digest_id}:items"
+
+    @property
+    def digests_due(self) -> str:
+        """The digests of this shard by when each closes (a sorted set)."""
+        return f"{self.tag}:dg:due"
+
     def campaign_cancelled(self, campaign_id: str) -> str:
         """Set in every shard when a campaign is cancelled (a string that expires): a worker
         about to send one of the campaign's deliveries ends it CANCELLED instead."""

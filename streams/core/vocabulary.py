@@ -74,6 +74,9 @@ class DeliveryStatus(StrEnum):
     # An escalation step not needed (``unless``): the notification was read or delivered
     # on an earlier step's channel before this one came due.
     SKIPPED = "SKIPPED"
+    # Its notification joined a digest (``digest`` in the catalog): the digest's own
+    # notification, made when it closes, is what is sent.
+    DIGESTED = "DIGESTED"
 
 
 # Nothing is sent for a delivery in one of these any more (a replay of a FAILED one starts a
@@ -88,6 +91,7 @@ TERMINAL: frozenset[DeliveryStatus] = frozenset(
         DeliveryStatus.SUPPRESSED,
         DeliveryStatus.CANCELLED,
         DeliveryStatus.SKIPPED,
+        DeliveryStatus.DIGESTED,
     }
 )
 # The provider took it: never sent again, not even by a replay.
@@ -103,6 +107,7 @@ ENDED_UNSENT: frozenset[DeliveryStatus] = frozenset(
         DeliveryStatus.SUPPRESSED,
         DeliveryStatus.CANCELLED,
         DeliveryStatus.SKIPPED,
+        DeliveryStatus.DIGESTED,
     }
 )
 

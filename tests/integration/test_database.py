@@ -222,7 +222,7 @@ async def test_rows_of_every_partition_are_kept_when_their_words_become_checked(
             )
         monkeypatch.undo()
 
-        assert await migrate(connection) == [7, 8, 9, 10, 11]
+        assert await migrate(connection) == [7, 8, 9, 10, 11, 12]
         assert await connection.fetchval("SELECT count(*) FROM delivery") == 3
         # Each row got its notification's recipient (008), in every partition.
         recipients = await connection.fetch("SELECT DISTINCT recipient_id FROM delivery")
