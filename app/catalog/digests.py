@@ -29,6 +29,7 @@ MAX_WINDOW_SECONDS = 86_400
 MAX_ITEMS = 1000
 # The longest key a template may make (longer keys are cut: they only name a digest).
 MAX_KEY_CHARS = 200
+MAX_KEY_TEMPLATE = 1000  # characters of the key's template
 _KEYS = ImmutableSandboxedEnvironment(undefined=jinja2.StrictUndefined, autoescape=False)
 
 
@@ -40,7 +41,7 @@ class DigestConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # A daily digest: it closes at this local time of the recipient ("08:00").
     at: Annotated[str, msgspec.Meta(max_length=5)] = ""
     # Which notifications share a digest, from their data ("{{ data.thread_id }}").
-    key: Annotated[str, msgspec.Meta(max_length=500)] = ""
+    key: Annotated[str, msgspec.Meta(max_length=MAX_KEY_TEMPLATE)] = ""
     max_items: Annotated[int, msgspec.Meta(ge=1, le=MAX_ITEMS)] = 100
 
 

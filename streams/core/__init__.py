@@ -3,8 +3,10 @@
 - ``connection``: the Redis client (asyncio, commands packed in C);
 - ``scripts``: every Lua script, loaded once and called by SHA, each after ``shared.lua``
   and the vocabulary written out for Lua;
-- ``keys``: every Redis key name; ``ids``: time-ordered ids that carry their shard;
-- ``events``: the event contract; ``codec``: events and work items to bytes and back;
+- ``keys``: every Redis key name (``grouped_keys``: those sharing a hash tag of their own);
+  ``ids``: time-ordered ids that carry their shard;
+- ``events``: the event contract (``event_base``: its base and reasons; ``campaign_events``:
+  campaigns'); ``codec``: events and work items to bytes and back;
   ``records``: the notification record;
 - ``vocabulary``: channels, priorities, delivery statuses, campaign states as ``StrEnum``;
 - ``clock``: the wall clock in milliseconds; ``errors``: the ``ClarionError`` hierarchy;

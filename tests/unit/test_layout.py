@@ -384,6 +384,8 @@ DECLARATIONS_ONLY = {
     "app.processes.clients",  # the arguments of one Redis client
     "app.providers.base",  # the provider contract: a message, an error, a protocol
     "streams.core.records",  # the notification record kept in Redis
+    "streams.core.campaign_events",  # campaigns' events (tested with every event)
+    "streams.core.event_base",  # the events' base and the words of their reasons
 }
 TIERS = ("unit", "integration", "e2e")
 # The client's and the development tools' tests sit in a folder of their own, so that
