@@ -158,9 +158,16 @@ class ShardKeys:
         return f"{self.tag}:dg:{digest_id}"
 
     def digest_items(self, digest_id: str) -> str:
-        """The data of each notification that joined a digest (a hash by notification id),
-        and their order (``:order``, a list)."""
+        """The data of each notification that joined a digest (a hash by notification id)."""
         return f"{self.tag}:dg:{digest_id}:items"
+
+    def digest_order(self, digest_id: str) -> str:
+        """The notification ids of a digest's items, in the order they joined (a list)."""
+        return f"{self.tag}:dg:{digest_id}:order"
+
+    def digest_joined(self, notification_id: str) -> str:
+        """The digest a notification joined (a string): a repeated join finds it."""
+        return f"{self.tag}:dg:joined:{notification_id}"
 
     @property
     def digests_due(self) -> str:

@@ -178,6 +178,10 @@ INBOX_PAGE = LuaScript("inbox/page")  # inbox.pages
 INBOX_MARK = LuaScript("inbox/mark")  # inbox.marks
 INBOX_REVOKE = LuaScript("inbox/revoke")  # inbox.revocation
 
+DIGEST_JOIN = LuaScript("digests/join")  # digests.store
+DIGEST_SEAL = LuaScript("digests/seal")  # digests.store
+DIGEST_LEAVE = LuaScript("digests/leave")  # digests.store
+
 CAMPAIGN_WRITE = LuaScript("campaigns/write")  # campaigns.store
 DLQ_REPLAY = LuaScript("dlq/replay")  # dlq.replay
 FEEDBACK_TAKE = LuaScript("feedback/take")  # feedback.store
@@ -187,6 +191,9 @@ STATUS_DEAD_LETTER = LuaScript("status_webhooks/dead_letter")  # status_webhooks
 
 ALL: tuple[LuaScript, ...] = (
     INGEST,
+    DIGEST_JOIN,
+    DIGEST_SEAL,
+    DIGEST_LEAVE,
     DELIVERY_BEGIN,
     DELIVERY_FINISH,
     DEAD_LETTER_RAW,
