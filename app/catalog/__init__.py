@@ -17,7 +17,7 @@ from typing import Annotated, Any
 import msgspec
 
 from app.catalog.channels import ChannelConfig, Name, check_channels, push_orders
-from app.catalog.digests import Digest, DigestConfig
+from app.catalog.digests import DIGEST_FIELDS, Digest, DigestConfig
 from app.catalog.kinds import ProviderConfig
 from app.catalog.providers import SecretMissing
 from app.catalog.push import Platform, platform_of
@@ -238,15 +238,33 @@ def parse_catalog(raw: bytes | str, source: str = "clarion.toml") -> Catalog:
             for name, t in types.items()
             if t.steps is not None
         },
-        digests={name: _digest(name, t, fail) for name, t in types.items() if t.digest is not None},
+        digests={
+            name: _digest(name, t, compiled, fail)
+            for name, t in types.items()
+            if t.digest is not None
+        },
     )
 
 
-def _digest(name: str, config: TypeConfig, fail: Callable[[str, str], CatalogError]) -> Digest:
-    """A type's digest, checked; HIGH notifications are never held back to be joined."""
+def _digest(
+    name: str,
+    config: TypeConfig,
+    compiled: Mapping[tuple[str, str, Channel], CompiledTemplate],
+    fail: Callable[[str, str], CatalogError],
+) -> Digest:
+    """A type's digest, checked: HIGH notifications are never held back to be joined, and
+    its templates need nothing but what every digest gives."""
     assert config.digest is not None
     if config.priority == Priority.HIGH:
         raise fail(f"types.{name}.digest", "a HIGH type is sent at once, never digested")
+    for (type_name, locale, channel), template in compiled.items():
+        unknown = sorted(template.fields - DIGEST_FIELDS) if type_name == name else []
+        if unknown:
+            raise fail(
+                f"types.{name}.templates.{locale}.{channel}",
+                f"a digest's templates are filled with {', '.join(sorted(DIGEST_FIELDS))}; "
+                f"{unknown[0]!r} is none of them",
+            )
     return Digest(config.digest, f"types.{name}.digest", fail)
 
 

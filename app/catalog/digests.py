@@ -5,7 +5,8 @@ its notifications to one recipient with one ``key`` join a digest opened by the 
 them, which closes ``window`` later (or at ``at``, ``"08:00"``, the next such time in the
 recipient's time zone: a daily digest), or as soon as it holds ``max_items``. Then one
 notification of the type is made, with the joined notifications' data as ``items`` (oldest
-first) and their number as ``count``; its templates are written for those.
+first), their number as ``count`` and the digest's ``key``: its templates may use nothing
+else (``DIGEST_FIELDS``, checked when the catalog is loaded).
 
 ``key`` is a sandboxed Jinja2 template over the notification's ``data`` (``data.<name>``);
 without one, all of a recipient's notifications of the type share a digest.
@@ -24,6 +25,8 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from app.catalog.throttles import ThrottleError, parse_duration
 
+# What a digest's notification has in its data, for its templates.
+DIGEST_FIELDS = frozenset({"items", "count", "key"})
 # The longest a digest stays open: its joined data waits in Redis meanwhile.
 MAX_WINDOW_SECONDS = 86_400
 MAX_ITEMS = 1000

@@ -32,6 +32,7 @@ from app.ingest.requests import Accepted, NotificationRequest
 from app.validation import describe
 from streams.campaigns.ids import CAMPAIGN_KEY_PREFIX
 from streams.core.errors import ClarionError, Invalid, Malformed, TooLarge
+from streams.digests.ids import DIGEST_KEY_PREFIX, is_digest_close
 
 MAX_KEY_LENGTH = 255
 DECODE_SLICE = 250
@@ -63,12 +64,15 @@ def check_key(key: str | None) -> str:
 
 def producer_key(key: str | None) -> str:
     """A producer's idempotency key: as ``check_key`` wants it, and not of the form a
-    campaign's notifications are known by (``streams.campaigns.ids``), or ``Invalid``."""
+    campaign's or a digest's notifications are known by (``streams.campaigns.ids``,
+    ``streams.digests.ids``), or ``Invalid``."""
     key = check_key(key)
     if key.startswith(CAMPAIGN_KEY_PREFIX):
         raise Invalid(
             f"Idempotency-Key: the prefix {CAMPAIGN_KEY_PREFIX!r} is reserved for campaigns"
         )
+    if is_digest_close(key):
+        raise Invalid(f"Idempotency-Key: the prefix {DIGEST_KEY_PREFIX!r} is reserved for digests")
     return key
 
 

@@ -23,6 +23,7 @@ from app.ingest.requests import Accepted, NotificationRequest
 from streams.core import codec
 from streams.core.events import (
     DeliveryDeferred,
+    DeliveryDigested,
     DeliveryExpired,
     DeliveryQueued,
     DeliveryScheduled,
@@ -43,6 +44,7 @@ from streams.recipients.settings import QUIET_HOURS_EXEMPT, AddressDigest
 # decides every delivery's fate by them, so they are bound once.
 _QUEUED, _SCHEDULED = DeliveryStatus.QUEUED, DeliveryStatus.SCHEDULED
 _SUPPRESSED, _EXPIRED = DeliveryStatus.SUPPRESSED, DeliveryStatus.EXPIRED
+_DIGESTED = DeliveryStatus.DIGESTED
 
 _data_encoder = msgspec.json.Encoder()
 _response_encoder = msgspec.json.Encoder()
@@ -81,6 +83,8 @@ class NotificationPlan(msgspec.Struct, frozen=True, kw_only=True):
     # wait in ``delayed`` until then (SCHEDULED), and the recipient's preferences and quiet
     # hours are looked at when they come due, not now.
     due_ms: int = 0
+    # It joins a digest (``digest`` in the catalog): its deliveries end DIGESTED at once.
+    digested: bool = False
     # The type's escalation steps by channel (``app.catalog.steps``), None without.
     steps: dict[Channel, PlannedStep] | None = None
 
@@ -109,6 +113,8 @@ class NotificationPlan(msgspec.Struct, frozen=True, kw_only=True):
         events go to ``events``. A queued delivery, the usual one, is planned in the loop
         itself: a call per delivery cost fan-out an eighth more instructions. A fallback
         made at ingest (``Chain.fallbacks_now``) goes round the loop once more."""
+        if self.digested:
+            return self._digested(identity, events), [], b"", []
         nid, now, priority, quiet_until = self.id, self.now, self.priority, self.quiet_until
         type_name, disabled, invalid = self.request.type, self.disabled, self.invalid
         unroutable, suppressed, due_ms = self.unroutable, self.suppressed, self.due_ms
@@ -159,6 +165,19 @@ class NotificationPlan(msgspec.Struct, frozen=True, kw_only=True):
                 work.append(PlannedWork(priority, item))
             rows = chain.fallbacks_now(at_acceptance) if chain else []
         return at_acceptance, work, shared if work else b"", suppressed_at
+
+    def _digested(self, identity: Identity, events: list[Event]) -> list[DeliveryAtAcceptance]:
+        """A notification that joins a digest: none of its deliveries is sent itself."""
+        at_acceptance = []
+        for (channel, _), did in zip(identity.pairs, identity.delivery_ids, strict=True):
+            at_acceptance.append(
+                DeliveryAtAcceptance(id=did, channel=channel, status=_DIGESTED, reason="digest")
+            )
+            events.append(DeliveryDigested(
+                at=self.now, notification_id=self.id, delivery_id=did, version=1,
+                channel=channel,
+            ))  # fmt: skip
+        return at_acceptance
 
     def _unqueued(  # noqa: PLR0917 (the loop's own variables, handed on)
         self,

@@ -14,6 +14,7 @@ import msgspec
 
 from app import tracing
 from app.catalog import Catalog
+from app.catalog.digests import DigestError
 from app.ingest.chains import Fallback, Identity
 from app.ingest.delivery_plan import NotificationPlan, epoch_ms
 from app.ingest.fingerprints import fingerprint
@@ -28,6 +29,7 @@ from streams.core.ids import new_ids
 from streams.core.keys import ShardKeys
 from streams.core.records import decode_record
 from streams.core.vocabulary import Channel, Priority
+from streams.digests.ids import is_digest_close
 from streams.ingest.writer import IngestItem
 from streams.recipients.read import RecipientSettings
 from streams.recipients.settings import AddressDigest
@@ -169,6 +171,10 @@ class Planner:
             fields = self.catalog.template_fields[(type_name, used, channel)]
             templates.append((channel, used, fields))
         required = frozenset().union(*(fields for _, _, fields in templates))
+        if type_name in self.catalog.digests:
+            # Its notifications join digests: only a digest's own notification fills its
+            # templates, with what every digest gives (``app.catalog.digests``).
+            required = frozenset()
         return _Route(channels, tuple(templates), required)
 
     def is_high(self, request: NotificationRequest) -> bool:
@@ -202,6 +208,12 @@ class Planner:
         if request.send_at is not None or request.delay is not None:
             self.due_ms(request, epoch_ms(now or utc_now()))  # checks how far ahead
         type_config = self.catalog.types[request.type]
+        digest = self.catalog.digests.get(request.type)
+        if digest is not None:
+            try:
+                digest.key_of(request.data)
+            except DigestError as error:
+                raise FanoutError(str(error)) from None
         pairs = addresses_by_channel(request, channels, type_config.webhook_url)
         fallback = [(source, target) for source, target in type_config.fallback.items()
                     if source in channels]  # fmt: skip
@@ -248,8 +260,9 @@ class Planner:
         checks, known, suppressed = self._suppressed(identity, suppressions, opt_out)
         campaign = campaign_of(idempotency_key)
         notification = self._notification(
-            producer, request, identity, settings, now, suppressed=suppressed, campaign=campaign
-        )
+            producer, request, identity, settings, now, suppressed=suppressed, campaign=campaign,
+            digested=request.type in self.catalog.digests and not is_digest_close(idempotency_key),
+        )  # fmt: skip
         events: list[Event] = [notification.accepted(producer, idempotency_key, identity)]
         at_acceptance, work, shared_data, suppressed_at = notification.deliveries(identity, events)
         response, record = notification.encoded(at_acceptance)
@@ -285,6 +298,7 @@ class Planner:
         *,
         suppressed: dict[tuple[Channel, str], str],
         campaign: str,
+        digested: bool = False,
     ) -> NotificationPlan:
         type_config = self.catalog.types[request.type]
         priority = request.priority or type_config.priority
@@ -331,6 +345,7 @@ class Planner:
             else 0,
             due_ms=due,
             steps=self.catalog.steps.get(request.type),
+            digested=digested,
         )
 
     def _suppressed(

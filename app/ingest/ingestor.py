@@ -20,6 +20,7 @@ from redis.exceptions import RedisError
 
 from app import tracing
 from app.ingest.answers import RETRY_S, IngestAnswer, answer_of, refused, unavailable
+from app.ingest.digests import DigestJoiner
 from app.ingest.fanout import (
     FanoutError,
     NotAllowed,
@@ -83,6 +84,10 @@ class Ingestor:
         self._list_versions: dict[int, int] = {}
         # HIGH single requests being served, which a batch waits for between its slices.
         self.high_first = HighFirst()
+        # Joins the accepted notifications of digest types to their digests (None: the
+        # catalog has none).
+        catalog = planner.catalog
+        self.digests = DigestJoiner(redis, keys, catalog) if catalog.digests else None
 
     async def ingest(self, producer: str, key: str, request: NotificationRequest) -> IngestAnswer:
         """Ingest one notification."""
@@ -120,6 +125,8 @@ class Ingestor:
             if isinstance(result, BaseException):
                 raise result
         assert all(answer is not None for answer in answers)  # every index is answered
+        if self.digests is not None:
+            await self.digests.join(producer, entries, answers)  # type: ignore[arg-type]
         if tracing.ENABLED:
             types = self.planner.catalog.types
             note_on_span(types, producer, entries, answers)  # type: ignore[arg-type]

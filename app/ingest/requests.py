@@ -186,9 +186,20 @@ def _nests_deeper(values: Iterable[Any], levels: int) -> bool:
     return False
 
 
-class Accepted(msgspec.Struct, frozen=True):
+class Accepted(msgspec.Struct, frozen=True, omit_defaults=True):
     """202 answer: the notification id and one entry per delivery (with the reason when it
     was suppressed or expired at once, or waits for an address)."""
 
     id: str
     deliveries: list[DeliveryAtAcceptance]
+    # A notification of a digest type: the digest it joined (its deliveries are DIGESTED).
+    digest: JoinedDigest | None = None
+
+
+class JoinedDigest(msgspec.Struct, frozen=True):
+    """The digest a notification joined: its id, how many it holds with this one, and when
+    it closes (sooner when it fills up)."""
+
+    id: str
+    count: int
+    closes_at: datetime

@@ -14,6 +14,7 @@ from app.campaigns.runner import CampaignRunner, campaign_runner
 from app.catalog import Catalog, load_catalog
 from app.delivery.feeder import Feeder
 from app.delivery.worker import DeliveryWorker, WorkerOptions
+from app.digests.closer import DigestCloser, digest_closer
 from app.logging import configure_logging
 from app.processes.gc_tuning import tune_gc
 from app.processes.redis_checks import check_redis
@@ -98,8 +99,11 @@ async def serve(settings: Settings, slot: int) -> None:
             options=options,
         )
         campaigns = campaign_runner(settings, redis, keys, catalog, consumer_name(slot))
+        closer = digest_closer(settings, redis, keys, catalog)
         try:
-            await _run_until_stopped(worker, campaigns, Feeder(redis, catalog.fairness), keys, stop)
+            await _run_until_stopped(
+                worker, campaigns, Feeder(redis, catalog.fairness), keys, stop, closer=closer
+            )
         finally:
             await close_providers(providers)
     finally:
@@ -112,23 +116,30 @@ async def _run_until_stopped(
     feeder: Feeder,
     keys: KeySpace,
     stop: asyncio.Event,
+    *,
+    closer: DigestCloser | None = None,
 ) -> None:
-    """Run the delivery worker, the campaigns' generators and the fairness feeder until
-    ``stop`` is set or one of them ends; then stop them all and wait for them."""
+    """Run the delivery worker, the campaigns' generators, the fairness feeder and the
+    digests' closer until ``stop`` is set or one of them ends; then stop them all and wait
+    for them."""
     feeding_stops = asyncio.Event()
     running = asyncio.create_task(worker.run())
     generating = asyncio.create_task(campaigns.run())
     feeding = asyncio.create_task(feeder.run(keys.all_shards(), feeding_stops))
+    closing = asyncio.create_task(closer.run() if closer else asyncio.sleep(0))
     stopping = asyncio.create_task(stop.wait())
-    parts = {running, generating, feeding, stopping}
+    parts = {running, generating, feeding, stopping} | ({closing} if closer else set())
     await asyncio.wait(parts, return_when=asyncio.FIRST_COMPLETED)
     worker.stop()
     campaigns.stop()
+    if closer:
+        closer.stop()
     feeding_stops.set()
     stopping.cancel()
     await running  # raises what made the worker end on its own, if anything
     await generating
     await feeding
+    await closing
 
 
 def main(slot: int) -> None:

@@ -49,6 +49,7 @@ ALLOWED: dict[str, set[str]] = {
     "app.operations": {*SHARED_APP, "app.operations", "app.ingest", "projections", "streams"},
     "app.recipients": {*SHARED_APP, "app.recipients", "app.ingest", "projections", "streams"},
     "app.campaigns": {*SHARED_APP, "app.campaigns", "app.ingest", "projections", "streams"},
+    "app.digests": {*SHARED_APP, "app.digests", "app.ingest", "streams"},
     "app.cancellations": {*SHARED_APP, "app.cancellations", "projections", "streams"},
     "app.feedback": {*SHARED_APP, "app.feedback", "app.recipients", "projections", "streams"},
     "app.api": {
@@ -58,7 +59,7 @@ ALLOWED: dict[str, set[str]] = {
     },
     "app.processes": {
         *SHARED_APP, "app.processes", "app.api", "app.campaigns", "app.delivery", "app.providers",
-        "app.feedback", "app.status_webhooks", "projections", "streams",
+        "app.digests", "app.feedback", "app.status_webhooks", "projections", "streams",
     },
     "clarion_client": {"clarion_client"},
     "app.cli": {
