@@ -216,7 +216,7 @@ def event_id(shard: int, entry_id: str, index: int) -> str:
 
 
 def _event_row(event_id: str, event: AnyEvent) -> tuple[Any, ...]:
-    notification_id = getattr(event, "notification_id", None)
+    notification_id = getattr(event, "notification_id", None) or None  # "": a digest without
     delivery_id = getattr(event, "delivery_id", None)
     version = getattr(event, "version", None)
     body = codec.encode(event).decode()

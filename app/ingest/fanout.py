@@ -200,16 +200,18 @@ class Planner:
         request: NotificationRequest,
         notification_id: str = "",
         now: datetime | None = None,
+        key: str = "",
     ) -> Identity:
         """Check the request against the catalog (and its send time against ``now``, the
         time it is planned at) and fix its ids (the notification's may be given: a later
-        round keeps it); raises ``FanoutError``."""
+        round keeps it); raises ``FanoutError``. ``key``: its idempotency key (a digest's own
+        notification is not joined to a digest)."""
         channels = self.channels(request)  # checks that the type exists
         if request.send_at is not None or request.delay is not None:
             self.due_ms(request, epoch_ms(now or utc_now()))  # checks how far ahead
         type_config = self.catalog.types[request.type]
         digest = self.catalog.digests.get(request.type)
-        if digest is not None:
+        if digest is not None and not is_digest_close(key):
             try:
                 digest.key_of(request.data)
             except DigestError as error:

@@ -229,7 +229,7 @@ class Ingestor:
         body = with_profile_of(request, settings)
         try:
             self.planner.check_sender(producer, request.type)
-            identity = self.planner.identity(shard, body, now=now)
+            identity = self.planner.identity(shard, body, now=now, key=key)
         except NotAllowed as error:
             return refused(Forbidden(str(error)))
         except FanoutError as error:
@@ -283,7 +283,7 @@ class Ingestor:
         if body == request.body:
             return request
         identity = self.planner.identity(
-            request.shard, body, notification_id=request.identity.notification_id
+            request.shard, body, notification_id=request.identity.notification_id, key=request.key
         )
         return msgspec.structs.replace(request, body=body, identity=identity)
 
