@@ -12,6 +12,10 @@ a delivery long sent reported as cancelled. A notification whose record is gone 
 expired, it was not sent later) has nothing left to cancel: the read model says how its
 deliveries ended.
 
+A notification that joined a digest (its deliveries DIGESTED) leaves the digest while the
+digest is open, and its deliveries end CANCELLED; once the digest is sealed it is part of the
+digest's notification and stays DIGESTED (cancel that one instead).
+
 A cancellation key's index (``cancel:<producer>:<key>``) keeps each notification until it
 expires, so a key reaches one whose record is gone the same way.
 """
@@ -28,12 +32,14 @@ from redis.asyncio import Redis
 from projections import queries
 from projections.database import UNAVAILABLE
 from streams.campaigns.ids import campaign_of
+from streams.core.codec import as_text
 from streams.core.keys import KeySpace, ShardKeys
 from streams.core.records import DeliveryAtAcceptance, NotificationRecord
 from streams.core.vocabulary import PROVIDER_ACCEPTED, TERMINAL, DeliveryStatus
 from streams.delivery import cancellations
 from streams.delivery.cancellations import CancelledNotification
 from streams.delivery.state import read_states
+from streams.digests import store as digests
 
 # The longest a delivery may still wait: the longest horizon and the longest TTL after it.
 _LONGEST_WAIT_MS = 60 * 86_400_000
@@ -118,6 +124,7 @@ class Cancellations:
     ) -> list[CancelledNotification]:
         if not records:
             return []
+        records = [await self._leave_digest(record) for record in records]
         projected = await self._projected(shard, records)
         return await cancellations.cancel(
             self.redis, shard, records, by=by, key=key, projected=projected,
@@ -151,6 +158,24 @@ class Cancellations:
             return await queries.delivery_statuses(pool, absent)
         except UNAVAILABLE:
             raise ReadModelNeeded from None
+
+    async def _leave_digest(self, record: NotificationRecord) -> NotificationRecord:
+        """A notification that joined a digest leaves it while the digest is open; its
+        deliveries (DIGESTED) are then cancelled like any waiting one. Once its digest is
+        sealed it is part of the digest's notification, and stays DIGESTED."""
+        digested = DeliveryStatus.DIGESTED
+        if not record.deliveries or any(d.status != digested for d in record.deliveries):
+            return record
+        home = self.keys.home_of_recipient(record.recipient_id)
+        digest = await self.redis.get(home.digest_joined(record.id))
+        if digest is None:
+            return record
+        if await digests.leave(self.redis, home, as_text(digest), record.id) != "LEFT":
+            return record
+        waiting = DeliveryStatus.SCHEDULED  # as cancel.lua sees it: not ended, not queued
+        return msgspec.structs.replace(record, deliveries=[
+            msgspec.structs.replace(delivery, status=waiting) for delivery in record.deliveries
+        ])  # fmt: skip
 
     def _now_ms(self) -> int:
         return int(self.clock().timestamp() * 1000)

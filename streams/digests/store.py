@@ -97,7 +97,7 @@ async def join(redis: Redis, shard: ShardKeys, ask: JoinAsk, now_ms: int) -> Joi
     for _ in range(MAX_TRIES):
         candidate = current or digest_id(ask.recipient_id, ask.notification_type, ask.key, now_ms)
         reply = await scripts.DIGEST_JOIN(
-            redis, *join_call(shard, ask, candidate, found_open=bool(current), now_ms=now_ms)
+            redis, *digest_join_call(shard, ask, candidate, found_open=bool(current), now_ms=now_ms)
         )
         if reply[0] == b"JOINED":
             joined = Joined(as_text(reply[1]), int(reply[2]), int(reply[3]))
@@ -108,7 +108,7 @@ async def join(redis: Redis, shard: ShardKeys, ask: JoinAsk, now_ms: int) -> Joi
     raise DigestBusy("digest: it kept changing while joining; retry the request")
 
 
-def join_call(
+def digest_join_call(
     shard: ShardKeys, ask: JoinAsk, candidate: str, *, found_open: bool, now_ms: int
 ) -> Call:
     """The keys and arguments of one ``join.lua`` call (its header says what they are)."""
@@ -152,7 +152,7 @@ async def seal(redis: Redis, shard: ShardKeys, digest: str) -> Sealed | None:
         await redis.zrem(shard.digests_due, digest)
         return None
     open_key = as_text(fields.get(b"open_key", b""))
-    await scripts.DIGEST_SEAL(redis, [shard.digest(digest), open_key], [digest])
+    await scripts.DIGEST_SEAL(redis, *digest_seal_call(shard, digest, open_key))
     async with redis.pipeline(transaction=False) as pipe:
         pipe.lrange(shard.digest_order(digest), 0, -1)
         pipe.hgetall(shard.digest_items(digest))
@@ -194,8 +194,21 @@ async def close(
 async def leave(redis: Redis, shard: ShardKeys, digest: str, notification_id: str) -> str:
     """Take a cancelled notification out of its digest while the digest is open: "LEFT", or
     the digest's state ("sealed", "closed") or "GONE" when too late or not there."""
-    keys = [shard.digest(digest), shard.digest_items(digest), shard.digest_order(digest)]
-    return as_text(await scripts.DIGEST_LEAVE(redis, keys, [notification_id]))
+    call = digest_leave_call(shard, digest, notification_id)
+    return as_text(await scripts.DIGEST_LEAVE(redis, *call))
+
+
+def digest_seal_call(shard: ShardKeys, digest: str, open_key: str) -> Call:
+    """The keys and arguments of one ``seal.lua`` call."""
+    return [shard.digest(digest), open_key], [digest]
+
+
+def digest_leave_call(shard: ShardKeys, digest: str, notification_id: str) -> Call:
+    """The keys and arguments of one ``leave.lua`` call."""
+    keys: list[KeyOrArg] = [
+        shard.digest(digest), shard.digest_items(digest), shard.digest_order(digest)
+    ]  # fmt: skip
+    return keys, [notification_id]
 
 
 def _at(ms: int) -> datetime:

@@ -202,6 +202,19 @@ def test_comments_on_two_threads_make_two_digests(service: Service) -> None:
     eventually(lambda: len(service.sent(recipient["email"])) == 2, 20, "two digests' EMAILs")
 
 
+def test_a_comment_cancelled_while_its_digest_is_open_leaves_it(service: Service) -> None:
+    recipient = person()
+    kept = service.send("comment", recipient, thread="C", text="kept")
+    cancelled = service.send("comment", recipient, thread="C", text="cancelled")
+    answer = service.client.post(f"/v1/notifications/{cancelled['id']}/cancel", headers=SHOP)
+    assert answer.status_code == 200, answer.text
+    assert {d["status"] for d in answer.json()["deliveries"]} == {"CANCELLED"}
+    assert kept["digest"]["id"] == cancelled["digest"]["id"]
+    eventually(lambda: service.inbox(recipient["id"]), 20, "the digest")
+    [message] = service.inbox(recipient["id"])
+    assert (message["title"], message["body"]) == ("1 new comments on C", "kept;")
+
+
 def test_a_daily_digest_closes_at_the_recipients_local_time(
     service: Service, daily_at: datetime
 ) -> None:

@@ -59,6 +59,12 @@ from streams.delivery.store import (
     delivery_finish_call,
 )
 from streams.delivery.throttles import throttle_call
+from streams.digests.store import (
+    JoinAsk,
+    digest_join_call,
+    digest_leave_call,
+    digest_seal_call,
+)
 from streams.dlq.entries import Worker, parse_entry, poison_entry
 from streams.dlq.replay import Candidate, ReplayOrder, dlq_replay_call
 from streams.dlq.scan import Selection
@@ -739,6 +745,69 @@ async def test_inbox_mark(real_redis: Redis, key_prefix: str, catalog: Catalog) 
     assert await real_redis.hget(inbox.messages, "lost") not in {None, newest}
     assert await real_redis.hget(shard.delivery(in_app.item.delivery_id), "status") == b"READ"
     assert await run(real_redis, scripts.INBOX_MARK, call) == [b"MOVED"]  # read already
+
+
+def join_ask(nid: str, *, max_items: int = 3) -> JoinAsk:
+    return JoinAsk(
+        notification_id=nid, recipient_id="u-1", notification_type="comment", key="A-17",
+        producer="shop", locale="en", recipient=b'{"id":"u-1"}', item=b'{"text":"hi"}',
+        closes_ms=10_000, max_items=max_items,
+    )  # fmt: skip
+
+
+async def test_digests_join(real_redis: Redis, key_prefix: str) -> None:
+    shard = KeySpace(key_prefix).shard(0)
+    opening = digest_join_call(shard, join_ask("n-1"), "d-1", found_open=False, now_ms=1_000)
+    assert await run(real_redis, scripts.DIGEST_JOIN, opening) == [b"JOINED", b"d-1", 1, 10_000]
+    assert await real_redis.zscore(shard.digests_due, "d-1") == 10_000
+    # The same notification again (its request answered again): nothing is added.
+    assert await run(real_redis, scripts.DIGEST_JOIN, opening) == [b"JOINED", b"d-1", 1, 10_000]
+    # Another candidate for the same (recipient, type, key): the open one is named.
+    other = digest_join_call(shard, join_ask("n-2"), "d-2", found_open=False, now_ms=1_001)
+    assert await run(real_redis, scripts.DIGEST_JOIN, other) == [b"RETRY", b"d-1"]
+    second = digest_join_call(shard, join_ask("n-2"), "d-1", found_open=True, now_ms=1_001)
+    assert await run(real_redis, scripts.DIGEST_JOIN, second) == [b"JOINED", b"d-1", 2, 10_000]
+    # The third fills it (max_items 3): due now and no longer open.
+    third = digest_join_call(shard, join_ask("n-3"), "d-1", found_open=True, now_ms=2_000)
+    assert await run(real_redis, scripts.DIGEST_JOIN, third) == [b"JOINED", b"d-1", 3, 2_000]
+    assert await real_redis.zscore(shard.digests_due, "d-1") == 2_000
+    assert await real_redis.lrange(shard.digest_order("d-1"), 0, -1) == [b"n-1", b"n-2", b"n-3"]
+    fourth = digest_join_call(shard, join_ask("n-4"), "d-1", found_open=True, now_ms=2_001)
+    assert await run(real_redis, scripts.DIGEST_JOIN, fourth) == [b"RETRY", b""]
+    # A notification that joined d-1 asked about another digest is sent back to d-1.
+    lost = digest_join_call(shard, join_ask("n-2"), "d-9", found_open=False, now_ms=3_000)
+    assert await run(real_redis, scripts.DIGEST_JOIN, lost) == [b"RETRY", b"d-1"]
+
+
+async def test_digests_seal(real_redis: Redis, key_prefix: str) -> None:
+    shard = KeySpace(key_prefix).shard(0)
+    opening = digest_join_call(shard, join_ask("n-1"), "d-1", found_open=False, now_ms=1_000)
+    await run(real_redis, scripts.DIGEST_JOIN, opening)
+    open_key = opening[0][0]
+    assert isinstance(open_key, str)
+    call = digest_seal_call(shard, "d-1", open_key)
+    assert await run(real_redis, scripts.DIGEST_SEAL, call) == b"sealed"
+    assert await real_redis.exists(open_key) == 0  # the next notification opens a new one
+    assert await run(real_redis, scripts.DIGEST_SEAL, call) == b"sealed"
+    gone = digest_seal_call(shard, "d-gone", open_key)
+    assert await run(real_redis, scripts.DIGEST_SEAL, gone) == b"GONE"
+
+
+async def test_digests_leave(real_redis: Redis, key_prefix: str) -> None:
+    shard = KeySpace(key_prefix).shard(0)
+    for n, found in ((1, False), (2, True)):
+        call = digest_join_call(shard, join_ask(f"n-{n}"), "d-1", found_open=found, now_ms=1_000)
+        await run(real_redis, scripts.DIGEST_JOIN, call)
+    leave = digest_leave_call(shard, "d-1", "n-1")
+    assert await run(real_redis, scripts.DIGEST_LEAVE, leave) == b"LEFT"
+    assert await real_redis.lrange(shard.digest_order("d-1"), 0, -1) == [b"n-2"]
+    assert await real_redis.hget(shard.digest("d-1"), "count") == b"1"
+    assert await run(real_redis, scripts.DIGEST_LEAVE, leave) == b"GONE"  # left already
+    open_key = digest_join_call(shard, join_ask("n-2"), "d-1", found_open=True, now_ms=1)[0][0]
+    assert isinstance(open_key, str)
+    await run(real_redis, scripts.DIGEST_SEAL, digest_seal_call(shard, "d-1", open_key))
+    too_late = digest_leave_call(shard, "d-1", "n-2")
+    assert await run(real_redis, scripts.DIGEST_LEAVE, too_late) == b"sealed"
 
 
 def test_every_script_has_a_contract_test() -> None:
