@@ -1,0 +1,75 @@
+"""Digests in Redis: concurrent joins make one digest and count each notification once, a
+join is recorded by its event, a due digest is sealed and read in join order, and a close
+records its notification with its event."""
+
+from __future__ import annotations
+
+import asyncio
+
+from redis.asyncio import Redis
+
+from streams.core.events import DigestClosed, NotificationDigested
+from streams.core.keys import KeySpace
+from streams.digests import store
+from tests.conftest import stream_events
+
+
+def ask(nid: str, key: str = "A-17", closes_ms: int = 5_000, max_items: int = 100) -> store.JoinAsk:
+    return store.JoinAsk(
+        notification_id=nid, recipient_id="u-1", notification_type="comment", key=key,
+        producer="shop", locale="en", recipient=b'{"id":"u-1"}',
+        item=f'{{"text":"{nid}"}}'.encode(), closes_ms=closes_ms, max_items=max_items,
+    )  # fmt: skip
+
+
+async def test_concurrent_joins_make_one_digest_counting_each_once(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    shard = KeySpace(key_prefix).shard(0)
+    joined = await asyncio.gather(
+        *(store.join(real_redis, shard, ask(f"n-{n}"), 1_000) for n in range(30))
+    )
+    assert len({j.digest_id for j in joined}) == 1
+    assert sorted(j.count for j in joined) == list(range(1, 31))
+    again = await store.join(real_redis, shard, ask("n-7"), 1_500)  # a repeated request
+    assert again.digest_id == joined[0].digest_id
+    assert await real_redis.hget(shard.digest(again.digest_id), "count") == b"30"
+    events = await stream_events(real_redis, shard.events)
+    assert all(isinstance(e, NotificationDigested) for e in events)
+    assert len({e.notification_id for e in events}) == 30  # type: ignore[union-attr]
+
+
+async def test_keys_and_fullness_make_new_digests(real_redis: Redis, key_prefix: str) -> None:
+    shard = KeySpace(key_prefix).shard(0)
+    a = await store.join(real_redis, shard, ask("n-1", key="A"), 1_000)
+    b = await store.join(real_redis, shard, ask("n-2", key="B"), 1_000)
+    assert a.digest_id != b.digest_id
+    full = [await store.join(real_redis, shard, ask(f"f-{n}", "F", max_items=2), 1_000 + n)
+            for n in range(3)]  # fmt: skip
+    assert full[0].digest_id == full[1].digest_id != full[2].digest_id
+    assert full[1].closes_ms == 1_001  # due when it filled up
+
+
+async def test_a_due_digest_is_sealed_read_in_order_and_closed(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    shard = KeySpace(key_prefix).shard(0)
+    for n in range(3):
+        await store.join(real_redis, shard, ask(f"n-{n}"), 1_000 + n)
+    assert await store.due(real_redis, shard, 4_999) == []
+    [digest] = await store.due(real_redis, shard, 5_000)
+    sealed = await store.seal(real_redis, shard, digest)
+    assert sealed is not None
+    assert sealed.items == [b'{"text":"n-0"}', b'{"text":"n-1"}', b'{"text":"n-2"}']
+    assert (sealed.key, sealed.producer, sealed.recipient) == ("A-17", "shop", b'{"id":"u-1"}')
+    later = await store.join(real_redis, shard, ask("n-late"), 5_001)  # opens a new digest
+    assert later.digest_id != digest
+    await store.close(real_redis, shard, sealed, "made-1", 5_100)
+    assert await store.due(real_redis, shard, 5_100) == [later.digest_id]
+    assert await real_redis.hget(shard.digest(digest), "notification_id") == b"made-1"
+    assert 0 < await real_redis.pttl(shard.digest_items(digest)) <= store.KEEP_MS
+    closed = [
+        e for e in await stream_events(real_redis, shard.events) if isinstance(e, DigestClosed)
+    ]
+    assert [(e.digest_id, e.count, e.notification_id) for e in closed] == [(digest, 3, "made-1")]
+    assert await store.seal(real_redis, shard, "gone") is None
