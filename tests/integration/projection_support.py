@@ -17,7 +17,9 @@ from streams.core.events import (
     DeliveryExpired,
     DeliveryFailed,
     DeliveryQueued,
+    DeliveryScheduled,
     DeliverySent,
+    DeliverySkipped,
     DeliverySuppressed,
     Event,
     NotificationAccepted,
@@ -114,6 +116,12 @@ def delivered(
     }  # fmt: skip
     if status == "SUPPRESSED":
         return [DeliverySuppressed(**ids, version=1, channel=channel, reason="opted_out")]
+    if status == "SKIPPED":  # an escalation step (the second), not needed: the first was read
+        return [
+            DeliveryScheduled(**ids, version=1, channel=channel, priority="HIGH", until=at,
+                              step=2, unless=["read"]),
+            DeliverySkipped(**ids, version=2, channel=channel, step=2, reason="read"),
+        ]  # fmt: skip
     return [queued, *then[status]]
 
 
