@@ -4,23 +4,15 @@ escalation step's and a fallback's rows saying which they are, a step not needed
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import asyncpg
 
 from projections.rows import apply, rows_of, write_rows
 from streams.campaigns.ids import notification_key
 from streams.core.events import (
     DeliveryCancelled,
-    DeliveryDue,
     DeliveryFailed,
-    DeliveryQueued,
-    DeliveryScheduled,
-    DeliverySent,
-    DeliverySkipped,
     DeliverySuppressed,
     DeliveryThrottled,
-    Event,
 )
 from streams.core.ids import new_id
 from tests.integration.projection_support import (
@@ -31,6 +23,7 @@ from tests.integration.projection_support import (
     delivered,
     entries,
     snapshot,
+    steps_and_a_fallback,
     story,
 )
 
@@ -162,39 +155,11 @@ async def test_a_throttled_delivery_is_suppressed_throttled_with_its_detail_in_t
     ]  # fmt: skip
 
 
-def _steps_and_a_fallback(nid: str, first: str, step: str, fallback: str) -> list[list[Event]]:
-    """A notification whose first delivery (EMAIL) fails for good, its escalation step (SMS,
-    the second, unless the first was read) is not needed, and the fallback the failure
-    made (PUSH) is sent."""
-    at = T0 + timedelta(seconds=1)
-    ids: dict[str, object] = {"notification_id": nid}
-    return [
-        [accepted(nid, [first, step], at=T0),
-         DeliveryQueued(at=T0, **ids, delivery_id=first, version=1, channel="EMAIL",
-                        priority="HIGH"),
-         DeliveryScheduled(at=T0, **ids, delivery_id=step, version=1, channel="SMS",
-                           priority="HIGH", until=T0 + timedelta(minutes=5), step=2,
-                           unless=["read"])],
-        [DeliveryFailed(at=at, **ids, delivery_id=first, version=2, attempts=1,
-                        error_class="PERMANENT", error="no such box"),
-         DeliveryScheduled(at=at, **ids, delivery_id=fallback, version=1, channel="PUSH",
-                           priority="HIGH", until=at, fallback_of=first)],
-        [DeliveryDue(at=at, **ids, delivery_id=fallback, version=2, channel="PUSH",
-                     scheduled_for=at),
-         DeliverySent(at=at, **ids, delivery_id=fallback, version=3, attempt=1,
-                      provider="sandbox", provider_message_id="m-9")],
-        [DeliveryDue(at=at, **ids, delivery_id=step, version=2, channel="SMS",
-                     scheduled_for=at),
-         DeliverySkipped(at=at, **ids, delivery_id=step, version=3, channel="SMS", step=2,
-                         reason="read", because_of=first)],
-    ]  # fmt: skip
-
-
 async def test_a_steps_and_a_fallbacks_rows_say_which_they_are_whatever_the_order(
     pool: asyncpg.Pool,
 ) -> None:
     nid, first, step, fallback = (new_id(0) for _ in range(4))
-    batches = entries(_steps_and_a_fallback(nid, first, step, fallback))
+    batches = entries(steps_and_a_fallback(nid, first, step, fallback))
     # In order; then again, newest first (the older changes are not applied twice).
     await apply(pool, "s0", rows_of(0, batches))
     for batch in reversed(batches):
@@ -212,7 +177,7 @@ async def test_a_steps_and_a_fallbacks_rows_say_which_they_are_whatever_the_orde
     }
     # A step whose skip is projected before the event that made it keeps its number too.
     other_nid, other_first, other_step, other_fallback = (new_id(0) for _ in range(4))
-    story_ = _steps_and_a_fallback(other_nid, other_first, other_step, other_fallback)
+    story_ = steps_and_a_fallback(other_nid, other_first, other_step, other_fallback)
     await apply(pool, "s0", rows_of(0, entries([story_[3]], first=20)))
     await apply(pool, "s0", rows_of(0, entries([story_[0]], first=21)))
     async with pool.acquire() as connection:
@@ -224,5 +189,5 @@ async def test_a_steps_and_a_fallbacks_rows_say_which_they_are_whatever_the_orde
 
 def test_a_skipped_step_is_ended_for_good() -> None:
     nid, first, step, fallback = (new_id(0) for _ in range(4))
-    batches = entries(_steps_and_a_fallback(nid, first, step, fallback))
+    batches = entries(steps_and_a_fallback(nid, first, step, fallback))
     assert rows_of(0, batches).ended() == {step: 3, fallback: 3}
