@@ -127,19 +127,25 @@ def delivered(
 
 
 def steps_and_a_fallback(
-    nid: str, first: str, step: str, fallback: str, producer: str = "shop"
+    nid: str,
+    first: str,
+    step: str,
+    fallback: str,
+    producer: str = "shop",
+    accepted_at: datetime = T0,
 ) -> list[list[Event]]:
     """A notification whose first delivery (EMAIL) fails for good, its escalation step (SMS,
     the second, unless the first was read) is not needed, and the fallback the failure
-    made (PUSH) is sent: its entries."""
-    at = T0 + timedelta(seconds=1)
+    made (PUSH) is sent: its entries, accepted at ``accepted_at``, the rest a second later."""
+    t0 = accepted_at
+    at = t0 + timedelta(seconds=1)
     ids: dict[str, object] = {"notification_id": nid}
     return [
-        [accepted(nid, [first, step], at=T0, producer=producer),
-         DeliveryQueued(at=T0, **ids, delivery_id=first, version=1, channel="EMAIL",
+        [accepted(nid, [first, step], at=t0, producer=producer),
+         DeliveryQueued(at=t0, **ids, delivery_id=first, version=1, channel="EMAIL",
                         priority="HIGH"),
-         DeliveryScheduled(at=T0, **ids, delivery_id=step, version=1, channel="SMS",
-                           priority="HIGH", until=T0 + timedelta(minutes=5), step=2,
+         DeliveryScheduled(at=t0, **ids, delivery_id=step, version=1, channel="SMS",
+                           priority="HIGH", until=t0 + timedelta(minutes=5), step=2,
                            unless=["read"])],
         [DeliveryFailed(at=at, **ids, delivery_id=first, version=2, attempts=1,
                         error_class="PERMANENT", error="no such box"),
