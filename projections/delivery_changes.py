@@ -20,6 +20,7 @@ from streams.core.events import (
     DeliveryReplayed,
     DeliveryScheduled,
     DeliverySent,
+    DeliverySkipped,
     DeliverySuppressed,
     DeliveryThrottled,
     InboxMessageArchived,
@@ -37,17 +38,19 @@ from streams.delivery.state import DeliveryStatus
 
 # What an event says about its delivery's row, as ``_change`` orders it: status, channel,
 # priority, reason, attempts, error class, last error, provider, provider message id, sent
-# at, failed at, due at (when a SCHEDULED delivery is due). None where the event says
-# nothing: the row keeps what it has (see _UPSERT_DELIVERIES), but for due at, which only
-# the events that schedule a delivery set. A plain tuple, not a dict or a NamedTuple: this
-# runs for every event the projector reads, and a tuple costs about half as much.
+# at, failed at, due at (when a SCHEDULED delivery is due), step (its place in its type's
+# chain of escalation steps), fallback of (the delivery whose permanent failure made it).
+# None where the event says nothing: the row keeps what it has (see _UPSERT_DELIVERIES), but
+# for due at, which only the events that schedule a delivery set. A plain tuple, not a dict
+# or a NamedTuple: this runs for every event the projector reads, and a tuple costs about
+# half as much.
 _Change = tuple[Any, ...]
 # The statuses bound once: an enum member looked up through its class costs about 150 ns on
 # Python 3.11, and this runs for every event.
 _QUEUED, _SCHEDULED, _SENT = DeliveryStatus.QUEUED, DeliveryStatus.SCHEDULED, DeliveryStatus.SENT
 _SUPPRESSED, _EXPIRED = DeliveryStatus.SUPPRESSED, DeliveryStatus.EXPIRED
 _FAILED, _DELIVERED = DeliveryStatus.FAILED, DeliveryStatus.DELIVERED
-_CANCELLED = DeliveryStatus.CANCELLED
+_CANCELLED, _SKIPPED = DeliveryStatus.CANCELLED, DeliveryStatus.SKIPPED
 
 
 def _change(
@@ -64,10 +67,12 @@ def _change(
     sent_at: datetime | None = None,
     failed_at: datetime | None = None,
     due_at: datetime | None = None,
+    step: int | None = None,
+    fallback_of: str | None = None,
 ) -> _Change:
     return (
         status, channel, priority, reason, attempts, error_class, last_error, provider,
-        provider_message_id, sent_at, failed_at, due_at,
+        provider_message_id, sent_at, failed_at, due_at, step, fallback_of,
     )  # fmt: skip
 
 
@@ -80,9 +85,18 @@ def _deferred(event: DeliveryDeferred) -> _Change:
 
 
 def _scheduled(event: DeliveryScheduled) -> _Change:
+    # Sent later at the producer's request ("scheduled"), or an escalation step or a fallback,
+    # which say so in their first event and in its reason (the row's defaults, step 0 and no
+    # fallback_of, for a delivery that is neither).
+    if event.step:
+        reason = "step"
+    elif event.fallback_of:
+        reason = "fallback"
+    else:
+        reason = "scheduled"
     return _change(
-        _SCHEDULED, channel=event.channel, priority=event.priority, reason="scheduled",
-        due_at=event.until,
+        _SCHEDULED, channel=event.channel, priority=event.priority, reason=reason,
+        due_at=event.until, step=event.step or None, fallback_of=event.fallback_of or None,
     )  # fmt: skip
 
 
@@ -102,6 +116,12 @@ def _expired(event: DeliveryExpired) -> _Change:
 def _cancelled(event: DeliveryCancelled) -> _Change:
     reason = cancellation_reason(event.campaign_id, event.cancelled_by, event.cancellation_key)
     return _change(_CANCELLED, channel=event.channel, reason=reason)
+
+
+def _skipped(event: DeliverySkipped) -> _Change:
+    # An escalation step not needed: the condition that held is the reason ("read",
+    # "delivered"), as a SUPPRESSED or EXPIRED delivery's is.
+    return _change(_SKIPPED, channel=event.channel, reason=event.reason, step=event.step or None)
 
 
 def _attempt_failed(event: DeliveryAttemptFailed) -> _Change:
@@ -182,6 +202,7 @@ CHANGE_OF: dict[type[DeliveryEvent], Callable[[Any], _Change]] = {
     DeliverySuppressed: _suppressed,
     DeliveryExpired: _expired,
     DeliveryCancelled: _cancelled,
+    DeliverySkipped: _skipped,
     DeliveryAttemptFailed: _attempt_failed,
     DeliverySent: _sent,
     DeliveryFailed: _failed,

@@ -47,6 +47,10 @@ class DeliveryRow:
     updated_at: datetime
     # When a SCHEDULED delivery is due (None in any other status).
     due_at: datetime | None = None
+    # Its place in its type's chain of escalation steps (0: not a step), and the delivery
+    # whose permanent failure made it (a fallback; None: not one).
+    step: int = 0
+    fallback_of: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +82,8 @@ class DeliveryFilter:
 
 _DELIVERY_COLUMNS = """
 d.id, d.notification_id, d.producer, d.notification_type, d.channel, d.status, d.reason,
-d.attempts, d.error_class, d.last_error, d.provider_message_id, d.updated_at, d.due_at
+d.attempts, d.error_class, d.last_error, d.provider_message_id, d.updated_at, d.due_at,
+d.step, d.fallback_of
 """
 
 _NOTIFICATION = """
@@ -120,6 +125,8 @@ def _delivery(row: asyncpg.Record) -> DeliveryRow:
         provider_message_id=row["provider_message_id"],
         updated_at=row["updated_at"],
         due_at=row["due_at"] if status is DeliveryStatus.SCHEDULED else None,
+        step=row["step"],
+        fallback_of=None if row["fallback_of"] is None else str(row["fallback_of"]),
     )
 
 

@@ -46,7 +46,7 @@ _DELIVERY_TABLE = """
     channel text, status text, reason text, attempts integer, error_class text,
     last_error text, provider text, provider_message_id text, created_at timestamptz,
     updated_at timestamptz, sent_at timestamptz, failed_at timestamptz, version integer,
-    campaign_id text, recipient_id text, due_at timestamptz
+    campaign_id text, recipient_id text, due_at timestamptz, step smallint, fallback_of uuid
 """
 _EVENT_TABLE = """
     event_id text, at timestamptz, type text, notification_id uuid, delivery_id uuid,
@@ -65,11 +65,11 @@ _UPSERT_DELIVERIES = """
 INSERT INTO delivery AS d (id, notification_id, producer, notification_type, priority, channel,
                            status, reason, attempts, error_class, last_error, provider,
                            provider_message_id, created_at, updated_at, sent_at, failed_at,
-                           version, campaign_id, recipient_id, due_at)
+                           version, campaign_id, recipient_id, due_at, step, fallback_of)
 SELECT b.id, b.notification_id, b.producer, b.notification_type, b.priority, b.channel,
        b.status, b.reason, COALESCE(b.attempts, -1), b.error_class, b.last_error, b.provider,
        b.provider_message_id, b.created_at, b.updated_at, b.sent_at, b.failed_at, b.version,
-       b.campaign_id, b.recipient_id, b.due_at
+       b.campaign_id, b.recipient_id, b.due_at, COALESCE(b.step, 0), b.fallback_of
 FROM {table} AS b
 ON CONFLICT (id) DO UPDATE SET
     producer = COALESCE(EXCLUDED.producer, d.producer),
@@ -92,7 +92,11 @@ ON CONFLICT (id) DO UPDATE SET
     campaign_id = COALESCE(EXCLUDED.campaign_id, d.campaign_id),
     recipient_id = COALESCE(EXCLUDED.recipient_id, d.recipient_id),
     -- Set by the event that schedules it, cleared by any other.
-    due_at = EXCLUDED.due_at
+    due_at = EXCLUDED.due_at,
+    -- Said by the event that makes an escalation step or a fallback (0, NULL: not said; a
+    -- delivery's step and the delivery it falls back from never change).
+    step = CASE WHEN EXCLUDED.step = 0 THEN d.step ELSE EXCLUDED.step END,
+    fallback_of = COALESCE(EXCLUDED.fallback_of, d.fallback_of)
 WHERE d.version < EXCLUDED.version
 """
 
@@ -229,7 +233,7 @@ def _delivery_row(event: DeliveryEvent, context: _Context | None) -> tuple[Any, 
     change_of = CHANGE_OF.get(type(event))
     (
         status, channel, priority, reason, attempts, error_class, last_error, provider,
-        message_id, sent_at, failed_at, due_at,
+        message_id, sent_at, failed_at, due_at, step, fallback_of,
     ) = change_of(event) if change_of else UNKNOWN  # fmt: skip
     if attempts is None and event.version == 1:
         attempts = 0  # a delivery's first event: nothing has been tried yet
@@ -255,6 +259,8 @@ def _delivery_row(event: DeliveryEvent, context: _Context | None) -> tuple[Any, 
         context.campaign_id if context else None,
         context.recipient_id if context else None,
         due_at,
+        step,
+        fallback_of,
     )
 
 

@@ -52,6 +52,7 @@ from projections.dashboard.queries import (
     failure_rates,
     failures_by_error_class,
     scheduled_deliveries,
+    skipped_steps,
     timeline,
 )
 from streams.campaigns.ids import campaign_of
@@ -72,7 +73,9 @@ READ_MODEL_UNAVAILABLE = "the read model (PostgreSQL) is unavailable; retry shor
 # Fields every event has, shown in their own columns of the timeline.
 _EVENT_COLUMNS = frozenset({"type", "at", "notification_id", "delivery_id", "version"})
 # Fields of an event body that say why a delivery is where it is: highlighted.
-_NOTABLE_FIELDS = frozenset({"error", "error_class", "reason", "feedback", "detail"})
+_NOTABLE_FIELDS = frozenset(
+    {"error", "error_class", "reason", "feedback", "detail", "because_of", "fallback_of"}
+)
 # Event fields that name the recipient (a campaign's idempotency key ends with its id).
 _RECIPIENT_FIELDS = frozenset({"recipient_id", "idempotency_key"})
 HIDDEN_RECIPIENT = "(chosen by a campaign's segment: needs the recipients scope)"
@@ -143,8 +146,9 @@ async def dashboard(
     error_class: FromQuery[str | None] = None,
 ) -> Response[str]:
     """Charts of the last day, failure rates, failures by error class, the FAILED list, what
-    waits SCHEDULED, the dead-letter queue, the signals (retries, unsubscribes, duplicates,
-    open dead letters by class), the advisor's hints and the campaigns."""
+    waits SCHEDULED, the escalation steps skipped, the dead-letter queue, the signals
+    (retries, unsubscribes, duplicates, open dead letters by class), the advisor's hints and
+    the campaigns."""
     key = authorize_reader(request)
     where = FailureFilter(
         channel=_choice("channel", channel, CHANNELS),
@@ -183,6 +187,7 @@ async def _read_model_figures(
         classes = await failures_by_error_class(pool, key.producer)
         failed = await failed_deliveries(pool, key.producer, where)
         scheduled = await scheduled_deliveries(pool, key.producer)
+        skipped = await skipped_steps(pool, key.producer)
         campaigns = await _campaigns(
             request, pool, key.producer, now_ms=int(now * 1000), segments=segments.may_select(key)
         )
@@ -198,6 +203,7 @@ async def _read_model_figures(
         "classes": classes,
         "failed": failed,
         "scheduled": scheduled,
+        "skipped": skipped,
         "campaigns": campaigns,
         "charts": charts,
     }

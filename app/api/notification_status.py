@@ -272,6 +272,8 @@ def _view(row: DeliveryRow) -> DeliveryView:
         provider_message_id=row.provider_message_id,
         updated_at=row.updated_at,
         due_at=row.due_at,
+        step=row.step,
+        fallback_of=row.fallback_of,
     )
 
 

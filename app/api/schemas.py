@@ -67,11 +67,15 @@ class RecipientSettingsView(msgspec.Struct, frozen=True):
 class DeliveryView(msgspec.Struct, frozen=True, kw_only=True):
     """A delivery's current state (``reason`` says why it is SUPPRESSED, EXPIRED, CANCELLED
     (which campaign, or the notification's cancellation by id or key, cancelled by which
-    producer) or SCHEDULED (``scheduled``: sent later; quiet hours, an address awaited), or
-    which provider feedback set its status, null when nothing needs saying;
+    producer), SKIPPED (an escalation step not needed: ``read``, ``delivered``, what an
+    earlier step's delivery was) or SCHEDULED (``scheduled``: sent later; ``step``: an
+    escalation step waiting; ``fallback``: a fallback about to go; quiet hours, an address
+    awaited), or which provider feedback set its status, null when nothing needs saying;
     ``error_class``, ``last_error`` are from its latest failed attempt;
     ``provider_message_id`` is set once it was sent; ``due_at``, only while it is SCHEDULED,
-    when it is due)."""
+    when it is due; ``step``, its place in its type's chain of escalation steps, from 1 (0:
+    not a step); ``fallback_of``, the delivery whose permanent failure made this one, null
+    for any other)."""
 
     id: str
     channel: Channel | None
@@ -86,6 +90,12 @@ class DeliveryView(msgspec.Struct, frozen=True, kw_only=True):
     # recipient's quiet hours, a retry's time; null in any other status. Last, with a
     # default: clients that do not know it are unaffected.
     due_at: datetime | None = None
+    # Escalation steps and fallbacks (``steps``, ``fallback`` in the catalog): its place in
+    # the chain (0: not a step) and the delivery it replaces (null: not a fallback). From the
+    # read model: 0 and null while the answer comes from the write model. With defaults, so
+    # clients that do not know them are unaffected.
+    step: int = 0
+    fallback_of: str | None = None
 
 
 class NotificationStatus(msgspec.Struct, frozen=True, kw_only=True):

@@ -1,7 +1,8 @@
 """Which events a producer is told about, and the JSON body each becomes.
 
 Due are the final statuses of a delivery (``DeliverySent``, ``DeliveryFailed``,
-``DeliveryExpired``, ``DeliverySuppressed``, ``DeliveryCancelled``; a replayed delivery that
+``DeliveryExpired``, ``DeliverySuppressed``, ``DeliveryCancelled``, ``DeliverySkipped``: an
+escalation step not needed, its ``reason`` the condition that held; a replayed delivery that
 ends again is due again, with its higher version) and every feedback change
 (``ProviderFeedbackReceived``). The body follows the Standard Webhooks payload shape:
 ``type``, ``timestamp`` (when the change happened) and ``data``::
@@ -42,6 +43,7 @@ from streams.core.events import (
     DeliveryExpired,
     DeliveryFailed,
     DeliverySent,
+    DeliverySkipped,
     DeliverySuppressed,
     ProviderFeedbackReceived,
 )
@@ -56,6 +58,7 @@ DUE: Final = (
     DeliveryExpired,
     DeliverySuppressed,
     DeliveryCancelled,
+    DeliverySkipped,
     ProviderFeedbackReceived,
 )
 DueEvent = (
@@ -64,8 +67,15 @@ DueEvent = (
     | DeliveryExpired
     | DeliverySuppressed
     | DeliveryCancelled
+    | DeliverySkipped
     | ProviderFeedbackReceived
 )
+# The events that end a delivery unsent for the reason they give, as they give it.
+_ENDED_FOR_A_REASON: Final[dict[type, DeliveryStatus]] = {
+    DeliveryExpired: DeliveryStatus.EXPIRED,
+    DeliverySuppressed: DeliveryStatus.SUPPRESSED,
+    DeliverySkipped: DeliveryStatus.SKIPPED,
+}
 FEEDBACK_TYPE: Final = "delivery.feedback"
 BATCH_TYPE: Final = "delivery.batch"
 
@@ -105,8 +115,8 @@ def is_due(event: AnyEvent) -> bool:
 
 
 def carried_channel(event: DeliveryEvent) -> Channel | None:
-    """The channel an event names itself (a suppression, an expiry or a cancellation),
-    else None."""
+    """The channel an event names itself (a suppression, an expiry, a cancellation or a
+    skipped step), else None."""
     return getattr(event, "channel", None)
 
 
@@ -160,10 +170,8 @@ def _details(event: DueEvent) -> tuple[DeliveryStatus, dict[str, Any]]:
             "error": event.error,
             "provider": event.provider,
         }
-    if isinstance(event, DeliveryExpired):
-        return DeliveryStatus.EXPIRED, {"reason": event.reason}
-    if isinstance(event, DeliverySuppressed):
-        return DeliveryStatus.SUPPRESSED, {"reason": event.reason}
+    if isinstance(event, DeliveryExpired | DeliverySuppressed | DeliverySkipped):
+        return _ENDED_FOR_A_REASON[type(event)], {"reason": event.reason}
     if isinstance(event, DeliveryCancelled):
         return DeliveryStatus.CANCELLED, {
             "reason": cancellation_reason(

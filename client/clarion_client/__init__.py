@@ -21,6 +21,8 @@ from clarion_client.errors import (
     UnavailableError,
 )
 from clarion_client.models import (
+    DELIVERY_STATUSES,
+    SKIPPED,
     Accepted,
     ApnsTarget,
     BatchItem,
@@ -50,7 +52,9 @@ from clarion_client.sync_client import Clarion
 
 __all__ = [
     "BATCH_LIMIT",
+    "DELIVERY_STATUSES",
     "NO_RETRIES",
+    "SKIPPED",
     "UPLOAD_LIMIT",
     "Accepted",
     "ApnsTarget",

@@ -15,6 +15,13 @@ import msgspec
 
 Channel = Literal["PUSH", "EMAIL", "SMS", "IN_APP", "WEBHOOK"]
 Priority = Literal["HIGH", "NORMAL", "LOW"]
+# The statuses a delivery can have, as this client knows them (answers keep any status as a
+# plain string, so a newer server's does not break it).
+DELIVERY_STATUSES = (
+    "QUEUED", "SCHEDULED", "SENDING", "SENT", "FAILED", "EXPIRED", "SUPPRESSED", "DELIVERED",
+    "READ", "CANCELLED", "SKIPPED",
+)  # fmt: skip
+SKIPPED = "SKIPPED"  # an escalation step that was not needed
 
 
 class FcmTarget(msgspec.Struct, frozen=True, kw_only=True, tag_field="platform", tag="fcm"):
@@ -141,9 +148,12 @@ class BatchResponse(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class DeliveryView(msgspec.Struct, frozen=True, kw_only=True):
-    """A delivery's current state; ``reason`` says why it is suppressed, expired, cancelled
-    or deferred (or which provider feedback set its status); the error fields are from its
-    latest failed attempt."""
+    """A delivery's current state; ``reason`` says why it is suppressed, expired, cancelled,
+    skipped (``SKIPPED``: an escalation step not needed, ``read`` or ``delivered``, what an
+    earlier step's delivery was) or deferred (or which provider feedback set its status);
+    the error fields are from its latest failed attempt. ``step`` is its place in its type's
+    chain of escalation steps (from 1; 0: not a step), ``fallback_of`` the delivery whose
+    permanent failure made it (None: not a fallback)."""
 
     id: str
     channel: str | None
@@ -156,6 +166,15 @@ class DeliveryView(msgspec.Struct, frozen=True, kw_only=True):
     reason: str | None = None  # servers before it do not send it
     # When a SCHEDULED delivery is due (None in any other status, or from older servers).
     due_at: datetime | None = None
+    # Escalation steps and fallbacks (0 and None from servers before them).
+    step: int = 0
+    fallback_of: str | None = None
+
+    @property
+    def skipped(self) -> bool:
+        """Whether it is an escalation step that was not needed (``SKIPPED``): the
+        notification was read or delivered on an earlier step's channel first."""
+        return self.status == SKIPPED
 
 
 class NotificationStatus(msgspec.Struct, frozen=True, kw_only=True):

@@ -1,5 +1,5 @@
 """Read-model queries behind the FAILED dashboard: failure rates, failures, what waits
-SCHEDULED, a timeline.
+SCHEDULED, the escalation steps skipped, a timeline.
 
 Pure asyncpg over the tables of ``migrations/001_read_model.sql``; every query is scoped to
 one producer. Times are compared with the database's ``now()``.
@@ -18,8 +18,9 @@ import msgspec
 from projections.partitions import ids_of_the_day_of
 from streams.core.vocabulary import Channel, DeliveryStatus, Priority
 
-# The statuses a failure rate is taken over: every terminal one but SUPPRESSED and CANCELLED,
-# whose deliveries were never meant to be attempted (or no longer) and count for neither side.
+# The statuses a failure rate is taken over: every terminal one but SUPPRESSED, CANCELLED and
+# SKIPPED, whose deliveries were never meant to be attempted (or no longer: a SKIPPED one is
+# an escalation step not needed) and count for neither side.
 RATED_STATUSES: tuple[DeliveryStatus, ...] = (
     DeliveryStatus.SENT,
     DeliveryStatus.DELIVERED,
@@ -65,13 +66,23 @@ ORDER BY updated_at DESC, id DESC
 LIMIT $5
 """
 
-# What waits SCHEDULED (a retry, quiet hours, an address awaited, or sent later: reason
-# "scheduled"), and the earliest due. On ``delivery_by_status``.
+# What waits SCHEDULED (a retry, quiet hours, an address awaited, sent later: reason
+# "scheduled", an escalation step: reason "step"), and the earliest due. On
+# ``delivery_by_status``.
 _SCHEDULED = """
 SELECT count(*) AS waiting, count(*) FILTER (WHERE reason = 'scheduled') AS sent_later,
-       min(due_at) AS next_due
+       min(due_at) AS next_due, count(*) FILTER (WHERE reason = 'step') AS steps
 FROM delivery
 WHERE status = 'SCHEDULED' AND producer = $1
+"""
+
+# Escalation steps that ended SKIPPED (not needed: an earlier step's delivery was read or
+# delivered) over the last hour and day, by the time they came due. On ``delivery_by_status``.
+_SKIPPED = """
+SELECT count(*) FILTER (WHERE updated_at >= now() - interval '1 hour') AS last_hour,
+       count(*) AS last_day
+FROM delivery
+WHERE status = 'SKIPPED' AND producer = $1 AND updated_at >= now() - interval '1 day'
 """
 
 _NOTIFICATION = """
@@ -82,7 +93,7 @@ WHERE id = $1 AND producer = $2
 
 _DELIVERIES_OF = """
 SELECT id, channel, status, reason, attempts, error_class, last_error, updated_at,
-       CASE WHEN status = 'SCHEDULED' THEN due_at END AS due_at
+       CASE WHEN status = 'SCHEDULED' THEN due_at END AS due_at, step, fallback_of
 FROM delivery
 WHERE notification_id = $1 AND id >= $2 AND id < $3  -- the partition of the notification's day
 ORDER BY channel, id
@@ -158,16 +169,28 @@ class DeliverySummary:
     last_error: str | None
     updated_at: datetime
     due_at: datetime | None = None  # when a SCHEDULED delivery is due
+    step: int = 0  # its place in its type's chain of escalation steps (0: not a step)
+    fallback_of: str | None = None  # the delivery whose permanent failure made it
 
 
 @dataclass(frozen=True, slots=True)
 class ScheduledDeliveries:
     """The producer's deliveries waiting SCHEDULED: all of them, those sent later at its
-    request (``send_at``/``delay``), and when the first is due (None: none waits)."""
+    request (``send_at``/``delay``), when the first is due (None: none waits), and the
+    escalation steps among them."""
 
     waiting: int
     sent_later: int
     next_due: datetime | None
+    steps: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedSteps:
+    """The producer's escalation steps that ended SKIPPED in the last hour and day."""
+
+    last_hour: int
+    last_day: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,7 +270,14 @@ async def scheduled_deliveries(pool: asyncpg.Pool, producer: str) -> ScheduledDe
     """How many of the producer's deliveries wait SCHEDULED, and the first one's due time."""
     async with pool.acquire() as connection:
         row = await connection.fetchrow(_SCHEDULED, producer)
-    return ScheduledDeliveries(row["waiting"], row["sent_later"], row["next_due"])
+    return ScheduledDeliveries(row["waiting"], row["sent_later"], row["next_due"], row["steps"])
+
+
+async def skipped_steps(pool: asyncpg.Pool, producer: str) -> SkippedSteps:
+    """How many of the producer's escalation steps were skipped in the last hour and day."""
+    async with pool.acquire() as connection:
+        row = await connection.fetchrow(_SKIPPED, producer)
+    return SkippedSteps(row["last_hour"], row["last_day"])
 
 
 async def timeline(
@@ -284,6 +314,8 @@ async def timeline(
                 last_error=row["last_error"],
                 updated_at=row["updated_at"],
                 due_at=row["due_at"],
+                step=row["step"],
+                fallback_of=None if row["fallback_of"] is None else str(row["fallback_of"]),
             )
             for row in deliveries
         ],

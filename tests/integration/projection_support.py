@@ -14,10 +14,13 @@ from streams.core.events import (
     DeliveryAttemptFailed,
     DeliveryCancelled,
     DeliveryDeadLettered,
+    DeliveryDue,
     DeliveryExpired,
     DeliveryFailed,
     DeliveryQueued,
+    DeliveryScheduled,
     DeliverySent,
+    DeliverySkipped,
     DeliverySuppressed,
     Event,
     NotificationAccepted,
@@ -114,7 +117,49 @@ def delivered(
     }  # fmt: skip
     if status == "SUPPRESSED":
         return [DeliverySuppressed(**ids, version=1, channel=channel, reason="opted_out")]
+    if status == "SKIPPED":  # an escalation step (the second), not needed: the first was read
+        return [
+            DeliveryScheduled(**ids, version=1, channel=channel, priority="HIGH", until=at,
+                              step=2, unless=["read"]),
+            DeliverySkipped(**ids, version=2, channel=channel, step=2, reason="read"),
+        ]  # fmt: skip
     return [queued, *then[status]]
+
+
+def steps_and_a_fallback(
+    nid: str,
+    first: str,
+    step: str,
+    fallback: str,
+    producer: str = "shop",
+    accepted_at: datetime = T0,
+) -> list[list[Event]]:
+    """A notification whose first delivery (EMAIL) fails for good, its escalation step (SMS,
+    the second, unless the first was read) is not needed, and the fallback the failure
+    made (PUSH) is sent: its entries, accepted at ``accepted_at``, the rest a second later."""
+    t0 = accepted_at
+    at = t0 + timedelta(seconds=1)
+    ids: dict[str, object] = {"notification_id": nid}
+    return [
+        [accepted(nid, [first, step], at=t0, producer=producer),
+         DeliveryQueued(at=t0, **ids, delivery_id=first, version=1, channel="EMAIL",
+                        priority="HIGH"),
+         DeliveryScheduled(at=t0, **ids, delivery_id=step, version=1, channel="SMS",
+                           priority="HIGH", until=t0 + timedelta(minutes=5), step=2,
+                           unless=["read"])],
+        [DeliveryFailed(at=at, **ids, delivery_id=first, version=2, attempts=1,
+                        error_class="PERMANENT", error="no such box"),
+         DeliveryScheduled(at=at, **ids, delivery_id=fallback, version=1, channel="PUSH",
+                           priority="HIGH", until=at, fallback_of=first)],
+        [DeliveryDue(at=at, **ids, delivery_id=fallback, version=2, channel="PUSH",
+                     scheduled_for=at),
+         DeliverySent(at=at, **ids, delivery_id=fallback, version=3, attempt=1,
+                      provider="sandbox", provider_message_id="m-9")],
+        [DeliveryDue(at=at, **ids, delivery_id=step, version=2, channel="SMS",
+                     scheduled_for=at),
+         DeliverySkipped(at=at, **ids, delivery_id=step, version=3, channel="SMS", step=2,
+                         reason="read", because_of=first)],
+    ]  # fmt: skip
 
 
 _entry_numbers = itertools.count(1)

@@ -1,5 +1,6 @@
 """The status API's queries on real PostgreSQL: one producer's deliveries by status, paged by
-keyset; a notification with its deliveries in the order it was accepted with."""
+keyset; a notification with its deliveries in the order it was accepted with, each saying
+whether it is an escalation step or a fallback."""
 
 from __future__ import annotations
 
@@ -15,11 +16,20 @@ from projections.queries import (
     list_deliveries,
     notification_status,
 )
+from projections.rows import apply, rows_of
 from streams.core.ids import new_id
-from tests.integration.projection_support import accepted, delivered, project
+from tests.integration.projection_support import (
+    accepted,
+    delivered,
+    entries,
+    project,
+    steps_and_a_fallback,
+)
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-ENDED = ["QUEUED", "SCHEDULED", "SENT", "DELIVERED", "EXPIRED", "SUPPRESSED", "FAILED"]
+ENDED = [
+    "QUEUED", "SCHEDULED", "SENT", "DELIVERED", "EXPIRED", "SUPPRESSED", "FAILED", "SKIPPED",
+]  # fmt: skip
 
 
 async def one_of_each_status(pool: asyncpg.Pool, producer: str = "shop") -> dict[str, str]:
@@ -134,3 +144,18 @@ async def test_a_notification_lists_its_deliveries_in_the_order_it_accepted_them
     again = await notification_status(pool, notification_id)
     assert again is not None
     assert [d.id for d in again.deliveries] == by_id
+
+
+async def test_a_notifications_steps_and_fallbacks_say_what_they_are(pool: asyncpg.Pool) -> None:
+    nid, first, step, fallback = (new_id(0) for _ in range(4))
+    await apply(pool, "s0", rows_of(0, entries(steps_and_a_fallback(nid, first, step, fallback))))
+    found = await notification_status(pool, nid)
+    assert found is not None
+    # As accepted, then the fallback the failure made.
+    assert [(d.id, d.status, d.reason, d.step, d.fallback_of) for d in found.deliveries] == [
+        (first, "FAILED", None, 0, None),
+        (step, "SKIPPED", "read", 2, None),
+        (fallback, "SENT", None, 0, first),
+    ]
+    rows, _ = await page(pool, status="SKIPPED")
+    assert [(row.id, row.step, row.reason) for row in rows] == [(step, 2, "read")]

@@ -131,8 +131,9 @@ async def test_a_rebuild_from_the_history_in_postgresql_equals_the_live_projecti
     assert len(live_partitions) == 12
     assert len(live_holders) == 2
     assert {row[6] for row in live["delivery"]} == {"SENT", "FAILED", "SUPPRESSED", "CANCELLED"}
-    assert {row[-3] for row in live["delivery"]} == {None, "c-1"}  # campaign_id
-    assert {row[-2] for row in live["delivery"]} == {"u-1", "u-2", "u-3", "u-4"}  # recipient_id
+    # The columns added last: campaign_id, recipient_id, due_at, step, fallback_of.
+    assert {row[-5] for row in live["delivery"]} == {None, "c-1"}  # campaign_id
+    assert {row[-4] for row in live["delivery"]} == {"u-1", "u-2", "u-3", "u-4"}  # recipient_id
     # Redis forgets everything the projector acknowledged: only PostgreSQL has it now.
     events = keys.shard(0).events
     await trim(real_redis, StreamRetention(events, 0, (PROJECTOR_GROUP,)))

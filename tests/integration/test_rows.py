@@ -1,5 +1,6 @@
 """The rows events write on real PostgreSQL: idempotent, never moving a delivery back, and a
-campaign's deliveries naming their campaign, a throttled delivery with its detail."""
+campaign's deliveries naming their campaign, a throttled delivery with its detail, an
+escalation step's and a fallback's rows saying which they are, a step not needed SKIPPED."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from tests.integration.projection_support import (
     delivered,
     entries,
     snapshot,
+    steps_and_a_fallback,
     story,
 )
 
@@ -151,3 +153,41 @@ async def test_a_throttled_delivery_is_suppressed_throttled_with_its_detail_in_t
     assert [tuple(r) for r in history][-2:] == [
         ("DeliverySuppressed", 2, None), ("DeliveryThrottled", 3, "3")
     ]  # fmt: skip
+
+
+async def test_a_steps_and_a_fallbacks_rows_say_which_they_are_whatever_the_order(
+    pool: asyncpg.Pool,
+) -> None:
+    nid, first, step, fallback = (new_id(0) for _ in range(4))
+    batches = entries(steps_and_a_fallback(nid, first, step, fallback))
+    # In order; then again, newest first (the older changes are not applied twice).
+    await apply(pool, "s0", rows_of(0, batches))
+    for batch in reversed(batches):
+        await apply(pool, "s0", rows_of(0, [batch]))
+    async with pool.acquire() as connection:
+        found = {
+            str(row["id"]): (row["status"], row["reason"], row["step"],
+                             row["fallback_of"] and str(row["fallback_of"]))
+            for row in await connection.fetch("SELECT * FROM delivery")
+        }  # fmt: skip
+    assert found == {
+        first: ("FAILED", None, 0, None),
+        step: ("SKIPPED", "read", 2, None),
+        fallback: ("SENT", None, 0, first),
+    }
+    # A step whose skip is projected before the event that made it keeps its number too.
+    other_nid, other_first, other_step, other_fallback = (new_id(0) for _ in range(4))
+    story_ = steps_and_a_fallback(other_nid, other_first, other_step, other_fallback)
+    await apply(pool, "s0", rows_of(0, entries([story_[3]], first=20)))
+    await apply(pool, "s0", rows_of(0, entries([story_[0]], first=21)))
+    async with pool.acquire() as connection:
+        row = await connection.fetchrow(
+            "SELECT status, step, version FROM delivery WHERE id = $1", other_step
+        )
+    assert tuple(row) == ("SKIPPED", 2, 3)
+
+
+def test_a_skipped_step_is_ended_for_good() -> None:
+    nid, first, step, fallback = (new_id(0) for _ in range(4))
+    batches = entries(steps_and_a_fallback(nid, first, step, fallback))
+    assert rows_of(0, batches).ended() == {step: 3, fallback: 3}

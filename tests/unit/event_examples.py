@@ -22,6 +22,7 @@ from streams.core.events import (
     DeliveryReplayed,
     DeliveryScheduled,
     DeliverySent,
+    DeliverySkipped,
     DeliverySuppressed,
     DeliveryThrottled,
     Event,
@@ -69,6 +70,21 @@ EXAMPLES: list[Event] = [
         at=AT, **DELIVERY, channel="EMAIL", priority="NORMAL", until=AT + timedelta(hours=1)
     ),
     DeliveryDue(at=AT, **DELIVERY, channel="EMAIL", scheduled_for=AT - timedelta(seconds=1)),
+    # An escalation step, and a fallback of another delivery (due at once).
+    DeliveryScheduled(
+        at=AT,
+        **DELIVERY,
+        channel="SMS",
+        priority="HIGH",
+        until=AT + timedelta(minutes=15),
+        step=2,
+        unless=["read", "delivered"],
+    ),
+    DeliveryScheduled(
+        at=AT, **DELIVERY, channel="PUSH", priority="HIGH", until=AT, fallback_of=CID
+    ),
+    DeliverySkipped(at=AT, **DELIVERY, channel="SMS", step=2, reason="read", because_of=CID),
+    DeliverySkipped(at=AT, **DELIVERY, channel="EMAIL", step=3, reason="delivered"),
     DeliveryAttemptFailed(
         at=AT, **DELIVERY, attempt=1, error_class="TRANSIENT", error="503", retry_at=AT
     ),

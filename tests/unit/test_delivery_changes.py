@@ -1,7 +1,9 @@
 """What an event about a delivery changes in its read-model row: feedback moves it as the
 event says (DELIVERED; FAILED with the feedback as reason, its error class and text), an
 event written before feedback carried its status still reads as it did, a cancellation ends
-it CANCELLED."""
+it CANCELLED, an escalation step not needed ends SKIPPED with the condition that held, and
+the event that makes a step or a fallback says which (and so does its reason while it
+waits)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from streams.core.events import (
     DeliveryDue,
     DeliveryScheduled,
     DeliverySent,
+    DeliverySkipped,
     DeliveryThrottled,
     ProviderFeedbackReceived,
 )
@@ -23,7 +26,8 @@ IDS = {"notification_id": "n", "delivery_id": "d", "version": 3}
 
 def change(event: object) -> dict[str, object]:
     names = ("status", "channel", "priority", "reason", "attempts", "error_class", "last_error",
-             "provider", "message_id", "sent_at", "failed_at", "due_at")  # fmt: skip
+             "provider", "message_id", "sent_at", "failed_at", "due_at", "step",
+             "fallback_of")  # fmt: skip
     values = CHANGE_OF[type(event)](event)  # type: ignore[index]
     return {name: value for name, value in zip(names, values, strict=True) if value is not None}
 
@@ -105,3 +109,32 @@ def test_a_throttled_delivery_reads_as_the_change_it_follows() -> None:
     assert change(throttled("defer")) == {
         "status": "SCHEDULED", "channel": "EMAIL", "reason": "throttled",
     }  # fmt: skip
+
+
+def test_a_step_not_needed_ends_skipped_with_the_condition_that_held() -> None:
+    skipped = DeliverySkipped(at=AT, **IDS, channel="SMS", step=2, reason="read", because_of="d-1")
+    assert change(skipped) == {"status": "SKIPPED", "channel": "SMS", "reason": "read", "step": 2}
+    delivered = DeliverySkipped(at=AT, **IDS, channel="EMAIL", step=3, reason="delivered")
+    assert change(delivered)["reason"] == "delivered"
+
+
+def test_the_event_that_makes_a_step_or_a_fallback_says_which() -> None:
+    until = datetime(2026, 1, 15, 10, 30, tzinfo=UTC)
+    step = DeliveryScheduled(
+        at=AT, **IDS, channel="SMS", priority="HIGH", until=until, step=2, unless=["read"]
+    )
+    assert change(step) == {
+        "status": "SCHEDULED", "channel": "SMS", "priority": "HIGH", "reason": "step",
+        "due_at": until, "step": 2,
+    }  # fmt: skip
+    fallback = DeliveryScheduled(
+        at=AT, **IDS, channel="SMS", priority="HIGH", until=AT, fallback_of="d-email"
+    )
+    assert change(fallback) == {
+        "status": "SCHEDULED", "channel": "SMS", "priority": "HIGH", "reason": "fallback",
+        "due_at": AT, "fallback_of": "d-email",
+    }  # fmt: skip
+    # Neither: the row keeps its defaults (step 0, no fallback_of).
+    plain = DeliveryScheduled(at=AT, **IDS, channel="SMS", priority="HIGH", until=until)
+    assert "step" not in change(plain)
+    assert "fallback_of" not in change(plain)

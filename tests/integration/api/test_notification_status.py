@@ -21,11 +21,14 @@ from app.catalog import Catalog
 from app.settings import Settings
 from projections.projector import Projector
 from projections.queries import projection_lag_ms
+from projections.rows import apply, rows_of
 from streams.core.consumer_groups import PROJECTOR_GROUP
+from streams.core.ids import new_id
 from streams.core.keys import KeySpace
 from tests.conftest import AUTH, ORDERS, VIEWER, http_client
 from tests.integration.api_support import OTP, accept, deliveries, status_of
 from tests.integration.delivery_support import fast_catalog, running_worker, wait_until
+from tests.integration.projection_support import entries, steps_and_a_fallback
 
 Client = httpx.AsyncClient
 TERMINAL = {"SENT", "FAILED", "EXPIRED", "SUPPRESSED"}
@@ -427,10 +430,14 @@ async def test_the_openapi_schema_documents_both_endpoints(client: Client) -> No
         "status", "channel", "type", "error_class", "since", "until", "limit", "cursor",
     }  # fmt: skip
     assert all(p["in"] == "query" and not p["required"] for p in parameters.values())
-    assert {"FAILED", "CANCELLED"} <= set(parameters["status"]["schema"]["enum"])
+    assert {"FAILED", "CANCELLED", "SKIPPED"} <= set(parameters["status"]["schema"]["enum"])
     assert parameters["limit"]["schema"]["maximum"] == 500
     assert {"200", "404"} <= set(single["responses"])
     assert {"200", "422", "503"} <= set(listing["responses"])
+    view = schema["components"]["schemas"]["DeliveryView"]
+    assert "SKIPPED" in json.dumps(schema["components"]["schemas"])
+    assert view["properties"]["step"]["type"] == "integer"
+    assert {"step", "fallback_of"}.isdisjoint(view.get("required", []))
 
 
 async def project_all(redis: Redis, pool: asyncpg.Pool, keys: KeySpace) -> None:
@@ -502,3 +509,38 @@ async def test_the_write_model_shows_a_states_due_time_only_while_it_is_schedule
         (d["status"], d["due_at"] and datetime.fromisoformat(d["due_at"]))
         for d in body["deliveries"]
     ] == [("SCHEDULED", retry_at), ("SUPPRESSED", None), ("SENT", None)]
+
+
+async def test_a_step_a_fallback_and_a_skipped_step_show_what_they_are(
+    client: Client, pool: asyncpg.Pool
+) -> None:
+    nid, first, step, fallback = (new_id(0) for _ in range(4))
+    story = steps_and_a_fallback(nid, first, step, fallback, producer="orders")
+    await apply(pool, "s0", rows_of(0, entries(story)))
+    answer = await status_of(client, nid)
+    assert answer.status_code == 200, answer.text
+    shown = [
+        (d["id"], d["channel"], d["status"], d["reason"], d["step"], d["fallback_of"])
+        for d in answer.json()["deliveries"]
+    ]
+    assert shown == [
+        (first, "EMAIL", "FAILED", None, 0, None),
+        (step, "SMS", "SKIPPED", "read", 2, None),
+        (fallback, "PUSH", "SENT", None, 0, first),
+    ]
+    listed = (await deliveries(client, "?status=SKIPPED")).json()["deliveries"]
+    assert [(d["id"], d["step"], d["reason"], d["notification_id"]) for d in listed] == [
+        (step, 2, "read", nid)
+    ]
+    everything = (await deliveries(client)).json()["deliveries"]
+    assert {d["id"]: d["fallback_of"] for d in everything} == {
+        first: None, step: None, fallback: first,
+    }  # fmt: skip
+
+
+async def test_the_write_model_shows_no_step_or_fallback_until_the_read_model_has_it(
+    client: Client,
+) -> None:
+    accepted = await accept(client, ORDER, "k1")
+    body = (await status_of(client, accepted["id"])).json()
+    assert {(d["step"], d["fallback_of"]) for d in body["deliveries"]} == {(0, None)}

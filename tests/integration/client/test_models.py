@@ -3,8 +3,9 @@
 Requests: every field the client sends exists in the server's request schema, with a type
 the server takes and the same required-ness, nested objects and push targets included.
 Answers: instances built from the server's answer schemas, once with every field and once
-with only the required ones (nullable ones null), decode into the client's Structs. A server
-change that breaks the client fails here; the last tests show the check finds such changes.
+with only the required ones (nullable ones null), decode into the client's Structs; the
+client knows every field of a delivery's state and every status. A server change that breaks
+the client fails here; the last tests show the check finds such changes.
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ from app.api.app import create_app
 from app.catalog import load_catalog
 from app.settings import Settings, parse_api_keys
 from clarion_client.models import (
+    DELIVERY_STATUSES,
     Accepted,
     BatchRequest,
     BatchResponse,
     CampaignSpec,
     CancellationRequest,
     CancelledNotification,
+    DeliveryView,
     ErrorBody,
     KeyCancellation,
     Notification,
@@ -245,6 +248,33 @@ def test_the_client_decodes_every_answer_shape_the_server_documents(
     example = instance(answer_schema(served, path, method, status), served, full)
     decoded = msgspec.json.decode(msgspec.json.encode(example), type=model)
     assert msgspec.to_builtins(decoded)  # a decoded answer is never empty
+
+
+def test_the_client_knows_every_field_of_a_deliverys_state_and_every_status(
+    served: Schema,
+) -> None:
+    server = served["components"]["schemas"]["DeliveryView"]["properties"]
+    assert set(server) == set(DeliveryView.__struct_fields__)
+    listing = served["paths"]["/v1/deliveries"]["get"]["parameters"]
+    [status] = [p for p in listing if p["name"] == "status"]
+    assert set(status["schema"]["enum"]) == set(DELIVERY_STATUSES)
+
+
+def test_a_step_a_fallback_and_a_skipped_step_decode_and_older_answers_still_do() -> None:
+    shown = {
+        "id": "d-2", "channel": "SMS", "status": "SKIPPED", "reason": "read", "attempts": 0,
+        "error_class": None, "last_error": None, "provider_message_id": None,
+        "updated_at": "2026-12-07T09:45:00Z", "due_at": None,
+    }  # fmt: skip
+    skipped = msgspec.convert({**shown, "step": 2, "fallback_of": None}, DeliveryView)
+    assert (skipped.skipped, skipped.step, skipped.fallback_of) == (True, 2, None)
+    fallback = msgspec.convert(
+        {**shown, "id": "d-3", "status": "SENT", "reason": None, "fallback_of": "d-1"},
+        DeliveryView,
+    )
+    assert (fallback.skipped, fallback.step, fallback.fallback_of) == (False, 0, "d-1")
+    older = msgspec.convert(shown, DeliveryView)  # a server before steps and fallbacks
+    assert (older.step, older.fallback_of) == (0, None)
 
 
 def test_a_server_schema_that_drops_or_retypes_a_field_is_caught(served: Schema) -> None:

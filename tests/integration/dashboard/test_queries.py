@@ -1,6 +1,7 @@
 """The FAILED dashboard's queries on real PostgreSQL: failure rates over the deliveries that
-ended, failures by error class, the failed list, what waits SCHEDULED, and a notification's
-timeline."""
+ended, failures by error class, the failed list, what waits SCHEDULED (escalation steps
+among it), the escalation steps skipped, and a notification's timeline with its steps and
+fallbacks."""
 
 from __future__ import annotations
 
@@ -15,17 +16,28 @@ from projections.dashboard.queries import (
     ErrorClassCount,
     FailureFilter,
     ScheduledDeliveries,
+    SkippedSteps,
     failed_deliveries,
     failure_rates,
     failures_by_error_class,
     scheduled_deliveries,
+    skipped_steps,
     timeline,
 )
-from streams.core.events import DeliveryDeadLettered, DeliveryQueued, DeliveryScheduled
+from streams.core.events import (
+    DeliveryDeadLettered,
+    DeliveryQueued,
+    DeliveryScheduled,
+)
 from streams.core.ids import new_id
 from streams.core.vocabulary import Channel, Priority
 from streams.delivery.state import TERMINAL, DeliveryStatus
-from tests.integration.projection_support import accepted, delivered, project
+from tests.integration.projection_support import (
+    accepted,
+    delivered,
+    project,
+    steps_and_a_fallback,
+)
 
 
 def ago(**delta: float) -> datetime:
@@ -53,8 +65,10 @@ async def deliveries(
     return ids
 
 
-def test_rates_are_taken_over_every_terminal_status_but_suppressed_and_cancelled() -> None:
-    assert set(RATED_STATUSES) == TERMINAL - {DeliveryStatus.SUPPRESSED, DeliveryStatus.CANCELLED}
+def test_rates_are_taken_over_every_terminal_status_but_those_never_meant_to_be_sent() -> None:
+    assert set(RATED_STATUSES) == TERMINAL - {
+        DeliveryStatus.SUPPRESSED, DeliveryStatus.CANCELLED, DeliveryStatus.SKIPPED,
+    }  # fmt: skip
     assert len(RATED_STATUSES) == len(set(RATED_STATUSES))
 
 
@@ -68,6 +82,7 @@ async def test_failure_rates_count_failed_among_the_deliveries_that_ended(
         ("SMS", "DELIVERED", ago(minutes=5)),
         ("SMS", "EXPIRED", ago(minutes=20)),
         ("SMS", "SUPPRESSED", ago(minutes=10)),  # never meant to be attempted: not counted
+        ("SMS", "SKIPPED", ago(minutes=10)),  # a step not needed: not counted either
         ("SMS", "QUEUED", ago(minutes=10)),  # not ended: not counted
         ("SMS", "SCHEDULED", ago(minutes=10)),
         ("SMS", "FAILED", ago(hours=3)),  # in the last day, not the last hour
@@ -167,7 +182,7 @@ async def test_a_timeline_shows_every_event_of_a_producers_notification(
 async def test_what_waits_scheduled_is_counted_with_the_first_due_time(
     pool: asyncpg.Pool,
 ) -> None:
-    assert await scheduled_deliveries(pool, "shop") == ScheduledDeliveries(0, 0, None)
+    assert await scheduled_deliveries(pool, "shop") == ScheduledDeliveries(0, 0, None, 0)
     await deliveries(pool, ("SMS", "SCHEDULED", ago(minutes=3)))  # a retry, due at its time
     await deliveries(pool, ("SMS", "SENT", ago(minutes=1)), ("SMS", "QUEUED", ago(minutes=1)))
     await deliveries(pool, ("SMS", "SCHEDULED", ago(minutes=9)), producer="other")
@@ -188,3 +203,50 @@ async def test_what_waits_scheduled_is_counted_with_the_first_due_time(
     assert found is not None
     [later] = found.deliveries
     assert (later.status, later.reason, later.due_at) == ("SCHEDULED", "scheduled", due)
+
+
+async def test_escalation_steps_waiting_and_skipped_are_counted(pool: asyncpg.Pool) -> None:
+    assert await skipped_steps(pool, "shop") == SkippedSteps(0, 0)
+    await deliveries(
+        pool,
+        ("SMS", "SKIPPED", ago(minutes=10)),
+        ("EMAIL", "SKIPPED", ago(hours=5)),  # in the last day, not the last hour
+        ("SMS", "SKIPPED", ago(days=2)),  # too old for either
+        ("SMS", "SUPPRESSED", ago(minutes=1)),
+    )
+    await deliveries(pool, ("SMS", "SKIPPED", ago(minutes=1)), producer="other")
+    # A step still waiting: SCHEDULED, counted among what waits and as a step.
+    notification_id, delivery_id = new_id(0), new_id(0)
+    await project(pool, [
+        accepted(notification_id, [delivery_id], at=ago(minutes=1)),
+        DeliveryScheduled(at=ago(minutes=1), notification_id=notification_id,
+                          delivery_id=delivery_id, version=1, channel=Channel.SMS,
+                          priority=Priority.HIGH, until=ago(minutes=-10), step=2,
+                          unless=["read"]),
+    ])  # fmt: skip
+
+    assert await skipped_steps(pool, "shop") == SkippedSteps(last_hour=1, last_day=2)
+    waiting = await scheduled_deliveries(pool, "shop")
+    assert (waiting.waiting, waiting.sent_later, waiting.steps) == (1, 0, 1)
+
+
+async def test_a_timeline_shows_its_steps_fallbacks_and_skips(pool: asyncpg.Pool) -> None:
+    nid, first, step, fallback = (new_id(0) for _ in range(4))
+    for entry in steps_and_a_fallback(nid, first, step, fallback, accepted_at=ago(minutes=5)):
+        await project(pool, entry)
+
+    found = await timeline(pool, "shop", uuid.UUID(nid))
+
+    assert found is not None
+    shown = {d.id: (d.channel, d.status, d.reason, d.step, d.fallback_of) for d in found.deliveries}
+    assert shown == {
+        first: ("EMAIL", "FAILED", None, 0, None),
+        step: ("SMS", "SKIPPED", "read", 2, None),
+        fallback: ("PUSH", "SENT", None, 0, first),
+    }
+    [skip] = [e for e in found.events if e.type == "DeliverySkipped"]
+    assert (skip.delivery_id, skip.body["reason"], skip.body["because_of"]) == (step, "read", first)
+    made = [
+        e.body["fallback_of"] for e in found.events if e.delivery_id == fallback and e.version == 1
+    ]
+    assert made == [first]

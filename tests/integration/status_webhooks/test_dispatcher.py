@@ -1,6 +1,7 @@
 """From ``events`` to the producers' outboxes: the final statuses and feedback of producers
 with a webhook, in stream order, once each, with their owners found however long ago the
-notification was accepted; nothing for anyone else."""
+notification was accepted (a fallback made after it too), a step not needed SKIPPED;
+nothing for anyone else."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from streams.core.vocabulary import Channel, ErrorClass
 from streams.status_webhooks.outbox import DueStatus, OutboxEntry, append_statuses, read_outbox
 from streams.status_webhooks.store import StatusWebhookStore
 from tests.integration.delivery_support import accept, fast_catalog
-from tests.integration.projection_support import accepted, delivered
+from tests.integration.projection_support import accepted, delivered, steps_and_a_fallback
 
 AT = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 SECRET = "whsec_c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0"
@@ -117,6 +118,28 @@ async def test_final_statuses_of_producers_with_a_webhook_go_to_their_outbox_in_
     assert await outbox(redis, keys, "other") == []
     assert woken == ["shop"]
     assert (await redis.xpending(shard.events, STATUS_WEBHOOK_GROUP))["pending"] == 0
+
+
+async def test_a_failure_its_fallback_and_a_step_not_needed_are_told_as_they_end(
+    redis: Redis, key_prefix: str
+) -> None:
+    keys = KeySpace(key_prefix)
+    shard = keys.shard(0)
+    await configured(redis, keys, "shop")
+    nid, first, step, fallback = new_id(0), new_id(0), new_id(0), new_id(0)
+    await write(redis, shard, *steps_and_a_fallback(nid, first, step, fallback))
+
+    assert await dispatcher(redis, keys, {"shop"}).handle(shard, await read(redis, shard))
+
+    told = [
+        (e.webhook_id, data(e)["status"], data(e)["channel"], data(e)["reason"])
+        for e in await outbox(redis, keys, "shop")
+    ]
+    assert told == [
+        (f"{first}.2", "FAILED", "EMAIL", ""),
+        (f"{fallback}.3", "SENT", "PUSH", ""),
+        (f"{step}.3", "SKIPPED", "SMS", "read"),
+    ]
 
 
 async def test_entries_read_again_after_a_crash_go_in_once(redis: Redis, key_prefix: str) -> None:

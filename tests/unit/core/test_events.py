@@ -18,7 +18,9 @@ from streams.core.events import (
     DeliveryDeferred,
     DeliveryExpired,
     DeliveryQueued,
+    DeliveryScheduled,
     DeliverySent,
+    DeliverySkipped,
     Event,
     NotificationAccepted,
     PreferenceChanged,
@@ -74,9 +76,16 @@ def test_an_event_missing_a_required_field_is_refused() -> None:
         codec.decode_event(raw)
 
 
-def test_the_fixture_has_one_line_per_event_class() -> None:
+# Event classes with more than one stored line: a line for each shape the class was written
+# in (DeliveryScheduled: before escalation steps and fallbacks, a step, a fallback).
+SHAPES = {"DeliveryScheduled": 3}
+
+
+def test_the_fixture_has_a_line_per_event_class_and_shape() -> None:
     names = [json.loads(line)["type"] for line in fixture_lines()]
-    assert sorted(names) == sorted(cls.__name__ for cls in EVENT_CLASSES)
+    assert sorted(names) == sorted(
+        name for cls in EVENT_CLASSES for name in [cls.__name__] * SHAPES.get(cls.__name__, 1)
+    )
 
 
 @pytest.mark.parametrize("line", fixture_lines(), ids=lambda line: json.loads(line)["type"])
@@ -92,7 +101,11 @@ def test_every_stored_event_still_decodes(line: str) -> None:
 
 
 def test_stored_events_decode_with_their_values() -> None:
-    events = {type(event).__name__: event for event in map(codec.decode_event, fixture_lines())}
+    events = {
+        type(event).__name__: event
+        for event in map(codec.decode_event, fixture_lines())
+        if not isinstance(event, DeliveryScheduled)
+    }
 
     accepted = events["NotificationAccepted"]
     assert isinstance(accepted, NotificationAccepted)
@@ -146,3 +159,19 @@ def test_an_event_without_a_field_added_later_uses_its_default() -> None:
     event = codec.decode_event(raw)
     assert isinstance(event, DeliveryQueued)
     assert event.attempt == 0
+
+
+def test_a_stored_step_a_fallback_and_a_skip_decode_with_their_values() -> None:
+    stored = [codec.decode_event(line) for line in fixture_lines()]
+    scheduled = [event for event in stored if isinstance(event, DeliveryScheduled)]
+    # Written before steps and fallbacks: neither.
+    assert [(s.step, s.unless, s.fallback_of) for s in scheduled] == [
+        (0, [], ""),
+        (2, ["read", "delivered"], ""),
+        (0, [], "019bc123-4567-7abc-8def-0123456789a1"),
+    ]
+    assert scheduled[2].until == scheduled[2].at  # a fallback is due at once
+    skipped = next(event for event in stored if isinstance(event, DeliverySkipped))
+    assert (skipped.channel, skipped.step, skipped.reason, skipped.because_of) == (
+        "SMS", 2, "read", DID,
+    )  # fmt: skip

@@ -1,5 +1,6 @@
 """What a producer's status webhook says: the due events, their JSON (Standard Webhooks
-shape, every key always there, no address), feedback's status, and batches."""
+shape, every key always there, no address), feedback's status, a skipped escalation step,
+and batches."""
 
 from __future__ import annotations
 
@@ -23,7 +24,9 @@ from streams.core.events import (
     DeliveryFailed,
     DeliveryQueued,
     DeliveryReplayed,
+    DeliveryScheduled,
     DeliverySent,
+    DeliverySkipped,
     DeliverySuppressed,
     Event,
     ProviderFeedbackReceived,
@@ -48,7 +51,7 @@ def test_final_statuses_and_feedback_are_due_nothing_else() -> None:
     due = {type(e).__name__ for e in EXAMPLES if is_due(e)}
     assert due == {
         "DeliverySent", "DeliveryFailed", "DeliveryExpired", "DeliverySuppressed",
-        "DeliveryCancelled", "ProviderFeedbackReceived",
+        "DeliveryCancelled", "DeliverySkipped", "ProviderFeedbackReceived",
     }  # fmt: skip
     for event in (
         DeliveryQueued(**IDS, version=1, channel=Channel.SMS, priority=Priority.HIGH),
@@ -56,6 +59,8 @@ def test_final_statuses_and_feedback_are_due_nothing_else() -> None:
                               error="503"),
         DeliveryDeadLettered(**IDS, version=4, error_class=ErrorClass.PERMANENT),
         DeliveryReplayed(**IDS, version=5, operator="anna", reason="fixed"),
+        DeliveryScheduled(**IDS, version=1, channel=Channel.SMS, priority=Priority.HIGH,
+                          until=AT, step=2, unless=["read"]),
     ):  # fmt: skip
         assert not is_due(event)
 
@@ -112,6 +117,18 @@ def test_a_sent_delivery() -> None:
             {"status": "CANCELLED", "reason": "cancelled by key order-9 by shop"},
         ),
         (
+            DeliverySkipped(**IDS, version=3, channel=Channel.SMS, step=2, reason="read",
+                            because_of="d-0"),
+            "delivery.skipped",
+            {"status": "SKIPPED", "channel": "SMS", "attempts": 0, "reason": "read"},
+        ),
+        (
+            DeliverySkipped(**IDS, version=2, channel=Channel.EMAIL, step=3,
+                            reason="delivered"),
+            "delivery.skipped",
+            {"status": "SKIPPED", "channel": "SMS", "reason": "delivered", "error": ""},
+        ),
+        (
             ProviderFeedbackReceived(**IDS, version=5, feedback="delivered", provider="twilio",
                                      status="DELIVERED"),
             "delivery.feedback",
@@ -147,8 +164,10 @@ def test_the_channel_comes_from_the_event_when_it_names_one() -> None:
     suppressed = DeliverySuppressed(**IDS, version=1, channel=Channel.EMAIL, reason="no_address")
     sent = DeliverySent(**IDS, version=3, attempt=1, provider="p", provider_message_id="m")
     cancelled = DeliveryCancelled(**IDS, version=2, channel=Channel.PUSH, campaign_id="c-7")
+    skipped = DeliverySkipped(**IDS, version=2, channel=Channel.SMS, step=2, reason="read")
     assert carried_channel(suppressed) == Channel.EMAIL
     assert carried_channel(cancelled) == Channel.PUSH
+    assert carried_channel(skipped) == Channel.SMS
     assert carried_channel(sent) is None
 
 
