@@ -79,7 +79,9 @@ class Chain:
                 plan.unless and plan.number > step.number for plan in self.steps.values()
             )
         fallback = self.fallbacks.get(channel)
-        if fallback is not None:
+        if fallback is not None and did == self.by_channel[channel][0]:
+            # One delivery of the channel carries it (the first device's push): a fallback
+            # carried by several could be made by each, and sent twice.
             fields["fallback"] = [fallback.delivery_id, fallback.channel, fallback.address]
         return fields
 

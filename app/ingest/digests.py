@@ -11,7 +11,6 @@ by the producer's retry, as the answer itself would be. A join Redis cannot make
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 
 import msgspec
 from redis.asyncio import Redis
@@ -112,7 +111,5 @@ class DigestJoiner:
 
 def _with_digest(response: bytes, joined: store.Joined) -> bytes:
     """The 202 body with the digest the notification joined."""
-    digest = JoinedDigest(
-        joined.digest_id, joined.count, datetime.fromtimestamp(joined.closes_ms / 1000, UTC)
-    )
+    digest = JoinedDigest(joined.digest_id, joined.count, joined.closes_ms)
     return response[:-1] + b',"digest":' + _encoder.encode(digest) + b"}"

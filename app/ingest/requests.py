@@ -202,4 +202,4 @@ class JoinedDigest(msgspec.Struct, frozen=True):
 
     id: str
     count: int
-    closes_at: datetime
+    closes_ms: int  # ms since the epoch, as a delivery's ``due_ms``

@@ -57,6 +57,10 @@ from streams.dlq.entries import failed_delivery_entry
 from streams.inbox.messages import InboxMessage
 from streams.inbox.store import InboxWrite
 
+# Why a suppressed delivery's address cannot be used: its fallback, if any, goes instead.
+_NO_USABLE_ADDRESS = frozenset(
+    {"no_address", "invalid_address", "invalid_token", "no_provider", "hard_bounce"}
+)
 MAX_ERROR_TEXT = 500  # characters of an error text kept in the state, events and dead letter
 
 # Read off the enum once, not per send: on Python 3.11 each ``DeliveryStatus.SENT`` goes
@@ -190,9 +194,12 @@ def expired(leased: LeasedDelivery, now_ms: int, reason: str = "ttl") -> Outcome
 
 
 def suppressed(leased: LeasedDelivery, now_ms: int, reason: SuppressReason) -> Outcome:
-    """The delivery is never sent, for ``reason`` (it waited for an address in vain)."""
+    """The delivery is never sent, for ``reason`` (it waited for an address in vain); one
+    whose address turned out unusable makes its fallback, if it has one."""
     event = DeliverySuppressed(**ids(leased, 1, now_ms), channel=leased.item.channel, reason=reason)
     fields: dict[str, KeyOrArg] = {"status": DeliveryStatus.SUPPRESSED, "reason": reason}
+    if leased.item.fallback and reason in _NO_USABLE_ADDRESS:
+        return _fallen_back(leased, event, fields, now_ms)
     return recorded(leased, [event], fields, now_ms=now_ms)
 
 
@@ -331,13 +338,14 @@ def failed(
 
 
 def _fallen_back(
-    leased: LeasedDelivery, failed: Event, fields: dict[str, KeyOrArg], now_ms: int
+    leased: LeasedDelivery, ended: Event, fields: dict[str, KeyOrArg], now_ms: int
 ) -> Outcome:
-    """A permanent failure of a delivery with a fallback (``fallback`` in the catalog): it
-    ends FAILED, and its fallback is made, due now, in the same step: a delivery on the
-    other channel whose id was fixed at ingest, so that however many of the notification's
-    deliveries fail, one is made. No dead letter: the fallback took the delivery over, and a
-    replay would send the same notification a second way."""
+    """A delivery with a fallback (``fallback`` in the catalog) that failed permanently, or
+    found its address unusable: it ends (``ended``, ``fields``), and its fallback is made,
+    due now, in the same step: a delivery on the other channel whose id was fixed at ingest,
+    carried by one delivery of the notification only (``app.ingest.chains``). No dead
+    letter: the fallback took the delivery over, and a replay would send the same
+    notification a second way."""
     fallback_id, channel, address = leased.item.fallback
     item = msgspec.structs.replace(
         leased.self_contained_item(), delivery_id=fallback_id, channel=Channel(channel),
@@ -350,9 +358,7 @@ def _fallen_back(
         fallback_of=leased.item.delivery_id,
     )  # fmt: skip
     member = delayed_member(item.priority, codec.encode_work_item(item))
-    return recorded(
-        leased, [failed], fields, now_ms=now_ms, delayed=(member, now_ms), others=[made]
-    )
+    return recorded(leased, [ended], fields, now_ms=now_ms, delayed=(member, now_ms), others=[made])
 
 
 def acknowledge_only(leased: LeasedDelivery) -> Outcome:

@@ -14,7 +14,7 @@ from streams.core import codec
 from streams.core.events import AnyEvent, DeliveryFailed, DeliveryScheduled, DeliverySkipped
 from streams.core.vocabulary import ErrorClass
 from streams.delivery import outcomes
-from streams.delivery.decisions import Failed, Sent, Skipped
+from streams.delivery.decisions import Failed, Sent, Skipped, Suppressed
 from streams.delivery.delayed import work_item_of_member
 from streams.delivery.outcome_records import at, version
 from streams.delivery.store import Outcome
@@ -72,6 +72,16 @@ def test_a_fallback_without_an_address_looks_the_profile_up_when_it_comes_due() 
     outcome = outcomes.outcome(push, Failed(ErrorClass.PERMANENT, "gone", attempts=2), NOW)
     item = codec.decode_work_item(work_item_of_member(outcome.delayed_member))
     assert (item.address, item.await_until_ms) == ("", NOW)
+
+
+def test_a_delivery_whose_address_turned_out_dead_makes_its_fallback() -> None:
+    push = leased(channel="PUSH", address="tok", fallback=FALLBACK)
+    outcome = outcomes.outcome(push, Suppressed("invalid_address"), NOW)
+    made = [type(e).__name__ for e in events(outcome)]
+    assert made == ["DeliverySuppressed", "DeliveryScheduled"]
+    assert outcome.delayed_member
+    opted_out = outcomes.outcome(push, Suppressed("opted_out"), NOW)
+    assert opted_out.delayed_member == b""  # the recipient said no: no other way either
 
 
 def test_a_transient_failure_given_up_is_dead_lettered_and_makes_no_fallback() -> None:

@@ -133,7 +133,7 @@ def test_a_step_counts_from_the_send_time_of_a_notification_sent_later(
     }
 
 
-def test_a_push_carries_its_fallback_made_once_per_notification(planner: Planner) -> None:
+def test_the_first_push_carries_the_fallback_made_once_per_notification(planner: Planner) -> None:
     req = comment(push_tokens=["tok-1", "tok-2"])
     identity = planner.identity(SHARD, req)
     [fallback] = identity.fallbacks
@@ -153,7 +153,10 @@ def test_a_push_carries_its_fallback_made_once_per_notification(planner: Planner
         if b'"PUSH"' in w.item
     ]
     assert len(pushes) == 2
-    assert {tuple(p.fallback) for p in pushes} == {(fallback.delivery_id, "SMS", "+4915112345678")}
+    # The first device's push carries it: two carriers could each make it, and send it twice.
+    assert [tuple(p.fallback) for p in pushes] == [
+        (fallback.delivery_id, "SMS", "+4915112345678"), (),
+    ]  # fmt: skip
     assert "SMS" not in [d.channel for d in decode_record(planned.record).deliveries]
 
 
