@@ -11,6 +11,7 @@ Sub-packages, one per feature; each docstring says what it owns and what it may 
 - ``inbox``: the in-app inbox (its tokens, its provider, its routes and realtime stream);
 - ``campaigns``: one notification for each of many recipients, generated in the background;
 - ``cancellations``: notifications taken back before they go (by id or cancellation key);
+- ``digests``: due digests closed into the one notification each is sent as;
 - ``recipients``: recipients' profiles, addresses and erasure;
 - ``feedback``: providers' callbacks (bounces, complaints, receipts) and what they change;
 - ``status_webhooks``: producers' status webhooks (who gets what, sending, dead letters);

@@ -12,6 +12,7 @@ Sub-packages:
   recorded, the ``delayed`` set, fairness between producers, circuits and rate limits;
 - ``inbox``: recipients' inboxes, their live feeds and their tokens' revocation;
 - ``campaigns``: campaign records and the keys their notifications are ingested under;
+- ``digests``: digests joined, sealed, closed and left, and their notifications' keys;
 - ``dlq``: the dead-letter queue, its scans and its controlled replay;
 - ``feedback``: providers' verified callbacks and what they change;
 - ``recipients``: a recipient's settings, the suppression list, and erasure;
