@@ -5,7 +5,8 @@
   retention;
 - ``projector``: every shard's ``events`` stream materialised, a batch per transaction;
   ``rows`` (notifications and deliveries), ``delivery_changes`` (what each event changes
-  in a delivery's row) and ``inbox_rows`` (the inbox's history) are what it writes;
+  in a delivery's row), ``inbox_rows`` (the inbox's history) and ``digest_rows`` (digests
+  and who joined them) are what it writes;
 - ``rebuild``: the read model made again from the event history, into the fresh tables
   ``rebuild_schema`` makes like the live ones;
 - ``queries``: what the status API reads, and how far behind the read model is;

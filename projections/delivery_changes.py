@@ -12,6 +12,7 @@ from streams.core.events import (
     DeliveryCancelled,
     DeliveryDeadLettered,
     DeliveryDeferred,
+    DeliveryDigested,
     DeliveryDue,
     DeliveryEvent,
     DeliveryExpired,
@@ -51,6 +52,7 @@ _QUEUED, _SCHEDULED, _SENT = DeliveryStatus.QUEUED, DeliveryStatus.SCHEDULED, De
 _SUPPRESSED, _EXPIRED = DeliveryStatus.SUPPRESSED, DeliveryStatus.EXPIRED
 _FAILED, _DELIVERED = DeliveryStatus.FAILED, DeliveryStatus.DELIVERED
 _CANCELLED, _SKIPPED = DeliveryStatus.CANCELLED, DeliveryStatus.SKIPPED
+_DIGESTED = DeliveryStatus.DIGESTED
 
 
 def _change(
@@ -77,7 +79,11 @@ def _change(
 
 
 def _queued(event: DeliveryQueued) -> _Change:
-    return _change(_QUEUED, channel=event.channel, priority=event.priority)
+    # A step queued at once (the chain's first) or a fallback made at ingest say so here.
+    return _change(
+        _QUEUED, channel=event.channel, priority=event.priority,
+        step=event.step or None, fallback_of=event.fallback_of or None,
+    )  # fmt: skip
 
 
 def _deferred(event: DeliveryDeferred) -> _Change:
@@ -122,6 +128,11 @@ def _skipped(event: DeliverySkipped) -> _Change:
     # An escalation step not needed: the condition that held is the reason ("read",
     # "delivered"), as a SUPPRESSED or EXPIRED delivery's is.
     return _change(_SKIPPED, channel=event.channel, reason=event.reason, step=event.step or None)
+
+
+def _digested(event: DeliveryDigested) -> _Change:
+    # Joined a digest (the notification's NotificationDigested names it): sent as part of it.
+    return _change(_DIGESTED, channel=event.channel, reason="digest")
 
 
 def _attempt_failed(event: DeliveryAttemptFailed) -> _Change:
@@ -203,6 +214,7 @@ CHANGE_OF: dict[type[DeliveryEvent], Callable[[Any], _Change]] = {
     DeliveryExpired: _expired,
     DeliveryCancelled: _cancelled,
     DeliverySkipped: _skipped,
+    DeliveryDigested: _digested,
     DeliveryAttemptFailed: _attempt_failed,
     DeliverySent: _sent,
     DeliveryFailed: _failed,

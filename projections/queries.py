@@ -63,6 +63,7 @@ class NotificationRow:
     created_at: datetime
     deliveries: list[DeliveryRow]
     idempotency_key: str = ""
+    digest_id: str | None = None  # the digest it joined
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,8 +88,10 @@ d.step, d.fallback_of
 """
 
 _NOTIFICATION = """
-SELECT id, producer, type, priority, recipient_id, created_at, idempotency_key
-FROM notification WHERE id = $1
+SELECT n.id, n.producer, n.type, n.priority, n.recipient_id, n.created_at, n.idempotency_key,
+       m.digest_id
+FROM notification AS n LEFT JOIN digest_member AS m ON m.notification_id = n.id
+WHERE n.id = $1
 """
 
 # In the order the notification listed them when it was accepted (the NotificationAccepted
@@ -154,6 +157,7 @@ async def notification_status(pool: asyncpg.Pool, notification_id: str) -> Notif
         created_at=found["created_at"],
         deliveries=[_delivery(row) for row in rows],
         idempotency_key=found["idempotency_key"],
+        digest_id=found["digest_id"],
     )
 
 

@@ -20,15 +20,18 @@ import msgspec
 import structlog
 
 from projections.delivery_changes import CHANGE_OF, UNKNOWN
+from projections.digest_rows import DigestRows
 from projections.inbox_rows import InboxRows
 from streams.campaigns.ids import campaign_of
 from streams.core import codec
 from streams.core.events import (
     AnyEvent,
     DeliveryEvent,
+    DigestClosed,
     InboxMessageCreated,
     InboxMessageEvent,
     NotificationAccepted,
+    NotificationDigested,
     RecipientErased,
 )
 from streams.core.vocabulary import Priority
@@ -53,6 +56,7 @@ _EVENT_TABLE = """
     version integer, body jsonb
 """
 _INBOX_EVENTS = (InboxMessageCreated, InboxMessageEvent, RecipientErased)
+_DIGEST_EVENTS = (NotificationDigested, DigestClosed)
 _EVENT_COLUMNS = ("event_id", "at", "type", "notification_id", "delivery_id", "version", "body")
 
 _INSERT_NOTIFICATIONS = """
@@ -140,6 +144,8 @@ class Rows:
     events: list[tuple[Any, ...]] = field(default_factory=list)
     # The inbox history's statements (``projections.inbox_rows``).
     inbox: InboxRows = field(default_factory=InboxRows)
+    # The digests' statements (``projections.digest_rows``).
+    digests: DigestRows = field(default_factory=DigestRows)
     last_id: str = "0-0"
     # Notifications accepted in this batch, whose fields its delivery rows copy.
     accepted: dict[str, _Context] = field(default_factory=dict, repr=False)
@@ -174,6 +180,8 @@ class Rows:
             self.deliveries.append(_delivery_row(event, context))
         if isinstance(event, _INBOX_EVENTS):
             self.inbox.add(event)
+        elif isinstance(event, _DIGEST_EVENTS):
+            self.digests.add(event)
 
     def add_redacted(self, event_id: str, event: InboxMessageCreated) -> None:
         """Add the rows of an inbox message whose text an erasure removed
@@ -308,6 +316,7 @@ async def write_rows(
         await connection.execute(_UPSERT_DELIVERIES.format(table=table))
         if any(row[_ATTEMPTS] is None for row in part):
             await connection.execute(_FIX_UNKNOWN_ATTEMPTS.format(table=table))
+    await rows.digests.write(connection)
     if not rows.events:
         return
     if events_may_repeat:

@@ -56,6 +56,7 @@ from streams.core.keys import KeySpace
 from streams.core.records import DeliveryAtAcceptance, decode_record
 from streams.core.vocabulary import CHANNELS, ERROR_CLASSES
 from streams.delivery.state import TERMINAL, DeliveryState, DeliveryStatus, read_states
+from streams.digests.ids import digest_of
 
 log = structlog.get_logger(__name__)
 
@@ -257,6 +258,8 @@ def _from_read_model(row: NotificationRow, lag: int) -> NotificationStatus:
         created_at=row.created_at,
         deliveries=[_view(delivery) for delivery in row.deliveries],
         projection_lag_ms=lag,
+        digest_id=row.digest_id,
+        made_of_digest=digest_of(row.idempotency_key) or None,
     )
 
 

@@ -111,6 +111,11 @@ class NotificationStatus(msgspec.Struct, frozen=True, kw_only=True):
     created_at: datetime
     deliveries: list[DeliveryView]
     projection_lag_ms: int
+    # Digests (``digest`` in the catalog): the digest this notification joined (its
+    # deliveries DIGESTED; null until the read model has it), and the digest a
+    # notification was made of when one closed.
+    digest_id: str | None = None
+    made_of_digest: str | None = None
 
 
 class DeliveryListItem(DeliveryView, frozen=True, kw_only=True):

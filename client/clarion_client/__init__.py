@@ -22,6 +22,7 @@ from clarion_client.errors import (
 )
 from clarion_client.models import (
     DELIVERY_STATUSES,
+    DIGESTED,
     SKIPPED,
     Accepted,
     ApnsTarget,
@@ -35,6 +36,7 @@ from clarion_client.models import (
     FcmTarget,
     InboxToken,
     InboxTokensRevoked,
+    JoinedDigest,
     KeyCancellation,
     Notification,
     NotificationStatus,
@@ -53,6 +55,7 @@ from clarion_client.sync_client import Clarion
 __all__ = [
     "BATCH_LIMIT",
     "DELIVERY_STATUSES",
+    "DIGESTED",
     "NO_RETRIES",
     "SKIPPED",
     "UPLOAD_LIMIT",
@@ -75,6 +78,7 @@ __all__ = [
     "InboxToken",
     "InboxTokensRevoked",
     "InvalidRequestError",
+    "JoinedDigest",
     "KeyCancellation",
     "NotFoundError",
     "Notification",

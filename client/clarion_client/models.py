@@ -19,9 +19,10 @@ Priority = Literal["HIGH", "NORMAL", "LOW"]
 # plain string, so a newer server's does not break it).
 DELIVERY_STATUSES = (
     "QUEUED", "SCHEDULED", "SENDING", "SENT", "FAILED", "EXPIRED", "SUPPRESSED", "DELIVERED",
-    "READ", "CANCELLED", "SKIPPED",
+    "READ", "CANCELLED", "SKIPPED", "DIGESTED",
 )  # fmt: skip
 SKIPPED = "SKIPPED"  # an escalation step that was not needed
+DIGESTED = "DIGESTED"  # joined a digest: its digest's notification is what is sent
 
 
 class FcmTarget(msgspec.Struct, frozen=True, kw_only=True, tag_field="platform", tag="fcm"):
@@ -121,11 +122,22 @@ class DeliveryAtAcceptance(msgspec.Struct, frozen=True, kw_only=True):
         return datetime.fromtimestamp(self.due_ms / 1000, UTC) if self.due_ms else None
 
 
+class JoinedDigest(msgspec.Struct, frozen=True, kw_only=True):
+    """The digest a notification of a digest type joined: its id, how many it holds with
+    this one, and when it closes (ms since the epoch; sooner when it fills up)."""
+
+    id: str
+    count: int
+    closes_ms: int
+
+
 class Accepted(msgspec.Struct, frozen=True, kw_only=True):
-    """The 202 answer: the notification's id and one delivery per channel and address."""
+    """The 202 answer: the notification's id and one delivery per channel and address;
+    ``digest`` when its type is a digest's (its deliveries DIGESTED)."""
 
     id: str
     deliveries: list[DeliveryAtAcceptance]
+    digest: JoinedDigest | None = None
 
 
 class BatchResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -136,6 +148,7 @@ class BatchResult(msgspec.Struct, frozen=True, kw_only=True):
     id: str | None = None
     deliveries: list[DeliveryAtAcceptance] | None = None
     detail: str | None = None
+    digest: JoinedDigest | None = None
 
     @property
     def accepted(self) -> bool:
@@ -189,6 +202,10 @@ class NotificationStatus(msgspec.Struct, frozen=True, kw_only=True):
     created_at: datetime
     deliveries: list[DeliveryView]
     projection_lag_ms: int
+    # The digest it joined (its deliveries DIGESTED), and the digest it was made of when one
+    # closed (None from servers before digests).
+    digest_id: str | None = None
+    made_of_digest: str | None = None
 
 
 class RecipientDelivery(msgspec.Struct, frozen=True, kw_only=True):

@@ -18,9 +18,10 @@ import msgspec
 from projections.partitions import ids_of_the_day_of
 from streams.core.vocabulary import Channel, DeliveryStatus, Priority
 
-# The statuses a failure rate is taken over: every terminal one but SUPPRESSED, CANCELLED and
-# SKIPPED, whose deliveries were never meant to be attempted (or no longer: a SKIPPED one is
-# an escalation step not needed) and count for neither side.
+# The statuses a failure rate is taken over: every terminal one but SUPPRESSED, CANCELLED,
+# SKIPPED and DIGESTED, whose deliveries were never meant to be attempted (or no longer: a
+# SKIPPED one is an escalation step not needed, a DIGESTED one went out in its digest's
+# notification) and count for neither side.
 RATED_STATUSES: tuple[DeliveryStatus, ...] = (
     DeliveryStatus.SENT,
     DeliveryStatus.DELIVERED,

@@ -19,3 +19,10 @@ def digest_key(digest_id: str) -> str:
 def is_digest_close(idempotency_key: str) -> bool:
     """Whether a notification is a digest's own (made when it closed)."""
     return idempotency_key.startswith(DIGEST_KEY_PREFIX)
+
+
+def digest_of(idempotency_key: str) -> str:
+    """The digest a notification was made of ("" for any other notification)."""
+    return (
+        idempotency_key.removeprefix(DIGEST_KEY_PREFIX) if is_digest_close(idempotency_key) else ""
+    )

@@ -220,8 +220,8 @@ def test_a_daily_digest_closes_at_the_recipients_local_time(
 ) -> None:
     recipient = person()
     profile = service.client.put(
-        f"/v1/recipients/{recipient['id']}/profile",
-        json={"timezone": "Asia/Tokyo"},
+        f"/v1/recipients/{recipient['id']}",
+        json={**{k: v for k, v in recipient.items() if k != "id"}, "timezone": "Asia/Tokyo"},
         headers=PROFILES,
     )
     assert profile.status_code in (200, 201), profile.text

@@ -68,6 +68,7 @@ async def deliveries(
 def test_rates_are_taken_over_every_terminal_status_but_those_never_meant_to_be_sent() -> None:
     assert set(RATED_STATUSES) == TERMINAL - {
         DeliveryStatus.SUPPRESSED, DeliveryStatus.CANCELLED, DeliveryStatus.SKIPPED,
+        DeliveryStatus.DIGESTED,
     }  # fmt: skip
     assert len(RATED_STATUSES) == len(set(RATED_STATUSES))
 
