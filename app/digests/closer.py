@@ -1,16 +1,18 @@
 """Closing due digests, in every worker process.
 
-Each worker process looks at every shard's due digests every ``TICK_S`` (or as soon as the
-next one is due): a due digest is sealed (no notification joins it any more), its items are
-read, and its notification is ingested like any other under the idempotency key
-``digest:<id>``, from the producer of its first item, with the items' data as ``items``, their
-number as ``count`` and the digest's ``key``; then the digest is closed. Processes that close
-the same digest at once, or a close repeated after a crash, make one notification: the
-idempotency key sees to it.
+Each worker process looks at every shard's due digests every ``TICK_S``: it takes up to
+``BATCH`` of them (claimed, so the other processes leave them alone; they come due again if
+this one dies before closing them), seals them (no notification joins them any more), reads
+their items, and ingests their notifications like any others, in one batch per producer,
+each under the idempotency key ``digest:<id>``, from the producer of its first item, with
+the items' data as ``items``, their number as ``count`` and the digest's ``key``; then it
+closes them in one round trip. A close repeated after a crash, or two processes closing the
+same digest, make one notification (the idempotency key sees to it) and one
+``DigestClosed`` (the close script does).
 
 A digest whose notification the ingest refuses for good (its type left the catalog, say) is
 closed without one and logged, so it does not come back every tick; one refused for now
-(Redis or the recipient busy) stays due and is tried again.
+(Redis or the recipient busy) is released, due again at once, and tried at the next tick.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import structlog
 from redis.asyncio import Redis
 
 from app.catalog import Catalog
+from app.ingest.answers import IngestAnswer
 from app.ingest.fanout import Planner
 from app.ingest.ingestor import Ingestor
 from app.ingest.requests import NotificationRequest, Recipient
@@ -79,33 +82,51 @@ class DigestCloser:
                     await self._stop.wait()
 
     async def close_due(self, shard: ShardKeys) -> int:
-        """Close ``shard``'s digests due now; how many were closed."""
-        closed = 0
-        for digest in await store.due(self.redis, shard, self.now_ms(), BATCH):
-            closed += await self.close(shard, digest)
-        return closed
+        """Close ``shard``'s digests due now, a batch at a time; how many this closed."""
+        taken = await store.take(self.redis, shard, self.now_ms(), BATCH)
+        return await self.close_many(shard, taken) if taken else 0
 
     async def close(self, shard: ShardKeys, digest: str) -> bool:
-        """Seal ``digest``, make its notification and close it; whether it closed."""
-        sealed = await store.seal(self.redis, shard, digest)
-        if sealed is None:
-            return False
-        if not sealed.items:  # every notification left it (cancelled): nothing to send
-            await store.close(self.redis, shard, sealed, "", self.now_ms())
-            return True
-        answer = await self.ingestor.ingest(sealed.producer, digest_key(digest), _request(sealed))
-        if answer.error is not None:
-            if isinstance(answer.error, Conflict | Unavailable):
-                return False  # tried again next time
-            log.error(
-                "digests.refused", digest_id=digest, notification_type=sealed.notification_type,
-                error=str(answer.error),
-            )  # fmt: skip
-            await store.close(self.redis, shard, sealed, "", self.now_ms())
-            return True
-        notification_id = msgspec.json.decode(answer.response, type=_Id).id
-        await store.close(self.redis, shard, sealed, notification_id, self.now_ms())
-        return True
+        """Seal ``digest``, make its notification and close it; whether this closed it."""
+        return await self.close_many(shard, [digest]) == 1
+
+    async def close_many(self, shard: ShardKeys, digests: list[str]) -> int:
+        """Seal ``digests``, make their notifications and close them; how many this closed
+        (not those closed before, by another process or an earlier try)."""
+        sealed = [s for s in await store.seal_many(self.redis, shard, digests) if s]
+        made = {s.digest_id: "" for s in sealed if not s.items}  # every item left: nothing
+        by_producer: dict[str, list[store.Sealed]] = {}
+        for digest in sealed:
+            if digest.items:
+                by_producer.setdefault(digest.producer, []).append(digest)
+        retry: list[str] = []
+        for producer, group in by_producer.items():
+            entries = [(digest_key(digest.digest_id), _request(digest)) for digest in group]
+            answers = await self.ingestor.ingest_many(producer, entries)
+            for digest, answer in zip(group, answers, strict=True):
+                made_id = _made(digest, answer)
+                if made_id is None:
+                    retry.append(digest.digest_id)
+                else:
+                    made[digest.digest_id] = made_id
+        if retry:
+            await store.release(self.redis, shard, retry, self.now_ms())
+        closes = [(digest, made[digest.digest_id]) for digest in sealed if digest.digest_id in made]
+        return sum(await store.close_many(self.redis, shard, closes, self.now_ms()))
+
+
+def _made(digest: store.Sealed, answer: IngestAnswer) -> str | None:
+    """The id of the notification ``digest`` was made into; "" when the ingest refused it
+    for good (logged), None when for now (tried again)."""
+    if answer.error is None:
+        return msgspec.json.decode(answer.response, type=_Id).id
+    if isinstance(answer.error, Conflict | Unavailable):
+        return None
+    log.error(
+        "digests.refused", digest_id=digest.digest_id,
+        notification_type=digest.notification_type, error=str(answer.error),
+    )  # fmt: skip
+    return ""
 
 
 def digest_closer(

@@ -58,55 +58,83 @@ class DigestJoiner:
         answers: list[IngestAnswer],
     ) -> None:
         """Join each accepted notification of a digest type in ``answers`` (in place: its
-        answer names the digest, or says why it could not join)."""
-        for index, ((key, request), answer) in enumerate(zip(entries, answers, strict=True)):
-            if not answer.accepted or isinstance(request, IngestAnswer):
-                continue
-            if request.type not in self.catalog.digests or is_digest_close(key):
-                continue
-            try:
-                joined = await self._join(producer, request, answer.response)
-            except RedisError:
+        answer names the digest, or says why it could not join), all in a few round trips."""
+        joining = [
+            (index, request)
+            for index, ((key, request), answer) in enumerate(zip(entries, answers, strict=True))
+            if answer.accepted and not isinstance(request, IngestAnswer)
+            and request.type in self.catalog.digests and not is_digest_close(key)
+        ]  # fmt: skip
+        if not joining:
+            return
+        try:
+            now_ms = self.now_ms()
+            asks = await self._asks(producer, joining, answers, now_ms)
+            results = await store.join_many(self.redis, asks, now_ms)
+        except RedisError:
+            for index, _ in joining:
                 answers[index] = unavailable()
-            except store.DigestBusy as error:
-                answers[index] = refused(error)
+            return
+        for (index, _), result in zip(joining, results, strict=True):
+            answer = answers[index]
+            if isinstance(result, store.DigestBusy):
+                answers[index] = refused(result)
             else:
-                answers[index] = msgspec.structs.replace(
-                    answer, response=_with_digest(answer.response, joined)
-                )
+                response = _with_digest(answer.response, result)
+                answers[index] = msgspec.structs.replace(answer, response=response)
 
-    async def _join(
-        self, producer: str, request: NotificationRequest, response: bytes
-    ) -> store.Joined:
-        digest = self.catalog.digests[request.type]
-        recipient_id = request.recipient.id
-        home = self.keys.home_of_recipient(recipient_id)
-        timezone = await self._timezone(home, recipient_id) if digest.at_minutes >= 0 else ""
-        now_ms = self.now_ms()
-        ask = store.JoinAsk(
-            notification_id=msgspec.json.decode(response, type=_Id).id,
-            recipient_id=recipient_id,
-            notification_type=request.type,
-            key=digest.key_of(request.data),
-            producer=producer,
-            locale=request.locale or "",
-            recipient=_encoder.encode(request.recipient),
-            item=_encoder.encode(request.data),
-            closes_ms=digest.closes_ms(now_ms, timezone),
-            max_items=digest.max_items,
-        )
-        return await store.join(self.redis, home, ask, now_ms)
+    async def _asks(
+        self,
+        producer: str,
+        joining: list[tuple[int, NotificationRequest]],
+        answers: list[IngestAnswer],
+        now_ms: int,
+    ) -> list[tuple[ShardKeys, store.JoinAsk]]:
+        """What each notification asks to join, on its recipient's home shard; the time
+        zones of the recipients of daily digests read in one round trip."""
+        homes = [self.keys.home_of_recipient(request.recipient.id) for _, request in joining]
+        daily = [
+            n for n, (_, request) in enumerate(joining)
+            if self.catalog.digests[request.type].at_minutes >= 0
+        ]  # fmt: skip
+        zones = dict(zip(daily, await self._timezones(
+            [(homes[n], joining[n][1].recipient.id) for n in daily]
+        ), strict=True))  # fmt: skip
+        asks = []
+        for n, (index, request) in enumerate(joining):
+            digest = self.catalog.digests[request.type]
+            ask = store.JoinAsk(
+                notification_id=msgspec.json.decode(answers[index].response, type=_Id).id,
+                recipient_id=request.recipient.id,
+                notification_type=request.type,
+                key=digest.key_of(request.data),
+                producer=producer,
+                locale=request.locale or "",
+                recipient=_encoder.encode(request.recipient),
+                item=_encoder.encode(request.data),
+                closes_ms=digest.closes_ms(now_ms, zones.get(n, "")),
+                max_items=digest.max_items,
+            )
+            asks.append((homes[n], ask))
+        return asks
 
-    async def _timezone(self, home: ShardKeys, recipient_id: str) -> str:
-        """The recipient's time zone: its profile's, else its quiet hours' ("" for none)."""
-        settings = RecipientSettings.from_hash(
-            await self.redis.hgetall(home.recipient(recipient_id))
-        )
-        if settings.profile:
-            zone = msgspec.json.decode(settings.profile, type=_Zone).timezone
-            if zone:
-                return zone
-        return settings.quiet_hours.timezone if settings.quiet_hours else ""
+    async def _timezones(self, recipients: list[tuple[ShardKeys, str]]) -> list[str]:
+        """Each recipient's time zone: its profile's, else its quiet hours' ("" for none)."""
+        if not recipients:
+            return []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for home, recipient_id in recipients:
+                pipe.hgetall(home.recipient(recipient_id))
+            found = await pipe.execute()
+        return [_zone(RecipientSettings.from_hash(fields)) for fields in found]
+
+
+def _zone(settings: RecipientSettings) -> str:
+    if settings.profile:
+        zone = msgspec.json.decode(settings.profile, type=_Zone).timezone
+        if zone:
+            return zone
+    return settings.quiet_hours.timezone if settings.quiet_hours else ""
 
 
 def _with_digest(response: bytes, joined: store.Joined) -> bytes:

@@ -181,6 +181,8 @@ INBOX_REVOKE = LuaScript("inbox/revoke")  # inbox.revocation
 DIGEST_JOIN = LuaScript("digests/join")  # digests.store
 DIGEST_SEAL = LuaScript("digests/seal")  # digests.store
 DIGEST_LEAVE = LuaScript("digests/leave")  # digests.store
+DIGEST_TAKE = LuaScript("digests/take")  # digests.store
+DIGEST_CLOSE = LuaScript("digests/close")  # digests.store
 
 CAMPAIGN_WRITE = LuaScript("campaigns/write")  # campaigns.store
 DLQ_REPLAY = LuaScript("dlq/replay")  # dlq.replay
@@ -194,6 +196,8 @@ ALL: tuple[LuaScript, ...] = (
     DIGEST_JOIN,
     DIGEST_SEAL,
     DIGEST_LEAVE,
+    DIGEST_TAKE,
+    DIGEST_CLOSE,
     DELIVERY_BEGIN,
     DELIVERY_FINISH,
     DEAD_LETTER_RAW,

@@ -1,24 +1,28 @@
 """A digest's life in Redis, on its recipient's home shard.
 
 A notification of a digest type joins the digest open for its (recipient, type, key), or
-opens one whose id is derived from (recipient, type, key, the time it opened): ``join``. A
-digest is due when its window ends, at its daily time, or at once when it is full; the
-closer (``app.digests``) seals it (no notification joins it after that: the next opens a
-new one), reads its items, makes its notification with the digest id as the idempotency key
-and then ``close``s it. A close repeated after a crash makes the same notification once; a
-notification cancelled while its digest is open ``leave``s it.
+opens one whose id is derived from (recipient, type, key, the time it opened): ``join_many``
+(a batch's notifications in three round trips), ``join``. A digest is due when its window
+ends, at its daily time, or at once when it is full; a closer (``app.digests``) ``take``s due
+digests (claimed for ``CLAIM_MS``: another closer does not take them meanwhile, and they
+come due again if it dies), seals them (no notification joins one after that: the next
+opens a new one) and reads their items (``seal_many``), makes each one's notification with
+the digest id as the idempotency key and then ``close_many``s them. A close repeated after
+a crash, or by two closers at once, makes the same notification once and records the
+digest closed once; a notification cancelled while its digest is open ``leave``s it.
 
-Each join and close is recorded by an event on the shard's stream (``NotificationDigested``,
-``DigestClosed``) after the script that made it: a join is answered (202) only once its
-event is written, and a producer's retry of the same request joins nothing twice.
+Each join is recorded by an event on the shard's stream (``NotificationDigested``) after
+the script that made it: a join is answered (202) only once its event is written, and a
+producer's retry of the same request joins nothing twice. A close's ``DigestClosed`` is
+written by the script that closes it.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 import msgspec
 from redis.asyncio import Redis
@@ -36,6 +40,8 @@ MAX_BYTES = 1 << 20
 KEEP_MS = 86_400_000
 # Joins asked again (another notification opened or sealed the digest meanwhile) at most.
 MAX_TRIES = 5
+# How long a closer's claim on the digests it took lasts: they come due again after it.
+CLAIM_MS = 30_000
 
 
 class JoinAsk(msgspec.Struct, frozen=True, kw_only=True):
@@ -91,8 +97,7 @@ def key_digest(key: str) -> str:
 async def join(redis: Redis, shard: ShardKeys, ask: JoinAsk, now_ms: int) -> Joined:
     """Join ``ask``'s notification to its digest on ``shard`` (its recipient's home) and
     record it; raises ``DigestBusy``."""
-    open_key = shard.digest_open(ask.recipient_id, ask.notification_type, key_digest(ask.key))
-    found = await redis.get(open_key)
+    found = await redis.get(_open_key(shard, ask))
     current = as_text(found) if found else ""
     for _ in range(MAX_TRIES):
         candidate = current or digest_id(ask.recipient_id, ask.notification_type, ask.key, now_ms)
@@ -112,9 +117,8 @@ def digest_join_call(
     shard: ShardKeys, ask: JoinAsk, candidate: str, *, found_open: bool, now_ms: int
 ) -> Call:
     """The keys and arguments of one ``join.lua`` call (its header says what they are)."""
-    open_key = shard.digest_open(ask.recipient_id, ask.notification_type, key_digest(ask.key))
     keys: list[KeyOrArg] = [
-        open_key, shard.digest(candidate), shard.digest_items(candidate),
+        _open_key(shard, ask), shard.digest(candidate), shard.digest_items(candidate),
         shard.digest_order(candidate), shard.digests_due, shard.digest_joined(ask.notification_id),
     ]  # fmt: skip
     args: list[KeyOrArg] = [
@@ -125,14 +129,68 @@ def digest_join_call(
     return keys, args
 
 
-async def _record_join(
-    redis: Redis, shard: ShardKeys, ask: JoinAsk, joined: Joined, now_ms: int
-) -> None:
-    event = NotificationDigested(
+async def join_many(
+    redis: Redis, asks: Sequence[tuple[ShardKeys, JoinAsk]], now_ms: int
+) -> list[Joined | DigestBusy]:
+    """Join each (home shard, ask) and record the joins, in order: the open digests read in
+    one round trip, the joins made in one, their events written in one; an ask sent back
+    (a digest opened or sealed meanwhile) is asked again alone, as ``join`` does."""
+    async with redis.pipeline(transaction=False) as pipe:
+        for shard, ask in asks:
+            pipe.get(_open_key(shard, ask))
+        found = await pipe.execute()
+    calls = []
+    for (shard, ask), raw in zip(asks, found, strict=True):
+        current = as_text(raw) if raw else ""
+        candidate = current or digest_id(ask.recipient_id, ask.notification_type, ask.key, now_ms)
+        calls.append(
+            digest_join_call(shard, ask, candidate, found_open=bool(current), now_ms=now_ms)
+        )
+    replies = await scripts.DIGEST_JOIN.run_many(redis, calls)
+    results: list[Joined | DigestBusy | None] = []
+    events: dict[str, list[NotificationDigested]] = {}
+    for (shard, ask), reply in zip(asks, replies, strict=True):
+        if reply[0] != b"JOINED":
+            results.append(None)
+            continue
+        joined = Joined(as_text(reply[1]), int(reply[2]), int(reply[3]))
+        events.setdefault(shard.events, []).append(_join_event(ask, joined, now_ms))
+        results.append(joined)
+    async with redis.pipeline(transaction=False) as pipe:
+        for stream, recorded in events.items():
+            pipe.xadd(stream, {"e": codec.encode_events(recorded)})
+        await pipe.execute()
+    return [
+        result if result is not None else await _join_alone(redis, *asks[index], now_ms)
+        for index, result in enumerate(results)
+    ]
+
+
+async def _join_alone(
+    redis: Redis, shard: ShardKeys, ask: JoinAsk, now_ms: int
+) -> Joined | DigestBusy:
+    try:
+        return await join(redis, shard, ask, now_ms)
+    except DigestBusy as busy:
+        return busy
+
+
+def _open_key(shard: ShardKeys, ask: JoinAsk) -> str:
+    return shard.digest_open(ask.recipient_id, ask.notification_type, key_digest(ask.key))
+
+
+def _join_event(ask: JoinAsk, joined: Joined, now_ms: int) -> NotificationDigested:
+    return NotificationDigested(
         at=_at(now_ms), notification_id=ask.notification_id, digest_id=joined.digest_id,
         recipient_id=ask.recipient_id, notification_type=ask.notification_type,
         count=joined.count, closes_at=_at(joined.closes_ms),
     )  # fmt: skip
+
+
+async def _record_join(
+    redis: Redis, shard: ShardKeys, ask: JoinAsk, joined: Joined, now_ms: int
+) -> None:
+    event = _join_event(ask, joined, now_ms)
     await redis.xadd(shard.events, {"e": codec.encode_events([event])})
 
 
@@ -144,19 +202,61 @@ async def due(redis: Redis, shard: ShardKeys, now_ms: int, limit: int = 100) -> 
     return [as_text(raw) for raw in found]
 
 
+async def take(
+    redis: Redis, shard: ShardKeys, now_ms: int, limit: int = 100, claim_ms: int = CLAIM_MS
+) -> list[str]:
+    """Claim up to ``limit`` of ``shard``'s digests due by ``now_ms`` for ``claim_ms``: the
+    ids taken, the most overdue first."""
+    taken = await scripts.DIGEST_TAKE(redis, *digest_take_call(shard, now_ms, limit, claim_ms))
+    return [as_text(raw) for raw in taken]
+
+
+async def release(redis: Redis, shard: ShardKeys, digests: Sequence[str], now_ms: int) -> None:
+    """Give up the claim on taken digests not closed: due again at ``now_ms``."""
+    await redis.zadd(shard.digests_due, dict.fromkeys(digests, now_ms), xx=True)
+
+
 async def seal(redis: Redis, shard: ShardKeys, digest: str) -> Sealed | None:
-    """Seal a due digest and read what its notification is made of; None when it is gone
-    (taken off the due set then)."""
-    fields: dict[Any, Any] = await redis.hgetall(shard.digest(digest))
-    if not fields:
-        await redis.zrem(shard.digests_due, digest)
-        return None
-    open_key = as_text(fields.get(b"open_key", b""))
-    await scripts.DIGEST_SEAL(redis, *digest_seal_call(shard, digest, open_key))
+    """``seal_many`` of one digest."""
+    return (await seal_many(redis, shard, [digest]))[0]
+
+
+async def seal_many(redis: Redis, shard: ShardKeys, digests: Sequence[str]) -> list[Sealed | None]:
+    """Seal due digests and read what their notifications are made of, in three round
+    trips; None for one that is gone or closed already (taken off the due set then)."""
     async with redis.pipeline(transaction=False) as pipe:
-        pipe.lrange(shard.digest_order(digest), 0, -1)
-        pipe.hgetall(shard.digest_items(digest))
-        order, items = await pipe.execute()
+        for digest in digests:
+            pipe.hgetall(shard.digest(digest))
+        found: list[dict[bytes, bytes]] = await pipe.execute()
+    live = [
+        (digest, fields) for digest, fields in zip(digests, found, strict=True)
+        if fields and fields.get(b"state") != b"closed"
+    ]  # fmt: skip
+    ended = [digest for digest, fields in zip(digests, found, strict=True) if not fields]
+    if ended:
+        await redis.zrem(shard.digests_due, *ended)
+    if not live:
+        return [None] * len(digests)
+    calls = [
+        digest_seal_call(shard, digest, as_text(fields.get(b"open_key", b"")))
+        for digest, fields in live
+    ]
+    await scripts.DIGEST_SEAL.run_many(redis, calls)
+    async with redis.pipeline(transaction=False) as pipe:
+        for digest, _ in live:
+            pipe.lrange(shard.digest_order(digest), 0, -1)
+            pipe.hgetall(shard.digest_items(digest))
+        read = await pipe.execute()
+    sealed = {
+        digest: _sealed(digest, fields, read[2 * n], read[2 * n + 1])
+        for n, (digest, fields) in enumerate(live)
+    }
+    return [sealed.get(digest) for digest in digests]
+
+
+def _sealed(
+    digest: str, fields: dict[bytes, bytes], order: list[bytes], items: dict[bytes, bytes]
+) -> Sealed:
     return Sealed(
         digest_id=digest,
         recipient_id=as_text(fields[b"recipient_id"]),
@@ -171,24 +271,24 @@ async def seal(redis: Redis, shard: ShardKeys, digest: str) -> Sealed | None:
 
 async def close(
     redis: Redis, shard: ShardKeys, sealed: Sealed, notification_id: str, now_ms: int
-) -> None:
-    """Record a sealed digest closed, its notification made (``notification_id``; "" for
-    none: every item left it), in one transaction with its event."""
-    digest = sealed.digest_id
-    event = DigestClosed(
-        at=_at(now_ms), digest_id=digest, recipient_id=sealed.recipient_id,
-        notification_type=sealed.notification_type, count=len(sealed.items),
-        notification_id=notification_id,
-    )  # fmt: skip
-    async with redis.pipeline(transaction=True) as pipe:
-        pipe.hset(shard.digest(digest), mapping={
-            "state": "closed", "notification_id": notification_id, "closed_ms": now_ms,
-        })  # fmt: skip
-        pipe.zrem(shard.digests_due, digest)
-        for key in (shard.digest(digest), shard.digest_items(digest), shard.digest_order(digest)):
-            pipe.pexpire(key, KEEP_MS)
-        pipe.xadd(shard.events, {"e": codec.encode_events([event])})
-        await pipe.execute()
+) -> bool:
+    """``close_many`` of one digest."""
+    return (await close_many(redis, shard, [(sealed, notification_id)], now_ms))[0]
+
+
+async def close_many(
+    redis: Redis, shard: ShardKeys, closes: Sequence[tuple[Sealed, str]], now_ms: int
+) -> list[bool]:
+    """Record sealed digests closed, each with the notification made of it (""  for none:
+    every item left it) and its event, in one round trip; whether each call closed it
+    (False: closed before, by this closer's earlier try or another's)."""
+    if not closes:
+        return []
+    calls = [
+        digest_close_call(shard, sealed, notification_id, now_ms)
+        for sealed, notification_id in closes
+    ]
+    return [bool(done) for done in await scripts.DIGEST_CLOSE.run_many(redis, calls)]
 
 
 async def leave(redis: Redis, shard: ShardKeys, digest: str, notification_id: str) -> str:
@@ -196,6 +296,26 @@ async def leave(redis: Redis, shard: ShardKeys, digest: str, notification_id: st
     the digest's state ("sealed", "closed") or "GONE" when too late or not there."""
     call = digest_leave_call(shard, digest, notification_id)
     return as_text(await scripts.DIGEST_LEAVE(redis, *call))
+
+
+def digest_take_call(shard: ShardKeys, now_ms: int, limit: int, claim_ms: int) -> Call:
+    """The keys and arguments of one ``take.lua`` call."""
+    return [shard.digests_due], [now_ms, limit, claim_ms]
+
+
+def digest_close_call(shard: ShardKeys, sealed: Sealed, notification_id: str, now_ms: int) -> Call:
+    """The keys and arguments of one ``close.lua`` call (its header says what they are)."""
+    digest = sealed.digest_id
+    event = DigestClosed(
+        at=_at(now_ms), digest_id=digest, recipient_id=sealed.recipient_id,
+        notification_type=sealed.notification_type, count=len(sealed.items),
+        notification_id=notification_id,
+    )  # fmt: skip
+    keys: list[KeyOrArg] = [
+        shard.digest(digest), shard.digest_items(digest), shard.digest_order(digest),
+        shard.digests_due, shard.events,
+    ]  # fmt: skip
+    return keys, [digest, notification_id, now_ms, KEEP_MS, codec.encode_events([event])]
 
 
 def digest_seal_call(shard: ShardKeys, digest: str, open_key: str) -> Call:

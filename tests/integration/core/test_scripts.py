@@ -61,9 +61,12 @@ from streams.delivery.store import (
 from streams.delivery.throttles import throttle_call
 from streams.digests.store import (
     JoinAsk,
+    Sealed,
+    digest_close_call,
     digest_join_call,
     digest_leave_call,
     digest_seal_call,
+    digest_take_call,
 )
 from streams.dlq.entries import Worker, parse_entry, poison_entry
 from streams.dlq.replay import Candidate, ReplayOrder, dlq_replay_call
@@ -808,6 +811,40 @@ async def test_digests_leave(real_redis: Redis, key_prefix: str) -> None:
     await run(real_redis, scripts.DIGEST_SEAL, digest_seal_call(shard, "d-1", open_key))
     too_late = digest_leave_call(shard, "d-1", "n-2")
     assert await run(real_redis, scripts.DIGEST_LEAVE, too_late) == b"sealed"
+
+
+async def test_digests_take(real_redis: Redis, key_prefix: str) -> None:
+    shard = KeySpace(key_prefix).shard(0)
+    await real_redis.zadd(shard.digests_due, {"d-1": 1_000, "d-2": 2_000, "d-3": 9_000})
+    call = digest_take_call(shard, 5_000, 10, 30_000)
+    assert await run(real_redis, scripts.DIGEST_TAKE, call) == [b"d-1", b"d-2"]
+    # Claimed: not taken again until the claim runs out, then due again by itself.
+    assert await run(real_redis, scripts.DIGEST_TAKE, call) == []
+    assert await real_redis.zscore(shard.digests_due, "d-1") == 35_000
+    later = digest_take_call(shard, 35_000, 10, 30_000)
+    assert await run(real_redis, scripts.DIGEST_TAKE, later) == [b"d-3", b"d-1", b"d-2"]
+
+
+async def test_digests_close(real_redis: Redis, key_prefix: str) -> None:
+    shard = KeySpace(key_prefix).shard(0)
+    opening = digest_join_call(shard, join_ask("n-1"), "d-1", found_open=False, now_ms=1_000)
+    await run(real_redis, scripts.DIGEST_JOIN, opening)
+    sealed = Sealed(
+        digest_id="d-1", recipient_id="u-1", notification_type="comment", key="A-17",
+        producer="shop", locale="en", recipient=b"{}", items=[b'{"text":"hi"}'],
+    )  # fmt: skip
+    call = digest_close_call(shard, sealed, "made-1", 11_000)
+    assert await run(real_redis, scripts.DIGEST_CLOSE, call) == 0  # open: never sealed
+    open_key = opening[0][0]
+    assert isinstance(open_key, str)
+    await run(real_redis, scripts.DIGEST_SEAL, digest_seal_call(shard, "d-1", open_key))
+    assert await run(real_redis, scripts.DIGEST_CLOSE, call) == 1
+    assert await run(real_redis, scripts.DIGEST_CLOSE, call) == 0  # once
+    fields = await real_redis.hgetall(shard.digest("d-1"))
+    assert (fields[b"state"], fields[b"notification_id"]) == (b"closed", b"made-1")
+    assert await real_redis.zscore(shard.digests_due, "d-1") is None
+    assert 0 < await real_redis.pttl(shard.digest_items("d-1")) <= 86_400_000
+    assert await real_redis.xlen(shard.events) == 1  # its DigestClosed, once
 
 
 def test_every_script_has_a_contract_test() -> None:

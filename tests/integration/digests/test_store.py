@@ -1,6 +1,7 @@
 """Digests in Redis: concurrent joins make one digest and count each notification once, a
-join is recorded by its event, a due digest is sealed and read in join order, and a close
-records its notification with its event."""
+join is recorded by its event (a batch's joins in one go), a due digest is taken by one
+closer at a time, sealed and read in join order, and a close records its notification with
+its event once."""
 
 from __future__ import annotations
 
@@ -64,7 +65,8 @@ async def test_a_due_digest_is_sealed_read_in_order_and_closed(
     assert (sealed.key, sealed.producer, sealed.recipient) == ("A-17", "shop", b'{"id":"u-1"}')
     later = await store.join(real_redis, shard, ask("n-late"), 5_001)  # opens a new digest
     assert later.digest_id != digest
-    await store.close(real_redis, shard, sealed, "made-1", 5_100)
+    assert await store.close(real_redis, shard, sealed, "made-1", 5_100)
+    assert not await store.close(real_redis, shard, sealed, "made-1", 5_200)  # closed once
     assert await store.due(real_redis, shard, 5_100) == [later.digest_id]
     assert await real_redis.hget(shard.digest(digest), "notification_id") == b"made-1"
     assert 0 < await real_redis.pttl(shard.digest_items(digest)) <= store.KEEP_MS
@@ -73,3 +75,39 @@ async def test_a_due_digest_is_sealed_read_in_order_and_closed(
     ]
     assert [(e.digest_id, e.count, e.notification_id) for e in closed] == [(digest, 3, "made-1")]
     assert await store.seal(real_redis, shard, "gone") is None
+
+
+async def test_a_batch_joins_like_one_at_a_time_and_records_each_join(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    shard = KeySpace(key_prefix).shard(0)
+    asks = [(shard, ask(f"n-{n}", key="AB"[n % 2], max_items=3)) for n in range(8)]
+    joined = await store.join_many(real_redis, asks, 1_000)
+    assert all(isinstance(j, store.Joined) for j in joined)
+    by_digest: dict[str, list[int]] = {}
+    for j in joined:
+        assert isinstance(j, store.Joined)
+        by_digest.setdefault(j.digest_id, []).append(j.count)
+    # Four per key, three at most per digest: each key's fourth opened a second digest.
+    assert sorted(by_digest.values()) == [[1], [1], [1, 2, 3], [1, 2, 3]]
+    recorded = [
+        e.notification_id for e in await stream_events(real_redis, shard.events)
+        if isinstance(e, NotificationDigested)
+    ]  # fmt: skip
+    assert sorted(recorded) == sorted(f"n-{n}" for n in range(8))
+    again = await store.join_many(real_redis, asks[:2], 2_000)  # the same requests again
+    assert [j.digest_id for j in again if isinstance(j, store.Joined)] == [
+        j.digest_id for j in joined[:2] if isinstance(j, store.Joined)
+    ]
+
+
+async def test_a_due_digest_is_taken_by_one_closer_until_its_claim_runs_out(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    shard = KeySpace(key_prefix).shard(0)
+    digest = (await store.join(real_redis, shard, ask("n-1"), 1_000)).digest_id
+    taken = await asyncio.gather(*(store.take(real_redis, shard, 5_000) for _ in range(3)))
+    assert sorted(taken) == [[], [], [digest]]
+    assert await store.take(real_redis, shard, 5_000 + store.CLAIM_MS) == [digest]
+    await store.release(real_redis, shard, [digest], 6_000)
+    assert await store.due(real_redis, shard, 6_000) == [digest]

@@ -86,7 +86,7 @@ async def test_a_join_redis_cannot_make_is_a_503_and_the_retry_joins(
         raise RedisConnectionError("down")
 
     with monkeypatch.context() as patched:
-        patched.setattr("streams.digests.store.join", down)
+        patched.setattr("streams.digests.store.join_many", down)
         failed = await ingest.ingest("shop", "k-1", comment(thread="A", text="x"))
     assert isinstance(failed.error, Unavailable)
     retried = await ingest.ingest("shop", "k-1", comment(thread="A", text="x"))
