@@ -3,7 +3,8 @@ event says (DELIVERED; FAILED with the feedback as reason, its error class and t
 event written before feedback carried its status still reads as it did, a cancellation ends
 it CANCELLED, an escalation step not needed ends SKIPPED with the condition that held, and
 the event that makes a step or a fallback says which (and so does its reason while it
-waits)."""
+waits, or the queued event of a step queued at once), and a delivery that joined a digest
+ends DIGESTED."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from datetime import UTC, datetime
 from projections.delivery_changes import CHANGE_OF, UNKNOWN
 from streams.core.events import (
     DeliveryCancelled,
+    DeliveryDigested,
     DeliveryDue,
+    DeliveryQueued,
     DeliveryScheduled,
     DeliverySent,
     DeliverySkipped,
@@ -138,3 +141,15 @@ def test_the_event_that_makes_a_step_or_a_fallback_says_which() -> None:
     plain = DeliveryScheduled(at=AT, **IDS, channel="SMS", priority="HIGH", until=until)
     assert "step" not in change(plain)
     assert "fallback_of" not in change(plain)
+
+    first_step = DeliveryQueued(at=AT, **IDS, channel="IN_APP", priority="NORMAL", step=1)
+    assert change(first_step) == {
+        "status": "QUEUED", "channel": "IN_APP", "priority": "NORMAL", "step": 1,
+    }  # fmt: skip
+    plain_queued = DeliveryQueued(at=AT, **IDS, channel="IN_APP", priority="NORMAL")
+    assert "step" not in change(plain_queued)
+
+
+def test_a_delivery_whose_notification_joined_a_digest_ends_digested() -> None:
+    digested = DeliveryDigested(at=AT, **IDS, channel="EMAIL")
+    assert change(digested) == {"status": "DIGESTED", "channel": "EMAIL", "reason": "digest"}
