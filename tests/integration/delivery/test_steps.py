@@ -1,7 +1,8 @@
 """Escalation steps on real Redis with a running worker and the sandbox: unread, each step
 goes at its time; read in the inbox, the steps that wait on a read come due at once and end
 SKIPPED without reaching the sandbox; a step whose earlier delivery was confirmed delivered
-is skipped when it comes due; the states later steps look at are kept after they end."""
+is skipped when it comes due; a step coming due follows the recipient's preferences as they
+are then; the states later steps look at are kept after they end."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ from app.delivery import steps
 from app.inbox.read_steps import StepsOnRead
 from streams.core import clock
 from streams.core.keys import KeySpace
+from streams.core.vocabulary import Channel
 from streams.delivery.leases import Lease, LeasedDelivery, LeaseVerdict, Worker
 from streams.delivery.work_items import WorkItem
 from streams.inbox.store import InboxStore
+from streams.recipients.settings import RecipientSettingsStore
 from tests.integration.delivery_support import (
     accept,
     catalog_text,
@@ -95,6 +98,23 @@ async def test_a_read_skips_the_waiting_steps_at_once(real_redis: Redis, key_pre
     called = {c["delivery_id"] for c in await sandbox_calls(real_redis, keys)}
     assert not called & {ids["PUSH"], ids["EMAIL"]}
     assert await real_redis.zcard(keys.shard(0).delayed) == 0
+
+
+async def test_a_step_coming_due_follows_the_recipients_preferences_as_they_are_then(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    keys, steps_catalog = KeySpace(key_prefix), catalog("2s", "3s")
+    answer = await accept(real_redis, keys, steps_catalog, comment("u-3"), "k-3")
+    ids = {d["channel"]: d["id"] for d in answer["deliveries"]}
+    # After the notification was accepted, before its PUSH step is due: pushes switched off.
+    await RecipientSettingsStore(real_redis, keys).switch_off("u-3", "comment", Channel.PUSH, "api")
+    async with running_worker(real_redis, keys, steps_catalog):
+        await wait_until(lambda: status_is(real_redis, keys, ids["EMAIL"], "SENT"), within=10)
+    push = await state(real_redis, keys, ids["PUSH"])
+    assert (push["status"], push["reason"]) == ("SUPPRESSED", "opted_out")
+    called = {c["delivery_id"] for c in await sandbox_calls(real_redis, keys)}
+    assert ids["PUSH"] not in called
+    assert ids["EMAIL"] in called
 
 
 async def test_a_step_is_skipped_when_an_earlier_delivery_was_delivered(
