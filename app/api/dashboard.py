@@ -48,6 +48,7 @@ from projections.dashboard.queries import (
     RATED_STATUSES,
     ChannelFailureRate,
     FailureFilter,
+    digest_counts,
     failed_deliveries,
     failure_rates,
     failures_by_error_class,
@@ -146,9 +147,9 @@ async def dashboard(
     error_class: FromQuery[str | None] = None,
 ) -> Response[str]:
     """Charts of the last day, failure rates, failures by error class, the FAILED list, what
-    waits SCHEDULED, the escalation steps skipped, the dead-letter queue, the signals
-    (retries, unsubscribes, duplicates, open dead letters by class), the advisor's hints and
-    the campaigns."""
+    waits SCHEDULED, the escalation steps skipped, the digests, the dead-letter queue, the
+    signals (retries, unsubscribes, duplicates, open dead letters by class), the advisor's
+    hints and the campaigns."""
     key = authorize_reader(request)
     where = FailureFilter(
         channel=_choice("channel", channel, CHANNELS),
@@ -188,6 +189,7 @@ async def _read_model_figures(
         failed = await failed_deliveries(pool, key.producer, where)
         scheduled = await scheduled_deliveries(pool, key.producer)
         skipped = await skipped_steps(pool, key.producer)
+        digests = await digest_counts(pool, key.producer)
         campaigns = await _campaigns(
             request, pool, key.producer, now_ms=int(now * 1000), segments=segments.may_select(key)
         )
@@ -204,6 +206,7 @@ async def _read_model_figures(
         "failed": failed,
         "scheduled": scheduled,
         "skipped": skipped,
+        "digests": digests,
         "campaigns": campaigns,
         "charts": charts,
     }

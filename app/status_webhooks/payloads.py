@@ -2,8 +2,9 @@
 
 Due are the final statuses of a delivery (``DeliverySent``, ``DeliveryFailed``,
 ``DeliveryExpired``, ``DeliverySuppressed``, ``DeliveryCancelled``, ``DeliverySkipped``: an
-escalation step not needed, its ``reason`` the condition that held; a replayed delivery that
-ends again is due again, with its higher version) and every feedback change
+escalation step not needed, its ``reason`` the condition that held; ``DeliveryDigested``: its
+notification joined a digest, reason ``digest`` as in the read model; a replayed delivery
+that ends again is due again, with its higher version) and every feedback change
 (``ProviderFeedbackReceived``). The body follows the Standard Webhooks payload shape:
 ``type``, ``timestamp`` (when the change happened) and ``data``::
 
@@ -39,6 +40,7 @@ from app.logging import mask
 from streams.core.events import (
     AnyEvent,
     DeliveryCancelled,
+    DeliveryDigested,
     DeliveryEvent,
     DeliveryExpired,
     DeliveryFailed,
@@ -59,6 +61,7 @@ DUE: Final = (
     DeliverySuppressed,
     DeliveryCancelled,
     DeliverySkipped,
+    DeliveryDigested,
     ProviderFeedbackReceived,
 )
 DueEvent = (
@@ -68,6 +71,7 @@ DueEvent = (
     | DeliverySuppressed
     | DeliveryCancelled
     | DeliverySkipped
+    | DeliveryDigested
     | ProviderFeedbackReceived
 )
 # The events that end a delivery unsent for the reason they give, as they give it.
@@ -76,6 +80,9 @@ _ENDED_FOR_A_REASON: Final[dict[type, DeliveryStatus]] = {
     DeliverySuppressed: DeliveryStatus.SUPPRESSED,
     DeliverySkipped: DeliveryStatus.SKIPPED,
 }
+# A digested delivery's reason, as the read model gives it: its event names no digest (it is
+# written before the notification joins one; ``NotificationDigested`` names it afterwards).
+DIGESTED_REASON: Final = "digest"
 FEEDBACK_TYPE: Final = "delivery.feedback"
 BATCH_TYPE: Final = "delivery.batch"
 
@@ -115,8 +122,8 @@ def is_due(event: AnyEvent) -> bool:
 
 
 def carried_channel(event: DeliveryEvent) -> Channel | None:
-    """The channel an event names itself (a suppression, an expiry, a cancellation or a
-    skipped step), else None."""
+    """The channel an event names itself (a suppression, an expiry, a cancellation, a
+    skipped step or a digested delivery), else None."""
     return getattr(event, "channel", None)
 
 
@@ -172,6 +179,8 @@ def _details(event: DueEvent) -> tuple[DeliveryStatus, dict[str, Any]]:
         }
     if isinstance(event, DeliveryExpired | DeliverySuppressed | DeliverySkipped):
         return _ENDED_FOR_A_REASON[type(event)], {"reason": event.reason}
+    if isinstance(event, DeliveryDigested):
+        return DeliveryStatus.DIGESTED, {"reason": DIGESTED_REASON}
     if isinstance(event, DeliveryCancelled):
         return DeliveryStatus.CANCELLED, {
             "reason": cancellation_reason(

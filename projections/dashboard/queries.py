@@ -1,8 +1,9 @@
 """Read-model queries behind the FAILED dashboard: failure rates, failures, what waits
-SCHEDULED, the escalation steps skipped, a timeline.
+SCHEDULED, the escalation steps skipped, the digests, a timeline.
 
-Pure asyncpg over the tables of ``migrations/001_read_model.sql``; every query is scoped to
-one producer. Times are compared with the database's ``now()``.
+Pure asyncpg over the tables of ``migrations/001_read_model.sql`` (and the digests of
+``012_digests.sql``); every query is scoped to one producer. Times are compared with the
+database's ``now()``.
 """
 
 from __future__ import annotations
@@ -84,6 +85,28 @@ SELECT count(*) FILTER (WHERE updated_at >= now() - interval '1 hour') AS last_h
        count(*) AS last_day
 FROM delivery
 WHERE status = 'SKIPPED' AND producer = $1 AND updated_at >= now() - interval '1 day'
+"""
+
+# The digests the producer's notifications joined: opened and closed in the last hour, and its
+# notifications that joined one in the last hour. A digest has no producer of its own (the
+# notifications of several may join it): it is found through its members, the notifications
+# whose deliveries ended DIGESTED (on ``delivery_by_status``). A digest closes at most a day
+# after it opened, so its members joined within the last 25 hours when it closed in the last.
+_DIGESTS = """
+WITH mine AS (
+    SELECT m.digest_id, m.joined_at
+    FROM digest_member AS m
+    WHERE m.notification_id IN (
+        SELECT notification_id FROM delivery
+        WHERE status = 'DIGESTED' AND producer = $1
+          AND updated_at >= now() - interval '25 hours'
+    )
+)
+SELECT count(*) FILTER (WHERE g.opened_at >= now() - interval '1 hour') AS opened,
+       count(*) FILTER (WHERE g.closed_at >= now() - interval '1 hour') AS closed,
+       (SELECT count(*) FROM mine WHERE joined_at >= now() - interval '1 hour') AS items
+FROM digest AS g
+WHERE g.id IN (SELECT digest_id FROM mine)
 """
 
 _NOTIFICATION = """
@@ -187,6 +210,16 @@ class ScheduledDeliveries:
 
 
 @dataclass(frozen=True, slots=True)
+class DigestCounts:
+    """The digests the producer's notifications joined, opened and closed in the last hour,
+    and its notifications that joined one in the last hour (``items``)."""
+
+    opened: int
+    closed: int
+    items: int
+
+
+@dataclass(frozen=True, slots=True)
 class SkippedSteps:
     """The producer's escalation steps that ended SKIPPED in the last hour and day."""
 
@@ -279,6 +312,14 @@ async def skipped_steps(pool: asyncpg.Pool, producer: str) -> SkippedSteps:
     async with pool.acquire() as connection:
         row = await connection.fetchrow(_SKIPPED, producer)
     return SkippedSteps(row["last_hour"], row["last_day"])
+
+
+async def digest_counts(pool: asyncpg.Pool, producer: str) -> DigestCounts:
+    """How many digests the producer's notifications joined were opened and closed in the
+    last hour, and how many of its notifications joined one then."""
+    async with pool.acquire() as connection:
+        row = await connection.fetchrow(_DIGESTS, producer)
+    return DigestCounts(row["opened"], row["closed"], row["items"])
 
 
 async def timeline(

@@ -14,6 +14,7 @@ from streams.core.events import (
     DeliveryAttemptFailed,
     DeliveryCancelled,
     DeliveryDeadLettered,
+    DeliveryDigested,
     DeliveryDue,
     DeliveryExpired,
     DeliveryFailed,
@@ -22,8 +23,10 @@ from streams.core.events import (
     DeliverySent,
     DeliverySkipped,
     DeliverySuppressed,
+    DigestClosed,
     Event,
     NotificationAccepted,
+    NotificationDigested,
     ProviderFeedbackReceived,
 )
 
@@ -160,6 +163,36 @@ def steps_and_a_fallback(
          DeliverySkipped(at=at, **ids, delivery_id=step, version=3, channel="SMS", step=2,
                          reason="read", because_of=first)],
     ]  # fmt: skip
+
+
+def digested(
+    nid: str,
+    did: str,
+    digest_id: str,
+    *,
+    at: datetime,
+    count: int,
+    producer: str = "shop",
+) -> list[Event]:
+    """A notification of type "comment" to u-1, accepted at ``at`` with its one delivery
+    (EMAIL) DIGESTED, joining digest ``digest_id`` as its ``count``-th item (it closes ten
+    minutes after ``at``)."""
+    ids: dict[str, Any] = {"at": at, "notification_id": nid}
+    return [
+        accepted(nid, [did], at=at, producer=producer, notification_type="comment"),
+        DeliveryDigested(**ids, delivery_id=did, version=1, channel="EMAIL"),
+        NotificationDigested(**ids, digest_id=digest_id, recipient_id="u-1",
+                             notification_type="comment", count=count,
+                             closes_at=at + timedelta(minutes=10)),
+    ]  # fmt: skip
+
+
+def digest_closed(digest_id: str, *, at: datetime, count: int, made: str) -> DigestClosed:
+    """Digest ``digest_id`` (comments to u-1) closed at ``at``, ``made`` made of it."""
+    return DigestClosed(
+        at=at, digest_id=digest_id, recipient_id="u-1", notification_type="comment",
+        count=count, notification_id=made,
+    )  # fmt: skip
 
 
 _entry_numbers = itertools.count(1)

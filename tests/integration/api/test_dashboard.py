@@ -1,7 +1,8 @@
 """The dashboard's pages against real Redis and PostgreSQL, for escalation steps and
 fallbacks: ``GET /dashboard`` counts the steps skipped and waiting, and a notification's
 timeline shows which delivery is a step or a fallback, a skipped step with its reason, and
-the events that say so."""
+the events that say so; for digests: ``GET /dashboard`` counts those opened and closed in
+the last hour and the notifications that joined one."""
 
 from __future__ import annotations
 
@@ -21,7 +22,13 @@ from streams.core.events import DeliveryScheduled
 from streams.core.ids import new_id
 from tests.conftest import basic, http_client
 from tests.integration.delivery_support import fast_catalog
-from tests.integration.projection_support import accepted, project, steps_and_a_fallback
+from tests.integration.projection_support import (
+    accepted,
+    digest_closed,
+    digested,
+    project,
+    steps_and_a_fallback,
+)
 
 Client = httpx.AsyncClient
 READER = {"Authorization": basic("orders", "orders-secret")}
@@ -66,6 +73,25 @@ async def test_the_dashboard_counts_steps_skipped_and_waiting(
     assert (text_of(page.text, "skipped-day"), text_of(page.text, "skipped-hour")) == ("1", "1")
     assert text_of(page.text, "scheduled-steps") == "1"
     assert text_of(page.text, "scheduled-later") == "0"
+
+
+async def test_the_dashboard_counts_digests_and_what_joined_them(
+    client: Client, pool: asyncpg.Pool
+) -> None:
+    now = datetime.now(UTC)
+    for count, minutes in ((1, 20), (2, 10)):
+        entry = digested(new_id(0), new_id(0), "g-open", at=now - timedelta(minutes=minutes),
+                         count=count, producer="orders")  # fmt: skip
+        await project(pool, entry)
+    await project(pool, digested(new_id(0), new_id(0), "g-closed", at=now - timedelta(hours=5),
+                                 count=1, producer="orders"))  # fmt: skip
+    await project(pool, [digest_closed("g-closed", at=now - timedelta(minutes=1), count=1,
+                                       made=new_id(0))])  # fmt: skip
+
+    page = await client.get("/dashboard", headers=READER)
+    assert page.status_code == 200, page.text
+    shown = [text_of(page.text, f"digests-{name}") for name in ("opened", "closed", "items")]
+    assert shown == ["1", "1", "2"]
 
 
 async def test_a_timeline_shows_steps_fallbacks_and_a_skipped_step(

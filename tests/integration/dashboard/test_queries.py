@@ -1,7 +1,7 @@
 """The FAILED dashboard's queries on real PostgreSQL: failure rates over the deliveries that
 ended, failures by error class, the failed list, what waits SCHEDULED (escalation steps
-among it), the escalation steps skipped, and a notification's timeline with its steps and
-fallbacks."""
+among it), the escalation steps skipped, the digests the producer's notifications joined,
+and a notification's timeline with its steps and fallbacks."""
 
 from __future__ import annotations
 
@@ -13,10 +13,12 @@ import asyncpg
 from projections.dashboard.queries import (
     RATED_STATUSES,
     ChannelFailureRate,
+    DigestCounts,
     ErrorClassCount,
     FailureFilter,
     ScheduledDeliveries,
     SkippedSteps,
+    digest_counts,
     failed_deliveries,
     failure_rates,
     failures_by_error_class,
@@ -35,6 +37,8 @@ from streams.delivery.state import TERMINAL, DeliveryStatus
 from tests.integration.projection_support import (
     accepted,
     delivered,
+    digest_closed,
+    digested,
     project,
     steps_and_a_fallback,
 )
@@ -251,3 +255,26 @@ async def test_a_timeline_shows_its_steps_fallbacks_and_skips(pool: asyncpg.Pool
         e.body["fallback_of"] for e in found.events if e.delivery_id == fallback and e.version == 1
     ]
     assert made == [first]
+
+
+async def test_digests_opened_and_closed_and_items_joined_in_the_last_hour_are_counted(
+    pool: asyncpg.Pool,
+) -> None:
+    assert await digest_counts(pool, "shop") == DigestCounts(0, 0, 0)
+
+    async def join(digest_id: str, at: datetime, count: int, producer: str = "shop") -> None:
+        await project(pool, digested(new_id(0), new_id(0), digest_id, at=at, count=count,
+                                     producer=producer))  # fmt: skip
+
+    await join("open", ago(minutes=10), 1)  # opened in the last hour, still open
+    await join("open", ago(minutes=5), 2)
+    await join("closed", ago(hours=20), 1)  # opened long ago, closed in the last hour
+    await project(pool, [digest_closed("closed", at=ago(minutes=30), count=1, made=new_id(0))])
+    await join("old", ago(hours=3), 1)  # opened and closed before the last hour
+    await project(pool, [digest_closed("old", at=ago(hours=2), count=1, made=new_id(0))])
+    await join("theirs", ago(minutes=1), 1, producer="other")  # another producer's only
+    await join("shared", ago(minutes=10), 1, producer="other")  # opened by another, joined
+    await join("shared", ago(minutes=2), 2)
+
+    assert await digest_counts(pool, "shop") == DigestCounts(opened=2, closed=1, items=3)
+    assert await digest_counts(pool, "other") == DigestCounts(opened=2, closed=0, items=2)

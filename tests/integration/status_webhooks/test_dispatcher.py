@@ -1,7 +1,7 @@
 """From ``events`` to the producers' outboxes: the final statuses and feedback of producers
 with a webhook, in stream order, once each, with their owners found however long ago the
-notification was accepted (a fallback made after it too), a step not needed SKIPPED;
-nothing for anyone else."""
+notification was accepted (a fallback made after it too), a step not needed SKIPPED, a
+notification that joined a digest DIGESTED; nothing for anyone else."""
 
 from __future__ import annotations
 
@@ -20,11 +20,14 @@ from streams.core import codec
 from streams.core.consumer_groups import PROJECTOR_GROUP, STATUS_WEBHOOK_GROUP, ensure_group
 from streams.core.events import (
     DeliveryAttemptFailed,
+    DeliveryDigested,
     DeliveryFailed,
     DeliveryReplayed,
     DeliverySent,
     DeliverySuppressed,
+    DigestClosed,
     Event,
+    NotificationDigested,
     ProviderFeedbackReceived,
 )
 from streams.core.ids import new_id
@@ -139,6 +142,37 @@ async def test_a_failure_its_fallback_and_a_step_not_needed_are_told_as_they_end
         (f"{first}.2", "FAILED", "EMAIL", ""),
         (f"{fallback}.3", "SENT", "PUSH", ""),
         (f"{step}.3", "SKIPPED", "SMS", "read"),
+    ]
+
+
+async def test_a_notification_that_joins_a_digest_is_told_digested_its_digest_not(
+    redis: Redis, key_prefix: str
+) -> None:
+    keys = KeySpace(key_prefix)
+    shard = keys.shard(0)
+    await configured(redis, keys, "shop")
+    nid, email, push, made = new_id(0), new_id(0), new_id(0), new_id(0)
+    ids = {"at": AT, "notification_id": nid}
+    digest = {"digest_id": "g-1", "recipient_id": "u-1", "notification_type": "comment"}
+    await write(
+        redis, shard,
+        [accepted(nid, [email, push], at=AT, producer="shop", notification_type="comment"),
+         DeliveryDigested(**ids, delivery_id=email, version=1, channel=Channel.EMAIL),
+         DeliveryDigested(**ids, delivery_id=push, version=1, channel=Channel.PUSH)],
+        [NotificationDigested(**ids, **digest, count=1, closes_at=AT)],
+        [DigestClosed(at=AT, **digest, count=1, notification_id=made)],
+    )  # fmt: skip
+
+    assert await dispatcher(redis, keys, {"shop"}).handle(shard, await read(redis, shard))
+
+    told = [
+        (e.webhook_id, json.loads(e.body)["type"], data(e)["status"], data(e)["channel"],
+         data(e)["reason"], data(e)["notification_type"])
+        for e in await outbox(redis, keys, "shop")
+    ]  # fmt: skip
+    assert told == [
+        (f"{email}.1", "delivery.digested", "DIGESTED", "EMAIL", "digest", "comment"),
+        (f"{push}.1", "delivery.digested", "DIGESTED", "PUSH", "digest", "comment"),
     ]
 
 

@@ -1,7 +1,7 @@
 """The status-webhooks role in this event loop: one active instance (a standby takes over),
 webhooks followed as they change, one producer's dead endpoint never holding back another's,
-and every final status of real deliveries (ingest and a delivery worker) told to its
-producer."""
+every final status of real deliveries (ingest and a delivery worker) told to its producer,
+and the deliveries of notifications that joined a digest told DIGESTED."""
 
 from __future__ import annotations
 
@@ -24,12 +24,30 @@ from streams.core import codec
 from streams.core.ids import new_id
 from streams.core.keys import KeySpace
 from streams.status_webhooks.store import StatusWebhookStore
-from tests.integration.delivery_support import accept, fast_catalog, running_worker, wait_until
+from tests.integration.delivery_support import (
+    accept,
+    catalog_text,
+    fast_catalog,
+    running_worker,
+    wait_until,
+)
 from tests.integration.projection_support import accepted, delivered
 from tests.peers.webhook import Answer, Receiver, Served, serve
 
 SECRET = "whsec_" + base64.b64encode(b"clarion-status-hook-key-32-bytes").decode()
 AT = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
+# A type whose notifications join a digest per thread, closing long after the test.
+COMMENT = """
+[types.comment]
+channels = ["EMAIL"]
+priority = "NORMAL"
+ttl_seconds = 3600
+opt_out = true
+digest = { window = "10m", key = "{{ data.thread }}" }
+
+[types.comment.templates.en]
+EMAIL = { title = "{{ count }} new", body = "{{ count }} new on {{ key }}" }
+"""
 
 
 def config() -> StatusWebhooksConfig:
@@ -153,4 +171,32 @@ async def test_every_final_status_of_real_deliveries_is_told(
         for answer in answers for d in answer["deliveries"]
     }  # fmt: skip
     assert told == expected
+    assert served.receiver.duplicates == served.receiver.unverified == 0
+
+
+async def test_notifications_that_join_a_digest_are_told_digested(
+    real_redis: Redis, key_prefix: str, served: Served
+) -> None:
+    keys = KeySpace(key_prefix)
+    catalog = parse_catalog(catalog_text() + COMMENT, "digests.toml")
+    await StatusWebhookStore(real_redis, keys).put("orders", served.url("/orders"), SECRET)
+    comment = {"recipient": {"id": "u-1", "email": "a@example.com"}, "type": "comment"}
+    answers = [
+        await accept(real_redis, keys, catalog, {**comment, "data": {"thread": "A", "n": n}},
+                     f"k-{n}")
+        for n in range(2)
+    ]  # fmt: skip
+    assert answers[0]["digest"]["id"] == answers[1]["digest"]["id"]
+    async with running_service(real_redis, keys):
+        await wait_until(lambda: asyncio.sleep(0, len(served.receiver.deliveries) == 2), 10)
+    told = {}
+    for webhook_id, attempt in served.receiver.deliveries.items():
+        payload = json.loads(attempt.body)
+        data = payload["data"]
+        assert webhook_id == f"{data['delivery_id']}.1"
+        told[data["delivery_id"]] = (payload["type"], data["status"], data["reason"])
+    assert told == {
+        d["id"]: ("delivery.digested", "DIGESTED", "digest")
+        for answer in answers for d in answer["deliveries"]
+    }  # fmt: skip
     assert served.receiver.duplicates == served.receiver.unverified == 0

@@ -1,6 +1,6 @@
 """What a producer's status webhook says: the due events, their JSON (Standard Webhooks
-shape, every key always there, no address), feedback's status, a skipped escalation step,
-and batches."""
+shape, every key always there, no address), feedback's status, a skipped escalation step, a
+delivery digested, and batches."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from streams.core.events import (
     DeliveryAttemptFailed,
     DeliveryCancelled,
     DeliveryDeadLettered,
+    DeliveryDigested,
     DeliveryExpired,
     DeliveryFailed,
     DeliveryQueued,
@@ -28,7 +29,9 @@ from streams.core.events import (
     DeliverySent,
     DeliverySkipped,
     DeliverySuppressed,
+    DigestClosed,
     Event,
+    NotificationDigested,
     ProviderFeedbackReceived,
 )
 from streams.core.vocabulary import Channel, ErrorClass, Priority
@@ -51,7 +54,7 @@ def test_final_statuses_and_feedback_are_due_nothing_else() -> None:
     due = {type(e).__name__ for e in EXAMPLES if is_due(e)}
     assert due == {
         "DeliverySent", "DeliveryFailed", "DeliveryExpired", "DeliverySuppressed",
-        "DeliveryCancelled", "DeliverySkipped", "ProviderFeedbackReceived",
+        "DeliveryCancelled", "DeliverySkipped", "DeliveryDigested", "ProviderFeedbackReceived",
     }  # fmt: skip
     for event in (
         DeliveryQueued(**IDS, version=1, channel=Channel.SMS, priority=Priority.HIGH),
@@ -61,6 +64,11 @@ def test_final_statuses_and_feedback_are_due_nothing_else() -> None:
         DeliveryReplayed(**IDS, version=5, operator="anna", reason="fixed"),
         DeliveryScheduled(**IDS, version=1, channel=Channel.SMS, priority=Priority.HIGH,
                           until=AT, step=2, unless=["read"]),
+        # A digest's own events are about no delivery: its deliveries are told themselves.
+        NotificationDigested(at=AT, notification_id="n-1", digest_id="g-1", recipient_id="u-1",
+                             notification_type="comment", count=1, closes_at=AT),
+        DigestClosed(at=AT, digest_id="g-1", recipient_id="u-1", notification_type="comment",
+                     count=1, notification_id="n-2"),
     ):  # fmt: skip
         assert not is_due(event)
 
@@ -129,6 +137,12 @@ def test_a_sent_delivery() -> None:
             {"status": "SKIPPED", "channel": "SMS", "reason": "delivered", "error": ""},
         ),
         (
+            DeliveryDigested(**IDS, version=1, channel=Channel.SMS),
+            "delivery.digested",
+            {"status": "DIGESTED", "channel": "SMS", "attempts": 0, "reason": "digest",
+             "provider": ""},
+        ),
+        (
             ProviderFeedbackReceived(**IDS, version=5, feedback="delivered", provider="twilio",
                                      status="DELIVERED"),
             "delivery.feedback",
@@ -165,9 +179,11 @@ def test_the_channel_comes_from_the_event_when_it_names_one() -> None:
     sent = DeliverySent(**IDS, version=3, attempt=1, provider="p", provider_message_id="m")
     cancelled = DeliveryCancelled(**IDS, version=2, channel=Channel.PUSH, campaign_id="c-7")
     skipped = DeliverySkipped(**IDS, version=2, channel=Channel.SMS, step=2, reason="read")
+    digested = DeliveryDigested(**IDS, version=1, channel=Channel.EMAIL)
     assert carried_channel(suppressed) == Channel.EMAIL
     assert carried_channel(cancelled) == Channel.PUSH
     assert carried_channel(skipped) == Channel.SMS
+    assert carried_channel(digested) == Channel.EMAIL
     assert carried_channel(sent) is None
 
 
