@@ -12,7 +12,7 @@ DEV_DIGEST_SECRET := dev-digest-secret-not-for-production
 # devtools/ is development tooling run from this checkout, never installed in the image.
 SERVICES := $(BIN)/python -m devtools.services exec
 
-.PHONY: install browser nginx promtool podman container-check run test lint typecheck pytest docs docs-build test-cluster chaos bench bench-report bench-check bench-schedule services-down clean
+.PHONY: install browser nginx promtool podman container-check run test lint typecheck pytest docs docs-build test-cluster chaos bench bench-report bench-check bench-schedule bench-digests services-down clean
 
 # The Python client (client/) is installed editable beside the server, so the tests import it.
 $(BIN)/.installed: pyproject.toml client/pyproject.toml
@@ -138,16 +138,22 @@ bench-report: install
 
 ## bench-check: the benchmarks' own test, kept out of the default suite: every configuration
 ## of the Celery and arq peers of bench/peers.py runs their job on real Redis (installs both
-## peers first), and bench/schedule.py's arithmetic
+## peers first), bench/schedule.py's arithmetic, and bench/digests.py's with a quick run
 bench-check: install
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python -c 'from bench.peers import ensure_arq_environment; ensure_arq_environment()'
-	$(BIN)/pytest bench/test_peers.py bench/test_schedule.py
+	$(BIN)/pytest bench/test_peers.py bench/test_schedule.py bench/test_digests.py
 
 ## bench-schedule: send later: release and delivery lateness at 10,000 due a second, and the
 ## Redis bytes a scheduled notification holds (needs Redis; SCHEDULE_ARGS=--quick for a smoke run)
 bench-schedule: install
 	$(BIN)/python bench/schedule.py $(SCHEDULE_ARGS)
+
+## bench-digests: digests: notifications joined per second at ingest beside a plain type, and
+## how late the workers close thousands of due digests (needs Redis and PostgreSQL;
+## DIGESTS_ARGS=--quick for a smoke run)
+bench-digests: install
+	$(BIN)/python bench/digests.py $(DIGESTS_ARGS)
 
 ## services-down: stop the private Redis and PostgreSQL a killed make run or make test left running
 services-down: install
