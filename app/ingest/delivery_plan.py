@@ -45,6 +45,9 @@ from streams.recipients.settings import QUIET_HOURS_EXEMPT, AddressDigest
 _QUEUED, _SCHEDULED = DeliveryStatus.QUEUED, DeliveryStatus.SCHEDULED
 _SUPPRESSED, _EXPIRED = DeliveryStatus.SUPPRESSED, DeliveryStatus.EXPIRED
 _DIGESTED = DeliveryStatus.DIGESTED
+# What ``deliveries`` plans into: the deliveries at acceptance, the first events, the work
+# items, and each suppressed one's channel and reason.
+_Out = tuple[list[DeliveryAtAcceptance], list[Event], list[PlannedWork], list[tuple[str, str]]]
 
 _data_encoder = msgspec.json.Encoder()
 _response_encoder = msgspec.json.Encoder()
@@ -110,61 +113,89 @@ class NotificationPlan(msgspec.Struct, frozen=True, kw_only=True):
     ) -> tuple[list[DeliveryAtAcceptance], list[PlannedWork], bytes, list[tuple[str, str]]]:
         """Each delivery's state at ingest, its work item unless it ended, the encoded data
         its work items share (else b"") and each suppressed one's channel and reason; first
-        events go to ``events``. A queued delivery, the usual one, is planned in the loop
-        itself: a call per delivery cost fan-out an eighth more instructions. A fallback
-        made at ingest (``Chain.fallbacks_now``) goes round the loop once more."""
+        events go to ``events``. A fallback made at ingest (``Chain.fallbacks_now``) is
+        planned in a second round."""
         if self.digested:
             return self._digested(identity, events), [], b"", []
+        chain = Chain(identity, self.steps) if self.steps or identity.fallbacks else None
+        shared = self._shared_data(len(identity.pairs))  # for each that gets a work item
+        out: _Out = ([], events, [], [])
+        rows: Iterable[tuple[tuple[Channel, str], str]]
+        rows = zip(identity.pairs, identity.delivery_ids, strict=True)
+        while rows:
+            self._plan(rows, shared, chain, out)
+            rows = chain.fallbacks_now(out[0]) if chain else []
+        at_acceptance, _, work, suppressed_at = out
+        return at_acceptance, work, shared if work else b"", suppressed_at
+
+    def _plan(
+        self,
+        rows: Iterable[tuple[tuple[Channel, str], str]],
+        shared: bytes,
+        chain: Chain | None,
+        out: _Out,
+    ) -> None:
+        """Plan one round of ``deliveries`` into ``out``. Queued and suppressed ones, the
+        usual, are planned in the loop: a call per delivery cost fan-out an eighth more
+        instructions."""
+        at_acceptance, events, work, suppressed_at = out
         nid, now, priority, quiet_until = self.id, self.now, self.priority, self.quiet_until
         type_name, disabled, invalid = self.request.type, self.disabled, self.invalid
         unroutable, suppressed, due_ms = self.unroutable, self.suppressed, self.due_ms
         steps = self.steps
-        chain = Chain(identity, steps) if steps or identity.fallbacks else None
-        shared = self._shared_data(len(identity.pairs))  # for each that gets a work item
-        suppressed_at: list[tuple[str, str]] = []
-        at_acceptance: list[DeliveryAtAcceptance] = []
-        work: list[PlannedWork] = []
-        rows: Iterable[tuple[tuple[Channel, str], str]]
-        rows = zip(identity.pairs, identity.delivery_ids, strict=True)
-        while rows:
-            for (channel, address), did in rows:
-                status, reason = _QUEUED, ""
-                step = steps.get(channel) if steps else None
-                if (type_name, channel) in disabled:
-                    status, reason = _SUPPRESSED, "opted_out"
-                elif not address:
-                    # Its type may wait for the recipient's profile to give one.
-                    waits = self.await_until_ms > self.now_ms
-                    status = _SCHEDULED if waits else _SUPPRESSED
-                    reason = "awaiting_address" if waits else "no_address"
-                elif invalid and (channel, self.address_digest(address)) in invalid:
-                    status, reason = _SUPPRESSED, "invalid_address"
-                elif suppressed and (channel, address) in suppressed:
-                    status, reason = _SUPPRESSED, suppressed[(channel, address)]
-                elif unroutable and address in unroutable:
-                    status, reason = _SUPPRESSED, "no_provider"
-                elif step is not None and step.after_ms:  # a later step: decided when due
-                    status, reason = _SCHEDULED, "step"
-                elif quiet_until is not None and channel not in QUIET_HOURS_EXEMPT:
-                    status = _SCHEDULED if quiet_until < self.expires else _EXPIRED
-                    reason = "" if status is _SCHEDULED else "quiet_hours_past_ttl"
-                elif due_ms:  # sent later: nothing else about it is decided now
-                    status, reason = _SCHEDULED, "scheduled"
-                if status is not _QUEUED:
-                    out = (at_acceptance, events, work, suppressed_at)
-                    self._unqueued(did, channel, address, shared, status, reason, step, chain, out)
-                    continue
+        for (channel, address), did in rows:
+            status, reason = _QUEUED, ""
+            step = steps.get(channel) if steps else None
+            if (type_name, channel) in disabled:
+                status, reason = _SUPPRESSED, "opted_out"
+            elif not address:
+                # Its type may wait for the recipient's profile to give one.
+                waits = self.await_until_ms > self.now_ms
+                status = _SCHEDULED if waits else _SUPPRESSED
+                reason = "awaiting_address" if waits else "no_address"
+            elif invalid and (channel, self.address_digest(address)) in invalid:
+                status, reason = _SUPPRESSED, "invalid_address"
+            elif suppressed and (channel, address) in suppressed:
+                status, reason = _SUPPRESSED, suppressed[(channel, address)]
+            elif unroutable and address in unroutable:
+                status, reason = _SUPPRESSED, "no_provider"
+            elif step is not None and step.after_ms:  # a later step: decided when due
+                status, reason = _SCHEDULED, "step"
+            elif quiet_until is not None and channel not in QUIET_HOURS_EXEMPT:
+                status = _SCHEDULED if quiet_until < self.expires else _EXPIRED
+                reason = "" if status is _SCHEDULED else "quiet_hours_past_ttl"
+            elif due_ms:  # sent later: nothing else about it is decided now
+                status, reason = _SCHEDULED, "scheduled"
+            if status is _QUEUED:
                 at_acceptance.append(DeliveryAtAcceptance(
                     id=did, channel=channel, status=status, reason="", due_ms=0))  # fmt: skip
                 events.append(DeliveryQueued(
                     at=now, notification_id=nid, delivery_id=did, version=1,
-                    channel=channel, priority=priority, step=step.number if step else 0,
-                    fallback_of=chain.fallback_of.get(did, "") if chain else "",
-                ))  # fmt: skip
+                    channel=channel, priority=priority,
+                ) if chain is None else self._queued(did, channel, step, chain))  # fmt: skip
                 item = self._work_item(did, channel, address, shared, chain=chain)
                 work.append(PlannedWork(priority, item))
-            rows = chain.fallbacks_now(at_acceptance) if chain else []
-        return at_acceptance, work, shared if work else b"", suppressed_at
+            elif status is _SUPPRESSED:
+                at_acceptance.append(DeliveryAtAcceptance(id=did, channel=channel,
+                    status=status, reason=reason, due_ms=0))  # fmt: skip
+                suppressed_at.append((channel, reason))
+                events.append(DeliverySuppressed(
+                    at=now, notification_id=nid, delivery_id=did, version=1,
+                    channel=channel, reason=reason,  # type: ignore[arg-type]
+                ))  # fmt: skip
+            else:
+                waiting = (at_acceptance, events, work)
+                self._unqueued(did, channel, address, shared, status, reason, step, chain, waiting)
+
+    def _queued(
+        self, did: str, channel: Channel, step: PlannedStep | None, chain: Chain
+    ) -> DeliveryQueued:
+        """The first event of a delivery of a notification with steps or fallbacks."""
+        return DeliveryQueued(
+            at=self.now, notification_id=self.id, delivery_id=did, version=1,
+            channel=channel, priority=self.priority, step=step.number if step else 0,
+            fallback_of=chain.fallback_of.get(did, ""),
+        )  # fmt: skip
 
     def _digested(self, identity: Identity, events: list[Event]) -> list[DeliveryAtAcceptance]:
         """A notification that joins a digest: none of its deliveries is sent itself."""
@@ -189,25 +220,22 @@ class NotificationPlan(msgspec.Struct, frozen=True, kw_only=True):
         reason: str,
         step: PlannedStep | None,
         chain: Chain | None,
-        out: tuple[
-            list[DeliveryAtAcceptance], list[Event], list[PlannedWork], list[tuple[str, str]]
-        ],
+        out: tuple[list[DeliveryAtAcceptance], list[Event], list[PlannedWork]],
     ) -> None:
-        """Record a delivery not queued at ingest: suppressed, expired, or waiting (a later
-        step, sent later, deferred), into ``deliveries``' lists (``out``)."""
-        at_acceptance, events, work, suppressed_at = out
+        """Record a delivery neither queued nor suppressed at ingest: expired, or waiting (a
+        later step, sent later, deferred), into ``deliveries``' lists (``out``)."""
+        at_acceptance, events, work = out
         until = (self.due_ms or self.quiet_ms) if status is _SCHEDULED else 0
         if reason == "step" and step is not None:
             until = (self.due_ms or self.now_ms) + step.after_ms
         at_acceptance.append(DeliveryAtAcceptance(
             id=did, channel=channel, status=status, reason=reason,
             due_ms=0 if reason == "awaiting_address" else until))  # fmt: skip
-        ids = {"at": self.now, "notification_id": self.id, "delivery_id": did, "version": 1}
-        if status is _SUPPRESSED:
-            suppressed_at.append((channel, reason))
-            events.append(DeliverySuppressed(**ids, channel=channel, reason=reason))  # type: ignore[arg-type]
-        elif status is _EXPIRED:
-            events.append(DeliveryExpired(**ids, channel=channel, reason=reason))  # type: ignore[arg-type]
+        if status is _EXPIRED:
+            events.append(DeliveryExpired(
+                at=self.now, notification_id=self.id, delivery_id=did, version=1,
+                channel=channel, reason=reason,
+            ))  # fmt: skip
         else:
             waiting = (did, channel, address, shared, events)
             work.append(self._waiting(*waiting, reason=reason, chain=chain, until=until))

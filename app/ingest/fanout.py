@@ -217,6 +217,9 @@ class Planner:
             except DigestError as error:
                 raise FanoutError(str(error)) from None
         pairs = addresses_by_channel(request, channels, type_config.webhook_url)
+        if not type_config.fallback:  # the usual: as before types had fallbacks
+            new_id, *delivery_ids = new_ids(shard.shard, 1 + len(pairs))
+            return Identity(notification_id or new_id, tuple(pairs), tuple(delivery_ids))
         fallback = [(source, target) for source, target in type_config.fallback.items()
                     if source in channels]  # fmt: skip
         new_id, *delivery_ids = new_ids(shard.shard, 1 + len(pairs) + len(fallback))
