@@ -1,7 +1,8 @@
 """Escalation steps on real Redis with a running worker and the sandbox: unread, each step
 goes at its time; read in the inbox, the steps that wait on a read come due at once and end
 SKIPPED without reaching the sandbox; a step whose earlier delivery was confirmed delivered
-is skipped when it comes due; a step coming due follows the recipient's preferences as they
+is skipped when it comes due, and one taken over from a worker is skipped only when the
+read came before it was queued; a step coming due follows the recipient's preferences as they
 are then; the states later steps look at are kept after they end."""
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from streams.core.keys import KeySpace
 from streams.core.vocabulary import Channel
 from streams.delivery.leases import Lease, LeasedDelivery, LeaseVerdict, Worker
 from streams.delivery.work_items import WorkItem
+from streams.inbox.messages import MessageState
 from streams.inbox.store import InboxStore
 from streams.recipients.settings import RecipientSettingsStore
 from tests.integration.delivery_support import (
@@ -135,14 +137,27 @@ async def test_a_step_is_skipped_when_an_earlier_delivery_was_delivered(
         "e": steps.Skipped("read", because_of="in-app-1"),
         "p": steps.Skipped("read", because_of="in-app-1"),
     }
-    # Taken over from a worker that never recorded an outcome: it may have been sent, so
-    # it is not recorded SKIPPED (it goes again, at least once, as any delivery taken over).
+    # Taken over from a worker that never recorded an outcome: read after the step was
+    # queued, that worker may have sent it, so it is not recorded SKIPPED (it goes again, at
+    # least once, as any delivery taken over)...
     await real_redis.hset(shard.delivery("p"), mapping={"status": "SENDING", "leases": 2})
-    assert await steps.skipped(real_redis, [push]) == {}
+    messages = shard.inbox("r").messages
+    await real_redis.hset(messages, "f:in-app-1", MessageState(read_ms=5_000, version=4).text())
+    queued_at_4000 = step_lease(keys, ["read"], ["in-app-1"], delivery_id="p", entry_id="4000-0")
+    assert await steps.skipped(real_redis, [queued_at_4000]) == {}
+    # ... but read before it was queued, every worker that held it could only skip it.
+    queued_at_6000 = step_lease(keys, ["read"], ["in-app-1"], delivery_id="p", entry_id="6000-0")
+    assert await steps.skipped(real_redis, [queued_at_6000]) == {
+        "p": steps.Skipped("read", because_of="in-app-1")
+    }
 
 
 def step_lease(
-    keys: KeySpace, unless: list[str], watch: list[str], delivery_id: str = "e"
+    keys: KeySpace,
+    unless: list[str],
+    watch: list[str],
+    delivery_id: str = "e",
+    entry_id: str = "1-0",
 ) -> LeasedDelivery:
     item = WorkItem(
         delivery_id=delivery_id, notification_id="n", notification_type="comment",
@@ -150,4 +165,4 @@ def step_lease(
         locale="en", created_ms=1, expires_ms=10**13, unless=unless, watch=watch, step=3,
     )  # fmt: skip
     lease = Lease(LeaseVerdict.GO, version=1, attempts=0, now_ms=1, first_attempt_ms=0)
-    return LeasedDelivery.taken(keys.shard(0), item, "1-0", lease, Worker("w", "1"))
+    return LeasedDelivery.taken(keys.shard(0), item, entry_id, lease, Worker("w", "1"))
