@@ -124,8 +124,10 @@ class Cancellations:
     ) -> list[CancelledNotification]:
         if not records:
             return []
-        records = [await self._leave_digest(record) for record in records]
+        # Asked before leaving: a notification that left its digest is pending again, and
+        # the read model (which has it DIGESTED) must not be taken for its end.
         projected = await self._projected(shard, records)
+        records = [await self._leave_digest(record) for record in records]
         return await cancellations.cancel(
             self.redis, shard, records, by=by, key=key, projected=projected,
             retention_ms=self.state_retention_ms, now=self.clock(),

@@ -104,9 +104,11 @@ def running_service(
     max_deliveries: int = MAX_DELIVERIES,
     cluster: bool = False,
     catalog_change: Callable[[str], str] = lambda text: text,
+    api_keys: str = f"chaos:{API_SECRET}:send+read",
 ) -> Iterator[Service]:
     """Redis (a three-master cluster with ``cluster``), PostgreSQL, the relay (set up for
-    ``plans``) and the service's processes, stopped afterwards whatever happened."""
+    ``plans``) and the service's processes, stopped afterwards whatever happened;
+    ``api_keys``: the API's keys (``CLARION_API_KEYS``)."""
     mailboxes = {p.email: p.mailbox for p in plans if p.mailbox is not None}
     # Made per run, known only to the relay and (through the environment) the workers.
     password = secrets.token_urlsafe(18)
@@ -130,7 +132,7 @@ def running_service(
                     "CLARION_DATABASE_URL": database_url,
                     "CLARION_KEY_PREFIX": PREFIX,
                     "CLARION_CONFIG": str(catalog),
-                    "CLARION_API_KEYS": f"chaos:{API_SECRET}:send+read",
+                    "CLARION_API_KEYS": api_keys,
                     "CLARION_DIGEST_SECRET": "chaos-digest-secret",
                     "CLARION_PORT": str(port),
                     "CLARION_LEASE_MS": str(LEASE_MS),

@@ -34,6 +34,16 @@ from pathlib import Path
 
 import pytest
 
+from tests.chaos.digests_steps import (
+    DIGEST_RECIPIENTS,
+    DigestStepsProducer,
+    digest_recipient,
+    plan_digests_and_steps,
+    with_digests_and_steps,
+)
+from tests.chaos.digests_steps_evidence import drained as digests_drained
+from tests.chaos.digests_steps_evidence import keep, read_inboxes
+from tests.chaos.digests_steps_verdict import Tally, judge_digests, judge_rest
 from tests.chaos.faults import FaultInjector
 from tests.chaos.later import (
     LaterProducer,
@@ -53,13 +63,16 @@ from tests.chaos.service import (
     drained,
     running_service,
 )
-from tests.chaos.verdict import judge
+from tests.chaos.steps_verdict import judge_steps
+from tests.chaos.verdict import Verdict, judge
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(1200)]
 
 NOTIFICATIONS = int(os.environ.get("CLARION_CHAOS_NOTIFICATIONS", "20000"))
 CLUSTER_NOTIFICATIONS = int(os.environ.get("CLARION_CHAOS_CLUSTER_NOTIFICATIONS", "10000"))
 SEND_SECONDS = float(os.environ.get("CLARION_CHAOS_SECONDS", "60"))
+DIGEST_STEPS_NOTIFICATIONS = int(os.environ.get("CLARION_CHAOS_DIGEST_NOTIFICATIONS", "1800"))
+PROFILES_SECRET = "chaos-profiles-key"
 
 
 @pytest.mark.parametrize(
@@ -158,4 +171,53 @@ async def test_time_under_faults_sends_nothing_early_cancelled_or_beyond_a_cap(
             verdict,
             {"send": sent - started, "drain": settled_at - sent},
         )
+        conclude(service, verdict, table, injector.crashes, tmp_path, chaos_report)
+
+
+async def test_digests_and_steps_under_faults_make_each_once_and_nothing_after_a_read(
+    tmp_path: Path, chaos_report: Callable[[str], None]
+) -> None:
+    """The same faults over digests and escalation steps (``digests_steps``): every digest
+    made once with exactly its items, no step sent after its read was acknowledged, every
+    unread step sent once, one SMS per notification whose pushes were refused."""
+    planned = plan_digests_and_steps(DIGEST_STEPS_NOTIFICATIONS, seed=21)
+    keys = f"chaos:{API_SECRET}:send+read,profiles:{PROFILES_SECRET}:recipients"
+    with running_service(
+        tmp_path, planned.plans, idempotent=True, catalog_change=with_digests_and_steps,
+        api_keys=keys,
+    ) as service:  # fmt: skip
+        injector = FaultInjector(
+            service.redis, service.postgres, service.workers, service.projector, service.api,
+            lease_s=LEASE_MS / 1000,
+        )  # fmt: skip
+        respawner = asyncio.create_task(injector.respawn())
+        producer = DigestStepsProducer(service.base_url, API_SECRET, PROFILES_SECRET, planned)
+        started = time.time()
+        try:
+            sending = asyncio.create_task(producer.send_all(planned.plans, SEND_SECONDS))
+            await injector.run(lambda: producer.progress, sending)
+            await sending
+            sent = time.time()
+            acknowledged = {ack.notification_id for ack in producer.acknowledged.values()}
+            found = await digests_drained(service, acknowledged, set(producer.digests.values()))
+        finally:
+            respawner.cancel()
+        recipients = [digest_recipient(n)["id"] for n in range(DIGEST_RECIPIENTS)]
+        await read_inboxes(service.base_url, PROFILES_SECRET, recipients, found)
+        settled_at = time.time()
+        verdict, tally = Verdict(True, acknowledged=len(producer.acknowledged)), Tally()
+        judge_digests(verdict, tally, producer, found, injector.faults)
+        dead_letters = judge_steps(verdict, tally, producer, found, injector.faults)
+        judge_rest(verdict, producer, found, injector.crashes, dead_letters)
+        answered = {d: s for c in producer.cancels.values() for d, s in c.statuses.items()}
+        judge_later(verdict, producer, found.evidence, answered)
+        check_logs(service, verdict)
+        keep(tmp_path / "evidence.json", found, producer)
+        table = render(
+            f"{len(planned.plans)} notifications: digests and escalation steps, idempotent "
+            "sandbox, one Redis",
+            started, injector.faults, injector.crashes, injector.refused_starts,
+            producer.stats, verdict, {"send": sent - started, "drain": settled_at - sent},
+            tally.notes(),
+        )  # fmt: skip
         conclude(service, verdict, table, injector.crashes, tmp_path, chaos_report)

@@ -1,7 +1,8 @@
 """The cancellation service on real Redis and PostgreSQL: a delivery whose state left Redis
 after it ended is reported as the read model has it, never cancelled; without the read model
 such a cancellation is refused rather than guessed; a notification whose record is gone is
-answered from the read model."""
+answered from the read model; a notification that joined an open digest leaves it and ends
+CANCELLED even when the read model already has it DIGESTED."""
 
 from __future__ import annotations
 
@@ -13,12 +14,13 @@ import pytest
 from redis.asyncio import Redis
 
 from app.cancellations.service import Cancellations, ReadModelNeeded
+from app.catalog import parse_catalog
 from projections.rows import apply as apply_rows
 from projections.rows import rows_of
 from streams.core import codec
 from streams.core.events import DeliverySent
 from streams.core.keys import KeySpace
-from tests.integration.delivery_support import accept, fast_catalog
+from tests.integration.delivery_support import accept, catalog_text, fast_catalog
 
 ORDER = {
     "recipient": {"id": "u-1", "email": "anna@example.com"},
@@ -26,6 +28,19 @@ ORDER = {
     "channels": ["EMAIL"],
     "data": {"order_id": "A-1"},
 }
+
+
+COMMENT = """
+[types.comment]
+channels = ["EMAIL"]
+priority = "NORMAL"
+ttl_seconds = 3600
+opt_out = true
+digest = { window = "10m", key = "{{ data.thread }}" }
+
+[types.comment.templates.en]
+EMAIL = { title = "{{ count }} new", body = "{{ count }} new on {{ key }}" }
+"""
 
 
 def service(redis: Redis, keys: KeySpace, pool: asyncpg.Pool | None) -> Cancellations:
@@ -103,3 +118,23 @@ async def test_a_read_model_failing_under_the_call_is_unavailable_not_a_bug(
     await real_redis.delete(keys.shard(0).notification(answer["id"]))
     with pytest.raises(ReadModelNeeded):
         await service(real_redis, keys, closed).cancel_notification("orders", answer["id"])
+
+
+async def test_a_digested_one_the_read_model_has_leaves_its_digest_cancelled(
+    real_redis: Redis, key_prefix: str, pool: asyncpg.Pool
+) -> None:
+    """Old enough for the read model to be asked (``released_after_ms`` 0, as any joined
+    notification of a long window is after the retention): leaving the digest must still
+    cancel it, not leave it DIGESTED and in no digest."""
+    keys = KeySpace(key_prefix)
+    catalog = parse_catalog(catalog_text() + COMMENT, "digests.toml")
+    comment = {"recipient": {"id": "u-1", "email": "a@example.com"}, "type": "comment"}
+    kept = await accept(real_redis, keys, catalog, comment | {"data": {"thread": "A"}}, "k-1")
+    gone = await accept(real_redis, keys, catalog, comment | {"data": {"thread": "A"}}, "k-2")
+    await project_events(real_redis, keys, pool)  # the read model has both DIGESTED
+    done = await service(real_redis, keys, pool).cancel_notification("orders", gone["id"])
+    assert done is not None
+    assert [d.status for d in done.deliveries] == ["CANCELLED"]
+    home = keys.home_of_recipient("u-1")
+    items = await real_redis.hkeys(home.digest_items(kept["digest"]["id"]))
+    assert items == [kept["id"].encode()]
