@@ -60,7 +60,9 @@ class NotificationAccepted(Event, frozen=True, kw_only=True):
     delivery_ids: list[str]
 
 
-class DeliveryQueued(DeliveryEvent, frozen=True, kw_only=True):
+class DeliveryQueued(DeliveryEvent, frozen=True, kw_only=True, omit_defaults=True):
+    # Written for nearly every delivery: fields at their defaults (no retry, no step, no
+    # fallback) are left out, the decoder restores them.
     channel: Channel
     priority: Priority
     attempt: int = 0

