@@ -14,6 +14,7 @@ without one, all of a recipient's notifications of the type share a digest.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
@@ -32,6 +33,8 @@ MAX_WINDOW_SECONDS = 86_400
 MAX_ITEMS = 1000
 # The longest key a template may make (longer keys are cut: they only name a digest).
 MAX_KEY_CHARS = 200
+# A key template that is one field of the data; it runs on the catalog's text only.
+_ONE_FIELD = re.compile(r"\{\{\s*data\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 MAX_KEY_TEMPLATE = 1000  # characters of the key's template
 _KEYS = ImmutableSandboxedEnvironment(undefined=jinja2.StrictUndefined, autoescape=False)
 
@@ -55,7 +58,7 @@ class DigestError(ValueError):
 class Digest:
     """A type's digest, checked: when one closes and each notification's key."""
 
-    __slots__ = ("at_minutes", "key", "max_items", "window_ms")
+    __slots__ = ("at_minutes", "key", "key_field", "max_items", "window_ms")
 
     def __init__(self, config: DigestConfig, path: str, fail: Callable[[str, str], Exception]):
         if bool(config.window) == bool(config.at):
@@ -72,6 +75,10 @@ class Digest:
         self.at_minutes = _minutes(config.at, f"{path}.at", fail) if config.at else -1
         try:
             self.key = _KEYS.from_string(config.key) if config.key else None
+            # The usual key, one field of the data ("{{ data.thread_id }}"): read straight
+            # from the data when it is text, as the template would render it.
+            field = _ONE_FIELD.fullmatch(config.key)
+            self.key_field = field.group(1) if field else ""
         except jinja2.TemplateSyntaxError as error:
             raise fail(f"{path}.key", f"line {error.lineno}: {error.message}") from None
         self.max_items = config.max_items
@@ -80,6 +87,10 @@ class Digest:
         """The digest key of a notification with ``data``; raises ``DigestError``."""
         if self.key is None:
             return ""
+        if self.key_field:
+            value = data.get(self.key_field)
+            if type(value) is str:
+                return value[:MAX_KEY_CHARS]
         try:
             return self.key.render(data=data)[:MAX_KEY_CHARS]
         except jinja2.TemplateError as error:

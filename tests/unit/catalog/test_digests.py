@@ -70,6 +70,24 @@ def test_a_key_that_needs_data_the_notification_lacks_is_refused() -> None:
 
 
 @pytest.mark.parametrize(
+    "data",
+    [{"thread": "A-17"}, {"thread": 17}, {"thread": None}, {"thread": "x" * 300}, {"other": 1}],
+)
+def test_a_key_of_one_field_is_what_its_template_renders(data: dict[str, object]) -> None:
+    read = parse_catalog(with_digest('{ window = "1m", key = "{{ data.thread }}" }'))
+    rendered = parse_catalog(with_digest('{ window = "1m", key = "{{ data.thread | string }}" }'))
+    assert read.digests["comment"].key_field == "thread"  # read straight from the data
+    assert rendered.digests["comment"].key_field == ""  # rendered by its template
+    try:
+        expected = rendered.digests["comment"].key_of(data)
+    except DigestError:
+        with pytest.raises(DigestError):
+            read.digests["comment"].key_of(data)
+    else:
+        assert read.digests["comment"].key_of(data) == expected
+
+
+@pytest.mark.parametrize(
     ("digest", "message"),
     [
         (
