@@ -1,7 +1,7 @@
 """Closing due digests, in every worker process.
 
-Each worker process looks at every shard's due digests every ``TICK_S``: it takes up to
-``BATCH`` of them (claimed, so the other processes leave them alone; they come due again if
+Each worker process looks at every shard's due digests every ``TICK_S``, at once again
+after a full batch: it takes up to ``BATCH`` of them (claimed, so the other processes leave them alone; they come due again if
 this one dies before closing them), seals them (no notification joins them any more), reads
 their items, and ingests their notifications like any others, in one batch per producer,
 each under the idempotency key ``digest:<id>``, from the producer of its first item, with
@@ -70,13 +70,16 @@ class DigestCloser:
     async def run(self) -> None:
         """Close due digests until stopped."""
         while not self._stop.is_set():
+            more = False  # a shard had a full batch due: look again at once
             for shard in self.keys.all_shards():
                 try:
-                    await self.close_due(shard)
+                    more = await self.close_due(shard) >= BATCH or more
                 except asyncio.CancelledError:
                     raise
                 except Exception:
                     log.exception("digests.close_failed", shard=shard.shard)
+            if more:
+                continue
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(TICK_S):
                     await self._stop.wait()

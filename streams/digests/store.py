@@ -23,6 +23,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import msgspec
 from redis.asyncio import Redis
@@ -101,7 +102,7 @@ async def join(redis: Redis, shard: ShardKeys, ask: JoinAsk, now_ms: int) -> Joi
     current = as_text(found) if found else ""
     for _ in range(MAX_TRIES):
         candidate = current or digest_id(ask.recipient_id, ask.notification_type, ask.key, now_ms)
-        reply = await scripts.DIGEST_JOIN(
+        [reply] = await scripts.DIGEST_JOIN(
             redis, *digest_join_call(shard, ask, candidate, found_open=bool(current), now_ms=now_ms)
         )
         if reply[0] == b"JOINED":
@@ -132,21 +133,46 @@ def digest_join_call(
 async def join_many(
     redis: Redis, asks: Sequence[tuple[ShardKeys, JoinAsk]], now_ms: int
 ) -> list[Joined | DigestBusy]:
-    """Join each (home shard, ask) and record the joins, in order: the open digests read in
-    one round trip, the joins made in one, their events written in one; an ask sent back
-    (a digest opened or sealed meanwhile) is asked again alone, as ``join`` does."""
+    """Join each (home shard, ask) and record the joins, in order, in three round trips of
+    one command per shard each: the open digests read (MGET), the joins made (one
+    ``join.lua`` call), their events written (XADD). An ask sent back (a digest opened or
+    sealed meanwhile) is asked again alone, as ``join`` does."""
+    by_shard: dict[int, tuple[ShardKeys, list[int]]] = {}
+    for index, (shard, _) in enumerate(asks):
+        by_shard.setdefault(shard.shard, (shard, []))[1].append(index)
+    groups = list(by_shard.values())
     async with redis.pipeline(transaction=False) as pipe:
-        for shard, ask in asks:
-            pipe.get(_open_key(shard, ask))
-        found = await pipe.execute()
-    calls = []
-    for (shard, ask), raw in zip(asks, found, strict=True):
-        current = as_text(raw) if raw else ""
-        candidate = current or digest_id(ask.recipient_id, ask.notification_type, ask.key, now_ms)
-        calls.append(
-            digest_join_call(shard, ask, candidate, found_open=bool(current), now_ms=now_ms)
-        )
-    replies = await scripts.DIGEST_JOIN.run_many(redis, calls)
+        for shard, indices in groups:
+            pipe.mget([_open_key(shard, asks[i][1]) for i in indices])
+        found: list[list[bytes | None]] = await pipe.execute()
+    calls: list[Call] = []
+    for (shard, indices), opened in zip(groups, found, strict=True):
+        keys: list[KeyOrArg] = []
+        args: list[KeyOrArg] = []
+        for index, raw in zip(indices, opened, strict=True):
+            ask = asks[index][1]
+            current = as_text(raw) if raw else ""
+            candidate = current or digest_id(
+                ask.recipient_id, ask.notification_type, ask.key, now_ms
+            )
+            call = digest_join_call(shard, ask, candidate, found_open=bool(current), now_ms=now_ms)
+            keys += call[0]
+            args += call[1]
+        calls.append((keys, args))
+    replies: list[Any] = [None] * len(asks)
+    for (_, indices), group in zip(
+        groups, await scripts.DIGEST_JOIN.run_many(redis, calls), strict=True
+    ):
+        for index, reply in zip(indices, group, strict=True):
+            replies[index] = reply
+    return await _joined(redis, asks, replies, now_ms)
+
+
+async def _joined(
+    redis: Redis, asks: Sequence[tuple[ShardKeys, JoinAsk]], replies: list[Any], now_ms: int
+) -> list[Joined | DigestBusy]:
+    """The joins ``replies`` made, their events written (one entry per shard), and the asks
+    sent back asked again alone."""
     results: list[Joined | DigestBusy | None] = []
     events: dict[str, list[NotificationDigested]] = {}
     for (shard, ask), reply in zip(asks, replies, strict=True):

@@ -761,25 +761,34 @@ def join_ask(nid: str, *, max_items: int = 3) -> JoinAsk:
 async def test_digests_join(real_redis: Redis, key_prefix: str) -> None:
     shard = KeySpace(key_prefix).shard(0)
     opening = digest_join_call(shard, join_ask("n-1"), "d-1", found_open=False, now_ms=1_000)
-    assert await run(real_redis, scripts.DIGEST_JOIN, opening) == [b"JOINED", b"d-1", 1, 10_000]
+    assert await run(real_redis, scripts.DIGEST_JOIN, opening) == [[b"JOINED", b"d-1", 1, 10_000]]
     assert await real_redis.zscore(shard.digests_due, "d-1") == 10_000
     # The same notification again (its request answered again): nothing is added.
-    assert await run(real_redis, scripts.DIGEST_JOIN, opening) == [b"JOINED", b"d-1", 1, 10_000]
+    assert await run(real_redis, scripts.DIGEST_JOIN, opening) == [[b"JOINED", b"d-1", 1, 10_000]]
     # Another candidate for the same (recipient, type, key): the open one is named.
     other = digest_join_call(shard, join_ask("n-2"), "d-2", found_open=False, now_ms=1_001)
-    assert await run(real_redis, scripts.DIGEST_JOIN, other) == [b"RETRY", b"d-1"]
+    assert await run(real_redis, scripts.DIGEST_JOIN, other) == [[b"RETRY", b"d-1"]]
     second = digest_join_call(shard, join_ask("n-2"), "d-1", found_open=True, now_ms=1_001)
-    assert await run(real_redis, scripts.DIGEST_JOIN, second) == [b"JOINED", b"d-1", 2, 10_000]
+    assert await run(real_redis, scripts.DIGEST_JOIN, second) == [[b"JOINED", b"d-1", 2, 10_000]]
     # The third fills it (max_items 3): due now and no longer open.
     third = digest_join_call(shard, join_ask("n-3"), "d-1", found_open=True, now_ms=2_000)
-    assert await run(real_redis, scripts.DIGEST_JOIN, third) == [b"JOINED", b"d-1", 3, 2_000]
+    assert await run(real_redis, scripts.DIGEST_JOIN, third) == [[b"JOINED", b"d-1", 3, 2_000]]
     assert await real_redis.zscore(shard.digests_due, "d-1") == 2_000
     assert await real_redis.lrange(shard.digest_order("d-1"), 0, -1) == [b"n-1", b"n-2", b"n-3"]
     fourth = digest_join_call(shard, join_ask("n-4"), "d-1", found_open=True, now_ms=2_001)
-    assert await run(real_redis, scripts.DIGEST_JOIN, fourth) == [b"RETRY", b""]
+    assert await run(real_redis, scripts.DIGEST_JOIN, fourth) == [[b"RETRY", b""]]
     # A notification that joined d-1 asked about another digest is sent back to d-1.
     lost = digest_join_call(shard, join_ask("n-2"), "d-9", found_open=False, now_ms=3_000)
-    assert await run(real_redis, scripts.DIGEST_JOIN, lost) == [b"RETRY", b"d-1"]
+    assert await run(real_redis, scripts.DIGEST_JOIN, lost) == [[b"RETRY", b"d-1"]]
+    # One call joins several, in order: the second joins the digest the first opened.
+    keys, args = digest_join_call(shard, join_ask("m-1"), "d-5", found_open=False, now_ms=4_000)
+    for nid in ("m-2", "m-3"):
+        call = digest_join_call(shard, join_ask(nid), "d-5", found_open=False, now_ms=4_000)
+        keys, args = [*keys, *call[0]], [*args, *call[1]]
+    assert await run(real_redis, scripts.DIGEST_JOIN, (keys, args)) == [
+        [b"JOINED", b"d-5", 1, 10_000], [b"JOINED", b"d-5", 2, 10_000],
+        [b"JOINED", b"d-5", 3, 4_000],
+    ]  # fmt: skip
 
 
 async def test_digests_seal(real_redis: Redis, key_prefix: str) -> None:
