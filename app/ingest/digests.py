@@ -26,6 +26,7 @@ from streams.digests.ids import is_digest_close
 from streams.recipients.read import RecipientSettings
 
 _encoder = msgspec.json.Encoder()
+_ID_START = b'{"id":"'  # how a 202 body begins (``app.ingest.requests.Accepted``)
 
 
 class _Id(msgspec.Struct):
@@ -104,7 +105,7 @@ class DigestJoiner:
         for n, (index, request) in enumerate(joining):
             digest = self.catalog.digests[request.type]
             ask = store.JoinAsk(
-                notification_id=msgspec.json.decode(answers[index].response, type=_Id).id,
+                notification_id=_id_of(answers[index].response),
                 recipient_id=request.recipient.id,
                 notification_type=request.type,
                 key=digest.key_of(request.data),
@@ -127,6 +128,15 @@ class DigestJoiner:
                 pipe.hgetall(home.recipient(recipient_id))
             found = await pipe.execute()
         return [_zone(RecipientSettings.from_hash(fields)) for fields in found]
+
+
+def _id_of(response: bytes) -> str:
+    """The notification id of a 202 body: its first member (``Accepted``), read in place."""
+    if response.startswith(_ID_START):
+        end = response.find(b'"', len(_ID_START))
+        if end > 0:
+            return response[len(_ID_START) : end].decode()
+    return msgspec.json.decode(response, type=_Id).id
 
 
 def _zone(settings: RecipientSettings) -> str:

@@ -115,11 +115,18 @@ async def join(redis: Redis, shard: ShardKeys, ask: JoinAsk, now_ms: int) -> Joi
 
 
 def digest_join_call(
-    shard: ShardKeys, ask: JoinAsk, candidate: str, *, found_open: bool, now_ms: int
+    shard: ShardKeys,
+    ask: JoinAsk,
+    candidate: str,
+    *,
+    found_open: bool,
+    now_ms: int,
+    open_key: str = "",
 ) -> Call:
-    """The keys and arguments of one ``join.lua`` call (its header says what they are)."""
+    """The keys and arguments of one notification's in a ``join.lua`` call (its header says
+    what they are); ``open_key``: its open digest's key, when the caller made it already."""
     keys: list[KeyOrArg] = [
-        _open_key(shard, ask), shard.digest(candidate), shard.digest_items(candidate),
+        open_key or _open_key(shard, ask), shard.digest(candidate), shard.digest_items(candidate),
         shard.digest_order(candidate), shard.digests_due, shard.digest_joined(ask.notification_id),
     ]  # fmt: skip
     args: list[KeyOrArg] = [
@@ -141,21 +148,26 @@ async def join_many(
     for index, (shard, _) in enumerate(asks):
         by_shard.setdefault(shard.shard, (shard, []))[1].append(index)
     groups = list(by_shard.values())
+    open_keys = {
+        shard.shard: [_open_key(shard, asks[i][1]) for i in indices] for shard, indices in groups
+    }
     async with redis.pipeline(transaction=False) as pipe:
-        for shard, indices in groups:
-            pipe.mget([_open_key(shard, asks[i][1]) for i in indices])
+        for shard, _ in groups:
+            pipe.mget(open_keys[shard.shard])
         found: list[list[bytes | None]] = await pipe.execute()
     calls: list[Call] = []
     for (shard, indices), opened in zip(groups, found, strict=True):
         keys: list[KeyOrArg] = []
         args: list[KeyOrArg] = []
-        for index, raw in zip(indices, opened, strict=True):
+        for index, raw, open_key in zip(indices, opened, open_keys[shard.shard], strict=True):
             ask = asks[index][1]
             current = as_text(raw) if raw else ""
             candidate = current or digest_id(
                 ask.recipient_id, ask.notification_type, ask.key, now_ms
             )
-            call = digest_join_call(shard, ask, candidate, found_open=bool(current), now_ms=now_ms)
+            call = digest_join_call(
+                shard, ask, candidate, found_open=bool(current), now_ms=now_ms, open_key=open_key
+            )
             keys += call[0]
             args += call[1]
         calls.append((keys, args))
