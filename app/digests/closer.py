@@ -1,14 +1,14 @@
 """Closing due digests, in every worker process.
 
-Each worker process looks at every shard's due digests every ``TICK_S``, at once again
-after a full batch: it takes up to ``BATCH`` of them (claimed, so the other processes leave them alone; they come due again if
-this one dies before closing them), seals them (no notification joins them any more), reads
-their items, and ingests their notifications like any others, in one batch per producer,
-each under the idempotency key ``digest:<id>``, from the producer of its first item, with
-the items' data as ``items``, their number as ``count`` and the digest's ``key``; then it
-closes them in one round trip. A close repeated after a crash, or two processes closing the
-same digest, make one notification (the idempotency key sees to it) and one
-``DigestClosed`` (the close script does).
+Each worker process looks at every shard's due digests every ``TICK_S``, and at once again
+after a full batch: it takes up to ``BATCH`` of them (claimed, so the other processes leave
+them alone; they come due again if this one dies before closing them), seals them (no
+notification joins them any more), reads their items, and ingests their notifications like
+any others, in one batch per producer, each under the idempotency key ``digest:<id>``, from
+the producer of its first item, with the items' data as ``items``, their number as
+``count`` and the digest's ``key``; then it closes them in one round trip. A close repeated
+after a crash, or two processes closing the same digest, make one notification (the
+idempotency key sees to it) and one ``DigestClosed`` (the close script does).
 
 A digest whose notification the ingest refuses for good (its type left the catalog, say) is
 closed without one and logged, so it does not come back every tick; one refused for now

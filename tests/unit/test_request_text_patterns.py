@@ -132,6 +132,8 @@ NOT_REQUEST_TEXT = {
     # Catalog templates; linear all the same (test_catalog_templates.py).
     "app.catalog.templates._OLD_STYLE",
     "app.catalog.templates._OLD_STYLE_HTML",
+    # A digest's key template, from the catalog: one field of the data or not.
+    "app.catalog.digests._ONE_FIELD",
     "app.catalog.providers.EnvName",
     "app.catalog.providers.BaseUrl",
     "app.catalog.push.ProjectId",
