@@ -153,7 +153,9 @@ async def join_many(
     }
     async with redis.pipeline(transaction=False) as pipe:
         for shard, _ in groups:
-            pipe.mget(open_keys[shard.shard])
+            # By name: redis-py's Redis Cluster pipeline refuses its mget method (keys may be
+            # in several slots); a shard's keys share its slot, by which the call is routed.
+            pipe.execute_command("MGET", *open_keys[shard.shard])
         found: list[list[bytes | None]] = await pipe.execute()
     calls: list[Call] = []
     for (shard, indices), opened in zip(groups, found, strict=True):
