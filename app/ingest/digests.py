@@ -115,6 +115,7 @@ class DigestJoiner:
                 item=_encoder.encode(request.data),
                 closes_ms=digest.closes_ms(now_ms, zones.get(n, "")),
                 max_items=digest.max_items,
+                again=answers[index].replayed,
             )
             asks.append((homes[n], ask))
         return asks

@@ -149,8 +149,8 @@ class ShardKeys:
         return f"{self.tag}:cancel:{producer}:{key}"
 
     def digest_open(self, recipient_id: str, type_name: str, key_digest: str) -> str:
-        """The id of the digest open for (recipient, type, key), if one is: the key by its
-        digest (``streams.digests``); on the recipient's home shard."""
+        """The digest open for (recipient, type, key), if one is: "<id> <closes ms>" (a
+        string); the key by its digest (``streams.digests``); on the recipient's home shard."""
         return f"{self.tag}:dg:open:{type_name}:{key_digest}:{recipient_id}"
 
     def digest(self, digest_id: str) -> str:
@@ -158,12 +158,9 @@ class ShardKeys:
         return f"{self.tag}:dg:{digest_id}"
 
     def digest_items(self, digest_id: str) -> str:
-        """The data of each notification that joined a digest (a hash by notification id)."""
-        return f"{self.tag}:dg:{digest_id}:items"
-
-    def digest_order(self, digest_id: str) -> str:
-        """The notification ids of a digest's items, in the order they joined (a list)."""
-        return f"{self.tag}:dg:{digest_id}:order"
+        """The notifications that joined a digest, in the order they joined: a list of
+        "<notification id> <its data, JSON>"."""
+        return f"{self.tag}:dg:{digest_id}:list"
 
     def digest_joined(self, notification_id: str) -> str:
         """The digest a notification joined (a string): a repeated join finds it."""

@@ -2,14 +2,14 @@
 -- however many closers made that notification.
 --
 -- Keys and arguments: ``streams.digests.store.digest_close_call`` lays them out.
--- KEYS: the digest (a hash), its items (a hash) and their order (a list), the shard's digests
---       by closing time, the shard's events
+-- KEYS: the digest (a hash), its items (a list), the shard's digests by closing time, the
+--       shard's events
 -- ARGV: the digest id, the notification made of it ("" for none: every item left), now (ms),
 --       how long (ms) a closed digest is kept, its ``DigestClosed`` event (encoded)
 --
 -- Reply: 1 when this call closed it; 0 when it was closed before, is gone, or is not sealed.
 
-local digest, items, order, due, events = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local digest, items, due, events = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id, nid, now, keep_ms, event = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
 local state = redis.call("HGET", digest, "state")
 if state == "open" then
@@ -22,6 +22,5 @@ end
 redis.call("HSET", digest, "state", "closed", "notification_id", nid, "closed_ms", now)
 redis.call("PEXPIRE", digest, keep_ms)
 redis.call("PEXPIRE", items, keep_ms)
-redis.call("PEXPIRE", order, keep_ms)
 redis.call("XADD", events, "*", "e", event)
 return 1

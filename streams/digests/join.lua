@@ -2,62 +2,71 @@
 -- is, each atomically with the other notifications joining it and with its sealing. One call
 -- joins a batch's notifications of one shard, in order.
 --
--- Keys and arguments: ``streams.digests.store.digest_join_call`` lays out one notification's;
--- a call has those of each notification one after the other.
--- KEYS: the open digest's id (a string), the digest (a hash), its items (a hash) and their
---       order (a list), the shard's digests by closing time, the notification's join
--- ARGV: the digest id the caller found open, or a new one derived from (recipient, type, key,
---       now) when it found none ("1" / "0" says which), now (ms), when a new digest closes,
---       at most how many items and bytes a digest holds, how long (ms) a closed digest and a
---       join are kept, the notification id, its item (JSON), then for a new digest: the
---       recipient id, type, key, producer, locale, and the recipient (JSON, its addresses)
+-- Keys and arguments: ``streams.digests.store.digest_join_call`` lays them out: first what
+-- the call's notifications share, then each notification's, one after the other.
+-- KEYS: the shard's digests by closing time; then per notification: the open digest (a
+--       string: "<id> <closes ms>"), the digest (a hash), its items (a list of
+--       "<notification id> <data JSON>", in the order they joined), the notification's join
+-- ARGV: now (ms), at most how many bytes a digest holds, how long (ms) a closed digest and a
+--       join are kept; then per notification: the digest id the caller found open, or a new
+--       one derived from (recipient, type, key, now) when it found none, and how it asks
+--       ("open": it found that one open; "new": none; "again": its request was answered
+--       before, so it may have joined), when a new digest closes, at most how many items a
+--       digest holds, the notification id, its item (JSON), the recipient (JSON, its
+--       addresses), then for a new digest: the recipient id, type, key, producer, locale
 --
 -- A notification that joined before (the same producer request answered again) is not added
 -- twice: its join names the digest. A digest that fills up (items or bytes) is due at once,
 -- and the next notification opens a new one.
 --
+-- A join is the common path, kept to five commands: the open digest read (its closing time
+-- rides in its value), the item pushed (the list's length is the count), the bytes counted,
+-- the count and the latest recipient written, and the join recorded.
+--
 -- Reply: for each notification {"JOINED", digest id, items, closes ms}, or {"RETRY", an id
 -- or ""} when the caller asked about the wrong digest: the one the notification joined
 -- before, or the one open now ("": none; the caller's was sealed or another opened since).
 
-local KEYS_EACH, ARGS_EACH = 6, 15 -- of each notification
+local KEYS_EACH, ARGS_EACH = 4, 12 -- of each notification, after the shared ones
+local due = KEYS[1]
+local now, max_bytes, keep_ms = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 
 local function join(k, a)
-  local open, digest, items, order = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]
-  local due, joined = KEYS[k + 5], KEYS[k + 6]
-  local id, found_open = ARGV[a + 1], ARGV[a + 2] == "1"
-  local now, closes = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
-  local max_items, max_bytes = tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
-  local keep_ms, nid, item = tonumber(ARGV[a + 7]), ARGV[a + 8], ARGV[a + 9]
+  local open, digest, items, joined = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]
+  local id, how, closes = ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 3])
+  local max_items, nid, item = tonumber(ARGV[a + 4]), ARGV[a + 5], ARGV[a + 6]
 
-  local before = redis.call("GET", joined)
-  if before and before ~= id then
-    return { "RETRY", before } -- it joined that one: ask again with its keys
-  elseif before then
-    local state = redis.call("HMGET", digest, "count", "closes_ms")
-    return { "JOINED", id, tonumber(state[1] or 0), tonumber(state[2] or 0) }
+  if how == "again" then
+    local before = redis.call("GET", joined)
+    if before and before ~= id then
+      return { "RETRY", before } -- it joined that one: ask again with its keys
+    elseif before then
+      local state = redis.call("HMGET", digest, "count", "closes_ms")
+      return { "JOINED", id, tonumber(state[1] or 0), tonumber(state[2] or 0) }
+    end
   end
   local current = redis.call("GET", open)
-  if current and current ~= id then
-    return { "RETRY", current }
-  end
-  if not current then
-    if found_open or redis.call("EXISTS", digest) == 1 then
+  if current then
+    local space = string.find(current, " ", 1, true)
+    local open_id = space and string.sub(current, 1, space - 1) or current
+    if open_id ~= id then
+      return { "RETRY", open_id }
+    end
+    closes = tonumber(space and string.sub(current, space + 1)
+      or redis.call("HGET", digest, "closes_ms")) -- a value without its closing time
+  else
+    if how == "open" or redis.call("EXISTS", digest) == 1 then
       return { "RETRY", "" }
     end
     redis.call("HSET", digest, "state", "open", "opened_ms", now, "closes_ms", closes,
-        "count", 0, "bytes", 0, "recipient_id", ARGV[a + 10], "type", ARGV[a + 11],
-      "key", ARGV[a + 12], "producer", ARGV[a + 13], "locale", ARGV[a + 14], "open_key", open)
+      "bytes", 0, "recipient_id", ARGV[a + 8], "type", ARGV[a + 9], "key", ARGV[a + 10],
+      "producer", ARGV[a + 11], "locale", ARGV[a + 12], "open_key", open)
     redis.call("ZADD", due, closes, id)
-    redis.call("SET", open, id, "PX", closes - now + keep_ms)
-  else
-    closes = tonumber(redis.call("HGET", digest, "closes_ms"))
+    redis.call("SET", open, id .. " " .. closes, "PX", closes - now + keep_ms)
   end
-  redis.call("HSET", items, nid, item)
-  redis.call("RPUSH", order, nid)
-  redis.call("HSET", digest, "recipient", ARGV[a + 15])
-  local count = redis.call("HINCRBY", digest, "count", 1)
+  local count = redis.call("RPUSH", items, nid .. " " .. item)
   local bytes = redis.call("HINCRBY", digest, "bytes", #item)
+  redis.call("HSET", digest, "count", count, "recipient", ARGV[a + 7])
   redis.call("SET", joined, id, "PX", closes - now + keep_ms)
   if count >= max_items or bytes >= max_bytes then
     -- Full: due now, and closed to further joins.
@@ -70,7 +79,7 @@ local function join(k, a)
 end
 
 local replies = {}
-for i = 0, #KEYS / KEYS_EACH - 1 do
-  replies[#replies + 1] = join(i * KEYS_EACH, i * ARGS_EACH)
+for i = 0, (#KEYS - 1) / KEYS_EACH - 1 do
+  replies[#replies + 1] = join(1 + i * KEYS_EACH, 3 + i * ARGS_EACH)
 end
 return replies

@@ -1,24 +1,26 @@
 -- A cancelled notification leaves the digest it joined, while the digest is open.
 --
 -- Keys and arguments: ``streams.digests.store.leave_call`` lays them out.
--- KEYS: the digest (a hash), its items (a hash) and their order (a list)
+-- KEYS: the digest (a hash), its items (a list of "<notification id> <data JSON>")
 -- ARGV: the notification id
+--
+-- An open digest holds at most its ``max_items``, so finding the item is a short scan.
 --
 -- Reply: "LEFT"; or, when it is not in the digest's items any more, the digest's state
 -- ("sealed", "closed": too late, it is in the digest's notification) or "GONE".
 
-local digest, items, order = KEYS[1], KEYS[2], KEYS[3]
-local nid = ARGV[1]
+local digest, items = KEYS[1], KEYS[2]
+local prefix = ARGV[1] .. " "
 local state = redis.call("HGET", digest, "state")
 if state ~= "open" then
   return state or "GONE"
 end
-local item = redis.call("HGET", items, nid)
-if not item then
-  return "GONE"
+for _, entry in ipairs(redis.call("LRANGE", items, 0, -1)) do
+  if string.sub(entry, 1, #prefix) == prefix then
+    redis.call("LREM", items, 1, entry)
+    redis.call("HSET", digest, "count", redis.call("LLEN", items))
+    redis.call("HINCRBY", digest, "bytes", #prefix - #entry)
+    return "LEFT"
+  end
 end
-redis.call("HDEL", items, nid)
-redis.call("LREM", order, 1, nid)
-redis.call("HINCRBY", digest, "count", -1)
-redis.call("HINCRBY", digest, "bytes", -#item)
-return "LEFT"
+return "GONE"

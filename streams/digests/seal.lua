@@ -1,7 +1,7 @@
 -- Close a digest to further joins, before its items are read to make its notification.
 --
 -- Keys and arguments: ``streams.digests.store.seal_call`` lays them out.
--- KEYS: the digest (a hash), the open digest's id of its (recipient, type, key)
+-- KEYS: the digest (a hash), the open digest of its (recipient, type, key): "<id> <closes ms>"
 -- ARGV: the digest id
 --
 -- An open digest becomes sealed, and stops being the open one (a notification joining after
@@ -18,7 +18,8 @@ if state == "open" then
   redis.call("HSET", digest, "state", "sealed")
   state = "sealed"
 end
-if redis.call("GET", open) == ARGV[1] then
+local current = redis.call("GET", open)
+if current and string.sub(current, 1, #ARGV[1] + 1) == ARGV[1] .. " " then
   redis.call("DEL", open)
 end
 return state

@@ -58,6 +58,15 @@ class JoinAsk(msgspec.Struct, frozen=True, kw_only=True):
     item: bytes  # the notification's data (JSON)
     closes_ms: int  # when a digest it opens closes
     max_items: int
+    again: bool = True  # its request was answered before: it may have joined already
+
+
+# How a notification asks to join (``join.lua``): the digest it names was found open, or is a
+# new one (none was open); or its request was answered before, so it may have joined.
+OPEN, NEW, AGAIN = "open", "new", "again"
+# One notification's part of a ``join.lua`` call: its ask, the digest it names, how it asks,
+# and its open digest's key.
+JoinCandidate = tuple[JoinAsk, str, str, str]
 
 
 class Joined(msgspec.Struct, frozen=True):
@@ -98,13 +107,13 @@ def key_digest(key: str) -> str:
 async def join(redis: Redis, shard: ShardKeys, ask: JoinAsk, now_ms: int) -> Joined:
     """Join ``ask``'s notification to its digest on ``shard`` (its recipient's home) and
     record it; raises ``DigestBusy``."""
-    found = await redis.get(_open_key(shard, ask))
-    current = as_text(found) if found else ""
+    open_key = _open_key(shard, ask)
+    current = _open_id(await redis.get(open_key))
     for _ in range(MAX_TRIES):
         candidate = current or digest_id(ask.recipient_id, ask.notification_type, ask.key, now_ms)
-        [reply] = await scripts.DIGEST_JOIN(
-            redis, *digest_join_call(shard, ask, candidate, found_open=bool(current), now_ms=now_ms)
-        )
+        how = AGAIN if ask.again else (OPEN if current else NEW)
+        call = digest_join_call(shard, [(ask, candidate, how, open_key)], now_ms)
+        [reply] = await scripts.DIGEST_JOIN(redis, *call)
         if reply[0] == b"JOINED":
             joined = Joined(as_text(reply[1]), int(reply[2]), int(reply[3]))
             await _record_join(redis, shard, ask, joined, now_ms)
@@ -114,26 +123,24 @@ async def join(redis: Redis, shard: ShardKeys, ask: JoinAsk, now_ms: int) -> Joi
     raise DigestBusy("digest: it kept changing while joining; retry the request")
 
 
-def digest_join_call(
-    shard: ShardKeys,
-    ask: JoinAsk,
-    candidate: str,
-    *,
-    found_open: bool,
-    now_ms: int,
-    open_key: str = "",
-) -> Call:
-    """The keys and arguments of one notification's in a ``join.lua`` call (its header says
-    what they are); ``open_key``: its open digest's key, when the caller made it already."""
-    keys: list[KeyOrArg] = [
-        open_key or _open_key(shard, ask), shard.digest(candidate), shard.digest_items(candidate),
-        shard.digest_order(candidate), shard.digests_due, shard.digest_joined(ask.notification_id),
-    ]  # fmt: skip
-    args: list[KeyOrArg] = [
-        candidate, "1" if found_open else "0", now_ms, max(ask.closes_ms, now_ms),
-        ask.max_items, MAX_BYTES, KEEP_MS, ask.notification_id, ask.item, ask.recipient_id,
-        ask.notification_type, ask.key, ask.producer, ask.locale, ask.recipient,
-    ]  # fmt: skip
+def digest_join_call(shard: ShardKeys, joins: Sequence[JoinCandidate], now_ms: int) -> Call:
+    """The keys and arguments of a ``join.lua`` call joining ``joins`` in order (its header
+    says what they are)."""
+    keys: list[KeyOrArg] = [shard.digests_due]
+    args: list[KeyOrArg] = [now_ms, MAX_BYTES, KEEP_MS]
+    for ask, candidate, how, open_key in joins:
+        keys += (
+            open_key or _open_key(shard, ask), shard.digest(candidate),
+            shard.digest_items(candidate), shard.digest_joined(ask.notification_id),
+        )  # fmt: skip
+        args += (
+            candidate, how, max(ask.closes_ms, now_ms), ask.max_items, ask.notification_id,
+            ask.item, ask.recipient,
+        )  # fmt: skip
+        if how == OPEN:  # the digest's own fields are written only by the join that opens it
+            args += ("", "", "", "", "")
+        else:
+            args += (ask.recipient_id, ask.notification_type, ask.key, ask.producer, ask.locale)
     return keys, args
 
 
@@ -159,20 +166,16 @@ async def join_many(
         found: list[list[bytes | None]] = await pipe.execute()
     calls: list[Call] = []
     for (shard, indices), opened in zip(groups, found, strict=True):
-        keys: list[KeyOrArg] = []
-        args: list[KeyOrArg] = []
+        joins: list[JoinCandidate] = []
         for index, raw, open_key in zip(indices, opened, open_keys[shard.shard], strict=True):
             ask = asks[index][1]
-            current = as_text(raw) if raw else ""
+            current = _open_id(raw)
+            how = AGAIN if ask.again else (OPEN if current else NEW)
             candidate = current or digest_id(
                 ask.recipient_id, ask.notification_type, ask.key, now_ms
             )
-            call = digest_join_call(
-                shard, ask, candidate, found_open=bool(current), now_ms=now_ms, open_key=open_key
-            )
-            keys += call[0]
-            args += call[1]
-        calls.append((keys, args))
+            joins.append((ask, candidate, how, open_key))
+        calls.append(digest_join_call(shard, joins, now_ms))
     replies: list[Any] = [None] * len(asks)
     for (_, indices), group in zip(
         groups, await scripts.DIGEST_JOIN.run_many(redis, calls), strict=True
@@ -213,6 +216,11 @@ async def _join_alone(
         return await join(redis, shard, ask, now_ms)
     except DigestBusy as busy:
         return busy
+
+
+def _open_id(value: bytes | None) -> str:
+    """The id in an open digest's value ("<id> <closes ms>"; "" for none)."""
+    return as_text(value).partition(" ")[0] if value else ""
 
 
 def _open_key(shard: ShardKeys, ask: JoinAsk) -> str:
@@ -284,19 +292,21 @@ async def seal_many(redis: Redis, shard: ShardKeys, digests: Sequence[str]) -> l
     await scripts.DIGEST_SEAL.run_many(redis, calls)
     async with redis.pipeline(transaction=False) as pipe:
         for digest, _ in live:
-            pipe.lrange(shard.digest_order(digest), 0, -1)
-            pipe.hgetall(shard.digest_items(digest))
+            pipe.lrange(shard.digest_items(digest), 0, -1)
         read = await pipe.execute()
     sealed = {
-        digest: _sealed(digest, fields, read[2 * n], read[2 * n + 1])
-        for n, (digest, fields) in enumerate(live)
+        digest: _sealed(digest, fields, items)
+        for (digest, fields), items in zip(live, read, strict=True)
     }
     return [sealed.get(digest) for digest in digests]
 
 
-def _sealed(
-    digest: str, fields: dict[bytes, bytes], order: list[bytes], items: dict[bytes, bytes]
-) -> Sealed:
+def _sealed(digest: str, fields: dict[bytes, bytes], entries: list[bytes]) -> Sealed:
+    """What a sealed digest's notification is made of; ``entries``: its items list."""
+    items: dict[bytes, bytes] = {}  # by notification id, in the order they joined
+    for entry in entries:
+        nid, _, item = entry.partition(b" ")
+        items.setdefault(nid, item)
     return Sealed(
         digest_id=digest,
         recipient_id=as_text(fields[b"recipient_id"]),
@@ -305,7 +315,7 @@ def _sealed(
         producer=as_text(fields[b"producer"]),
         locale=as_text(fields.get(b"locale", b"")),
         recipient=fields.get(b"recipient", b"{}"),
-        items=[items[nid] for nid in dict.fromkeys(order) if nid in items],
+        items=list(items.values()),
     )
 
 
@@ -352,8 +362,7 @@ def digest_close_call(shard: ShardKeys, sealed: Sealed, notification_id: str, no
         notification_id=notification_id,
     )  # fmt: skip
     keys: list[KeyOrArg] = [
-        shard.digest(digest), shard.digest_items(digest), shard.digest_order(digest),
-        shard.digests_due, shard.events,
+        shard.digest(digest), shard.digest_items(digest), shard.digests_due, shard.events
     ]  # fmt: skip
     return keys, [digest, notification_id, now_ms, KEEP_MS, codec.encode_events([event])]
 
@@ -365,10 +374,7 @@ def digest_seal_call(shard: ShardKeys, digest: str, open_key: str) -> Call:
 
 def digest_leave_call(shard: ShardKeys, digest: str, notification_id: str) -> Call:
     """The keys and arguments of one ``leave.lua`` call."""
-    keys: list[KeyOrArg] = [
-        shard.digest(digest), shard.digest_items(digest), shard.digest_order(digest)
-    ]  # fmt: skip
-    return keys, [notification_id]
+    return [shard.digest(digest), shard.digest_items(digest)], [notification_id]
 
 
 def _at(ms: int) -> datetime:

@@ -36,7 +36,7 @@ from streams.core.events import (
     PreferenceEntry,
     ProviderFeedbackReceived,
 )
-from streams.core.keys import KeySpace
+from streams.core.keys import KeySpace, ShardKeys
 from streams.core.leases import lease_call
 from streams.core.records import decode_record
 from streams.core.retention import StreamRetention, trim_stream_call
@@ -60,6 +60,9 @@ from streams.delivery.store import (
 )
 from streams.delivery.throttles import throttle_call
 from streams.digests.store import (
+    AGAIN,
+    NEW,
+    OPEN,
     JoinAsk,
     Sealed,
     digest_close_call,
@@ -754,38 +757,53 @@ def join_ask(nid: str, *, max_items: int = 3) -> JoinAsk:
     return JoinAsk(
         notification_id=nid, recipient_id="u-1", notification_type="comment", key="A-17",
         producer="shop", locale="en", recipient=b'{"id":"u-1"}', item=b'{"text":"hi"}',
-        closes_ms=10_000, max_items=max_items,
+        closes_ms=10_000, max_items=max_items, again=False,
     )  # fmt: skip
+
+
+def join_call(
+    shard: ShardKeys, nid: str, digest: str, how: str, now_ms: int, max_items: int = 3
+) -> Call:
+    """One notification's ``join.lua`` call."""
+    return digest_join_call(shard, [(join_ask(nid, max_items=max_items), digest, how, "")], now_ms)
+
+
+def items_of(entries: list[bytes]) -> list[bytes]:
+    """The notification ids of a digest's items list."""
+    return [entry.partition(b" ")[0] for entry in entries]
 
 
 async def test_digests_join(real_redis: Redis, key_prefix: str) -> None:
     shard = KeySpace(key_prefix).shard(0)
-    opening = digest_join_call(shard, join_ask("n-1"), "d-1", found_open=False, now_ms=1_000)
+    opening = join_call(shard, "n-1", "d-1", NEW, 1_000)
     assert await run(real_redis, scripts.DIGEST_JOIN, opening) == [[b"JOINED", b"d-1", 1, 10_000]]
     assert await real_redis.zscore(shard.digests_due, "d-1") == 10_000
+    assert await real_redis.get(opening[0][1]) == b"d-1 10000"  # the open digest, its closing
     # The same notification again (its request answered again): nothing is added.
-    assert await run(real_redis, scripts.DIGEST_JOIN, opening) == [[b"JOINED", b"d-1", 1, 10_000]]
+    again = join_call(shard, "n-1", "d-1", AGAIN, 1_500)
+    assert await run(real_redis, scripts.DIGEST_JOIN, again) == [[b"JOINED", b"d-1", 1, 10_000]]
     # Another candidate for the same (recipient, type, key): the open one is named.
-    other = digest_join_call(shard, join_ask("n-2"), "d-2", found_open=False, now_ms=1_001)
+    other = join_call(shard, "n-2", "d-2", NEW, 1_001)
     assert await run(real_redis, scripts.DIGEST_JOIN, other) == [[b"RETRY", b"d-1"]]
-    second = digest_join_call(shard, join_ask("n-2"), "d-1", found_open=True, now_ms=1_001)
+    second = join_call(shard, "n-2", "d-1", OPEN, 1_001)
     assert await run(real_redis, scripts.DIGEST_JOIN, second) == [[b"JOINED", b"d-1", 2, 10_000]]
     # The third fills it (max_items 3): due now and no longer open.
-    third = digest_join_call(shard, join_ask("n-3"), "d-1", found_open=True, now_ms=2_000)
+    third = join_call(shard, "n-3", "d-1", OPEN, 2_000)
     assert await run(real_redis, scripts.DIGEST_JOIN, third) == [[b"JOINED", b"d-1", 3, 2_000]]
     assert await real_redis.zscore(shard.digests_due, "d-1") == 2_000
-    assert await real_redis.lrange(shard.digest_order("d-1"), 0, -1) == [b"n-1", b"n-2", b"n-3"]
-    fourth = digest_join_call(shard, join_ask("n-4"), "d-1", found_open=True, now_ms=2_001)
+    entries = await real_redis.lrange(shard.digest_items("d-1"), 0, -1)
+    assert entries[0] == b'n-1 {"text":"hi"}'
+    assert items_of(entries) == [b"n-1", b"n-2", b"n-3"]
+    assert await real_redis.hget(shard.digest("d-1"), "count") == b"3"
+    fourth = join_call(shard, "n-4", "d-1", OPEN, 2_001)
     assert await run(real_redis, scripts.DIGEST_JOIN, fourth) == [[b"RETRY", b""]]
-    # A notification that joined d-1 asked about another digest is sent back to d-1.
-    lost = digest_join_call(shard, join_ask("n-2"), "d-9", found_open=False, now_ms=3_000)
+    # A notification that joined d-1, answered again, asked about another digest is sent
+    # back to d-1; asked as new, it would not be (its request was never answered before).
+    lost = join_call(shard, "n-2", "d-9", AGAIN, 3_000)
     assert await run(real_redis, scripts.DIGEST_JOIN, lost) == [[b"RETRY", b"d-1"]]
     # One call joins several, in order: the second joins the digest the first opened.
-    keys, args = digest_join_call(shard, join_ask("m-1"), "d-5", found_open=False, now_ms=4_000)
-    for nid in ("m-2", "m-3"):
-        call = digest_join_call(shard, join_ask(nid), "d-5", found_open=False, now_ms=4_000)
-        keys, args = [*keys, *call[0]], [*args, *call[1]]
-    assert await run(real_redis, scripts.DIGEST_JOIN, (keys, args)) == [
+    joins = [(join_ask(nid), "d-5", NEW, "") for nid in ("m-1", "m-2", "m-3")]
+    assert await run(real_redis, scripts.DIGEST_JOIN, digest_join_call(shard, joins, 4_000)) == [
         [b"JOINED", b"d-5", 1, 10_000], [b"JOINED", b"d-5", 2, 10_000],
         [b"JOINED", b"d-5", 3, 4_000],
     ]  # fmt: skip
@@ -793,10 +811,14 @@ async def test_digests_join(real_redis: Redis, key_prefix: str) -> None:
 
 async def test_digests_seal(real_redis: Redis, key_prefix: str) -> None:
     shard = KeySpace(key_prefix).shard(0)
-    opening = digest_join_call(shard, join_ask("n-1"), "d-1", found_open=False, now_ms=1_000)
+    opening = join_call(shard, "n-1", "d-1", NEW, 1_000)
     await run(real_redis, scripts.DIGEST_JOIN, opening)
-    open_key = opening[0][0]
+    open_key = opening[0][1]
     assert isinstance(open_key, str)
+    # Sealing a digest whose id begins like the open one's leaves the open one alone.
+    await real_redis.hset(shard.digest("d-"), "state", "open")
+    assert await run(real_redis, scripts.DIGEST_SEAL, digest_seal_call(shard, "d-", open_key))
+    assert await real_redis.exists(open_key) == 1
     call = digest_seal_call(shard, "d-1", open_key)
     assert await run(real_redis, scripts.DIGEST_SEAL, call) == b"sealed"
     assert await real_redis.exists(open_key) == 0  # the next notification opens a new one
@@ -807,18 +829,20 @@ async def test_digests_seal(real_redis: Redis, key_prefix: str) -> None:
 
 async def test_digests_leave(real_redis: Redis, key_prefix: str) -> None:
     shard = KeySpace(key_prefix).shard(0)
-    for n, found in ((1, False), (2, True)):
-        call = digest_join_call(shard, join_ask(f"n-{n}"), "d-1", found_open=found, now_ms=1_000)
+    for n, how in ((1, NEW), (2, OPEN), (3, OPEN)):
+        call = join_call(shard, f"n-{n}", "d-1", how, 1_000, max_items=10)
         await run(real_redis, scripts.DIGEST_JOIN, call)
-    leave = digest_leave_call(shard, "d-1", "n-1")
+    assert await real_redis.hget(shard.digest("d-1"), "bytes") == b"39"
+    leave = digest_leave_call(shard, "d-1", "n-2")
     assert await run(real_redis, scripts.DIGEST_LEAVE, leave) == b"LEFT"
-    assert await real_redis.lrange(shard.digest_order("d-1"), 0, -1) == [b"n-2"]
-    assert await real_redis.hget(shard.digest("d-1"), "count") == b"1"
+    assert items_of(await real_redis.lrange(shard.digest_items("d-1"), 0, -1)) == [b"n-1", b"n-3"]
+    fields = await real_redis.hgetall(shard.digest("d-1"))
+    assert (fields[b"count"], fields[b"bytes"]) == (b"2", b"26")
     assert await run(real_redis, scripts.DIGEST_LEAVE, leave) == b"GONE"  # left already
-    open_key = digest_join_call(shard, join_ask("n-2"), "d-1", found_open=True, now_ms=1)[0][0]
+    open_key = join_call(shard, "n-1", "d-1", OPEN, 1)[0][1]
     assert isinstance(open_key, str)
     await run(real_redis, scripts.DIGEST_SEAL, digest_seal_call(shard, "d-1", open_key))
-    too_late = digest_leave_call(shard, "d-1", "n-2")
+    too_late = digest_leave_call(shard, "d-1", "n-1")
     assert await run(real_redis, scripts.DIGEST_LEAVE, too_late) == b"sealed"
 
 
@@ -836,7 +860,7 @@ async def test_digests_take(real_redis: Redis, key_prefix: str) -> None:
 
 async def test_digests_close(real_redis: Redis, key_prefix: str) -> None:
     shard = KeySpace(key_prefix).shard(0)
-    opening = digest_join_call(shard, join_ask("n-1"), "d-1", found_open=False, now_ms=1_000)
+    opening = join_call(shard, "n-1", "d-1", NEW, 1_000)
     await run(real_redis, scripts.DIGEST_JOIN, opening)
     sealed = Sealed(
         digest_id="d-1", recipient_id="u-1", notification_type="comment", key="A-17",
@@ -844,7 +868,7 @@ async def test_digests_close(real_redis: Redis, key_prefix: str) -> None:
     )  # fmt: skip
     call = digest_close_call(shard, sealed, "made-1", 11_000)
     assert await run(real_redis, scripts.DIGEST_CLOSE, call) == 0  # open: never sealed
-    open_key = opening[0][0]
+    open_key = opening[0][1]
     assert isinstance(open_key, str)
     await run(real_redis, scripts.DIGEST_SEAL, digest_seal_call(shard, "d-1", open_key))
     assert await run(real_redis, scripts.DIGEST_CLOSE, call) == 1

@@ -101,7 +101,8 @@ async def test_a_digest_whose_items_all_left_closes_without_a_notification(
     ingestor = Ingestor(real_redis, keys, Planner(CATALOG, DIGEST), 3600)
     digest = await joined_digest(real_redis, keys, ingestor, 1)
     home = keys.home_of_recipient("u-1")
-    [nid] = [n.decode() for n in await real_redis.lrange(home.digest_order(digest), 0, -1)]
+    [entry] = await real_redis.lrange(home.digest_items(digest), 0, -1)
+    nid = entry.decode().partition(" ")[0]
     assert await store.leave(real_redis, home, digest, nid) == "LEFT"
     assert await closer(real_redis, keys, 10**13).close(home, digest)
     fields = await real_redis.hgetall(home.digest(digest))
