@@ -91,25 +91,27 @@ class DigestCloser:
 
     async def close(self, shard: ShardKeys, digest: str) -> bool:
         """Seal ``digest``, make its notification and close it; whether this closed it."""
-        return await self.close_many(shard, [digest]) == 1
+        member = await store.member_of(self.redis, shard, digest)
+        return bool(member) and await self.close_many(shard, [member]) == 1
 
-    async def close_many(self, shard: ShardKeys, digests: list[str]) -> int:
-        """Seal ``digests``, make their notifications and close them; how many this closed
-        (not those closed before, by another process or an earlier try)."""
-        sealed = [s for s in await store.seal_many(self.redis, shard, digests) if s]
+    async def close_many(self, shard: ShardKeys, members: list[str]) -> int:
+        """Seal the digests of ``members`` (of the due set), make their notifications and
+        close them; how many this closed (not those closed before, by another process or an
+        earlier try)."""
+        sealed = [s for s in await store.seal_many(self.redis, shard, members) if s]
         made = {s.digest_id: "" for s in sealed if not s.items}  # every item left: nothing
         by_producer: dict[str, list[store.Sealed]] = {}
         for digest in sealed:
             if digest.items:
                 by_producer.setdefault(digest.producer, []).append(digest)
-        retry: list[str] = []
+        retry: list[str] = []  # members
         for producer, group in by_producer.items():
             entries = [(digest_key(digest.digest_id), _request(digest)) for digest in group]
             answers = await self.ingestor.ingest_many(producer, entries)
             for digest, answer in zip(group, answers, strict=True):
                 made_id = _made(digest, answer)
                 if made_id is None:
-                    retry.append(digest.digest_id)
+                    retry.append(digest.member)
                 else:
                     made[digest.digest_id] = made_id
         if retry:

@@ -4,7 +4,8 @@
 --
 -- Keys and arguments: ``streams.digests.store.digest_join_call`` lays them out: first what
 -- the call's notifications share, then each notification's, one after the other.
--- KEYS: the shard's digests by closing time; then per notification: the open digest (a
+-- KEYS: the shard's digests by closing time ("<id> <open key>": a closer seals a digest by
+--       both); then per notification: the open digest (a
 --       string: "<id> <closes ms>"), the digest (a hash), its items (a list of
 --       "<notification id> <data JSON>", in the order they joined), the notification's join
 -- ARGV: now (ms), at most how many bytes a digest holds, how long (ms) a closed digest and a
@@ -60,8 +61,8 @@ local function join(k, a)
     end
     redis.call("HSET", digest, "state", "open", "opened_ms", now, "closes_ms", closes,
       "bytes", 0, "recipient_id", ARGV[a + 8], "type", ARGV[a + 9], "key", ARGV[a + 10],
-      "producer", ARGV[a + 11], "locale", ARGV[a + 12], "open_key", open)
-    redis.call("ZADD", due, closes, id)
+      "producer", ARGV[a + 11], "locale", ARGV[a + 12])
+    redis.call("ZADD", due, closes, id .. " " .. open)
     redis.call("SET", open, id .. " " .. closes, "PX", closes - now + keep_ms)
   end
   local count = redis.call("RPUSH", items, nid .. " " .. item)
@@ -70,7 +71,7 @@ local function join(k, a)
   redis.call("SET", joined, id, "PX", closes - now + keep_ms)
   if count >= max_items or bytes >= max_bytes then
     -- Full: due now, and closed to further joins.
-    redis.call("ZADD", due, now, id)
+    redis.call("ZADD", due, now, id .. " " .. open)
     redis.call("DEL", open)
     redis.call("HSET", digest, "state", "sealed", "closes_ms", now)
     closes = now

@@ -80,6 +80,7 @@ class Sealed:
     """A due digest, sealed: what its notification is made of."""
 
     digest_id: str
+    member: str  # its member of the shard's due set: "<id> <open key>"
     recipient_id: str
     notification_type: str
     key: str
@@ -218,7 +219,7 @@ async def _join_alone(
         return busy
 
 
-def _open_id(value: bytes | None) -> str:
+def _open_id(value: bytes | str | None) -> str:
     """The id in an open digest's value ("<id> <closes ms>"; "" for none)."""
     return as_text(value).partition(" ")[0] if value else ""
 
@@ -247,68 +248,75 @@ async def due(redis: Redis, shard: ShardKeys, now_ms: int, limit: int = 100) -> 
     found: list[bytes] = await redis.zrangebyscore(  # type: ignore[assignment]
         shard.digests_due, "-inf", now_ms, start=0, num=limit
     )
-    return [as_text(raw) for raw in found]
+    return [digest_of(as_text(member)) for member in found]
+
+
+def digest_of(member: str) -> str:
+    """The digest id of a member of the due set ("<id> <open key>")."""
+    return member.partition(" ")[0]
 
 
 async def take(
     redis: Redis, shard: ShardKeys, now_ms: int, limit: int = 100, claim_ms: int = CLAIM_MS
 ) -> list[str]:
-    """Claim up to ``limit`` of ``shard``'s digests due by ``now_ms`` for ``claim_ms``: the
-    ids taken, the most overdue first."""
+    """Claim up to ``limit`` of ``shard``'s digests due by ``now_ms`` for ``claim_ms``: their
+    members of the due set ("<id> <open key>"), the most overdue first."""
     taken = await scripts.DIGEST_TAKE(redis, *digest_take_call(shard, now_ms, limit, claim_ms))
     return [as_text(raw) for raw in taken]
 
 
-async def release(redis: Redis, shard: ShardKeys, digests: Sequence[str], now_ms: int) -> None:
-    """Give up the claim on taken digests not closed: due again at ``now_ms``."""
-    await redis.zadd(shard.digests_due, dict.fromkeys(digests, now_ms), xx=True)
+async def release(redis: Redis, shard: ShardKeys, members: Sequence[str], now_ms: int) -> None:
+    """Give up the claim on taken digests not closed (by their members): due again at
+    ``now_ms``."""
+    await redis.zadd(shard.digests_due, dict.fromkeys(members, now_ms), xx=True)
+
+
+async def member_of(redis: Redis, shard: ShardKeys, digest: str) -> str:
+    """A digest's member of the due set, made from its fields ("": it is gone)."""
+    recipient_id, type_name, key = await redis.hmget(
+        shard.digest(digest), ["recipient_id", "type", "key"]
+    )
+    if recipient_id is None or type_name is None:
+        return ""
+    open_key = shard.digest_open(
+        as_text(recipient_id), as_text(type_name), key_digest(as_text(key or b""))
+    )
+    return f"{digest} {open_key}"
 
 
 async def seal(redis: Redis, shard: ShardKeys, digest: str) -> Sealed | None:
-    """``seal_many`` of one digest."""
-    return (await seal_many(redis, shard, [digest]))[0]
+    """``seal_many`` of one digest, by its id."""
+    member = await member_of(redis, shard, digest)
+    return (await seal_many(redis, shard, [member]))[0] if member else None
 
 
-async def seal_many(redis: Redis, shard: ShardKeys, digests: Sequence[str]) -> list[Sealed | None]:
-    """Seal due digests and read what their notifications are made of, in three round
-    trips; None for one that is gone or closed already (taken off the due set then)."""
-    async with redis.pipeline(transaction=False) as pipe:
-        for digest in digests:
-            pipe.hgetall(shard.digest(digest))
-        found: list[dict[bytes, bytes]] = await pipe.execute()
-    live = [
-        (digest, fields) for digest, fields in zip(digests, found, strict=True)
-        if fields and fields.get(b"state") != b"closed"
-    ]  # fmt: skip
-    ended = [digest for digest, fields in zip(digests, found, strict=True) if not fields]
-    if ended:
-        await redis.zrem(shard.digests_due, *ended)
-    if not live:
-        return [None] * len(digests)
-    calls = [
-        digest_seal_call(shard, digest, as_text(fields.get(b"open_key", b"")))
-        for digest, fields in live
+async def seal_many(redis: Redis, shard: ShardKeys, members: Sequence[str]) -> list[Sealed | None]:
+    """Seal taken digests (by their members of the due set) and read what their
+    notifications are made of, in one round trip; None for one that is gone or closed
+    already (taken off the due set then)."""
+    if not members:
+        return []
+    replies = await scripts.DIGEST_SEAL(redis, *digest_seal_call(shard, members))
+    return [
+        _sealed(member, _pairs(reply[1]), reply[2]) if reply[0] == b"sealed" else None
+        for member, reply in zip(members, replies, strict=True)
     ]
-    await scripts.DIGEST_SEAL.run_many(redis, calls)
-    async with redis.pipeline(transaction=False) as pipe:
-        for digest, _ in live:
-            pipe.lrange(shard.digest_items(digest), 0, -1)
-        read = await pipe.execute()
-    sealed = {
-        digest: _sealed(digest, fields, items)
-        for (digest, fields), items in zip(live, read, strict=True)
-    }
-    return [sealed.get(digest) for digest in digests]
 
 
-def _sealed(digest: str, fields: dict[bytes, bytes], entries: list[bytes]) -> Sealed:
+def _pairs(flat: list[bytes]) -> dict[bytes, bytes]:
+    """A hash's fields from HGETALL's reply inside a script (field, value, ...)."""
+    return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
+def _sealed(member: str, fields: dict[bytes, bytes], entries: list[bytes]) -> Sealed:
     """What a sealed digest's notification is made of; ``entries``: its items list."""
     items: dict[bytes, bytes] = {}  # by notification id, in the order they joined
     for entry in entries:
         nid, _, item = entry.partition(b" ")
         items.setdefault(nid, item)
     return Sealed(
-        digest_id=digest,
+        digest_id=digest_of(member),
+        member=member,
         recipient_id=as_text(fields[b"recipient_id"]),
         notification_type=as_text(fields[b"type"]),
         key=as_text(fields.get(b"key", b"")),
@@ -334,11 +342,8 @@ async def close_many(
     (False: closed before, by this closer's earlier try or another's)."""
     if not closes:
         return []
-    calls = [
-        digest_close_call(shard, sealed, notification_id, now_ms)
-        for sealed, notification_id in closes
-    ]
-    return [bool(done) for done in await scripts.DIGEST_CLOSE.run_many(redis, calls)]
+    done = await scripts.DIGEST_CLOSE(redis, *digest_close_call(shard, closes, now_ms))
+    return [bool(closed) for closed in done]
 
 
 async def leave(redis: Redis, shard: ShardKeys, digest: str, notification_id: str) -> str:
@@ -353,23 +358,30 @@ def digest_take_call(shard: ShardKeys, now_ms: int, limit: int, claim_ms: int) -
     return [shard.digests_due], [now_ms, limit, claim_ms]
 
 
-def digest_close_call(shard: ShardKeys, sealed: Sealed, notification_id: str, now_ms: int) -> Call:
-    """The keys and arguments of one ``close.lua`` call (its header says what they are)."""
-    digest = sealed.digest_id
-    event = DigestClosed(
-        at=_at(now_ms), digest_id=digest, recipient_id=sealed.recipient_id,
-        notification_type=sealed.notification_type, count=len(sealed.items),
-        notification_id=notification_id,
-    )  # fmt: skip
-    keys: list[KeyOrArg] = [
-        shard.digest(digest), shard.digest_items(digest), shard.digests_due, shard.events
-    ]  # fmt: skip
-    return keys, [digest, notification_id, now_ms, KEEP_MS, codec.encode_events([event])]
+def digest_close_call(shard: ShardKeys, closes: Sequence[tuple[Sealed, str]], now_ms: int) -> Call:
+    """The keys and arguments of a ``close.lua`` call closing ``closes`` (each sealed digest
+    and the notification made of it; its header says what they are)."""
+    keys: list[KeyOrArg] = [shard.digests_due, shard.events]
+    args: list[KeyOrArg] = [now_ms, KEEP_MS]
+    at = _at(now_ms)
+    for sealed, notification_id in closes:
+        event = DigestClosed(
+            at=at, digest_id=sealed.digest_id, recipient_id=sealed.recipient_id,
+            notification_type=sealed.notification_type, count=len(sealed.items),
+            notification_id=notification_id,
+        )  # fmt: skip
+        keys += (shard.digest(sealed.digest_id), shard.digest_items(sealed.digest_id))
+        args += (sealed.member, notification_id, codec.encode_events([event]))
+    return keys, args
 
 
-def digest_seal_call(shard: ShardKeys, digest: str, open_key: str) -> Call:
-    """The keys and arguments of one ``seal.lua`` call."""
-    return [shard.digest(digest), open_key], [digest]
+def digest_seal_call(shard: ShardKeys, members: Sequence[str]) -> Call:
+    """The keys and arguments of a ``seal.lua`` call sealing the digests of ``members``."""
+    keys: list[KeyOrArg] = [shard.digests_due]
+    for member in members:
+        digest, _, open_key = member.partition(" ")
+        keys += (shard.digest(digest), shard.digest_items(digest), open_key)
+    return keys, list(members)
 
 
 def digest_leave_call(shard: ShardKeys, digest: str, notification_id: str) -> Call:

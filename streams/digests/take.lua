@@ -3,15 +3,15 @@
 -- by itself if this closer dies before closing it.
 --
 -- Keys and arguments: ``streams.digests.store.digest_take_call`` lays them out.
--- KEYS: the shard's digests by closing time
+-- KEYS: the shard's digests by closing time (members "<digest id> <its open key>")
 -- ARGV: now (ms), at most how many to take, how long (ms) a claim lasts
 --
--- Reply: the ids taken, the most overdue first.
+-- Reply: the members taken, the most overdue first.
 
 local due = KEYS[1]
 local now, limit, claim = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local ids = redis.call("ZRANGEBYSCORE", due, "-inf", now, "LIMIT", 0, limit)
-for _, id in ipairs(ids) do
-  redis.call("ZADD", due, now + claim, id)
+local taken = redis.call("ZRANGEBYSCORE", due, "-inf", now, "LIMIT", 0, limit)
+for _, member in ipairs(taken) do
+  redis.call("ZADD", due, now + claim, member)
 end
-return ids
+return taken

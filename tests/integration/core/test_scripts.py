@@ -8,6 +8,7 @@ script understood the layout: the reply and the effect are what the arguments as
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import re
 import time
@@ -777,7 +778,8 @@ async def test_digests_join(real_redis: Redis, key_prefix: str) -> None:
     shard = KeySpace(key_prefix).shard(0)
     opening = join_call(shard, "n-1", "d-1", NEW, 1_000)
     assert await run(real_redis, scripts.DIGEST_JOIN, opening) == [[b"JOINED", b"d-1", 1, 10_000]]
-    assert await real_redis.zscore(shard.digests_due, "d-1") == 10_000
+    member = f"d-1 {opening[0][1]}"  # the due set names a digest with its open key
+    assert await real_redis.zscore(shard.digests_due, member) == 10_000
     assert await real_redis.get(opening[0][1]) == b"d-1 10000"  # the open digest, its closing
     # The same notification again (its request answered again): nothing is added.
     again = join_call(shard, "n-1", "d-1", AGAIN, 1_500)
@@ -790,7 +792,7 @@ async def test_digests_join(real_redis: Redis, key_prefix: str) -> None:
     # The third fills it (max_items 3): due now and no longer open.
     third = join_call(shard, "n-3", "d-1", OPEN, 2_000)
     assert await run(real_redis, scripts.DIGEST_JOIN, third) == [[b"JOINED", b"d-1", 3, 2_000]]
-    assert await real_redis.zscore(shard.digests_due, "d-1") == 2_000
+    assert await real_redis.zscore(shard.digests_due, member) == 2_000
     entries = await real_redis.lrange(shard.digest_items("d-1"), 0, -1)
     assert entries[0] == b'n-1 {"text":"hi"}'
     assert items_of(entries) == [b"n-1", b"n-2", b"n-3"]
@@ -814,17 +816,28 @@ async def test_digests_seal(real_redis: Redis, key_prefix: str) -> None:
     opening = join_call(shard, "n-1", "d-1", NEW, 1_000)
     await run(real_redis, scripts.DIGEST_JOIN, opening)
     open_key = opening[0][1]
-    assert isinstance(open_key, str)
-    # Sealing a digest whose id begins like the open one's leaves the open one alone.
+    member = f"d-1 {open_key}"
+    # A digest whose id begins like the open one's is sealed without touching the open one.
     await real_redis.hset(shard.digest("d-"), "state", "open")
-    assert await run(real_redis, scripts.DIGEST_SEAL, digest_seal_call(shard, "d-", open_key))
+    prefix = digest_seal_call(shard, [f"d- {open_key}"])
+    assert await run(real_redis, scripts.DIGEST_SEAL, prefix) == [
+        [b"sealed", [b"state", b"sealed"], []]
+    ]
     assert await real_redis.exists(open_key) == 1
-    call = digest_seal_call(shard, "d-1", open_key)
-    assert await run(real_redis, scripts.DIGEST_SEAL, call) == b"sealed"
+    call = digest_seal_call(shard, [member, f"d-gone {open_key}"])
+    [sealed, gone] = await run(real_redis, scripts.DIGEST_SEAL, call)
+    assert sealed[0] == b"sealed"
+    assert dict(zip(sealed[1][::2], sealed[1][1::2], strict=True))[b"state"] == b"sealed"
+    assert sealed[2] == [b'n-1 {"text":"hi"}']
+    assert gone == [b"GONE"]
     assert await real_redis.exists(open_key) == 0  # the next notification opens a new one
-    assert await run(real_redis, scripts.DIGEST_SEAL, call) == b"sealed"
-    gone = digest_seal_call(shard, "d-gone", open_key)
-    assert await run(real_redis, scripts.DIGEST_SEAL, gone) == b"GONE"
+    [again] = await run(real_redis, scripts.DIGEST_SEAL, digest_seal_call(shard, [member]))
+    assert again == sealed  # sealing again changes nothing
+    await real_redis.hset(shard.digest("d-1"), "state", "closed")
+    assert await run(real_redis, scripts.DIGEST_SEAL, digest_seal_call(shard, [member])) == [
+        [b"closed"]
+    ]
+    assert await real_redis.zscore(shard.digests_due, member) is None  # closed: not due
 
 
 async def test_digests_leave(real_redis: Redis, key_prefix: str) -> None:
@@ -840,8 +853,7 @@ async def test_digests_leave(real_redis: Redis, key_prefix: str) -> None:
     assert (fields[b"count"], fields[b"bytes"]) == (b"2", b"26")
     assert await run(real_redis, scripts.DIGEST_LEAVE, leave) == b"GONE"  # left already
     open_key = join_call(shard, "n-1", "d-1", OPEN, 1)[0][1]
-    assert isinstance(open_key, str)
-    await run(real_redis, scripts.DIGEST_SEAL, digest_seal_call(shard, "d-1", open_key))
+    await run(real_redis, scripts.DIGEST_SEAL, digest_seal_call(shard, [f"d-1 {open_key}"]))
     too_late = digest_leave_call(shard, "d-1", "n-1")
     assert await run(real_redis, scripts.DIGEST_LEAVE, too_late) == b"sealed"
 
@@ -862,22 +874,29 @@ async def test_digests_close(real_redis: Redis, key_prefix: str) -> None:
     shard = KeySpace(key_prefix).shard(0)
     opening = join_call(shard, "n-1", "d-1", NEW, 1_000)
     await run(real_redis, scripts.DIGEST_JOIN, opening)
+    member = f"d-1 {opening[0][1]}"
     sealed = Sealed(
-        digest_id="d-1", recipient_id="u-1", notification_type="comment", key="A-17",
-        producer="shop", locale="en", recipient=b"{}", items=[b'{"text":"hi"}'],
+        digest_id="d-1", member=member, recipient_id="u-1", notification_type="comment",
+        key="A-17", producer="shop", locale="en", recipient=b"{}", items=[b'{"text":"hi"}'],
     )  # fmt: skip
-    call = digest_close_call(shard, sealed, "made-1", 11_000)
-    assert await run(real_redis, scripts.DIGEST_CLOSE, call) == 0  # open: never sealed
-    open_key = opening[0][1]
-    assert isinstance(open_key, str)
-    await run(real_redis, scripts.DIGEST_SEAL, digest_seal_call(shard, "d-1", open_key))
-    assert await run(real_redis, scripts.DIGEST_CLOSE, call) == 1
-    assert await run(real_redis, scripts.DIGEST_CLOSE, call) == 0  # once
+    call = digest_close_call(shard, [(sealed, "made-1")], 11_000)
+    assert await run(real_redis, scripts.DIGEST_CLOSE, call) == [0]  # open: never sealed
+    await run(real_redis, scripts.DIGEST_SEAL, digest_seal_call(shard, [member]))
+    assert await run(real_redis, scripts.DIGEST_CLOSE, call) == [1]
+    assert await run(real_redis, scripts.DIGEST_CLOSE, call) == [0]  # once
     fields = await real_redis.hgetall(shard.digest("d-1"))
     assert (fields[b"state"], fields[b"notification_id"]) == (b"closed", b"made-1")
-    assert await real_redis.zscore(shard.digests_due, "d-1") is None
+    assert await real_redis.zscore(shard.digests_due, member) is None
     assert 0 < await real_redis.pttl(shard.digest_items("d-1")) <= 86_400_000
     assert await real_redis.xlen(shard.events) == 1  # its DigestClosed, once
+    # One call closes a batch, each digest once.
+    other = join_call(shard, "n-2", "d-2", NEW, 1_000)  # d-1 sealed: d-2 opens
+    await run(real_redis, scripts.DIGEST_JOIN, other)
+    second = dataclasses.replace(sealed, digest_id="d-2", member=f"d-2 {other[0][1]}")
+    await run(real_redis, scripts.DIGEST_SEAL, digest_seal_call(shard, [second.member]))
+    both = digest_close_call(shard, [(sealed, "made-1"), (second, "made-2")], 12_000)
+    assert await run(real_redis, scripts.DIGEST_CLOSE, both) == [0, 1]
+    assert await real_redis.xlen(shard.events) == 2
 
 
 def test_every_script_has_a_contract_test() -> None:
