@@ -74,6 +74,16 @@ class Clock:
         return self.now
 
 
+def notification_id(name: str) -> str:
+    """A notification id (a UUIDv7, as Clarion makes them, of the hour the tests started)
+    named by ``name``: the same name, the same id."""
+    millis = f"{_TESTS_START_MS:012x}"
+    return f"{millis[:8]}-{millis[8:]}-7000-8000-{uuid.uuid5(uuid.NAMESPACE_OID, name).hex[:12]}"
+
+
+_TESTS_START_MS = int(datetime.now(UTC).timestamp() * 1000)
+
+
 async def delete_prefix(redis: Redis, prefix: str) -> None:
     """Remove every key under ``prefix:``."""
     batch: list[bytes] = []

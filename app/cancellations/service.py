@@ -32,7 +32,6 @@ from redis.asyncio import Redis
 from projections import queries
 from projections.database import UNAVAILABLE
 from streams.campaigns.ids import campaign_of
-from streams.core.codec import as_text
 from streams.core.keys import KeySpace, ShardKeys
 from streams.core.records import DeliveryAtAcceptance, NotificationRecord
 from streams.core.vocabulary import PROVIDER_ACCEPTED, TERMINAL, DeliveryStatus
@@ -169,10 +168,10 @@ class Cancellations:
         if not record.deliveries or any(d.status != digested for d in record.deliveries):
             return record
         home = self.keys.home_of_recipient(record.recipient_id)
-        digest = await self.redis.get(home.digest_joined(record.id))
-        if digest is None:
+        digest = await digests.joined_digest(self.redis, home, record.id)
+        if not digest:
             return record
-        if await digests.leave(self.redis, home, as_text(digest), record.id) != "LEFT":
+        if await digests.leave(self.redis, home, digest, record.id) != "LEFT":
             return record
         waiting = DeliveryStatus.SCHEDULED  # as cancel.lua sees it: not ended, not queued
         return msgspec.structs.replace(record, deliveries=[

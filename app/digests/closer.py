@@ -34,7 +34,7 @@ from app.settings import Settings
 from streams.core.clock import now_ms as wall_clock_ms
 from streams.core.errors import Conflict, Unavailable
 from streams.core.keys import KeySpace, ShardKeys
-from streams.digests import store
+from streams.digests import closing
 from streams.digests.ids import digest_key
 from streams.metrics.recorder import MetricsRecorder
 
@@ -86,21 +86,21 @@ class DigestCloser:
 
     async def close_due(self, shard: ShardKeys) -> int:
         """Close ``shard``'s digests due now, a batch at a time; how many this closed."""
-        taken = await store.take(self.redis, shard, self.now_ms(), BATCH)
+        taken = await closing.take(self.redis, shard, self.now_ms(), BATCH)
         return await self.close_many(shard, taken) if taken else 0
 
     async def close(self, shard: ShardKeys, digest: str) -> bool:
         """Seal ``digest``, make its notification and close it; whether this closed it."""
-        member = await store.member_of(self.redis, shard, digest)
+        member = await closing.member_of(self.redis, shard, digest)
         return bool(member) and await self.close_many(shard, [member]) == 1
 
     async def close_many(self, shard: ShardKeys, members: list[str]) -> int:
         """Seal the digests of ``members`` (of the due set), make their notifications and
         close them; how many this closed (not those closed before, by another process or an
         earlier try)."""
-        sealed = [s for s in await store.seal_many(self.redis, shard, members) if s]
+        sealed = [s for s in await closing.seal_many(self.redis, shard, members) if s]
         made = {s.digest_id: "" for s in sealed if not s.items}  # every item left: nothing
-        by_producer: dict[str, list[store.Sealed]] = {}
+        by_producer: dict[str, list[closing.Sealed]] = {}
         for digest in sealed:
             if digest.items:
                 by_producer.setdefault(digest.producer, []).append(digest)
@@ -115,12 +115,12 @@ class DigestCloser:
                 else:
                     made[digest.digest_id] = made_id
         if retry:
-            await store.release(self.redis, shard, retry, self.now_ms())
+            await closing.release(self.redis, shard, retry, self.now_ms())
         closes = [(digest, made[digest.digest_id]) for digest in sealed if digest.digest_id in made]
-        return sum(await store.close_many(self.redis, shard, closes, self.now_ms()))
+        return sum(await closing.close_many(self.redis, shard, closes, self.now_ms()))
 
 
-def _made(digest: store.Sealed, answer: IngestAnswer) -> str | None:
+def _made(digest: closing.Sealed, answer: IngestAnswer) -> str | None:
     """The id of the notification ``digest`` was made into; "" when the ingest refused it
     for good (logged), None when for now (tried again)."""
     if answer.error is None:
@@ -147,7 +147,7 @@ def digest_closer(
     return DigestCloser(redis, keys, ingestor)
 
 
-def _request(sealed: store.Sealed) -> NotificationRequest:
+def _request(sealed: closing.Sealed) -> NotificationRequest:
     """The digest's notification: its recipient as the last item gave it, its items."""
     items = [msgspec.json.decode(item) for item in sealed.items]
     return NotificationRequest(

@@ -162,9 +162,10 @@ class ShardKeys:
         "<notification id> <its data, JSON>"."""
         return f"{self.tag}:dg:{digest_id}:list"
 
-    def digest_joined(self, notification_id: str) -> str:
-        """The digest a notification joined (a string): a repeated join finds it."""
-        return f"{self.tag}:dg:joined:{notification_id}"
+    def digest_joined(self, hour: int) -> str:
+        """Which digest each notification made in an hour (since the epoch; its id says)
+        joined: a hash by notification id, so that a repeated join finds it."""
+        return f"{self.tag}:dg:joined:{hour}"
 
     @property
     def digests_due(self) -> str:

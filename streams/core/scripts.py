@@ -179,10 +179,10 @@ INBOX_MARK = LuaScript("inbox/mark")  # inbox.marks
 INBOX_REVOKE = LuaScript("inbox/revoke")  # inbox.revocation
 
 DIGEST_JOIN = LuaScript("digests/join")  # digests.store
-DIGEST_SEAL = LuaScript("digests/seal")  # digests.store
+DIGEST_SEAL = LuaScript("digests/seal")  # digests.closing
 DIGEST_LEAVE = LuaScript("digests/leave")  # digests.store
-DIGEST_TAKE = LuaScript("digests/take")  # digests.store
-DIGEST_CLOSE = LuaScript("digests/close")  # digests.store
+DIGEST_TAKE = LuaScript("digests/take")  # digests.closing
+DIGEST_CLOSE = LuaScript("digests/close")  # digests.closing
 
 CAMPAIGN_WRITE = LuaScript("campaigns/write")  # campaigns.store
 DLQ_REPLAY = LuaScript("dlq/replay")  # dlq.replay

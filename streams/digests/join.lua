@@ -4,31 +4,34 @@
 --
 -- Keys and arguments: ``streams.digests.store.digest_join_call`` lays them out: first what
 -- the call's notifications share, then each notification's, one after the other.
--- KEYS: the shard's digests by closing time ("<id> <open key>": a closer seals a digest by
---       both); then per notification: the open digest (a
---       string: "<id> <closes ms>"), the digest (a hash), its items (a list of
---       "<notification id> <data JSON>", in the order they joined), the notification's join
--- ARGV: now (ms), at most how many bytes a digest holds, how long (ms) a closed digest and a
---       join are kept; then per notification: the digest id the caller found open, or a new
---       one derived from (recipient, type, key, now) when it found none, and how it asks
---       ("open": it found that one open; "new": none; "again": its request was answered
---       before, so it may have joined), when a new digest closes, at most how many items a
---       digest holds, the notification id, its item (JSON), the recipient (JSON, its
---       addresses), then for a new digest: the recipient id, type, key, producer, locale
+-- KEYS: the shard's digests by closing time (members "<id> <open key>": a closer seals a
+--       digest by both); then per notification: the open digest of its (recipient, type,
+--       key) (a string: "<id> <closes ms>"), the digest (a hash), its items (a list of
+--       "<notification id> <data JSON>", in the order they joined), and which digest each
+--       notification made in its hour joined (a hash by notification id)
+-- ARGV: now (ms), at most how many bytes a digest holds, how long (ms) an open digest's key
+--       outlives its closing; then per notification: the digest id the caller found open,
+--       or a new one derived from (recipient, type, key, now) when it found none; how it
+--       asks ("open": it found that one open; "new": none; "again": its request was
+--       answered before, so it may have joined); when a new digest closes; at most how many
+--       items a digest holds; the notification id; its item (JSON); the recipient (JSON, its
+--       addresses); when its hour's joins expire (ms since the epoch); then for a new
+--       digest ("" otherwise): the recipient id, type, key, producer, locale
 --
 -- A notification that joined before (the same producer request answered again) is not added
 -- twice: its join names the digest. A digest that fills up (items or bytes) is due at once,
 -- and the next notification opens a new one.
 --
--- A join is the common path, kept to five commands: the open digest read (its closing time
--- rides in its value), the item pushed (the list's length is the count), the bytes counted,
--- the count and the latest recipient written, and the join recorded.
+-- A join is the common path, kept short: the open digest read (its closing time rides in
+-- its value), the item pushed (the list's length is the count), the bytes counted, the count
+-- and the latest recipient written, and the join recorded as a field of its hour's hash (a
+-- key per notification, with its own expiry, cost a fifth of the whole join).
 --
 -- Reply: for each notification {"JOINED", digest id, items, closes ms}, or {"RETRY", an id
 -- or ""} when the caller asked about the wrong digest: the one the notification joined
 -- before, or the one open now ("": none; the caller's was sealed or another opened since).
 
-local KEYS_EACH, ARGS_EACH = 4, 12 -- of each notification, after the shared ones
+local KEYS_EACH, ARGS_EACH = 4, 13 -- of each notification, after the shared ones
 local due = KEYS[1]
 local now, max_bytes, keep_ms = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 
@@ -38,7 +41,7 @@ local function join(k, a)
   local max_items, nid, item = tonumber(ARGV[a + 4]), ARGV[a + 5], ARGV[a + 6]
 
   if how == "again" then
-    local before = redis.call("GET", joined)
+    local before = redis.call("HGET", joined, nid)
     if before and before ~= id then
       return { "RETRY", before } -- it joined that one: ask again with its keys
     elseif before then
@@ -60,15 +63,16 @@ local function join(k, a)
       return { "RETRY", "" }
     end
     redis.call("HSET", digest, "state", "open", "opened_ms", now, "closes_ms", closes,
-      "bytes", 0, "recipient_id", ARGV[a + 8], "type", ARGV[a + 9], "key", ARGV[a + 10],
-      "producer", ARGV[a + 11], "locale", ARGV[a + 12])
+      "bytes", 0, "recipient_id", ARGV[a + 9], "type", ARGV[a + 10], "key", ARGV[a + 11],
+      "producer", ARGV[a + 12], "locale", ARGV[a + 13])
     redis.call("ZADD", due, closes, id .. " " .. open)
     redis.call("SET", open, id .. " " .. closes, "PX", closes - now + keep_ms)
   end
   local count = redis.call("RPUSH", items, nid .. " " .. item)
   local bytes = redis.call("HINCRBY", digest, "bytes", #item)
   redis.call("HSET", digest, "count", count, "recipient", ARGV[a + 7])
-  redis.call("SET", joined, id, "PX", closes - now + keep_ms)
+  redis.call("HSET", joined, nid, id)
+  redis.call("PEXPIREAT", joined, ARGV[a + 8], "NX") -- the hour's hash, once
   if count >= max_items or bytes >= max_bytes then
     -- Full: due now, and closed to further joins.
     redis.call("ZADD", due, now, id .. " " .. open)

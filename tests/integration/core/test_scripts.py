@@ -60,17 +60,19 @@ from streams.delivery.store import (
     delivery_finish_call,
 )
 from streams.delivery.throttles import throttle_call
+from streams.digests.closing import (
+    Sealed,
+    digest_close_call,
+    digest_seal_call,
+    digest_take_call,
+)
 from streams.digests.store import (
     AGAIN,
     NEW,
     OPEN,
     JoinAsk,
-    Sealed,
-    digest_close_call,
     digest_join_call,
     digest_leave_call,
-    digest_seal_call,
-    digest_take_call,
 )
 from streams.dlq.entries import Worker, parse_entry, poison_entry
 from streams.dlq.replay import Candidate, ReplayOrder, dlq_replay_call
@@ -101,7 +103,14 @@ from streams.status_webhooks.outbox import (
     status_dead_letter_call,
     status_outbox_append_call,
 )
-from tests.conftest import DIGEST, REPO, Clock, connect_test_redis, on_every_node
+from tests.conftest import (
+    DIGEST,
+    REPO,
+    Clock,
+    connect_test_redis,
+    notification_id,
+    on_every_node,
+)
 
 WORKER = Worker("contract-worker", "test")
 ORDER = {
@@ -756,7 +765,8 @@ async def test_inbox_mark(real_redis: Redis, key_prefix: str, catalog: Catalog) 
 
 def join_ask(nid: str, *, max_items: int = 3) -> JoinAsk:
     return JoinAsk(
-        notification_id=nid, recipient_id="u-1", notification_type="comment", key="A-17",
+        notification_id=notification_id(nid), recipient_id="u-1", notification_type="comment",
+        key="A-17",
         producer="shop", locale="en", recipient=b'{"id":"u-1"}', item=b'{"text":"hi"}',
         closes_ms=10_000, max_items=max_items, again=False,
     )  # fmt: skip
@@ -769,9 +779,10 @@ def join_call(
     return digest_join_call(shard, [(join_ask(nid, max_items=max_items), digest, how, "")], now_ms)
 
 
-def items_of(entries: list[bytes]) -> list[bytes]:
-    """The notification ids of a digest's items list."""
-    return [entry.partition(b" ")[0] for entry in entries]
+def items_of(entries: list[bytes]) -> list[str]:
+    """The names of the notifications in a digest's items list."""
+    names = {notification_id(f"{letter}-{n}"): f"{letter}-{n}" for letter in "nm" for n in range(9)}
+    return [names[entry.partition(b" ")[0].decode()] for entry in entries]
 
 
 async def test_digests_join(real_redis: Redis, key_prefix: str) -> None:
@@ -794,8 +805,8 @@ async def test_digests_join(real_redis: Redis, key_prefix: str) -> None:
     assert await run(real_redis, scripts.DIGEST_JOIN, third) == [[b"JOINED", b"d-1", 3, 2_000]]
     assert await real_redis.zscore(shard.digests_due, member) == 2_000
     entries = await real_redis.lrange(shard.digest_items("d-1"), 0, -1)
-    assert entries[0] == b'n-1 {"text":"hi"}'
-    assert items_of(entries) == [b"n-1", b"n-2", b"n-3"]
+    assert entries[0] == f'{notification_id("n-1")} {{"text":"hi"}}'.encode()
+    assert items_of(entries) == ["n-1", "n-2", "n-3"]
     assert await real_redis.hget(shard.digest("d-1"), "count") == b"3"
     fourth = join_call(shard, "n-4", "d-1", OPEN, 2_001)
     assert await run(real_redis, scripts.DIGEST_JOIN, fourth) == [[b"RETRY", b""]]
@@ -828,7 +839,7 @@ async def test_digests_seal(real_redis: Redis, key_prefix: str) -> None:
     [sealed, gone] = await run(real_redis, scripts.DIGEST_SEAL, call)
     assert sealed[0] == b"sealed"
     assert dict(zip(sealed[1][::2], sealed[1][1::2], strict=True))[b"state"] == b"sealed"
-    assert sealed[2] == [b'n-1 {"text":"hi"}']
+    assert sealed[2] == [f'{notification_id("n-1")} {{"text":"hi"}}'.encode()]
     assert gone == [b"GONE"]
     assert await real_redis.exists(open_key) == 0  # the next notification opens a new one
     [again] = await run(real_redis, scripts.DIGEST_SEAL, digest_seal_call(shard, [member]))
@@ -846,15 +857,15 @@ async def test_digests_leave(real_redis: Redis, key_prefix: str) -> None:
         call = join_call(shard, f"n-{n}", "d-1", how, 1_000, max_items=10)
         await run(real_redis, scripts.DIGEST_JOIN, call)
     assert await real_redis.hget(shard.digest("d-1"), "bytes") == b"39"
-    leave = digest_leave_call(shard, "d-1", "n-2")
+    leave = digest_leave_call(shard, "d-1", notification_id("n-2"))
     assert await run(real_redis, scripts.DIGEST_LEAVE, leave) == b"LEFT"
-    assert items_of(await real_redis.lrange(shard.digest_items("d-1"), 0, -1)) == [b"n-1", b"n-3"]
+    assert items_of(await real_redis.lrange(shard.digest_items("d-1"), 0, -1)) == ["n-1", "n-3"]
     fields = await real_redis.hgetall(shard.digest("d-1"))
     assert (fields[b"count"], fields[b"bytes"]) == (b"2", b"26")
     assert await run(real_redis, scripts.DIGEST_LEAVE, leave) == b"GONE"  # left already
     open_key = join_call(shard, "n-1", "d-1", OPEN, 1)[0][1]
     await run(real_redis, scripts.DIGEST_SEAL, digest_seal_call(shard, [f"d-1 {open_key}"]))
-    too_late = digest_leave_call(shard, "d-1", "n-1")
+    too_late = digest_leave_call(shard, "d-1", notification_id("n-1"))
     assert await run(real_redis, scripts.DIGEST_LEAVE, too_late) == b"sealed"
 
 

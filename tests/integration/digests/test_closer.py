@@ -18,7 +18,7 @@ from app.ingest.requests import NotificationRequest
 from streams.core.events import NotificationAccepted
 from streams.core.keys import KeySpace
 from streams.core.records import decode_record
-from streams.digests import store
+from streams.digests import closing, store
 from streams.digests.ids import digest_key
 from tests.conftest import DIGEST, stream_events
 from tests.integration.delivery_support import catalog_text
@@ -91,7 +91,7 @@ async def test_a_due_digest_becomes_one_notification_however_many_close_it(
         if isinstance(e, NotificationAccepted) and e.idempotency_key == digest_key(digest)
     ]  # fmt: skip
     assert [e.notification_id for e in accepted] == [result["id"]]
-    assert await store.due(real_redis, home, later) == []
+    assert await closing.due(real_redis, home, later) == []
 
 
 async def test_a_digest_whose_items_all_left_closes_without_a_notification(
@@ -124,4 +124,4 @@ async def test_a_digest_the_ingest_refuses_for_good_is_closed_not_retried(
     )  # fmt: skip
     assert await refusing.close(home, digest)
     assert await real_redis.hget(home.digest(digest), "state") == b"closed"
-    assert await store.due(real_redis, home, 10**13) == []
+    assert await closing.due(real_redis, home, 10**13) == []

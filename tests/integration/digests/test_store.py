@@ -1,7 +1,6 @@
-"""Digests in Redis: concurrent joins make one digest and count each notification once, a
-join is recorded by its event (a batch's joins in one go), a due digest is taken by one
-closer at a time, sealed and read in join order, and a close records its notification with
-its event once."""
+"""Joining digests in Redis: concurrent joins make one digest and count each notification
+once, keys and fullness make new digests, and a join is recorded by its event (a batch's
+joins in one go)."""
 
 from __future__ import annotations
 
@@ -9,16 +8,16 @@ import asyncio
 
 from redis.asyncio import Redis
 
-from streams.core.events import DigestClosed, NotificationDigested
+from streams.core.events import NotificationDigested
 from streams.core.keys import KeySpace
 from streams.digests import store
-from tests.conftest import stream_events
+from tests.conftest import notification_id, stream_events
 
 
 def ask(nid: str, key: str = "A-17", closes_ms: int = 5_000, max_items: int = 100) -> store.JoinAsk:
     return store.JoinAsk(
-        notification_id=nid, recipient_id="u-1", notification_type="comment", key=key,
-        producer="shop", locale="en", recipient=b'{"id":"u-1"}',
+        notification_id=notification_id(nid), recipient_id="u-1", notification_type="comment",
+        key=key, producer="shop", locale="en", recipient=b'{"id":"u-1"}',
         item=f'{{"text":"{nid}"}}'.encode(), closes_ms=closes_ms, max_items=max_items,
     )  # fmt: skip
 
@@ -51,32 +50,6 @@ async def test_keys_and_fullness_make_new_digests(real_redis: Redis, key_prefix:
     assert full[1].closes_ms == 1_001  # due when it filled up
 
 
-async def test_a_due_digest_is_sealed_read_in_order_and_closed(
-    real_redis: Redis, key_prefix: str
-) -> None:
-    shard = KeySpace(key_prefix).shard(0)
-    for n in range(3):
-        await store.join(real_redis, shard, ask(f"n-{n}"), 1_000 + n)
-    assert await store.due(real_redis, shard, 4_999) == []
-    [digest] = await store.due(real_redis, shard, 5_000)
-    sealed = await store.seal(real_redis, shard, digest)
-    assert sealed is not None
-    assert sealed.items == [b'{"text":"n-0"}', b'{"text":"n-1"}', b'{"text":"n-2"}']
-    assert (sealed.key, sealed.producer, sealed.recipient) == ("A-17", "shop", b'{"id":"u-1"}')
-    later = await store.join(real_redis, shard, ask("n-late"), 5_001)  # opens a new digest
-    assert later.digest_id != digest
-    assert await store.close(real_redis, shard, sealed, "made-1", 5_100)
-    assert not await store.close(real_redis, shard, sealed, "made-1", 5_200)  # closed once
-    assert await store.due(real_redis, shard, 5_100) == [later.digest_id]
-    assert await real_redis.hget(shard.digest(digest), "notification_id") == b"made-1"
-    assert 0 < await real_redis.pttl(shard.digest_items(digest)) <= store.KEEP_MS
-    closed = [
-        e for e in await stream_events(real_redis, shard.events) if isinstance(e, DigestClosed)
-    ]
-    assert [(e.digest_id, e.count, e.notification_id) for e in closed] == [(digest, 3, "made-1")]
-    assert await store.seal(real_redis, shard, "gone") is None
-
-
 async def test_a_batch_joins_like_one_at_a_time_and_records_each_join(
     real_redis: Redis, key_prefix: str
 ) -> None:
@@ -94,22 +67,8 @@ async def test_a_batch_joins_like_one_at_a_time_and_records_each_join(
         e.notification_id for e in await stream_events(real_redis, shard.events)
         if isinstance(e, NotificationDigested)
     ]  # fmt: skip
-    assert sorted(recorded) == sorted(f"n-{n}" for n in range(8))
+    assert sorted(recorded) == sorted(notification_id(f"n-{n}") for n in range(8))
     again = await store.join_many(real_redis, asks[:2], 2_000)  # the same requests again
     assert [j.digest_id for j in again if isinstance(j, store.Joined)] == [
         j.digest_id for j in joined[:2] if isinstance(j, store.Joined)
     ]
-
-
-async def test_a_due_digest_is_taken_by_one_closer_until_its_claim_runs_out(
-    real_redis: Redis, key_prefix: str
-) -> None:
-    shard = KeySpace(key_prefix).shard(0)
-    digest = (await store.join(real_redis, shard, ask("n-1"), 1_000)).digest_id
-    taken = await asyncio.gather(*(store.take(real_redis, shard, 5_000) for _ in range(3)))
-    member = await store.member_of(real_redis, shard, digest)
-    assert member.startswith(f"{digest} ")  # the due set names a digest with its open key
-    assert sorted(taken) == [[], [], [member]]
-    assert await store.take(real_redis, shard, 5_000 + store.CLAIM_MS) == [member]
-    await store.release(real_redis, shard, [member], 6_000)
-    assert await store.due(real_redis, shard, 6_000) == [digest]
