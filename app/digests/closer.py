@@ -10,9 +10,10 @@ the producer of its first item, with the items' data as ``items``, their number 
 after a crash, or two processes closing the same digest, make one notification (the
 idempotency key sees to it) and one ``DigestClosed`` (the close script does).
 
-A digest whose notification the ingest refuses for good (its type left the catalog, say) is
-closed without one and logged, so it does not come back every tick; one refused for now
-(Redis or the recipient busy) is released, due again at once, and tried at the next tick.
+A digest whose notification the ingest refuses for good (its type left the catalog, say), or
+that cannot be made of its items at all, is closed without one and logged, so it does not
+come back every tick (nor hold up the rest of its batch); one refused for now (Redis or the
+recipient busy) is released, due again at once, and tried at the next tick.
 """
 
 from __future__ import annotations
@@ -100,13 +101,18 @@ class DigestCloser:
         earlier try)."""
         sealed = [s for s in await closing.seal_many(self.redis, shard, members) if s]
         made = {s.digest_id: "" for s in sealed if not s.items}  # every item left: nothing
-        by_producer: dict[str, list[closing.Sealed]] = {}
+        by_producer: dict[str, list[tuple[closing.Sealed, NotificationRequest]]] = {}
         for digest in sealed:
             if digest.items:
-                by_producer.setdefault(digest.producer, []).append(digest)
+                request = _request(digest)
+                if request is None:
+                    made[digest.digest_id] = ""  # logged: closed without one, not retried
+                else:
+                    by_producer.setdefault(digest.producer, []).append((digest, request))
         retry: list[str] = []  # members
-        for producer, group in by_producer.items():
-            entries = [(digest_key(digest.digest_id), _request(digest)) for digest in group]
+        for producer, pairs in by_producer.items():
+            group = [digest for digest, _ in pairs]
+            entries = [(digest_key(digest.digest_id), request) for digest, request in pairs]
             answers = await self.ingestor.ingest_many(producer, entries)
             for digest, answer in zip(group, answers, strict=True):
                 made_id = _made(digest, answer)
@@ -147,12 +153,21 @@ def digest_closer(
     return DigestCloser(redis, keys, ingestor)
 
 
-def _request(sealed: closing.Sealed) -> NotificationRequest:
-    """The digest's notification: its recipient as the last item gave it, its items."""
-    items = [msgspec.json.decode(item) for item in sealed.items]
-    return NotificationRequest(
-        recipient=msgspec.json.decode(sealed.recipient, type=Recipient),
-        type=sealed.notification_type,
-        locale=sealed.locale or None,
-        data={"items": items, "count": len(items), "key": sealed.key},
-    )
+def _request(sealed: closing.Sealed) -> NotificationRequest | None:
+    """The digest's notification: its recipient as the last item gave it, its items; None
+    (logged) when it cannot be made of them, so the digest closes instead of coming back."""
+    try:
+        items = [msgspec.json.decode(item) for item in sealed.items]
+        return NotificationRequest(
+            recipient=msgspec.json.decode(sealed.recipient, type=Recipient),
+            type=sealed.notification_type,
+            locale=sealed.locale or None,
+            data={"items": items, "count": len(items), "key": sealed.key},
+        )
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as error:
+        log.error(
+            "digests.unmakeable", digest_id=sealed.digest_id,
+            notification_type=sealed.notification_type, items=len(sealed.items),
+            error=str(error),
+        )  # fmt: skip
+        return None

@@ -170,6 +170,15 @@ class NotificationRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unkn
                 )
 
 
+def data_nests_deeper(data: dict[str, Any], levels: int) -> bool:
+    """Whether objects and arrays in ``data`` nest more than ``levels`` levels deep (``data``
+    itself is the first); ``__post_init__`` has it inline, for every notification."""
+    for value in data.values():
+        if type(value) in _CONTAINERS and _nests_deeper((value,), levels - 1):
+            return True
+    return False
+
+
 _CONTAINERS = frozenset((dict, list))  # what JSON's objects and arrays decode to
 
 

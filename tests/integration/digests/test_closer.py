@@ -9,12 +9,14 @@ from typing import Any
 
 import msgspec
 from redis.asyncio import Redis
+from structlog.testing import capture_logs
 
 from app.catalog import parse_catalog
 from app.digests.closer import DigestCloser
 from app.ingest.fanout import Planner
 from app.ingest.ingestor import Ingestor
-from app.ingest.requests import NotificationRequest
+from app.ingest.requests import MAX_DATA_DEPTH, NotificationRequest
+from streams.core.errors import Invalid
 from streams.core.events import NotificationAccepted
 from streams.core.keys import KeySpace
 from streams.core.records import decode_record
@@ -125,3 +127,55 @@ async def test_a_digest_the_ingest_refuses_for_good_is_closed_not_retried(
     assert await refusing.close(home, digest)
     assert await real_redis.hget(home.digest(digest), "state") == b"closed"
     assert await closing.due(real_redis, home, 10**13) == []
+
+
+def nested(levels: int) -> dict[str, Any]:
+    """Data whose objects nest ``levels`` levels deep (the data itself the first)."""
+    data: dict[str, Any] = {"thread": "A"}
+    inner = data
+    for _ in range(levels - 1):
+        inner["in"] = {}
+        inner = inner["in"]
+    return data
+
+
+async def test_data_as_deep_as_a_digest_allows_closes_and_deeper_is_refused_at_the_door(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    """A digest's notification holds each item two levels deeper than it came: a deeper
+    item would make a notification the ingest refuses, a digest that came back forever."""
+    keys = KeySpace(key_prefix)
+    ingestor = Ingestor(real_redis, keys, Planner(CATALOG, DIGEST), 3600)
+    body = {"recipient": {"id": "u-1", "email": "a@example.com"}, "type": "comment"}
+    deepest = msgspec.convert(body | {"data": nested(MAX_DATA_DEPTH - 2)}, NotificationRequest)
+    too_deep = msgspec.convert(body | {"data": nested(MAX_DATA_DEPTH - 1)}, NotificationRequest)
+    refused = await ingestor.ingest("shop", "k-deep", too_deep)
+    assert isinstance(refused.error, Invalid)  # a 422 naming the limit
+    assert f"at most {MAX_DATA_DEPTH - 2} levels deep" in str(refused.error)
+    accepted = await ingestor.ingest("shop", "k-ok", deepest)
+    digest = msgspec.json.decode(accepted.response)["digest"]["id"]
+    home = keys.home_of_recipient("u-1")
+    assert await closer(real_redis, keys, 10**13).close(home, digest)
+    result = await made(real_redis, keys, digest)
+    assert result["record"].type == "comment"
+
+
+async def test_a_digest_that_cannot_be_made_is_closed_not_retried_and_spares_its_batch(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    keys = KeySpace(key_prefix)
+    ingestor = Ingestor(real_redis, keys, Planner(CATALOG, DIGEST), 3600)
+    broken = await joined_digest(real_redis, keys, ingestor, 1)
+    home = keys.home_of_recipient("u-1")
+    await real_redis.rpush(home.digest_items(broken), "0190a1b2-c3d4-7000-8000-000000000000 {no")
+    body = {"recipient": {"id": "u-2", "email": "b@example.com"}, "type": "comment"}
+    other = await ingestor.ingest(
+        "shop", "k-u2", msgspec.convert(body | {"data": {"thread": "B"}}, NotificationRequest)
+    )
+    fine = msgspec.json.decode(other.response)["digest"]["id"]
+    with capture_logs() as logs:
+        assert await closer(real_redis, keys, 10**13).close_due(home) == 2
+    assert await real_redis.hget(home.digest(broken), "notification_id") == b""
+    assert [e["digest_id"] for e in logs if e["event"] == "digests.unmakeable"] == [broken]
+    assert (await made(real_redis, keys, fine))["record"].type == "comment"
+    assert await closing.due(real_redis, keys.home_of_recipient("u-2"), 10**13) == []
