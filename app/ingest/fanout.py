@@ -19,13 +19,7 @@ from app.ingest.chains import Fallback, Identity
 from app.ingest.delivery_plan import NotificationPlan, epoch_ms
 from app.ingest.fingerprints import fingerprint
 from app.ingest.quiet_hours import window_end
-from app.ingest.requests import (
-    MAX_DATA_DEPTH,
-    Accepted,
-    NotificationRequest,
-    data_nests_deeper,
-    target_address,
-)
+from app.ingest.requests import Accepted, NotificationRequest, digest_data_error, target_address
 from app.ingest.schedule import DEFAULT_MAX_SCHEDULE_SECONDS, ScheduleError, due_ms
 from streams.campaigns.ids import campaign_of
 from streams.core import codec
@@ -41,10 +35,6 @@ from streams.recipients.read import RecipientSettings
 from streams.recipients.settings import AddressDigest
 from streams.recipients.suppressions import EMPTY as EMPTY_LIST
 from streams.recipients.suppressions import ListView, address_field
-
-# A digest's notification holds each joined notification's data in ``items`` (an array of
-# objects): two levels deeper than its own, which must stay within ``MAX_DATA_DEPTH``.
-DIGEST_ITEM_DEPTH = MAX_DATA_DEPTH - 2
 
 _HIGH = Priority.HIGH  # bound once: looked up per notification
 
@@ -226,12 +216,8 @@ class Planner:
                 digest.key_of(request.data)
             except DigestError as error:
                 raise FanoutError(str(error)) from None
-            if data_nests_deeper(request.data, DIGEST_ITEM_DEPTH):
-                raise FanoutError(
-                    f"data: a notification of a digest type nests objects and arrays at most "
-                    f"{DIGEST_ITEM_DEPTH} levels deep (its digest's notification holds it in "
-                    f"items, two levels deeper)"
-                )
+            if too_deep := digest_data_error(request.data):
+                raise FanoutError(too_deep)
         pairs = addresses_by_channel(request, channels, type_config.webhook_url)
         if not type_config.fallback:  # the usual: as before types had fallbacks
             new_id, *delivery_ids = new_ids(shard.shard, 1 + len(pairs))

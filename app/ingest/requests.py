@@ -21,6 +21,7 @@ from streams.core.vocabulary import Channel, Priority
 # the shared template data) and read by the renderer, each recursively: far below where
 # recursion gives up, objects and arrays may nest this deep, ``data`` itself the first level.
 MAX_DATA_DEPTH = 32
+DIGEST_ITEM_DEPTH = MAX_DATA_DEPTH - 2  # a digest type's: see ``digest_data_error``
 
 # msgspec checks max_length before pattern, but no pattern here leans on it: each is anchored
 # and no quantifier competes with what follows it for a character, so each character is
@@ -170,13 +171,18 @@ class NotificationRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unkn
                 )
 
 
-def data_nests_deeper(data: dict[str, Any], levels: int) -> bool:
-    """Whether objects and arrays in ``data`` nest more than ``levels`` levels deep (``data``
-    itself is the first); ``__post_init__`` has it inline, for every notification."""
+def digest_data_error(data: dict[str, Any]) -> str:
+    """Why a notification of a digest type cannot have ``data`` ("" when it can): its
+    digest's notification holds it in ``items`` (an array of objects), two levels deeper,
+    within ``MAX_DATA_DEPTH`` like any other."""
     for value in data.values():
-        if type(value) in _CONTAINERS and _nests_deeper((value,), levels - 1):
-            return True
-    return False
+        if type(value) in _CONTAINERS and _nests_deeper((value,), DIGEST_ITEM_DEPTH - 1):
+            return (
+                f"data: a notification of a digest type nests objects and arrays at most "
+                f"{DIGEST_ITEM_DEPTH} levels deep (its digest's notification holds it in "
+                f"items, two levels deeper)"
+            )
+    return ""
 
 
 _CONTAINERS = frozenset((dict, list))  # what JSON's objects and arrays decode to
