@@ -172,6 +172,15 @@ class WebDriverError(AssertionError):
 STALE_ATTEMPTS = 5
 
 
+def replaced(error: WebDriverError) -> bool:
+    """Whether a command failed because the page replaced its element: a stale reference,
+    or (chromedriver reading a node a navigation just detached) an inspector error saying
+    the node is not in the document."""
+    return error.error == "stale element reference" or (
+        error.error == "unknown error" and "does not belong to the document" in str(error)
+    )
+
+
 class Browser:
     """A minimal W3C WebDriver client for one chromedriver session."""
 
@@ -214,7 +223,7 @@ class Browser:
             try:
                 return self.text(element)
             except WebDriverError as error:
-                if error.error != "stale element reference":
+                if not replaced(error):
                     raise
         raise AssertionError(f"{css} was replaced {STALE_ATTEMPTS} times while being read")
 
