@@ -111,10 +111,9 @@ class DigestCloser:
                     by_producer.setdefault(digest.producer, []).append((digest, request))
         retry: list[str] = []  # members
         for producer, pairs in by_producer.items():
-            group = [digest for digest, _ in pairs]
             entries = [(digest_key(digest.digest_id), request) for digest, request in pairs]
             answers = await self.ingestor.ingest_many(producer, entries)
-            for digest, answer in zip(group, answers, strict=True):
+            for (digest, _), answer in zip(pairs, answers, strict=True):
                 made_id = _made(digest, answer)
                 if made_id is None:
                     retry.append(digest.member)

@@ -1,7 +1,7 @@
 -- Record sealed digests closed, each with the notification made of it and its event: once,
 -- however many closers made that notification. One call for a closer's batch of one shard.
 --
--- Keys and arguments: ``streams.digests.store.digest_close_call`` lays them out.
+-- Keys and arguments: ``streams.digests.closing.digest_close_call`` lays them out.
 -- KEYS: the shard's digests by closing time, the shard's events; then per digest: the
 --       digest (a hash), its items (a list)
 -- ARGV: now (ms), how long (ms) a closed digest is kept; then per digest: its member of the

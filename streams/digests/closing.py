@@ -24,7 +24,7 @@ from streams.core.codec import as_text
 from streams.core.events import DigestClosed
 from streams.core.keys import ShardKeys
 from streams.core.scripts import Call, KeyOrArg
-from streams.digests.store import KEEP_MS, at, key_digest
+from streams.digests.store import KEEP_MS, at, open_digest_key
 
 # How long a closer's claim on the digests it took lasts: they come due again after it.
 CLAIM_MS = 30_000
@@ -80,10 +80,8 @@ async def member_of(redis: Redis, shard: ShardKeys, digest: str) -> str:
     )
     if recipient_id is None or type_name is None:
         return ""
-    open_key = shard.digest_open(
-        as_text(recipient_id), as_text(type_name), key_digest(as_text(key or b""))
-    )
-    return f"{digest} {open_key}"
+    opened = open_digest_key(shard, as_text(recipient_id), as_text(type_name), as_text(key or b""))
+    return f"{digest} {opened}"
 
 
 async def seal(redis: Redis, shard: ShardKeys, digest: str) -> Sealed | None:

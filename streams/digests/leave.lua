@@ -1,6 +1,6 @@
 -- A cancelled notification leaves the digest it joined, while the digest is open.
 --
--- Keys and arguments: ``streams.digests.store.leave_call`` lays them out.
+-- Keys and arguments: ``streams.digests.store.digest_leave_call`` lays them out.
 -- KEYS: the digest (a hash), its items (a list of "<notification id> <data JSON>")
 -- ARGV: the notification id
 --

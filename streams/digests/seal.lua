@@ -1,7 +1,7 @@
 -- Close taken digests to further joins and read what their notifications are made of: one
 -- call for a closer's batch of one shard.
 --
--- Keys and arguments: ``streams.digests.store.digest_seal_call`` lays them out.
+-- Keys and arguments: ``streams.digests.closing.digest_seal_call`` lays them out.
 -- KEYS: the shard's digests by closing time; then per digest: the digest (a hash), its items
 --       (a list), the open digest of its (recipient, type, key) ("<id> <closes ms>")
 -- ARGV: per digest: its member of the due set ("<id> <open key>")

@@ -107,13 +107,14 @@ def digest_join_call(shard: ShardKeys, joins: Sequence[JoinCandidate], now_ms: i
     keys: list[KeyOrArg] = [shard.digests_due]
     args: list[KeyOrArg] = [now_ms, MAX_BYTES, KEEP_MS]
     for ask, candidate, how, open_key in joins:
+        hour = joined_hour(ask.notification_id)
         keys += (
             open_key or _open_key(shard, ask), shard.digest(candidate),
-            shard.digest_items(candidate), shard.digest_joined(joined_hour(ask.notification_id)),
+            shard.digest_items(candidate), shard.digest_joined(hour),
         )  # fmt: skip
         args += (
             candidate, how, max(ask.closes_ms, now_ms), ask.max_items, ask.notification_id,
-            ask.item, ask.recipient, (joined_hour(ask.notification_id) + 1) * HOUR_MS + KEEP_MS,
+            ask.item, ask.recipient, (hour + 1) * HOUR_MS + KEEP_MS,
         )  # fmt: skip
         if how == OPEN:  # the digest's own fields are written only by the join that opens it
             args += ("", "", "", "", "")
@@ -213,8 +214,13 @@ def _open_id(value: bytes | str | None) -> str:
     return as_text(value).partition(" ")[0] if value else ""
 
 
+def open_digest_key(shard: ShardKeys, recipient_id: str, notification_type: str, key: str) -> str:
+    """The key of the digest open for (recipient, type, key) on ``shard``."""
+    return shard.digest_open(recipient_id, notification_type, key_digest(key))
+
+
 def _open_key(shard: ShardKeys, ask: JoinAsk) -> str:
-    return shard.digest_open(ask.recipient_id, ask.notification_type, key_digest(ask.key))
+    return open_digest_key(shard, ask.recipient_id, ask.notification_type, ask.key)
 
 
 def _join_event(ask: JoinAsk, joined: Joined, now_ms: int) -> NotificationDigested:

@@ -2,7 +2,7 @@
 -- future on the due set, so another closer does not take it meanwhile, and it comes due again
 -- by itself if this closer dies before closing it.
 --
--- Keys and arguments: ``streams.digests.store.digest_take_call`` lays them out.
+-- Keys and arguments: ``streams.digests.closing.digest_take_call`` lays them out.
 -- KEYS: the shard's digests by closing time (members "<digest id> <its open key>")
 -- ARGV: now (ms), at most how many to take, how long (ms) a claim lasts
 --

@@ -39,11 +39,13 @@ EMAIL = { title = "{{ count }} new", body = "{{ count }} new on {{ key }}" }
 CATALOG = parse_catalog(catalog_text() + COMMENT, "digests.toml")
 
 
-def comment(text: str) -> NotificationRequest:
+def comment(
+    text: str, *, to: str = "u-1", data: dict[str, Any] | None = None
+) -> NotificationRequest:
     body = {
-        "recipient": {"id": "u-1", "email": "a@example.com"},
+        "recipient": {"id": to, "email": f"{to}@example.com"},
         "type": "comment",
-        "data": {"thread": "A", "text": text},
+        "data": data if data is not None else {"thread": "A", "text": text},
     }
     return msgspec.convert(body, NotificationRequest)
 
@@ -146,9 +148,8 @@ async def test_data_as_deep_as_a_digest_allows_closes_and_deeper_is_refused_at_t
     item would make a notification the ingest refuses, a digest that came back forever."""
     keys = KeySpace(key_prefix)
     ingestor = Ingestor(real_redis, keys, Planner(CATALOG, DIGEST), 3600)
-    body = {"recipient": {"id": "u-1", "email": "a@example.com"}, "type": "comment"}
-    deepest = msgspec.convert(body | {"data": nested(MAX_DATA_DEPTH - 2)}, NotificationRequest)
-    too_deep = msgspec.convert(body | {"data": nested(MAX_DATA_DEPTH - 1)}, NotificationRequest)
+    deepest = comment("", data=nested(MAX_DATA_DEPTH - 2))
+    too_deep = comment("", data=nested(MAX_DATA_DEPTH - 1))
     refused = await ingestor.ingest("shop", "k-deep", too_deep)
     assert isinstance(refused.error, Invalid)  # a 422 naming the limit
     assert f"at most {MAX_DATA_DEPTH - 2} levels deep" in str(refused.error)
@@ -168,10 +169,7 @@ async def test_a_digest_that_cannot_be_made_is_closed_not_retried_and_spares_its
     broken = await joined_digest(real_redis, keys, ingestor, 1)
     home = keys.home_of_recipient("u-1")
     await real_redis.rpush(home.digest_items(broken), "0190a1b2-c3d4-7000-8000-000000000000 {no")
-    body = {"recipient": {"id": "u-2", "email": "b@example.com"}, "type": "comment"}
-    other = await ingestor.ingest(
-        "shop", "k-u2", msgspec.convert(body | {"data": {"thread": "B"}}, NotificationRequest)
-    )
+    other = await ingestor.ingest("shop", "k-u2", comment("", to="u-2", data={"thread": "B"}))
     fine = msgspec.json.decode(other.response)["digest"]["id"]
     with capture_logs() as logs:
         assert await closer(real_redis, keys, 10**13).close_due(home) == 2
