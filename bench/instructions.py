@@ -5,6 +5,7 @@ Run from anywhere with the project's virtualenv (valgrind must be installed)::
     .venv/bin/python bench/instructions.py                  # 2,000 notifications each
     .venv/bin/python bench/instructions.py --source ../old  # another checkout's code
     .venv/bin/python bench/instructions.py --runs 5         # each workload five times
+    .venv/bin/python bench/instructions.py --workloads digest,digest-plain   # joins
 
 Seconds measured on a shared two-core machine swing by a factor of two or more from one hour
 to the next; instruction counts do not. Each workload runs in a Python process of its own
@@ -18,6 +19,11 @@ switched on (``callgrind_control``) only around the measured part:
 - ``delivery``: the same notifications are accepted first, uncounted; then a
   ``DeliveryWorker`` sends every queued delivery to the zero-latency sandbox provider and
   records the outcomes.
+- ``digest`` and ``digest-plain`` (only with ``--workloads``): ``bench/digests.py``'s
+  ``comment`` notifications, each joining the digest open for its (recipient, thread), and
+  the same notifications of ``comment_plain``, which differs only in having no digest. Each
+  batch names 1000 distinct (recipient, thread) pairs; an uncounted first pass over the
+  same pairs opens their digests, so the counted joins are the common case: a digest open.
 
 After an uncounted warm-up batch the garbage collector is set up as the service's processes
 set it (``app.processes.gc_tuning``), where the measured checkout has that. Python's and Redis's
@@ -57,6 +63,7 @@ if __package__ in {None, ""}:  # run as a script: make the ``bench`` package imp
     if os.environ.get("CLARION_BENCH_SOURCE"):
         sys.path.insert(0, os.environ["CLARION_BENCH_SOURCE"])
 
+from bench import digests
 from bench.harness import (
     BATCH_SIZE,
     BENCH_DIGEST,
@@ -72,6 +79,11 @@ from bench.harness import (
 )
 
 PRODUCER = "bench"
+# The digest workloads: the type each sends (``bench/digests.py``'s catalog), and among how
+# many recipients their pairs are spread.
+DIGEST_WORKLOADS = {"digest": digests.DIGEST_TYPE, "digest-plain": digests.PLAIN_TYPE}
+DIGEST_RECIPIENTS = 2000
+WORKLOADS = ("ingest", "delivery", *DIGEST_WORKLOADS)
 VALGRIND = ["valgrind", "--tool=callgrind", "--instr-atstart=no"]
 START_TIMEOUT_S = 600.0
 DRAIN_TIMEOUT_S = 900.0
@@ -84,8 +96,13 @@ STOP_HUNG = 3
 # --- the workloads, each run in a child process under callgrind ------------------------------
 
 
-def _bodies(units: int, tag: str) -> list[bytes]:
-    """``units`` batch bodies of the ingest benchmark's items (``bench/ingest.py``)."""
+def _bodies(units: int, tag: str, kind: str = "ingest") -> list[bytes]:
+    """``units`` batch bodies of the ingest benchmark's items (``bench/ingest.py``), or for
+    the digest workloads of ``bench/digests.py``'s (one batch per 1000 pairs)."""
+    if kind in DIGEST_WORKLOADS:
+        type_name = DIGEST_WORKLOADS[kind]
+        sets = digests.pair_sets(type_name, units * BATCH_SIZE, DIGEST_RECIPIENTS, BATCH_SIZE)
+        return [f"{tag}-{number}".encode().join(pieces) for number, pieces in enumerate(sets)]
     pieces = batch_pieces(BATCH_SIZE, ingest_item)
     return [f"{tag}-{number}".encode().join(pieces) for number in range(units)]
 
@@ -111,11 +128,14 @@ async def _workload(kind: str, units: int, redis_url: str, catalog_path: Path) -
     decoder = msgspec.json.Decoder(BatchRequestSchema)
 
     async def accept(bodies: list[bytes]) -> int:
+        """Accept ``bodies``: how many deliveries they queued (for ``digest``: how many of
+        them joined a digest, each one's answer naming it)."""
+        counted = b'"digest":' if kind == "digest" else b'"QUEUED"'
         queued = 0
         for body in bodies:
             items = decoder.decode(body).notifications
             outcomes = await ingestor.ingest_many(PRODUCER, [(i.idempotency_key, i) for i in items])
-            queued += sum(o.response.count(b'"QUEUED"') for o in outcomes)
+            queued += sum(o.response.count(counted) for o in outcomes)
         return queued
 
     def new_worker() -> DeliveryWorker:
@@ -139,19 +159,20 @@ async def _workload(kind: str, units: int, redis_url: str, catalog_path: Path) -
         feeder = Feeder(redis, catalog.fairness)
         return lambda stop: feeder.run(keys.all_shards(), stop)
 
-    # A warm-up batch, not counted: scripts loaded, caches filled, the worker path run once.
-    warm_up = await accept(_bodies(1, "warm-up"))
+    # A warm-up batch, not counted: scripts loaded, caches filled, the worker path run once;
+    # for the digest workloads, a pass over the pairs measured (their digests opened).
+    warm_up = await accept(_bodies(units if kind in DIGEST_WORKLOADS else 1, "warm-up", kind))
     if kind == "delivery":
         warming = _Running(new_worker(), new_feeder())
         await _drain(warming, redis, keys.sandbox_sent, warm_up)
         await warming.stop()
     _tune_gc_as_the_processes_do()
-    bodies = _bodies(units, "measured")
+    bodies = _bodies(units, "measured", kind)
     queued = await accept(bodies) if kind == "delivery" else 0
     _handshake("ready")
-    if kind == "ingest":
-        await accept(bodies)
-        count = units * BATCH_SIZE
+    if kind != "delivery":
+        joined = await accept(bodies)
+        count = joined if kind == "digest" else units * BATCH_SIZE  # joins as they answered
         _handshake(f"done {count}")
     else:
         measured = _Running(new_worker(), new_feeder())
@@ -320,7 +341,7 @@ def measure(kind: str, units: int, source: Path, catalog: Path, work: Path) -> d
     return {
         "worker_stop_hung": errors.read_text()[-20_000:] if hung else None,
         "count": count,
-        "unit": "notification" if kind == "ingest" else "delivery",
+        "unit": "delivery" if kind == "delivery" else "notification",
         "python_instructions": python,
         "redis_instructions": redis,
         "python_per_unit": round(python / max(1, count)),
@@ -364,7 +385,10 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3, help="runs of each workload (median kept)")
     parser.add_argument("--source", type=Path, default=Path(__file__).resolve().parent.parent,
                         help="the checkout whose code is measured (default: this one)")  # fmt: skip
-    parser.add_argument("--workload", choices=["ingest", "delivery"], help=argparse.SUPPRESS)
+    parser.add_argument("--workloads", default="ingest,delivery",
+                        help=f"which, comma-separated, of {', '.join(WORKLOADS)} "
+                        "(default ingest,delivery)")  # fmt: skip
+    parser.add_argument("--workload", choices=WORKLOADS, help=argparse.SUPPRESS)
     parser.add_argument("--redis-url", help=argparse.SUPPRESS)
     parser.add_argument("--catalog", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -373,10 +397,13 @@ def main() -> int:
 
         uvloop.run(_workload(args.workload, args.units, args.redis_url, args.catalog))
         return 0
-    return _parent(args.units, args.source.resolve(), max(1, args.runs))
+    kinds = [kind.strip() for kind in args.workloads.split(",") if kind.strip()]
+    if unknown := [kind for kind in kinds if kind not in WORKLOADS]:
+        parser.error(f"--workloads: no workload {', '.join(unknown)} (there are {WORKLOADS})")
+    return _parent(args.units, args.source.resolve(), max(1, args.runs), kinds)
 
 
-def _parent(units: int, source: Path, runs: int) -> int:
+def _parent(units: int, source: Path, runs: int, kinds: list[str]) -> int:
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         print("valgrind (with callgrind_control) is not installed", file=sys.stderr)
         return 2
@@ -406,10 +433,13 @@ def _parent(units: int, source: Path, runs: int) -> int:
         work = Path(temp)
         catalog = work / "clarion.toml"
         unlimited_catalog(REPO / "clarion.toml", catalog)
-        for kind in ("ingest", "delivery"):
+        digest_catalog = work / "digests.toml"  # with the digest workloads' two types
+        digests.write_catalog(digest_catalog, "10m")
+        for kind in kinds:
             print(f"{kind}: {units * BATCH_SIZE:,} notifications under callgrind, {runs} "
                   "run(s) ...", flush=True)  # fmt: skip
-            result["workloads"][kind] = measure_runs(kind, runs, units, source, catalog, work)
+            used = digest_catalog if kind in DIGEST_WORKLOADS else catalog
+            result["workloads"][kind] = measure_runs(kind, runs, units, source, used, work)
     plural = {"notification": "notifications", "delivery": "deliveries"}
     rows = [
         [kind, f"{w['count']:,} {plural[w['unit']]}", f"{w['python_per_unit']:,}",
