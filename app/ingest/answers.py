@@ -9,6 +9,7 @@ import structlog
 
 from app.ingest.fanout import accepted_body
 from streams.core.errors import ClarionError, Conflict, Invalid, Unavailable
+from streams.digests.store import DigestJoin, Joined
 from streams.ingest.writer import IngestReply
 
 log = structlog.get_logger(__name__)
@@ -26,6 +27,9 @@ class IngestAnswer(msgspec.Struct, frozen=True):
     response: bytes = b""  # the body of an accepted notification
     replayed: bool = False  # an earlier answer for the same key and body
     error: ClarionError | None = None
+    # The digest it joined as it was accepted, and how (``app.ingest.digests``); None: none,
+    # or it joins after.
+    joined: tuple[DigestJoin, Joined] | None = None
 
     @property
     def accepted(self) -> bool:

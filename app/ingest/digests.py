@@ -1,11 +1,16 @@
-"""Notifications of a digest type joining their digests, once accepted.
+"""Notifications of a digest type joining their digests, as they are accepted or after.
 
 The ingest script writes such a notification like any other, its deliveries DIGESTED
-(``app.ingest.delivery_plan``); then it joins the digest open for its (recipient, type, key)
-on the recipient's home shard (``streams.digests.store``), and only then is it answered 202,
-with the digest in the answer. A request answered again (the same key and body) joins again,
-which changes nothing if it had joined: so a join lost to a crash before the answer is made
-by the producer's retry, as the answer itself would be. A join Redis cannot make is a 503.
+(``app.ingest.delivery_plan``), and it joins the digest open for its (recipient, type, key)
+on the recipient's home shard (``streams.digests.store``). When the notification is ingested
+on that shard (always, with one shard), the ingest script joins it in the same step
+(``DigestJoiner.planned``: it names the digest this process last saw open, and the script
+sends a wrong guess back to be planned again). Otherwise it joins after, by ``join.lua``.
+Either way its ``NotificationDigested`` event is written before it is answered 202, with
+the digest in the answer. A request answered again (the same key and body) joins again,
+which changes nothing if it had joined: so a join or an event lost to a crash before the
+answer is made by the producer's retry, as the answer itself would be. A join Redis cannot
+make is a 503.
 """
 
 from __future__ import annotations
@@ -18,11 +23,13 @@ from redis.exceptions import RedisError
 
 from app.catalog import Catalog
 from app.ingest.answers import IngestAnswer, refused, unavailable
+from app.ingest.pending import CheckedRequest, Pending
 from app.ingest.requests import JoinedDigest, NotificationRequest
 from streams.core.clock import now_ms as wall_clock_ms
 from streams.core.keys import KeySpace, ShardKeys
 from streams.digests import store
 from streams.digests.ids import is_digest_close
+from streams.ingest.writer import IngestItem
 from streams.recipients.read import RecipientSettings
 
 _encoder = msgspec.json.Encoder()
@@ -51,6 +58,82 @@ class DigestJoiner:
         self.keys = keys
         self.catalog = catalog
         self.now_ms = now_ms
+        # The digests this process saw open: each join names its guess, which the script checks.
+        self.open_digests = store.OpenDigests()
+
+    def planned(
+        self,
+        request: CheckedRequest,
+        settings: RecipientSettings,
+        item: IngestItem,
+        now_ms: int,
+        *,
+        named: str | None = None,
+        rounds: int = 0,
+    ) -> IngestItem:
+        """``item`` joining its digest as the ingest script accepts it, when it is of a
+        digest type and ingested on its recipient's home shard; else ``item`` as it is.
+        The digest it names: ``named`` (the one the script named last round; "": a new
+        one), else the one this process saw open; a new one's id changes with ``rounds``."""
+        body = request.given
+        digest = self.catalog.digests.get(body.type)
+        if digest is None or is_digest_close(request.key):
+            return item
+        shard, recipient_id = request.shard, body.recipient.id
+        if self.keys.shards > 1 and self.keys.home_of_recipient(recipient_id).shard != shard.shard:
+            return item  # it joins after, on its recipient's home shard
+        key = digest.key_of(body.data)
+        open_key = store.open_digest_key(shard, recipient_id, body.type, key)
+        guess = self.open_digests.guess(open_key, now_ms) if named is None else named
+        opened_ms = now_ms + rounds  # a new candidate each round, should one be taken
+        nid = item.notification_id
+        join = store.DigestJoin(
+            open_key=open_key,
+            digest_id=guess or store.digest_id(recipient_id, body.type, key, opened_ms),
+            how=store.OPEN if guess else store.NEW,
+            closes_ms=0 if guess else max(digest.closes_ms(opened_ms, _zone(settings)), now_ms),
+            max_items=digest.max_items,
+            notification_id=nid,
+            entry=b"%s %s" % (nid.encode(), _encoder.encode(body.data)),
+            recipient=_encoder.encode(body.recipient),
+            recipient_id=recipient_id, notification_type=body.type, key=key,
+            producer=request.producer, locale=body.locale or "", now_ms=now_ms,
+            events=shard.events,
+        )  # fmt: skip
+        return msgspec.structs.replace(item, join=join)
+
+    async def look_up(self, pending: Sequence[Pending]) -> None:
+        """Name the digest open for each join of ``pending`` that asks for a new one because
+        this process saw none open, read in one round trip (a process that has not seen a
+        digest, just started or beside others, would otherwise be sent back by the script
+        for most of its first joins); on a Redis error, the script sorts them out."""
+        unseen: dict[int, tuple[ShardKeys, list[Pending]]] = {}
+        for entry in pending:
+            join = entry.item.join
+            if join is not None and join.how == store.NEW and entry.digest_named is None:
+                shard = entry.request.shard
+                unseen.setdefault(shard.shard, (shard, []))[1].append(entry)
+        if not unseen:
+            return
+        try:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for _, entries in unseen.values():
+                    # By name: a cluster pipeline refuses mget (a shard's keys share a slot).
+                    pipe.execute_command("MGET", *(e.item.join.open_key for e in entries))  # type: ignore[union-attr]
+                found: list[list[bytes | None]] = await pipe.execute()
+        except RedisError:
+            return
+        for (_, entries), values in zip(unseen.values(), found, strict=True):
+            for entry, value in zip(entries, values, strict=True):
+                join = entry.item.join
+                if value is None or join is None:
+                    continue
+                digest, _, closes = value.decode().partition(" ")
+                if closes.isdigit():
+                    self.open_digests.saw(join.open_key, digest, int(closes))
+                named = msgspec.structs.replace(join, digest_id=digest, how=store.OPEN, closes_ms=0)
+                entry.item = msgspec.structs.replace(entry.item, join=named)
+                entry.digest_named = digest
 
     async def join(
         self,
@@ -58,12 +141,14 @@ class DigestJoiner:
         entries: Sequence[tuple[str, NotificationRequest | IngestAnswer]],
         answers: list[IngestAnswer],
     ) -> None:
-        """Join each accepted notification of a digest type in ``answers`` (in place: its
-        answer names the digest, or says why it could not join), all in a few round trips."""
+        """Record the joins the ingest script made, and join each other accepted
+        notification of a digest type in ``answers`` (in place: its answer names the digest,
+        or says why it could not join), all in a few round trips."""
+        await self._record(answers)
         joining = [
             (index, request)
             for index, ((key, request), answer) in enumerate(zip(entries, answers, strict=True))
-            if answer.accepted and not isinstance(request, IngestAnswer)
+            if answer.joined is None and answer.accepted and not isinstance(request, IngestAnswer)
             and request.type in self.catalog.digests and not is_digest_close(key)
         ]  # fmt: skip
         if not joining:
@@ -71,7 +156,7 @@ class DigestJoiner:
         try:
             now_ms = self.now_ms()
             asks = await self._asks(producer, joining, answers, now_ms)
-            results = await store.join_many(self.redis, asks, now_ms)
+            results = await store.join_many(self.redis, asks, now_ms, self.open_digests)
         except RedisError:
             for index, _ in joining:
                 answers[index] = unavailable()
@@ -81,8 +166,27 @@ class DigestJoiner:
             if isinstance(result, store.DigestBusy):
                 answers[index] = refused(result)
             else:
-                response = _with_digest(answer.response, result)
+                response = with_digest(answer.response, result)
                 answers[index] = msgspec.structs.replace(answer, response=response)
+
+    async def _record(self, answers: list[IngestAnswer]) -> None:
+        """Write the events of the joins the ingest script made (a 503 for each when Redis
+        cannot: the producer's retry records it), and remember their digests open."""
+        made = [(index, answer.joined) for index, answer in enumerate(answers) if answer.joined]
+        if not made:
+            return
+        seen = self.open_digests
+        try:
+            await store.record_joins(self.redis, [
+                (join.events, store.joined_event(join, joined)) for _, (join, joined) in made
+            ])  # fmt: skip
+        except RedisError:
+            for index, _ in made:
+                answers[index] = unavailable()
+            return
+        for _, (join, joined) in made:
+            if joined.closes_ms > join.now_ms:  # still open (a full one is due now)
+                seen.saw(join.open_key, joined.digest_id, joined.closes_ms)
 
     async def _asks(
         self,
@@ -148,7 +252,7 @@ def _zone(settings: RecipientSettings) -> str:
     return settings.quiet_hours.timezone if settings.quiet_hours else ""
 
 
-def _with_digest(response: bytes, joined: store.Joined) -> bytes:
+def with_digest(response: bytes, joined: store.Joined) -> bytes:
     """The 202 body with the digest the notification joined."""
     digest = JoinedDigest(joined.digest_id, joined.count, joined.closes_ms)
     return response[:-1] + b',"digest":' + _encoder.encode(digest) + b"}"

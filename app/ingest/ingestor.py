@@ -20,7 +20,8 @@ from redis.exceptions import RedisError
 
 from app import tracing
 from app.ingest.answers import RETRY_S, IngestAnswer, answer_of, refused, unavailable
-from app.ingest.digests import DigestJoiner
+from app.ingest.delivery_plan import epoch_ms
+from app.ingest.digests import DigestJoiner, with_digest
 from app.ingest.fanout import (
     FanoutError,
     NotAllowed,
@@ -46,9 +47,10 @@ log = structlog.get_logger(__name__)
 # How long a request that needs a second round keeps its key to itself (a twin meanwhile is
 # a ``Conflict``).
 IN_FLIGHT_TTL_MS = 10_000
-# Rounds before giving up on a recipient whose settings (or the suppression list) keep
-# changing under us: one more than a settings change and a list change need.
-MAX_ROUNDS = 4
+# Rounds before giving up on a recipient whose settings (or the suppression list, or the
+# digest open for it) keep changing under us: one more than a settings change, a list
+# change and a digest named need.
+MAX_ROUNDS = 5
 # A batch yields every ``SLICE`` items planned (about 1 ms), writes in parts of
 # ``WRITE_CHUNK`` (answering 1000 at once took milliseconds); with ``overlap``, in ``PLAN_CHUNK``.
 SLICE, WRITE_CHUNK, PLAN_CHUNK = 25, 250, 100
@@ -180,16 +182,18 @@ class Ingestor:
     ) -> None:
         """Write ``pending`` and answer each, planning again those whose recipient's
         settings (or the suppression list) changed meanwhile, a few rounds at most."""
+        if self.digests is not None:
+            await self.digests.look_up(pending)
         for _ in range(MAX_ROUNDS):
             if not pending:
                 return
             pending = await self._write(pending, answers, now, alone=alone)
         for entry in pending:
+            what = "digest: it kept changing while joining" if entry.digest_rounds else (
+                "recipient: settings changed while ingesting"
+            )  # fmt: skip
             answers[entry.index] = refused(
-                Conflict(
-                    "recipient: settings changed while ingesting; retry the request",
-                    retry_after_s=RETRY_S,
-                )
+                Conflict(f"{what}; retry the request", retry_after_s=RETRY_S)
             )
 
     async def read_settings(
@@ -255,14 +259,25 @@ class Ingestor:
         replies = await self.writer.write([entry.item for entry in pending], alone=alone)
         again: list[Pending] = []
         for entry, reply in zip(pending, replies, strict=True):
-            if isinstance(reply, RedisError):
+            if type(reply) is IngestReply and reply.kind == "OK":  # the common case, first
+                answers[entry.index] = self._answer(entry, reply)
+            elif isinstance(reply, RedisError):
                 answers[entry.index] = unavailable()
             elif isinstance(reply, Exception):
                 raise reply
             elif reply.kind == "STALE" and reply.settings is not None:
                 entry.settings = reply.settings
                 entry.request = self._with_profile(entry.request, entry.settings)
-                entry.item = self._plan(entry.request, entry.settings, entry.suppressions, now)
+                entry.item = self._plan(
+                    entry.request, entry.settings, entry.suppressions, now, entry
+                )
+                again.append(entry)
+            elif reply.kind == "DIGEST" and self.digests is not None:  # join the one named
+                entry.digest_named, entry.digest_rounds = reply.digest, entry.digest_rounds + 1
+                entry.item = self.digests.planned(
+                    entry.request, entry.settings, entry.item, epoch_ms(now),
+                    named=reply.digest, rounds=entry.digest_rounds,
+                )  # fmt: skip
                 again.append(entry)
             elif reply.kind == "SUPPRESSIONS":
                 self._list_versions[entry.request.shard.shard] = reply.suppression_version
@@ -270,7 +285,9 @@ class Ingestor:
                     field: decode(field, value) for field, value in reply.suppressions.items()
                 }
                 entry.suppressions = ListView(reply.suppression_version, active)
-                entry.item = self._plan(entry.request, entry.settings, entry.suppressions, now)
+                entry.item = self._plan(
+                    entry.request, entry.settings, entry.suppressions, now, entry
+                )
                 again.append(entry)
             else:
                 answers[entry.index] = self._answer(entry, reply)
@@ -293,10 +310,11 @@ class Ingestor:
         settings: RecipientSettings,
         suppressions: ListView,
         now: datetime,
+        pending: Pending | None = None,
     ) -> IngestItem:
         """What the ingest script writes for ``request``, the recipient's ``settings`` and the
-        suppression list as known."""
-        return self.planner.plan(
+        suppression list as known (and the digest the last round named, in ``pending``)."""
+        item = self.planner.plan(
             shard=request.shard,
             producer=request.producer,
             idempotency_key=request.key,
@@ -307,9 +325,22 @@ class Ingestor:
             request_fingerprint=request.fingerprint,
             suppressions=suppressions,
         )
+        if self.digests is None or request.body.type not in self.digests.catalog.digests:
+            return item
+        if pending is None:
+            return self.digests.planned(request, settings, item, epoch_ms(now))
+        return self.digests.planned(
+            request, settings, item, epoch_ms(now),
+            named=pending.digest_named, rounds=pending.digest_rounds,
+        )  # fmt: skip
 
     def _answer(self, entry: Pending, reply: IngestReply) -> IngestAnswer:
         answer = answer_of(entry.item.response, reply)
+        if reply.joined is not None and entry.item.join is not None:  # joined as accepted
+            answer = IngestAnswer(
+                response=with_digest(answer.response, reply.joined),
+                joined=(entry.item.join, reply.joined),
+            )
         if self.metrics is not None:
             if reply.kind == "OK":
                 self._count_suppressed(entry)

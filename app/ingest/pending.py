@@ -46,6 +46,10 @@ class Pending(msgspec.Struct):
     item: IngestItem
     settings: RecipientSettings = NO_SETTINGS
     suppressions: ListView = EMPTY_LIST
+    # The digest the ingest script named, the last round it sent the item back for joining
+    # another than the one it named (None: none did), and how many rounds did.
+    digest_named: str | None = None
+    digest_rounds: int = 0
 
 
 def with_profile_of(given: NotificationRequest, settings: RecipientSettings) -> NotificationRequest:

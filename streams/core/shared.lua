@@ -120,3 +120,74 @@ local function inbox_feed(messages, feed, spec, live, recipient, kind, id, body)
   redis.call("PUBLISH", live, table.concat(
     { recipient, feed, entry, kind, id, unread, unseen, body }, sep))
 end
+
+-- Digests (``streams/digests``), joined by ``digests/join.lua`` and, for a notification
+-- accepted on its recipient's home shard, by ``ingest/ingest.lua`` in the same step. A join's
+-- keys are KEYS[k] to KEYS[k + 3]: the open digest of its (recipient, type, key) (a string:
+-- "<id> <closes ms>"), the digest (a hash), its items (a list of "<notification id> <data
+-- JSON>", in the order they joined), and which digest each notification made in its hour
+-- joined (a hash by notification id). ``call`` is what a script's joins share: { due = the
+-- shard's digests by closing time (members "<id> <open key>"), now = ms, max_bytes = at most
+-- how many bytes of data a digest holds, keep_ms = how long an open digest's key outlives
+-- its closing, expiring = the hours' hashes whose expiry this call has set }.
+local function digest_call(due, now, max_bytes, keep_ms)
+  return { due = due, now = tonumber(now), max_bytes = tonumber(max_bytes),
+    keep_ms = tonumber(keep_ms), expiring = {} }
+end
+
+-- Whether a notification may join digest ``id`` as its caller asks (``how``: "open", it found
+-- that one open; "new" or "again", it asks for a new one when none is open): the closing
+-- time of the open digest ``id``; nil when none is open and digest ``id`` may be opened; or
+-- false and the id to ask with instead: the open one's, or "" (the caller's was sealed, or
+-- another opened since).
+local function digest_to_join(k, id, how)
+  local current = redis.call("GET", KEYS[k])
+  if current then
+    local space = string.find(current, " ", 1, true)
+    local open_id = space and string.sub(current, 1, space - 1) or current
+    if open_id ~= id then
+      return false, open_id
+    end
+    return tonumber(space and string.sub(current, space + 1)
+      or redis.call("HGET", KEYS[k + 1], "closes_ms")) -- a value without its closing time
+  end
+  if how == "open" or redis.call("EXISTS", KEYS[k + 1]) == 1 then
+    return false, ""
+  end
+  return nil
+end
+
+-- Open digest ``id`` closing at ``closes``; its recipient id, type, key, producer and locale
+-- are ARGV[who] to ARGV[who + 4].
+local function digest_open(call, k, id, closes, who)
+  local open, now = KEYS[k], call.now
+  redis.call("HSET", KEYS[k + 1], "state", "open", "opened_ms", now, "closes_ms", closes,
+    "bytes", 0, "recipient_id", ARGV[who], "type", ARGV[who + 1], "key", ARGV[who + 2],
+    "producer", ARGV[who + 3], "locale", ARGV[who + 4])
+  redis.call("ZADD", call.due, closes, id .. " " .. open)
+  redis.call("SET", open, id .. " " .. closes, "PX", closes - now + call.keep_ms)
+end
+
+-- Add ``entry`` ("<notification id> <data JSON>") to the open digest ``id`` with the latest
+-- ``recipient`` (JSON), and record in its hour's hash (which expires at ``expires_at``) that
+-- the notification joined it. A digest that fills up (``max_items``, or the call's bytes)
+-- is due at once, and closed to further joins. Returns its count and closing time.
+local function digest_add(call, k, id, closes, entry, recipient, expires_at, max_items)
+  local open, digest, joined = KEYS[k], KEYS[k + 1], KEYS[k + 3]
+  local space = string.find(entry, " ", 1, true)
+  local count = redis.call("RPUSH", KEYS[k + 2], entry)
+  local bytes = redis.call("HINCRBY", digest, "bytes", #entry - space)
+  redis.call("HSET", digest, "count", count, "recipient", recipient)
+  redis.call("HSET", joined, string.sub(entry, 1, space - 1), id)
+  if not call.expiring[joined] then -- the hour's hash: its expiry asked for once a call
+    redis.call("PEXPIREAT", joined, expires_at, "NX")
+    call.expiring[joined] = true
+  end
+  if count >= max_items or bytes >= call.max_bytes then
+    redis.call("ZADD", call.due, call.now, id .. " " .. open)
+    redis.call("DEL", open)
+    redis.call("HSET", digest, "state", "sealed", "closes_ms", call.now)
+    closes = call.now
+  end
+  return count, closes
+end

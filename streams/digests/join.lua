@@ -25,66 +25,46 @@
 -- A join is the common path, kept short: the open digest read (its closing time rides in
 -- its value), the item pushed (the list's length is the count), the bytes counted, the count
 -- and the latest recipient written, and the join recorded as a field of its hour's hash (a
--- key per notification, with its own expiry, cost a fifth of the whole join).
+-- key per notification, with its own expiry, cost a fifth of the whole join), whose expiry
+-- is set once per call. The steps are ``shared.lua``'s, which the ingest script also joins
+-- by.
 --
 -- Reply: for each notification {"JOINED", digest id, items, closes ms}, or {"RETRY", an id
 -- or ""} when the caller asked about the wrong digest: the one the notification joined
 -- before, or the one open now ("": none; the caller's was sealed or another opened since).
 
 local KEYS_EACH, ARGS_EACH = 4, 13 -- of each notification, after the shared ones
-local due = KEYS[1]
-local now, max_bytes, keep_ms = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local call = digest_call(KEYS[1], ARGV[1], ARGV[2], ARGV[3]) -- ``shared.lua``'s digest functions
 
 local function join(k, a)
-  local open, digest, items, joined = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]
   local id, how, closes = ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 3])
-  local max_items, nid, item = tonumber(ARGV[a + 4]), ARGV[a + 5], ARGV[a + 6]
+  local max_items, nid = tonumber(ARGV[a + 4]), ARGV[a + 5]
 
   if how == "again" then
-    local before = redis.call("HGET", joined, nid)
+    local before = redis.call("HGET", KEYS[k + 3], nid)
     if before and before ~= id then
       return { "RETRY", before } -- it joined that one: ask again with its keys
     elseif before then
-      local state = redis.call("HMGET", digest, "count", "closes_ms")
+      local state = redis.call("HMGET", KEYS[k + 1], "count", "closes_ms")
       return { "JOINED", id, tonumber(state[1] or 0), tonumber(state[2] or 0) }
     end
   end
-  local current = redis.call("GET", open)
-  if current then
-    local space = string.find(current, " ", 1, true)
-    local open_id = space and string.sub(current, 1, space - 1) or current
-    if open_id ~= id then
-      return { "RETRY", open_id }
-    end
-    closes = tonumber(space and string.sub(current, space + 1)
-      or redis.call("HGET", digest, "closes_ms")) -- a value without its closing time
+  local open_closes, named = digest_to_join(k, id, how)
+  if open_closes == false then
+    return { "RETRY", named }
+  elseif open_closes == nil then
+    digest_open(call, k, id, closes, a + 9)
   else
-    if how == "open" or redis.call("EXISTS", digest) == 1 then
-      return { "RETRY", "" }
-    end
-    redis.call("HSET", digest, "state", "open", "opened_ms", now, "closes_ms", closes,
-      "bytes", 0, "recipient_id", ARGV[a + 9], "type", ARGV[a + 10], "key", ARGV[a + 11],
-      "producer", ARGV[a + 12], "locale", ARGV[a + 13])
-    redis.call("ZADD", due, closes, id .. " " .. open)
-    redis.call("SET", open, id .. " " .. closes, "PX", closes - now + keep_ms)
+    closes = open_closes
   end
-  local count = redis.call("RPUSH", items, nid .. " " .. item)
-  local bytes = redis.call("HINCRBY", digest, "bytes", #item)
-  redis.call("HSET", digest, "count", count, "recipient", ARGV[a + 7])
-  redis.call("HSET", joined, nid, id)
-  redis.call("PEXPIREAT", joined, ARGV[a + 8], "NX") -- the hour's hash, once
-  if count >= max_items or bytes >= max_bytes then
-    -- Full: due now, and closed to further joins.
-    redis.call("ZADD", due, now, id .. " " .. open)
-    redis.call("DEL", open)
-    redis.call("HSET", digest, "state", "sealed", "closes_ms", now)
-    closes = now
-  end
+  local count
+  count, closes = digest_add(
+    call, k, id, closes, nid .. " " .. ARGV[a + 6], ARGV[a + 7], ARGV[a + 8], max_items)
   return { "JOINED", id, count, closes }
 end
 
 local replies = {}
 for i = 0, (#KEYS - 1) / KEYS_EACH - 1 do
-  replies[#replies + 1] = join(1 + i * KEYS_EACH, 3 + i * ARGS_EACH)
+  replies[#replies + 1] = join(2 + i * KEYS_EACH, 3 + i * ARGS_EACH)
 end
 return replies

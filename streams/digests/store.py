@@ -3,8 +3,8 @@ closes them).
 
 A notification of a digest type joins the digest open for its (recipient, type, key), or
 opens one whose id is derived from (recipient, type, key, the time it opened): ``join_many``
-(a batch's notifications in three round trips), ``join``. A notification cancelled while
-its digest is open ``leave``s it.
+(a batch's notifications in two round trips when the process saw their digests open,
+``OpenDigests``), ``join``. A notification cancelled while its digest is open ``leave``s it.
 
 Each join is recorded by an event on the shard's stream (``NotificationDigested``) after
 the script that made it: a join is answered (202) only once its event is written, and a
@@ -35,6 +35,8 @@ KEEP_MS = 86_400_000
 HOUR_MS = 3_600_000
 # Joins asked again (another notification opened or sealed the digest meanwhile) at most.
 MAX_TRIES = 5
+# Open digests a process remembers (``OpenDigests``): about 100 bytes each.
+OPEN_DIGESTS_KEPT = 100_000
 
 
 class JoinAsk(msgspec.Struct, frozen=True, kw_only=True):
@@ -67,8 +69,96 @@ class Joined(msgspec.Struct, frozen=True):
     closes_ms: int
 
 
+class DigestJoin(msgspec.Struct, frozen=True, kw_only=True):
+    """A join the ingest script makes as it accepts the notification, which is on its
+    recipient's home shard (``streams/ingest/ingest.lua``): the digest named (the one seen
+    open, or a new one), as ``join.lua`` is asked for one notification."""
+
+    open_key: str
+    digest_id: str
+    how: str  # OPEN or NEW
+    closes_ms: int  # when a new one closes
+    max_items: int
+    notification_id: str
+    entry: bytes  # "<notification id> <data JSON>"
+    recipient: bytes  # the request's recipient (JSON)
+    recipient_id: str
+    notification_type: str
+    key: str
+    producer: str
+    locale: str
+    now_ms: int
+    events: str  # the shard's events stream, where its event goes
+
+
+def add_join(
+    shard: ShardKeys, join: DigestJoin, keys: list[KeyOrArg], args: list[KeyOrArg]
+) -> None:
+    """Append ``join``'s keys and arguments to an ``ingest.lua`` call's (its header says
+    what they are)."""
+    hour = joined_hour(join.notification_id)
+    keys += (
+        join.open_key, shard.digest(join.digest_id), shard.digest_items(join.digest_id),
+        shard.digest_joined(hour),
+    )  # fmt: skip
+    args += (
+        join.digest_id, join.how, join.closes_ms, join.max_items, join.entry, join.recipient,
+        (hour + 1) * HOUR_MS + KEEP_MS,
+    )  # fmt: skip
+    if join.how == NEW:
+        args += (join.recipient_id, join.notification_type, join.key, join.producer, join.locale)
+
+
+async def record_joins(redis: Redis, joins: Sequence[tuple[str, NotificationDigested]]) -> None:
+    """Write the events of joins made, each to its shard's events stream (one entry per
+    stream), in one round trip."""
+    events: dict[str, list[NotificationDigested]] = {}
+    for stream, event in joins:
+        events.setdefault(stream, []).append(event)
+    async with redis.pipeline(transaction=False) as pipe:
+        for stream, recorded in events.items():
+            pipe.xadd(stream, {"e": codec.encode_events(recorded)})
+        await pipe.execute()
+
+
+def joined_event(join: DigestJoin, joined: Joined) -> NotificationDigested:
+    """The event of a join the ingest script made."""
+    return NotificationDigested(
+        at=at(join.now_ms), notification_id=join.notification_id, digest_id=joined.digest_id,
+        recipient_id=join.recipient_id, notification_type=join.notification_type,
+        count=joined.count, closes_at=at(joined.closes_ms),
+    )  # fmt: skip
+
+
 class DigestBusy(Conflict):
     """Digests kept opening and closing under a join (retry the request)."""
+
+
+class OpenDigests:
+    """The digests one process last saw open, by their open key, with when each closes: its
+    guess of the digest a notification joins, which ``join.lua`` checks (a wrong guess is
+    sent back with the digest open now, and nothing joins it). Reading the open digests
+    before each batch instead cost a round trip and a key read per notification. Bounded:
+    past ``size``, the one seen first goes."""
+
+    def __init__(self, size: int = OPEN_DIGESTS_KEPT) -> None:
+        self._seen: dict[str, tuple[str, int]] = {}
+        self._size = size
+
+    def guess(self, open_key: str, now_ms: int) -> str:
+        """The digest open at ``open_key`` as last seen ("": none, or its time is up)."""
+        seen = self._seen.get(open_key)
+        return seen[0] if seen is not None and seen[1] > now_ms else ""
+
+    def saw(self, open_key: str, digest: str, closes_ms: int) -> None:
+        """``digest`` is open at ``open_key`` until ``closes_ms``."""
+        seen = self._seen
+        if open_key not in seen and len(seen) >= self._size:
+            del seen[next(iter(seen))]
+        seen[open_key] = (digest, closes_ms)
+
+    def __len__(self) -> int:
+        return len(self._seen)
 
 
 def digest_id(recipient_id: str, notification_type: str, key: str, opened_ms: int) -> str:
@@ -124,44 +214,65 @@ def digest_join_call(shard: ShardKeys, joins: Sequence[JoinCandidate], now_ms: i
 
 
 async def join_many(
-    redis: Redis, asks: Sequence[tuple[ShardKeys, JoinAsk]], now_ms: int
+    redis: Redis,
+    asks: Sequence[tuple[ShardKeys, JoinAsk]],
+    now_ms: int,
+    open_digests: OpenDigests | None = None,
 ) -> list[Joined | DigestBusy]:
-    """Join each (home shard, ask) and record the joins, in order, in three round trips of
-    one command per shard each: the open digests read (MGET), the joins made (one
-    ``join.lua`` call), their events written (XADD). An ask sent back (a digest opened or
-    sealed meanwhile) is asked again alone, as ``join`` does."""
-    by_shard: dict[int, tuple[ShardKeys, list[int]]] = {}
-    for index, (shard, _) in enumerate(asks):
-        by_shard.setdefault(shard.shard, (shard, []))[1].append(index)
-    groups = list(by_shard.values())
-    open_keys = {
-        shard.shard: [_open_key(shard, asks[i][1]) for i in indices] for shard, indices in groups
-    }
-    async with redis.pipeline(transaction=False) as pipe:
-        for shard, _ in groups:
-            # By name: redis-py's Redis Cluster pipeline refuses its mget method (keys may be
-            # in several slots); a shard's keys share its slot, by which the call is routed.
-            pipe.execute_command("MGET", *open_keys[shard.shard])
-        found: list[list[bytes | None]] = await pipe.execute()
-    calls: list[Call] = []
-    for (shard, indices), opened in zip(groups, found, strict=True):
-        joins: list[JoinCandidate] = []
-        for index, raw, open_key in zip(indices, opened, open_keys[shard.shard], strict=True):
-            ask = asks[index][1]
-            current = _open_id(raw)
-            how = AGAIN if ask.again else (OPEN if current else NEW)
-            candidate = current or digest_id(
-                ask.recipient_id, ask.notification_type, ask.key, now_ms
-            )
-            joins.append((ask, candidate, how, open_key))
-        calls.append(digest_join_call(shard, joins, now_ms))
+    """Join each (home shard, ask) and record the joins, in order, in two round trips of one
+    command per shard each: the joins made (one ``join.lua`` call), their events written
+    (XADD). Each ask names the digest ``open_digests`` saw open for it (none: a new one);
+    those sent back (a wrong guess, a digest opened or sealed meanwhile) are asked once more
+    together with the digest the script named, and then alone, as ``join`` does."""
+    seen = open_digests if open_digests is not None else OpenDigests()
+    open_keys = [_open_key(shard, ask) for shard, ask in asks]
+    guesses = [seen.guess(open_key, now_ms) for open_key in open_keys]
     replies: list[Any] = [None] * len(asks)
+    asking, opened_ms = list(range(len(asks))), now_ms
+    for _ in range(2):  # the guesses, then what the script named for those sent back
+        await _join_round(redis, asks, open_keys, guesses, asking, replies, opened_ms)
+        asking = [index for index in asking if replies[index][0] != b"JOINED"]
+        if not asking:
+            break
+        for index in asking:
+            guesses[index] = as_text(replies[index][1])
+        opened_ms += 1  # a new candidate, should one be opened in the same millisecond
+    for open_key, reply in zip(open_keys, replies, strict=True):
+        if reply[0] == b"JOINED":
+            seen.saw(open_key, as_text(reply[1]), int(reply[3]))
+    return await _joined(redis, asks, replies, now_ms)
+
+
+async def _join_round(  # noqa: PLR0917 (join_many's own lists, handed on)
+    redis: Redis,
+    asks: Sequence[tuple[ShardKeys, JoinAsk]],
+    open_keys: list[str],
+    guesses: list[str],
+    asking: list[int],
+    replies: list[Any],
+    now_ms: int,
+) -> None:
+    """Ask to join the asks numbered ``asking``, each with the digest ``guesses`` names for
+    it ("": a new one), in one ``join.lua`` call per shard; their replies into ``replies``."""
+    by_shard: dict[int, tuple[ShardKeys, list[int]]] = {}
+    for index in asking:
+        shard = asks[index][0]
+        by_shard.setdefault(shard.shard, (shard, []))[1].append(index)
+    calls: list[Call] = []
+    for shard, indices in by_shard.values():
+        joins: list[JoinCandidate] = []
+        for index in indices:
+            ask, guess = asks[index][1], guesses[index]
+            how = AGAIN if ask.again else (OPEN if guess else NEW)
+            candidate = guess or digest_id(ask.recipient_id, ask.notification_type, ask.key, now_ms)
+            joins.append((ask, candidate, how, open_keys[index]))
+        calls.append(digest_join_call(shard, joins, now_ms))
+    groups = by_shard.values()
     for (_, indices), group in zip(
         groups, await scripts.DIGEST_JOIN.run_many(redis, calls), strict=True
     ):
         for index, reply in zip(indices, group, strict=True):
             replies[index] = reply
-    return await _joined(redis, asks, replies, now_ms)
 
 
 async def _joined(
@@ -170,18 +281,15 @@ async def _joined(
     """The joins ``replies`` made, their events written (one entry per shard), and the asks
     sent back asked again alone."""
     results: list[Joined | DigestBusy | None] = []
-    events: dict[str, list[NotificationDigested]] = {}
+    events: list[tuple[str, NotificationDigested]] = []
     for (shard, ask), reply in zip(asks, replies, strict=True):
         if reply[0] != b"JOINED":
             results.append(None)
             continue
         joined = Joined(as_text(reply[1]), int(reply[2]), int(reply[3]))
-        events.setdefault(shard.events, []).append(_join_event(ask, joined, now_ms))
+        events.append((shard.events, _join_event(ask, joined, now_ms)))
         results.append(joined)
-    async with redis.pipeline(transaction=False) as pipe:
-        for stream, recorded in events.items():
-            pipe.xadd(stream, {"e": codec.encode_events(recorded)})
-        await pipe.execute()
+    await record_joins(redis, events)
     return [
         result if result is not None else await _join_alone(redis, *asks[index], now_ms)
         for index, result in enumerate(results)

@@ -2,15 +2,18 @@
 --
 -- Keys and arguments: ``streams.ingest.writer.ingest_call`` lays them out.
 -- KEYS: events, work:high, work:normal, work:low, delayed, suppression list, the producers
---       with NORMAL items queued, those with LOW items queued (``streams.delivery.fairness``), then
+--       with NORMAL items queued, those with LOW items queued (``streams.delivery.fairness``),
+--       the shard's digests by closing time, then
 --       per item: idempotency record, notification record, recipient settings, its
 --       producer's queue of its priority, its data hash when its work items share their
---       template data, and its cancellation index when it has a cancellation key.
+--       template data, its cancellation index when it has a cancellation key, and the four
+--       keys of its digest (``shared.lua``'s) when it joins one.
 -- ARGV: idempotency ttl (ms), in-flight marker ttl (ms), every item's events joined into one
 --       JSON array (``codec.join_events``), each item's first and last byte in that array as
 --       one string of numbers ("1 420 422 845 ..."), the fairness buffer (items a NORMAL or
---       LOW work stream may hold before producers' items queue), then per item: its
---       idempotency record
+--       LOW work stream may hold before producers' items queue), now (ms), at most how many
+--       bytes a digest holds, how long (ms) an open digest's key outlives its closing, then
+--       per item: its idempotency record
 --       when done ("done <fingerprint> <notification id>"), expected settings version,
 --       the suppression list's version it was planned with, the list fields of its
 --       addresses ("<channel>:<digest>", space-separated; "" when it assumed an empty list),
@@ -18,9 +21,14 @@
 --       data ("" for none) followed, only when there
 --       is some, by the time it expires (ms since the epoch), work item count (with a
 --       cancellation key: "<count> <until when its index keeps it, ms since the epoch>"; one
---       argument less for every notification without one), then per work
+--       argument less for every notification without one; followed by "+" when it joins a
+--       digest), then per work
 --       item: where it goes (high, normal or low for a work stream; the due time in ms for
---       ``delayed``) and the encoded item.
+--       ``delayed``) and the encoded item; then, when it joins a digest: the digest's id, how
+--       it asks ("open": it was seen open; "new": none was), when a new one closes, at most
+--       how many items it holds, the item ("<notification id> <data JSON>"), the recipient
+--       (JSON), when the hour's hash of joins expires, and for "new" the recipient id, type,
+--       key, producer and locale of the digest it opens.
 --
 -- The events of the accepted items go into one ``events`` entry: one atomic write, one
 -- entry. When every item is accepted, that is the joined array as it came; otherwise each
@@ -43,9 +51,18 @@
 -- notification id (which doubles as the request's token across a STALE round) are read out
 -- of it only on the rare paths.
 --
+-- A notification of a digest type accepted on its recipient's home shard joins its digest in
+-- the same step, so it is never accepted without joining. The digest it names is the caller's
+-- guess (the one the process last saw open); a wrong guess is answered like a recipient's
+-- changed settings: nothing written, planned again with the digest open now.
+--
 -- Reply, one entry per item: a word, or a list when the item's answer carries data (a plain
 -- word spares Lua, Redis and the client a list per accepted item):
 --   "OK"                 accepted: everything written
+--   {"JOINED", id, count, closes ms}
+--                        accepted, and joined digest ``id`` as its ``count``-th item
+--   {"DIGEST", id}       the digest named is not the one to join: ``id`` is open ("": none
+--                        is, a new one may open); the caller plans again with it
 --   {"DUP", id}          same key, same body: the id of the notification accepted first
 --                        (the caller reads its record), nothing written
 --   "CONFLICT"           same key, different body
@@ -67,6 +84,8 @@ local work = work_streams(2)
 local idem_ttl, pending_ttl = ARGV[1], ARGV[2]
 local joined, spans, buffer = ARGV[3], ARGV[4], tonumber(ARGV[5])
 local queued_producers = { normal = KEYS[7], low = KEYS[8] }
+-- What the call's digest joins share (``shared.lua``); none when no item joins one (now 0).
+local digests = ARGV[6] ~= "0" and digest_call(KEYS[9], ARGV[6], ARGV[7], ARGV[8]) or nil
 
 -- Lengths of the work streams and of the producers' queues as this call left them: each is
 -- read once per call.
@@ -187,13 +206,28 @@ local function suppression_verdict(assumed, checks, known)
   return reply
 end
 
-local broken = wrong_type({ "stream", "stream", "stream", "stream", "zset", "hash", "set", "set" })
+local broken = wrong_type({ "stream", "stream", "stream", "stream", "zset", "hash", "set", "set",
+  digests and "zset" or nil })
 if broken then
   return broken
 end
 
+-- Join an accepted notification to its digest (its ARGV from ``a`` on, its KEYS from ``k``
+-- on), opening it when none was (``open_closes`` nil): its reply.
+local function join_digest(a, k, open_closes)
+  local id, closes = ARGV[a], open_closes
+  if closes == nil then
+    closes = tonumber(ARGV[a + 2])
+    digest_open(digests, k, id, closes, a + 7)
+  end
+  local count
+  count, closes = digest_add(
+    digests, k, id, closes, ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], tonumber(ARGV[a + 3]))
+  return { "JOINED", id, count, closes }
+end
+
 local replies, accepted, all_accepted = {}, {}, true
-local argi, keyi, last = 6, 9, #ARGV
+local argi, keyi, last = 9, 10, #ARGV
 while argi <= last do
   local done, settings_version = ARGV[argi], ARGV[argi + 1]
   local assumed, checks, known = ARGV[argi + 2], ARGV[argi + 3], ARGV[argi + 4]
@@ -207,13 +241,21 @@ while argi <= last do
     argi, keyi = argi + 1, keyi + 1
   end
   local work_count, indexed_until, index = tonumber(ARGV[argi + 4]), nil, nil
+  local join, join_k = nil, nil -- where its digest's ARGV and KEYS begin, when it joins one
   if not work_count then -- "<count> <until>": indexed by its cancellation key until then
-    local count
-    count, indexed_until = string.match(ARGV[argi + 4], "^(%d+) (%d+)$")
-    work_count, index, keyi = tonumber(count), KEYS[keyi], keyi + 1
+    local count, until_ms, joins = string.match(ARGV[argi + 4], "^(%d+) ?(%d*)(%+?)$")
+    work_count = tonumber(count)
+    if until_ms ~= "" then
+      indexed_until, index, keyi = until_ms, KEYS[keyi], keyi + 1
+    end
+    join = joins == "+" or nil
   end
   local first_work = argi + 5
   argi = first_work + 2 * work_count
+  if join then
+    join, join_k, keyi = argi, keyi, keyi + 4
+    argi = argi + (ARGV[argi + 1] == "new" and 12 or 7)
+  end
 
   -- Read the recipient's settings version, then claim the key as done or read what an
   -- earlier request left there. A key of the wrong type fails this item alone, before
@@ -223,7 +265,7 @@ while argi <= last do
   if not (type(version) == "table" and version.err) then
     earlier = redis.pcall("SET", idem, done, "PX", idem_ttl, "NX", "GET")
   end
-  local reply = nil
+  local reply, ok = nil, false
   if type(version) == "table" and version.err then
     reply = { "BROKEN", version.err }
   elseif type(earlier) == "table" and earlier.err then
@@ -232,11 +274,18 @@ while argi <= last do
     reply = verdict(earlier, done)
   end
   if reply == nil then
-    local again = nil
+    local again, open_closes = nil, nil
     if (version or "0") ~= settings_version then
       again = { "STALE", redis.call("HGETALL", rcpt) }
     else
       again = suppression_verdict(assumed, checks, known)
+    end
+    if join and not again then
+      local named
+      open_closes, named = digest_to_join(join_k, ARGV[join], ARGV[join + 1])
+      if open_closes == false then
+        again = { "DIGEST", named }
+      end
     end
     if again then
       -- Planned again by the caller: the key stays this request's meanwhile.
@@ -260,13 +309,14 @@ while argi <= last do
         redis.call("PEXPIREAT", data_key, data_expires_at)
       end
       accepted[#accepted + 1] = #replies + 1
-      for w = first_work, argi - 1, 2 do
+      ok = true
+      for w = first_work, first_work + 2 * work_count - 1, 2 do
         admit(ARGV[w], ARGV[w + 1], queue)
       end
-      reply = "OK"
+      reply = join and join_digest(join, join_k, open_closes) or "OK"
     end
   end
-  if reply ~= "OK" then
+  if not ok then
     all_accepted = false
   end
   replies[#replies + 1] = reply

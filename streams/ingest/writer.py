@@ -21,6 +21,7 @@ from streams.core.batching import BatchedScript
 from streams.core.keys import ShardKeys
 from streams.core.scripts import Call, KeyOrArg
 from streams.core.vocabulary import Priority
+from streams.digests import store as digests
 from streams.recipients.read import RecipientSettings
 
 # Bound once: looked up per item, and through the class it costs more.
@@ -77,10 +78,13 @@ class IngestItem(msgspec.Struct, frozen=True, kw_only=True):
     suppressed: list[tuple[str, str]] = []
     # The producer's cancellation key ("": none): the item is indexed by it until it expires.
     cancellation_key: str = ""
+    # The digest it joins as it is accepted (a digest type's notification on its recipient's
+    # home shard); None: none, or it joins after (``app.ingest.digests``).
+    join: digests.DigestJoin | None = None
 
 
 class IngestReply(msgspec.Struct, frozen=True):
-    kind: Literal["OK", "DUP", "CONFLICT", "BUSY", "STALE", "SUPPRESSIONS", "BROKEN"]
+    kind: Literal["OK", "DUP", "CONFLICT", "BUSY", "STALE", "SUPPRESSIONS", "DIGEST", "BROKEN"]
     # DUP: the encoded record of the notification accepted first under this key (b"" if it
     # expired, with the key, in the moment between the script and reading it).
     record: bytes = b""
@@ -92,6 +96,10 @@ class IngestReply(msgspec.Struct, frozen=True):
     suppressions: dict[str, bytes] = {}
     # BROKEN: Redis's error about the item's key of the wrong type (nothing was written).
     error: str = ""
+    # OK: the digest it joined as it was accepted (an item with a ``join``).
+    joined: digests.Joined | None = None
+    # DIGEST: the digest open now, to join instead of the one named ("": none, a new one).
+    digest: str = ""
 
 
 class IngestWriter:
@@ -177,37 +185,42 @@ def ingest_call(
     """The keys and arguments of one ``ingest.lua`` call, as the script reads them.
 
     KEYS: events, the three work streams, delayed, the suppression list, the sets of
-    producers with NORMAL and with LOW items queued (``streams.delivery.fairness``), then each
-    item's keys. ARGV: the idempotency record's and the in-flight marker's lifetimes (ms),
-    every item's events joined into one array and each item's byte span in it
-    (``codec.join_events``, ``codec.span_text``), the fairness buffer, then each item's
-    arguments (``_add_items``).
+    producers with NORMAL and with LOW items queued (``streams.delivery.fairness``), the
+    digests by closing time, then each item's keys. ARGV: the idempotency record's and the
+    in-flight marker's lifetimes (ms), every item's events joined into one array and each
+    item's byte span in it (``codec.join_events``, ``codec.span_text``), the fairness
+    buffer, the digests' now (the latest of the joining items'; 0: none joins), bytes and
+    keeping time (``streams.digests.store``), then each item's arguments (``_add_items``).
     """
     keys: list[KeyOrArg] = [shard.events, *shard.work_streams, shard.delayed, shard.suppressions]
-    keys += [shard.queued_producers(_NORMAL), shard.queued_producers(_LOW)]
+    keys += [shard.queued_producers(_NORMAL), shard.queued_producers(_LOW), shard.digests_due]
     joined, spans = codec.join_events([item.events for item in items])
     args: list[KeyOrArg] = [idempotency_ttl_ms, pending_ttl_ms, joined, codec.span_text(spans)]
-    args.append(fair_buffer)
-    _add_items(shard, items, keys, args)
+    args += (fair_buffer, 0, digests.MAX_BYTES, digests.KEEP_MS)
+    args[5] = _add_items(shard, items, keys, args)
     return keys, args
 
 
 def _add_items(
     shard: ShardKeys, items: Sequence[IngestItem], keys: list[KeyOrArg], args: list[KeyOrArg]
-) -> None:
+) -> int:
     """Append each item's keys and arguments to one ``ingest.lua`` call's, all items in one
-    loop (a call per item would cost every notification).
+    loop (a call per item would cost every notification); the latest now of the items that
+    join a digest (0: none does).
 
     KEYS per item: its idempotency record, notification record, recipient settings, its
     producer's queue of its priority, its data hash when its work items share their data, and
-    its cancellation index when it has a cancellation key.
+    its cancellation index when it has a cancellation key, and its digest's four when it
+    joins one (``digests.add_join``).
     ARGV per item: its idempotency record once accepted, the settings version it was planned
     with, the suppression list as it was planned with it (version, fields checked, fields
     found), its notification record, its shared data ("" for none) and, only when there is
     some, when that data expires (ms), its number of work items (with a cancellation key,
-    followed by a space and until when its index keeps it, in ms), and per work item where
-    it goes (``PlannedWork.destination``) and the item.
+    followed by a space and until when its index keeps it, in ms; then "+" when it joins a
+    digest), per work item where it goes (``PlannedWork.destination``) and the item, and
+    the join's arguments when it joins a digest.
     """
+    now_ms = 0
     for item in items:
         keys += [
             shard.idempotency(item.producer, item.idempotency_key),
@@ -229,16 +242,28 @@ def _add_items(
         if item.shared_data:
             keys.append(shard.data(item.notification_id))
             args.append(item.expires_ms + SHARED_DATA_SLACK_MS)
+        join = item.join
         if item.cancellation_key:  # indexed by it until it expires
             keys.append(shard.cancellation_index(item.producer, item.cancellation_key))
-            args.append(f"{len(item.work)} {item.expires_ms + SHARED_DATA_SLACK_MS}")
-        else:
+            count = f"{len(item.work)} {item.expires_ms + SHARED_DATA_SLACK_MS}"
+            args.append(count if join is None else count + "+")
+        elif join is None:
             args.append(len(item.work))
+        else:
+            args.append(f"{len(item.work)}+")
         for work in item.work:
             args += [work.destination, work.item]
+        if join is not None:
+            digests.add_join(shard, join, keys, args)
+            now_ms = max(now_ms, join.now_ms)
+    return now_ms
 
 
 _OK = IngestReply("OK")  # the common reply, shared
+
+
+# The replies of a word and a text, by word: the field the text goes to.
+_WITH_TEXT = {b"DUP": "notification_id", b"DIGEST": "digest", b"BROKEN": "error"}
 
 
 def _reply(raw: bytes | list[bytes | list[bytes]]) -> IngestReply:
@@ -248,10 +273,12 @@ def _reply(raw: bytes | list[bytes | list[bytes]]) -> IngestReply:
     if isinstance(raw, bytes):  # CONFLICT, BUSY
         return IngestReply(raw.decode())  # type: ignore[arg-type]
     kind = raw[0]
-    if kind == b"DUP":
-        return IngestReply("DUP", notification_id=raw[1].decode())  # type: ignore[union-attr]
-    if kind == b"BROKEN":
-        return IngestReply("BROKEN", error=raw[1].decode())  # type: ignore[union-attr]
+    if kind == b"JOINED":  # accepted, and joined the digest named
+        digest, count, closes = raw[1], raw[2], raw[3]
+        return IngestReply("OK", joined=digests.Joined(digest.decode(), int(count), int(closes)))  # type: ignore[union-attr, arg-type]
+    if kind in _WITH_TEXT:
+        text = raw[1].decode()  # type: ignore[union-attr]
+        return IngestReply(kind.decode(), **{_WITH_TEXT[kind]: text})  # type: ignore[arg-type]
     if kind == b"STALE":
         return IngestReply("STALE", settings=RecipientSettings.from_hash(raw[1]))  # type: ignore[arg-type]
     if kind == b"SUPPRESSIONS":

@@ -70,9 +70,12 @@ from streams.digests.store import (
     AGAIN,
     NEW,
     OPEN,
+    DigestJoin,
     JoinAsk,
     digest_join_call,
     digest_leave_call,
+    joined_hour,
+    open_digest_key,
 )
 from streams.dlq.entries import Worker, parse_entry, poison_entry
 from streams.dlq.replay import Candidate, ReplayOrder, dlq_replay_call
@@ -227,6 +230,50 @@ async def test_ingest_ingest(real_redis: Redis, key_prefix: str, catalog: Catalo
         real_redis, scripts.INGEST, ingest_call(keys.shard(0), retries, 60_000, 10_000, 2000)
     )
     assert again == [[b"DUP", item.notification_id.encode()] for item in items]
+
+
+def joining(item: IngestItem, shard: ShardKeys, digest: str, how: str) -> IngestItem:
+    """``item`` joining digest ``digest`` (of at most 2 items) as the ingest script accepts it."""
+    nid = item.notification_id
+    join = DigestJoin(
+        open_key=open_digest_key(shard, "u-1", "comment", "A-17"), digest_id=digest, how=how,
+        closes_ms=10_000, max_items=2, notification_id=nid, entry=f"{nid} {{}}".encode(),
+        recipient=b'{"id":"u-1"}', recipient_id="u-1", notification_type="comment",
+        key="A-17", producer="orders", locale="en", now_ms=1_000, events=shard.events,
+    )  # fmt: skip
+    return msgspec.structs.replace(item, join=join)
+
+
+async def test_ingest_ingest_joining_digests(
+    real_redis: Redis, key_prefix: str, catalog: Catalog
+) -> None:
+    keys = KeySpace(key_prefix)
+    shard = keys.shard(0)
+
+    async def ingest(*items: IngestItem) -> Any:
+        return await run(real_redis, scripts.INGEST, ingest_call(shard, items, 60_000, 10_000, 9))
+
+    first = joining(plan(catalog, keys, "j0", ORDER), shard, "d-1", NEW)
+    assert await ingest(first) == [[b"JOINED", b"d-1", 1, 10_000]]
+    assert await real_redis.get(first.join.open_key) == b"d-1 10000"  # type: ignore[union-attr]
+    # A wrong guess: nothing of it written, and the digest open named.
+    planned = plan(catalog, keys, "j1", {**ORDER, "cancellation_key": "c-1"})
+    assert await ingest(joining(planned, shard, "d-2", NEW)) == [[b"DIGEST", b"d-1"]]
+    assert await real_redis.get(shard.notification(planned.notification_id)) is None
+    # Planned again with it (and with a cancellation key): joined; the second fills it.
+    assert await ingest(joining(planned, shard, "d-1", OPEN)) == [[b"JOINED", b"d-1", 2, 1_000]]
+    assert await real_redis.get(shard.notification(planned.notification_id)) is not None
+    entries = await real_redis.lrange(shard.digest_items("d-1"), 0, -1)
+    assert [e.split(b" ")[0].decode() for e in entries] == [
+        first.notification_id,
+        planned.notification_id,
+    ]
+    assert await real_redis.hget(shard.digest_joined(joined_hour(planned.notification_id)),
+                                 planned.notification_id) == b"d-1"  # fmt: skip
+    # Sealed when full: the next one asking for it is sent to open a new one, in one call
+    # with one joining nothing.
+    late, plain = plan(catalog, keys, "j2", ORDER), plan(catalog, keys, "j3", ORDER)
+    assert await ingest(joining(late, shard, "d-1", OPEN), plain) == [[b"DIGEST", b""], b"OK"]
 
 
 async def test_delivery_begin(real_redis: Redis, key_prefix: str, catalog: Catalog) -> None:

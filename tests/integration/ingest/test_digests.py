@@ -1,6 +1,9 @@
 """Notifications of a digest type at ingest, on real Redis: accepted DIGESTED and joined
 before their 202, which names the digest; a repeated request joins nothing twice; a key the
-data cannot make is a 422; a join Redis cannot make is a 503, and the retry joins."""
+data cannot make is a 422; a join (or its event) Redis cannot make is a 503, and the retry
+joins; joined as accepted on the recipient's home shard, after elsewhere; a process that
+guesses the open digest wrong is sent to the right one; a digest that keeps changing under
+a join is a conflict to retry."""
 
 from __future__ import annotations
 
@@ -15,9 +18,10 @@ from app.catalog import Catalog, parse_catalog
 from app.ingest.fanout import Planner
 from app.ingest.ingestor import Ingestor
 from app.ingest.requests import NotificationRequest
-from streams.core.errors import Invalid, Unavailable
+from streams.core.errors import Conflict, Invalid, Unavailable
+from streams.core.events import NotificationDigested
 from streams.core.keys import KeySpace
-from tests.conftest import DIGEST
+from tests.conftest import DIGEST, stream_events
 from tests.integration.delivery_support import catalog_text
 
 COMMENT = """
@@ -76,7 +80,7 @@ async def test_data_that_cannot_make_the_key_is_refused(real_redis: Redis, key_p
     assert "data: the digest key cannot be made" in str(answer.error)
 
 
-async def test_a_join_redis_cannot_make_is_a_503_and_the_retry_joins(
+async def test_a_join_whose_event_redis_cannot_write_is_a_503_and_the_retry_records_it(
     real_redis: Redis, key_prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     keys = KeySpace(key_prefix)
@@ -86,9 +90,94 @@ async def test_a_join_redis_cannot_make_is_a_503_and_the_retry_joins(
         raise RedisConnectionError("down")
 
     with monkeypatch.context() as patched:
-        patched.setattr("streams.digests.store.join_many", down)
+        patched.setattr("streams.digests.store.record_joins", down)
         failed = await ingest.ingest("shop", "k-1", comment(thread="A", text="x"))
     assert isinstance(failed.error, Unavailable)
     retried = await ingest.ingest("shop", "k-1", comment(thread="A", text="x"))
+    assert retried.replayed  # accepted and joined the first time, its event written now
+    joined = msgspec.json.decode(retried.response)
+    assert joined["digest"]["count"] == 1
+    recorded = [
+        event for event in await stream_events(real_redis, keys.shard(0).events)
+        if isinstance(event, NotificationDigested)
+    ]  # fmt: skip
+    assert [(e.notification_id, e.digest_id) for e in recorded] == [
+        (joined["id"], joined["digest"]["id"])
+    ]
+
+
+def key_elsewhere(keys: KeySpace, recipient_id: str) -> str:
+    """An idempotency key whose notification is ingested on another shard than the
+    recipient's home."""
+    home = keys.home_of_recipient(recipient_id).shard
+    return next(
+        key for key in (f"k-{n}" for n in range(100)) if keys.for_ingest("shop", key).shard != home
+    )
+
+
+async def test_on_another_shard_than_its_recipients_home_it_joins_after_and_a_failure_is_a_503(
+    real_redis: Redis, key_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keys = KeySpace(key_prefix, shards=4)
+    ingest = ingestor(real_redis, keys)
+    key = key_elsewhere(keys, "u-1")
+
+    async def down(*_: object) -> None:
+        raise RedisConnectionError("down")
+
+    with monkeypatch.context() as patched:
+        patched.setattr("streams.digests.store.join_many", down)
+        failed = await ingest.ingest("shop", key, comment(thread="A", text="x"))
+    assert isinstance(failed.error, Unavailable)
+    retried = await ingest.ingest("shop", key, comment(thread="A", text="x"))
     assert retried.replayed  # accepted the first time, joined now
-    assert msgspec.json.decode(retried.response)["digest"]["count"] == 1
+    joined = msgspec.json.decode(retried.response)["digest"]
+    assert joined["count"] == 1
+    home = keys.home_of_recipient("u-1")
+    assert await real_redis.hget(home.digest(joined["id"]), "count") == b"1"
+    # One on the home shard joins the same digest as it is accepted.
+    home_key = next(f"h-{n}" for n in range(100) if keys.for_ingest("shop", f"h-{n}") == home)
+    here = await ingest.ingest("shop", home_key, comment(thread="A", text="y"))
+    assert here.joined is not None
+    assert msgspec.json.decode(here.response)["digest"] == {**joined, "count": 2}
+
+
+async def test_a_process_that_guesses_wrong_is_sent_to_the_digest_open_now(
+    real_redis: Redis, key_prefix: str
+) -> None:
+    keys = KeySpace(key_prefix)
+    two_items = COMMENT.replace('thread }}" }', 'thread }}", max_items = 2 }')
+    two = parse_catalog(catalog_text() + two_items, "two.toml")
+    first, second = (Ingestor(real_redis, keys, Planner(two, DIGEST), 3600) for _ in range(2))
+
+    async def digest_of(ingest: Ingestor, key: str) -> dict[str, Any]:
+        answer = await ingest.ingest("shop", key, comment(thread="A", text=key))
+        assert answer.joined is not None  # joined by the ingest script itself
+        return msgspec.json.decode(answer.response)["digest"]  # type: ignore[no-any-return]
+
+    opened = await digest_of(first, "k-1")
+    # The second process has seen no digest open: it looks the open one up, and fills it (two
+    # items).
+    filled = await digest_of(second, "k-2")
+    assert (filled["id"], filled["count"]) == (opened["id"], 2)
+    # The first still takes the full one for open: sent back, it opens a new one.
+    reopened = await digest_of(first, "k-3")
+    assert reopened["id"] != opened["id"]
+    assert reopened["count"] == 1
+    items = await real_redis.lrange(keys.shard(0).digest_items(opened["id"]), 0, -1)
+    assert len(items) == 2
+
+
+async def test_a_digest_that_keeps_changing_under_a_join_is_a_conflict_and_nothing_is_written(
+    real_redis: Redis, key_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keys = KeySpace(key_prefix)
+    shard = keys.shard(0)
+    # Every new digest it asks for exists already (sealed, say), round after round.
+    monkeypatch.setattr("streams.digests.store.digest_id", lambda *_: "d-taken")
+    await real_redis.hset(shard.digest("d-taken"), "state", "sealed")
+    answer = await ingestor(real_redis, keys).ingest("shop", "k-1", comment(thread="A", text="x"))
+    assert isinstance(answer.error, Conflict)
+    assert str(answer.error).startswith("digest: it kept changing while joining")
+    assert await real_redis.exists(shard.digest_items("d-taken")) == 0
+    assert await stream_events(real_redis, shard.events) == []  # nothing accepted
