@@ -2,8 +2,10 @@
 closes them).
 
 A notification of a digest type joins the digest open for its (recipient, type, key), or
-opens one whose id is derived from (recipient, type, key, the time it opened): ``join_many``
-(a batch's notifications in two round trips when the process saw their digests open,
+opens one whose id is derived from (recipient, type, key, the time it opened). One ingested
+on its recipient's home shard joins in the ingest script's own step (``DigestJoin``, laid out
+by ``add_join``); the others, and a request answered again, join after: ``join_many`` (a
+batch's notifications in two round trips when the process saw their digests open,
 ``OpenDigests``), ``join``. A notification cancelled while its digest is open ``leave``s it.
 
 Each join is recorded by an event on the shard's stream (``NotificationDigested``) after
