@@ -178,7 +178,8 @@ class DigestJoiner:
         seen = self.open_digests
         try:
             await store.record_joins(self.redis, [
-                (join.events, store.joined_event(join, joined)) for _, (join, joined) in made
+                (join.events, store.joined_event(join, joined, join.now_ms))
+                for _, (join, joined) in made
             ])  # fmt: skip
         except RedisError:
             for index, _ in made:

@@ -327,12 +327,10 @@ class Ingestor:
         )
         if self.digests is None or request.body.type not in self.digests.catalog.digests:
             return item
-        if pending is None:
-            return self.digests.planned(request, settings, item, epoch_ms(now))
+        named, rounds = (pending.digest_named, pending.digest_rounds) if pending else (None, 0)
         return self.digests.planned(
-            request, settings, item, epoch_ms(now),
-            named=pending.digest_named, rounds=pending.digest_rounds,
-        )  # fmt: skip
+            request, settings, item, epoch_ms(now), named=named, rounds=rounds
+        )
 
     def _answer(self, entry: Pending, reply: IngestReply) -> IngestAnswer:
         answer = answer_of(entry.item.response, reply)

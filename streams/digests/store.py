@@ -123,10 +123,10 @@ async def record_joins(redis: Redis, joins: Sequence[tuple[str, NotificationDige
         await pipe.execute()
 
 
-def joined_event(join: DigestJoin, joined: Joined) -> NotificationDigested:
-    """The event of a join the ingest script made."""
+def joined_event(join: DigestJoin | JoinAsk, joined: Joined, now_ms: int) -> NotificationDigested:
+    """The event of a join made: by the ingest script (``DigestJoin``) or ``join.lua``."""
     return NotificationDigested(
-        at=at(join.now_ms), notification_id=join.notification_id, digest_id=joined.digest_id,
+        at=at(now_ms), notification_id=join.notification_id, digest_id=joined.digest_id,
         recipient_id=join.recipient_id, notification_type=join.notification_type,
         count=joined.count, closes_at=at(joined.closes_ms),
     )  # fmt: skip
@@ -186,7 +186,7 @@ async def join(redis: Redis, shard: ShardKeys, ask: JoinAsk, now_ms: int) -> Joi
         [reply] = await scripts.DIGEST_JOIN(redis, *call)
         if reply[0] == b"JOINED":
             joined = Joined(as_text(reply[1]), int(reply[2]), int(reply[3]))
-            await _record_join(redis, shard, ask, joined, now_ms)
+            await record_joins(redis, [(shard.events, joined_event(ask, joined, now_ms))])
             return joined
         current = as_text(reply[1])
         now_ms += 1  # a new candidate, should one be opened in the same millisecond
@@ -289,7 +289,7 @@ async def _joined(
             results.append(None)
             continue
         joined = Joined(as_text(reply[1]), int(reply[2]), int(reply[3]))
-        events.append((shard.events, _join_event(ask, joined, now_ms)))
+        events.append((shard.events, joined_event(ask, joined, now_ms)))
         results.append(joined)
     await record_joins(redis, events)
     return [
@@ -331,21 +331,6 @@ def open_digest_key(shard: ShardKeys, recipient_id: str, notification_type: str,
 
 def _open_key(shard: ShardKeys, ask: JoinAsk) -> str:
     return open_digest_key(shard, ask.recipient_id, ask.notification_type, ask.key)
-
-
-def _join_event(ask: JoinAsk, joined: Joined, now_ms: int) -> NotificationDigested:
-    return NotificationDigested(
-        at=at(now_ms), notification_id=ask.notification_id, digest_id=joined.digest_id,
-        recipient_id=ask.recipient_id, notification_type=ask.notification_type,
-        count=joined.count, closes_at=at(joined.closes_ms),
-    )  # fmt: skip
-
-
-async def _record_join(
-    redis: Redis, shard: ShardKeys, ask: JoinAsk, joined: Joined, now_ms: int
-) -> None:
-    event = _join_event(ask, joined, now_ms)
-    await redis.xadd(shard.events, {"e": codec.encode_events([event])})
 
 
 async def leave(redis: Redis, shard: ShardKeys, digest: str, notification_id: str) -> str:
