@@ -177,7 +177,7 @@ local function digest_add(call, k, id, closes, entry, recipient, expires_at, max
   local space = string.find(entry, " ", 1, true)
   local count = redis.call("RPUSH", KEYS[k + 2], entry)
   local bytes = redis.call("HINCRBY", digest, "bytes", #entry - space)
-  redis.call("HSET", digest, "count", count, "recipient", recipient)
+  redis.call("HSET", digest, "recipient", recipient)
   redis.call("HSET", joined, string.sub(entry, 1, space - 1), id)
   if not call.expiring[joined] then -- the hour's hash: its expiry asked for once a call
     redis.call("PEXPIREAT", joined, expires_at, "NX")

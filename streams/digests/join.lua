@@ -23,8 +23,8 @@
 -- and the next notification opens a new one.
 --
 -- A join is the common path, kept short: the open digest read (its closing time rides in
--- its value), the item pushed (the list's length is the count), the bytes counted, the count
--- and the latest recipient written, and the join recorded as a field of its hour's hash (a
+-- its value), the item pushed (the list's length is the count, kept nowhere else), the bytes
+-- counted, the latest recipient written, and the join recorded as a field of its hour's hash (a
 -- key per notification, with its own expiry, cost a fifth of the whole join), whose expiry
 -- is set once per call. The steps are ``shared.lua``'s, which the ingest script also joins
 -- by.
@@ -45,8 +45,8 @@ local function join(k, a)
     if before and before ~= id then
       return { "RETRY", before } -- it joined that one: ask again with its keys
     elseif before then
-      local state = redis.call("HMGET", KEYS[k + 1], "count", "closes_ms")
-      return { "JOINED", id, tonumber(state[1] or 0), tonumber(state[2] or 0) }
+      local closes_ms = redis.call("HGET", KEYS[k + 1], "closes_ms")
+      return { "JOINED", id, redis.call("LLEN", KEYS[k + 2]), tonumber(closes_ms or 0) }
     end
   end
   local open_closes, named = digest_to_join(k, id, how)

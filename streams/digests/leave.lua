@@ -18,7 +18,6 @@ end
 for _, entry in ipairs(redis.call("LRANGE", items, 0, -1)) do
   if string.sub(entry, 1, #prefix) == prefix then
     redis.call("LREM", items, 1, entry)
-    redis.call("HSET", digest, "count", redis.call("LLEN", items))
     redis.call("HINCRBY", digest, "bytes", #prefix - #entry)
     return "LEFT"
   end

@@ -33,7 +33,8 @@ async def test_concurrent_joins_make_one_digest_counting_each_once(
     assert sorted(j.count for j in joined) == list(range(1, 31))
     again = await store.join(real_redis, shard, ask("n-7"), 1_500)  # a repeated request
     assert again.digest_id == joined[0].digest_id
-    assert await real_redis.hget(shard.digest(again.digest_id), "count") == b"30"
+    assert again.count == 30  # the items list is the count: none stored twice
+    assert await real_redis.llen(shard.digest_items(again.digest_id)) == 30
     events = await stream_events(real_redis, shard.events)
     assert all(isinstance(e, NotificationDigested) for e in events)
     assert len({e.notification_id for e in events}) == 30  # type: ignore[union-attr]
