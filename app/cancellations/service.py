@@ -168,7 +168,7 @@ class Cancellations:
         if not record.deliveries or any(d.status != digested for d in record.deliveries):
             return record
         home = self.keys.home_of_recipient(record.recipient_id)
-        digest = await digests.joined_digest(self.redis, home, record.id)
+        digest = record.digest_id or await digests.joined_digest(self.redis, home, record.id)
         if not digest:
             return record
         if await digests.leave(self.redis, home, digest, record.id) != "LEFT":

@@ -9,6 +9,7 @@ import structlog
 
 from app.ingest.fanout import accepted_body
 from streams.core.errors import ClarionError, Conflict, Invalid, Unavailable
+from streams.core.records import decode_record
 from streams.digests.store import DigestJoin, Joined
 from streams.ingest.writer import IngestReply
 
@@ -30,6 +31,9 @@ class IngestAnswer(msgspec.Struct, frozen=True):
     # The digest it joined as it was accepted, and how (``app.ingest.digests``); None: none,
     # or it joins after.
     joined: tuple[DigestJoin, Joined] | None = None
+    # Replayed: the digest its record names, which it joined as it was first accepted ("":
+    # none, or it joined after).
+    joined_before: str = ""
 
     @property
     def accepted(self) -> bool:
@@ -60,7 +64,10 @@ def answer_of(response: bytes, reply: IngestReply) -> IngestAnswer:
                     retry_after_s=RETRY_S,
                 )
             )
-        return IngestAnswer(response=accepted_body(reply.record), replayed=True)
+        record = decode_record(reply.record)
+        return IngestAnswer(
+            response=accepted_body(record), replayed=True, joined_before=record.digest_id
+        )
     if reply.kind == "BROKEN":
         if reply.error.startswith("WRONGTYPE"):
             # A key holding the wrong type: damage in Redis that an operator must look at.

@@ -221,6 +221,7 @@ class DigestJoiner:
                 closes_ms=digest.closes_ms(now_ms, zones.get(n, "")),
                 max_items=digest.max_items,
                 again=answers[index].replayed,
+                joined=answers[index].joined_before,
             )
             asks.append((homes[n], ask))
         return asks

@@ -27,7 +27,7 @@ from streams.core.errors import Forbidden, Invalid
 from streams.core.events import Event
 from streams.core.ids import new_ids
 from streams.core.keys import ShardKeys
-from streams.core.records import decode_record
+from streams.core.records import NotificationRecord
 from streams.core.vocabulary import Channel, Priority
 from streams.digests.ids import is_digest_close
 from streams.ingest.writer import IngestItem
@@ -42,10 +42,9 @@ _response_encoder = msgspec.json.Encoder()
 _MAX_ROUTES = 4096
 
 
-def accepted_body(record: bytes) -> bytes:
+def accepted_body(record: NotificationRecord) -> bytes:
     """The body that says a notification was accepted, from its record."""
-    accepted = decode_record(record)
-    return _response_encoder.encode(Accepted(id=accepted.id, deliveries=accepted.deliveries))
+    return _response_encoder.encode(Accepted(id=record.id, deliveries=record.deliveries))
 
 
 class FanoutError(Invalid, ValueError):

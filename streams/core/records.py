@@ -36,6 +36,10 @@ class NotificationRecord(msgspec.Struct, frozen=True, kw_only=True, omit_default
     campaign_id: str = ""
     # The producer's cancellation key ("": none): ``POST /v1/cancellations`` finds it by it.
     cancellation_key: str = ""
+    # The digest it joined as the ingest script accepted it ("": none, or it joined after,
+    # which its hour's hash records: ``streams.digests.store.joined_digest``). The last
+    # field, as ``naming_digest`` writes it.
+    digest_id: str = ""
 
 
 _encoder = msgspec.json.Encoder()
@@ -48,3 +52,9 @@ def encode_record(record: NotificationRecord) -> bytes:
 
 def decode_record(raw: bytes) -> NotificationRecord:
     return _decoder.decode(raw)
+
+
+def naming_digest(record: bytes, digest_id: str) -> bytes:
+    """An encoded record (without a digest) naming ``digest_id``: what ``encode_record``
+    makes of it with that field set, the object's last, without decoding it again."""
+    return b'%s,"digest_id":%s}' % (record[:-1], _encoder.encode(digest_id))

@@ -123,16 +123,16 @@ end
 
 -- Digests (``streams/digests``), joined by ``digests/join.lua`` and, for a notification
 -- accepted on its recipient's home shard, by ``ingest/ingest.lua`` in the same step. A join's
--- keys are KEYS[k] to KEYS[k + 3]: the open digest of its (recipient, type, key) (a string:
--- "<id> <closes ms>"), the digest (a hash), its items (a list of "<notification id> <data
--- JSON>", in the order they joined), and which digest each notification made in its hour
--- joined (a hash by notification id). ``call`` is what a script's joins share: { due = the
--- shard's digests by closing time (members "<id> <open key>"), now = ms, max_bytes = at most
--- how many bytes of data a digest holds, keep_ms = how long an open digest's key outlives
--- its closing, expiring = the hours' hashes whose expiry this call has set }.
+-- keys are KEYS[k] to KEYS[k + 2]: the open digest of its (recipient, type, key) (a string:
+-- "<id> <closes ms>"), the digest (a hash), and its items (a list of "<notification id> <data
+-- JSON>", in the order they joined). Which digest a notification joined is in its record
+-- when the ingest script joined it, else in its hour's hash (``join.lua``). ``call`` is what a
+-- script's joins share: { due = the shard's digests by closing time (members "<id> <open
+-- key>"), now = ms, max_bytes = at most how many bytes of data a digest holds, keep_ms = how
+-- long an open digest's key outlives its closing }.
 local function digest_call(due, now, max_bytes, keep_ms)
   return { due = due, now = tonumber(now), max_bytes = tonumber(max_bytes),
-    keep_ms = tonumber(keep_ms), expiring = {} }
+    keep_ms = tonumber(keep_ms) }
 end
 
 -- Whether a notification may join digest ``id`` as its caller asks (``how``: "open", it found
@@ -169,20 +169,13 @@ local function digest_open(call, k, id, closes, who)
 end
 
 -- Add ``entry`` ("<notification id> <data JSON>") to the open digest ``id`` with the latest
--- ``recipient`` (JSON), and record in its hour's hash (which expires at ``expires_at``) that
--- the notification joined it. A digest that fills up (``max_items``, or the call's bytes)
--- is due at once, and closed to further joins. Returns its count and closing time.
-local function digest_add(call, k, id, closes, entry, recipient, expires_at, max_items)
-  local open, digest, joined = KEYS[k], KEYS[k + 1], KEYS[k + 3]
-  local space = string.find(entry, " ", 1, true)
+-- ``recipient`` (JSON). A digest that fills up (``max_items``, or the call's bytes) is due at
+-- once, and closed to further joins. Returns its count and closing time.
+local function digest_add(call, k, id, closes, entry, recipient, max_items)
+  local open, digest = KEYS[k], KEYS[k + 1]
   local count = redis.call("RPUSH", KEYS[k + 2], entry)
-  local bytes = redis.call("HINCRBY", digest, "bytes", #entry - space)
+  local bytes = redis.call("HINCRBY", digest, "bytes", #entry - string.find(entry, " ", 1, true))
   redis.call("HSET", digest, "recipient", recipient)
-  redis.call("HSET", joined, string.sub(entry, 1, space - 1), id)
-  if not call.expiring[joined] then -- the hour's hash: its expiry asked for once a call
-    redis.call("PEXPIREAT", joined, expires_at, "NX")
-    call.expiring[joined] = true
-  end
   if count >= max_items or bytes >= call.max_bytes then
     redis.call("ZADD", call.due, call.now, id .. " " .. open)
     redis.call("DEL", open)

@@ -55,11 +55,13 @@ class JoinAsk(msgspec.Struct, frozen=True, kw_only=True):
     closes_ms: int  # when a digest it opens closes
     max_items: int
     again: bool = True  # its request was answered before: it may have joined already
+    joined: str = ""  # the digest its record names: it joined that one as it was accepted
 
 
 # How a notification asks to join (``join.lua``): the digest it names was found open, or is a
-# new one (none was open); or its request was answered before, so it may have joined.
-OPEN, NEW, AGAIN = "open", "new", "again"
+# new one (none was open); or its request was answered before, so it may have joined; or its
+# record names the digest it joined (the ingest script joined it as it accepted it).
+OPEN, NEW, AGAIN, JOINED = "open", "new", "again", "joined"
 # One notification's part of a ``join.lua`` call: its ask, the digest it names, how it asks,
 # and its open digest's key.
 JoinCandidate = tuple[JoinAsk, str, str, str]
@@ -97,15 +99,11 @@ def add_join(
     shard: ShardKeys, join: DigestJoin, keys: list[KeyOrArg], args: list[KeyOrArg]
 ) -> None:
     """Append ``join``'s keys and arguments to an ``ingest.lua`` call's (its header says
-    what they are)."""
-    hour = joined_hour(join.notification_id)
-    keys += (
-        join.open_key, shard.digest(join.digest_id), shard.digest_items(join.digest_id),
-        shard.digest_joined(hour),
-    )  # fmt: skip
+    what they are). The notification's record names the digest (``naming_digest``): no
+    other key records the join."""
+    keys += (join.open_key, shard.digest(join.digest_id), shard.digest_items(join.digest_id))
     args += (
         join.digest_id, join.how, join.closes_ms, join.max_items, join.entry, join.recipient,
-        (hour + 1) * HOUR_MS + KEEP_MS,
     )  # fmt: skip
     if join.how == NEW:
         args += (join.recipient_id, join.notification_type, join.key, join.producer, join.locale)
@@ -180,8 +178,7 @@ async def join(redis: Redis, shard: ShardKeys, ask: JoinAsk, now_ms: int) -> Joi
     open_key = _open_key(shard, ask)
     current = _open_id(await redis.get(open_key))
     for _ in range(MAX_TRIES):
-        candidate = current or digest_id(ask.recipient_id, ask.notification_type, ask.key, now_ms)
-        how = AGAIN if ask.again else (OPEN if current else NEW)
+        candidate, how = _naming(ask, current, now_ms)
         call = digest_join_call(shard, [(ask, candidate, how, open_key)], now_ms)
         [reply] = await scripts.DIGEST_JOIN(redis, *call)
         if reply[0] == b"JOINED":
@@ -191,6 +188,15 @@ async def join(redis: Redis, shard: ShardKeys, ask: JoinAsk, now_ms: int) -> Joi
         current = as_text(reply[1])
         now_ms += 1  # a new candidate, should one be opened in the same millisecond
     raise DigestBusy("digest: it kept changing while joining; retry the request")
+
+
+def _naming(ask: JoinAsk, guess: str, now_ms: int) -> tuple[str, str]:
+    """The digest ``ask`` names and how it asks: the one its record names, else ``guess``
+    (seen open; "": a new one, its id derived from ``now_ms``)."""
+    if ask.joined:
+        return ask.joined, JOINED
+    candidate = guess or digest_id(ask.recipient_id, ask.notification_type, ask.key, now_ms)
+    return candidate, AGAIN if ask.again else (OPEN if guess else NEW)
 
 
 def digest_join_call(shard: ShardKeys, joins: Sequence[JoinCandidate], now_ms: int) -> Call:
@@ -264,10 +270,8 @@ async def _join_round(  # noqa: PLR0917 (join_many's own lists, handed on)
     for shard, indices in by_shard.values():
         joins: list[JoinCandidate] = []
         for index in indices:
-            ask, guess = asks[index][1], guesses[index]
-            how = AGAIN if ask.again else (OPEN if guess else NEW)
-            candidate = guess or digest_id(ask.recipient_id, ask.notification_type, ask.key, now_ms)
-            joins.append((ask, candidate, how, open_keys[index]))
+            candidate, how = _naming(asks[index][1], guesses[index], now_ms)
+            joins.append((asks[index][1], candidate, how, open_keys[index]))
         calls.append(digest_join_call(shard, joins, now_ms))
     groups = by_shard.values()
     for (_, indices), group in zip(

@@ -6,7 +6,7 @@
 --       the shard's digests by closing time, then
 --       per item: idempotency record, notification record, recipient settings, its
 --       producer's queue of its priority, its data hash when its work items share their
---       template data, its cancellation index when it has a cancellation key, and the four
+--       template data, its cancellation index when it has a cancellation key, and the three
 --       keys of its digest (``shared.lua``'s) when it joins one.
 -- ARGV: idempotency ttl (ms), in-flight marker ttl (ms), every item's events joined into one
 --       JSON array (``codec.join_events``), each item's first and last byte in that array as
@@ -27,8 +27,8 @@
 --       ``delayed``) and the encoded item; then, when it joins a digest: the digest's id, how
 --       it asks ("open": it was seen open; "new": none was), when a new one closes, at most
 --       how many items it holds, the item ("<notification id> <data JSON>"), the recipient
---       (JSON), when the hour's hash of joins expires, and for "new" the recipient id, type,
---       key, producer and locale of the digest it opens.
+--       (JSON), and for "new" the recipient id, type, key, producer and locale of the digest
+--       it opens.
 --
 -- The events of the accepted items go into one ``events`` entry: one atomic write, one
 -- entry. When every item is accepted, that is the joined array as it came; otherwise each
@@ -53,8 +53,9 @@
 --
 -- A notification of a digest type accepted on its recipient's home shard joins its digest in
 -- the same step, so it is never accepted without joining. The digest it names is the caller's
--- guess (the one the process last saw open); a wrong guess is answered like a recipient's
--- changed settings: nothing written, planned again with the digest open now.
+-- guess (the one the process last saw open), and its record names it too (so nothing else
+-- records the join); a wrong guess is answered like a recipient's changed settings: nothing
+-- written, planned again with the digest open now.
 --
 -- Reply, one entry per item: a word, or a list when the item's answer carries data (a plain
 -- word spares Lua, Redis and the client a list per accepted item):
@@ -218,11 +219,11 @@ local function join_digest(a, k, open_closes)
   local id, closes = ARGV[a], open_closes
   if closes == nil then
     closes = tonumber(ARGV[a + 2])
-    digest_open(digests, k, id, closes, a + 7)
+    digest_open(digests, k, id, closes, a + 6)
   end
   local count
   count, closes = digest_add(
-    digests, k, id, closes, ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], tonumber(ARGV[a + 3]))
+    digests, k, id, closes, ARGV[a + 4], ARGV[a + 5], tonumber(ARGV[a + 3]))
   return { "JOINED", id, count, closes }
 end
 
@@ -253,8 +254,8 @@ while argi <= last do
   local first_work = argi + 5
   argi = first_work + 2 * work_count
   if join then
-    join, join_k, keyi = argi, keyi, keyi + 4
-    argi = argi + (ARGV[argi + 1] == "new" and 12 or 7)
+    join, join_k, keyi = argi, keyi, keyi + 3
+    argi = argi + (ARGV[argi + 1] == "new" and 11 or 6)
   end
 
   -- Read the recipient's settings version, then claim the key as done or read what an

@@ -19,6 +19,7 @@ from redis.asyncio import Redis
 from streams.core import codec, scripts
 from streams.core.batching import BatchedScript
 from streams.core.keys import ShardKeys
+from streams.core.records import naming_digest
 from streams.core.scripts import Call, KeyOrArg
 from streams.core.vocabulary import Priority
 from streams.digests import store as digests
@@ -210,15 +211,16 @@ def _add_items(
 
     KEYS per item: its idempotency record, notification record, recipient settings, its
     producer's queue of its priority, its data hash when its work items share their data, and
-    its cancellation index when it has a cancellation key, and its digest's four when it
+    its cancellation index when it has a cancellation key, and its digest's three when it
     joins one (``digests.add_join``).
     ARGV per item: its idempotency record once accepted, the settings version it was planned
     with, the suppression list as it was planned with it (version, fields checked, fields
-    found), its notification record, its shared data ("" for none) and, only when there is
-    some, when that data expires (ms), its number of work items (with a cancellation key,
-    followed by a space and until when its index keeps it, in ms; then "+" when it joins a
-    digest), per work item where it goes (``PlannedWork.destination``) and the item, and
-    the join's arguments when it joins a digest.
+    found), its notification record (naming its digest when it joins one), its shared data
+    ("" for none) and, only when there is some, when that data expires (ms), its number of
+    work items (with a cancellation key, followed by a space and until when its index keeps
+    it, in ms; then "+" when it joins a digest), per work item where it goes
+    (``PlannedWork.destination``) and the item, and the join's arguments when it joins a
+    digest.
     """
     now_ms = 0
     for item in items:
@@ -230,19 +232,19 @@ def _add_items(
         ]
         # The idempotency record once accepted, as the script stores it.
         done = f"done {item.fingerprint} {item.notification_id}"
+        join = item.join
         args += [
             done,
             item.settings_version,
             item.suppression_version,
             item.suppression_checks,
             item.suppressions_known,
-            item.record,
+            item.record if join is None else naming_digest(item.record, join.digest_id),
             item.shared_data,
         ]
         if item.shared_data:
             keys.append(shard.data(item.notification_id))
             args.append(item.expires_ms + SHARED_DATA_SLACK_MS)
-        join = item.join
         if item.cancellation_key:  # indexed by it until it expires
             keys.append(shard.cancellation_index(item.producer, item.cancellation_key))
             count = f"{len(item.work)} {item.expires_ms + SHARED_DATA_SLACK_MS}"

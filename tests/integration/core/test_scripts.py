@@ -268,8 +268,11 @@ async def test_ingest_ingest_joining_digests(
         first.notification_id,
         planned.notification_id,
     ]
-    assert await real_redis.hget(shard.digest_joined(joined_hour(planned.notification_id)),
-                                 planned.notification_id) == b"d-1"  # fmt: skip
+    # Its record names the digest, and nothing else records the join.
+    record = await real_redis.get(shard.notification(planned.notification_id))
+    assert decode_record(record).digest_id == "d-1"
+    assert decode_record(record).cancellation_key == "c-1"
+    assert not await real_redis.exists(shard.digest_joined(joined_hour(planned.notification_id)))
     # Sealed when full: the next one asking for it is sent to open a new one, in one call
     # with one joining nothing.
     late, plain = plan(catalog, keys, "j2", ORDER), plan(catalog, keys, "j3", ORDER)

@@ -21,6 +21,7 @@ from app.ingest.requests import NotificationRequest
 from streams.core.errors import Conflict, Invalid, Unavailable
 from streams.core.events import NotificationDigested
 from streams.core.keys import KeySpace
+from streams.core.records import decode_record
 from tests.conftest import DIGEST, stream_events
 from tests.integration.delivery_support import catalog_text
 
@@ -35,6 +36,10 @@ digest = { window = "10m", key = "{{ data.thread }}" }
 [types.comment.templates.en]
 EMAIL = { title = "{{ count }} new", body = "{{ count }} new on {{ key }}" }
 """
+
+
+def repeated_id(response: bytes) -> str:
+    return msgspec.json.decode(response)["id"]  # type: ignore[no-any-return]
 
 
 def catalog() -> Catalog:
@@ -166,6 +171,15 @@ async def test_a_process_that_guesses_wrong_is_sent_to_the_digest_open_now(
     assert reopened["count"] == 1
     items = await real_redis.lrange(keys.shard(0).digest_items(opened["id"]), 0, -1)
     assert len(items) == 2
+    # A request answered again after its digest filled: its record names the digest it
+    # joined, which the answer gives; it joins neither that one nor the one open now again.
+    repeated = await second.ingest("shop", "k-2", comment(thread="A", text="k-2"))
+    assert repeated.replayed
+    assert msgspec.json.decode(repeated.response)["digest"] == {**filled, "count": 2}
+    assert await real_redis.llen(keys.shard(0).digest_items(opened["id"])) == 2
+    assert await real_redis.llen(keys.shard(0).digest_items(reopened["id"])) == 1
+    record = await real_redis.get(keys.shard(0).notification(repeated_id(repeated.response)))
+    assert decode_record(record).digest_id == opened["id"]
 
 
 async def test_a_digest_that_keeps_changing_under_a_join_is_a_conflict_and_nothing_is_written(
