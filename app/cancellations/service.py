@@ -185,7 +185,8 @@ class Cancellations:
         self, producer: str, notification_id: str, *, key: str = ""
     ) -> CancelledNotification | None:
         """A notification whose record left Redis with its idempotency key: the read model
-        lists its deliveries; those it has not seen end are cancelled like any other."""
+        lists its deliveries; those it has not seen end are cancelled like any other, and one
+        in a digest still open leaves it (the read model names the digest) as with a record."""
         pool = await self.read_model()
         if pool is None:
             raise ReadModelNeeded
@@ -206,10 +207,14 @@ class Cancellations:
                 for d in row.deliveries
                 if d.channel is not None
             ],
-            campaign_id=campaign_of(row.idempotency_key),
+            campaign_id=campaign_of(row.idempotency_key), digest_id=row.digest_id or "",
         )  # fmt: skip
         shard = self.keys.notification_shard(notification_id)
         projected = {d.id: d.status for d in row.deliveries}
+        left = await self._leave_digest(record)
+        if left is not record:  # pending again: the read model's DIGESTED is not their end
+            projected = {did: s for did, s in projected.items() if s != DeliveryStatus.DIGESTED}
+            record = left
         [done] = await cancellations.cancel(
             self.redis, shard, [record], by=producer, key=key, projected=projected,
             retention_ms=self.state_retention_ms, now=self.clock(),

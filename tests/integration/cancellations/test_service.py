@@ -138,3 +138,24 @@ async def test_a_digested_one_the_read_model_has_leaves_its_digest_cancelled(
     home = keys.home_of_recipient("u-1")
     items = await real_redis.lrange(home.digest_items(kept["digest"]["id"]), 0, -1)
     assert [item.partition(b" ")[0] for item in items] == [kept["id"].encode()]
+
+
+async def test_a_digested_one_whose_record_left_redis_still_leaves_its_open_digest(
+    real_redis: Redis, key_prefix: str, pool: asyncpg.Pool
+) -> None:
+    """Its record gone with its idempotency key (a TTL shorter than a daily digest's wait):
+    the read model names its digest, which it leaves while open, and it ends CANCELLED
+    instead of going out inside the digest."""
+    keys = KeySpace(key_prefix)
+    catalog = parse_catalog(catalog_text() + COMMENT, "digests.toml")
+    comment = {"recipient": {"id": "u-1", "email": "a@example.com"}, "type": "comment"}
+    kept = await accept(real_redis, keys, catalog, comment | {"data": {"thread": "A"}}, "k-1")
+    gone = await accept(real_redis, keys, catalog, comment | {"data": {"thread": "A"}}, "k-2")
+    await project_events(real_redis, keys, pool)  # the read model has both DIGESTED
+    await real_redis.delete(keys.notification_shard(gone["id"]).notification(gone["id"]))
+    done = await service(real_redis, keys, pool).cancel_notification("orders", gone["id"])
+    assert done is not None
+    assert [d.status for d in done.deliveries] == ["CANCELLED"]
+    home = keys.home_of_recipient("u-1")
+    items = await real_redis.lrange(home.digest_items(kept["digest"]["id"]), 0, -1)
+    assert [item.partition(b" ")[0] for item in items] == [kept["id"].encode()]
