@@ -32,7 +32,8 @@ class Fallback(msgspec.Struct, frozen=True):
 
 
 class Identity(msgspec.Struct, frozen=True):
-    """Ids fixed once per request, so a STALE round re-plans with the same ones."""
+    """Ids fixed once per request, so a STALE round re-plans with the same ones; and the key
+    of the digest it joins, made once of its data."""
 
     notification_id: str
     # (channel, address) pairs in fan-out order, and one delivery id for each.
@@ -40,6 +41,8 @@ class Identity(msgspec.Struct, frozen=True):
     delivery_ids: tuple[str, ...]
     # The type's fallbacks for the notification's channels.
     fallbacks: tuple[Fallback, ...] = ()
+    # Its digest's key (``digest`` in the catalog), None when it joins none.
+    digest_key: str | None = None
 
 
 class Chain:

@@ -22,6 +22,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from app.catalog import Catalog
+from app.catalog.digests import Digest
 from app.ingest.answers import IngestAnswer, refused, unavailable
 from app.ingest.pending import CheckedRequest, Pending
 from app.ingest.requests import JoinedDigest, NotificationRequest
@@ -75,31 +76,25 @@ class DigestJoiner:
         digest type and ingested on its recipient's home shard; else ``item`` as it is.
         The digest it names: ``named`` (the one the script named last round; "": a new
         one), else the one this process saw open; a new one's id changes with ``rounds``."""
-        body = request.given
-        digest = self.catalog.digests.get(body.type)
-        if digest is None or is_digest_close(request.key):
+        body, key = request.given, request.identity.digest_key
+        if key is None:  # not of a digest type, or a digest's own notification
             return item
         shard, recipient_id = request.shard, body.recipient.id
         if self.keys.shards > 1 and self.keys.home_of_recipient(recipient_id).shard != shard.shard:
             return item  # it joins after, on its recipient's home shard
-        key = digest.key_of(body.data)
+        digest = self.catalog.digests[body.type]
         open_key = store.open_digest_key(shard, recipient_id, body.type, key)
         guess = self.open_digests.guess(open_key, now_ms) if named is None else named
         opened_ms = now_ms + rounds  # a new candidate each round, should one be taken
-        nid = item.notification_id
+        closes_ms = 0 if guess else max(digest.closes_ms(opened_ms, _zone(settings)), now_ms)
         join = store.DigestJoin(
+            ask=_ask(body, request.producer, item.notification_id, digest, key, closes_ms),
             open_key=open_key,
             digest_id=guess or store.digest_id(recipient_id, body.type, key, opened_ms),
             how=store.OPEN if guess else store.NEW,
-            closes_ms=0 if guess else max(digest.closes_ms(opened_ms, _zone(settings)), now_ms),
-            max_items=digest.max_items,
-            notification_id=nid,
-            entry=b"%s %s" % (nid.encode(), _encoder.encode(body.data)),
-            recipient=_encoder.encode(body.recipient),
-            recipient_id=recipient_id, notification_type=body.type, key=key,
-            producer=request.producer, locale=body.locale or "", now_ms=now_ms,
+            now_ms=now_ms,
             events=shard.events,
-        )  # fmt: skip
+        )
         return msgspec.structs.replace(item, join=join)
 
     async def look_up(self, pending: Sequence[Pending]) -> None:
@@ -131,7 +126,8 @@ class DigestJoiner:
                 digest, _, closes = value.decode().partition(" ")
                 if closes.isdigit():
                     self.open_digests.saw(join.open_key, digest, int(closes))
-                named = msgspec.structs.replace(join, digest_id=digest, how=store.OPEN, closes_ms=0)
+                ask = msgspec.structs.replace(join.ask, closes_ms=0)
+                named = msgspec.structs.replace(join, ask=ask, digest_id=digest, how=store.OPEN)
                 entry.item = msgspec.structs.replace(entry.item, join=named)
                 entry.digest_named = digest
 
@@ -178,7 +174,7 @@ class DigestJoiner:
         seen = self.open_digests
         try:
             await store.record_joins(self.redis, [
-                (join.events, store.joined_event(join, joined, join.now_ms))
+                (join.events, store.joined_event(join.ask, joined, join.now_ms))
                 for _, (join, joined) in made
             ])  # fmt: skip
         except RedisError:
@@ -208,21 +204,12 @@ class DigestJoiner:
         ), strict=True))  # fmt: skip
         asks = []
         for n, (index, request) in enumerate(joining):
-            digest = self.catalog.digests[request.type]
-            ask = store.JoinAsk(
-                notification_id=_id_of(answers[index].response),
-                recipient_id=request.recipient.id,
-                notification_type=request.type,
-                key=digest.key_of(request.data),
-                producer=producer,
-                locale=request.locale or "",
-                recipient=_encoder.encode(request.recipient),
-                item=_encoder.encode(request.data),
-                closes_ms=digest.closes_ms(now_ms, zones.get(n, "")),
-                max_items=digest.max_items,
-                again=answers[index].replayed,
-                joined=answers[index].joined_before,
-            )
+            digest, answer = self.catalog.digests[request.type], answers[index]
+            ask = _ask(
+                request, producer, _id_of(answer.response), digest, digest.key_of(request.data),
+                digest.closes_ms(now_ms, zones.get(n, "")),
+                again=answer.replayed, joined=answer.joined_before,
+            )  # fmt: skip
             asks.append((homes[n], ask))
         return asks
 
@@ -235,6 +222,28 @@ class DigestJoiner:
                 pipe.hgetall(home.recipient(recipient_id))
             found = await pipe.execute()
         return [_zone(RecipientSettings.from_hash(fields)) for fields in found]
+
+
+def _ask(  # noqa: PLR0917 (the parts of one ask)
+    request: NotificationRequest,
+    producer: str,
+    notification_id: str,
+    digest: Digest,
+    key: str,
+    closes_ms: int,
+    *,
+    again: bool = False,
+    joined: str = "",
+) -> store.JoinAsk:
+    """What ``request``'s notification asks to join: its digest (``key``), opening one that
+    closes at ``closes_ms`` when none is open; ``again`` and ``joined`` as ``JoinAsk``'s."""
+    return store.JoinAsk(
+        notification_id=notification_id, recipient_id=request.recipient.id,
+        notification_type=request.type, key=key, producer=producer,
+        locale=request.locale or "", recipient=_encoder.encode(request.recipient),
+        item=_encoder.encode(request.data), closes_ms=closes_ms, max_items=digest.max_items,
+        again=again, joined=joined,
+    )  # fmt: skip
 
 
 def _id_of(response: bytes) -> str:

@@ -209,10 +209,10 @@ class Planner:
         if request.send_at is not None or request.delay is not None:
             self.due_ms(request, epoch_ms(now or utc_now()))  # checks how far ahead
         type_config = self.catalog.types[request.type]
-        digest = self.catalog.digests.get(request.type)
+        digest, digest_key = self.catalog.digests.get(request.type), None
         if digest is not None and not is_digest_close(key):
             try:
-                digest.key_of(request.data)
+                digest_key = digest.key_of(request.data)
             except DigestError as error:
                 raise FanoutError(str(error)) from None
             if too_deep := digest_data_error(request.data):
@@ -220,7 +220,9 @@ class Planner:
         pairs = addresses_by_channel(request, channels, type_config.webhook_url)
         if not type_config.fallback:  # the usual: as before types had fallbacks
             new_id, *delivery_ids = new_ids(shard.shard, 1 + len(pairs))
-            return Identity(notification_id or new_id, tuple(pairs), tuple(delivery_ids))
+            return Identity(
+                notification_id or new_id, tuple(pairs), tuple(delivery_ids), digest_key=digest_key
+            )
         fallback = [(source, target) for source, target in type_config.fallback.items()
                     if source in channels]  # fmt: skip
         new_id, *delivery_ids = new_ids(shard.shard, 1 + len(pairs) + len(fallback))
@@ -232,7 +234,7 @@ class Planner:
         )
         return Identity(
             notification_id or new_id, tuple(pairs), tuple(delivery_ids[: len(pairs)]),
-            fallbacks=fallbacks,
+            fallbacks=fallbacks, digest_key=digest_key,
         )  # fmt: skip
 
     def due_ms(self, request: NotificationRequest, now_ms: int) -> int:

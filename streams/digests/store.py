@@ -42,7 +42,8 @@ OPEN_DIGESTS_KEPT = 100_000
 
 
 class JoinAsk(msgspec.Struct, frozen=True, kw_only=True):
-    """One accepted notification to join its digest."""
+    """One accepted notification to join its digest: by ``join.lua``, or by the ingest script
+    as it accepts it (``DigestJoin``)."""
 
     notification_id: str
     recipient_id: str
@@ -52,7 +53,7 @@ class JoinAsk(msgspec.Struct, frozen=True, kw_only=True):
     locale: str
     recipient: bytes  # the request's recipient (JSON): the digest's notification's addresses
     item: bytes  # the notification's data (JSON)
-    closes_ms: int  # when a digest it opens closes
+    closes_ms: int  # when a digest it opens closes (0 for a ``DigestJoin`` naming one open)
     max_items: int
     again: bool = True  # its request was answered before: it may have joined already
     joined: str = ""  # the digest its record names: it joined that one as it was accepted
@@ -75,22 +76,13 @@ class Joined(msgspec.Struct, frozen=True):
 
 class DigestJoin(msgspec.Struct, frozen=True, kw_only=True):
     """A join the ingest script makes as it accepts the notification, which is on its
-    recipient's home shard (``streams/ingest/ingest.lua``): the digest named (the one seen
-    open, or a new one), as ``join.lua`` is asked for one notification."""
+    recipient's home shard (``streams/ingest/ingest.lua``): ``ask`` naming ``digest_id``
+    (the one seen open, or a new one), as ``join.lua`` is asked for one notification."""
 
+    ask: JoinAsk
     open_key: str
     digest_id: str
     how: str  # OPEN or NEW
-    closes_ms: int  # when a new one closes
-    max_items: int
-    notification_id: str
-    entry: bytes  # "<notification id> <data JSON>"
-    recipient: bytes  # the request's recipient (JSON)
-    recipient_id: str
-    notification_type: str
-    key: str
-    producer: str
-    locale: str
     now_ms: int
     events: str  # the shard's events stream, where its event goes
 
@@ -101,12 +93,14 @@ def add_join(
     """Append ``join``'s keys and arguments to an ``ingest.lua`` call's (its header says
     what they are). The notification's record names the digest (``naming_digest``): no
     other key records the join."""
+    ask = join.ask
     keys += (join.open_key, shard.digest(join.digest_id), shard.digest_items(join.digest_id))
     args += (
-        join.digest_id, join.how, join.closes_ms, join.max_items, join.entry, join.recipient,
+        join.digest_id, join.how, ask.closes_ms, ask.max_items,
+        b"%s %s" % (ask.notification_id.encode(), ask.item), ask.recipient,
     )  # fmt: skip
     if join.how == NEW:
-        args += (join.recipient_id, join.notification_type, join.key, join.producer, join.locale)
+        args += (ask.recipient_id, ask.notification_type, ask.key, ask.producer, ask.locale)
 
 
 async def record_joins(redis: Redis, joins: Sequence[tuple[str, NotificationDigested]]) -> None:
@@ -121,11 +115,11 @@ async def record_joins(redis: Redis, joins: Sequence[tuple[str, NotificationDige
         await pipe.execute()
 
 
-def joined_event(join: DigestJoin | JoinAsk, joined: Joined, now_ms: int) -> NotificationDigested:
-    """The event of a join made: by the ingest script (``DigestJoin``) or ``join.lua``."""
+def joined_event(ask: JoinAsk, joined: Joined, now_ms: int) -> NotificationDigested:
+    """The event of a join made, by the ingest script or ``join.lua``."""
     return NotificationDigested(
-        at=at(now_ms), notification_id=join.notification_id, digest_id=joined.digest_id,
-        recipient_id=join.recipient_id, notification_type=join.notification_type,
+        at=at(now_ms), notification_id=ask.notification_id, digest_id=joined.digest_id,
+        recipient_id=ask.recipient_id, notification_type=ask.notification_type,
         count=joined.count, closes_at=at(joined.closes_ms),
     )  # fmt: skip
 

@@ -234,12 +234,14 @@ async def test_ingest_ingest(real_redis: Redis, key_prefix: str, catalog: Catalo
 
 def joining(item: IngestItem, shard: ShardKeys, digest: str, how: str) -> IngestItem:
     """``item`` joining digest ``digest`` (of at most 2 items) as the ingest script accepts it."""
-    nid = item.notification_id
+    ask = JoinAsk(
+        notification_id=item.notification_id, recipient_id="u-1", notification_type="comment",
+        key="A-17", producer="orders", locale="en", recipient=b'{"id":"u-1"}', item=b"{}",
+        closes_ms=10_000, max_items=2, again=False,
+    )  # fmt: skip
     join = DigestJoin(
-        open_key=open_digest_key(shard, "u-1", "comment", "A-17"), digest_id=digest, how=how,
-        closes_ms=10_000, max_items=2, notification_id=nid, entry=f"{nid} {{}}".encode(),
-        recipient=b'{"id":"u-1"}', recipient_id="u-1", notification_type="comment",
-        key="A-17", producer="orders", locale="en", now_ms=1_000, events=shard.events,
+        ask=ask, open_key=open_digest_key(shard, "u-1", "comment", "A-17"), digest_id=digest,
+        how=how, now_ms=1_000, events=shard.events,
     )  # fmt: skip
     return msgspec.structs.replace(item, join=join)
 
