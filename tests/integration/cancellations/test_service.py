@@ -20,6 +20,7 @@ from projections.rows import rows_of
 from streams.core import codec
 from streams.core.events import DeliverySent
 from streams.core.keys import KeySpace
+from streams.delivery.cancellations import CancelledNotification
 from tests.integration.delivery_support import accept, catalog_text, fast_catalog
 
 ORDER = {
@@ -120,6 +121,30 @@ async def test_a_read_model_failing_under_the_call_is_unavailable_not_a_bug(
         await service(real_redis, keys, closed).cancel_notification("orders", answer["id"])
 
 
+async def two_comments_digested(
+    redis: Redis, keys: KeySpace, pool: asyncpg.Pool
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Two comments of one thread accepted into one open digest and projected (the read
+    model has both DIGESTED): the one kept, and the one to cancel."""
+    catalog = parse_catalog(catalog_text() + COMMENT, "digests.toml")
+    comment = {"recipient": {"id": "u-1", "email": "a@example.com"}, "type": "comment"}
+    kept = await accept(redis, keys, catalog, comment | {"data": {"thread": "A"}}, "k-1")
+    gone = await accept(redis, keys, catalog, comment | {"data": {"thread": "A"}}, "k-2")
+    await project_events(redis, keys, pool)
+    return kept, gone
+
+
+async def assert_left_its_digest(
+    redis: Redis, keys: KeySpace, done: CancelledNotification | None, kept: dict[str, Any]
+) -> None:
+    """The cancelled comment ended CANCELLED, and only ``kept`` is left in the digest."""
+    assert done is not None
+    assert [d.status for d in done.deliveries] == ["CANCELLED"]
+    home = keys.home_of_recipient("u-1")
+    items = await redis.lrange(home.digest_items(kept["digest"]["id"]), 0, -1)
+    assert [item.partition(b" ")[0] for item in items] == [kept["id"].encode()]
+
+
 async def test_a_digested_one_the_read_model_has_leaves_its_digest_cancelled(
     real_redis: Redis, key_prefix: str, pool: asyncpg.Pool
 ) -> None:
@@ -127,17 +152,9 @@ async def test_a_digested_one_the_read_model_has_leaves_its_digest_cancelled(
     notification of a long window is after the retention): leaving the digest must still
     cancel it, not leave it DIGESTED and in no digest."""
     keys = KeySpace(key_prefix)
-    catalog = parse_catalog(catalog_text() + COMMENT, "digests.toml")
-    comment = {"recipient": {"id": "u-1", "email": "a@example.com"}, "type": "comment"}
-    kept = await accept(real_redis, keys, catalog, comment | {"data": {"thread": "A"}}, "k-1")
-    gone = await accept(real_redis, keys, catalog, comment | {"data": {"thread": "A"}}, "k-2")
-    await project_events(real_redis, keys, pool)  # the read model has both DIGESTED
+    kept, gone = await two_comments_digested(real_redis, keys, pool)
     done = await service(real_redis, keys, pool).cancel_notification("orders", gone["id"])
-    assert done is not None
-    assert [d.status for d in done.deliveries] == ["CANCELLED"]
-    home = keys.home_of_recipient("u-1")
-    items = await real_redis.lrange(home.digest_items(kept["digest"]["id"]), 0, -1)
-    assert [item.partition(b" ")[0] for item in items] == [kept["id"].encode()]
+    await assert_left_its_digest(real_redis, keys, done, kept)
 
 
 async def test_a_digested_one_whose_record_left_redis_still_leaves_its_open_digest(
@@ -147,15 +164,7 @@ async def test_a_digested_one_whose_record_left_redis_still_leaves_its_open_dige
     the read model names its digest, which it leaves while open, and it ends CANCELLED
     instead of going out inside the digest."""
     keys = KeySpace(key_prefix)
-    catalog = parse_catalog(catalog_text() + COMMENT, "digests.toml")
-    comment = {"recipient": {"id": "u-1", "email": "a@example.com"}, "type": "comment"}
-    kept = await accept(real_redis, keys, catalog, comment | {"data": {"thread": "A"}}, "k-1")
-    gone = await accept(real_redis, keys, catalog, comment | {"data": {"thread": "A"}}, "k-2")
-    await project_events(real_redis, keys, pool)  # the read model has both DIGESTED
+    kept, gone = await two_comments_digested(real_redis, keys, pool)
     await real_redis.delete(keys.notification_shard(gone["id"]).notification(gone["id"]))
     done = await service(real_redis, keys, pool).cancel_notification("orders", gone["id"])
-    assert done is not None
-    assert [d.status for d in done.deliveries] == ["CANCELLED"]
-    home = keys.home_of_recipient("u-1")
-    items = await real_redis.lrange(home.digest_items(kept["digest"]["id"]), 0, -1)
-    assert [item.partition(b" ")[0] for item in items] == [kept["id"].encode()]
+    await assert_left_its_digest(real_redis, keys, done, kept)
